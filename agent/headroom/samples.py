@@ -1,0 +1,234 @@
+"""Sample types: what one tick of every source produced.
+
+Frozen dataclasses in base units (bytes, seconds, ratios 0-1, watts, hertz, celsius) holding raw
+counters as read. ``None`` always means "not supported / not readable here": exposition omits the
+series, analysis treats it as unknown. Never use 0 for "unknown".
+
+Sources (``headroom.sources.*``) build these; analysis and exposition read them. This module imports
+nothing from either side, so it is the contract between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+EMPTY: Mapping[Any, Any] = MappingProxyType({})
+
+
+# --------------------------------------------------------------------------------------------- host
+@dataclass(frozen=True, slots=True)
+class PressureLine:
+    """One line of /proc/pressure/<resource>: the share of wall time tasks were stalled."""
+
+    avg10: float  # ratio 0-1
+    avg60: float
+    avg300: float
+    total_seconds: float  # monotonic counter
+
+
+@dataclass(frozen=True, slots=True)
+class Pressure:
+    some: PressureLine
+    full: PressureLine | None  # "full" is absent for cpu on kernels before 5.13
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """Aggregate CPU time per mode in seconds (first line of /proc/stat), as counters.
+
+    Modes missing from an old kernel's /proc/stat layout are None.
+    """
+
+    user: float
+    nice: float
+    system: float
+    idle: float
+    iowait: float | None = None
+    irq: float | None = None
+    softirq: float | None = None
+    steal: float | None = None
+    guest: float | None = None
+    guest_nice: float | None = None
+
+    def modes(self) -> dict[str, float]:
+        """Mode name -> seconds, for the modes this kernel reports."""
+        out: dict[str, float] = {}
+        for name in self.__slots__:  # type: ignore[attr-defined]
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    times: CpuTimes
+    logical_cpus: int
+    load1: float
+    load5: float
+    load15: float
+    procs_running: int | None = None
+    procs_blocked: int | None = None
+    # PSI, keyed "cpu", "memory", "io"; empty when /proc/pressure does not exist (kernel < 4.20 or psi=0)
+    pressure: Mapping[str, Pressure] = EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySample:
+    total_bytes: int
+    available_bytes: int | None  # MemAvailable appeared in 3.14
+    free_bytes: int
+    buffers_bytes: int | None = None
+    cached_bytes: int | None = None
+    shmem_bytes: int | None = None
+    dirty_bytes: int | None = None
+    writeback_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    swap_free_bytes: int | None = None
+    major_faults_total: int | None = None  # /proc/vmstat pgmajfault
+
+
+@dataclass(frozen=True, slots=True)
+class MountUsage:
+    mountpoint: str
+    fstype: str
+    size_bytes: int
+    used_bytes: int
+    available_bytes: int  # what an unprivileged writer can still use
+
+
+@dataclass(frozen=True, slots=True)
+class ShmSample:
+    mounts: tuple[MountUsage, ...]
+    # configured mountpoints that were not found (so a missing /dev/shm is visible, not silent)
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DiskStats:
+    """One block device from /proc/diskstats, counters since boot."""
+
+    device: str
+    reads_completed: int
+    read_bytes: int
+    writes_completed: int
+    written_bytes: int
+    io_time_seconds: float  # time the device had I/O in flight ("busy")
+    weighted_io_time_seconds: float  # sum of per-request time: queue depth x time
+    in_flight: int
+    discards_completed: int | None = None
+    discarded_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DiskSample:
+    devices: tuple[DiskStats, ...]
+
+
+# ---------------------------------------------------------------------------------------------- GPU
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    pid: int
+    used_memory_bytes: int | None  # None: NVML could not say (e.g. no permission, Windows WDDM)
+    kind: str = "compute"  # compute | graphics
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    gpu_instance_id: int
+    compute_instance_id: int | None
+    uuid: str
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    """One GPU as NVML saw it this tick. ``up`` False: lost or failing; only identity is then set."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    up: bool = True
+    error: str | None = None  # why it is down
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    memory_reserved_bytes: int | None = None  # v2 memory info only
+    utilization_ratio: float | None = None  # share of time a kernel ran (NVML "GPU utilization")
+    memory_utilization_ratio: float | None = None  # share of time the memory controller was busy
+    busy_seconds_total: float | None = None  # integral of utilization over time (internal sampling)
+    power_watts: float | None = None
+    power_limit_watts: float | None = None  # enforced limit
+    energy_joules_total: float | None = None
+    temperature_celsius: float | None = None
+    memory_temperature_celsius: float | None = None
+    sm_clock_hertz: float | None = None
+    sm_clock_max_hertz: float | None = None
+    memory_clock_hertz: float | None = None
+    memory_clock_max_hertz: float | None = None
+    performance_state: int | None = None  # 0 (P0, max) .. 15; None when unknown
+    fan_speed_ratio: float | None = None
+    # clock-event ("throttle") reasons this GPU reports: reason name -> active now
+    clock_events_active: Mapping[str, bool] = EMPTY
+    # seconds each reason was active, accumulated from internal sampling (counters)
+    clock_events_seconds_total: Mapping[str, float] = EMPTY
+    pcie_tx_bytes_per_second: float | None = None
+    pcie_rx_bytes_per_second: float | None = None
+    pcie_link_generation: int | None = None
+    pcie_link_width: int | None = None
+    pcie_link_max_generation: int | None = None
+    pcie_link_max_width: int | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    mig_enabled: bool | None = None
+    mig_instances: tuple[MigInstance, ...] = ()
+    xid_errors_total: Mapping[int, int] = EMPTY  # XID code -> count since the agent started
+    ecc_uncorrected_volatile_total: int | None = None
+    ecc_uncorrected_aggregate_total: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlSample:
+    """What the nvml source saw: library state plus one GpuSample per device."""
+
+    up: bool  # NVML initialised and answering
+    gpus: tuple[GpuSample, ...] = ()
+    driver_version: str | None = None
+    nvml_version: str | None = None
+    cuda_driver_version: int | None = None
+    error: str | None = None  # why NVML is down
+    simulated: bool = False  # True when the fake library (a scenario) stands in for the driver
+
+
+# -------------------------------------------------------------------------------------------- tick
+@dataclass(frozen=True, slots=True)
+class SourceResult:
+    """One collector's outcome in one tick. ``data`` is None when it failed."""
+
+    name: str
+    ok: bool
+    duration_seconds: float
+    data: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """Everything one tick read, keyed by collector name."""
+
+    timestamp: float  # wall clock, seconds since the epoch
+    monotonic: float  # for rates and windows
+    sources: Mapping[str, SourceResult] = field(default_factory=dict)
+
+    def data(self, name: str) -> Any:
+        """The data of collector ``name`` if it ran and succeeded this tick, else None."""
+        result = self.sources.get(name)
+        return result.data if result is not None and result.ok else None

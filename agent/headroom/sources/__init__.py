@@ -1,0 +1,88 @@
+"""Sources: one module per collector, registered by name with a default on/off switch.
+
+A collector reads one part of the host (NVML, /proc/stat, /dev/shm ...) and returns a frozen
+dataclass from ``headroom.samples``. It knows nothing of Prometheus. It may keep state between ticks
+(handles, accumulators), and it raises ``CollectorError`` (or anything else) when it cannot read: the
+sampler turns that into ``headroom_collector_success{collector} 0`` and the rest of the tick goes on.
+
+To add a collector: write ``sources/<name>.py`` with a class decorated ``@register``; import the
+module in ``_MODULES`` below; add its metrics to ``exposition/catalog.py`` and their rendering to
+``exposition/render.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class CollectorError(Exception):
+    """A collector could not read its source this tick. The message is shown to users as is."""
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Roots every reader hangs off (node_exporter's --path.* flags)."""
+
+    procfs: Path = Path("/proc")
+    sysfs: Path = Path("/sys")
+    rootfs: Path = Path("/")
+
+    def host(self, path: str | Path) -> Path:
+        """A host path (e.g. /dev/shm) seen through --path.rootfs."""
+        p = Path(path)
+        return self.rootfs / p.relative_to("/") if p.is_absolute() else self.rootfs / p
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What a collector gets at construction."""
+
+    paths: Paths = field(default_factory=Paths)
+    # the collector's own section of config.yaml (``collectors.<name>``), already validated
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    # the simulation scenario (headroom.simulation.Scenario) or None on a real host
+    scenario: Any = None
+    # seconds; used by collectors that accumulate counters from instantaneous readings
+    interval: float = 1.0
+    monotonic: Callable[[], float] | None = None
+
+
+class Collector:
+    """Base class. Subclasses set ``name`` and ``default_enabled`` and implement ``collect``."""
+
+    name: ClassVar[str] = ""
+    default_enabled: ClassVar[bool] = True
+    description: ClassVar[str] = ""
+
+    def __init__(self, ctx: SourceContext) -> None:
+        self.ctx = ctx
+
+    def collect(self) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release handles and threads. Called once at shutdown."""
+
+
+REGISTRY: dict[str, type[Collector]] = {}
+
+# Modules that define collectors, in exposition order.
+_MODULES = ("nvml", "cpu", "memory", "shm", "disk")
+
+
+def register(cls: type[Collector]) -> type[Collector]:
+    if not cls.name:
+        raise ValueError(f"{cls.__qualname__} has no name")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def load_all() -> dict[str, type[Collector]]:
+    """Import every collector module (idempotent) and return the registry."""
+    for module in _MODULES:
+        importlib.import_module(f"headroom.sources.{module}")
+    return REGISTRY
