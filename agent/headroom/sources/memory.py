@@ -1,0 +1,51 @@
+"""The memory collector: /proc/meminfo (required) plus major page faults from /proc/vmstat."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import structlog
+
+from headroom.samples import MemorySample
+from headroom.sources import Collector, SourceContext, procfs, register
+
+log = structlog.get_logger("headroom.sources.memory")
+
+
+@register
+class MemoryCollector(Collector):
+    name = "memory"
+    default_enabled = True
+    description = "RAM total/available/free, buffers, cache, shmem, dirty, swap, major page faults"
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        self._vmstat_error: str | None = None
+
+    def collect(self) -> MemorySample:
+        """Returns this tick's MemorySample; raises CollectorError when /proc/meminfo fails.
+
+        A failing /proc/vmstat only leaves ``major_faults_total`` None (logged once).
+        """
+        root = self.ctx.paths.procfs
+        try:
+            sample = procfs.read_meminfo(root)
+        except (OSError, ValueError) as exc:
+            raise procfs.read_failure(root / "meminfo", exc) from None
+        return dataclasses.replace(sample, major_faults_total=self._major_faults())
+
+    def _major_faults(self) -> int | None:
+        """Returns pgmajfault from /proc/vmstat, or None when it cannot be read."""
+        root = self.ctx.paths.procfs
+        try:
+            vmstat = procfs.read_vmstat(root)
+        except (OSError, ValueError) as exc:
+            error = str(procfs.read_failure(root / "vmstat", exc))
+            if error != self._vmstat_error:
+                log.warning("vmstat_unreadable", error=error)
+                self._vmstat_error = error
+            return None
+        if self._vmstat_error is not None:
+            log.info("vmstat_readable_again")
+            self._vmstat_error = None
+        return vmstat.get("pgmajfault")

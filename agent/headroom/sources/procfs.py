@@ -1,0 +1,536 @@
+"""Pure /proc parsers (text in, typed values out) and thin readers that take a root path.
+
+Parsers never touch the filesystem: tests feed them strings and fixture files. They raise
+``ValueError`` with a specific message when the text is not what the kernel writes. Readers take the
+``--path.procfs`` root (``Path("/proc")`` on a live host) and return what the parser returns; they
+let ``OSError`` through, except where a missing file has a documented meaning (no PSI, vanished pid).
+
+Host-wide: ``parse_stat``, ``parse_loadavg``, ``parse_pressure``, ``parse_meminfo``,
+``parse_vmstat``, ``parse_diskstats``, ``parse_mounts``; ``mount_usage`` (statvfs) for shm.
+Per process (workload attribution): ``parse_pid_stat``, ``parse_pid_status``, ``parse_pid_io``,
+``parse_pid_cmdline``, ``parse_pid_cgroup`` and their ``read_pid_*`` readers, which raise
+``ProcessGone`` when the pid vanished and return None when the kernel denies access.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from headroom.samples import EMPTY, CpuTimes, DiskStats, MemorySample, MountUsage, Pressure, PressureLine
+from headroom.sources import CollectorError
+
+USER_HZ_DEFAULT = 100  # the value of sysconf(_SC_CLK_TCK) on every mainstream Linux architecture
+SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
+
+# Devices /proc/diskstats lists that are not whole physical disks: partitions (sda1, vda2, xvdb1,
+# nvme0n1p1, mmcblk0p1), ram/zram disks, loop devices, floppies and optical drives (sr0). Modelled on
+# node_exporter's --collector.diskstats.device-exclude default, plus sr and mmcblk partitions.
+# Device-mapper (dm-0), md RAID (md0) and whole disks are kept. Matched with re.search, like
+# node_exporter: the pattern itself is anchored.
+DEFAULT_DISK_EXCLUDE = r"^(z?ram|loop|fd|sr|(h|s|v|xv)d[a-z]+|nvme\d+n\d+p|mmcblk\d+p)\d+$"
+
+PRESSURE_RESOURCES = ("cpu", "memory", "io")
+
+_CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+
+
+class ProcessGone(Exception):
+    """The pid exited (or was reaped) while, or before, we read its /proc entry."""
+
+
+# -------------------------------------------------------------------------------------- /proc/stat
+@dataclass(frozen=True, slots=True)
+class StatInfo:
+    """What /proc/stat says: aggregate CPU times, online logical CPUs, run queue, boot time."""
+
+    times: CpuTimes
+    logical_cpus: int
+    procs_running: int | None  # absent before 2.6.x
+    procs_blocked: int | None
+    boot_time: int | None  # seconds since the epoch ("btime")
+
+
+def parse_stat(text: str, user_hz: int = USER_HZ_DEFAULT) -> StatInfo:
+    """Parse /proc/stat; returns a StatInfo with CPU times in seconds (ticks / ``user_hz``).
+
+    The aggregate "cpu " line has 4 fields on 2.4 kernels (user nice system idle), 7 from 2.6 (iowait
+    irq softirq), 8 from 2.6.11 (steal), 9 from 2.6.24 (guest) and 10 from 2.6.33 (guest_nice); modes
+    a kernel does not report are None. guest and guest_nice are ALREADY included in user and nice
+    (the kernel accounts guest time twice); they are kept as read, like node_exporter exports them,
+    so never add them to the others. ``logical_cpus`` counts the cpuN lines (online CPUs).
+    """
+    times: CpuTimes | None = None
+    logical = 0
+    running = blocked = btime = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        key = parts[0]
+        try:
+            if key == "cpu":
+                values = [int(v) for v in parts[1:]]
+                if len(values) < 4:
+                    raise ValueError(f"{len(values)} fields, at least 4 expected")
+                seconds = [v / user_hz for v in values[: len(_CPU_MODES)]]
+                times = CpuTimes(**dict(zip(_CPU_MODES, seconds, strict=False)))
+            elif key.startswith("cpu") and key[3:].isdigit():
+                logical += 1
+            elif key == "procs_running":
+                running = int(parts[1])
+            elif key == "procs_blocked":
+                blocked = int(parts[1])
+            elif key == "btime":
+                btime = int(parts[1])
+        except (ValueError, IndexError) as exc:
+            raise ValueError(f"line {lineno} ({key}): {exc}") from None
+    if times is None:
+        raise ValueError('no aggregate "cpu" line')
+    return StatInfo(times, logical, running, blocked, btime)
+
+
+def parse_loadavg(text: str) -> tuple[float, float, float]:
+    """Parse /proc/loadavg; returns (load1, load5, load15)."""
+    parts = text.split()
+    try:
+        return float(parts[0]), float(parts[1]), float(parts[2])
+    except (ValueError, IndexError):
+        raise ValueError(f"expected three load averages, got {text.strip()[:60]!r}") from None
+
+
+# ---------------------------------------------------------------------------------------------- PSI
+def parse_pressure(text: str) -> Pressure:
+    """Parse one /proc/pressure/<resource> file; returns Pressure with ratios 0-1 and seconds.
+
+    The file holds avg10/avg60/avg300 as percents and total as microseconds. The "full" line is
+    absent for cpu before 5.13 (-> ``full`` None).
+    """
+    lines: dict[str, PressureLine] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        kind = parts[0]
+        try:
+            kv = dict(p.split("=", 1) for p in parts[1:])
+            lines[kind] = PressureLine(
+                avg10=float(kv["avg10"]) / 100.0,
+                avg60=float(kv["avg60"]) / 100.0,
+                avg300=float(kv["avg300"]) / 100.0,
+                total_seconds=int(kv["total"]) / 1e6,
+            )
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"bad {kind!r} line {line.strip()!r}: {exc!r}") from None
+    if "some" not in lines:
+        raise ValueError('no "some" line')
+    return Pressure(some=lines["some"], full=lines.get("full"))
+
+
+# ------------------------------------------------------------------------------------ memory, vmstat
+def _parse_kv_kb(text: str) -> dict[str, int]:
+    """Parse "Name:   123 kB" lines; returns name -> bytes (values without a unit stay as counts)."""
+    out: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        name, sep, rest = line.partition(":")
+        parts = rest.split()
+        if not sep or not parts:
+            raise ValueError(f"line {lineno}: expected 'Name: value [kB]', got {line.strip()!r}")
+        try:
+            value = int(parts[0])
+        except ValueError:
+            raise ValueError(f"line {lineno}: {name} is not an integer: {parts[0]!r}") from None
+        out[name.strip()] = value * 1024 if len(parts) > 1 and parts[1] == "kB" else value
+    return out
+
+
+def parse_meminfo(text: str) -> MemorySample:
+    """Parse /proc/meminfo; returns a MemorySample in bytes (``major_faults_total`` None: see vmstat).
+
+    MemAvailable appeared in 3.14: older kernels give ``available_bytes`` None (never an estimate).
+    """
+    kv = _parse_kv_kb(text)
+    missing = [k for k in ("MemTotal", "MemFree") if k not in kv]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}")
+    return MemorySample(
+        total_bytes=kv["MemTotal"],
+        available_bytes=kv.get("MemAvailable"),
+        free_bytes=kv["MemFree"],
+        buffers_bytes=kv.get("Buffers"),
+        cached_bytes=kv.get("Cached"),
+        shmem_bytes=kv.get("Shmem"),
+        dirty_bytes=kv.get("Dirty"),
+        writeback_bytes=kv.get("Writeback"),
+        swap_total_bytes=kv.get("SwapTotal"),
+        swap_free_bytes=kv.get("SwapFree"),
+    )
+
+
+def parse_vmstat(text: str) -> dict[str, int]:
+    """Parse /proc/vmstat; returns counter name -> value (e.g. "pgmajfault": major faults since boot)."""
+    out: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2:
+            raise ValueError(f"line {lineno}: expected 'name value', got {line.strip()!r}")
+        try:
+            out[parts[0]] = int(parts[1])
+        except ValueError:
+            raise ValueError(f"line {lineno}: {parts[0]} is not an integer: {parts[1]!r}") from None
+    return out
+
+
+# --------------------------------------------------------------------------------------- diskstats
+def parse_diskstats(text: str) -> list[DiskStats]:
+    """Parse /proc/diskstats; returns one DiskStats per device line, in file order, unfiltered.
+
+    Layouts: 14 fields (major minor name + 11 counters, before 4.18), 18 (+ 4 discard counters, 4.18)
+    and 20 (+ 2 flush counters, 5.5). Discard fields are None on the 14-field layout. Sectors are
+    always 512 bytes; times are milliseconds in the file and seconds here. The 7-field partition lines
+    of 2.6.0-2.6.24 carry no timing and are skipped (partitions are excluded anyway).
+    """
+    out: list[DiskStats] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts or len(parts) == 7:
+            continue
+        if len(parts) < 14:
+            raise ValueError(f"line {lineno}: {len(parts)} fields, 14, 18 or 20 expected")
+        name = parts[2]
+        try:
+            v = [int(x) for x in parts[3:]]
+        except ValueError:
+            raise ValueError(f"line {lineno} ({name}): non-integer counter") from None
+        has_discards = len(v) >= 15
+        out.append(
+            DiskStats(
+                device=name,
+                reads_completed=v[0],
+                read_bytes=v[2] * SECTOR_BYTES,
+                writes_completed=v[4],
+                written_bytes=v[6] * SECTOR_BYTES,
+                in_flight=v[8],
+                io_time_seconds=v[9] / 1000.0,
+                weighted_io_time_seconds=v[10] / 1000.0,
+                discards_completed=v[11] if has_discards else None,
+                discarded_bytes=v[13] * SECTOR_BYTES if has_discards else None,
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------ mounts
+class MountEntry(NamedTuple):
+    device: str
+    mountpoint: str
+    fstype: str
+    options: tuple[str, ...]
+
+
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape_mount_field(value: str) -> str:
+    """Decode the kernel's octal escapes (\\040 space, \\011 tab, \\012 newline, \\134 backslash)."""
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), value)
+
+
+def parse_mounts(text: str) -> list[MountEntry]:
+    """Parse /proc/self/mounts (or /proc/mounts); returns MountEntry per line in mount order.
+
+    Later entries at the same mountpoint hide earlier ones (the last one is what a path resolves to).
+    """
+    out: list[MountEntry] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) < 4:
+            raise ValueError(f"line {lineno}: expected 'device mountpoint fstype options ...', got {line!r}")
+        device, mountpoint, fstype, options = (_unescape_mount_field(p) for p in parts[:4])
+        out.append(MountEntry(device, mountpoint, fstype, tuple(options.split(","))))
+    return out
+
+
+def mount_usage(path: str | Path, *, mountpoint: str | None = None, fstype: str = "unknown") -> MountUsage:
+    """statvfs ``path``; returns MountUsage in bytes labelled ``mountpoint`` (default: ``path``).
+
+    size = blocks x frsize, used = (blocks - bfree) x frsize, available = bavail x frsize (what an
+    unprivileged writer can still use; root may see more). Raises OSError when statvfs fails.
+    """
+    st = os.statvfs(path)
+    return MountUsage(
+        mountpoint=str(path) if mountpoint is None else mountpoint,
+        fstype=fstype,
+        size_bytes=st.f_blocks * st.f_frsize,
+        used_bytes=(st.f_blocks - st.f_bfree) * st.f_frsize,
+        available_bytes=st.f_bavail * st.f_frsize,
+    )
+
+
+# ------------------------------------------------------------------------------------- per process
+@dataclass(frozen=True, slots=True)
+class PidStat:
+    """The fields of /proc/PID/stat that attribution needs."""
+
+    pid: int
+    comm: str  # up to 15 bytes, may contain spaces and parentheses
+    state: str  # R S D Z T t X I ...
+    ppid: int
+    utime_seconds: float
+    stime_seconds: float
+    num_threads: int
+    starttime_ticks: int  # clock ticks after boot: (pid, starttime) identifies a process across pid reuse
+    rss_pages: int  # resident pages (x os.sysconf("SC_PAGE_SIZE") for bytes)
+
+
+def parse_pid_stat(text: str, user_hz: int = USER_HZ_DEFAULT) -> PidStat:
+    """Parse /proc/PID/stat; returns a PidStat. comm is split off at the LAST ')'."""
+    open_ = text.find("(")
+    close = text.rfind(")")
+    if open_ < 0 or close < open_:
+        raise ValueError(f"no '(comm)' in {text[:80]!r}")
+    rest = text[close + 1 :].split()
+    if len(rest) < 22:
+        raise ValueError(f"{len(rest)} fields after comm, at least 22 expected")
+    try:
+        return PidStat(
+            pid=int(text[:open_]),
+            comm=text[open_ + 1 : close],
+            state=rest[0],
+            ppid=int(rest[1]),
+            utime_seconds=int(rest[11]) / user_hz,
+            stime_seconds=int(rest[12]) / user_hz,
+            num_threads=int(rest[17]),
+            starttime_ticks=int(rest[19]),
+            rss_pages=int(rest[21]),
+        )
+    except ValueError as exc:
+        raise ValueError(f"bad field in /proc/PID/stat: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PidStatus:
+    """Useful fields of /proc/PID/status. Kernel threads and zombies have no Vm* lines (-> None)."""
+
+    name: str
+    uid: int  # real uid
+    threads: int
+    vm_rss_bytes: int | None
+    vm_swap_bytes: int | None
+
+
+def parse_pid_status(text: str) -> PidStatus:
+    """Parse /proc/PID/status; returns a PidStatus (Name, real Uid, Threads, VmRSS, VmSwap)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key] = value.strip()
+
+    def kb(key: str) -> int | None:
+        value = fields.get(key)
+        return None if value is None else int(value.split()[0]) * 1024
+
+    try:
+        return PidStatus(
+            name=fields["Name"],
+            uid=int(fields["Uid"].split()[0]),
+            threads=int(fields["Threads"]),
+            vm_rss_bytes=kb("VmRSS"),
+            vm_swap_bytes=kb("VmSwap"),
+        )
+    except (KeyError, ValueError, IndexError) as exc:
+        raise ValueError(f"bad /proc/PID/status: {exc!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class PidIo:
+    """/proc/PID/io counters in bytes. read/write_bytes hit the block layer; rchar/wchar are syscalls."""
+
+    rchar: int
+    wchar: int
+    read_bytes: int
+    write_bytes: int
+
+
+def parse_pid_io(text: str) -> PidIo:
+    """Parse /proc/PID/io; returns a PidIo."""
+    kv: dict[str, int] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            try:
+                kv[key.strip()] = int(value)
+            except ValueError:
+                raise ValueError(f"{key.strip()} is not an integer: {value.strip()!r}") from None
+    try:
+        return PidIo(kv["rchar"], kv["wchar"], kv["read_bytes"], kv["write_bytes"])
+    except KeyError as exc:
+        raise ValueError(f"no {exc.args[0]} in /proc/PID/io") from None
+
+
+def parse_pid_cmdline(data: bytes) -> list[str]:
+    """Parse /proc/PID/cmdline (NUL-separated, usually NUL-terminated); returns argv.
+
+    Empty for kernel threads and zombies. Undecodable bytes survive as surrogate escapes.
+    """
+    if not data:
+        return []
+    if data.endswith(b"\0"):
+        data = data[:-1]
+    return [arg.decode("utf-8", "surrogateescape") for arg in data.split(b"\0")]
+
+
+@dataclass(frozen=True, slots=True)
+class PidCgroups:
+    """/proc/PID/cgroup: the cgroup v2 path (the "0::" line) and the v1 controller -> path map."""
+
+    unified: str | None  # e.g. "/system.slice/vllm.service"; None on a pure v1 host
+    controllers: Mapping[str, str] = field(default_factory=lambda: EMPTY)  # "memory" -> "/docker/abc"; "name=systemd" too
+
+
+def parse_pid_cgroup(text: str) -> PidCgroups:
+    """Parse /proc/PID/cgroup ("hierarchy-id:controllers:path" lines); returns PidCgroups."""
+    unified: str | None = None
+    controllers: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            raise ValueError(f"expected 'id:controllers:path', got {line!r}")
+        hierarchy, names, path = parts
+        if hierarchy == "0" and names == "":
+            unified = path
+        else:
+            for name in names.split(","):
+                controllers[name] = path
+    return PidCgroups(unified, controllers)
+
+
+# ----------------------------------------------------------------------------------------- readers
+def read_failure(path: Path, exc: Exception) -> CollectorError:
+    """Returns the CollectorError a collector raises when reading or parsing ``path`` failed.
+
+    "cannot read /proc/stat: No such file or directory" for an OSError, "cannot parse /proc/stat:
+    <what>" for a ValueError from a parser.
+    """
+    if isinstance(exc, OSError):
+        return CollectorError(f"cannot read {path}: {exc.strerror or exc}")
+    return CollectorError(f"cannot parse {path}: {exc}")
+
+
+def read_stat(procfs: Path, user_hz: int = USER_HZ_DEFAULT) -> StatInfo:
+    """Read and parse <procfs>/stat."""
+    return parse_stat((procfs / "stat").read_text(), user_hz)
+
+
+def read_loadavg(procfs: Path) -> tuple[float, float, float]:
+    """Read and parse <procfs>/loadavg."""
+    return parse_loadavg((procfs / "loadavg").read_text())
+
+
+def read_pressure(procfs: Path) -> dict[str, Pressure]:
+    """Read <procfs>/pressure/{cpu,memory,io}; returns resource -> Pressure for those present.
+
+    Empty when the kernel has no PSI (no /proc/pressure before 4.20 or without CONFIG_PSI); a file
+    that exists but fails with EOPNOTSUPP (booted with psi=0) counts as absent too.
+    """
+    out: dict[str, Pressure] = {}
+    for resource in PRESSURE_RESOURCES:
+        path = procfs / "pressure" / resource
+        try:
+            with open(path) as f:
+                text = f.read()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if exc.errno == errno.EOPNOTSUPP:
+                continue
+            raise
+        out[resource] = parse_pressure(text)
+    return out
+
+
+def read_meminfo(procfs: Path) -> MemorySample:
+    """Read and parse <procfs>/meminfo."""
+    return parse_meminfo((procfs / "meminfo").read_text())
+
+
+def read_vmstat(procfs: Path) -> dict[str, int]:
+    """Read and parse <procfs>/vmstat."""
+    return parse_vmstat((procfs / "vmstat").read_text())
+
+
+def read_diskstats(procfs: Path) -> list[DiskStats]:
+    """Read and parse <procfs>/diskstats."""
+    return parse_diskstats((procfs / "diskstats").read_text())
+
+
+def read_mounts(procfs: Path) -> list[MountEntry]:
+    """Read and parse <procfs>/self/mounts, falling back to <procfs>/mounts (kernels before 2.6.25)."""
+    try:
+        text = (procfs / "self" / "mounts").read_text(errors="surrogateescape")
+    except FileNotFoundError:
+        text = (procfs / "mounts").read_text(errors="surrogateescape")
+    return parse_mounts(text)
+
+
+def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False) -> str | bytes | None:
+    """Read <procfs>/<pid>/<name>; raises ProcessGone if the pid vanished, None if access is denied."""
+    path = procfs / str(pid) / name
+    try:
+        if binary:
+            with open(path, "rb") as f:
+                return f.read()
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
+    except PermissionError:
+        return None
+    except (FileNotFoundError, ProcessLookupError) as exc:
+        raise ProcessGone(f"pid {pid} is gone ({path}: {exc.strerror})") from None
+    except OSError as exc:
+        if exc.errno == errno.ESRCH:
+            raise ProcessGone(f"pid {pid} is gone ({path}: {exc.strerror})") from None
+        raise
+
+
+def read_pid_stat(procfs: Path, pid: int, user_hz: int = USER_HZ_DEFAULT) -> PidStat | None:
+    """Read /proc/PID/stat; returns PidStat, None if denied; raises ProcessGone if the pid vanished."""
+    text = _read_pid_file(procfs, pid, "stat")
+    return None if text is None else parse_pid_stat(str(text), user_hz)
+
+
+def read_pid_status(procfs: Path, pid: int) -> PidStatus | None:
+    """Read /proc/PID/status; returns PidStatus, None if denied; raises ProcessGone if it vanished."""
+    text = _read_pid_file(procfs, pid, "status")
+    return None if text is None else parse_pid_status(str(text))
+
+
+def read_pid_io(procfs: Path, pid: int) -> PidIo | None:
+    """Read /proc/PID/io; returns PidIo, None if denied (other users' pids); ProcessGone if vanished."""
+    text = _read_pid_file(procfs, pid, "io")
+    return None if text is None else parse_pid_io(str(text))
+
+
+def read_pid_cmdline(procfs: Path, pid: int) -> list[str] | None:
+    """Read /proc/PID/cmdline; returns argv, None if denied; raises ProcessGone if the pid vanished."""
+    data = _read_pid_file(procfs, pid, "cmdline", binary=True)
+    return None if data is None else parse_pid_cmdline(bytes(data))  # type: ignore[arg-type]
+
+
+def read_pid_cgroup(procfs: Path, pid: int) -> PidCgroups | None:
+    """Read /proc/PID/cgroup; returns PidCgroups, None if denied; raises ProcessGone if it vanished."""
+    text = _read_pid_file(procfs, pid, "cgroup")
+    return None if text is None else parse_pid_cgroup(str(text))

@@ -1,0 +1,101 @@
+"""The shm collector: size, used and available bytes of shared-memory mounts (/dev/shm).
+
+node_exporter hides every mount under /dev, so shared memory (what DataLoader workers and NCCL
+fill, and what "Bus error" means when it runs out) is ours to export.
+
+Settings (``collectors.shm``):
+  mountpoints  list of host paths, default ["/dev/shm"], resolved through --path.rootfs.
+
+The label (MountUsage.mountpoint) is the host path as configured. The fstype comes from
+<procfs>/self/mounts (fallback <procfs>/mounts), looked up by the rootfs-prefixed path (the agent's
+own mount namespace), its realpath, then the configured path (a host table); a directory that is
+in none of them gets "unknown". A configured mountpoint that does not exist (or cannot be statvfs'd) goes into
+ShmSample.missing and is logged when that changes, never raised.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import structlog
+
+from headroom.samples import MountUsage, ShmSample
+from headroom.sources import Collector, CollectorError, SourceContext, procfs, register
+
+log = structlog.get_logger("headroom.sources.shm")
+
+DEFAULT_MOUNTPOINTS = ("/dev/shm",)
+
+
+def _mountpoints(value: object) -> tuple[str, ...]:
+    """Returns the configured mountpoints; raises CollectorError when they are not a list of paths."""
+    if isinstance(value, str) or not isinstance(value, Sequence) or not all(
+        isinstance(v, str) and v for v in value
+    ):
+        raise CollectorError(f"collectors.shm.mountpoints: expected a list of paths, got {value!r}")
+    return tuple(value)
+
+
+@register
+class ShmCollector(Collector):
+    name = "shm"
+    default_enabled = True
+    description = "Shared memory mounts (/dev/shm): size, used and available bytes"
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        self._mountpoints = _mountpoints(ctx.settings.get("mountpoints", DEFAULT_MOUNTPOINTS))
+        self._missing: dict[str, str] = {}  # mountpoint -> why, as last logged
+        self._table_error: str | None = None
+
+    def collect(self) -> ShmSample:
+        """Returns usage of every configured mountpoint that exists, and the names of those that don't."""
+        fstypes = self._fstypes()
+        mounts: list[MountUsage] = []
+        missing: dict[str, str] = {}
+        for mountpoint in self._mountpoints:
+            path = self.ctx.paths.host(mountpoint)
+            if not path.is_dir():
+                missing[mountpoint] = f"{path} does not exist or is not a directory"
+                continue
+            fstype = (
+                fstypes.get(str(path))  # the table of our own namespace: the rootfs-prefixed path
+                or fstypes.get(os.path.realpath(path))
+                or fstypes.get(mountpoint)  # a host table (e.g. <procfs> is the host's /proc)
+                or "unknown"
+            )
+            try:
+                mounts.append(procfs.mount_usage(path, mountpoint=mountpoint, fstype=fstype))
+            except OSError as exc:
+                missing[mountpoint] = f"cannot statvfs {path}: {exc.strerror or exc}"
+        self._log_changes(missing)
+        return ShmSample(mounts=tuple(mounts), missing=tuple(missing))
+
+    def _fstypes(self) -> dict[str, str]:
+        """Returns mountpoint -> fstype from the mount table ({} when unreadable, logged once)."""
+        root = self.ctx.paths.procfs
+        try:
+            table = procfs.read_mounts(root)
+        except (OSError, ValueError) as exc:
+            error = str(procfs.read_failure(root / "self" / "mounts", exc))
+            if error != self._table_error:
+                log.warning("mount_table_unreadable", error=error)
+                self._table_error = error
+            return {}
+        if self._table_error is not None:
+            log.info("mount_table_readable_again")
+            self._table_error = None
+        # later entries hide earlier ones at the same mountpoint: the last one wins
+        return {entry.mountpoint: entry.fstype for entry in table}
+
+    def _log_changes(self, missing: dict[str, str]) -> None:
+        """Logs mountpoints that went missing (or changed reason) and those that came back."""
+        for mountpoint, why in missing.items():
+            if self._missing.get(mountpoint) != why:
+                log.warning("shm_mountpoint_missing", mountpoint=mountpoint, reason=why)
+        for mountpoint in self._missing.keys() - missing.keys():
+            log.info("shm_mountpoint_found", mountpoint=mountpoint)
+        self._missing = missing
+
+

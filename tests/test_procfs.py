@@ -1,0 +1,454 @@
+"""Parsers and readers of headroom.sources.procfs, on fixture trees and on tricky strings."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from headroom.sources import procfs
+from headroom.sources.procfs import ProcessGone
+
+FIXTURES = Path(__file__).parent / "fixtures" / "proc"
+MODERN = FIXTURES / "modern"
+OLD = FIXTURES / "old"
+
+ALL_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+
+
+# --------------------------------------------------------------------------------------- /proc/stat
+def test_stat_of_a_modern_16_cpu_host_sums_per_cpu_lines_into_the_aggregate():
+    text = (MODERN / "stat").read_text()
+    info = procfs.parse_stat(text, user_hz=100)
+    per_cpu = [line.split() for line in text.splitlines() if re.match(r"cpu\d+ ", line)]
+    assert info.logical_cpus == len(per_cpu) == 16
+    for index, mode in enumerate(ALL_MODES, start=1):
+        assert getattr(info.times, mode) == pytest.approx(sum(int(r[index]) for r in per_cpu) / 100)
+    assert (info.procs_running, info.procs_blocked, info.boot_time) == (5, 1, 1767225600)
+
+
+def test_stat_guest_time_is_kept_as_read_and_is_part_of_user():
+    info = procfs.parse_stat((MODERN / "stat").read_text())
+    assert info.times.guest == pytest.approx((2003 + 2007) / 100)
+    assert info.times.user > info.times.guest
+
+
+@pytest.mark.parametrize(
+    ("situation", "cpu_line", "present"),
+    [
+        ("linux 2.4: four modes", "cpu 10 20 30 40", 4),
+        ("linux 2.6.0: iowait irq softirq, no steal", "cpu 10 20 30 40 50 60 70", 7),
+        ("linux 2.6.11: steal, no guest", "cpu 10 20 30 40 50 60 70 80", 8),
+        ("linux 2.6.24: guest, no guest_nice", "cpu 10 20 30 40 50 60 70 80 90", 9),
+        ("linux 2.6.33+: all ten", "cpu 10 20 30 40 50 60 70 80 90 100", 10),
+        ("a future kernel with an eleventh field", "cpu 10 20 30 40 50 60 70 80 90 100 110", 10),
+    ],
+)
+def test_stat_layouts_of_old_kernels_leave_missing_modes_none(situation, cpu_line, present):
+    info = procfs.parse_stat(cpu_line + "\ncpu0 " + cpu_line[4:] + "\n", user_hz=100)
+    for index, mode in enumerate(ALL_MODES):
+        value = getattr(info.times, mode)
+        if index < present:
+            assert value == pytest.approx((index + 1) * 10 / 100), (situation, mode)
+        else:
+            assert value is None, (situation, mode)
+    assert list(info.times.modes()) == list(ALL_MODES[:present])
+    assert info.procs_running is None and info.boot_time is None
+
+
+def test_stat_converts_ticks_with_the_given_user_hz():
+    assert procfs.parse_stat("cpu 250 0 500 1000\n", user_hz=250).times.idle == 4.0
+
+
+def test_stat_old_fixture_is_the_seven_field_layout_with_four_cpus():
+    info = procfs.parse_stat((OLD / "stat").read_text())
+    assert info.logical_cpus == 4
+    assert info.times.softirq is not None and info.times.steal is None and info.times.guest is None
+
+
+@pytest.mark.parametrize(
+    ("situation", "text", "message"),
+    [
+        ("empty file", "", 'no aggregate "cpu" line'),
+        ("only per-cpu lines", "cpu0 1 2 3 4\n", 'no aggregate "cpu" line'),
+        ("too few fields", "cpu 1 2 3\n", "line 1 (cpu): 3 fields, at least 4 expected"),
+        ("not a number", "cpu 1 2 x 4\n", "line 1 (cpu)"),
+        ("procs_running without a value", "cpu 1 2 3 4\nprocs_running\n", "line 2 (procs_running)"),
+    ],
+)
+def test_stat_rejects_text_the_kernel_does_not_write(situation, text, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        procfs.parse_stat(text)
+
+
+def test_loadavg_fixture_and_garbage():
+    assert procfs.parse_loadavg((MODERN / "loadavg").read_text()) == (7.52, 6.98, 6.41)
+    with pytest.raises(ValueError, match="expected three load averages"):
+        procfs.parse_loadavg("0.5 0.4\n")
+
+
+# ---------------------------------------------------------------------------------------------- PSI
+def test_pressure_percents_become_ratios_and_microseconds_seconds():
+    p = procfs.parse_pressure((MODERN / "pressure" / "io").read_text())
+    assert (p.some.avg10, p.some.avg60, p.some.avg300) == pytest.approx((0.034, 0.021, 0.0155))
+    assert p.some.total_seconds == pytest.approx(733.219004)
+    assert p.full is not None and p.full.total_seconds == pytest.approx(611.002117)
+
+
+def test_pressure_cpu_before_5_13_has_no_full_line():
+    p = procfs.parse_pressure("some avg10=100.00 avg60=50.00 avg300=0.00 total=1\n")
+    assert p.full is None
+    assert (p.some.avg10, p.some.avg60, p.some.total_seconds) == (1.0, 0.5, 1e-6)
+
+
+@pytest.mark.parametrize(
+    ("situation", "text"),
+    [
+        ("empty file", ""),
+        ("only full", "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
+        ("total missing", "some avg10=0.00 avg60=0.00 avg300=0.00\n"),
+        ("not a number", "some avg10=x avg60=0.00 avg300=0.00 total=0\n"),
+    ],
+)
+def test_pressure_rejects_broken_files(situation, text):
+    with pytest.raises(ValueError):
+        procfs.parse_pressure(text)
+
+
+def test_read_pressure_modern_host_has_all_three_resources():
+    pressure = procfs.read_pressure(MODERN)
+    assert sorted(pressure) == ["cpu", "io", "memory"]
+    assert pressure["cpu"].some.avg10 == pytest.approx(0.125)
+
+
+def test_read_pressure_kernel_without_psi_is_empty():
+    assert not (OLD / "pressure").exists()
+    assert procfs.read_pressure(OLD) == {}
+
+
+def _open_failing_for_pressure(err: int):
+    real_open = open
+
+    def fake_open(path, *args, **kwargs):
+        if "pressure" in str(path):
+            raise OSError(err, os.strerror(err), str(path))
+        return real_open(path, *args, **kwargs)
+
+    return fake_open
+
+
+def test_read_pressure_psi_disabled_at_boot_eopnotsupp_counts_as_absent(monkeypatch):
+    monkeypatch.setattr(procfs, "open", _open_failing_for_pressure(errno.EOPNOTSUPP), raising=False)
+    assert procfs.read_pressure(MODERN) == {}
+
+
+def test_read_pressure_other_errors_are_not_hidden(monkeypatch):
+    monkeypatch.setattr(procfs, "open", _open_failing_for_pressure(errno.EIO), raising=False)
+    with pytest.raises(OSError) as caught:
+        procfs.read_pressure(MODERN)
+    assert caught.value.errno == errno.EIO
+
+
+# ------------------------------------------------------------------------------------ memory, vmstat
+def test_meminfo_modern_is_in_bytes():
+    m = procfs.parse_meminfo((MODERN / "meminfo").read_text())
+    assert m.total_bytes == 263855104 * 1024
+    assert m.available_bytes == 201456780 * 1024
+    assert m.free_bytes == 112233440 * 1024
+    assert m.shmem_bytes == 12582912 * 1024
+    assert m.swap_total_bytes == m.swap_free_bytes == 8388604 * 1024
+    assert (m.dirty_bytes, m.writeback_bytes) == (10240 * 1024, 128 * 1024)
+    assert m.major_faults_total is None
+
+
+def test_meminfo_before_3_14_has_no_mem_available():
+    m = procfs.parse_meminfo((OLD / "meminfo").read_text())
+    assert m.available_bytes is None
+    assert m.total_bytes == 8061780 * 1024
+
+
+def test_meminfo_without_unit_lines_are_counts_not_kilobytes():
+    m = procfs.parse_meminfo("MemTotal: 4 kB\nMemFree: 2 kB\nHugePages_Total: 3\n")
+    assert (m.total_bytes, m.free_bytes, m.cached_bytes) == (4096, 2048, None)
+
+
+@pytest.mark.parametrize(
+    ("situation", "text", "message"),
+    [
+        ("no MemTotal", "MemFree: 1 kB\n", "no MemTotal"),
+        ("not a number", "MemTotal: lots kB\nMemFree: 1 kB\n", "line 1: MemTotal is not an integer"),
+        ("no colon", "MemTotal 1 kB\n", "line 1: expected 'Name: value [kB]'"),
+    ],
+)
+def test_meminfo_rejects_broken_files(situation, text, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        procfs.parse_meminfo(text)
+
+
+def test_vmstat_fixture_and_garbage():
+    assert procfs.parse_vmstat((MODERN / "vmstat").read_text())["pgmajfault"] == 123456
+    assert procfs.parse_vmstat((OLD / "vmstat").read_text())["pgmajfault"] == 4321
+    with pytest.raises(ValueError, match="line 2: pgmajfault is not an integer"):
+        procfs.parse_vmstat("pgfault 1\npgmajfault x\n")
+
+
+# --------------------------------------------------------------------------------------- diskstats
+LINE_14 = "   8       0 sda 100 2 300 4000 500 6 700 8000 9 10000 11000"
+LINE_18 = LINE_14 + " 12 13 14 15000"
+LINE_20 = LINE_18 + " 16 17000"
+
+
+@pytest.mark.parametrize(
+    ("situation", "line", "discards"),
+    [
+        ("before 4.18: 14 fields", LINE_14, None),
+        ("4.18: discard counters", LINE_18, (12, 14 * 512)),
+        ("5.5+: flush counters", LINE_20, (12, 14 * 512)),
+    ],
+)
+def test_diskstats_layouts(situation, line, discards):
+    (d,) = procfs.parse_diskstats(line + "\n")
+    assert d.device == "sda"
+    assert (d.reads_completed, d.read_bytes) == (100, 300 * 512)
+    assert (d.writes_completed, d.written_bytes) == (500, 700 * 512)
+    assert d.in_flight == 9
+    assert (d.io_time_seconds, d.weighted_io_time_seconds) == (10.0, 11.0)
+    assert (d.discards_completed, d.discarded_bytes) == (discards or (None, None))
+
+
+def test_diskstats_old_partition_lines_with_seven_fields_are_skipped():
+    devices = procfs.parse_diskstats("   8    1 sda1 10 20 30 40\n" + LINE_14 + "\n")
+    assert [d.device for d in devices] == ["sda"]
+
+
+def test_diskstats_rejects_truncated_and_garbage_lines():
+    with pytest.raises(ValueError, match="line 1: 10 fields, 14, 18 or 20 expected"):
+        procfs.parse_diskstats("8 0 sda 1 2 3 4 5 6 7\n")
+    with pytest.raises(ValueError, match=r"line 1 \(sda\): non-integer counter"):
+        procfs.parse_diskstats(LINE_14.replace("4000", "x") + "\n")
+
+
+def test_diskstats_modern_fixture_lists_every_line():
+    devices = procfs.parse_diskstats((MODERN / "diskstats").read_text())
+    assert len(devices) == len((MODERN / "diskstats").read_text().splitlines()) == 11
+    nvme = next(d for d in devices if d.device == "nvme0n1")
+    assert nvme.read_bytes == 9823451234 * 512
+    assert nvme.io_time_seconds == pytest.approx(9876.543)
+    assert nvme.discarded_bytes == 987654321 * 512
+
+
+@pytest.mark.parametrize(
+    ("device", "kept"),
+    [
+        ("sda", True),
+        ("sda1", False),
+        ("sdaa", True),
+        ("sdaa12", False),
+        ("vda", True),
+        ("vda2", False),
+        ("xvdb", True),
+        ("xvdb1", False),
+        ("hda1", False),
+        ("nvme0n1", True),
+        ("nvme0n1p1", False),
+        ("nvme12n3p14", False),
+        ("mmcblk0", True),
+        ("mmcblk0p1", False),
+        ("dm-0", True),
+        ("dm-12", True),
+        ("md0", True),
+        ("nbd0", True),
+        ("loop0", False),
+        ("loop17", False),
+        ("ram0", False),
+        ("zram0", False),
+        ("fd0", False),
+        ("sr0", False),
+    ],
+)
+def test_default_disk_filter_keeps_whole_disks_and_drops_the_rest(device, kept):
+    assert (re.search(procfs.DEFAULT_DISK_EXCLUDE, device) is None) is kept
+
+
+# ------------------------------------------------------------------------------------------ mounts
+def test_mounts_decode_octal_escapes():
+    entries = procfs.parse_mounts((MODERN / "self" / "mounts").read_text())
+    by_mountpoint = {e.mountpoint: e for e in entries}
+    assert by_mountpoint["/dev/shm"].fstype == "tmpfs"
+    assert "size=131927552k" in by_mountpoint["/dev/shm"].options
+    assert by_mountpoint["/data/model weights"].device == "/dev/sda1"
+    assert "/run/nvidia\tdriver" in by_mountpoint
+    assert procfs.parse_mounts(r"a\134b /x\012y ext4 rw 0 0")[0][:2] == ("a\\b", "/x\ny")
+
+
+def test_mounts_rejects_short_lines():
+    with pytest.raises(ValueError, match="line 2"):
+        procfs.parse_mounts("tmpfs /dev/shm tmpfs rw 0 0\nbroken /x\n")
+
+
+def test_read_mounts_falls_back_to_proc_mounts_without_self():
+    assert not (OLD / "self").exists()
+    assert [e.mountpoint for e in procfs.read_mounts(OLD)][:2] == ["/", "/proc"]
+
+
+# ------------------------------------------------------------------------------------- per process
+def test_pid_stat_vllm_fixture():
+    s = procfs.parse_pid_stat((MODERN / "4242" / "stat").read_text(), user_hz=100)
+    assert (s.pid, s.comm, s.state, s.ppid) == (4242, "python3", "S", 1)
+    assert (s.utime_seconds, s.stime_seconds) == (12345.67, 234.56)
+    assert (s.num_threads, s.starttime_ticks, s.rss_pages) == (187, 5123456, 2621440)
+
+
+@pytest.mark.parametrize(
+    "comm",
+    ["evil) (S 1 2 3", "a b", "(sd-pam)", "x)", ")", "", "kworker/0:1-events"],
+)
+def test_pid_stat_comm_with_spaces_and_parentheses_splits_on_the_last_paren(comm):
+    text = f"77 ({comm}) D 5 77 77 0 -1 0 0 0 0 0 300 200 0 0 20 0 9 0 4444 1000 55 0 0 0\n"
+    s = procfs.parse_pid_stat(text, user_hz=100)
+    assert (s.pid, s.comm, s.state, s.ppid, s.num_threads, s.starttime_ticks, s.rss_pages) == (
+        77, comm, "D", 5, 9, 4444, 55,
+    )
+    assert (s.utime_seconds, s.stime_seconds) == (3.0, 2.0)
+
+
+def test_pid_stat_fixture_with_hostile_comm():
+    s = procfs.parse_pid_stat((MODERN / "4300" / "stat").read_text())
+    assert (s.comm, s.state, s.ppid) == ("evil) (S 1 2 3", "R", 4242)
+
+
+@pytest.mark.parametrize(
+    ("situation", "text"),
+    [("no parentheses", "77 bash S 1"), ("truncated", "77 (bash) S 1 2 3"), ("pid not a number", "x (a) " + "1 " * 30)],
+)
+def test_pid_stat_rejects_broken_lines(situation, text):
+    with pytest.raises(ValueError):
+        procfs.parse_pid_stat(text)
+
+
+def test_pid_status_fixture():
+    st = procfs.parse_pid_status((MODERN / "4242" / "status").read_text())
+    assert (st.name, st.uid, st.threads) == ("python3", 998, 187)
+    assert (st.vm_rss_bytes, st.vm_swap_bytes) == (10485760 * 1024, 0)
+
+
+def test_pid_status_without_vm_lines_like_zombies_and_kernel_threads():
+    st = procfs.parse_pid_status((MODERN / "4300" / "status").read_text())
+    assert (st.uid, st.threads, st.vm_rss_bytes) == (1000, 4, None)
+    with pytest.raises(ValueError, match="Threads"):
+        procfs.parse_pid_status("Name:\tx\nUid:\t0\t0\t0\t0\n")
+
+
+def test_pid_io_fixture_and_missing_field():
+    io = procfs.parse_pid_io((MODERN / "4242" / "io").read_text())
+    assert io == procfs.PidIo(rchar=29876543210, wchar=1234567890, read_bytes=15032385536, write_bytes=1073741824)
+    with pytest.raises(ValueError, match="no write_bytes"):
+        procfs.parse_pid_io("rchar: 1\nwchar: 2\nread_bytes: 3\n")
+
+
+@pytest.mark.parametrize(
+    ("situation", "data", "argv"),
+    [
+        ("usual trailing NUL", b"python3\0-m\0vllm\0", ["python3", "-m", "vllm"]),
+        ("no trailing NUL (setproctitle)", b"vllm: worker rank 0", ["vllm: worker rank 0"]),
+        ("empty argument kept", b"a\0\0b\0", ["a", "", "b"]),
+        ("kernel thread or zombie", b"", []),
+        ("invalid utf-8 survives", b"\xff\0", ["\udcff"]),
+    ],
+)
+def test_pid_cmdline(situation, data, argv):
+    assert procfs.parse_pid_cmdline(data) == argv
+
+
+def test_pid_cmdline_fixture():
+    argv = procfs.parse_pid_cmdline((MODERN / "4242" / "cmdline").read_bytes())
+    assert argv[:3] == ["/opt/vllm/bin/python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[-2:] == ["--gpu-memory-utilization", "0.9"]
+
+
+@pytest.mark.parametrize(
+    ("situation", "text", "unified", "controllers"),
+    [
+        ("cgroup v2 systemd unit", "0::/system.slice/vllm.service\n", "/system.slice/vllm.service", {}),
+        ("cgroup v1 docker", "4:memory:/docker/ab\n2:cpu,cpuacct:/docker/ab\n", None,
+         {"memory": "/docker/ab", "cpu": "/docker/ab", "cpuacct": "/docker/ab"}),
+        ("hybrid", "1:name=systemd:/user.slice\n0::/user.slice/x.scope\n", "/user.slice/x.scope",
+         {"name=systemd": "/user.slice"}),
+        ("path with a colon", "0::/kubepods/pod:1\n", "/kubepods/pod:1", {}),
+    ],
+)
+def test_pid_cgroup(situation, text, unified, controllers):
+    cg = procfs.parse_pid_cgroup(text)
+    assert cg.unified == unified
+    assert dict(cg.controllers) == controllers
+
+
+def test_pid_cgroup_rejects_garbage():
+    with pytest.raises(ValueError, match="expected 'id:controllers:path'"):
+        procfs.parse_pid_cgroup("garbage\n")
+
+
+def test_pid_readers_on_the_fixture_tree():
+    assert procfs.read_pid_stat(MODERN, 4242).comm == "python3"
+    assert procfs.read_pid_status(MODERN, 4242).threads == 187
+    assert procfs.read_pid_io(MODERN, 4242).read_bytes == 15032385536
+    assert procfs.read_pid_cmdline(MODERN, 4300) == []
+    assert procfs.read_pid_cgroup(MODERN, 4300).controllers["cpuacct"] == "/docker/3f2a"
+
+
+@pytest.mark.parametrize(
+    "reader",
+    [procfs.read_pid_stat, procfs.read_pid_status, procfs.read_pid_io, procfs.read_pid_cmdline,
+     procfs.read_pid_cgroup],
+)
+def test_pid_readers_raise_process_gone_for_a_pid_that_exited(reader):
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: /proc/<pid> no longer exists
+    with pytest.raises(ProcessGone, match=f"pid {child.pid} is gone"):
+        reader(Path("/proc"), child.pid)
+    with pytest.raises(ProcessGone):
+        reader(MODERN, 999999)
+
+
+@pytest.mark.parametrize("exc", [ProcessLookupError(errno.ESRCH, "No such process"), OSError(errno.ESRCH, "x")])
+def test_pid_reader_process_vanishing_during_the_read_is_process_gone(monkeypatch, exc):
+    def fake_open(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(procfs, "open", fake_open, raising=False)
+    with pytest.raises(ProcessGone):
+        procfs.read_pid_stat(MODERN, 4242)
+
+
+def test_pid_reader_other_os_errors_propagate(monkeypatch):
+    def fake_open(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(procfs, "open", fake_open, raising=False)
+    with pytest.raises(OSError, match="Input/output error"):
+        procfs.read_pid_io(MODERN, 4242)
+
+
+def test_pid_reader_permission_denied_is_none_for_a_real_unprivileged_reader():
+    """A non-root process may not read /proc/1/io (ptrace access check): the reader says None."""
+    assert os.getuid() == 0, "this test drops privileges in a child and needs root to do so"
+    pid = os.fork()
+    if pid == 0:  # child: become nobody and read pid 1 (root-owned) like the agent's systemd user would
+        code = 3
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            io = procfs.read_pid_io(Path("/proc"), 1)
+            stat = procfs.read_pid_stat(Path("/proc"), 1)
+            code = 0 if io is None and stat is not None and stat.pid == 1 else 1
+        except BaseException:
+            code = 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "expected io None (EACCES) and stat readable"
