@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import NamedTuple
 
 from headroom.samples import EMPTY, CpuTimes, DiskStats, MemorySample, MountUsage, Pressure, PressureLine
@@ -416,7 +417,7 @@ def parse_pid_cgroup(text: str) -> PidCgroups:
         else:
             for name in names.split(","):
                 controllers[name] = path
-    return PidCgroups(unified, controllers)
+    return PidCgroups(unified, MappingProxyType(controllers))
 
 
 # ----------------------------------------------------------------------------------------- readers
