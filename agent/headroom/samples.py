@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-EMPTY: Mapping[Any, Any] = MappingProxyType({})
+EMPTY: Mapping[Any, Any] = MappingProxyType({})  # a shared read-only empty mapping
 
 
 # --------------------------------------------------------------------------------------------- host
@@ -73,7 +73,7 @@ class CpuSample:
     procs_running: int | None = None
     procs_blocked: int | None = None
     # PSI, keyed "cpu", "memory", "io"; empty when /proc/pressure does not exist (kernel < 4.20 or psi=0)
-    pressure: Mapping[str, Pressure] = EMPTY
+    pressure: Mapping[str, Pressure] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +174,9 @@ class GpuSample:
     performance_state: int | None = None  # 0 (P0, max) .. 15; None when unknown
     fan_speed_ratio: float | None = None
     # clock-event ("throttle") reasons this GPU reports: reason name -> active now
-    clock_events_active: Mapping[str, bool] = EMPTY
+    clock_events_active: Mapping[str, bool] = field(default_factory=dict)
     # seconds each reason was active, accumulated from internal sampling (counters)
-    clock_events_seconds_total: Mapping[str, float] = EMPTY
+    clock_events_seconds_total: Mapping[str, float] = field(default_factory=dict)
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
     pcie_link_generation: int | None = None
@@ -186,7 +186,7 @@ class GpuSample:
     processes: tuple[GpuProcess, ...] = ()
     mig_enabled: bool | None = None
     mig_instances: tuple[MigInstance, ...] = ()
-    xid_errors_total: Mapping[int, int] = EMPTY  # XID code -> count since the agent started
+    xid_errors_total: Mapping[int, int] = field(default_factory=dict)  # XID code -> count since the agent started
     ecc_uncorrected_volatile_total: int | None = None
     ecc_uncorrected_aggregate_total: int | None = None
     remapped_rows_correctable: int | None = None
@@ -232,3 +232,18 @@ class Sample:
         """The data of collector ``name`` if it ran and succeeded this tick, else None."""
         result = self.sources.get(name)
         return result.data if result is not None and result.ok else None
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON-able data (dicts, lists, numbers, strings) from samples and findings."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if hasattr(obj, "__dataclass_fields__"):
+        return {name: to_jsonable(getattr(obj, name)) for name in obj.__dataclass_fields__}
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "value") and hasattr(obj, "name"):  # enums
+        return obj.value
+    return str(obj)

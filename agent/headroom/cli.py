@@ -1,0 +1,151 @@
+"""Command line: Prometheus-style flags (``--config.file``, ``--web.listen-address`` ...).
+
+Every bad input ends in one clear message on stderr and exit status 2 (usage, configuration) or 1
+(start-up failed), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from headroom import __version__, units
+from headroom.config import ConfigError, load_config
+from headroom.sources import Paths, load_all
+
+
+def _duration(text: str) -> float:
+    try:
+        value = units.parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 0.05 <= value <= 60:
+        raise argparse.ArgumentTypeError(f"must be between 50ms and 60s, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _add_config_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config.file", dest="config_file", metavar="FILE",
+                   help="configuration file (default: ./config.yaml when present, else /etc/headroom/config.yaml, "
+                        "else built-in defaults)")
+
+
+def _add_source_flags(p: argparse.ArgumentParser) -> None:
+    _add_config_flag(p)
+    p.add_argument("--path.procfs", dest="procfs", default="/proc", metavar="PATH", help="procfs mountpoint")
+    p.add_argument("--path.sysfs", dest="sysfs", default="/sys", metavar="PATH", help="sysfs mountpoint")
+    p.add_argument("--path.rootfs", dest="rootfs", default="/", metavar="PATH",
+                   help="host root filesystem (for /dev/shm and other mounts seen from a container)")
+    p.add_argument("--sample.interval", dest="sample_interval", type=_duration, metavar="DURATION",
+                   help="sampling interval (default 1s, or agent.sample_interval in the configuration)")
+    p.add_argument("--simulate", metavar="NAME|FILE",
+                   help="simulate GPUs from a built-in scenario (e.g. demo) or a scenario file instead of NVML")
+    for name, cls in load_all().items():
+        what = cls.description or f"the {name} collector"
+        state = "on" if cls.default_enabled else "off"
+        p.add_argument(f"--collector.{name}", dest=f"collector_{name}", action="store_const", const=True,
+                       default=None, help=f"enable {what} (default {state})")
+        p.add_argument(f"--no-collector.{name}", dest=f"collector_{name}", action="store_const", const=False,
+                       help=f"disable {what}")
+    _add_log_flags(p)
+
+
+def _add_log_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log.level", dest="log_level", default="info", choices=("debug", "info", "warn", "error"))
+    p.add_argument("--log.format", dest="log_format", default=None, choices=("json", "console"),
+                   help="log format (default: console on a terminal, json otherwise)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="headroom",
+        description="GPU host monitoring agent: exports GPU, host, workload bottleneck and headroom metrics "
+                    "for Prometheus.",
+    )
+    parser.add_argument("--version", action="version", version=f"headroom {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser("run", help="run the agent (the daemon)")
+    _add_source_flags(run)
+    run.add_argument("--web.listen-address", dest="listen_addresses", action="append", default=[],
+                     metavar="HOST:PORT", help="address to listen on, repeatable (default :9843)")
+    run.add_argument("--web.telemetry-path", dest="telemetry_path", metavar="PATH",
+                     help="path of the metrics endpoint (default /metrics)")
+    run.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                     help="TLS and basic-auth configuration in the exporter-toolkit web-config.yml format")
+
+    snap = sub.add_parser("snapshot", help="sample a few ticks, print the exposition or JSON, and exit")
+    _add_source_flags(snap)
+    snap.add_argument("--samples", type=_positive_int, default=2, help="ticks to take (default 2, so rates exist)")
+    snap.add_argument("--format", choices=("prometheus", "json"), default="prometheus")
+
+    check = sub.add_parser("check-config", help="validate a configuration file; exit 0 when valid, 2 when not")
+    _add_config_flag(check)
+    return parser
+
+
+def _options(args: argparse.Namespace):
+    from headroom.daemon import Options
+
+    collectors = {}
+    for name in load_all():
+        value = getattr(args, f"collector_{name}", None)
+        if value is not None:
+            collectors[name] = value
+    return Options(
+        paths=Paths(procfs=Path(args.procfs), sysfs=Path(args.sysfs), rootfs=Path(args.rootfs)),
+        collectors=collectors,
+        sample_interval=args.sample_interval,
+        simulate=args.simulate,
+        listen_addresses=tuple(getattr(args, "listen_addresses", ()) or ()),
+        telemetry_path=getattr(args, "telemetry_path", None),
+        web_config_file=getattr(args, "web_config_file", None),
+    )
+
+
+def _error(message: str, code: int = 2) -> int:
+    print(f"headroom: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from headroom import daemon, logs
+
+    logs.configure(getattr(args, "log_level", "info"), getattr(args, "log_format", None))
+    config_path = daemon.resolve_config_path(args.config_file)
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    if args.command == "check-config":
+        print(f"{config.source or '(built-in defaults)'}: configuration is valid")
+        return 0
+    options = _options(args)
+    try:
+        if args.command == "run":
+            return daemon.run(config, options)
+        if args.command == "snapshot":
+            sys.stdout.buffer.write(daemon.snapshot(config, options, args.samples, args.format))
+            sys.stdout.flush()
+            return 0
+    except daemon.StartupError as exc:
+        return _error(str(exc), 1)
+    except KeyboardInterrupt:
+        return 130
+    return _error(f"unknown command {args.command}")

@@ -1,0 +1,460 @@
+"""Load and validate config.yaml. Every error says FILE:LINE:COLUMN: field.path: message.
+
+The YAML is composed into nodes (which carry positions) and checked against a small declarative
+schema (``Map``, ``Seq``, ``Str`` ...). Validation collects every error before failing, so a user fixes
+a file in one pass; the agent never starts on a half-valid configuration.
+
+Workload profiles (``workloads:`` and the drop-in directory) are checked by
+``headroom.profiles.profile_from_dict``; its field paths are mapped back to YAML positions here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from headroom import units
+
+DEFAULT_PATHS = (Path("config.yaml"), Path("/etc/headroom/config.yaml"))
+
+
+# ------------------------------------------------------------------------------------------ errors
+@dataclass(frozen=True)
+class ConfigIssue:
+    file: str
+    line: int  # 1-based
+    column: int  # 1-based
+    path: str  # field path, e.g. collectors.shm.mountpoints[0]
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path or "(document)"
+        return f"{self.file}:{self.line}:{self.column}: {where}: {self.message}"
+
+
+class ConfigError(Exception):
+    """One or more problems in configuration files; ``str()`` is one issue per line."""
+
+    def __init__(self, issues: Sequence[ConfigIssue]) -> None:
+        self.issues = list(issues)
+        super().__init__("\n".join(str(i) for i in self.issues))
+
+
+def _fmt_path(parts: Sequence[str | int]) -> str:
+    out = ""
+    for p in parts:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        else:
+            out += ("." if out else "") + p
+    return out
+
+
+class _Ctx:
+    """Collects issues while walking one file."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.issues: list[ConfigIssue] = []
+
+    def error(self, node: yaml.Node | None, path: Sequence[str | int], message: str) -> None:
+        if node is not None:
+            line, col = node.start_mark.line + 1, node.start_mark.column + 1
+        else:
+            line, col = 1, 1
+        self.issues.append(ConfigIssue(self.file, line, col, _fmt_path(path), message))
+
+
+_INVALID = object()  # returned by a spec when the value was rejected (the issue is recorded)
+
+
+# ------------------------------------------------------------------------------------------ schema
+class Spec:
+    """A schema node: converts a YAML node to a Python value or records an issue."""
+
+    def check(self, node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Any:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__.lower()
+
+
+def _scalar(node: yaml.Node, path: list, ctx: _Ctx, what: str) -> Any:
+    if not isinstance(node, yaml.ScalarNode):
+        kind = "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
+        ctx.error(node, path, f"expected {what}, got {kind}")
+        return _INVALID
+    try:
+        return _construct(node)
+    except yaml.YAMLError as exc:  # e.g. a timestamp that does not parse
+        ctx.error(node, path, f"invalid value: {exc}")
+        return _INVALID
+
+
+_LOADER = yaml.SafeLoader("")
+
+
+def _construct(node: yaml.ScalarNode) -> Any:
+    return _LOADER.construct_object(node, deep=True)
+
+
+@dataclass
+class Str(Spec):
+    choices: Sequence[str] | None = None
+    pattern: str | None = None  # the value itself must be a valid regex when pattern == "regex"
+    nonempty: bool = True
+
+    def check(self, node, path, ctx):
+        value = _scalar(node, path, ctx, "a string")
+        if value is _INVALID:
+            return value
+        if value is None or isinstance(value, (bool, dict, list)):
+            ctx.error(node, path, f"expected a string, got {_kind(value)}")
+            return _INVALID
+        value = str(value)
+        if self.nonempty and not value:
+            ctx.error(node, path, "must not be empty")
+            return _INVALID
+        if self.choices is not None and value not in self.choices:
+            ctx.error(node, path, f"must be one of {', '.join(self.choices)}; got {value!r}")
+            return _INVALID
+        if self.pattern == "regex":
+            try:
+                re.compile(value)
+            except re.error as exc:
+                ctx.error(node, path, f"invalid regular expression: {exc}")
+                return _INVALID
+        return value
+
+
+@dataclass
+class Bool(Spec):
+    def check(self, node, path, ctx):
+        value = _scalar(node, path, ctx, "true or false")
+        if value is _INVALID:
+            return value
+        if not isinstance(value, bool):
+            ctx.error(node, path, f"expected true or false, got {_kind(value)} {node.value!r}")
+            return _INVALID
+        return value
+
+
+@dataclass
+class Number(Spec):
+    minimum: float | None = None
+    maximum: float | None = None
+    integer: bool = False
+    exclusive_minimum: bool = False
+
+    def check(self, node, path, ctx):
+        value = _scalar(node, path, ctx, "a number")
+        if value is _INVALID:
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            ctx.error(node, path, f"expected {'an integer' if self.integer else 'a number'}, got {_kind(value)}")
+            return _INVALID
+        if isinstance(value, float) and not math.isfinite(value):
+            ctx.error(node, path, "must be a finite number")
+            return _INVALID
+        if self.integer and not (isinstance(value, int) or float(value).is_integer()):
+            ctx.error(node, path, f"expected an integer, got {value}")
+            return _INVALID
+        return _bounded(self, int(value) if self.integer else float(value), node, path, ctx)
+
+
+def _bounded(spec, value, node, path, ctx):
+    lo, hi = spec.minimum, spec.maximum
+    if lo is not None and (value < lo or (spec.exclusive_minimum and value == lo)):
+        op = ">" if spec.exclusive_minimum else ">="
+        ctx.error(node, path, f"must be {op} {_human(spec, lo)}; got {_human(spec, value)}")
+        return _INVALID
+    if hi is not None and value > hi:
+        ctx.error(node, path, f"must be <= {_human(spec, hi)}; got {_human(spec, value)}")
+        return _INVALID
+    return value
+
+
+def _human(spec, value) -> str:
+    if isinstance(spec, Duration):
+        return units.format_duration(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass
+class Duration(Spec):
+    """Seconds, written as 1s, 500ms, 5m, 1h or a number of seconds."""
+
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False
+
+    def check(self, node, path, ctx):
+        value = _scalar(node, path, ctx, "a duration")
+        if value is _INVALID:
+            return value
+        try:
+            seconds = units.parse_duration(value)
+        except (ValueError, TypeError) as exc:
+            ctx.error(node, path, str(exc))
+            return _INVALID
+        return _bounded(self, seconds, node, path, ctx)
+
+
+@dataclass
+class Seq(Spec):
+    item: Spec
+    min_items: int = 0
+    max_items: int | None = None
+
+    def check(self, node, path, ctx):
+        if not isinstance(node, yaml.SequenceNode):
+            ctx.error(node, path, "expected a list")
+            return _INVALID
+        if len(node.value) < self.min_items:
+            ctx.error(node, path, f"needs at least {self.min_items} item(s)")
+        if self.max_items is not None and len(node.value) > self.max_items:
+            ctx.error(node, path, f"takes at most {self.max_items} items; got {len(node.value)}")
+            return _INVALID
+        out = []
+        for i, child in enumerate(node.value):
+            v = self.item.check(child, [*path, i], ctx)
+            if v is not _INVALID:
+                out.append(v)
+        return out
+
+
+@dataclass
+class Map(Spec):
+    """A mapping with known keys; unknown keys are errors. ``fields`` values are Spec or (Spec, default)."""
+
+    fields: Mapping[str, Any]
+    required: Sequence[str] = ()
+    open_values: Spec | None = None  # a mapping of arbitrary keys to this spec (e.g. headers)
+
+    def check(self, node, path, ctx):
+        if isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null") and node.tag.endswith(":null"):
+            node = yaml.MappingNode("tag:yaml.org,2002:map", [], node.start_mark, node.end_mark)
+        if not isinstance(node, yaml.MappingNode):
+            ctx.error(node, path, "expected a mapping")
+            return _INVALID
+        out: dict[str, Any] = {}
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is None:
+                ctx.error(key_node, path, "keys must be strings")
+                continue
+            if key in seen:
+                ctx.error(key_node, [*path, key], "duplicate key")
+                continue
+            seen.add(key)
+            if self.open_values is not None:
+                v = self.open_values.check(value_node, [*path, key], ctx)
+            elif key not in self.fields:
+                hint = _closest(key, self.fields)
+                ctx.error(key_node, [*path, key], "unknown key" + (f" (did you mean {hint!r}?)" if hint else ""))
+                continue
+            else:
+                spec = self.fields[key]
+                spec = spec[0] if isinstance(spec, tuple) else spec
+                v = spec.check(value_node, [*path, key], ctx)
+            if v is not _INVALID:
+                out[key] = v
+        for name in self.required:
+            if name not in seen:
+                ctx.error(node, [*path, name], "is required")
+        for name, spec in self.fields.items():
+            if name not in seen and isinstance(spec, tuple):
+                default = spec[1]
+                if isinstance(spec[0], Map) and default is dict:  # a section left out: its own defaults
+                    empty = yaml.MappingNode("tag:yaml.org,2002:map", [], node.start_mark, node.end_mark)
+                    out[name] = spec[0].check(empty, [*path, name], ctx)
+                else:
+                    out[name] = default() if callable(default) else default
+        return out
+
+
+@dataclass
+class Raw(Spec):
+    """Any YAML value, passed on as plain Python data (checked later by ``after``) with its node kept."""
+
+    after: Callable[[Any, yaml.Node, list, _Ctx], Any] | None = None
+
+    def check(self, node, path, ctx):
+        value = _to_python(node)
+        return self.after(value, node, path, ctx) if self.after else value
+
+
+def _to_python(node: yaml.Node) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return {(k.value if isinstance(k, yaml.ScalarNode) else str(k)): _to_python(v) for k, v in node.value}
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_python(v) for v in node.value]
+    return _construct(node)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return type(value).__name__
+
+
+def _closest(key: str, choices: Mapping[str, Any]) -> str | None:
+    import difflib
+
+    match = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.75)
+    return match[0] if match else None
+
+
+# ------------------------------------------------------------------------------------------ config
+@dataclass(frozen=True)
+class Config:
+    """The validated configuration. ``source`` is the file it came from (None: built-in defaults)."""
+
+    source: str | None
+    agent: Mapping[str, Any]
+    web: Mapping[str, Any]
+    collectors: Mapping[str, Mapping[str, Any]]
+    workloads: tuple[Any, ...] = ()  # headroom.profiles.WorkloadProfile
+    analysis: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def sample_interval(self) -> float:
+        return self.agent["sample_interval"]
+
+    def collector_enabled(self, name: str, default: bool) -> bool:
+        section = self.collectors.get(name) or {}
+        value = section.get("enabled")
+        return default if value is None else bool(value)
+
+
+def _collector_spec(extra: Mapping[str, Any] | None = None) -> Map:
+    fields: dict[str, Any] = {"enabled": (Bool(), None)}
+    fields.update(extra or {})
+    return Map(fields)
+
+
+def _schema() -> Map:
+    collectors = {
+        "nvml": _collector_spec({"pcie_poll_interval": (Duration(minimum=0.1), 5.0)}),
+        "cpu": _collector_spec(),
+        "memory": _collector_spec(),
+        "shm": _collector_spec({"mountpoints": (Seq(Str(), min_items=1), lambda: ["/dev/shm"])}),
+        "disk": _collector_spec(
+            {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}
+        ),
+    }
+    fields: dict[str, Any] = {
+        "agent": (
+            Map(
+                {
+                    "sample_interval": (Duration(minimum=0.05, maximum=60), 1.0),
+                    "window": (Duration(minimum=10, maximum=24 * 3600), 600.0),
+                    "collector_timeout": (Duration(minimum=0.05, maximum=300), None),
+                }
+            ),
+            dict,
+        ),
+        "web": (
+            Map(
+                {
+                    "listen_address": (Seq(Str(), min_items=1), None),
+                    "telemetry_path": (Str(), None),
+                    "config_file": (Str(), None),
+                }
+            ),
+            dict,
+        ),
+        "collectors": (Map(collectors), dict),
+    }
+    return Map(fields)
+
+
+def compose_file(path: Path) -> yaml.Node | None:
+    """Parse a YAML file into a node tree; raise ConfigError with the position of a syntax error."""
+    name = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError([ConfigIssue(name, 1, 1, "", "file not found")]) from None
+    except IsADirectoryError:
+        raise ConfigError([ConfigIssue(name, 1, 1, "", "is a directory, expected a YAML file")]) from None
+    except OSError as exc:
+        raise ConfigError([ConfigIssue(name, 1, 1, "", f"cannot read: {exc.strerror or exc}")]) from None
+    return compose_text(raw, name)
+
+
+def compose_text(raw: bytes | str, name: str) -> yaml.Node | None:
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+            raise ConfigError([ConfigIssue(name, line, col, "", "file is not valid UTF-8")]) from None
+    else:
+        text = raw
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+        msg = f"YAML syntax error: {exc.problem or exc}" + (f" ({exc.context})" if exc.context else "")
+        raise ConfigError([ConfigIssue(name, line, col, "", msg)]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([ConfigIssue(name, 1, 1, "", f"YAML error: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError([ConfigIssue(name, 1, 1, "", "YAML nesting is too deep")]) from None
+
+
+def default_config_path() -> Path | None:
+    """./config.yaml when present, else /etc/headroom/config.yaml when present, else None (defaults)."""
+    for candidate in DEFAULT_PATHS:
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Load, validate and return the configuration; raise ConfigError listing every problem.
+
+    ``path`` None means built-in defaults (no file)."""
+    if path is None:
+        return _validate(None, "(defaults)", Path("."))
+    path = Path(path)
+    return _validate(compose_file(path), str(path), path.parent)
+
+
+def check_config_text(text: str | bytes, name: str = "config.yaml") -> Config:
+    """Validate configuration given as text (tests and fuzzing)."""
+    return _validate(compose_text(text, name), name, Path("."))
+
+
+def _validate(node: yaml.Node | None, name: str, base: Path) -> Config:
+    ctx = _Ctx(name)
+    if node is None:  # empty file or built-in defaults
+        node = yaml.MappingNode("tag:yaml.org,2002:map", [], yaml.Mark(name, 0, 0, 0, None, None), None)
+    try:
+        data = _schema().check(node, [], ctx)
+    except RecursionError:
+        raise ConfigError([ConfigIssue(name, 1, 1, "", "YAML nesting is too deep")]) from None
+    if ctx.issues or data is _INVALID:
+        raise ConfigError(ctx.issues or [ConfigIssue(name, 1, 1, "", "invalid configuration")])
+    return Config(
+        source=None if name == "(defaults)" else name,
+        agent=data["agent"],
+        web=data["web"],
+        collectors=data["collectors"],
+    )

@@ -1,0 +1,201 @@
+"""The metric catalogue: the single source of every exported name.
+
+Each entry says name, type, unit, labels, help, and where the value comes from. ``render.py`` may only
+emit names listed here (the writer refuses others), ``docs/metrics.md`` is generated from this table
+(``python -m headroom.exposition.catalog > docs/metrics.md``; a test fails when they differ) and
+dashboards and rules may only use these names (a test checks that too).
+
+Windowed gauges say their window in HELP, because the agent samples every second while Prometheus
+scrapes every 15-60 s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GAUGE = "gauge"
+COUNTER = "counter"
+
+G = ("gpu", "uuid")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    name: str
+    type: str  # gauge | counter
+    unit: str  # bytes, seconds, ratio, watts, celsius, hertz, joules, "" (count or info)
+    labels: tuple[str, ...]
+    help: str
+    source: str  # where the value comes from (collector and call/file), for newcomers and docs
+    group: str  # section in docs/metrics.md
+
+
+def _m(group: str, source: str):
+    def make(name, type_, unit, labels, help_):
+        return MetricSpec(name, type_, unit, tuple(labels), help_, source, group)
+
+    return make
+
+
+_self = _m("agent", "sampler")
+_gpu = _m("gpu", "nvml collector (sources/nvml.py)")
+_cpu = _m("cpu", "cpu collector (sources/cpu.py): /proc/stat, /proc/loadavg, /proc/pressure")
+_mem = _m("memory", "memory collector (sources/memory.py): /proc/meminfo, /proc/vmstat")
+_shm = _m("shm", "shm collector (sources/shm.py): statvfs of each configured tmpfs mount")
+_disk = _m("disk", "disk collector (sources/disk.py): /proc/diskstats")
+
+CATALOG: tuple[MetricSpec, ...] = (
+    # --- the agent itself
+    _self("headroom_build_info", GAUGE, "", ("version", "python_version"),
+          "Always 1; labels carry the agent version and the Python version."),
+    _self("headroom_simulation_info", GAUGE, "", ("scenario",),
+          "1 when GPUs are simulated (--simulate): their values come from a scenario, not a driver."),
+    _self("headroom_collector_success", GAUGE, "", ("collector",),
+          "1 when the collector's last read succeeded, 0 when it failed or is stuck."),
+    _self("headroom_collector_duration_seconds", GAUGE, "seconds", ("collector",),
+          "Wall time of the collector's last read."),
+    _self("headroom_last_sample_timestamp_seconds", GAUGE, "seconds", (),
+          "Unix time of the last completed sample (tick). Compare with time() to see staleness."),
+    _self("headroom_sample_duration_seconds", GAUGE, "seconds", (),
+          "Wall time of the last tick: all collectors, analysis and rendering."),
+    _self("headroom_samples_total", COUNTER, "", (),
+          "Ticks completed since the agent started."),
+    _self("headroom_sample_interval_seconds", GAUGE, "seconds", (),
+          "Configured sampling interval."),
+    # --- NVML and GPUs
+    _gpu("headroom_nvml_up", GAUGE, "", (),
+         "1 when NVML is initialised and answering, 0 when the library or driver is unavailable."),
+    _gpu("headroom_gpu_info", GAUGE, "", ("gpu", "uuid", "name", "pci_bus_id", "driver_version"),
+         "Always 1 per GPU; labels carry its identity."),
+    _gpu("headroom_gpu_up", GAUGE, "", G,
+         "1 when the GPU answers NVML, 0 when it is lost or failing (see logs for the reason)."),
+    _gpu("headroom_gpu_utilization_ratio", GAUGE, "ratio", G,
+         "Share of the last NVML sample period (1/6 s to 1 s) in which any kernel ran. Not SM occupancy."),
+    _gpu("headroom_gpu_memory_utilization_ratio", GAUGE, "ratio", G,
+         "Share of the last NVML sample period in which device memory was read or written."),
+    _gpu("headroom_gpu_busy_seconds_total", COUNTER, "seconds", G,
+         "Seconds the GPU was busy, integrated from utilization at every tick; rate() gives exact busy ratio."),
+    _gpu("headroom_gpu_memory_total_bytes", GAUGE, "bytes", G, "Device memory capacity."),
+    _gpu("headroom_gpu_memory_used_bytes", GAUGE, "bytes", G, "Device memory in use (allocated by processes and the driver)."),
+    _gpu("headroom_gpu_memory_free_bytes", GAUGE, "bytes", G, "Device memory free."),
+    _gpu("headroom_gpu_memory_reserved_bytes", GAUGE, "bytes", G,
+         "Device memory reserved by the driver and firmware (NVML memory info v2)."),
+    _gpu("headroom_gpu_power_watts", GAUGE, "watts", G, "Power draw."),
+    _gpu("headroom_gpu_power_limit_watts", GAUGE, "watts", G, "Enforced power limit."),
+    _gpu("headroom_gpu_energy_joules_total", COUNTER, "joules", G,
+         "Energy consumed since the driver was loaded."),
+    _gpu("headroom_gpu_temperature_celsius", GAUGE, "celsius", G, "GPU core temperature."),
+    _gpu("headroom_gpu_memory_temperature_celsius", GAUGE, "celsius", G, "HBM/memory temperature."),
+    _gpu("headroom_gpu_sm_clock_hertz", GAUGE, "hertz", G, "Current SM clock."),
+    _gpu("headroom_gpu_sm_clock_max_hertz", GAUGE, "hertz", G, "Maximum SM clock."),
+    _gpu("headroom_gpu_memory_clock_hertz", GAUGE, "hertz", G, "Current memory clock."),
+    _gpu("headroom_gpu_memory_clock_max_hertz", GAUGE, "hertz", G, "Maximum memory clock."),
+    _gpu("headroom_gpu_performance_state", GAUGE, "", G, "Performance state: 0 (P0, maximum) to 15 (minimum)."),
+    _gpu("headroom_gpu_fan_speed_ratio", GAUGE, "ratio", G, "Fan speed as a share of its maximum."),
+    _gpu("headroom_gpu_clock_event_active", GAUGE, "", (*G, "reason"),
+         "1 while the clock-event (throttle) reason is active. sw_power_cap, hw_slowdown, sw_thermal_slowdown, "
+         "hw_thermal_slowdown and hw_power_brake_slowdown mean the GPU runs slower than it could."),
+    _gpu("headroom_gpu_clock_event_seconds_total", COUNTER, "seconds", (*G, "reason"),
+         "Seconds the clock-event reason was active, accumulated at every tick."),
+    _gpu("headroom_gpu_pcie_throughput_bytes_per_second", GAUGE, "bytes", (*G, "direction"),
+         "PCIe throughput (direction tx: GPU to host, rx: host to GPU), polled outside the tick because NVML "
+         "measures it over a blocking 20 ms window; refreshed every collectors.nvml.pcie_poll_interval."),
+    _gpu("headroom_gpu_pcie_link_generation", GAUGE, "", G, "Current PCIe link generation."),
+    _gpu("headroom_gpu_pcie_link_max_generation", GAUGE, "", G, "Maximum PCIe link generation of GPU and slot."),
+    _gpu("headroom_gpu_pcie_link_width", GAUGE, "", G, "Current PCIe link width (lanes)."),
+    _gpu("headroom_gpu_pcie_link_max_width", GAUGE, "", G, "Maximum PCIe link width (lanes)."),
+    _gpu("headroom_gpu_processes", GAUGE, "", G, "Compute processes running on the GPU."),
+    _gpu("headroom_gpu_process_memory_used_bytes", GAUGE, "bytes", G,
+         "Device memory used by compute processes, summed (per-process figures go to workload metrics)."),
+    _gpu("headroom_gpu_mig_enabled", GAUGE, "", G, "1 when MIG mode is enabled."),
+    _gpu("headroom_gpu_mig_memory_used_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
+         "Device memory used by a MIG instance."),
+    _gpu("headroom_gpu_mig_memory_total_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
+         "Device memory of a MIG instance."),
+    _gpu("headroom_gpu_xid_errors_total", COUNTER, "", (*G, "xid"),
+         "XID errors reported by the driver since the agent started, per XID code."),
+    _gpu("headroom_gpu_ecc_uncorrected_errors_total", COUNTER, "", (*G, "scope"),
+         "Uncorrected ECC errors; scope volatile (since driver load) or aggregate (lifetime)."),
+    _gpu("headroom_gpu_remapped_rows", GAUGE, "", (*G, "kind"),
+         "Rows remapped after memory errors, kind correctable or uncorrectable."),
+    _gpu("headroom_gpu_remapped_rows_pending", GAUGE, "", G, "1 when a row remap awaits a GPU reset."),
+    _gpu("headroom_gpu_remapped_rows_failure", GAUGE, "", G, "1 when a row remap failed (the GPU needs service)."),
+    # --- CPU and pressure
+    _cpu("headroom_cpu_seconds_total", COUNTER, "seconds", ("mode",),
+         "CPU time of all logical CPUs per mode (guest time is also counted in user and nice, as the kernel does)."),
+    _cpu("headroom_cpu_logical_cpus", GAUGE, "", (), "Logical CPUs online."),
+    _cpu("headroom_cpu_utilization_ratio", GAUGE, "ratio", (),
+         "Share of all CPUs busy (not idle, not iowait) over the analysis short window (agent samples every tick)."),
+    _cpu("headroom_load1", GAUGE, "", (), "1-minute load average."),
+    _cpu("headroom_load5", GAUGE, "", (), "5-minute load average."),
+    _cpu("headroom_load15", GAUGE, "", (), "15-minute load average."),
+    _cpu("headroom_procs_running", GAUGE, "", (), "Runnable tasks."),
+    _cpu("headroom_procs_blocked", GAUGE, "", (), "Tasks blocked on I/O."),
+    _cpu("headroom_pressure_stalled_seconds_total", COUNTER, "seconds", ("resource", "kind"),
+         "PSI: seconds in which some (or all, kind full) non-idle tasks were stalled on the resource."),
+    _cpu("headroom_pressure_ratio", GAUGE, "ratio", ("resource", "kind", "window"),
+         "PSI: share of time stalled, averaged by the kernel over the window (10s, 60s, 300s)."),
+    # --- memory
+    _mem("headroom_memory_total_bytes", GAUGE, "bytes", (), "Physical memory (MemTotal)."),
+    _mem("headroom_memory_available_bytes", GAUGE, "bytes", (),
+         "Memory available for new work without swapping (MemAvailable)."),
+    _mem("headroom_memory_free_bytes", GAUGE, "bytes", (), "Unused memory (MemFree)."),
+    _mem("headroom_memory_buffers_bytes", GAUGE, "bytes", (), "Buffers."),
+    _mem("headroom_memory_cached_bytes", GAUGE, "bytes", (), "Page cache (Cached)."),
+    _mem("headroom_memory_shmem_bytes", GAUGE, "bytes", (), "Shared memory and tmpfs pages (Shmem), incl. /dev/shm."),
+    _mem("headroom_memory_dirty_bytes", GAUGE, "bytes", (), "Dirty pages waiting to be written."),
+    _mem("headroom_memory_writeback_bytes", GAUGE, "bytes", (), "Pages being written back."),
+    _mem("headroom_memory_swap_total_bytes", GAUGE, "bytes", (), "Swap space."),
+    _mem("headroom_memory_swap_free_bytes", GAUGE, "bytes", (), "Unused swap space."),
+    _mem("headroom_memory_major_faults_total", COUNTER, "", (), "Major page faults (pages read from disk)."),
+    # --- shared memory
+    _shm("headroom_shm_present", GAUGE, "", ("mountpoint",),
+         "1 when the configured shared-memory mount exists, 0 when it is missing."),
+    _shm("headroom_shm_size_bytes", GAUGE, "bytes", ("mountpoint",), "Size of the shared-memory mount."),
+    _shm("headroom_shm_used_bytes", GAUGE, "bytes", ("mountpoint",), "Bytes used in the shared-memory mount."),
+    _shm("headroom_shm_available_bytes", GAUGE, "bytes", ("mountpoint",),
+         "Bytes still writable in the shared-memory mount."),
+    # --- disks
+    _disk("headroom_disk_reads_completed_total", COUNTER, "", ("device",), "Reads completed."),
+    _disk("headroom_disk_read_bytes_total", COUNTER, "bytes", ("device",), "Bytes read."),
+    _disk("headroom_disk_writes_completed_total", COUNTER, "", ("device",), "Writes completed."),
+    _disk("headroom_disk_written_bytes_total", COUNTER, "bytes", ("device",), "Bytes written."),
+    _disk("headroom_disk_io_time_seconds_total", COUNTER, "seconds", ("device",),
+          "Seconds the device had I/O in flight; rate() is the busy ratio."),
+    _disk("headroom_disk_io_time_weighted_seconds_total", COUNTER, "seconds", ("device",),
+          "Sum of the time every request spent queued and in service; rate() is the average queue depth."),
+    _disk("headroom_disk_io_in_flight", GAUGE, "", ("device",), "Requests in flight now."),
+)
+
+BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
+if len(BY_NAME) != len(CATALOG):  # pragma: no cover - guarded by a test too
+    raise RuntimeError("duplicate metric name in catalogue")
+
+
+def markdown() -> str:
+    """docs/metrics.md, generated from the catalogue."""
+    lines = [
+        "# Metrics",
+        "",
+        "Generated from `agent/headroom/exposition/catalog.py` by",
+        "`python -m headroom.exposition.catalog > docs/metrics.md`; do not edit by hand (a test compares them).",
+        "",
+        "Series whose source cannot answer (NVML NOT_SUPPORTED, a kernel without PSI ...) are absent, never 0.",
+        "",
+    ]
+    group = None
+    for m in CATALOG:
+        if m.group != group:
+            group = m.group
+            lines += [f"## {group}", "", f"Source: {m.source}.", "",
+                      "| name | type | unit | labels | meaning |", "|---|---|---|---|---|"]
+        labels = ", ".join(m.labels) if m.labels else ""
+        lines.append(f"| `{m.name}` | {m.type} | {m.unit or '-'} | {labels} | {m.help} |")
+        nxt = CATALOG.index(m) + 1
+        if nxt == len(CATALOG) or CATALOG[nxt].group != group:
+            lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -1,0 +1,245 @@
+"""Render a Snapshot as Prometheus text exposition (format 0.0.4), once per tick.
+
+Rendering happens in the sampler thread; a scrape only sends the bytes. Each ``_render_<source>``
+below turns one collector's sample into series; names come from ``catalog.py`` and the writer
+refuses anything else, so the exposition never drifts from the catalogue.
+
+We render by hand instead of through prometheus_client's registry: building 2 000 samples through
+custom collectors costs ~13 ms of CPU, far over the 10 ms tick budget (docs/benchmarks.md); the text
+format itself is simple and ``promtool check metrics`` plus the golden file guard it.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from headroom import __version__
+from headroom.exposition.catalog import BY_NAME, CATALOG
+from headroom.samples import CpuSample, DiskSample, MemorySample, NvmlSample, ShmSample
+
+if TYPE_CHECKING:
+    from headroom.sampler import Snapshot
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_ORDER = {m.name: i for i, m in enumerate(CATALOG)}
+
+
+class UnknownMetric(KeyError):
+    pass
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def format_value(value: float | int | bool) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return repr(value)
+
+
+class Writer:
+    """Collects series per family; ``add`` takes label values in the catalogue's label order."""
+
+    __slots__ = ("_families",)
+
+    def __init__(self) -> None:
+        self._families: dict[str, list[str]] = {}
+
+    def add(self, name: str, value: float | int | bool | None, *label_values: Any) -> None:
+        if value is None:
+            return  # unknown / unsupported: the series is absent, never 0
+        lines = self._families.get(name)
+        if lines is None:
+            spec = BY_NAME.get(name)
+            if spec is None:
+                raise UnknownMetric(f"{name} is not in the metric catalogue")
+            lines = self._families[name] = []
+        spec = BY_NAME[name]
+        if len(label_values) != len(spec.labels):
+            raise ValueError(f"{name} takes labels {spec.labels}, got {len(label_values)} values")
+        if label_values:
+            labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in zip(spec.labels, label_values, strict=True))
+            lines.append(f"{name}{{{labels}}} {format_value(value)}")
+        else:
+            lines.append(f"{name} {format_value(value)}")
+
+    def names(self) -> set[str]:
+        return set(self._families)
+
+    def render(self) -> bytes:
+        out: list[str] = []
+        for name in sorted(self._families, key=_ORDER.__getitem__):
+            spec = BY_NAME[name]
+            out.append(f"# HELP {name} {spec.help.replace(chr(92), chr(92) * 2)}")
+            out.append(f"# TYPE {name} {spec.type}")
+            out.extend(self._families[name])
+        out.append("")
+        return "\n".join(out).encode("utf-8")
+
+
+def render(snapshot: Snapshot) -> bytes:
+    """The full exposition for one snapshot."""
+    w = Writer()
+    render_into(w, snapshot)
+    return w.render()
+
+
+def render_into(w: Writer, snapshot: Snapshot) -> None:
+    sample = snapshot.sample
+    _render_self(w, snapshot)
+    nvml = sample.sources.get("nvml")
+    if nvml is not None:
+        _render_nvml(w, nvml.data if nvml.ok else None)
+    for name, fn in _HOST_RENDERERS:
+        data = sample.data(name)
+        if data is not None:
+            fn(w, data, snapshot)
+
+
+def _render_self(w: Writer, snap: Snapshot) -> None:
+    w.add("headroom_build_info", 1, __version__, platform.python_version())
+    if snap.scenario:
+        w.add("headroom_simulation_info", 1, snap.scenario)
+    for name, result in snap.sample.sources.items():
+        w.add("headroom_collector_success", result.ok, name)
+        w.add("headroom_collector_duration_seconds", round(result.duration_seconds, 6), name)
+    w.add("headroom_last_sample_timestamp_seconds", round(snap.sample.timestamp, 3))
+    w.add("headroom_sample_duration_seconds", round(snap.tick_duration_seconds, 6))
+    w.add("headroom_samples_total", snap.ticks)
+    w.add("headroom_sample_interval_seconds", snap.interval)
+
+
+def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
+    w.add("headroom_nvml_up", bool(data is not None and data.up))
+    if data is None:
+        return
+    driver = data.driver_version or ""
+    for g in data.gpus:
+        ids = (str(g.index), g.uuid)
+        w.add("headroom_gpu_info", 1, str(g.index), g.uuid, g.name, g.pci_bus_id, driver)
+        w.add("headroom_gpu_up", g.up, *ids)
+        w.add("headroom_gpu_memory_total_bytes", g.memory_total_bytes, *ids)
+        if not g.up:
+            continue
+        w.add("headroom_gpu_utilization_ratio", g.utilization_ratio, *ids)
+        w.add("headroom_gpu_memory_utilization_ratio", g.memory_utilization_ratio, *ids)
+        w.add("headroom_gpu_busy_seconds_total", _r(g.busy_seconds_total), *ids)
+        w.add("headroom_gpu_memory_used_bytes", g.memory_used_bytes, *ids)
+        w.add("headroom_gpu_memory_free_bytes", g.memory_free_bytes, *ids)
+        w.add("headroom_gpu_memory_reserved_bytes", g.memory_reserved_bytes, *ids)
+        w.add("headroom_gpu_power_watts", g.power_watts, *ids)
+        w.add("headroom_gpu_power_limit_watts", g.power_limit_watts, *ids)
+        w.add("headroom_gpu_energy_joules_total", g.energy_joules_total, *ids)
+        w.add("headroom_gpu_temperature_celsius", g.temperature_celsius, *ids)
+        w.add("headroom_gpu_memory_temperature_celsius", g.memory_temperature_celsius, *ids)
+        w.add("headroom_gpu_sm_clock_hertz", g.sm_clock_hertz, *ids)
+        w.add("headroom_gpu_sm_clock_max_hertz", g.sm_clock_max_hertz, *ids)
+        w.add("headroom_gpu_memory_clock_hertz", g.memory_clock_hertz, *ids)
+        w.add("headroom_gpu_memory_clock_max_hertz", g.memory_clock_max_hertz, *ids)
+        w.add("headroom_gpu_performance_state", g.performance_state, *ids)
+        w.add("headroom_gpu_fan_speed_ratio", g.fan_speed_ratio, *ids)
+        for reason, active in g.clock_events_active.items():
+            w.add("headroom_gpu_clock_event_active", active, *ids, reason)
+        for reason, seconds in g.clock_events_seconds_total.items():
+            w.add("headroom_gpu_clock_event_seconds_total", _r(seconds), *ids, reason)
+        w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_tx_bytes_per_second, *ids, "tx")
+        w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_rx_bytes_per_second, *ids, "rx")
+        w.add("headroom_gpu_pcie_link_generation", g.pcie_link_generation, *ids)
+        w.add("headroom_gpu_pcie_link_max_generation", g.pcie_link_max_generation, *ids)
+        w.add("headroom_gpu_pcie_link_width", g.pcie_link_width, *ids)
+        w.add("headroom_gpu_pcie_link_max_width", g.pcie_link_max_width, *ids)
+        w.add("headroom_gpu_processes", len(g.processes), *ids)
+        known = [p.used_memory_bytes for p in g.processes if p.used_memory_bytes is not None]
+        w.add("headroom_gpu_process_memory_used_bytes", sum(known) if known or not g.processes else None, *ids)
+        if g.mig_enabled is not None:
+            w.add("headroom_gpu_mig_enabled", g.mig_enabled, *ids)
+        for mig in g.mig_instances:
+            mids = (*ids, str(mig.gpu_instance_id), mig.uuid)
+            w.add("headroom_gpu_mig_memory_used_bytes", mig.memory_used_bytes, *mids)
+            w.add("headroom_gpu_mig_memory_total_bytes", mig.memory_total_bytes, *mids)
+        for xid, count in sorted(g.xid_errors_total.items()):
+            w.add("headroom_gpu_xid_errors_total", count, *ids, str(xid))
+        w.add("headroom_gpu_ecc_uncorrected_errors_total", g.ecc_uncorrected_volatile_total, *ids, "volatile")
+        w.add("headroom_gpu_ecc_uncorrected_errors_total", g.ecc_uncorrected_aggregate_total, *ids, "aggregate")
+        w.add("headroom_gpu_remapped_rows", g.remapped_rows_correctable, *ids, "correctable")
+        w.add("headroom_gpu_remapped_rows", g.remapped_rows_uncorrectable, *ids, "uncorrectable")
+        w.add("headroom_gpu_remapped_rows_pending", g.remapped_rows_pending, *ids)
+        w.add("headroom_gpu_remapped_rows_failure", g.remapped_rows_failure, *ids)
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _render_cpu(w: Writer, cpu: CpuSample, snap: Snapshot) -> None:
+    for mode, seconds in cpu.times.modes().items():
+        w.add("headroom_cpu_seconds_total", _r(seconds, 2), mode)
+    w.add("headroom_cpu_logical_cpus", cpu.logical_cpus)
+    w.add("headroom_cpu_utilization_ratio", _r(snap.rates.get("cpu_utilization_ratio"), 4))
+    w.add("headroom_load1", cpu.load1)
+    w.add("headroom_load5", cpu.load5)
+    w.add("headroom_load15", cpu.load15)
+    w.add("headroom_procs_running", cpu.procs_running)
+    w.add("headroom_procs_blocked", cpu.procs_blocked)
+    for resource, pressure in sorted(cpu.pressure.items()):
+        for kind, line in (("some", pressure.some), ("full", pressure.full)):
+            if line is None:
+                continue
+            w.add("headroom_pressure_stalled_seconds_total", _r(line.total_seconds, 6), resource, kind)
+            for window, value in (("10s", line.avg10), ("60s", line.avg60), ("300s", line.avg300)):
+                w.add("headroom_pressure_ratio", value, resource, kind, window)
+
+
+def _render_memory(w: Writer, m: MemorySample, snap: Snapshot) -> None:
+    w.add("headroom_memory_total_bytes", m.total_bytes)
+    w.add("headroom_memory_available_bytes", m.available_bytes)
+    w.add("headroom_memory_free_bytes", m.free_bytes)
+    w.add("headroom_memory_buffers_bytes", m.buffers_bytes)
+    w.add("headroom_memory_cached_bytes", m.cached_bytes)
+    w.add("headroom_memory_shmem_bytes", m.shmem_bytes)
+    w.add("headroom_memory_dirty_bytes", m.dirty_bytes)
+    w.add("headroom_memory_writeback_bytes", m.writeback_bytes)
+    w.add("headroom_memory_swap_total_bytes", m.swap_total_bytes)
+    w.add("headroom_memory_swap_free_bytes", m.swap_free_bytes)
+    w.add("headroom_memory_major_faults_total", m.major_faults_total)
+
+
+def _render_shm(w: Writer, shm: ShmSample, snap: Snapshot) -> None:
+    for mount in shm.mounts:
+        w.add("headroom_shm_present", 1, mount.mountpoint)
+        w.add("headroom_shm_size_bytes", mount.size_bytes, mount.mountpoint)
+        w.add("headroom_shm_used_bytes", mount.used_bytes, mount.mountpoint)
+        w.add("headroom_shm_available_bytes", mount.available_bytes, mount.mountpoint)
+    for missing in shm.missing:
+        w.add("headroom_shm_present", 0, missing)
+
+
+def _render_disk(w: Writer, disk: DiskSample, snap: Snapshot) -> None:
+    for d in disk.devices:
+        w.add("headroom_disk_reads_completed_total", d.reads_completed, d.device)
+        w.add("headroom_disk_read_bytes_total", d.read_bytes, d.device)
+        w.add("headroom_disk_writes_completed_total", d.writes_completed, d.device)
+        w.add("headroom_disk_written_bytes_total", d.written_bytes, d.device)
+        w.add("headroom_disk_io_time_seconds_total", _r(d.io_time_seconds), d.device)
+        w.add("headroom_disk_io_time_weighted_seconds_total", _r(d.weighted_io_time_seconds), d.device)
+        w.add("headroom_disk_io_in_flight", d.in_flight, d.device)
+
+
+_HOST_RENDERERS: Iterable[tuple[str, Any]] = (
+    ("cpu", _render_cpu),
+    ("memory", _render_memory),
+    ("shm", _render_shm),
+    ("disk", _render_disk),
+)

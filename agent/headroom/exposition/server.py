@@ -1,0 +1,188 @@
+"""HTTP serving: routes, compression, bounded requests. A scrape only sends pre-rendered bytes.
+
+Routes: ``/`` landing page, the telemetry path (default ``/metrics``), ``/healthz``,
+``/api/v1/status`` (JSON); anything else 404, methods other than GET and HEAD 405.
+"""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+import structlog
+
+from headroom import __version__
+from headroom.exposition import landing
+from headroom.exposition.render import CONTENT_TYPE
+
+log = structlog.get_logger("headroom.server")
+
+REQUEST_TIMEOUT_SECONDS = 10.0
+
+
+class State(Protocol):
+    snapshot: Any
+
+    def healthy(self) -> tuple[bool, str]: ...
+
+
+class _GzipCache:
+    """Compresses each snapshot's exposition at most once, on the first scrape that asks for gzip."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._key: int | None = None
+        self._body = b""
+
+    def get(self, snapshot: Any) -> bytes:
+        key = id(snapshot)
+        with self._lock:
+            if self._key != key:
+                self._body = gzip.compress(snapshot.exposition, compresslevel=1, mtime=0)
+                self._key = key
+            return self._body
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: HeadroomHTTPServer
+    server_version = f"headroom/{__version__}"
+    sys_version = ""
+    protocol_version = "HTTP/1.1"
+    timeout = REQUEST_TIMEOUT_SECONDS  # idle and half-open connections are dropped after this
+
+    # ---------------------------------------------------------------------------------- routing
+    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+        self._route(head=False)
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._route(head=True)
+
+    def __getattr__(self, name: str) -> Callable[[], None]:
+        if name.startswith("do_"):
+            return self._method_not_allowed
+        raise AttributeError(name)
+
+    def _method_not_allowed(self) -> None:
+        self._send(HTTPStatus.METHOD_NOT_ALLOWED, b"method not allowed\n", "text/plain; charset=utf-8",
+                   extra={"Allow": "GET, HEAD"})
+
+    def _route(self, head: bool) -> None:
+        srv = self.server
+        if not srv.authorize(self):
+            return
+        path = self.path.split("?", 1)[0]
+        snapshot = srv.state.snapshot
+        if path == srv.telemetry_path:
+            if snapshot is None:
+                self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"no sample yet\n", "text/plain; charset=utf-8", head=head)
+                return
+            if "gzip" in (self.headers.get("Accept-Encoding") or ""):
+                self._send(HTTPStatus.OK, srv.gzip_cache.get(snapshot), CONTENT_TYPE, head=head,
+                           extra={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+            else:
+                self._send(HTTPStatus.OK, snapshot.exposition, CONTENT_TYPE, head=head,
+                           extra={"Vary": "Accept-Encoding"})
+        elif path in ("/healthz", "/health"):
+            ok, reason = srv.state.healthy()
+            failing = getattr(srv.state, "failing", {})
+            body = reason if not failing else reason + "; degraded: " + "; ".join(
+                f"{k}: {v}" for k, v in sorted(failing.items()))
+            self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, (body + "\n").encode(),
+                       "text/plain; charset=utf-8", head=head)
+        elif path == "/api/v1/status":
+            self._send(HTTPStatus.OK, landing.status_json(srv.state), "application/json", head=head)
+        elif path == "/":
+            self._send(HTTPStatus.OK, landing.page(srv.state, srv.telemetry_path), "text/html; charset=utf-8",
+                       head=head)
+        else:
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", head=head)
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str, head: bool = False,
+              extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in {**self.server.extra_headers(), **(extra or {})}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    # --------------------------------------------------------------------------- quiet, no tracebacks
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # Used by http.server for malformed requests (414, 431, 400 ...): plain text, connection closed.
+        self.close_connection = True
+        try:
+            body = f"{code} {message or HTTPStatus(code).phrase}\n".encode("utf-8", "replace")
+            self.send_response(code, message)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except OSError:
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
+        pass  # access logs would be per-scrape noise; errors are logged by the server
+
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("http_request_error", client=self.client_address[0], detail=format % args)
+
+
+class HeadroomHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], state: State, telemetry_path: str = "/metrics",
+                 family: int = socket.AF_INET) -> None:
+        self.address_family = family
+        self.state = state
+        self.telemetry_path = telemetry_path
+        self.gzip_cache = _GzipCache()
+        super().__init__(address, Handler)
+
+    # hooks the TLS/auth layer overrides ---------------------------------------------------------
+    def authorize(self, handler: Handler) -> bool:
+        """True to serve the request; otherwise the hook has answered it already."""
+        return True
+
+    def extra_headers(self) -> dict[str, str]:
+        return {}
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+            return  # client went away or timed out: not our problem, not worth a traceback
+        log.warning("http_handler_error", client=client_address[0] if client_address else None,
+                    error=f"{type(exc).__name__}: {exc}")
+
+
+def parse_listen_address(value: str) -> tuple[str, int, int]:
+    """'host:port', ':port' or '[v6]:port' -> (host, port, address family); ValueError when invalid."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep:
+        raise ValueError(f"listen address {value!r} must be HOST:PORT (e.g. :9843 or 127.0.0.1:9843)")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"listen address {value!r}: port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"listen address {value!r}: port must be 0-65535")
+    family = socket.AF_INET
+    if host.startswith("[") and host.endswith("]"):
+        host, family = host[1:-1], socket.AF_INET6
+    elif ":" in host:
+        raise ValueError(f"listen address {value!r}: write IPv6 addresses in brackets, e.g. [::1]:9843")
+    if host == "":
+        host = "0.0.0.0"
+    return host, port, family

@@ -1,0 +1,251 @@
+"""The tick loop: run every collector, keep a window of Samples, analyse, render, swap a Snapshot.
+
+Each collector runs in its own worker thread, so one stuck call (an NVML call that hangs, a dead NFS
+mount) delays nothing but itself: when a collector has not answered by the tick's deadline it is
+reported failed (``headroom_collector_success`` 0, "stuck for N s") and is not called again until
+its pending call returns. The snapshot is immutable and swapped by a single reference assignment, so
+a scrape never waits for, calls into, or sees half of a tick.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from headroom.analysis import rates
+from headroom.samples import Sample, SourceResult
+from headroom.sources import Collector
+
+log = structlog.get_logger("headroom.sampler")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the exposition layer serves: the latest Sample, its findings and the rendered bytes."""
+
+    sample: Sample
+    ticks: int
+    interval: float
+    tick_duration_seconds: float
+    scenario: str | None = None
+    rates: Mapping[str, Any] = field(default_factory=dict)
+    findings: Any = None  # headroom.analysis results (bottlenecks, headroom) once present
+    exposition: bytes = b""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _Worker:
+    """Runs one collector's ``collect()`` in a dedicated thread, one call at a time."""
+
+    def __init__(self, collector: Collector, clock: Callable[[], float]) -> None:
+        self.collector = collector
+        self.name = collector.name
+        self._clock = clock
+        self._cv = threading.Condition()
+        self._pending = False  # a call was requested and has not returned
+        self._requested = False
+        self._stop = False
+        self._result: tuple[bool, Any, str | None, float] | None = None
+        self.call_started: float | None = None
+        self._thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._requested or self._stop)
+                if self._stop:
+                    return
+                self._requested = False
+            start = self._clock()
+            try:
+                data = self.collector.collect()
+                outcome = (True, data, None)
+            except Exception as exc:  # a collector fault degrades that collector only
+                message = str(exc) or type(exc).__name__
+                if not _is_expected(exc):
+                    message = f"{type(exc).__name__}: {message}"
+                outcome = (False, None, message)
+            duration = self._clock() - start
+            with self._cv:
+                self._result = (*outcome, duration)
+                self._pending = False
+                self._cv.notify_all()
+
+    def submit(self) -> bool:
+        """Ask for one call; False when the previous call is still running (stuck)."""
+        with self._cv:
+            if self._pending:
+                return False
+            self._pending = True
+            self._requested = True
+            self._result = None
+            self.call_started = self._clock()
+            self._cv.notify_all()
+            return True
+
+    def wait(self, deadline: float) -> tuple[bool, Any, str | None, float] | None:
+        """The call's (ok, data, error, duration), or None if it did not return by ``deadline``."""
+        with self._cv:
+            self._cv.wait_for(lambda: not self._pending, timeout=max(0.0, deadline - self._clock()))
+            return None if self._pending else self._result
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+
+
+def _is_expected(exc: Exception) -> bool:
+    from headroom.sources import CollectorError
+
+    return isinstance(exc, CollectorError | OSError)
+
+
+class Sampler:
+    """Owns the collectors, the window and the current Snapshot."""
+
+    def __init__(
+        self,
+        collectors: Iterable[Collector],
+        interval: float = 1.0,
+        window_seconds: float = 600.0,
+        collector_timeout: float | None = None,
+        scenario: str | None = None,
+        analyse: Callable[[deque[Sample]], tuple[Mapping[str, Any], Any]] | None = None,
+        render: Callable[[Snapshot], bytes] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        on_snapshot: Callable[[Snapshot], None] | None = None,
+    ) -> None:
+        from headroom.exposition import render as render_module
+
+        self.interval = interval
+        self.collector_timeout = collector_timeout if collector_timeout is not None else interval
+        self.scenario = scenario
+        self._clock = clock
+        self._wall = wall_clock
+        self._workers = [_Worker(c, clock) for c in collectors]
+        self.window: deque[Sample] = deque(maxlen=max(2, int(window_seconds / interval) + 1))
+        self._analyse = analyse or _default_analysis
+        self._render = render or render_module.render
+        self._on_snapshot = on_snapshot
+        self._ticks = 0
+        self._failing: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.snapshot: Snapshot | None = None
+        self.last_tick_monotonic: float | None = None
+
+    @property
+    def collector_names(self) -> list[str]:
+        return [w.name for w in self._workers]
+
+    # ------------------------------------------------------------------------------------ ticking
+    def tick(self) -> Snapshot:
+        """Run one tick now and return the new Snapshot (also stored in ``self.snapshot``)."""
+        start = self._clock()
+        deadline = start + self.collector_timeout
+        submitted = {w.name: w.submit() for w in self._workers}
+        results: dict[str, SourceResult] = {}
+        for w in self._workers:
+            outcome = w.wait(deadline) if submitted[w.name] else None
+            if outcome is None:
+                stuck_for = self._clock() - (w.call_started or start)
+                results[w.name] = SourceResult(
+                    w.name, False, stuck_for, None, f"stuck: collect() has not returned for {stuck_for:.1f}s"
+                )
+            else:
+                ok, data, error, duration = outcome
+                results[w.name] = SourceResult(w.name, ok, duration, data, error)
+        sample = Sample(timestamp=self._wall(), monotonic=self._clock(), sources=results)
+        self._log_changes(results)
+        self.window.append(sample)
+        derived, findings = self._analyse(self.window)
+        self._ticks += 1
+        snap = Snapshot(
+            sample=sample,
+            ticks=self._ticks,
+            interval=self.interval,
+            tick_duration_seconds=self._clock() - start,
+            scenario=self.scenario,
+            rates=derived,
+            findings=findings,
+        )
+        snap = _with_exposition(snap, self._render(snap))
+        self.snapshot = snap
+        self.last_tick_monotonic = self._clock()
+        if self._on_snapshot is not None:
+            self._on_snapshot(snap)
+        return snap
+
+    def _log_changes(self, results: Mapping[str, SourceResult]) -> None:
+        for name, r in results.items():
+            before = self._failing.get(name)
+            if not r.ok and before is None:
+                self._failing[name] = r.error or "failed"
+                log.warning("collector_failing", collector=name, error=r.error)
+            elif r.ok and before is not None:
+                del self._failing[name]
+                log.info("collector_recovered", collector=name)
+
+    @property
+    def failing(self) -> Mapping[str, str]:
+        """Collectors failing now, with their error."""
+        return dict(self._failing)
+
+    def run(self) -> None:
+        """Tick at a fixed rate until ``stop()``. Overruns skip slots instead of bunching up."""
+        next_at = self._clock()
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # never let the loop die; a broken tick is visible as staleness
+                log.exception("tick_failed")
+            next_at += self.interval
+            now = self._clock()
+            if next_at < now:
+                missed = int((now - next_at) / self.interval) + 1
+                next_at += missed * self.interval
+            self._stop.wait(max(0.0, next_at - now))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for w in self._workers:
+            w.stop()
+        for w in self._workers:
+            try:
+                w.collector.close()
+            except Exception:
+                log.exception("collector_close_failed", collector=w.name)
+
+    def healthy(self) -> tuple[bool, str]:
+        """(ok, reason): ok when a tick completed within the last 3 intervals."""
+        if self.last_tick_monotonic is None:
+            return False, "no sample yet"
+        age = self._clock() - self.last_tick_monotonic
+        if age > 3 * self.interval:
+            return False, f"last sample {age:.1f}s ago (interval {self.interval:g}s)"
+        return True, "ok"
+
+
+def _with_exposition(snap: Snapshot, body: bytes) -> Snapshot:
+    from dataclasses import replace
+
+    return replace(snap, exposition=body)
+
+
+def _default_analysis(window: deque[Sample]) -> tuple[Mapping[str, Any], Any]:
+    return rates.derive(window), None
