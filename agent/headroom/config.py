@@ -109,15 +109,18 @@ class Str(Spec):
     choices: Sequence[str] | None = None
     pattern: str | None = None  # the value itself must be a valid regex when pattern == "regex"
     nonempty: bool = True
+    coerce: bool = False  # accept numbers and write them as strings (versions such as 0.8)
+    validate: Callable[[str], str | None] | None = None  # returns an error message or None
 
     def check(self, node, path, ctx):
         value = _scalar(node, path, ctx, "a string")
         if value is _INVALID:
             return value
-        if value is None or isinstance(value, (bool, dict, list)):
+        if not isinstance(value, str) and not (self.coerce and isinstance(value, (int, float))
+                                               and not isinstance(value, bool)):
             ctx.error(node, path, f"expected a string, got {_kind(value)}")
             return _INVALID
-        value = str(value)
+        value = node.value if not isinstance(value, str) else value  # 0.10 stays "0.10"
         if self.nonempty and not value:
             ctx.error(node, path, "must not be empty")
             return _INVALID
@@ -129,6 +132,11 @@ class Str(Spec):
                 re.compile(value)
             except re.error as exc:
                 ctx.error(node, path, f"invalid regular expression: {exc}")
+                return _INVALID
+        if self.validate is not None:
+            problem = self.validate(value)
+            if problem:
+                ctx.error(node, path, problem)
                 return _INVALID
         return value
 
@@ -200,8 +208,11 @@ class Duration(Spec):
             return value
         try:
             seconds = units.parse_duration(value)
-        except (ValueError, TypeError) as exc:
-            ctx.error(node, path, str(exc))
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            ctx.error(node, path, str(exc) if not isinstance(exc, ArithmeticError) else "duration is too large")
+            return _INVALID
+        if not math.isfinite(seconds):
+            ctx.error(node, path, "duration is too large")
             return _INVALID
         return _bounded(self, seconds, node, path, ctx)
 
@@ -346,14 +357,23 @@ def _collector_spec(extra: Mapping[str, Any] | None = None) -> Map:
     return Map(fields)
 
 
+def _url_path(value: str) -> str | None:
+    if not value.startswith("/") or any(c in value for c in " ?#"):
+        return f"must be a URL path starting with / (e.g. /metrics); got {value!r}"
+    return None
+
+
 def _schema() -> Map:
     collectors = {
-        "nvml": _collector_spec({"pcie_poll_interval": (Duration(minimum=0.1), 5.0)}),
-        "cpu": _collector_spec(),
-        "memory": _collector_spec(),
-        "shm": _collector_spec({"mountpoints": (Seq(Str(), min_items=1), lambda: ["/dev/shm"])}),
-        "disk": _collector_spec(
-            {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}
+        "nvml": (_collector_spec({"pcie_poll_interval": (Duration(minimum=0.1), 5.0)}), dict),
+        "cpu": (_collector_spec(), dict),
+        "memory": (_collector_spec(), dict),
+        "shm": (_collector_spec({"mountpoints": (Seq(Str(), min_items=1), lambda: ["/dev/shm"])}), dict),
+        "disk": (
+            _collector_spec(
+                {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}
+            ),
+            dict,
         ),
     }
     fields: dict[str, Any] = {
@@ -371,7 +391,7 @@ def _schema() -> Map:
             Map(
                 {
                     "listen_address": (Seq(Str(), min_items=1), None),
-                    "telemetry_path": (Str(), None),
+                    "telemetry_path": (Str(validate=_url_path), None),
                     "config_file": (Str(), None),
                 }
             ),

@@ -56,8 +56,7 @@ def build_collectors(config: Config, options: Options, scenario: Any) -> list[Co
     interval = options.sample_interval or config.sample_interval
     out = []
     for name in enabled_collectors(config, options):
-        settings = dict(config.collectors.get(name) or {})
-        settings.pop("enabled", None)
+        settings = {k: v for k, v in (config.collectors.get(name) or {}).items() if v is not None and k != "enabled"}
         ctx = SourceContext(paths=options.paths, settings=settings, scenario=scenario, interval=interval)
         out.append(registry[name](ctx))
     return out

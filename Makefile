@@ -1,0 +1,49 @@
+# headroom: the two commands a new machine needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ADDRESS ?= 127.0.0.1:9843
+SCENARIO ?= demo
+
+.PHONY: demo test venv system-deps lint docs golden bench install uninstall clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+## Start the agent on a simulated GPU host (no driver needed).
+demo: venv
+	@echo "headroom (simulated host, scenario $(SCENARIO)) on http://$(ADDRESS)/  -- metrics at http://$(ADDRESS)/metrics; Ctrl-C stops"
+	$(VENV)/bin/headroom run --config.file config.yaml --simulate $(SCENARIO) --web.listen-address $(ADDRESS)
+
+## Debian packages the tests use for real components (promtool/prometheus, chromium, node_exporter).
+system-deps:
+	@bash tests/install-system-deps.sh
+
+## Run every test (installs what the tests need first).
+test: venv system-deps
+	$(PY) -m pytest
+
+lint: venv
+	$(VENV)/bin/ruff check agent tests
+
+## Regenerate the generated docs and the golden exposition after an intended change.
+docs: venv
+	$(PY) -m headroom.exposition.catalog > docs/metrics.md
+
+golden: venv
+	$(PY) -m pytest tests/test_golden.py --update-golden
+
+install:
+	bash systemd/install.sh
+
+uninstall:
+	bash systemd/uninstall.sh
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,47 @@
+"""The pipeline flows one way: these import rules keep the rooms separate (architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "agent" / "headroom"
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def modules():
+    return sorted(p for p in PKG.rglob("*.py"))
+
+
+def test_only_the_nvml_collector_and_its_stand_in_import_pynvml():
+    importers = {p.relative_to(PKG).as_posix() for p in modules()
+                 if any(m == "pynvml" or m.startswith("pynvml.") for m in imports(p))}
+    assert importers <= {"sources/nvml.py", "sources/fake_nvml.py"}, importers
+
+
+def test_analysis_imports_neither_nvml_nor_prometheus_nor_http():
+    banned = ("pynvml", "prometheus_client", "http", "headroom.exposition", "headroom.sources")
+    for p in (PKG / "analysis").rglob("*.py"):
+        for m in imports(p):
+            assert not m.startswith(banned), f"{p.name} imports {m}"
+
+
+def test_samples_are_the_contract_and_import_no_side():
+    for m in imports(PKG / "samples.py"):
+        assert not m.startswith("headroom"), m
+
+
+def test_sources_know_nothing_of_prometheus():
+    for p in (PKG / "sources").rglob("*.py"):
+        for m in imports(p):
+            assert not m.startswith(("prometheus_client", "headroom.exposition")), f"{p.name} imports {m}"

@@ -1,0 +1,61 @@
+"""The metric catalogue: conventions, generated docs, and the writer refusing uncatalogued names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from headroom.exposition import catalog
+from headroom.exposition.render import UnknownMetric, Writer
+
+ROOT = Path(__file__).resolve().parent.parent
+UNIT_SUFFIXES = {
+    "bytes": "_bytes", "seconds": "_seconds", "ratio": "_ratio", "watts": "_watts", "celsius": "_celsius",
+    "hertz": "_hertz", "joules": "_joules",
+}
+
+
+def test_docs_metrics_md_is_generated_from_the_catalogue():
+    on_disk = (ROOT / "docs" / "metrics.md").read_text()
+    assert on_disk == catalog.markdown(), "docs/metrics.md is stale: run `make docs`"
+
+
+@pytest.mark.parametrize("m", catalog.CATALOG, ids=lambda m: m.name)
+def test_names_follow_prometheus_conventions(m):
+    assert re.fullmatch(r"headroom_[a-z0-9_]+", m.name), "one prefix, snake_case, no colons"
+    assert m.type in (catalog.GAUGE, catalog.COUNTER)
+    if m.type == catalog.COUNTER:
+        assert m.name.endswith("_total")
+    else:
+        assert not m.name.endswith("_total")
+    if m.unit:
+        suffix = UNIT_SUFFIXES[m.unit]
+        assert suffix in m.name, f"{m.name} must carry its unit {suffix}"
+    if m.name.endswith("_info"):
+        assert m.labels, "info metrics carry identity labels"
+    assert m.help and (m.help[0].isupper() or m.help[0].isdigit()) and m.help.endswith((".", ")"))
+    forbidden = {"pid", "cmdline", "command", "user", "username"}
+    assert not forbidden & set(m.labels), "no pids, command lines or users as labels"
+
+
+def test_writer_refuses_uncatalogued_names_and_wrong_labels():
+    w = Writer()
+    with pytest.raises(UnknownMetric):
+        w.add("headroom_made_up_metric", 1)
+    with pytest.raises(ValueError):
+        w.add("headroom_gpu_up", 1, "0")  # needs gpu and uuid
+
+
+def test_writer_omits_unknown_values_and_escapes_labels():
+    w = Writer()
+    w.add("headroom_gpu_power_watts", None, "0", "GPU-a")
+    w.add("headroom_shm_used_bytes", 5, 'we"ird\\path\n')
+    w.add("headroom_samples_total", 3)
+    text = w.render().decode()
+    assert "headroom_gpu_power_watts" not in text
+    assert 'headroom_shm_used_bytes{mountpoint="we\\"ird\\\\path\\n"} 5' in text
+    assert "# TYPE headroom_samples_total counter\nheadroom_samples_total 3" in text
+    # families in catalogue order
+    assert text.index("headroom_samples_total") < text.index("headroom_shm_used_bytes")

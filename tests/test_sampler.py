@@ -1,0 +1,159 @@
+"""The tick loop: isolation of failing and stuck collectors, snapshots, health, window."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from headroom.exposition.server import HeadroomHTTPServer
+from headroom.sampler import Sampler
+from headroom.sources import Collector, CollectorError, SourceContext
+from headroom.samples import MemorySample
+
+from conftest import http_get
+
+
+class Steady(Collector):
+    name = "memory"
+
+    def collect(self):
+        return MemorySample(total_bytes=100, available_bytes=60, free_bytes=50)
+
+
+class Broken(Collector):
+    name = "disk"
+
+    def __init__(self, ctx, message="cannot read /proc/diskstats: No such file or directory"):
+        super().__init__(ctx)
+        self.message = message
+        self.broken = True
+
+    def collect(self):
+        if self.broken:
+            raise CollectorError(self.message)
+        from headroom.samples import DiskSample
+        return DiskSample(devices=())
+
+
+class Hanging(Collector):
+    """Blocks inside collect() until released, like an NVML call that hangs."""
+
+    name = "cpu"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.release = threading.Event()
+        self.calls = 0
+
+    def collect(self):
+        self.calls += 1
+        self.release.wait(30)
+        raise CollectorError("released")
+
+
+class Crashing(Collector):
+    name = "shm"
+
+    def collect(self):
+        raise ZeroDivisionError("division by zero")
+
+
+def test_a_failing_collector_does_not_break_the_tick():
+    s = Sampler([Steady(SourceContext()), Broken(SourceContext()), Crashing(SourceContext())], interval=0.2)
+    try:
+        snap = s.tick()
+    finally:
+        s.stop()
+    text = snap.exposition.decode()
+    assert 'headroom_collector_success{collector="memory"} 1' in text
+    assert 'headroom_collector_success{collector="disk"} 0' in text
+    assert 'headroom_collector_success{collector="shm"} 0' in text
+    assert "headroom_memory_total_bytes 100" in text
+    assert snap.sample.sources["disk"].error == "cannot read /proc/diskstats: No such file or directory"
+    # unexpected exceptions keep their type in the message so a bug report says what happened
+    assert snap.sample.sources["shm"].error == "ZeroDivisionError: division by zero"
+
+
+def test_a_collector_recovers_when_its_fault_clears():
+    broken = Broken(SourceContext())
+    s = Sampler([broken], interval=0.2)
+    try:
+        assert not s.tick().sample.sources["disk"].ok
+        assert "disk" in s.failing
+        broken.broken = False
+        assert s.tick().sample.sources["disk"].ok
+        assert s.failing == {}
+    finally:
+        s.stop()
+
+
+def test_a_stuck_collector_is_reported_and_not_called_again_while_stuck():
+    hanging = Hanging(SourceContext())
+    s = Sampler([Steady(SourceContext()), hanging], interval=0.2, collector_timeout=0.2)
+    try:
+        t0 = time.monotonic()
+        first = s.tick()
+        second = s.tick()
+        elapsed = time.monotonic() - t0
+        assert not first.sample.sources["cpu"].ok
+        assert first.sample.sources["cpu"].error.startswith("stuck: collect() has not returned for")
+        assert second.sample.sources["memory"].ok
+        assert hanging.calls == 1, "a stuck collector must not pile up calls"
+        assert elapsed < 2.0, "ticks must not wait for the stuck call"
+        hanging.release.set()
+        time.sleep(0.1)
+        s.tick()
+        assert hanging.calls == 2
+    finally:
+        hanging.release.set()
+        s.stop()
+
+
+def test_scrapes_keep_answering_while_a_collector_hangs():
+    hanging = Hanging(SourceContext())
+    s = Sampler([Steady(SourceContext()), hanging], interval=0.1, collector_timeout=0.1)
+    s.tick()
+    s.start()
+    srv = HeadroomHTTPServer(("127.0.0.1", 0), s)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        for _ in range(5):
+            t0 = time.monotonic()
+            status, _, body = http_get(url + "/metrics", timeout=2)
+            assert status == 200
+            assert time.monotonic() - t0 < 1.0
+            assert b'headroom_collector_success{collector="cpu"} 0' in body
+        status, _, body = http_get(url + "/healthz")
+        assert status == 200 and b"degraded: cpu: stuck" in body
+    finally:
+        hanging.release.set()
+        srv.shutdown()
+        srv.server_close()
+        s.stop()
+
+
+def test_health_turns_503_when_ticks_stop():
+    now = [100.0]
+    s = Sampler([Steady(SourceContext())], interval=1.0, clock=lambda: now[0])
+    try:
+        assert s.healthy() == (False, "no sample yet")
+        s.tick()
+        assert s.healthy()[0]
+        now[0] += 3.5
+        ok, reason = s.healthy()
+        assert not ok and reason.startswith("last sample 3.5s ago")
+    finally:
+        s.stop()
+
+
+def test_window_is_bounded_by_its_duration():
+    s = Sampler([Steady(SourceContext())], interval=0.5, window_seconds=10)
+    try:
+        for _ in range(40):
+            s.tick()
+        assert len(s.window) == 21
+        assert s.snapshot.ticks == 40
+    finally:
+        s.stop()
