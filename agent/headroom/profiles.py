@@ -1,0 +1,863 @@
+"""Workload profiles: what a workload declares about itself, and how it is recognised on the host.
+
+``profile_from_dict(d)`` turns one YAML mapping (already loaded) into a frozen ``WorkloadProfile``, or
+raises ``ProfileErrors`` carrying every problem found, each a ``ProfileError`` with a field path relative
+to the profile (``("architecture", "kv_heads")``, ``("gpus", 1)``) so the config loader can point at the
+file, line and column. Nothing here reads files or touches the host.
+
+YAML keys (snake_case; unknown keys are errors; everything but ``name``, ``kind`` and one way of
+attribution is optional; the memory model in ``headroom.sizing`` says which inputs each estimate needs):
+
+| key                                | type / values                                     | notes                                   |
+|------------------------------------|---------------------------------------------------|-----------------------------------------|
+| name                               | string [A-Za-z0-9][A-Za-z0-9_.-]*, <= 64 chars    | required; the ``workload`` label        |
+| kind                               | inference, training, finetune-full,               | required                                |
+|                                    | finetune-lora, finetune-qlora, cpu-inference      |                                         |
+| model                              | {name, version} or a string (the name)            | versions are strings: quote "1.10"      |
+| runtime                            | {name, version, gpu_memory_utilization,           | last three only for name ``vllm``       |
+|                                    | block_size, max_num_batched_tokens} or a string   |                                         |
+| params                             | 7B, 7e9, 70000000000                              | parameter count                         |
+| precision                          | fp32, fp16, bf16, fp8, int8, int4                 | how the weights are stored              |
+| quantization                       | none, gptq, awq, nf4, or {method, group_size,     | group_size: gptq/awq (128);             |
+|                                    | double_quant}                                     | double_quant: nf4 (default true)        |
+| compute_precision                  | fp32, fp16, bf16                                  | activations; default: precision if      |
+|                                    |                                                   | 16/32-bit, else bf16                    |
+| kv_cache_precision                 | fp32, fp16, bf16, fp8, int8, int4                 | inference only; default compute_prec.   |
+| architecture                       | {layers, heads, kv_heads, head_dim, hidden_size,  | kv_heads defaults to heads (as in HF    |
+|                                    | intermediate_size, vocab_size, tie_embeddings}    | configs); head_dim to hidden/heads      |
+| context                            | {typical, max} or an int (= max)                  | tokens per sequence, prompt + output    |
+| output_tokens                      | int                                               | expected output length; < context.max   |
+| concurrency                        | int >= 1                                          | inference: concurrent sequences per     |
+|                                    |                                                   | replica                                 |
+| training                           | {optimizer, gradient_precision, master_weights,   | training and fine-tuning kinds only     |
+|                                    | gradient_checkpointing, flash_attention,          |                                         |
+|                                    | batch_size, micro_batch}                          |                                         |
+| lora                               | {rank, alpha, target_modules, precision, params}  | finetune-lora / finetune-qlora only     |
+| dataloader_workers                 | int >= 0                                          |                                         |
+| parallel                           | {tensor, pipeline, data}                          | ints >= 1, default 1                    |
+| gpus                               | [0, "GPU-...", "MIG-..."]                         | indices or UUIDs                        |
+| match                              | {cmdline, exe, systemd_unit, cgroup, pid_file,    | cmdline is a regular expression,        |
+|                                    | container_id}                                     | cgroup a glob, pid_file absolute        |
+| endpoint                           | http(s) URL of the serving /metrics               |                                         |
+| cost_per_gpu_hour                  | number >= 0                                       | in the operator's currency              |
+
+Attribution rule: a profile needs at least one ``match`` rule or an explicit ``gpus`` list; without
+either no process and no GPU could ever be attributed to it, so it is rejected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+from headroom import units
+
+
+# ------------------------------------------------------------------------------------------ enums
+class Kind(StrEnum):
+    INFERENCE = "inference"
+    TRAINING = "training"
+    FINETUNE_FULL = "finetune-full"
+    FINETUNE_LORA = "finetune-lora"
+    FINETUNE_QLORA = "finetune-qlora"
+    CPU_INFERENCE = "cpu-inference"
+
+    @property
+    def is_inference(self) -> bool:
+        """True for kinds that generate (and so hold a KV cache)."""
+        return self in (Kind.INFERENCE, Kind.CPU_INFERENCE)
+
+    @property
+    def is_full_training(self) -> bool:
+        """True when every parameter is trained (gradients and optimizer state for all of them)."""
+        return self in (Kind.TRAINING, Kind.FINETUNE_FULL)
+
+    @property
+    def is_adapter(self) -> bool:
+        """True for LoRA and QLoRA: frozen base, trained adapters."""
+        return self in (Kind.FINETUNE_LORA, Kind.FINETUNE_QLORA)
+
+
+class Precision(StrEnum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    INT4 = "int4"
+
+    @property
+    def bits(self) -> int:
+        """Bits per element: 32, 16, 16, 8, 8, 4."""
+        return _BITS[self]
+
+
+_BITS = {Precision.FP32: 32, Precision.FP16: 16, Precision.BF16: 16, Precision.FP8: 8, Precision.INT8: 8,
+         Precision.INT4: 4}  # fmt: skip
+FLOAT_PRECISIONS = (Precision.FP32, Precision.FP16, Precision.BF16)  # allowed for compute and gradients
+
+
+class Quantization(StrEnum):
+    NONE = "none"
+    GPTQ = "gptq"
+    AWQ = "awq"
+    NF4 = "nf4"  # bitsandbytes 4-bit NormalFloat (QLoRA)
+
+
+# the weight precisions each quantization method can produce; the first is the default
+QUANTIZATION_PRECISIONS = {
+    Quantization.GPTQ: (Precision.INT4, Precision.INT8),
+    Quantization.AWQ: (Precision.INT4,),
+    Quantization.NF4: (Precision.INT4,),
+}
+
+
+class Optimizer(StrEnum):
+    ADAMW = "adamw"
+    ADAM = "adam"
+    ADAMW_8BIT = "adamw-8bit"
+    ADAM_8BIT = "adam-8bit"
+    SGD = "sgd"  # with momentum
+
+    @property
+    def state_bytes_per_param(self) -> int:
+        """Optimizer state per trained parameter: Adam(W) 8 (two FP32 moments), 8-bit Adam 2, SGD momentum 4."""
+        return {"adamw": 8, "adam": 8, "adamw-8bit": 2, "adam-8bit": 2, "sgd": 4}[self.value]
+
+
+KINDS = tuple(k.value for k in Kind)
+PRECISIONS = tuple(p.value for p in Precision)
+QUANTIZATIONS = tuple(q.value for q in Quantization)
+OPTIMIZERS = tuple(o.value for o in Optimizer)
+
+# LoRA target modules whose shapes the memory model knows (Llama/Mistral/Qwen naming; fused variants)
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "qkv_proj",
+                "gate_up_proj")  # fmt: skip
+LORA_ALL_LINEAR = "all-linear"
+
+
+# ------------------------------------------------------------------------------------------ types
+@dataclass(frozen=True)
+class Model:
+    name: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Runtime:
+    name: str | None = None  # lower-cased: vllm, tgi, sglang, transformers, llama.cpp ...
+    version: str | None = None
+    gpu_memory_utilization: float | None = None  # vLLM only; ratio 0-1 of the card vLLM reserves
+    block_size: int | None = None  # vLLM only; tokens per KV block
+    max_num_batched_tokens: int | None = None  # vLLM only; tokens per forward pass
+
+    @property
+    def is_vllm(self) -> bool:
+        """True when the runtime is vLLM (whose memory reservation the sizing model applies)."""
+        return self.name == "vllm"
+
+
+@dataclass(frozen=True)
+class Architecture:
+    layers: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int | None = None
+    tie_embeddings: bool = False
+
+    @property
+    def effective_kv_heads(self) -> int | None:
+        """kv_heads, or heads when kv_heads is not given (multi-head attention, as HF configs default)."""
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def effective_head_dim(self) -> int | None:
+        """head_dim, or hidden_size / heads when both are known and head_dim is not given."""
+        if self.head_dim is not None:
+            return self.head_dim
+        if self.hidden_size is not None and self.heads:
+            return self.hidden_size // self.heads
+        return None
+
+    @property
+    def effective_hidden_size(self) -> int | None:
+        """hidden_size, or heads x head_dim when those are known."""
+        if self.hidden_size is not None:
+            return self.hidden_size
+        if self.heads is not None and self.head_dim is not None:
+            return self.heads * self.head_dim
+        return None
+
+
+@dataclass(frozen=True)
+class Context:
+    typical: int | None = None  # tokens per sequence, prompt + output
+    max: int | None = None
+
+
+@dataclass(frozen=True)
+class QuantizationSpec:
+    method: Quantization = Quantization.NONE
+    group_size: int | None = None  # GPTQ/AWQ: parameters per scale+zero group (default 128 in sizing)
+    double_quant: bool | None = None  # NF4: quantize the quantization constants too (QLoRA)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    tensor: int = 1
+    pipeline: int = 1
+    data: int = 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the layout needs: tensor x pipeline x data."""
+        return self.tensor * self.pipeline * self.data
+
+
+@dataclass(frozen=True)
+class Training:
+    optimizer: Optimizer | None = None
+    gradient_precision: Precision | None = None
+    master_weights: bool | None = None  # FP32 copy of 16-bit trained weights; default: yes when 16-bit
+    gradient_checkpointing: bool = False
+    flash_attention: bool = True  # attention scores are never materialised (no s^2 activation term)
+    batch_size: int | None = None  # global batch (sequences per optimizer step)
+    micro_batch: int | None = None  # sequences per GPU per forward/backward pass
+
+
+@dataclass(frozen=True)
+class Lora:
+    rank: int | None = None
+    alpha: float | None = None
+    target_modules: tuple[str, ...] = ()
+    precision: Precision = Precision.FP32  # adapter weights (PEFT keeps them in FP32 by default)
+    params: int | None = None  # adapter parameter count, when the module shapes are not known
+
+
+@dataclass(frozen=True)
+class ProcessMatch:
+    cmdline: str | None = None  # regular expression searched in the NUL-joined-by-space command line
+    exe: str | None = None  # executable base name (comm / basename of /proc/PID/exe)
+    systemd_unit: str | None = None
+    cgroup: str | None = None  # glob over cgroup v2 paths
+    pid_file: str | None = None
+    container_id: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        """True when no rule is set."""
+        return not any(
+            (self.cmdline, self.exe, self.systemd_unit, self.cgroup, self.pid_file, self.container_id)
+        )
+
+
+@dataclass(frozen=True)
+class WorkloadProfile:
+    name: str
+    kind: Kind
+    model: Model = field(default_factory=Model)
+    runtime: Runtime = field(default_factory=Runtime)
+    params: int | None = None
+    precision: Precision | None = None
+    quantization: QuantizationSpec = field(default_factory=QuantizationSpec)
+    compute_precision: Precision | None = None
+    kv_cache_precision: Precision | None = None
+    architecture: Architecture = field(default_factory=Architecture)
+    context: Context = field(default_factory=Context)
+    output_tokens: int | None = None
+    concurrency: int | None = None
+    training: Training | None = None
+    lora: Lora | None = None
+    dataloader_workers: int | None = None
+    parallel: Parallelism = field(default_factory=Parallelism)
+    gpus: tuple[int | str, ...] = ()
+    match: ProcessMatch = field(default_factory=ProcessMatch)
+    endpoint: str | None = None
+    cost_per_gpu_hour: float | None = None
+
+    @property
+    def effective_quantization(self) -> QuantizationSpec:
+        """The declared quantization, or NF4 with double quantization for a finetune-qlora profile that
+        declares none (the QLoRA paper's setup)."""
+        q = self.quantization
+        if self.kind == Kind.FINETUNE_QLORA and q.method == Quantization.NONE:
+            return QuantizationSpec(method=Quantization.NF4, double_quant=True)
+        return q
+
+    @property
+    def weight_precision(self) -> Precision | None:
+        """The declared precision, or the default of the (effective) quantization method (int4)."""
+        if self.precision is not None:
+            return self.precision
+        method = self.effective_quantization.method
+        return QUANTIZATION_PRECISIONS[method][0] if method in QUANTIZATION_PRECISIONS else None
+
+    @property
+    def effective_compute_precision(self) -> Precision:
+        """compute_precision, else the weight precision when it is a float format, else bf16."""
+        if self.compute_precision is not None:
+            return self.compute_precision
+        p = self.weight_precision
+        return p if p in FLOAT_PRECISIONS else Precision.BF16
+
+    @property
+    def effective_kv_cache_precision(self) -> Precision:
+        """kv_cache_precision, else the compute precision (vLLM's kv_cache_dtype "auto")."""
+        return self.kv_cache_precision or self.effective_compute_precision
+
+
+# ----------------------------------------------------------------------------------------- errors
+Path = tuple[str | int, ...]
+
+
+def format_path(path: Path) -> str:
+    """("gpus", 1, "x") -> "gpus[1].x"."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+class ProfileError(ValueError):
+    """One problem in a profile: ``path`` (relative to the profile mapping) and a human ``message``."""
+
+    def __init__(self, path: Path, message: str):
+        super().__init__(f"{format_path(path) or '<profile>'}: {message}")
+        self.path = tuple(path)
+        self.message = message
+
+
+class ProfileErrors(ValueError):
+    """Every problem found in one profile, in document order as far as possible."""
+
+    def __init__(self, errors: Sequence[ProfileError]):
+        super().__init__("\n".join(str(e) for e in errors))
+        self.errors = list(errors)
+
+
+# ---------------------------------------------------------------------------------------- reading
+_BAD = object()  # a value that failed validation; its error is already recorded
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
+_CONTAINER_ID = re.compile(r"^[0-9a-f]{12,64}$")
+
+_TOP_KEYS = ("name", "kind", "model", "runtime", "params", "precision", "quantization", "compute_precision",
+             "kv_cache_precision", "architecture", "context", "output_tokens", "concurrency", "training", "lora",
+             "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour")  # fmt: skip
+_ARCH_KEYS = ("layers", "heads", "kv_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
+              "tie_embeddings")  # fmt: skip
+_TRAINING_KEYS = ("optimizer", "gradient_precision", "master_weights", "gradient_checkpointing",
+                  "flash_attention", "batch_size", "micro_batch")  # fmt: skip
+_LORA_KEYS = ("rank", "alpha", "target_modules", "precision", "params")
+_MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "container_id")
+_RUNTIME_KEYS = ("name", "version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens")
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.errors: list[ProfileError] = []
+
+    def error(self, path: Path, message: str) -> object:
+        self.errors.append(ProfileError(path, message))
+        return _BAD
+
+    def mapping(self, value: Any, path: Path, allowed: Sequence[str]) -> Mapping[str, Any] | None:
+        """The mapping with unknown keys reported, or None (error recorded) when it is not a mapping."""
+        if not isinstance(value, Mapping):
+            self.error(path, f"expected a mapping with keys {', '.join(allowed)}; got {_kind_of(value)}")
+            return None
+        for key in value:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(allowed)}"
+                self.error(path + (str(key),), f"unknown key {key!r}{hint}")
+        return value
+
+    # each converter returns the converted value, None when absent, or _BAD after recording an error
+    def string(self, m: Mapping, key: str, path: Path) -> Any:
+        if key not in m or m[key] is None:
+            return None
+        v = m[key]
+        if isinstance(v, bool) or isinstance(v, int | float):
+            return self.error(path + (key,), f'expected a string; got {v!r} (quote it: {key}: "{v}")')
+        if not isinstance(v, str) or not v.strip():
+            return self.error(path + (key,), f"expected a non-empty string; got {_kind_of(v)}")
+        return v.strip()
+
+    def integer(self, m: Mapping, key: str, path: Path, minimum: int) -> Any:
+        if key not in m or m[key] is None:
+            return None
+        v = m[key]
+        if isinstance(v, bool) or not isinstance(v, int):
+            return self.error(path + (key,), f"expected an integer >= {minimum}; got {v!r}")
+        if v < minimum:
+            return self.error(path + (key,), f"must be >= {minimum}; got {v}")
+        return v
+
+    def number(self, m: Mapping, key: str, path: Path, minimum: float, maximum: float | None = None,
+               exclusive_minimum: bool = False) -> Any:  # fmt: skip
+        if key not in m or m[key] is None:
+            return None
+        v = m[key]
+        if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+            return self.error(path + (key,), f"expected a number; got {v!r}")
+        if v < minimum or (exclusive_minimum and v == minimum):
+            return self.error(
+                path + (key,), f"must be {'>' if exclusive_minimum else '>='} {minimum:g}; got {v:g}"
+            )
+        if maximum is not None and v > maximum:
+            return self.error(path + (key,), f"must be <= {maximum:g}; got {v:g}")
+        return float(v)
+
+    def boolean(self, m: Mapping, key: str, path: Path) -> Any:
+        if key not in m or m[key] is None:
+            return None
+        v = m[key]
+        if not isinstance(v, bool):
+            return self.error(path + (key,), f"expected true or false; got {v!r}")
+        return v
+
+    def count(self, m: Mapping, key: str, path: Path) -> Any:
+        if key not in m or m[key] is None:
+            return None
+        try:
+            n = units.parse_count(m[key], what=key)
+        except ValueError as exc:
+            return self.error(path + (key,), str(exc))
+        if n == 0:
+            return self.error(path + (key,), "must be > 0")
+        return n
+
+    def choice(
+        self, m: Mapping, key: str, path: Path, enum: type[StrEnum], allowed: Sequence[Any] | None = None
+    ) -> Any:
+        if key not in m or m[key] is None:
+            return None
+        v = m[key]
+        options = [e.value for e in (allowed if allowed is not None else list(enum))]
+        if not isinstance(v, str) or v.strip().lower() not in options:
+            return self.error(path + (key,), f"expected one of {', '.join(options)}; got {v!r}")
+        return enum(v.strip().lower())
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if value is None:
+        return "nothing"
+    return repr(value)
+
+
+def _ok(*values: Any) -> bool:
+    """True when every value is present and valid (neither None nor _BAD)."""
+    return all(v is not None and v is not _BAD for v in values)
+
+
+def _val(v: Any, default: Any = None) -> Any:
+    return default if v is None or v is _BAD else v
+
+
+# ------------------------------------------------------------------------------------------ parse
+def profile_from_dict(d: Mapping[str, Any]) -> WorkloadProfile:
+    """Return the WorkloadProfile described by ``d`` (one item of ``workloads:``).
+
+    Raises ProfileErrors listing every bad value, unknown key and impossible combination; field paths
+    are relative to ``d``.
+    """
+    r = _Reader()
+    top = r.mapping(d, (), _TOP_KEYS)
+    if top is None:
+        raise ProfileErrors(r.errors)
+
+    name = r.string(top, "name", ())
+    if name is None:
+        r.error(("name",), "required: a short name for the workload (used as the workload label)")
+    elif name is not _BAD and not _NAME.match(name):
+        r.error(("name",), f"{name!r} must match [A-Za-z0-9][A-Za-z0-9_.-]* and be at most 64 characters")
+        name = _BAD
+    kind = r.choice(top, "kind", (), Kind)
+    if "kind" not in top or top["kind"] is None:
+        r.error(("kind",), f"required: one of {', '.join(KINDS)}")
+
+    model = _model(r, top)
+    runtime = _runtime(r, top)
+    params = r.count(top, "params", ())
+    precision = r.choice(top, "precision", (), Precision)
+    quant = _quantization(r, top)
+    compute = r.choice(top, "compute_precision", (), Precision, FLOAT_PRECISIONS)
+    kv_precision = r.choice(top, "kv_cache_precision", (), Precision)
+    arch = _architecture(r, top)
+    context = _context(r, top)
+    output_tokens = r.integer(top, "output_tokens", (), 1)
+    concurrency = r.integer(top, "concurrency", (), 1)
+    training = _training(r, top)
+    lora = _lora(r, top)
+    workers = r.integer(top, "dataloader_workers", (), 0)
+    parallel = _parallel(r, top)
+    gpus = _gpus(r, top)
+    match = _match(r, top)
+    endpoint = _endpoint(r, top)
+    cost = r.number(top, "cost_per_gpu_hour", (), 0.0)
+
+    # --------------------------------------------------------------------- impossible combinations
+    if _ok(kind):
+        _check_kind(r, top, kind, precision, quant, kv_precision, concurrency, training, lora, runtime, gpus,
+                    parallel)  # fmt: skip
+    if _ok(quant) and _ok(precision) and quant.method in QUANTIZATION_PRECISIONS:
+        allowed = QUANTIZATION_PRECISIONS[quant.method]
+        if precision not in allowed:
+            r.error(("precision",), f"{quant.method.value} stores weights as {', '.join(p.value for p in allowed)}; "
+                                    f"got {precision.value}")  # fmt: skip
+    if _ok(arch):
+        _check_architecture(r, arch)
+        if _ok(parallel):
+            if arch.heads is not None and arch.heads % parallel.tensor:
+                r.error(("parallel", "tensor"), f"tensor parallel degree {parallel.tensor} must divide the "
+                                                f"{arch.heads} attention heads")  # fmt: skip
+            if arch.layers is not None and parallel.pipeline > arch.layers:
+                r.error(
+                    ("parallel", "pipeline"),
+                    f"pipeline degree {parallel.pipeline} exceeds the {arch.layers} layers",
+                )
+    if _ok(context):
+        if context.typical is not None and context.max is not None and context.typical > context.max:
+            r.error(("context", "typical"), f"typical context {context.typical} exceeds max {context.max}")
+        if _ok(output_tokens) and context.max is not None and output_tokens >= context.max:
+            r.error(("output_tokens",), f"output_tokens {output_tokens} must be below context.max {context.max} "
+                                        "(context counts prompt and output tokens)")  # fmt: skip
+    if _ok(training) and training.batch_size is not None and training.micro_batch is not None:
+        if training.micro_batch > training.batch_size:
+            r.error(("training", "micro_batch"), f"micro_batch {training.micro_batch} exceeds batch_size "
+                                                 f"{training.batch_size}")  # fmt: skip
+    if _ok(training) and training.master_weights:
+        trained = (
+            (_val(lora).precision if _ok(lora) else Precision.FP32)
+            if _ok(kind) and kind.is_adapter
+            else precision
+        )
+        if trained == Precision.FP32:
+            r.error(("training", "master_weights"), "master weights are an FP32 copy of 16-bit trained weights; "
+                                                    "the trained weights are already fp32")  # fmt: skip
+    if _ok(gpus) and _ok(parallel) and gpus and len(gpus) < parallel.gpus:
+        r.error(("gpus",), f"lists {len(gpus)} GPU(s) but parallel tensor {parallel.tensor} x pipeline "
+                           f"{parallel.pipeline} x data {parallel.data} needs {parallel.gpus}")  # fmt: skip
+    if _ok(match) and match.empty and not _val(gpus) and not {"gpus", "match"} & _error_roots(r):
+        r.error(("match",), "a profile needs at least one match rule (cmdline, exe, systemd_unit, cgroup, pid_file, "
+                            "container_id) or an explicit gpus list; otherwise nothing can be attributed to it")  # fmt: skip
+
+    if r.errors:
+        raise ProfileErrors(r.errors)
+    return WorkloadProfile(
+        name=name, kind=kind, model=model, runtime=runtime, params=params, precision=precision,
+        quantization=quant, compute_precision=compute, kv_cache_precision=kv_precision, architecture=arch,
+        context=context, output_tokens=output_tokens, concurrency=concurrency, training=training, lora=lora,
+        dataloader_workers=workers, parallel=parallel, gpus=gpus, match=match, endpoint=endpoint,
+        cost_per_gpu_hour=cost,
+    )  # fmt: skip
+
+
+def _error_roots(r: _Reader) -> set[str | int]:
+    """First path elements that already carry an error (to avoid piling a second error on them)."""
+    return {e.path[0] for e in r.errors if e.path}
+
+
+def _model(r: _Reader, top: Mapping) -> Any:
+    v = top.get("model")
+    if v is None:
+        return Model()
+    if isinstance(v, str) and v.strip():
+        return Model(name=v.strip())
+    m = r.mapping(v, ("model",), ("name", "version"))
+    if m is None:
+        return _BAD
+    name, version = r.string(m, "name", ("model",)), r.string(m, "version", ("model",))
+    return _BAD if _BAD in (name, version) else Model(name, version)
+
+
+def _runtime(r: _Reader, top: Mapping) -> Any:
+    v = top.get("runtime")
+    if v is None:
+        return Runtime()
+    if isinstance(v, str) and v.strip():
+        return Runtime(name=v.strip().lower())
+    p = ("runtime",)
+    m = r.mapping(v, p, _RUNTIME_KEYS)
+    if m is None:
+        return _BAD
+    name = r.string(m, "name", p)
+    rt = Runtime(
+        name=_val(name).lower() if _ok(name) else None,
+        version=_val(r.string(m, "version", p)),
+        gpu_memory_utilization=_val(
+            r.number(m, "gpu_memory_utilization", p, 0.0, 1.0, exclusive_minimum=True)
+        ),
+        block_size=_val(r.integer(m, "block_size", p, 1)),
+        max_num_batched_tokens=_val(r.integer(m, "max_num_batched_tokens", p, 1)),
+    )
+    if not rt.is_vllm:
+        for key in ("gpu_memory_utilization", "block_size", "max_num_batched_tokens"):
+            if m.get(key) is not None:
+                r.error(p + (key,), f"{key} is a vLLM setting; runtime.name is {rt.name or 'not set'}")
+    return rt
+
+
+def _quantization(r: _Reader, top: Mapping) -> Any:
+    v = top.get("quantization")
+    if v is None:
+        return QuantizationSpec()
+    p = ("quantization",)
+    if isinstance(v, str):
+        method = r.choice(top, "quantization", (), Quantization)
+        return QuantizationSpec(method=method) if _ok(method) else _BAD
+    m = r.mapping(v, p, ("method", "group_size", "double_quant"))
+    if m is None:
+        return _BAD
+    method = r.choice(m, "method", p, Quantization)
+    if "method" not in m:
+        r.error(p + ("method",), f"required: one of {', '.join(QUANTIZATIONS)}")
+    group = r.integer(m, "group_size", p, 1)
+    double = r.boolean(m, "double_quant", p)
+    if _ok(method):
+        if group is not None and method not in (Quantization.GPTQ, Quantization.AWQ):
+            r.error(p + ("group_size",), f"group_size applies to gptq and awq; method is {method.value}")
+        if double is not None and method != Quantization.NF4:
+            r.error(p + ("double_quant",), f"double_quant applies to nf4; method is {method.value}")
+    if not _ok(method):
+        return _BAD
+    return QuantizationSpec(method=method, group_size=_val(group), double_quant=_val(double))
+
+
+def _architecture(r: _Reader, top: Mapping) -> Any:
+    v = top.get("architecture")
+    if v is None:
+        return Architecture()
+    p = ("architecture",)
+    m = r.mapping(v, p, _ARCH_KEYS)
+    if m is None:
+        return _BAD
+    values = {k: r.integer(m, k, p, 1) for k in _ARCH_KEYS if k != "tie_embeddings"}
+    tie = r.boolean(m, "tie_embeddings", p)
+    if any(x is _BAD for x in values.values()) or tie is _BAD:
+        return _BAD
+    return Architecture(**values, tie_embeddings=bool(tie))
+
+
+def _check_architecture(r: _Reader, a: Architecture) -> None:
+    if a.heads is not None and a.kv_heads is not None:
+        if a.kv_heads > a.heads:
+            r.error(("architecture", "kv_heads"), f"kv_heads {a.kv_heads} exceeds heads {a.heads}")
+        elif a.heads % a.kv_heads:
+            r.error(("architecture", "kv_heads"), f"heads {a.heads} must be a multiple of kv_heads {a.kv_heads} "
+                                                  "(grouped-query attention)")  # fmt: skip
+    if a.heads is not None and a.head_dim is not None and a.hidden_size is not None:
+        if a.heads * a.head_dim != a.hidden_size:
+            r.error(("architecture", "hidden_size"), f"head_dim {a.head_dim} x heads {a.heads} = "
+                                                     f"{a.head_dim * a.heads}, not hidden_size {a.hidden_size}")  # fmt: skip
+
+
+def _context(r: _Reader, top: Mapping) -> Any:
+    v = top.get("context")
+    if v is None:
+        return Context()
+    p = ("context",)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return Context(max=v) if v >= 1 else r.error(p, f"must be >= 1 token; got {v}")
+    if isinstance(v, str):
+        return r.error(
+            p, f"expected a number of tokens such as 8192 (suffixes like 8k are ambiguous); got {v!r}"
+        )
+    m = r.mapping(v, p, ("typical", "max"))
+    if m is None:
+        return _BAD
+    typical, mx = r.integer(m, "typical", p, 1), r.integer(m, "max", p, 1)
+    return Context(typical=_val(typical), max=_val(mx)) if _BAD not in (typical, mx) else _BAD
+
+
+def _training(r: _Reader, top: Mapping) -> Any:
+    v = top.get("training")
+    if v is None:
+        return None
+    p = ("training",)
+    m = r.mapping(v, p, _TRAINING_KEYS)
+    if m is None:
+        return _BAD
+    fields = dict(
+        optimizer=r.choice(m, "optimizer", p, Optimizer),
+        gradient_precision=r.choice(m, "gradient_precision", p, Precision, FLOAT_PRECISIONS),
+        master_weights=r.boolean(m, "master_weights", p),
+        gradient_checkpointing=r.boolean(m, "gradient_checkpointing", p),
+        flash_attention=r.boolean(m, "flash_attention", p),
+        batch_size=r.integer(m, "batch_size", p, 1),
+        micro_batch=r.integer(m, "micro_batch", p, 1),
+    )
+    if any(x is _BAD for x in fields.values()):
+        return _BAD
+    defaults = {"gradient_checkpointing": False, "flash_attention": True}
+    return Training(**{k: (defaults.get(k) if x is None else x) for k, x in fields.items()})
+
+
+def _lora(r: _Reader, top: Mapping) -> Any:
+    v = top.get("lora")
+    if v is None:
+        return None
+    p = ("lora",)
+    m = r.mapping(v, p, _LORA_KEYS)
+    if m is None:
+        return _BAD
+    rank = r.integer(m, "rank", p, 1)
+    alpha = r.number(m, "alpha", p, 0.0, exclusive_minimum=True)
+    precision = r.choice(m, "precision", p, Precision, FLOAT_PRECISIONS)
+    params = r.count(m, "params", p)
+    modules: Any = ()
+    raw = m.get("target_modules")
+    if isinstance(raw, str):
+        raw = [raw]
+    if raw is not None:
+        if not isinstance(raw, list) or not raw:
+            modules = r.error(
+                p + ("target_modules",), "expected a non-empty list of module names, or all-linear"
+            )
+        else:
+            seen: list[str] = []
+            for i, item in enumerate(raw):
+                if not isinstance(item, str) or not item.strip():
+                    r.error(p + ("target_modules", i), f"expected a module name; got {_kind_of(item)}")
+                elif item in seen:
+                    r.error(p + ("target_modules", i), f"{item!r} is listed twice")
+                else:
+                    seen.append(item.strip())
+            modules = tuple(seen) if len(seen) == len(raw) else _BAD
+    if _BAD in (rank, alpha, precision, params, modules):
+        return _BAD
+    return Lora(
+        rank=rank, alpha=alpha, target_modules=modules, precision=precision or Precision.FP32, params=params
+    )
+
+
+def _parallel(r: _Reader, top: Mapping) -> Any:
+    v = top.get("parallel")
+    if v is None:
+        return Parallelism()
+    p = ("parallel",)
+    m = r.mapping(v, p, ("tensor", "pipeline", "data"))
+    if m is None:
+        return _BAD
+    degrees = {k: r.integer(m, k, p, 1) for k in ("tensor", "pipeline", "data")}
+    if _BAD in degrees.values():
+        return _BAD
+    return Parallelism(**{k: x or 1 for k, x in degrees.items()})
+
+
+def _gpus(r: _Reader, top: Mapping) -> Any:
+    v = top.get("gpus")
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        return r.error(("gpus",), f"expected a list of GPU indices or UUIDs; got {_kind_of(v)}")
+    out: list[int | str] = []
+    bad = False
+    for i, item in enumerate(v):
+        path = ("gpus", i)
+        if isinstance(item, bool) or not isinstance(item, int | str):
+            r.error(path, f"expected a GPU index (0, 1 ...) or a UUID (GPU-..., MIG-...); got {item!r}")
+        elif isinstance(item, int) and item < 0:
+            r.error(path, f"GPU index must be >= 0; got {item}")
+        elif isinstance(item, str) and not _GPU_UUID.match(item.strip()):
+            r.error(path, f"{item!r} is not a GPU UUID (GPU-... or MIG-...); write indices as numbers")
+        elif (item.strip() if isinstance(item, str) else item) in out:
+            r.error(path, f"{item!r} is listed twice")
+        else:
+            out.append(item.strip() if isinstance(item, str) else item)
+            continue
+        bad = True
+    return _BAD if bad else tuple(out)
+
+
+def _match(r: _Reader, top: Mapping) -> Any:
+    v = top.get("match")
+    if v is None:
+        return ProcessMatch()
+    p = ("match",)
+    m = r.mapping(v, p, _MATCH_KEYS)
+    if m is None:
+        return _BAD
+    values = {k: r.string(m, k, p) for k in _MATCH_KEYS}
+    if _ok(values["cmdline"]):
+        try:
+            re.compile(values["cmdline"])
+        except re.error as exc:
+            values["cmdline"] = r.error(p + ("cmdline",), f"invalid regular expression: {exc}")
+    if _ok(values["exe"]) and "/" in values["exe"]:
+        values["exe"] = r.error(
+            p + ("exe",), f"exe is the executable's base name, not a path; got {values['exe']!r}"
+        )
+    if _ok(values["pid_file"]) and not values["pid_file"].startswith("/"):
+        values["pid_file"] = r.error(
+            p + ("pid_file",), f"must be an absolute path; got {values['pid_file']!r}"
+        )
+    if _ok(values["container_id"]) and not _CONTAINER_ID.match(values["container_id"]):
+        values["container_id"] = r.error(p + ("container_id",), "expected 12 to 64 lower-case hex digits; got "
+                                                                f"{values['container_id']!r}")  # fmt: skip
+    if _BAD in values.values():
+        return _BAD
+    return ProcessMatch(**values)
+
+
+def _endpoint(r: _Reader, top: Mapping) -> Any:
+    url = r.string(top, "endpoint", ())
+    if not _ok(url):
+        return url
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return r.error(("endpoint",), f"expected an http:// or https:// URL; got {url!r}")
+    return url
+
+
+def _check_kind(r: _Reader, top: Mapping, kind: Kind, precision: Any, quant: Any, kv_precision: Any,
+                concurrency: Any, training: Any, lora: Any, runtime: Any, gpus: Any, parallel: Any) -> None:  # fmt: skip
+    """Record the combinations the kind rules out."""
+    if lora is not None and not kind.is_adapter:
+        r.error(("lora",), f"lora applies to finetune-lora and finetune-qlora; kind is {kind.value}")
+    if training is not None and kind.is_inference:
+        r.error(("training",), f"training settings do not apply to kind {kind.value}")
+    if concurrency is not None and not kind.is_inference:
+        r.error(
+            ("concurrency",), f"concurrency applies to inference; for {kind.value} set training.micro_batch"
+        )
+    if kv_precision is not None and not kind.is_inference:
+        r.error(("kv_cache_precision",), f"a KV cache is held by inference; kind is {kind.value}")
+    method = quant.method if _ok(quant) else None
+    if kind.is_full_training:
+        if method not in (None, Quantization.NONE):
+            r.error(("quantization",), f"{kind.value} trains every weight; quantized ({method.value}) weights "
+                                       "cannot be trained directly (use finetune-qlora)")  # fmt: skip
+        if _ok(precision) and precision not in FLOAT_PRECISIONS:
+            r.error(("precision",), f"{kind.value} needs fp32, fp16 or bf16 weights; got {precision.value}")
+    if kind == Kind.FINETUNE_LORA and method not in (None, Quantization.NONE):
+        r.error(("quantization",), f"a {method.value}-quantized base is QLoRA: use kind finetune-qlora")
+    if kind == Kind.FINETUNE_QLORA:
+        if method == Quantization.NONE and "quantization" in top:
+            r.error(("quantization",), "finetune-qlora needs a 4-bit quantized base (nf4, gptq or awq)")
+        elif _ok(precision) and precision != Precision.INT4:
+            r.error(("precision",), f"finetune-qlora keeps the base in 4 bits (int4); got {precision.value}")
+    if kind == Kind.CPU_INFERENCE:
+        if _ok(gpus) and gpus:
+            r.error(("gpus",), "cpu-inference uses no GPU; remove gpus or use kind inference")
+        if _ok(parallel):
+            for key in ("tensor", "pipeline"):
+                if getattr(parallel, key) > 1:
+                    r.error(
+                        ("parallel", key), f"cpu-inference does not split the model over GPUs ({key} > 1)"
+                    )
+        if _ok(runtime) and runtime.gpu_memory_utilization is not None:
+            r.error(("runtime", "gpu_memory_utilization"), "cpu-inference reserves no GPU memory")
