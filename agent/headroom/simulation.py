@@ -1,0 +1,667 @@
+"""Simulated GPU hosts: scenario files and the time-varying signals they describe.
+
+A scenario (YAML, documented in docs/scenario-format.md) declares GPUs, how their readings move over
+time, processes, MIG instances, XIDs and injected NVML faults. ``Scenario.nvml_library()`` hands out a
+pynvml-compatible fake (``headroom.sources.fake_nvml``) bound to it, so the real NVML collector runs
+unchanged on a laptop, in CI and in ``--simulate demo``.
+
+Loading is strict: an unknown key, a wrong type or a bad unit fails with
+``ScenarioError("FILE:LINE:COLUMN: field.path: message")``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import threading
+from bisect import bisect_right
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from headroom.units import parse_bytes, parse_duration
+
+# Clock-event reasons in NVML bit order; the same names the collector reports.
+CLOCK_EVENT_REASONS: tuple[str, ...] = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clock_setting",
+)
+
+# Queries a scenario may declare NOT_SUPPORTED on one GPU (``unsupported: [...]``).
+UNSUPPORTABLE_QUERIES: frozenset[str] = frozenset({
+    "utilization", "memory_info", "power", "power_limit", "energy", "temperature", "memory_temperature",
+    "clocks", "performance_state", "fan_speed", "clock_events", "pcie_link", "pcie_throughput",
+    "processes", "mig", "ecc", "remapped_rows", "xid_events",
+})  # fmt: skip
+
+# GPU signal name -> unit kind (see _parse_unit)
+GPU_SIGNALS: dict[str, str] = {
+    "utilization": "ratio",
+    "memory_utilization": "ratio",
+    "memory_used": "size",
+    "power": "number",
+    "temperature": "number",
+    "memory_temperature": "number",
+    "sm_clock": "frequency",
+    "memory_clock": "frequency",
+    "performance_state": "number",
+    "fan_speed": "ratio",
+    "pcie_tx": "size",
+    "pcie_rx": "size",
+}
+_SIGNAL_BOUNDS = {"ratio": (0.0, 1.0), "bool": (0.0, 1.0), "size": (0.0, None), "frequency": (0.0, None)}
+
+_SCENARIO_DIR = "scenarios"
+
+
+class ScenarioError(ValueError):
+    """A scenario file is missing or invalid. The message reads FILE:LINE:COLUMN: field.path: message."""
+
+
+# ---------------------------------------------------------------------------------------------- clock
+class ManualClock:
+    """A clock that moves only when told: ``clock()`` returns seconds, ``advance(dt)`` moves it on."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = float(start)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> float:
+        """Move the clock forward; return the new time."""
+        with self._lock:
+            self._now += seconds
+            return self._now
+
+    def set(self, seconds: float) -> None:
+        self._now = float(seconds)
+
+
+# -------------------------------------------------------------------------------------------- signals
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A value over scenario time: constant, sine, steps (piecewise constant) or ramp, plus noise.
+
+    ``at(t)`` returns the value at ``t`` seconds since the scenario started. Noise is uniform in
+    [-noise, +noise], held for one second, and derived from (seed, key, second): the same scenario gives
+    the same values whatever order they are read in.
+    """
+
+    kind: str  # constant | sine | steps | ramp
+    value: float = 0.0  # constant
+    low: float = 0.0  # sine min, ramp from
+    high: float = 0.0  # sine max, ramp to
+    period: float = 0.0  # sine period; steps cycle length when repeat
+    phase: float = 0.0  # sine: seconds added to t
+    start: float = 0.0  # ramp start
+    over: float = 0.0  # ramp length
+    steps: tuple[tuple[float, float], ...] = ()
+    repeat: bool = False
+    noise: float = 0.0
+    seed: int = 0
+    key: str = ""
+    lower: float | None = None  # clamp
+    upper: float | None = None
+
+    def at(self, t: float) -> float:
+        """The signal's value at scenario time ``t`` (seconds), clamped to its bounds."""
+        if self.kind == "constant":
+            v = self.value
+        elif self.kind == "sine":
+            mid, amp = (self.low + self.high) / 2, (self.high - self.low) / 2
+            v = mid + amp * math.sin(2 * math.pi * (t + self.phase) / self.period)
+        elif self.kind == "steps":
+            if self.repeat:
+                t = t % self.period
+            i = bisect_right([s[0] for s in self.steps], t) - 1
+            v = self.steps[max(i, 0)][1]
+        elif self.kind == "ramp":
+            if t <= self.start or self.over <= 0:
+                v = self.low if t <= self.start else self.high
+            else:
+                v = self.low + (self.high - self.low) * min(1.0, (t - self.start) / self.over)
+        else:  # pragma: no cover - kinds are fixed by the parser
+            raise ValueError(f"unknown signal kind {self.kind!r}")
+        if self.noise:
+            v += self.noise * _unit_noise(self.seed, self.key, math.floor(t))
+        if self.lower is not None and v < self.lower:
+            v = self.lower
+        if self.upper is not None and v > self.upper:
+            v = self.upper
+        return v
+
+
+def constant(value: float) -> Signal:
+    """A signal that always reads ``value``."""
+    return Signal("constant", value=float(value))
+
+
+def _unit_noise(seed: int, key: str, second: int) -> float:
+    """A reproducible number in [-1, 1] for (seed, key, second)."""
+    digest = hashlib.blake2b(f"{seed}:{key}:{second}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**63 - 1.0
+
+
+# ------------------------------------------------------------------------------------- scenario types
+@dataclass(frozen=True, slots=True)
+class ProcessSpec:
+    pid: int
+    used_memory: Signal | None  # None: NVML reports "not available"
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstanceSpec:
+    gpu_instance_id: int
+    compute_instance_id: int
+    uuid: str
+    memory_total: int
+    memory_used: Signal
+
+
+@dataclass(frozen=True, slots=True)
+class XidSpec:
+    at: float  # seconds since scenario start
+    code: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str
+    memory_total: int  # bytes
+    memory_reserved: int
+    power_limit: float  # watts
+    sm_clock_max: float  # hertz
+    memory_clock_max: float
+    pcie_generation: int
+    pcie_width: int
+    pcie_max_generation: int
+    pcie_max_width: int
+    signals: Mapping[str, Signal]  # GPU_SIGNALS names
+    clock_events: Mapping[str, Signal]  # reason -> active when > 0.5
+    supported_clock_events: tuple[str, ...]
+    processes: tuple[ProcessSpec, ...]
+    mig_enabled: bool | None  # None: the GPU has no MIG support
+    mig_instances: tuple[MigInstanceSpec, ...]
+    xids: tuple[XidSpec, ...]
+    ecc_uncorrected_volatile: int
+    ecc_uncorrected_aggregate: int
+    remapped_rows: tuple[int, int, bool, bool]  # correctable, uncorrectable, pending, failure
+    unsupported: frozenset[str]  # UNSUPPORTABLE_QUERIES answered NOT_SUPPORTED
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    """An injected NVML failure: calls named ``call`` (on ``gpu``, or any) fail or hang."""
+
+    call: str  # pynvml function name, or an NVML_FI_* field name for one field of nvmlDeviceGetFieldValues
+    gpu: int | None = None
+    error: str | None = None  # NVML_ERROR_* name without the prefix, e.g. GPU_IS_LOST
+    hang: float | None = None  # seconds to block inside the call before answering
+    start: float | None = None  # active from (scenario seconds)
+    until: float | None = None  # active until (exclusive)
+    calls: int | None = None  # only the next N matching calls
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A simulated host, as loaded from a scenario file. Treat as immutable."""
+
+    name: str
+    source: str  # file it came from
+    description: str
+    seed: int
+    driver_version: str
+    nvml_version: str
+    cuda_driver_version: int
+    gpus: tuple[GpuSpec, ...]
+    faults: tuple[FaultSpec, ...] = ()
+    missing_functions: frozenset[str] = frozenset()
+    workloads: Any = None  # reserved: declared stand-in processes (raw YAML data, later issue)
+    host: Any = None  # reserved: synthetic host signals (raw YAML data, later issue)
+    _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def nvml_library(self, clock: Callable[[], float] | None = None) -> Any:
+        """The pynvml-compatible fake bound to this scenario (one per Scenario, created on first use).
+
+        ``clock`` returns seconds since the scenario started; by default the wall time since creation.
+        Passing a clock to a later call replaces the library's clock.
+        """
+        from headroom.sources.fake_nvml import FakeNvml
+
+        with self._lock:
+            lib = self._cache.get("nvml")
+            if lib is None:
+                lib = self._cache["nvml"] = FakeNvml(self, clock=clock)
+            elif clock is not None:
+                lib.clock = clock
+            return lib
+
+
+# -------------------------------------------------------------------------------------------- loading
+def list_scenarios() -> list[str]:
+    """Names of the built-in scenarios, sorted."""
+    folder = resources.files("headroom") / _SCENARIO_DIR
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """Load a built-in scenario by name, or a scenario file (anything with a slash or a .yaml suffix).
+
+    Raises ScenarioError for an unknown name, an unreadable file or invalid content.
+    """
+    text_name = str(name_or_path)
+    if "/" in text_name or text_name.endswith((".yaml", ".yml")) or isinstance(name_or_path, Path):
+        path = Path(name_or_path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror or exc}") from None
+        return parse_scenario(text, filename=str(path), name=path.stem)
+    resource = resources.files("headroom") / _SCENARIO_DIR / f"{text_name}.yaml"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text_name) or not resource.is_file():
+        known = ", ".join(list_scenarios()) or "none"
+        raise ScenarioError(f"unknown scenario {text_name!r} (built-in: {known}; or give a path to a .yaml file)")
+    return parse_scenario(resource.read_text(encoding="utf-8"), filename=str(resource), name=text_name)
+
+
+def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenario") -> Scenario:
+    """Parse scenario YAML text into a Scenario. Raises ScenarioError with file, line, column and path."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
+        raise ScenarioError(f"{where}: yaml: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{filename}: yaml: {exc}") from None
+    return _Parser(filename).scenario(root, name)
+
+
+_TOP_KEYS = {
+    "description", "seed", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "faults",
+    "missing_functions", "workloads", "host",
+}  # fmt: skip
+_GPU_KEYS = {
+    "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "sm_clock_max",
+    "memory_clock_max", "pcie", "clock_events", "supported_clock_events", "processes", "mig", "xids",
+    "ecc", "remapped_rows", "unsupported", *GPU_SIGNALS,
+}  # fmt: skip
+_FREQ_UNITS = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
+
+
+class _Parser:
+    """Walks a composed YAML node tree; every error carries the node's mark and the field path."""
+
+    def __init__(self, filename: str) -> None:
+        self.filename = filename
+        self._constructor = yaml.SafeLoader("")
+        self.seed = 0
+
+    # -- plumbing
+    def error(self, node: yaml.Node | None, path: str, message: str) -> ScenarioError:
+        if node is None:
+            return ScenarioError(f"{self.filename}: {path}: {message}")
+        m = node.start_mark
+        return ScenarioError(f"{self.filename}:{m.line + 1}:{m.column + 1}: {path}: {message}")
+
+    def plain(self, node: yaml.Node) -> Any:
+        """The Python value of a node (for scalars and raw sections)."""
+        return self._constructor.construct_object(node, deep=True)
+
+    def mapping(self, node: yaml.Node, path: str, allowed: set[str], required: tuple[str, ...] = ()) -> dict[str, yaml.Node]:
+        """Key -> value node of a mapping; rejects unknown, duplicate and missing keys."""
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, path, "expected a mapping")
+        out: dict[str, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            key = self.plain(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            if not isinstance(key, str):
+                raise self.error(key_node, path, "keys must be strings")
+            sub = f"{path}.{key}" if path else key
+            if key in out:
+                raise self.error(key_node, sub, "duplicate key")
+            if key not in allowed:
+                raise self.error(key_node, sub, f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+            out[key] = value_node
+        for key in required:
+            if key not in out:
+                raise self.error(node, path or "scenario", f"missing required key {key!r}")
+        return out
+
+    def sequence(self, node: yaml.Node, path: str) -> list[yaml.Node]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error(node, path, "expected a list")
+        return list(node.value)
+
+    def scalar(self, node: yaml.Node, path: str) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.error(node, path, "expected a single value")
+        return self.plain(node)
+
+    def string(self, node: yaml.Node, path: str) -> str:
+        value = self.scalar(node, path)
+        if not isinstance(value, str) or not value:
+            raise self.error(node, path, f"expected a non-empty string, got {value!r}")
+        return value
+
+    def integer(self, node: yaml.Node, path: str, minimum: int | None = 0) -> int:
+        value = self.scalar(node, path)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(node, path, f"expected a whole number, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.error(node, path, f"must be >= {minimum}, got {value}")
+        return value
+
+    def boolean(self, node: yaml.Node, path: str) -> bool:
+        value = self.scalar(node, path)
+        if not isinstance(value, bool):
+            raise self.error(node, path, f"expected true or false, got {value!r}")
+        return value
+
+    def duration(self, node: yaml.Node, path: str) -> float:
+        try:
+            return parse_duration(self.scalar(node, path))
+        except ValueError as exc:
+            raise self.error(node, path, str(exc)) from None
+
+    def unit(self, node: yaml.Node, path: str, kind: str) -> float:
+        """A number in base units. Kinds: ratio (0-1), number, size (bytes), frequency (Hz), bool."""
+        value = self.scalar(node, path)
+        try:
+            if kind == "size":
+                return float(parse_bytes(value))
+            if kind == "frequency":
+                return parse_frequency(value)
+            if kind == "bool" and isinstance(value, bool):
+                return 1.0 if value else 0.0
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"expected a number, got {value!r}")
+            if kind in ("ratio", "bool") and not 0.0 <= value <= 1.0:
+                raise ValueError(f"expected a ratio between 0 and 1, got {value!r}")
+            return float(value)
+        except ValueError as exc:
+            raise self.error(node, path, str(exc)) from None
+
+    # -- signals
+    def signal(self, node: yaml.Node, path: str, kind: str) -> Signal:
+        """A signal: a constant, or {sine|steps|ramp|value: ..., noise: ...}."""
+        lower, upper = _SIGNAL_BOUNDS.get(kind, (None, None))
+        common = {"seed": self.seed, "key": path, "lower": lower, "upper": upper}
+        if not isinstance(node, yaml.MappingNode):
+            return Signal("constant", value=self.unit(node, path, kind), **common)
+        keys = self.mapping(node, path, {"value", "sine", "steps", "ramp", "noise", "repeat", "period"})
+        shapes = [k for k in ("value", "sine", "steps", "ramp") if k in keys]
+        if len(shapes) != 1:
+            raise self.error(node, path, "expected exactly one of value, sine, steps, ramp")
+        shape = shapes[0]
+        noise = self.unit(keys["noise"], f"{path}.noise", "number" if kind == "bool" else kind) if "noise" in keys else 0.0
+        if noise < 0:
+            raise self.error(keys["noise"], f"{path}.noise", "must not be negative")
+        if shape != "steps":
+            for extra in ("repeat", "period"):
+                if extra in keys:
+                    raise self.error(keys[extra], f"{path}.{extra}", "only allowed with steps")
+        sub = f"{path}.{shape}"
+        if shape == "value":
+            return Signal("constant", value=self.unit(keys["value"], sub, kind), noise=noise, **common)
+        if shape == "sine":
+            s = self.mapping(keys["sine"], sub, {"min", "max", "period", "phase"}, ("min", "max", "period"))
+            low, high = self.unit(s["min"], f"{sub}.min", kind), self.unit(s["max"], f"{sub}.max", kind)
+            if low > high:
+                raise self.error(s["max"], f"{sub}.max", f"must be >= min ({low:g})")
+            period = self.duration(s["period"], f"{sub}.period")
+            if period <= 0:
+                raise self.error(s["period"], f"{sub}.period", "must be > 0")
+            phase = self.duration(s["phase"], f"{sub}.phase") if "phase" in s else 0.0
+            return Signal("sine", low=low, high=high, period=period, phase=phase, noise=noise, **common)
+        if shape == "ramp":
+            r = self.mapping(keys["ramp"], sub, {"from", "to", "over", "start"}, ("from", "to", "over"))
+            return Signal(
+                "ramp",
+                low=self.unit(r["from"], f"{sub}.from", kind),
+                high=self.unit(r["to"], f"{sub}.to", kind),
+                over=self.duration(r["over"], f"{sub}.over"),
+                start=self.duration(r["start"], f"{sub}.start") if "start" in r else 0.0,
+                noise=noise,
+                **common,
+            )
+        steps: list[tuple[float, float]] = []
+        for i, item in enumerate(self.sequence(keys["steps"], sub)):
+            ipath = f"{sub}[{i}]"
+            pair = self.sequence(item, ipath)
+            if len(pair) != 2:
+                raise self.error(item, ipath, "expected [time, value]")
+            t = self.duration(pair[0], f"{ipath}[0]")
+            if steps and t <= steps[-1][0]:
+                raise self.error(pair[0], f"{ipath}[0]", f"step times must increase (previous {steps[-1][0]:g}s)")
+            steps.append((t, self.unit(pair[1], f"{ipath}[1]", kind)))
+        if not steps:
+            raise self.error(keys["steps"], sub, "needs at least one [time, value] step")
+        repeat = self.boolean(keys["repeat"], f"{path}.repeat") if "repeat" in keys else False
+        period = 0.0
+        if repeat:
+            if "period" not in keys:
+                raise self.error(node, path, "repeat: true needs a period (the cycle length)")
+            period = self.duration(keys["period"], f"{path}.period")
+            if period <= steps[-1][0]:
+                raise self.error(keys["period"], f"{path}.period", f"must be longer than the last step time ({steps[-1][0]:g}s)")
+        elif "period" in keys:
+            raise self.error(keys["period"], f"{path}.period", "only allowed with repeat: true")
+        return Signal("steps", steps=tuple(steps), repeat=repeat, period=period, noise=noise, **common)
+
+    # -- document
+    def scenario(self, root: yaml.Node | None, name: str) -> Scenario:
+        if root is None:
+            raise ScenarioError(f"{self.filename}: scenario: the file is empty")
+        top = self.mapping(root, "", _TOP_KEYS, ("gpus",))
+        self.seed = self.integer(top["seed"], "seed") if "seed" in top else 0
+        gpus = tuple(self.gpu(n, i) for i, n in enumerate(self.sequence(top["gpus"], "gpus")))
+        uuids = [g.uuid for g in gpus] + [m.uuid for g in gpus for m in g.mig_instances]
+        if len(set(uuids)) != len(uuids):
+            raise self.error(top["gpus"], "gpus", "uuids must be unique")
+        missing = frozenset()
+        if "missing_functions" in top:
+            items = self.sequence(top["missing_functions"], "missing_functions")
+            missing = frozenset(self.string(n, f"missing_functions[{i}]") for i, n in enumerate(items))
+        faults = ()
+        if "faults" in top:
+            faults = tuple(self.fault(n, f"faults[{i}]", len(gpus)) for i, n in enumerate(self.sequence(top["faults"], "faults")))
+        return Scenario(
+            name=name,
+            source=self.filename,
+            description=self.string(top["description"], "description") if "description" in top else "",
+            seed=self.seed,
+            driver_version=self.string(top["driver_version"], "driver_version") if "driver_version" in top else "550.54.15",
+            nvml_version=self.string(top["nvml_version"], "nvml_version") if "nvml_version" in top else "12.550.54.15",
+            cuda_driver_version=self.integer(top["cuda_driver_version"], "cuda_driver_version") if "cuda_driver_version" in top else 12040,
+            gpus=gpus,
+            faults=faults,
+            missing_functions=missing,
+            workloads=self.plain(top["workloads"]) if "workloads" in top else None,
+            host=self.plain(top["host"]) if "host" in top else None,
+        )
+
+    def gpu(self, node: yaml.Node, index: int) -> GpuSpec:
+        path = f"gpus[{index}]"
+        g = self.mapping(node, path, _GPU_KEYS, ("name", "memory_total", "power_limit"))
+
+        def opt(key: str, read: Callable[[yaml.Node, str], Any], default: Any) -> Any:
+            return read(g[key], f"{path}.{key}") if key in g else default
+
+        memory_total = int(self.unit(g["memory_total"], f"{path}.memory_total", "size"))
+        signals = {k: self.signal(g[k], f"{path}.{k}", kind) for k, kind in GPU_SIGNALS.items() if k in g}
+        unsupported = set()
+        if "unsupported" in g:
+            for i, item in enumerate(self.sequence(g["unsupported"], f"{path}.unsupported")):
+                q = self.string(item, f"{path}.unsupported[{i}]")
+                if q not in UNSUPPORTABLE_QUERIES:
+                    raise self.error(item, f"{path}.unsupported[{i}]", f"unknown query {q!r} (expected one of: {', '.join(sorted(UNSUPPORTABLE_QUERIES))})")
+                unsupported.add(q)
+        # a GPU without a fan or memory sensor answers NOT_SUPPORTED, as passive datacenter boards do
+        for optional in ("fan_speed", "memory_temperature"):
+            if optional not in signals:
+                unsupported.add(optional)
+
+        pcie = {"generation": 5, "width": 16, "max_generation": 5, "max_width": 16}
+        if "pcie" in g:
+            p = self.mapping(g["pcie"], f"{path}.pcie", set(pcie))
+            for key, n in p.items():
+                pcie[key] = self.integer(n, f"{path}.pcie.{key}", minimum=1)
+
+        clock_events: dict[str, Signal] = {}
+        if "clock_events" in g:
+            ce = self.mapping(g["clock_events"], f"{path}.clock_events", set(CLOCK_EVENT_REASONS))
+            clock_events = {k: self.signal(n, f"{path}.clock_events.{k}", "bool") for k, n in ce.items()}
+        supported = CLOCK_EVENT_REASONS
+        if "supported_clock_events" in g:
+            spath = f"{path}.supported_clock_events"
+            names = [self.string(n, f"{spath}[{i}]") for i, n in enumerate(self.sequence(g["supported_clock_events"], spath))]
+            for i, n in enumerate(names):
+                if n not in CLOCK_EVENT_REASONS:
+                    raise self.error(g["supported_clock_events"].value[i], f"{spath}[{i}]", f"unknown reason {n!r} (expected one of: {', '.join(CLOCK_EVENT_REASONS)})")
+            supported = tuple(r for r in CLOCK_EVENT_REASONS if r in names)
+
+        processes = []
+        if "processes" in g:
+            for i, item in enumerate(self.sequence(g["processes"], f"{path}.processes")):
+                ppath = f"{path}.processes[{i}]"
+                p = self.mapping(item, ppath, {"pid", "used_memory"}, ("pid",))
+                used = None
+                if "used_memory" in p and not (isinstance(p["used_memory"], yaml.ScalarNode) and self.plain(p["used_memory"]) is None):
+                    used = self.signal(p["used_memory"], f"{ppath}.used_memory", "size")
+                processes.append(ProcessSpec(pid=self.integer(p["pid"], f"{ppath}.pid", minimum=1), used_memory=used))
+
+        mig_enabled: bool | None = None
+        mig_instances: list[MigInstanceSpec] = []
+        if "mig" in g:
+            m = self.mapping(g["mig"], f"{path}.mig", {"enabled", "instances"}, ("enabled",))
+            mig_enabled = self.boolean(m["enabled"], f"{path}.mig.enabled")
+            for i, item in enumerate(self.sequence(m["instances"], f"{path}.mig.instances") if "instances" in m else []):
+                ipath = f"{path}.mig.instances[{i}]"
+                mi = self.mapping(item, ipath, {"gpu_instance_id", "compute_instance_id", "uuid", "memory_total", "memory_used"}, ("gpu_instance_id", "memory_total"))
+                mig_instances.append(MigInstanceSpec(
+                    gpu_instance_id=self.integer(mi["gpu_instance_id"], f"{ipath}.gpu_instance_id"),
+                    compute_instance_id=self.integer(mi["compute_instance_id"], f"{ipath}.compute_instance_id") if "compute_instance_id" in mi else 0,
+                    uuid=self.string(mi["uuid"], f"{ipath}.uuid") if "uuid" in mi else _fake_uuid("MIG", self.seed, index, i),
+                    memory_total=int(self.unit(mi["memory_total"], f"{ipath}.memory_total", "size")),
+                    memory_used=self.signal(mi["memory_used"], f"{ipath}.memory_used", "size") if "memory_used" in mi else constant(0),
+                ))  # fmt: skip
+            if mig_instances and not mig_enabled:
+                raise self.error(m["instances"], f"{path}.mig.instances", "instances need enabled: true")
+
+        xids = []
+        for i, item in enumerate(self.sequence(g["xids"], f"{path}.xids") if "xids" in g else []):
+            x = self.mapping(item, f"{path}.xids[{i}]", {"at", "code"}, ("at", "code"))
+            xids.append(XidSpec(at=self.duration(x["at"], f"{path}.xids[{i}].at"), code=self.integer(x["code"], f"{path}.xids[{i}].code", minimum=1)))
+
+        ecc = {"uncorrected_volatile": 0, "uncorrected_aggregate": 0}
+        if "ecc" in g:
+            for key, n in self.mapping(g["ecc"], f"{path}.ecc", set(ecc)).items():
+                ecc[key] = self.integer(n, f"{path}.ecc.{key}")
+        rows: dict[str, Any] = {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
+        if "remapped_rows" in g:
+            for key, n in self.mapping(g["remapped_rows"], f"{path}.remapped_rows", set(rows)).items():
+                rpath = f"{path}.remapped_rows.{key}"
+                rows[key] = self.boolean(n, rpath) if key in ("pending", "failure") else self.integer(n, rpath)
+
+        power_limit = self.unit(g["power_limit"], f"{path}.power_limit", "number")
+        if power_limit <= 0:
+            raise self.error(g["power_limit"], f"{path}.power_limit", "must be > 0 (watts)")
+        return GpuSpec(
+            index=index,
+            name=self.string(g["name"], f"{path}.name"),
+            uuid=opt("uuid", self.string, _fake_uuid("GPU", self.seed, index)),
+            pci_bus_id=opt("pci_bus_id", self.string, f"00000000:{index + 1:02X}:00.0"),
+            memory_total=memory_total,
+            memory_reserved=int(opt("memory_reserved", lambda n, p: self.unit(n, p, "size"), 0)),
+            power_limit=power_limit,
+            sm_clock_max=opt("sm_clock_max", lambda n, p: self.unit(n, p, "frequency"), 1980e6),
+            memory_clock_max=opt("memory_clock_max", lambda n, p: self.unit(n, p, "frequency"), 2619e6),
+            pcie_generation=pcie["generation"],
+            pcie_width=pcie["width"],
+            pcie_max_generation=pcie["max_generation"],
+            pcie_max_width=pcie["max_width"],
+            signals=signals,
+            clock_events=clock_events,
+            supported_clock_events=supported,
+            processes=tuple(processes),
+            mig_enabled=mig_enabled,
+            mig_instances=tuple(mig_instances),
+            xids=tuple(xids),
+            ecc_uncorrected_volatile=ecc["uncorrected_volatile"],
+            ecc_uncorrected_aggregate=ecc["uncorrected_aggregate"],
+            remapped_rows=(rows["correctable"], rows["uncorrectable"], rows["pending"], rows["failure"]),
+            unsupported=frozenset(unsupported),
+        )
+
+    def fault(self, node: yaml.Node, path: str, gpu_count: int) -> FaultSpec:
+        f = self.mapping(node, path, {"call", "gpu", "error", "hang", "from", "until", "calls"}, ("call",))
+        call = self.string(f["call"], f"{path}.call")
+        if not call.startswith(("nvml", "NVML_FI_")):
+            raise self.error(f["call"], f"{path}.call", f"expected a pynvml function name (nvml...) or an NVML_FI_* field, got {call!r}")
+        gpu = None
+        if "gpu" in f:
+            gpu = self.integer(f["gpu"], f"{path}.gpu")
+            if gpu >= gpu_count:
+                raise self.error(f["gpu"], f"{path}.gpu", f"no such GPU (the scenario has {gpu_count})")
+        error = None
+        if "error" in f:
+            from headroom.sources.fake_nvml import error_code
+
+            error = self.string(f["error"], f"{path}.error")
+            try:
+                error_code(error)
+            except ValueError as exc:
+                raise self.error(f["error"], f"{path}.error", str(exc)) from None
+            error = error.removeprefix("NVML_ERROR_")
+        hang = self.duration(f["hang"], f"{path}.hang") if "hang" in f else None
+        if error is None and hang is None:
+            raise self.error(node, path, "a fault needs error, hang or both")
+        return FaultSpec(
+            call=call,
+            gpu=gpu,
+            error=error,
+            hang=hang,
+            start=self.duration(f["from"], f"{path}.from") if "from" in f else None,
+            until=self.duration(f["until"], f"{path}.until") if "until" in f else None,
+            calls=self.integer(f["calls"], f"{path}.calls", minimum=1) if "calls" in f else None,
+        )
+
+
+def parse_frequency(value: object) -> float:
+    """Hertz from "1980MHz", "1.98GHz", "500kHz", "100Hz" or a bare number of hertz. Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid frequency {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"invalid frequency {value!r}: must not be negative")
+        return float(value)
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]+)\s*", value)
+        if m and m.group(2).lower() in _FREQ_UNITS:
+            return float(m.group(1)) * _FREQ_UNITS[m.group(2).lower()]
+    raise ValueError(f"invalid frequency {value!r}: expected e.g. 1980MHz, 1.98GHz or a number of hertz")
+
+
+def _fake_uuid(prefix: str, seed: int, *parts: int) -> str:
+    """A stable made-up UUID like GPU-1b2c...: same seed and position, same UUID."""
+    h = hashlib.blake2b(f"{prefix}:{seed}:{parts}".encode(), digest_size=16).hexdigest()
+    return f"{prefix}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"

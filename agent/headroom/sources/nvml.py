@@ -1,0 +1,739 @@
+"""NVML collector: the one choke point for every NVML call (architecture principle 3).
+
+One read of each quantity per GPU per tick, through ``_Gpu.query`` which maps errors in one place:
+
+- NOT_SUPPORTED / NO_PERMISSION / FUNCTION_NOT_FOUND / NOT_FOUND / ARGUMENT_VERSION_MISMATCH (and a
+  function the binding lacks): the field is None (series absent, never 0) and the query is remembered as
+  unsupported on that GPU, re-probed every ``_REPROBE_UNSUPPORTED`` seconds; fallbacks (processes
+  v3 -> v2 -> v1, memory v2 -> v1, clock-event -> throttle reasons, temperature V -> legacy) move on;
+- GPU_IS_LOST / GPU_NOT_FOUND / RESET_REQUIRED / UNKNOWN: that GPU is down (``up=False`` + error), the
+  others go on; it is re-probed (handle by UUID, else index) with backoff and comes back when it answers;
+- UNINITIALIZED / DRIVER_NOT_LOADED / LIB_RM_VERSION_MISMATCH / LIBRARY_NOT_FOUND: NVML is down:
+  nvmlShutdown, ``collect`` raises CollectorError, nvmlInit is retried with backoff (1 s .. 60 s);
+- anything else (TIMEOUT, NO_DATA, ...): the field is None this tick and retried next tick.
+
+Identity, max clocks, PCIe max link, the supported clock-event mask and the MIG layout are cached.
+Slow or blocking calls stay off the tick: a daemon thread polls nvmlDeviceGetPcieThroughput (~20 ms
+each) round-robin and the tick reads its last value; another waits on an NVML event set for XIDs.
+The library is the real ``pynvml`` module, or ``ctx.scenario.nvml_library()`` under simulation; the
+same code runs on both.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+import structlog
+
+from headroom import samples
+from headroom.sources import Collector, CollectorError, SourceContext, register
+
+log = structlog.get_logger("headroom.sources.nvml")
+
+# Clock-event ("throttle") reasons by NVML bit.
+CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
+    ("gpu_idle", 0x1),
+    ("applications_clocks_setting", 0x2),
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal_slowdown", 0x20),
+    ("hw_thermal_slowdown", 0x40),
+    ("hw_power_brake_slowdown", 0x80),
+    ("display_clock_setting", 0x100),
+)
+_ALL_REASONS = sum(bit for _, bit in CLOCK_EVENT_REASONS)
+
+_ABSENT_CODES = frozenset({
+    pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+    pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+})  # fmt: skip
+_DEVICE_CODES = frozenset({
+    pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_GPU_NOT_FOUND, pynvml.NVML_ERROR_RESET_REQUIRED,
+    pynvml.NVML_ERROR_UNKNOWN,
+})  # fmt: skip
+_LIBRARY_CODES = frozenset({
+    pynvml.NVML_ERROR_UNINITIALIZED, pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+})  # fmt: skip
+_HINTS = {
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "is the NVIDIA driver installed and loaded? use --simulate demo for a simulated host",
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 not found: is the NVIDIA driver installed? use --simulate demo for a simulated host",
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: "the driver was upgraded without reloading the kernel module or rebooting",
+    pynvml.NVML_ERROR_NO_PERMISSION: "no access to /dev/nvidiactl: check the user's groups or the unit's DeviceAllow",
+}  # fmt: skip
+_ERROR_NAMES = {getattr(pynvml, n): n.removeprefix("NVML_ERROR_") for n in dir(pynvml) if n.startswith("NVML_ERROR_")}
+
+# Field values read in one nvmlDeviceGetFieldValues call per GPU per tick.
+_FIELDS = (
+    pynvml.NVML_FI_DEV_MEMORY_TEMP,
+    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
+    pynvml.NVML_FI_DEV_REMAPPED_COR,
+    pynvml.NVML_FI_DEV_REMAPPED_UNC,
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+)
+_VALUE_MEMBER = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+_PSTATE_UNKNOWN = 32
+
+_REPROBE_UNSUPPORTED = 600.0  # seconds before an unsupported query is tried again
+_MIG_REFRESH = 30.0  # seconds between MIG layout re-reads
+_EVENT_WAIT_MS = 500
+_BACKOFF_MIN, _BACKOFF_MAX = 1.0, 60.0
+
+
+class _GpuDown(Exception):
+    """A device-level NVML error: the GPU stops answering."""
+
+
+class _LibraryDown(Exception):
+    """A library-level NVML error: NVML must be shut down and initialised again."""
+
+    def __init__(self, err: BaseException) -> None:
+        super().__init__(library_reason(err))
+
+
+def describe(err: BaseException) -> str:
+    """Readable text for an NVML error: "GPU is lost (GPU_IS_LOST)"."""
+    code = getattr(err, "value", None)
+    name = _ERROR_NAMES.get(code) if isinstance(code, int) else None
+    text = pynvml.NVMLError._errcode_to_string.get(code) if name else None
+    if name is None:
+        return str(err) or type(err).__name__
+    return f"{text} ({name})" if text else name
+
+
+def library_reason(err: BaseException) -> str:
+    """Why NVML is unusable, with advice where there is some: "Driver Not Loaded (DRIVER_NOT_LOADED): is ..."."""
+    hint = _HINTS.get(getattr(err, "value", None))
+    return f"{describe(err)}: {hint}" if hint else describe(err)
+
+
+def _address(handle: Any) -> int | None:
+    """The pointer value of an NVML handle (to recognise it in event data), or None."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class _Backoff:
+    """Exponential backoff between retries: 1 s, 2 s, 4 s ... capped at 60 s."""
+
+    def __init__(self) -> None:
+        self.delay = _BACKOFF_MIN
+        self.next_at: float | None = None
+
+    def due(self, now: float) -> bool:
+        return self.next_at is None or now >= self.next_at
+
+    def failed(self, now: float) -> None:
+        self.next_at = now + self.delay
+        self.delay = min(self.delay * 2, _BACKOFF_MAX)
+
+    def reset(self) -> None:
+        self.delay, self.next_at = _BACKOFF_MIN, None
+
+
+_ABSENT = object()  # a query this GPU does not support (as opposed to None: failed this tick)
+
+
+@dataclass
+class _Mig:
+    handle: Any
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int | None
+
+
+@dataclass
+class _Gpu:
+    """One GPU within one NVML session: handle, cached identity and what it does not support."""
+
+    lib: Any
+    index: int
+    handle: Any = None
+    uuid: str = ""
+    name: str = ""
+    pci_bus_id: str = ""
+    memory_total: int | None = None
+    up: bool = True
+    error: str | None = None
+    backoff: _Backoff = field(default_factory=_Backoff)
+    unsupported: dict[str, float] = field(default_factory=dict)  # query -> when to try again
+    cache: dict[str, Any] = field(default_factory=dict)
+    logged: set[tuple[str, int]] = field(default_factory=set)  # transient errors already logged
+    now: float = 0.0
+
+    def query(self, key: str, function: str, *args: Any, remember: bool = True) -> Any:
+        """lib.<function>(*args); _ABSENT if unsupported here, None if it failed this tick.
+
+        Raises _GpuDown or _LibraryDown for device- and library-level errors.
+        """
+        retry_at = self.unsupported.get(key)
+        if retry_at is not None:
+            if self.now < retry_at:
+                return _ABSENT
+            del self.unsupported[key]
+        fn = getattr(self.lib, function, None)
+        try:
+            if fn is None:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            return fn(*args)
+        except pynvml.NVMLLibraryMismatchError:
+            code = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+            err: BaseException = pynvml.NVMLError(code)
+        except pynvml.NVMLError as exc:
+            code, err = exc.value, exc
+        if code in _ABSENT_CODES:
+            if remember:
+                self.unsupported[key] = self.now + _REPROBE_UNSUPPORTED
+                log.debug("nvml_query_unsupported", gpu=self.index, query=key, error=describe(err))
+            return _ABSENT
+        if code in _DEVICE_CODES:
+            raise _GpuDown(f"{function}: {describe(err)}")
+        if code in _LIBRARY_CODES:
+            raise _LibraryDown(err)
+        if (key, code) not in self.logged:
+            self.logged.add((key, code))
+            log.warning("nvml_query_failed", gpu=self.index, query=key, error=describe(err))
+        return None
+
+    def value(self, key: str, function: str, *args: Any) -> Any:
+        """Like query, with "unsupported" folded into None."""
+        v = self.query(key, function, *args)
+        return None if v is _ABSENT else v
+
+    def first(self, options: Sequence[tuple[str, str, tuple[Any, ...]]]) -> Any:
+        """The first option that is supported (fallback chain); None when none is."""
+        for key, function, args in options:
+            v = self.query(key, function, *args)
+            if v is not _ABSENT:
+                return v
+        return None
+
+    def cached(self, key: str, function: str, *args: Any) -> Any:
+        """A value read once and kept (identity-like quantities); unsupported is retried on reprobe."""
+        if key not in self.cache:
+            v = self.value(key, function, *args)
+            if v is None:
+                return None
+            self.cache[key] = v
+        return self.cache[key]
+
+    def down_sample(self) -> samples.GpuSample:
+        return samples.GpuSample(
+            index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id, up=False, error=self.error
+        )
+
+
+class _PciePoller(threading.Thread):
+    """Reads PCIe TX/RX throughput off the tick: one GPU at a time, each every ``interval`` seconds."""
+
+    def __init__(self, lib: Any, targets: list[tuple[str, Any]], interval: float, stop: threading.Event) -> None:
+        super().__init__(name="headroom-nvml-pcie", daemon=True)
+        self.lib, self.targets, self.interval, self.stop = lib, targets, interval, stop
+        self.values: dict[str, tuple[float | None, float | None]] = {}
+        self.unsupported: set[str] = set()
+
+    def _read(self, handle: Any, counter: int) -> float | None:
+        try:
+            return float(self.lib.nvmlDeviceGetPcieThroughput(handle, counter)) * 1024  # KB/s -> bytes/s
+        except pynvml.NVMLError as exc:
+            if exc.value in _ABSENT_CODES:
+                raise
+            return None
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            targets = [t for t in self.targets if t[0] not in self.unsupported]
+            if not targets:
+                self.stop.wait(self.interval)
+                continue
+            for uuid, handle in targets:
+                if self.stop.is_set():
+                    return
+                try:
+                    tx = self._read(handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+                    rx = self._read(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+                except (pynvml.NVMLError, AttributeError):
+                    self.unsupported.add(uuid)
+                    self.values.pop(uuid, None)
+                    continue
+                self.values[uuid] = (tx, rx)
+                self.stop.wait(self.interval / len(targets))
+
+
+class _XidWatcher(threading.Thread):
+    """Counts XID critical errors per GPU from an NVML event set, waiting ``_EVENT_WAIT_MS`` at a time."""
+
+    def __init__(self, lib: Any, targets: list[tuple[str, Any]], stop: threading.Event, counts: dict[str, dict[int, int]], lock: threading.Lock) -> None:
+        super().__init__(name="headroom-nvml-xid", daemon=True)
+        self.lib, self.targets, self.stop, self.counts, self.lock = lib, targets, stop, counts, lock
+        self.registered: set[str] = set()
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.ready.set()
+
+    def _run(self) -> None:
+        try:
+            event_set = self.lib.nvmlEventSetCreate()
+        except (pynvml.NVMLError, AttributeError) as exc:
+            log.info("nvml_xid_events_unavailable", error=describe(exc))
+            return
+        try:
+            by_address: dict[int | None, str] = {}
+            for uuid, handle in self.targets:
+                try:
+                    self.lib.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                except pynvml.NVMLError as exc:
+                    log.debug("nvml_xid_events_unsupported", uuid=uuid, error=describe(exc))
+                    continue
+                by_address[_address(handle)] = uuid
+                with self.lock:
+                    self.counts.setdefault(uuid, {})
+                self.registered.add(uuid)
+            self.ready.set()
+            if not self.registered:
+                return
+            while not self.stop.is_set():
+                try:
+                    data = self.lib.nvmlEventSetWait(event_set, _EVENT_WAIT_MS)
+                except pynvml.NVMLError as exc:
+                    if exc.value == pynvml.NVML_ERROR_TIMEOUT:
+                        continue
+                    if exc.value in _LIBRARY_CODES:
+                        return
+                    self.stop.wait(1.0)
+                    continue
+                if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+                    continue
+                uuid = by_address.get(_address(data.device)) or self._uuid_of(data.device)
+                if uuid is None:
+                    continue
+                code = int(data.eventData)
+                with self.lock:
+                    per_gpu = self.counts.setdefault(uuid, {})
+                    per_gpu[code] = per_gpu.get(code, 0) + 1
+                log.warning("gpu_xid_error", uuid=uuid, xid=code)
+        finally:
+            try:
+                self.lib.nvmlEventSetFree(event_set)
+            except pynvml.NVMLError:
+                pass
+
+    def _uuid_of(self, device: Any) -> str | None:
+        try:
+            uuid = _text(self.lib.nvmlDeviceGetUUID(device))
+        except pynvml.NVMLError:
+            return None
+        return uuid if uuid in self.registered else None
+
+
+@register
+class NvmlCollector(Collector):
+    """GPUs through NVML (or a simulated NVML when a scenario is set)."""
+
+    name = "nvml"
+    default_enabled = True
+    description = "NVIDIA GPUs through NVML: utilization, memory, power, clocks, throttling, PCIe, processes, MIG, XID, ECC"
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        self.lib: Any = ctx.scenario.nvml_library() if ctx.scenario is not None else pynvml
+        self._clock: Callable[[], float] = ctx.monotonic or time.monotonic
+        self._pcie_interval = float(ctx.settings.get("pcie_poll_interval", 5.0))
+        self._session = False
+        self._ever_up = False
+        self._down_error: str | None = None
+        self._init_backoff = _Backoff()
+        self._gpus: list[_Gpu] = []
+        self._system: dict[str, Any] = {}
+        self._identity: dict[int, tuple[str, str, str]] = {}  # index -> (uuid, name, pci) across sessions
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._pcie: _PciePoller | None = None
+        self._xid: _XidWatcher | None = None
+        # accumulators, keyed by uuid so they survive index changes and re-init
+        self._last_read: dict[str, float] = {}
+        self._busy: dict[str, float] = {}
+        self._clock_event_seconds: dict[str, dict[str, float]] = {}
+        self._xid_counts: dict[str, dict[int, int]] = {}
+        self._xid_lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------ session
+    def collect(self) -> samples.NvmlSample:
+        """One NvmlSample; raises CollectorError while NVML is down."""
+        now = self._clock()
+        if not self._session:
+            if not self._init_backoff.due(now):
+                raise CollectorError(f"NVML unavailable: {self._down_error}")
+            self._start(now)
+        try:
+            gpus = tuple(self._read(gpu, now) for gpu in self._gpus)
+        except _LibraryDown as exc:
+            self._down(str(exc), now)
+            raise CollectorError(f"NVML unavailable: {self._down_error}") from None
+        return samples.NvmlSample(
+            up=True,
+            gpus=gpus,
+            driver_version=self._system.get("driver"),
+            nvml_version=self._system.get("nvml"),
+            cuda_driver_version=self._system.get("cuda"),
+            simulated=self.ctx.scenario is not None,
+        )
+
+    def _start(self, now: float) -> None:
+        """nvmlInit, read the system and enumerate GPUs; raises CollectorError when NVML is down."""
+        try:
+            self.lib.nvmlInit()
+        except pynvml.NVMLError as exc:
+            self._down(library_reason(exc), now, initialised=False)
+            raise CollectorError(f"NVML unavailable: {self._down_error}") from None
+        try:
+            self._system = {
+                "driver": self._system_value(_text, "nvmlSystemGetDriverVersion"),
+                "nvml": self._system_value(_text, "nvmlSystemGetNVMLVersion"),
+                "cuda": self._system_value(int, "nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"),
+            }
+            count = self.lib.nvmlDeviceGetCount()
+            self._gpus = [self._open(i, now) for i in range(count)]
+        except (pynvml.NVMLError, _LibraryDown) as exc:
+            self._down(library_reason(exc) if isinstance(exc, pynvml.NVMLError) else str(exc), now)
+            raise CollectorError(f"NVML unavailable: {self._down_error}") from None
+        self._session = True
+        self._init_backoff.reset()
+        if self._down_error is not None or not self._ever_up:
+            event = "nvml_recovered" if self._ever_up else "nvml_initialised"
+            log.info(event, driver=self._system["driver"], gpus=len(self._gpus), simulated=self.ctx.scenario is not None)
+        self._ever_up, self._down_error = True, None
+        self._start_threads()
+
+    def _system_value(self, convert: Callable[[Any], Any], *functions: str) -> Any:
+        """The first of ``functions`` that answers, converted; None when none does. Library errors raise."""
+        for function in functions:
+            fn = getattr(self.lib, function, None)
+            if fn is None:
+                continue
+            try:
+                return convert(fn())
+            except pynvml.NVMLError as exc:
+                if exc.value in _LIBRARY_CODES:
+                    raise
+        return None
+
+    def _down(self, reason: str, now: float, initialised: bool = True) -> None:
+        """NVML is unusable: stop threads, shut down, schedule re-init, log once."""
+        self._stop_threads()
+        if initialised:
+            try:
+                self.lib.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+        self._session = False
+        self._gpus = []
+        self._last_read.clear()
+        self._init_backoff.failed(now)
+        if self._down_error is None:
+            log.error("nvml_down", error=reason)
+        self._down_error = reason
+
+    def _open(self, index: int, now: float) -> _Gpu:
+        """A GPU by index with its identity; down (with the last known identity) if it does not answer."""
+        gpu = _Gpu(self.lib, index, now=now)
+        gpu.uuid, gpu.name, gpu.pci_bus_id = self._identity.get(index, ("", "", ""))
+        try:
+            self._identify(gpu, gpu.query("handle", "nvmlDeviceGetHandleByIndex", index))
+        except _GpuDown as exc:
+            self._mark_down(gpu, str(exc), now)
+        return gpu
+
+    def _identify(self, gpu: _Gpu, handle: Any) -> None:
+        """Read and cache uuid, name and PCI bus id for a fresh handle; raises _GpuDown."""
+        if handle is None or handle is _ABSENT:
+            raise _GpuDown("no device handle (not supported, no permission or not found)")
+        gpu.handle = handle
+        uuid = gpu.value("uuid", "nvmlDeviceGetUUID", handle)
+        name = gpu.value("name", "nvmlDeviceGetName", handle)
+        pci = gpu.value("pci", "nvmlDeviceGetPciInfo", handle)
+        gpu.uuid = _text(uuid) if uuid is not None else gpu.uuid
+        gpu.name = _text(name) if name is not None else gpu.name
+        gpu.pci_bus_id = _text(pci.busId) if pci is not None else gpu.pci_bus_id
+        self._identity[gpu.index] = (gpu.uuid, gpu.name, gpu.pci_bus_id)
+
+    def _start_threads(self) -> None:
+        self._stop = threading.Event()
+        targets = [(g.uuid, g.handle) for g in self._gpus if g.handle is not None and g.uuid]
+        self._pcie = _PciePoller(self.lib, targets, self._pcie_interval, self._stop)
+        self._xid = _XidWatcher(self.lib, targets, self._stop, self._xid_counts, self._xid_lock)
+        self._threads = [self._pcie, self._xid]
+        for t in self._threads:
+            t.start()
+
+    def _stop_threads(self, timeout: float = 0.1) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout)
+        self._threads = []
+        self._pcie = self._xid = None
+
+    def close(self) -> None:
+        """Stop the helper threads and shut NVML down."""
+        self._stop_threads(timeout=_EVENT_WAIT_MS / 1000 + 0.5)
+        if self._session:
+            self._session = False
+            try:
+                self.lib.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+
+    # ----------------------------------------------------------------------------------- per GPU
+    def _mark_down(self, gpu: _Gpu, error: str, now: float) -> None:
+        if gpu.up:
+            log.error("gpu_lost", gpu=gpu.index, uuid=gpu.uuid, error=error)
+        gpu.up, gpu.error = False, error
+        gpu.backoff.failed(now)
+        self._last_read.pop(gpu.uuid, None)
+
+    def _read(self, gpu: _Gpu, now: float) -> samples.GpuSample:
+        """One GpuSample: a full read when up, a re-probe with backoff when down."""
+        gpu.now = now
+        was_down = not gpu.up
+        if was_down:
+            if not gpu.backoff.due(now):
+                return gpu.down_sample()
+            try:
+                if gpu.uuid:
+                    handle = gpu.query("handle_by_uuid", "nvmlDeviceGetHandleByUUID", gpu.uuid, remember=False)
+                else:
+                    handle = gpu.query("handle", "nvmlDeviceGetHandleByIndex", gpu.index, remember=False)
+                self._identify(gpu, handle)
+            except _GpuDown as exc:
+                self._mark_down(gpu, str(exc), now)  # still the same outage: no new log line
+                return gpu.down_sample()
+        try:
+            sample = self._read_up(gpu, now)
+        except _GpuDown as exc:
+            self._mark_down(gpu, str(exc), now)
+            return gpu.down_sample()
+        if was_down:
+            log.info("gpu_recovered", gpu=gpu.index, uuid=gpu.uuid)
+            gpu.up, gpu.error = True, None
+            gpu.backoff.reset()
+            if self._pcie is not None:
+                self._pcie.targets = [(g.uuid, g.handle) for g in self._gpus if g.handle is not None and g.uuid]
+        return sample
+
+    def _read_up(self, gpu: _Gpu, now: float) -> samples.GpuSample:
+        h = gpu.handle
+        util = gpu.value("utilization", "nvmlDeviceGetUtilizationRates", h)
+        mem = gpu.first((
+            ("memory_v2", "nvmlDeviceGetMemoryInfo", (h, pynvml.nvmlMemory_v2)),
+            ("memory_v1", "nvmlDeviceGetMemoryInfo", (h,)),
+        ))  # fmt: skip
+        power = gpu.value("power", "nvmlDeviceGetPowerUsage", h)
+        limit = gpu.value("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
+        temperature = gpu.first((
+            ("temperature_v", "nvmlDeviceGetTemperatureV", (h, pynvml.NVML_TEMPERATURE_GPU)),
+            ("temperature", "nvmlDeviceGetTemperature", (h, pynvml.NVML_TEMPERATURE_GPU)),
+        ))  # fmt: skip
+        fields = self._fields(gpu)
+        sm_clock = gpu.value("sm_clock", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)
+        mem_clock = gpu.value("memory_clock", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM)
+        sm_max = gpu.cached("sm_clock_max", "nvmlDeviceGetMaxClockInfo", h, pynvml.NVML_CLOCK_SM)
+        mem_max = gpu.cached("memory_clock_max", "nvmlDeviceGetMaxClockInfo", h, pynvml.NVML_CLOCK_MEM)
+        pstate = gpu.value("performance_state", "nvmlDeviceGetPerformanceState", h)
+        fan = gpu.value("fan_speed", "nvmlDeviceGetFanSpeed", h)
+        clock_events = self._clock_events(gpu)
+        link_gen = gpu.value("pcie_link_generation", "nvmlDeviceGetCurrPcieLinkGeneration", h)
+        link_width = gpu.value("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", h)
+        link_max_gen = gpu.cached("pcie_link_max_generation", "nvmlDeviceGetMaxPcieLinkGeneration", h)
+        link_max_width = gpu.cached("pcie_link_max_width", "nvmlDeviceGetMaxPcieLinkWidth", h)
+        processes = self._processes(gpu)
+        mig_enabled, mig = self._mig(gpu, now)
+
+        if mem is not None and gpu.memory_total is None:
+            gpu.memory_total = int(mem.total)
+        utilization = util.gpu / 100 if util is not None else None
+        busy, event_seconds = self._accumulate(gpu.uuid, now, utilization, clock_events)
+        tx, rx = self._pcie.values.get(gpu.uuid, (None, None)) if self._pcie is not None else (None, None)
+        with self._xid_lock:
+            xids = dict(self._xid_counts[gpu.uuid]) if gpu.uuid in self._xid_counts else {}
+        return samples.GpuSample(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=gpu.name,
+            pci_bus_id=gpu.pci_bus_id,
+            memory_total_bytes=int(mem.total) if mem is not None else gpu.memory_total,
+            memory_used_bytes=int(mem.used) if mem is not None else None,
+            memory_free_bytes=int(mem.free) if mem is not None else None,
+            memory_reserved_bytes=int(mem.reserved) if mem is not None and hasattr(mem, "reserved") else None,
+            utilization_ratio=utilization,
+            memory_utilization_ratio=util.memory / 100 if util is not None else None,
+            busy_seconds_total=busy,
+            power_watts=power / 1000 if power is not None else None,
+            power_limit_watts=limit / 1000 if limit is not None else None,
+            energy_joules_total=fields[1] / 1000 if fields[1] is not None else None,
+            temperature_celsius=float(temperature) if temperature is not None else None,
+            memory_temperature_celsius=float(fields[0]) if fields[0] is not None else None,
+            sm_clock_hertz=sm_clock * 1e6 if sm_clock is not None else None,
+            sm_clock_max_hertz=sm_max * 1e6 if sm_max is not None else None,
+            memory_clock_hertz=mem_clock * 1e6 if mem_clock is not None else None,
+            memory_clock_max_hertz=mem_max * 1e6 if mem_max is not None else None,
+            performance_state=int(pstate) if pstate is not None and 0 <= pstate <= 15 else None,
+            fan_speed_ratio=fan / 100 if fan is not None else None,
+            clock_events_active=clock_events,
+            clock_events_seconds_total=event_seconds,
+            pcie_tx_bytes_per_second=tx,
+            pcie_rx_bytes_per_second=rx,
+            pcie_link_generation=link_gen,
+            pcie_link_width=link_width,
+            pcie_link_max_generation=link_max_gen,
+            pcie_link_max_width=link_max_width,
+            processes=processes,
+            mig_enabled=mig_enabled,
+            mig_instances=mig,
+            xid_errors_total=xids,
+            ecc_uncorrected_volatile_total=fields[2],
+            ecc_uncorrected_aggregate_total=fields[3],
+            remapped_rows_correctable=fields[4],
+            remapped_rows_uncorrectable=fields[5],
+            remapped_rows_pending=bool(fields[6]) if fields[6] is not None else None,
+            remapped_rows_failure=bool(fields[7]) if fields[7] is not None else None,
+        )
+
+    def _fields(self, gpu: _Gpu) -> list[Any]:
+        """Values of _FIELDS (None where the field failed), from one nvmlDeviceGetFieldValues call."""
+        out: list[Any] = [None] * len(_FIELDS)
+        wanted = [f for f in _FIELDS if gpu.unsupported.get(f"field:{f}", 0.0) <= gpu.now]
+        if not wanted:
+            return out
+        values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, wanted)
+        if values is None:
+            return out
+        for fv in values:
+            fid, ret = int(fv.fieldId), int(fv.nvmlReturn)
+            if ret == pynvml.NVML_SUCCESS:
+                member = _VALUE_MEMBER.get(int(fv.valueType))
+                out[_FIELDS.index(fid)] = getattr(fv.value, member) if member else None
+            elif ret in _ABSENT_CODES:
+                gpu.unsupported[f"field:{fid}"] = gpu.now + _REPROBE_UNSUPPORTED
+            elif ret in _DEVICE_CODES:
+                raise _GpuDown(f"nvmlDeviceGetFieldValues: {describe(pynvml.NVMLError(ret))}")
+        return out
+
+    def _clock_events(self, gpu: _Gpu) -> dict[str, bool]:
+        """Reason -> active, for the reasons this GPU supports; empty when it reports none."""
+        h = gpu.handle
+        if "clock_events_supported" not in gpu.cache:
+            mask = gpu.first((
+                ("supported_clock_events", "nvmlDeviceGetSupportedClocksEventReasons", (h,)),
+                ("supported_throttle_reasons", "nvmlDeviceGetSupportedClocksThrottleReasons", (h,)),
+            ))  # fmt: skip
+            if mask is None and "supported_clock_events" not in gpu.unsupported:
+                return {}  # failed this tick: ask again next tick
+            gpu.cache["clock_events_supported"] = _ALL_REASONS if mask is None else int(mask)
+        supported = gpu.cache["clock_events_supported"]
+        current = gpu.first((
+            ("clock_events", "nvmlDeviceGetCurrentClocksEventReasons", (h,)),
+            ("throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", (h,)),
+        ))  # fmt: skip
+        if current is None:
+            return {}
+        return {name: bool(current & bit) for name, bit in CLOCK_EVENT_REASONS if supported & bit}
+
+    def _processes(self, gpu: _Gpu) -> tuple[samples.GpuProcess, ...]:
+        procs = gpu.first((
+            ("processes_v3", "nvmlDeviceGetComputeRunningProcesses_v3", (gpu.handle,)),
+            ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2", (gpu.handle,)),
+            ("processes_v1", "nvmlDeviceGetComputeRunningProcesses", (gpu.handle,)),
+        ))  # fmt: skip
+        out = []
+        for p in procs or ():
+            used = getattr(p, "usedGpuMemory", None)
+            out.append(samples.GpuProcess(pid=int(p.pid), used_memory_bytes=None if used is None or used == _NOT_AVAILABLE else int(used)))
+        return tuple(out)
+
+    def _mig(self, gpu: _Gpu, now: float) -> tuple[bool | None, tuple[samples.MigInstance, ...]]:
+        """(MIG enabled, instances with memory); the layout is re-read every _MIG_REFRESH seconds."""
+        layout = gpu.cache.get("mig")
+        if layout is None or now - layout[0] >= _MIG_REFRESH:
+            mode = gpu.value("mig_mode", "nvmlDeviceGetMigMode", gpu.handle)
+            if mode is None:
+                enabled = None if "mig_mode" in gpu.unsupported else (layout[1] if layout else None)
+                instances = layout[2] if layout and enabled is not None else []
+            else:
+                enabled = mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+                instances = self._mig_layout(gpu) if enabled else []
+            layout = gpu.cache["mig"] = (now, enabled, instances)
+        _, enabled, instances = layout
+        out = []
+        for m in instances:
+            mem = gpu.query("mig_memory", "nvmlDeviceGetMemoryInfo", m.handle, remember=False)
+            if mem is _ABSENT:  # instance gone: re-read the layout next tick
+                gpu.cache.pop("mig", None)
+                mem = None
+            out.append(samples.MigInstance(
+                gpu_instance_id=m.gpu_instance_id,
+                compute_instance_id=m.compute_instance_id,
+                uuid=m.uuid,
+                memory_used_bytes=int(mem.used) if mem is not None else None,
+                memory_total_bytes=int(mem.total) if mem is not None else None,
+            ))  # fmt: skip
+        return enabled, tuple(out)
+
+    def _mig_layout(self, gpu: _Gpu) -> list[_Mig]:
+        count = gpu.value("mig_count", "nvmlDeviceGetMaxMigDeviceCount", gpu.handle) or 0
+        out = []
+        for i in range(count):
+            handle = gpu.query("mig_handle", "nvmlDeviceGetMigDeviceHandleByIndex", gpu.handle, i, remember=False)
+            if handle is None or handle is _ABSENT:
+                continue  # empty slot
+            uuid = gpu.query("mig_uuid", "nvmlDeviceGetUUID", handle, remember=False)
+            gi = gpu.query("mig_gpu_instance", "nvmlDeviceGetGpuInstanceId", handle, remember=False)
+            ci = gpu.query("mig_compute_instance", "nvmlDeviceGetComputeInstanceId", handle, remember=False)
+            if uuid in (None, _ABSENT) or gi in (None, _ABSENT):
+                continue
+            out.append(_Mig(handle, _text(uuid), int(gi), None if ci in (None, _ABSENT) else int(ci)))
+        return out
+
+    def _accumulate(self, uuid: str, now: float, utilization: float | None, events: dict[str, bool]) -> tuple[float | None, dict[str, float]]:
+        """Add this interval to busy seconds and clock-event seconds; return the totals.
+
+        The interval runs from this GPU's previous read (first read, or first after an outage: nothing).
+        """
+        last = self._last_read.get(uuid)
+        self._last_read[uuid] = now
+        dt = max(0.0, now - last) if last is not None else 0.0
+        if utilization is not None:
+            self._busy[uuid] = self._busy.get(uuid, 0.0) + utilization * dt
+        seconds = self._clock_event_seconds.setdefault(uuid, {})
+        for reason, active in events.items():
+            seconds[reason] = seconds.get(reason, 0.0) + (dt if active else 0.0)
+        return self._busy.get(uuid), dict(seconds)
+
