@@ -315,3 +315,17 @@ def test_every_kind_is_accepted_with_a_minimal_profile():
     for kind in KINDS:
         p = profile_from_dict({"name": "w", "kind": kind, "match": {"cgroup": "/system.slice/*.service"}})
         assert p.kind.value == kind
+
+
+def test_published_key_lists_match_what_the_loader_accepts():
+    from headroom.profiles import PROFILE_KEYS
+
+    for section, keys in PROFILE_KEYS.items():
+        for key in keys:
+            d = {"name": "w", "kind": "inference", "gpus": [0]}
+            target = d if not section else d.setdefault(section, {})
+            target[key] = (
+                object()
+            )  # a value no key accepts: the error must be a value error, not "unknown key"
+            messages = [e.message for e in errors_of(d)]
+            assert not any("unknown key" in m for m in messages), (section, key, messages)

@@ -126,7 +126,15 @@ def test_bad_durations(text, fragment):
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0, "0s"), (0.5, "500ms"), (30, "30s"), (90, "1m30s"), (3600, "1h"), (86400 + 7200, "1d2h"), (1.5, "1.5s")],
+    [
+        (0, "0s"),
+        (0.5, "500ms"),
+        (30, "30s"),
+        (90, "1m30s"),
+        (3600, "1h"),
+        (86400 + 7200, "1d2h"),
+        (1.5, "1.5s"),
+    ],
 )
 def test_format_duration(seconds, text):
     assert units.format_duration(seconds) == text
@@ -139,7 +147,12 @@ def test_formatted_durations_parse_back(seconds):
 
 @pytest.mark.parametrize(
     ("n", "text"),
-    [(14_000_000_000, "13.04 GiB"), (1024**3, "1.00 GiB"), (512 * 1024**2, "512.00 MiB"), (-2 * 1024**3, "-2.00 GiB")],
+    [
+        (14_000_000_000, "13.04 GiB"),
+        (1024**3, "1.00 GiB"),
+        (512 * 1024**2, "512.00 MiB"),
+        (-2 * 1024**3, "-2.00 GiB"),
+    ],
 )
 def test_format_bytes(n, text):
     assert units.format_bytes(n) == text

@@ -360,6 +360,20 @@ _LORA_KEYS = ("rank", "alpha", "target_modules", "precision", "params")
 _MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "container_id")
 _RUNTIME_KEYS = ("name", "version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens")
 
+# the keys each section accepts, for the config loader and docs (the tables in the module docstring)
+PROFILE_KEYS = {
+    "": _TOP_KEYS,
+    "model": ("name", "version"),
+    "runtime": _RUNTIME_KEYS,
+    "quantization": ("method", "group_size", "double_quant"),
+    "architecture": _ARCH_KEYS,
+    "context": ("typical", "max"),
+    "training": _TRAINING_KEYS,
+    "lora": _LORA_KEYS,
+    "parallel": ("tensor", "pipeline", "data"),
+    "match": _MATCH_KEYS,
+}
+
 
 class _Reader:
     def __init__(self) -> None:
