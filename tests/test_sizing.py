@@ -200,6 +200,7 @@ def test_pipeline_parallel_splits_layers_and_data_parallel_replicates():
     assert pp.component("weights") == one.component("weights") // 2
     assert pp.kv_bytes_per_token == one.kv_bytes_per_token // 2
     assert dp.needed_bytes == one.needed_bytes and dp.gpus_needed == 2
+    assert dp.total_bytes == 2 * one.total_bytes == 2 * one.needed_bytes
 
 
 def test_a_70b_does_not_fit_one_80_gib_gpu_and_says_by_how_much():

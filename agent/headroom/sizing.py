@@ -106,6 +106,11 @@ class Estimate:
     kv_capacity_tokens: int | None  # tokens the KV budget holds (vLLM's "GPU KV cache size")
     notes: tuple[str, ...] = ()
 
+    @property
+    def total_bytes(self) -> int:
+        """Across all the workload's GPUs: needed per GPU x GPUs (an upper bound where shares are uneven)."""
+        return self.needed_bytes * max(self.gpus_needed, 1)
+
     def component(self, name: str) -> int:
         """Bytes per GPU of the named component, 0 when the estimate has none by that name."""
         return next((c.bytes for c in self.components if c.name == name), 0)
@@ -115,6 +120,7 @@ class Estimate:
         out: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "components"}
         out["components"] = [{"name": c.name, "bytes": c.bytes, "note": c.note} for c in self.components]
         out["notes"] = list(self.notes)
+        out["total_bytes"] = self.total_bytes
         return out
 
 
