@@ -1,0 +1,172 @@
+"""The systemd unit passes `systemd-analyze verify` silently, scores <= 2.5 exposure, and installs cleanly."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+UNIT = REPO / "systemd" / "headroom.service"
+EXEC = "/opt/headroom/venv/bin/headroom"
+MAX_EXPOSURE = 2.5
+
+
+def systemd_analyze() -> str:
+    path = shutil.which("systemd-analyze")
+    assert path, "systemd-analyze is needed (Debian: apt-get install systemd; see tests/install-system-deps.sh)"
+    return path
+
+
+def unit_copy(tmp_path: Path, text: str | None = None) -> Path:
+    """Copy the unit into tmp_path with ExecStart pointing at a fake executable (verify checks it exists)."""
+    fake = tmp_path / "venv" / "bin" / "headroom"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    text = UNIT.read_text() if text is None else text
+    unit = tmp_path / "headroom.service"
+    unit.write_text(text.replace(EXEC, str(fake)))
+    return unit
+
+
+def verify(unit: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([systemd_analyze(), "verify", str(unit)], capture_output=True, text=True,
+                          cwd=unit.parent, timeout=60)
+
+
+def settings(text: str) -> dict[str, list[str]]:
+    """Return key -> values of a unit file (keys may repeat), ignoring comments and sections."""
+    result: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";", "[")):
+            continue
+        key, _, value = line.partition("=")
+        result.setdefault(key.strip(), []).append(value.strip())
+    return result
+
+
+def test_verify_prints_nothing(tmp_path):
+    result = verify(unit_copy(tmp_path))
+    assert result.returncode == 0
+    assert (result.stdout + result.stderr).strip() == ""
+
+
+def test_verify_would_catch_a_misspelt_setting(tmp_path):
+    # verify exits 0 on unknown keys; the output is what tells: this is why the test above reads it.
+    broken = UNIT.read_text().replace("ProtectKernelLogs=yes", "ProtectKernelLog=yes")
+    result = verify(unit_copy(tmp_path, broken))
+    assert "ProtectKernelLog" in result.stdout + result.stderr
+
+
+def exposure(unit: Path) -> float:
+    result = subprocess.run([systemd_analyze(), "security", "--offline=yes", str(unit)],
+                            capture_output=True, text=True, cwd=unit.parent, timeout=60)
+    match = re.search(r"Overall exposure level for \S+: (\d+(?:\.\d+)?)", result.stdout + result.stderr)
+    assert match, result.stdout + result.stderr
+    return float(match.group(1))
+
+
+def test_security_exposure_is_at_most_2_5(tmp_path):
+    assert exposure(unit_copy(tmp_path)) <= MAX_EXPOSURE
+
+
+def test_exposure_measure_reacts_to_loosening(tmp_path):
+    # Guard against a parser that always reads a low number: running as root must score far worse.
+    loose = "\n".join(line for line in UNIT.read_text().splitlines()
+                      if not line.startswith(("User=", "Group=", "CapabilityBoundingSet=", "SystemCallFilter=")))
+    assert exposure(unit_copy(tmp_path, loose)) > MAX_EXPOSURE
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("Type", "notify"),
+        ("ExecStart", f"{EXEC} run --config.file /etc/headroom/config.yaml $HEADROOM_ARGS"),
+        ("ExecReload", "/bin/kill -HUP $MAINPID"),
+        ("EnvironmentFile", "-/etc/default/headroom"),
+        ("Restart", "on-failure"),
+        ("StateDirectory", "headroom"),
+        ("User", "headroom"),
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("MemoryDenyWriteExecute", "yes"),
+        ("CapabilityBoundingSet", ""),
+        # Workload attribution reads other users' /proc/PID: hiding them would break it.
+        ("ProtectProc", "default"),
+        ("ProcSubset", "all"),
+        ("DevicePolicy", "closed"),
+    ],
+)
+def test_unit_promises(key, expected):
+    assert settings(UNIT.read_text()).get(key) == [expected]
+
+
+def test_watchdog_is_on_and_devices_are_the_nvidia_ones():
+    unit = settings(UNIT.read_text())
+    assert int(unit["WatchdogSec"][0]) >= 10
+    assert unit["DeviceAllow"] and all(value.startswith("char-nvidia") for value in unit["DeviceAllow"])
+    assert "PrivateDevices" not in unit  # it would hide /dev/nvidia*
+
+
+# --- install.sh / uninstall.sh --------------------------------------------------------------------
+
+
+def run_script(name: str, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ROOT=str(root), HEADROOM_INSTALL_SKIP_VENV="1")
+    result = subprocess.run(["bash", str(REPO / "systemd" / name), *args], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def test_install_lays_files_under_root(tmp_path):
+    out = run_script("install.sh", tmp_path).stdout
+    unit = tmp_path / "etc/systemd/system/headroom.service"
+    assert unit.read_text() == UNIT.read_text()
+    assert (tmp_path / "etc/headroom/config.yaml").read_text() == (REPO / "config.yaml").read_text()
+    assert (tmp_path / "etc/default/headroom").read_text() == (REPO / "systemd/headroom.default").read_text()
+    for path in (unit, tmp_path / "etc/headroom/config.yaml", tmp_path / "etc/default/headroom"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    assert "not touching systemd" in out
+    assert not (tmp_path / "opt/headroom/venv").exists()
+
+
+def test_install_keeps_an_existing_config_and_is_idempotent(tmp_path):
+    config = tmp_path / "etc/headroom/config.yaml"
+    defaults = tmp_path / "etc/default/headroom"
+    config.parent.mkdir(parents=True)
+    defaults.parent.mkdir(parents=True)
+    config.write_text("agent: {sample_interval: 2s}  # the administrator's\n")
+    defaults.write_text('HEADROOM_ARGS="--log.level=debug"\n')
+    first = run_script("install.sh", tmp_path).stdout
+    second = run_script("install.sh", tmp_path).stdout
+    assert config.read_text() == "agent: {sample_interval: 2s}  # the administrator's\n"
+    assert defaults.read_text() == 'HEADROOM_ARGS="--log.level=debug"\n'
+    assert "kept existing" in first and first == second
+
+
+def test_uninstall_keeps_configuration_unless_purged(tmp_path):
+    run_script("install.sh", tmp_path)
+    run_script("uninstall.sh", tmp_path)
+    assert not (tmp_path / "etc/systemd/system/headroom.service").exists()
+    assert not (tmp_path / "opt/headroom").exists()
+    assert (tmp_path / "etc/headroom/config.yaml").exists()
+    assert (tmp_path / "etc/default/headroom").exists()
+    run_script("uninstall.sh", tmp_path, "--purge")
+    assert not (tmp_path / "etc/headroom").exists()
+    assert not (tmp_path / "etc/default/headroom").exists()
+
+
+def test_install_refuses_a_directory_that_is_not_a_checkout(tmp_path):
+    env = dict(os.environ, ROOT=str(tmp_path / "root"), HEADROOM_INSTALL_SKIP_VENV="1")
+    result = subprocess.run(["bash", str(REPO / "systemd/install.sh"), str(tmp_path)], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "not a headroom checkout" in result.stderr
