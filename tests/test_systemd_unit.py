@@ -7,6 +7,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,39 @@ def test_install_refuses_a_directory_that_is_not_a_checkout(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "not a headroom checkout" in result.stderr
+
+
+# --- MemoryDenyWriteExecute=yes -------------------------------------------------------------------
+
+MDWE_PROBE = r"""
+import ctypes, mmap, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(65, 1, 0, 0, 0) != 0:  # PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN (Linux >= 6.3)
+    sys.exit("PR_SET_MDWE failed: " + os.strerror(ctypes.get_errno()) + " (kernel older than 6.3?)")
+os.execv(sys.executable, [sys.executable, "-c", sys.argv[1]])
+"""
+
+UNDER_MDWE = r"""
+import mmap
+try:
+    mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    print("W+X mapping allowed: MDWE not in force")
+    raise SystemExit(1)
+except PermissionError:
+    pass
+import ssl, bcrypt, yaml, psutil, structlog, prometheus_client, pynvml
+import headroom.cli, headroom.notify, headroom.exposition.webconfig
+assert bcrypt.checkpw(b"pw", bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)))
+ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+psutil.cpu_times(); psutil.virtual_memory()
+print("ok")
+"""
+
+
+def test_the_agent_runtime_works_where_writable_executable_memory_is_refused():
+    # The kernel's own W^X switch (prctl PR_SET_MDWE) is what systemd 253+ uses for
+    # MemoryDenyWriteExecute=yes; older systemd uses an equivalent seccomp filter.
+
+    result = subprocess.run([sys.executable, "-c", MDWE_PROBE, UNDER_MDWE], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
