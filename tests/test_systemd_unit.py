@@ -203,7 +203,6 @@ print("ok")
 def test_the_agent_runtime_works_where_writable_executable_memory_is_refused():
     # The kernel's own W^X switch (prctl PR_SET_MDWE) is what systemd 253+ uses for
     # MemoryDenyWriteExecute=yes; older systemd uses an equivalent seccomp filter.
-
     result = subprocess.run([sys.executable, "-c", MDWE_PROBE, UNDER_MDWE], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
