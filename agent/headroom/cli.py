@@ -63,7 +63,8 @@ def _add_source_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_log_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log.level", dest="log_level", default="info", choices=("debug", "info", "warn", "error"))
+    p.add_argument("--log.level", dest="log_level", default=None, choices=("debug", "info", "warn", "error"),
+                   help="log level (default: info for run, warn for one-shot commands)")
     p.add_argument("--log.format", dest="log_format", default=None, choices=("json", "console"),
                    help="log format (default: console on a terminal, json otherwise)")
 
@@ -94,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check-config", help="validate a configuration file; exit 0 when valid, 2 when not")
     _add_config_flag(check)
+
+    from headroom import estimate
+
+    estimate.add_parser(sub, _add_source_flags)
     return parser
 
 
@@ -126,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from headroom import daemon, logs
 
-    logs.configure(getattr(args, "log_level", "info"), getattr(args, "log_format", None))
+    level = getattr(args, "log_level", None) or ("info" if args.command == "run" else "warn")
+    logs.configure(level, getattr(args, "log_format", None))
     config_path = daemon.resolve_config_path(args.config_file)
     try:
         config = load_config(config_path)
@@ -140,6 +146,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return daemon.run(config, options)
+        if args.command == "estimate":
+            from headroom import estimate
+
+            try:
+                code, text = estimate.run(args, config, options)
+            except estimate.EstimateError as exc:
+                return _error(str(exc).replace("\n", "\nheadroom: "), 2)
+            sys.stdout.write(text)
+            return code
         if args.command == "snapshot":
             sys.stdout.buffer.write(daemon.snapshot(config, options, args.samples, args.format))
             sys.stdout.flush()

@@ -302,6 +302,68 @@ class Raw(Spec):
         return self.after(value, node, path, ctx) if self.after else value
 
 
+@dataclass
+class Bytes(Spec):
+    """A size: 80GiB, 512MiB, 1e9 or a number of bytes."""
+
+    minimum: int | None = None
+    maximum: int | None = None
+    exclusive_minimum: bool = False
+
+    def check(self, node, path, ctx):
+        value = _scalar(node, path, ctx, "a size")
+        if value is _INVALID:
+            return value
+        try:
+            size = units.parse_bytes(value)
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            ctx.error(node, path, str(exc))
+            return _INVALID
+        return _bounded(self, size, node, path, ctx)
+
+
+class Profiles(Spec):
+    """``workloads:``: a list of workload profiles, each checked by headroom.profiles.profile_from_dict."""
+
+    def check(self, node, path, ctx):
+        if not isinstance(node, yaml.SequenceNode):
+            ctx.error(node, path, "expected a list of workload profiles")
+            return _INVALID
+        return [p for i, item in enumerate(node.value)
+                if (p := check_profile(item, [*path, i], ctx)) is not _INVALID]
+
+
+def check_profile(node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Any:
+    """One workload profile from its YAML node; errors are placed at the offending field's position."""
+    from headroom.profiles import ProfileErrors, profile_from_dict
+
+    if not isinstance(node, yaml.MappingNode):
+        ctx.error(node, path, "expected a workload profile (a mapping with at least name and kind)")
+        return _INVALID
+    try:
+        return profile_from_dict(_to_python(node))
+    except ProfileErrors as exc:
+        for e in exc.errors:
+            ctx.error(_node_at(node, e.path), [*path, *e.path], e.message)
+        return _INVALID
+
+
+def _node_at(node: yaml.Node, rel: Sequence[str | int]) -> yaml.Node:
+    """The node at ``rel`` below ``node``; for a missing key, the nearest existing ancestor."""
+    for part in rel:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            nxt = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+            if nxt is None:
+                key = next((k for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+                return key or node
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+        else:
+            return node
+    return node
+
+
 def _to_python(node: yaml.Node) -> Any:
     if isinstance(node, yaml.MappingNode):
         return {(k.value if isinstance(k, yaml.ScalarNode) else str(k)): _to_python(v) for k, v in node.value}
@@ -338,8 +400,14 @@ class Config:
     agent: Mapping[str, Any]
     web: Mapping[str, Any]
     collectors: Mapping[str, Mapping[str, Any]]
-    workloads: tuple[Any, ...] = ()  # headroom.profiles.WorkloadProfile
+    workloads: tuple[Any, ...] = ()  # headroom.profiles.WorkloadProfile, config file first, then drop-ins
+    sizing: Any = None  # headroom.sizing.OverheadConstants
     analysis: Mapping[str, Any] = field(default_factory=dict)
+    workloads_dir: str | None = None
+
+    def workload(self, name: str) -> Any:
+        """The profile called ``name``, or None."""
+        return next((w for w in self.workloads if w.name == name), None)
 
     @property
     def sample_interval(self) -> float:
@@ -398,6 +466,19 @@ def _schema() -> Map:
             dict,
         ),
         "collectors": (Map(collectors), dict),
+        "workloads": (Profiles(), list),
+        "workloads_dir": (Str(), None),
+        "sizing": (
+            Map(
+                {
+                    "cuda_context": (Bytes(minimum=0, maximum=64 * 2**30), None),
+                    "runtime_overhead": (Bytes(minimum=0, maximum=1024 * 2**30), None),
+                    "cpu_runtime_overhead": (Bytes(minimum=0, maximum=1024 * 2**30), None),
+                    "vllm_gpu_memory_utilization": (Number(minimum=0.0, maximum=1.0, exclusive_minimum=True), None),
+                }
+            ),
+            dict,
+        ),
     }
     return Map(fields)
 
@@ -470,11 +551,87 @@ def _validate(node: yaml.Node | None, name: str, base: Path) -> Config:
         data = _schema().check(node, [], ctx)
     except RecursionError:
         raise ConfigError([ConfigIssue(name, 1, 1, "", "YAML nesting is too deep")]) from None
-    if ctx.issues or data is _INVALID:
+    if data is _INVALID:
         raise ConfigError(ctx.issues or [ConfigIssue(name, 1, 1, "", "invalid configuration")])
+    workloads = list(data.get("workloads") or [])
+    seen = {w.name: name for w in workloads}
+    issues = list(ctx.issues)
+    dropin_dir = data.get("workloads_dir")
+    if dropin_dir:
+        directory = Path(dropin_dir) if Path(dropin_dir).is_absolute() else base / dropin_dir
+        for profile, file, issue in _load_dropins(directory, node, name):
+            if issue is not None:
+                issues.append(issue)
+            elif profile.name in seen:
+                issues.append(ConfigIssue(file, 1, 1, "name", f"workload {profile.name!r} is already declared in "
+                                                               f"{seen[profile.name]}"))
+            else:
+                seen[profile.name] = file
+                workloads.append(profile)
+    issues += _duplicate_names(node, name)
+    if issues:
+        raise ConfigError(issues)
     return Config(
         source=None if name == "(defaults)" else name,
         agent=data["agent"],
         web=data["web"],
         collectors=data["collectors"],
+        workloads=tuple(workloads),
+        sizing=_overhead(data["sizing"]),
+        workloads_dir=dropin_dir,
     )
+
+
+def _overhead(section: Mapping[str, Any]) -> Any:
+    from dataclasses import replace
+
+    from headroom.sizing import DEFAULTS
+
+    names = {"cuda_context": "cuda_context_bytes", "runtime_overhead": "runtime_overhead_bytes",
+             "cpu_runtime_overhead": "cpu_runtime_overhead_bytes",
+             "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization"}
+    return replace(DEFAULTS, **{names[k]: v for k, v in section.items() if v is not None})
+
+
+def _duplicate_names(node: yaml.Node, file: str) -> list[ConfigIssue]:
+    """Two profiles with one name in the config file itself."""
+    ctx = _Ctx(file)
+    workloads = _node_at(node, ["workloads"])
+    if isinstance(workloads, yaml.SequenceNode):
+        first: dict[str, int] = {}
+        for i, item in enumerate(workloads.value):
+            name_node = _node_at(item, ["name"])
+            if isinstance(name_node, yaml.ScalarNode) and name_node is not item:
+                if name_node.value in first:
+                    ctx.error(name_node, ["workloads", i, "name"],
+                              f"duplicate workload name {name_node.value!r} (also workloads[{first[name_node.value]}])")
+                else:
+                    first[name_node.value] = i
+    return ctx.issues
+
+
+def _load_dropins(directory: Path, config_node: yaml.Node, config_name: str):
+    """Yield (profile, file, None) or (None, file, issue) for every *.yaml in the drop-in directory."""
+    if not directory.is_dir():
+        ctx = _Ctx(config_name)
+        ctx.error(_node_at(config_node, ["workloads_dir"]), ["workloads_dir"],
+                  f"{directory} is not a directory" if directory.exists() else f"directory {directory} does not exist")
+        yield None, config_name, ctx.issues[0]
+        return
+    for file in sorted(directory.glob("*.yaml")):
+        try:
+            node = compose_file(file)
+        except ConfigError as exc:
+            for issue in exc.issues:
+                yield None, str(file), issue
+            continue
+        ctx = _Ctx(str(file))
+        if node is None:
+            ctx.error(None, [], "empty file: expected one workload profile")
+        else:
+            profile = check_profile(node, [], ctx)
+            if profile is not _INVALID and not ctx.issues:
+                yield profile, str(file), None
+                continue
+        for issue in ctx.issues:
+            yield None, str(file), issue

@@ -482,8 +482,11 @@ def _val(v: Any, default: Any = None) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ parse
-def profile_from_dict(d: Mapping[str, Any]) -> WorkloadProfile:
+def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> WorkloadProfile:
     """Return the WorkloadProfile described by ``d`` (one item of ``workloads:``).
+
+    ``attributable`` False skips the "needs a match rule or gpus" check (``headroom estimate`` sizes a
+    profile given on the command line that is never attributed to processes).
 
     Raises ProfileErrors listing every bad value, unknown key and impossible combination; field paths
     are relative to ``d``.
@@ -565,7 +568,7 @@ def profile_from_dict(d: Mapping[str, Any]) -> WorkloadProfile:
     if _ok(gpus) and _ok(parallel) and gpus and len(gpus) < parallel.gpus:
         r.error(("gpus",), f"lists {len(gpus)} GPU(s) but parallel tensor {parallel.tensor} x pipeline "
                            f"{parallel.pipeline} x data {parallel.data} needs {parallel.gpus}")  # fmt: skip
-    if _ok(match) and match.empty and not _val(gpus) and not {"gpus", "match"} & _error_roots(r):
+    if attributable and _ok(match) and match.empty and not _val(gpus) and not {"gpus", "match"} & _error_roots(r):
         r.error(("match",), "a profile needs at least one match rule (cmdline, exe, systemd_unit, cgroup, pid_file, "
                             "container_id) or an explicit gpus list; otherwise nothing can be attributed to it")  # fmt: skip
 

@@ -117,6 +117,8 @@ class Handler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # Used by http.server for malformed requests (414, 431, 400 ...): plain text, connection closed.
         self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # garbage request lines parse as HTTP/0.9: answer with a status line
+            self.request_version = "HTTP/1.0"
         try:
             body = f"{code} {message or HTTPStatus(code).phrase}\n".encode("utf-8", "replace")
             self.send_response(code, message)

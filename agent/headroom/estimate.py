@@ -1,0 +1,190 @@
+"""`headroom estimate`: size a workload from flags or from a profile, against given or found GPUs.
+
+The profile goes through the same validation as config.yaml (``profiles.profile_from_dict``) and the
+same memory model as the running agent (``sizing.estimate``); flags only build the profile mapping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from headroom import units
+from headroom.profiles import KINDS, OPTIMIZERS, PRECISIONS, QUANTIZATIONS, ProfileErrors, profile_from_dict
+
+# flag -> (path in the profile mapping, how to parse the text, help)
+_FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
+    "--name": (("name",), str, "workload name (default: estimate)"),
+    "--kind": (("kind",), str, f"one of {', '.join(KINDS)} (default inference)"),
+    "--params": (("params",), str, "parameter count: 7B, 7e9, 70000000000"),
+    "--precision": (("precision",), str, f"weight precision: {', '.join(PRECISIONS)}"),
+    "--quantization": (("quantization",), str, f"one of {', '.join(QUANTIZATIONS)}"),
+    "--compute-precision": (("compute_precision",), str, "activation/compute precision"),
+    "--kv-cache-precision": (("kv_cache_precision",), str, "KV cache precision (default: compute precision)"),
+    "--layers": (("architecture", "layers"), int, "transformer layers"),
+    "--heads": (("architecture", "heads"), int, "attention heads"),
+    "--kv-heads": (("architecture", "kv_heads"), int, "KV heads (GQA/MQA)"),
+    "--head-dim": (("architecture", "head_dim"), int, "dimension per head"),
+    "--hidden-size": (("architecture", "hidden_size"), int, "hidden size"),
+    "--intermediate-size": (("architecture", "intermediate_size"), int, "MLP intermediate size"),
+    "--vocab-size": (("architecture", "vocab_size"), int, "vocabulary size"),
+    "--context": (("context", "max"), int, "maximum tokens per sequence (prompt + output)"),
+    "--concurrency": (("concurrency",), int, "concurrent sequences (inference)"),
+    "--runtime": (("runtime", "name"), str, "serving runtime, e.g. vllm (applies its memory reservation)"),
+    "--gpu-memory-utilization": (("runtime", "gpu_memory_utilization"), float, "vLLM's reservation ratio"),
+    "--tensor-parallel": (("parallel", "tensor"), int, "tensor parallel degree"),
+    "--pipeline-parallel": (("parallel", "pipeline"), int, "pipeline parallel degree"),
+    "--data-parallel": (("parallel", "data"), int, "data parallel degree"),
+    "--optimizer": (("training", "optimizer"), str, f"one of {', '.join(OPTIMIZERS)}"),
+    "--gradient-precision": (("training", "gradient_precision"), str, "fp16 (16 B/param) or fp32 (18 B/param)"),
+    "--micro-batch": (("training", "micro_batch"), int, "sequences per GPU per step (training)"),
+    "--lora-rank": (("lora", "rank"), int, "LoRA rank"),
+}
+_BOOL_FLAGS = {"--gradient-checkpointing": ("training", "gradient_checkpointing")}
+_LIST_FLAGS = {"--lora-target-modules": ("lora", "target_modules")}
+
+
+def add_parser(sub: Any, add_source_flags: Any) -> None:
+    p = sub.add_parser(
+        "estimate",
+        help="size a workload: memory per component, fits or not, max concurrency and context",
+        description="Estimate the GPU memory a workload needs, from flags or from a profile in the configuration, "
+                    "against --gpu-memory or the GPUs NVML finds (--simulate works too).",
+    )
+    for flag, (_, typ, help_) in _FLAGS.items():
+        p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), type=str, help=help_)
+    for flag in _BOOL_FLAGS:
+        p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), action="store_true", default=None,
+                       help="recompute activations in the backward pass")
+    for flag in _LIST_FLAGS:
+        p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), help="comma-separated, e.g. q_proj,v_proj")
+    p.add_argument("--workload", metavar="NAME", help="take the profile NAME from the configuration instead of flags")
+    p.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB (default: the GPUs NVML finds)")
+    p.add_argument("--gpus", metavar="N", type=int, help="GPUs available (default: as many as the layout needs)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_source_flags(p)
+
+
+class EstimateError(Exception):
+    """A user error in the estimate's inputs; the message is printed as is."""
+
+
+def _flag_profile(args: argparse.Namespace) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": "estimate", "kind": "inference"}
+    for flag, (path, typ, _) in {**_FLAGS, **{f: (p, str, "") for f, p in _LIST_FLAGS.items()},
+                                 **{f: (p, bool, "") for f, p in _BOOL_FLAGS.items()}}.items():
+        raw = getattr(args, "est_" + flag[2:].replace("-", "_"), None)
+        if raw is None:
+            continue
+        value: Any = raw
+        if flag in _LIST_FLAGS:
+            value = [x.strip() for x in raw.split(",") if x.strip()]
+        elif typ is int:
+            try:
+                value = units.parse_count(raw, flag)
+            except ValueError as exc:
+                raise EstimateError(str(exc)) from None
+        elif typ is float:
+            try:
+                value = float(raw)
+            except ValueError:
+                raise EstimateError(f"{flag}: expected a number, got {raw!r}") from None
+        target = d
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+        target[path[-1]] = value
+    if "context" in d:
+        d["context"] = {"max": d["context"]["max"]}
+    return d
+
+
+def _flag_for(path: tuple[str | int, ...]) -> str:
+    for flag, (p, _, _) in _FLAGS.items():
+        if tuple(p) == tuple(path):
+            return flag
+    for table in (_BOOL_FLAGS, _LIST_FLAGS):
+        for flag, p in table.items():
+            if tuple(p) == tuple(path[: len(p)]):
+                return flag
+    return ".".join(str(x) for x in path)
+
+
+def build_profile(args: argparse.Namespace, config: Any) -> Any:
+    if args.workload:
+        profile = config.workload(args.workload)
+        if profile is None:
+            names = ", ".join(w.name for w in config.workloads) or "none"
+            raise EstimateError(f"no workload named {args.workload!r} in {config.source or 'the configuration'} "
+                                f"(declared: {names})")
+        return profile
+    d = _flag_profile(args)
+    try:
+        return profile_from_dict(d, attributable=False)
+    except ProfileErrors as exc:
+        raise EstimateError("\n".join(f"{_flag_for(e.path)}: {e.message}" for e in exc.errors)) from None
+
+
+def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str]:
+    """(memory per GPU, GPU count, where from) from one NVML read (real or simulated)."""
+    from headroom.daemon import build_collectors, load_scenario
+    from headroom.sources import CollectorError, load_all
+
+    load_all()
+    scenario = load_scenario(options.simulate)
+    from dataclasses import replace
+
+    collectors = [c for c in build_collectors(config, replace(options, collectors={"nvml": True}), scenario)
+                  if c.name == "nvml"]
+    if not collectors:
+        return None, None, "no NVML collector"
+    nvml = collectors[0]
+    try:
+        data = nvml.collect()
+    except (CollectorError, OSError) as exc:
+        return None, None, f"no GPU found ({exc})"
+    finally:
+        nvml.close()
+    totals = [g.memory_total_bytes for g in data.gpus if g.up and g.memory_total_bytes]
+    if not totals:
+        return None, None, "no GPU found"
+    where = f"{len(totals)} x {data.gpus[0].name} found by NVML" + (" (simulated)" if data.simulated else "")
+    return min(totals), len(totals), where
+
+
+def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
+    """(exit code, text to print)."""
+    from headroom import sizing
+
+    profile = build_profile(args, config)
+    where = "given"
+    gpus = args.gpus
+    if args.gpus is not None and args.gpus < 1:
+        raise EstimateError("--gpus must be at least 1")
+    if args.gpu_memory:
+        try:
+            memory = units.parse_bytes(args.gpu_memory, "--gpu-memory")
+        except ValueError as exc:
+            raise EstimateError(str(exc)) from None
+        if memory <= 0:
+            raise EstimateError("--gpu-memory must be positive")
+        where = f"--gpu-memory {args.gpu_memory}"
+    elif profile.kind.value == "cpu-inference":
+        memory, where = None, "host RAM not given (use --gpu-memory for the RAM budget)"
+    else:
+        memory, found, where = found_gpus(config, options)
+        gpus = gpus if gpus is not None else found
+    try:
+        est = sizing.estimate(profile, gpu_memory_bytes=memory, gpus=gpus, overhead=config.sizing or sizing.DEFAULTS)
+    except sizing.SizingError as exc:
+        message = str(exc)
+        if not args.workload:  # name the flags to add, not the profile keys
+            for flag, (path, _, _) in sorted(_FLAGS.items(), key=lambda kv: -len(".".join(kv[1][0]))):
+                message = message.replace(".".join(path), flag)
+        raise EstimateError(message) from None
+    if args.format == "json":
+        doc: Mapping[str, Any] = {"workload": profile.name, "memory_source": where, **est.to_dict()}
+        return 0, json.dumps(doc, indent=1) + "\n"
+    head = f"workload {profile.name} ({profile.kind.value}); GPU memory: {where}\n\n"
+    return 0, head + sizing.format_table(est) + "\n"
