@@ -344,7 +344,12 @@ def check_profile(node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Any:
         return profile_from_dict(_to_python(node))
     except ProfileErrors as exc:
         for e in exc.errors:
-            ctx.error(_node_at(node, e.path), [*path, *e.path], e.message)
+            at = _node_at(node, e.path)
+            if e.message.startswith("unknown key") and e.path:  # point at the key, not its value
+                parent = _node_at(node, e.path[:-1])
+                if isinstance(parent, yaml.MappingNode):
+                    at = next((k for k, _ in parent.value if getattr(k, "value", None) == e.path[-1]), at)
+            ctx.error(at, [*path, *e.path], e.message)
         return _INVALID
 
 

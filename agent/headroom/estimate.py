@@ -104,10 +104,10 @@ def _flag_for(path: tuple[str | int, ...]) -> str:
     for flag, (p, _, _) in _FLAGS.items():
         if tuple(p) == tuple(path):
             return flag
-    for table in (_BOOL_FLAGS, _LIST_FLAGS):
-        for flag, p in table.items():
-            if tuple(p) == tuple(path[: len(p)]):
-                return flag
+    every = {**{f: p for f, (p, _, _) in _FLAGS.items()}, **_BOOL_FLAGS, **_LIST_FLAGS}
+    for flag, p in every.items():  # a section-level error (e.g. "lora") names the flag that set it
+        if tuple(p[: len(path)]) == tuple(path) or tuple(p) == tuple(path[: len(p)]):
+            return flag
     return ".".join(str(x) for x in path)
 
 

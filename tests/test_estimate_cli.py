@@ -1,0 +1,109 @@
+"""`headroom estimate` answers the source articles' sizing questions from the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+GIB = 2**30
+
+
+def estimate(*args, ok=True):
+    r = subprocess.run([sys.executable, "-m", "headroom", "estimate", *args], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    if ok:
+        assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    return r
+
+
+def components(r):
+    doc = json.loads(r.stdout)
+    return doc, {c["name"]: c["bytes"] for c in doc["components"]}
+
+
+def test_7b_fp16_weights_are_14e9_bytes_13_04_gib():
+    arch = ("--layers", "32", "--kv-heads", "8", "--heads", "32", "--head-dim", "128", "--context", "4096")
+    r = estimate("--kind", "cpu-inference", "--params", "7e9", "--precision", "fp16", *arch, "--gpu-memory", "32GiB",
+                 "--format", "json")
+    _, c = components(r)
+    assert c["weights"] == 14_000_000_000
+    table = estimate("--params", "7B", "--precision", "fp16", *arch, "--gpu-memory", "80GiB")
+    assert "14 000 000 000  13.04" in table.stdout
+
+
+@pytest.mark.parametrize(("gradient_precision", "per_param"), [("fp16", 16), ("fp32", 18)])
+def test_full_training_bytes_per_param(gradient_precision, per_param):
+    r = estimate("--kind", "finetune-full", "--params", "7B", "--precision", "fp16", "--optimizer", "adamw",
+                 "--gradient-precision", gradient_precision, "--layers", "32", "--heads", "32", "--hidden-size",
+                 "4096", "--context", "2048", "--gpu-memory", "80GiB", "--format", "json")
+    doc, c = components(r)
+    state = sum(c[k] for k in ("weights", "gradients", "optimizer_state", "master_weights"))
+    assert state == per_param * 7_000_000_000
+    assert doc["fits"] is False  # 112 GB of state alone does not fit one 80 GiB GPU
+
+
+def test_kv_cache_one_gib_per_8192_token_sequence():
+    base = ("--params", "8B", "--precision", "bf16", "--layers", "32", "--kv-heads", "8", "--heads", "32",
+            "--head-dim", "128", "--context", "8192", "--gpu-memory", "80GiB", "--format", "json")
+    doc, c = components(estimate(*base, "--concurrency", "1"))
+    assert doc["kv_bytes_per_token"] == 131_072
+    assert c["kv_cache"] == GIB
+    _, c16 = components(estimate(*base, "--concurrency", "16"))
+    assert c16["kv_cache"] == 16 * GIB
+
+
+def test_capacities_are_consistent_with_fitting():
+    base = ("--params", "8B", "--precision", "bf16", "--layers", "32", "--kv-heads", "8", "--heads", "32",
+            "--head-dim", "128", "--context", "8192", "--gpu-memory", "80GiB", "--format", "json")
+    doc = json.loads(estimate(*base, "--concurrency", "16").stdout)
+    n = doc["max_concurrency_at_max_context"]
+    assert n >= 16
+    assert json.loads(estimate(*base, "--concurrency", str(n)).stdout)["fits"] is True
+    assert json.loads(estimate(*base, "--concurrency", str(n + 1)).stdout)["fits"] is False
+
+
+def test_against_simulated_gpus_found_by_nvml():
+    r = estimate("--params", "70B", "--precision", "bf16", "--layers", "80", "--kv-heads", "8", "--heads", "64",
+                 "--head-dim", "128", "--context", "8192", "--concurrency", "4", "--tensor-parallel", "2",
+                 "--simulate", "demo", "--format", "json")
+    doc = json.loads(r.stdout)
+    assert doc["gpus_available"] == 2
+    assert "found by NVML (simulated)" in doc["memory_source"]
+    assert doc["gpu_memory_bytes"] > 79 * GIB
+
+
+def test_from_a_profile_in_the_configuration(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workloads:\n  - name: chat\n    kind: inference\n    params: 7B\n    precision: fp16\n"
+                   "    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}\n"
+                   "    context: {max: 8192}\n    concurrency: 16\n    gpus: [0]\n")
+    doc, c = components(estimate("--config.file", str(cfg), "--workload", "chat", "--gpu-memory", "80GiB",
+                                 "--format", "json"))
+    assert c["weights"] == 14_000_000_000 and c["kv_cache"] == 16 * GIB
+    r = estimate("--config.file", str(cfg), "--workload", "nope", "--gpu-memory", "80GiB", ok=False)
+    assert r.returncode == 2 and "no workload named 'nope'" in r.stderr and "declared: chat" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--params", "7B", "--precision", "bf16", "--context", "8192", "--gpu-memory", "80GiB"),
+         "KV cache needs --layers, --kv-heads, --head-dim"),
+        (("--params", "7B", "--precision", "bf16", "--kv-heads", "80", "--heads", "32"),
+         "--kv-heads: kv_heads 80 exceeds heads 32"),
+        (("--params", "seven", "--precision", "bf16"), "--params: invalid params 'seven'"),
+        (("--kind", "inference", "--params", "7B", "--precision", "bf16", "--lora-rank", "8"),
+         "--lora-rank: lora applies to finetune-lora"),
+        (("--params", "7B", "--precision", "bf16", "--gpu-memory", "lots"), "--gpu-memory"),
+    ],
+)
+def test_missing_or_bad_inputs_get_clear_errors(args, message):
+    r = estimate(*args, ok=False)
+    assert r.returncode == 2
+    assert message in r.stderr, r.stderr
