@@ -132,7 +132,6 @@ class _Fault:
 @dataclass
 class _EventSet:
     devices: set[int]
-    delivered: set[tuple[int, float, int]]  # (gpu, at, code)
 
 
 class FakeNvml:
@@ -157,6 +156,7 @@ class FakeNvml:
         self._faults = [_fault(f) for f in scenario.faults]
         self._xids: list[tuple[int, float, int]] = [(g.index, x.at, x.code) for g in self._gpus for x in g.xids]
         self._event_sets: dict[int, _EventSet] = {}
+        self._delivered: set[tuple[int, float, int]] = set()  # each XID reaches one event set, once
         self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (t, millijoules)
 
     def __getattr__(self, name: str) -> Any:
@@ -236,6 +236,8 @@ class FakeNvml:
                 self._faults = [f for f in self._faults if f.calls is None or f.calls > 0]
         if hang:
             self._sleep(hang)
+            if error is None and self._refcount == 0 and name not in _NO_LIBRARY_NEEDED:
+                error = pynvml.NVML_ERROR_UNINITIALIZED  # shut down while it hung
         if error is None and query_gpu is not None and _QUERY_OF_CALL.get(name) in query_gpu.unsupported:
             error = pynvml.NVML_ERROR_NOT_SUPPORTED
         if error is not None:
@@ -593,7 +595,7 @@ class FakeNvml:
         self._enter("nvmlEventSetCreate", None)
         with self._lock:
             key = _EVENT_SET_BASE + len(self._event_sets) + 1
-            self._event_sets[key] = _EventSet(set(), set())
+            self._event_sets[key] = _EventSet(set())
         return _handle(key, pynvml.c_nvmlEventSet_t)
 
     def _event_set(self, event_set: Any) -> _EventSet:
@@ -617,9 +619,12 @@ class FakeNvml:
         while True:
             now = self.clock()
             with self._lock:
-                due = sorted(x for x in self._xids if x[0] in es.devices and x[1] <= now and x not in es.delivered)
+                due = sorted(
+                    (x for x in self._xids if x[0] in es.devices and x[1] <= now and x not in self._delivered),
+                    key=lambda x: (x[1], x[0]),
+                )
                 if due:
-                    es.delivered.add(due[0])
+                    self._delivered.add(due[0])
             if due:
                 gpu, _, code = due[0]
                 data = pynvml.c_nvmlEventData_t()

@@ -1,0 +1,531 @@
+"""The NVML collector, driven through the fake library exactly as the product runs it.
+
+Every call site the collector uses gets every error class it handles; fallbacks, accumulators, the XID
+and PCIe threads, backoff and recovery are checked against a controlled clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import pynvml
+import pytest
+from structlog.testing import capture_logs
+
+from headroom.samples import GpuSample, NvmlSample
+from headroom.simulation import ManualClock, Scenario, load_scenario, parse_scenario
+from headroom.sources import CollectorError, SourceContext, load_all, nvml
+from headroom.sources.fake_nvml import FakeNvml
+from headroom.sources.nvml import NvmlCollector
+
+GIB = 2**30
+# filled in by background threads, so not compared tick by tick
+THREAD_FIELDS = {"pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "xid_errors_total"}
+IDENTITY = {"index", "uuid", "name", "pci_bus_id", "up", "error"}
+
+
+@dataclass
+class Rig:
+    scenario: Scenario
+    clock: ManualClock
+    lib: FakeNvml
+    collector: NvmlCollector
+
+    def tick(self, advance: float = 1.0) -> NvmlSample:
+        self.clock.advance(advance)
+        return self.collector.collect()
+
+    def calls_on(self, gpu: int, *names: str) -> int:
+        """NVML calls made for ``gpu`` (only ``names`` if given), leaving out the helper threads' calls."""
+        skip = {"nvmlDeviceGetPcieThroughput", "nvmlDeviceRegisterEvents"}
+        return sum(n for (name, g), n in self.lib.calls.items() if g == gpu and name not in skip and (not names or name in names))
+
+
+@pytest.fixture
+def make(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rig]:
+    # the XID thread waits on NVML in slices of _EVENT_WAIT_MS and close() joins it: shorter slices keep
+    # each test's teardown at milliseconds instead of half a second
+    monkeypatch.setattr(nvml, "_EVENT_WAIT_MS", 20)
+    rigs: list[Rig] = []
+
+    def build(source: str = "golden", **settings: object) -> Rig:
+        scenario = parse_scenario(source) if "\n" in source else load_scenario(source)
+        clock = ManualClock()
+        lib = scenario.nvml_library(clock=clock)
+        ctx = SourceContext(scenario=scenario, monotonic=clock, settings={"pcie_poll_interval": 60.0, **settings})
+        rig = Rig(scenario, clock, lib, NvmlCollector(ctx))
+        rigs.append(rig)
+        return rig
+
+    yield build
+    for rig in rigs:
+        rig.lib.release()
+        rig.collector.close()
+
+
+def present(gpu: GpuSample) -> set[str]:
+    """Names of the fields this GPU reported (not None, not empty), identity and thread fields aside."""
+    out = set()
+    for f in fields(GpuSample):
+        value = getattr(gpu, f.name)
+        if f.name in IDENTITY | THREAD_FIELDS or value is None or value in ((), {}):
+            continue
+        out.add(f.name)
+    return out
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+# (calls failing together, gpu, fields that must go absent). Golden GPU 0: workstation card with fan,
+# memory temperature and clock events; GPU 1: MIG-enabled A100.
+CALL_SITES = [
+    (("nvmlDeviceGetUtilizationRates",), 0, {"utilization_ratio", "memory_utilization_ratio", "busy_seconds_total"}),
+    (("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), 0,
+     {"memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes"}),
+    (("nvmlDeviceGetPowerUsage",), 0, {"power_watts"}),
+    (("nvmlDeviceGetEnforcedPowerLimit",), 0, {"power_limit_watts"}),
+    (("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"), 0, {"temperature_celsius"}),
+    (("nvmlDeviceGetFieldValues",), 0,
+     {"memory_temperature_celsius", "energy_joules_total", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total"}),
+    (("nvmlDeviceGetFieldValues",), 1,
+     {"energy_joules_total", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total", "remapped_rows_correctable",
+      "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure"}),
+    (("nvmlDeviceGetClockInfo",), 0, {"sm_clock_hertz", "memory_clock_hertz"}),
+    (("nvmlDeviceGetMaxClockInfo",), 0, {"sm_clock_max_hertz", "memory_clock_max_hertz"}),
+    (("nvmlDeviceGetPerformanceState",), 0, {"performance_state"}),
+    (("nvmlDeviceGetFanSpeed",), 0, {"fan_speed_ratio"}),
+    (("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"), 0,
+     {"clock_events_active", "clock_events_seconds_total"}),
+    (("nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetSupportedClocksThrottleReasons"), 0, set()),
+    (("nvmlDeviceGetCurrPcieLinkGeneration",), 0, {"pcie_link_generation"}),
+    (("nvmlDeviceGetCurrPcieLinkWidth",), 0, {"pcie_link_width"}),
+    (("nvmlDeviceGetMaxPcieLinkGeneration",), 0, {"pcie_link_max_generation"}),
+    (("nvmlDeviceGetMaxPcieLinkWidth",), 0, {"pcie_link_max_width"}),
+    (("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+      "nvmlDeviceGetComputeRunningProcesses"), 0, {"processes"}),
+    (("nvmlDeviceGetMigMode",), 1, {"mig_enabled", "mig_instances"}),
+    (("nvmlDeviceGetMaxMigDeviceCount",), 1, {"mig_instances"}),
+    (("nvmlDeviceGetMigDeviceHandleByIndex",), 1, {"mig_instances"}),
+    (("nvmlDeviceGetGpuInstanceId",), 1, {"mig_instances"}),
+]  # fmt: skip
+SITE_IDS = [f"{calls[0]}-gpu{gpu}" for calls, gpu, _ in CALL_SITES]
+
+
+# --------------------------------------------------------------------------------- happy path
+def test_registered_as_nvml_and_on_by_default():
+    registry = load_all()
+    assert registry["nvml"] is NvmlCollector and NvmlCollector.default_enabled
+
+
+def test_golden_host_reads_in_base_units(make):
+    rig = make()
+    sample = rig.collector.collect()
+    assert sample.up and sample.simulated
+    assert (sample.driver_version, sample.nvml_version, sample.cuda_driver_version) == ("550.54.15", "12.550.54.15", 12040)
+    g0, g1 = sample.gpus
+    assert (g0.index, g0.uuid, g0.name, g0.pci_bus_id) == (
+        0, "GPU-00000000-0000-4000-8000-000000000000", "NVIDIA RTX 6000 Ada Generation", "00000000:01:00.0")
+    assert (g0.memory_total_bytes, g0.memory_used_bytes, g0.memory_reserved_bytes) == (48 * GIB, 40 * GIB, 256 * 2**20)
+    assert g0.memory_free_bytes == 48 * GIB - 40 * GIB - 256 * 2**20
+    assert (g0.utilization_ratio, g0.memory_utilization_ratio) == (0.8, 0.5)
+    assert (g0.power_watts, g0.power_limit_watts, g0.temperature_celsius, g0.memory_temperature_celsius) == (299, 300, 71, 78)
+    assert (g0.sm_clock_hertz, g0.sm_clock_max_hertz, g0.memory_clock_max_hertz) == (2.1e9, 2.505e9, 10.001e9)
+    assert (g0.performance_state, g0.fan_speed_ratio) == (2, 0.65)
+    assert g0.clock_events_active["sw_power_cap"] is True and g0.clock_events_active["hw_slowdown"] is False
+    assert set(g0.clock_events_active) == {
+        "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+        "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting"}
+    assert (g0.pcie_link_generation, g0.pcie_link_width, g0.pcie_link_max_generation, g0.pcie_link_max_width) == (4, 16, 4, 16)
+    assert [(p.pid, p.used_memory_bytes) for p in g0.processes] == [(1001, 30 * GIB), (1002, None)]
+    assert g0.mig_enabled is None and g0.mig_instances == ()
+    assert g0.ecc_uncorrected_aggregate_total == 0 and g0.remapped_rows_correctable is None  # declared unsupported
+    # GPU 1: MIG enabled, passive cooling, no memory sensor
+    assert g1.utilization_ratio is None and g1.busy_seconds_total is None  # NVML has no utilization with MIG on
+    assert g1.fan_speed_ratio is None and g1.memory_temperature_celsius is None
+    assert (g1.ecc_uncorrected_aggregate_total, g1.remapped_rows_correctable, g1.remapped_rows_pending) == (2, 1, False)
+    assert g1.mig_enabled is True
+    assert [(m.gpu_instance_id, m.compute_instance_id, m.uuid, m.memory_used_bytes, m.memory_total_bytes) for m in g1.mig_instances] == [
+        (1, 0, "MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa", 20 * GIB, 40 * GIB),
+        (2, 0, "MIG-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb", 10 * GIB, 40 * GIB),
+    ]  # fmt: skip
+
+
+def test_energy_is_reported_in_joules(make):
+    rig = make()
+    first = rig.collector.collect().gpus[0].energy_joules_total
+    assert rig.tick(10).gpus[0].energy_joules_total - first == pytest.approx(2990.0)  # 299 W for 10 s
+
+
+# --------------------------------------------------------------------- NOT_SUPPORTED and friends
+@pytest.mark.parametrize("error", ["NOT_SUPPORTED", "NO_PERMISSION", "FUNCTION_NOT_FOUND"])
+@pytest.mark.parametrize(("calls", "gpu", "absent"), CALL_SITES, ids=SITE_IDS)
+def test_an_unsupported_query_leaves_exactly_its_fields_absent(make, calls, gpu, absent, error):
+    healthy = make()
+    healthy.collector.collect()
+    baseline = healthy.tick()
+    rig = make()
+    for call in calls:
+        rig.lib.inject(call, gpu=gpu, error=error)
+    rig.collector.collect()
+    sample = rig.tick()
+    assert absent <= present(baseline.gpus[gpu]), "the healthy host must report these fields"
+    assert present(baseline.gpus[gpu]) - present(sample.gpus[gpu]) == absent
+    assert present(sample.gpus[gpu]) <= present(baseline.gpus[gpu])
+    assert sample.gpus[gpu].up and sample.gpus[1 - gpu].up
+    assert present(sample.gpus[1 - gpu]) == present(baseline.gpus[1 - gpu])
+    # remembered as unsupported: not asked again next tick
+    before = rig.calls_on(gpu, *calls)
+    rig.tick()
+    assert rig.calls_on(gpu, *calls) == before
+
+
+def test_an_unsupported_query_is_probed_again_after_ten_minutes(make):
+    rig = make()
+    rig.lib.inject("nvmlDeviceGetFanSpeed", gpu=0, error="NOT_SUPPORTED")
+    rig.collector.collect()
+    rig.lib.clear()
+    assert rig.tick(300).gpus[0].fan_speed_ratio is None
+    assert rig.lib.calls[("nvmlDeviceGetFanSpeed", 0)] == 1
+    assert rig.tick(301).gpus[0].fan_speed_ratio == 0.65
+
+
+def test_a_field_that_fails_alone_is_absent_alone(make):
+    rig = make()
+    rig.lib.inject("NVML_FI_DEV_MEMORY_TEMP", gpu=0, error="NOT_SUPPORTED")
+    g0 = rig.collector.collect().gpus[0]
+    assert g0.memory_temperature_celsius is None
+    assert g0.energy_joules_total is not None and g0.ecc_uncorrected_volatile_total == 0
+
+
+def test_a_transient_error_is_none_this_tick_and_retried_next(make):
+    rig = make()
+    rig.lib.inject("nvmlDeviceGetPowerUsage", gpu=0, error="TIMEOUT", calls=1)
+    assert rig.collector.collect().gpus[0].power_watts is None
+    assert rig.tick().gpus[0].power_watts == 299
+
+
+# ----------------------------------------------------------------------------------- fallbacks
+@pytest.mark.parametrize("error", ["FUNCTION_NOT_FOUND", "ARGUMENT_VERSION_MISMATCH"])
+@pytest.mark.parametrize(
+    ("missing", "used"),
+    [
+        ((), "nvmlDeviceGetComputeRunningProcesses_v3"),
+        (("nvmlDeviceGetComputeRunningProcesses_v3",), "nvmlDeviceGetComputeRunningProcesses_v2"),
+        (("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
+         "nvmlDeviceGetComputeRunningProcesses"),
+    ],
+)
+def test_processes_fall_back_from_v3_to_v2_to_v1(make, missing, used, error):
+    rig = make()
+    for call in missing:
+        rig.lib.inject(call, error=error)
+    rig.collector.collect()
+    first = rig.calls_on(0, *missing)
+    sample = rig.tick()
+    assert [p.pid for p in sample.gpus[0].processes] == [1001, 1002]
+    assert rig.lib.calls[(used, 0)] == 2
+    assert not missing or rig.calls_on(0, *missing) == first  # the missing versions are not tried every tick
+
+
+def test_memory_falls_back_from_v2_to_v1_without_reserved(make):
+    rig = make()
+    rig.lib.inject("nvmlDeviceGetMemoryInfo_v2", error="FUNCTION_NOT_FOUND")
+    g0 = rig.collector.collect().gpus[0]
+    assert g0.memory_reserved_bytes is None
+    assert g0.memory_used_bytes == 40 * GIB + 256 * 2**20  # v1 "used" includes the reserved part
+    assert g0.memory_total_bytes == 48 * GIB
+
+
+def test_throttle_reasons_stand_in_for_clock_event_reasons(make):
+    rig = make()
+    rig.lib.inject("nvmlDeviceGetCurrentClocksEventReasons", error="FUNCTION_NOT_FOUND")
+    rig.lib.inject("nvmlDeviceGetSupportedClocksEventReasons", error="FUNCTION_NOT_FOUND")
+    g0 = rig.collector.collect().gpus[0]
+    assert g0.clock_events_active["sw_power_cap"] is True
+    assert rig.lib.calls[("nvmlDeviceGetCurrentClocksThrottleReasons", 0)] == 1
+
+
+def test_reasons_the_gpu_does_not_support_are_left_out():
+    text = "gpus:\n  - {name: x, memory_total: 1GiB, power_limit: 100, supported_clock_events: [gpu_idle, sw_power_cap]}\n"
+    scenario = parse_scenario(text)
+    clock = ManualClock()
+    scenario.nvml_library(clock=clock)
+    collector = NvmlCollector(SourceContext(scenario=scenario, monotonic=clock))
+    try:
+        assert set(collector.collect().gpus[0].clock_events_active) == {"gpu_idle", "sw_power_cap"}
+    finally:
+        collector.close()
+
+
+# -------------------------------------------------------------------------------- accumulators
+def test_busy_seconds_integrate_utilization_over_ticks(make):
+    rig = make()  # golden GPU 0: utilization 0.8 until t=30 s, then 0.4
+    assert rig.collector.collect().gpus[0].busy_seconds_total == 0.0  # the first tick adds nothing
+    totals = [rig.tick(10).gpus[0].busy_seconds_total for _ in range(4)]  # t = 10, 20, 30, 40
+    assert totals == pytest.approx([8.0, 16.0, 20.0, 24.0])
+
+
+def test_clock_event_seconds_count_while_a_reason_is_active(make):
+    rig = make(
+        "gpus:\n  - name: x\n    memory_total: 1GiB\n    power_limit: 100\n"
+        "    clock_events: {hw_thermal_slowdown: {steps: [[0s, false], [10s, true], [20s, false]]}}\n"
+    )
+    rig.collector.collect()
+    seconds = [rig.tick(5).gpus[0].clock_events_seconds_total for _ in range(6)]  # t = 5 .. 30
+    assert [s["hw_thermal_slowdown"] for s in seconds] == [0, 5, 10, 10, 10, 10]
+    assert seconds[-1]["sw_power_cap"] == 0.0  # supported, never active: a real zero
+
+
+def test_accumulators_skip_the_time_a_gpu_was_down(make):
+    rig = make()
+    rig.collector.collect()
+    assert rig.tick().gpus[0].busy_seconds_total == pytest.approx(0.8)
+    rig.lib.inject("nvmlDeviceGetPowerUsage", gpu=0, error="GPU_IS_LOST")
+    assert not rig.tick().gpus[0].up  # t=2, re-probe due at t=3
+    rig.lib.clear()
+    back = rig.tick(1.5).gpus[0]  # t=3.5
+    assert back.up and back.busy_seconds_total == pytest.approx(0.8)
+    assert rig.tick().gpus[0].busy_seconds_total == pytest.approx(1.6)
+
+
+# ---------------------------------------------------------------------------------- lost GPUs
+@pytest.mark.parametrize("error", ["GPU_IS_LOST", "GPU_NOT_FOUND", "RESET_REQUIRED", "UNKNOWN"])
+@pytest.mark.parametrize(("calls", "gpu", "absent"), CALL_SITES, ids=SITE_IDS)
+def test_a_device_error_takes_only_that_gpu_down_until_it_answers(make, calls, gpu, absent, error):
+    rig = make()
+    rig.lib.inject(calls[0], gpu=gpu, error=error)
+    sample = rig.collector.collect()
+    down, other = sample.gpus[gpu], sample.gpus[1 - gpu]
+    assert not down.up and error in down.error and calls[0].removesuffix("_v2") in down.error
+    assert down.uuid == rig.scenario.gpus[gpu].uuid and down.name == rig.scenario.gpus[gpu].name
+    assert present(down) == set()  # only identity
+    assert other.up
+    before = rig.calls_on(gpu)
+    assert not rig.tick(0.5).gpus[gpu].up
+    assert rig.calls_on(gpu) == before  # backing off: nothing asked
+    rig.lib.clear()
+    back = rig.tick(0.6).gpus[gpu]  # past the first 1 s backoff
+    assert back.up and back.error is None
+
+
+def test_a_field_value_reporting_a_lost_gpu_takes_it_down(make):
+    rig = make()
+    rig.lib.inject("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", gpu=1, error="GPU_IS_LOST")
+    sample = rig.collector.collect()
+    assert not sample.gpus[1].up and sample.gpus[0].up
+
+
+def test_loss_and_recovery_are_logged_once(make):
+    rig = make()
+    with capture_logs() as logs:
+        rig.collector.collect()
+        rig.lib.inject("nvmlDeviceGetPowerUsage", gpu=0, error="GPU_IS_LOST")
+        for _ in range(10):
+            rig.tick()
+        rig.lib.clear()
+        for _ in range(70):
+            rig.tick()
+    events = [e["event"] for e in logs if e["event"] in ("gpu_lost", "gpu_recovered")]
+    assert events == ["gpu_lost", "gpu_recovered"]
+
+
+def test_a_lost_gpu_is_probed_with_exponential_backoff(make):
+    rig = make()
+    rig.collector.collect()
+    rig.lib.inject("nvmlDeviceGetPowerUsage", gpu=0, error="GPU_IS_LOST")
+    rig.tick(0.5)  # t=0.5: lost; probes due at 1.5, 3.5, 7.5, 15.5
+    for _ in range(30):
+        rig.tick(0.5)  # up to t=15.5
+    assert rig.lib.calls[("nvmlDeviceGetHandleByUUID", 0)] == 4
+
+
+def test_a_gpu_lost_before_its_identity_was_read_comes_back_by_index(make):
+    rig = make()
+    rig.lib.inject("nvmlDeviceGetHandleByIndex", gpu=0, error="GPU_IS_LOST")
+    down = rig.collector.collect().gpus[0]
+    assert not down.up and down.uuid == "" and down.index == 0
+    rig.lib.clear()
+    back = rig.tick(1.0).gpus[0]
+    assert back.up and back.uuid == "GPU-00000000-0000-4000-8000-000000000000"
+
+
+# ------------------------------------------------------------------------------ NVML down
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        ("DRIVER_NOT_LOADED", "NVML unavailable: Driver Not Loaded (DRIVER_NOT_LOADED): is the NVIDIA driver installed and loaded? use --simulate demo"),
+        ("LIBRARY_NOT_FOUND", "NVML unavailable: NVML Shared Library Not Found (LIBRARY_NOT_FOUND): libnvidia-ml.so.1 not found"),
+        ("LIB_RM_VERSION_MISMATCH", "(LIB_RM_VERSION_MISMATCH): the driver was upgraded without reloading"),
+        ("NO_PERMISSION", "Insufficient Permissions (NO_PERMISSION): no access to /dev/nvidiactl"),
+    ],
+)
+def test_init_failure_is_a_collector_error_retried_with_backoff(make, error, message):
+    rig = make()
+    rig.lib.inject("nvmlInit", error=error)
+    with pytest.raises(CollectorError) as info:
+        rig.collector.collect()
+    assert message in str(info.value)
+    rig.clock.advance(0.5)
+    with pytest.raises(CollectorError, match="NVML unavailable"):
+        rig.collector.collect()
+    assert rig.lib.calls[("nvmlInit", None)] == 1  # not hammered
+    rig.lib.clear()
+    sample = rig.tick(0.6)
+    assert sample.up and len(sample.gpus) == 2 and all(g.up for g in sample.gpus)
+
+
+def test_init_backoff_doubles_up_to_a_minute(make):
+    rig = make()
+    rig.lib.inject("nvmlInit", error="DRIVER_NOT_LOADED")
+    for second in range(201):
+        rig.clock.set(second)
+        with pytest.raises(CollectorError):
+            rig.collector.collect()
+    assert rig.lib.calls[("nvmlInit", None)] == 9  # t = 0, 1, 3, 7, 15, 31, 63, 123, 183
+
+
+@pytest.mark.parametrize("error", ["UNINITIALIZED", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH"])
+def test_library_failure_mid_run_shuts_down_and_initialises_again(make, error):
+    rig = make()
+    rig.collector.collect()
+    rig.lib.inject("nvmlDeviceGetPowerUsage", gpu=1, error=error)
+    with capture_logs() as logs:
+        with pytest.raises(CollectorError, match="NVML unavailable"):
+            rig.tick()
+        with pytest.raises(CollectorError):
+            rig.tick(0.5)
+        rig.lib.clear()
+        sample = rig.tick(1.0)
+    assert sample.up and all(g.up for g in sample.gpus)
+    assert rig.lib.calls[("nvmlShutdown", None)] == 1
+    assert rig.lib.calls[("nvmlInit", None)] == 2
+    states = ("nvml_initialised", "nvml_down", "nvml_recovered")
+    assert [e["event"] for e in logs if e["event"] in states] == ["nvml_down", "nvml_recovered"]
+
+
+def test_without_a_scenario_the_real_pynvml_module_is_used():
+    collector = NvmlCollector(SourceContext())
+    try:
+        assert collector.lib is pynvml
+        try:
+            sample = collector.collect()
+        except CollectorError as exc:  # no NVIDIA driver on this machine
+            assert str(exc).startswith("NVML unavailable: ")
+            assert "Traceback" not in str(exc)
+        else:  # a real GPU host
+            assert sample.up and not sample.simulated
+    finally:
+        collector.close()
+
+
+# ------------------------------------------------------------------------- XIDs, MIG, PCIe, cost
+def test_xid_errors_are_counted_per_gpu_and_code(make):
+    rig = make()
+    xids = wait_for(lambda: rig.tick(0).gpus[0].xid_errors_total)
+    assert xids == {13: 1}  # golden: XID 13 at t=0
+    rig.lib.inject_xid(1, 31)
+    rig.lib.inject_xid(0, 79)
+    wait_for(lambda: rig.tick(0).gpus[1].xid_errors_total)
+    sample = wait_for(lambda: (s := rig.tick(0)).gpus[0].xid_errors_total.get(79) and s)
+    assert sample.gpus[0].xid_errors_total == {13: 1, 79: 1}
+    assert sample.gpus[1].xid_errors_total == {31: 1}
+
+
+def test_a_gpu_that_cannot_register_for_events_gets_no_xids(make):
+    rig = make()
+    rig.lib.inject("nvmlDeviceRegisterEvents", gpu=1, error="NOT_SUPPORTED")
+    rig.collector.collect()
+    rig.lib.inject_xid(1, 31)
+    rig.clock.advance(1)
+    rig.lib.inject_xid(0, 79)
+    sample = wait_for(lambda: (s := rig.tick(0)).gpus[0].xid_errors_total.get(79) and s)
+    assert sample.gpus[1].xid_errors_total == {}
+
+
+def test_xids_are_not_counted_twice_across_a_reinit(make):
+    rig = make()
+    wait_for(lambda: rig.tick(0).gpus[0].xid_errors_total)
+    rig.lib.inject("nvmlDeviceGetPowerUsage", gpu=0, error="UNINITIALIZED", calls=1)
+    with pytest.raises(CollectorError):
+        rig.tick()
+    sample = rig.tick(1.0)
+    time.sleep(0.3)
+    assert rig.tick(0).gpus[0].xid_errors_total == {13: 1} and sample.up
+
+
+def test_the_mig_layout_is_cached_and_refreshed(make):
+    rig = make()
+    rig.collector.collect()
+    layout_calls = rig.lib.calls[("nvmlDeviceGetMigDeviceHandleByIndex", 1)]
+    assert layout_calls > 0
+    for _ in range(10):
+        assert len(rig.tick().gpus[1].mig_instances) == 2
+    assert rig.lib.calls[("nvmlDeviceGetMigDeviceHandleByIndex", 1)] == layout_calls
+    rig.tick(30)
+    assert rig.lib.calls[("nvmlDeviceGetMigDeviceHandleByIndex", 1)] == 2 * layout_calls
+
+
+def test_pcie_throughput_is_polled_off_the_tick(make):
+    rig = make(pcie_poll_interval=0.05)
+    rig.lib.inject("nvmlDeviceGetPcieThroughput", hang=0.2)
+    slowest = 0.0
+    for _ in range(5):
+        started = time.perf_counter()
+        rig.tick()
+        slowest = max(slowest, time.perf_counter() - started)
+    assert slowest < 0.1
+    sample = wait_for(lambda: (s := rig.tick(0)).gpus[0].pcie_tx_bytes_per_second is not None and s)
+    assert sample.gpus[0].pcie_tx_bytes_per_second == 1 * GIB  # golden 1GiB/s, read in KB/s
+    assert rig.lib.callers["nvmlDeviceGetPcieThroughput"] == {"headroom-nvml-pcie"}
+
+
+def test_pcie_throughput_is_absent_where_unsupported(make):
+    rig = make(pcie_poll_interval=0.01)
+    rig.lib.inject("nvmlDeviceGetPcieThroughput", gpu=1, error="NOT_SUPPORTED")
+    wait_for(lambda: rig.tick(0).gpus[0].pcie_rx_bytes_per_second)
+    time.sleep(0.1)
+    g1 = rig.tick(0).gpus[1]
+    assert g1.pcie_tx_bytes_per_second is None and g1.pcie_rx_bytes_per_second is None
+
+
+def test_a_steady_tick_costs_at_most_fifteen_nvml_calls_per_gpu(make):
+    rig = make()
+    rig.collector.collect()
+    rig.tick()
+    before = [rig.calls_on(0), rig.calls_on(1)]
+    rig.tick()
+    per_gpu = [rig.calls_on(0) - before[0], rig.calls_on(1) - before[1]]
+    assert max(per_gpu) <= 15, per_gpu
+
+
+def test_close_stops_threads_and_frees_a_call_stuck_in_nvml(make):
+    rig = make(pcie_poll_interval=0.01)
+    rig.collector.collect()
+    rig.lib.inject("nvmlDeviceGetPowerUsage", gpu=0, hang=30)
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(_collect_or_error(rig.collector)))
+    worker.start()
+    time.sleep(0.1)
+    started = time.monotonic()
+    rig.collector.close()
+    worker.join(3)
+    assert time.monotonic() - started < 3 and not worker.is_alive()
+    assert not any(t.name.startswith("headroom-nvml") and t.is_alive() for t in threading.enumerate())
+
+
+def _collect_or_error(collector: NvmlCollector) -> object:
+    try:
+        return collector.collect()
+    except CollectorError as exc:
+        return exc
