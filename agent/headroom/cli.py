@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = _options(args)
     try:
         if args.command == "run":
-            return daemon.run(config, options)
+            return daemon.run(config, options, config_path)
         if args.command == "estimate":
             from headroom import estimate
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,16 +78,32 @@ def build_sampler(config: Config, options: Options) -> Sampler:
     scenario = load_scenario(options.simulate)
     interval = options.sample_interval or config.sample_interval
     collectors = build_collectors(config, options, scenario)
-    return Sampler(
+    sampler = Sampler(
         collectors,
         interval=interval,
         window_seconds=config.agent["window"],
         collector_timeout=config.agent.get("collector_timeout"),
         scenario=getattr(scenario, "name", options.simulate) if scenario is not None else None,
+        analyse=make_analysis(config),
     )
+    sampler.scenario_object = scenario
+    return sampler
 
 
-def _listen(addresses: Sequence[str], sampler: Sampler, telemetry_path: str) -> list[HeadroomHTTPServer]:
+def make_analysis(config: Config) -> Any:
+    """The per-tick analysis for this configuration: window -> (derived values, findings)."""
+    from headroom.analysis import rates
+
+    def analyse(window: Any) -> tuple[Mapping[str, Any], Any]:
+        return rates.derive(window), None
+
+    return analyse
+
+
+def _listen(addresses: Sequence[str], sampler: Sampler, telemetry_path: str,
+            web_config: Any = None) -> list[HeadroomHTTPServer]:
+    from headroom.exposition.webconfig import WebConfig
+
     servers = []
     for address in addresses:
         try:
@@ -94,7 +111,8 @@ def _listen(addresses: Sequence[str], sampler: Sampler, telemetry_path: str) -> 
         except ValueError as exc:
             raise StartupError(str(exc)) from None
         try:
-            servers.append(HeadroomHTTPServer((host, port), sampler, telemetry_path, family=family))
+            servers.append(HeadroomHTTPServer((host, port), sampler, telemetry_path, family=family,
+                                              web_config=web_config or WebConfig))
         except OSError as exc:
             for s in servers:
                 s.server_close()
@@ -102,52 +120,107 @@ def _listen(addresses: Sequence[str], sampler: Sampler, telemetry_path: str) -> 
     return servers
 
 
-def run(config: Config, options: Options) -> int:
-    """Run until SIGTERM/SIGINT. Returns the process exit code."""
-    from headroom.notify import Notifier, Watchdog
+def _web_config(options: Options, config: Config) -> Any:
+    """The callable the listeners ask for TLS/auth settings; fails start-up on an invalid file."""
+    from headroom.exposition.webconfig import WebConfig, WebConfigError, WebConfigWatcher
 
-    notifier = Notifier()
-    sampler = build_sampler(config, options)
-    addresses = list(options.listen_addresses) or list(config.web.get("listen_address") or [DEFAULT_LISTEN_ADDRESS])
-    telemetry_path = options.telemetry_path or config.web.get("telemetry_path") or DEFAULT_TELEMETRY_PATH
+    path = options.web_config_file or config.web.get("config_file")
+    if not path:
+        return WebConfig
     try:
-        servers = _listen(addresses, sampler, telemetry_path)
-    except StartupError:
-        sampler.stop()
-        raise
-    stop = threading.Event()
+        return WebConfigWatcher(path).current
+    except WebConfigError as exc:
+        raise StartupError(str(exc)) from None
 
-    def on_signal(signum: int, _frame: Any) -> None:
+
+class Agent:
+    """The running agent: its sampler, listeners and signal-driven life cycle."""
+
+    def __init__(self, config: Config, options: Options, config_path: Path | None) -> None:
+        from headroom.notify import Notifier, Watchdog
+
+        self.config = config
+        self.options = options
+        self.config_path = config_path
+        self.notifier = Notifier()
+        self.sampler = build_sampler(config, options)
+        self._scenario = self.sampler.scenario_object
+        addresses = list(options.listen_addresses) or list(config.web.get("listen_address") or
+                                                          [DEFAULT_LISTEN_ADDRESS])
+        self.addresses = addresses
+        self.telemetry_path = options.telemetry_path or config.web.get("telemetry_path") or DEFAULT_TELEMETRY_PATH
+        try:
+            web_config = _web_config(options, config)
+            self.servers = _listen(addresses, self.sampler, self.telemetry_path, web_config)
+        except StartupError:
+            self.sampler.stop()
+            raise
+        self.watchdog = Watchdog(self.notifier, lambda: self.sampler.healthy()[0])
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+
+    def request_stop(self, signum: int, _frame: Any = None) -> None:
         log.info("signal_received", signal=signal.Signals(signum).name)
-        stop.set()
+        self._stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    def request_reload(self, signum: int = signal.SIGHUP, _frame: Any = None) -> None:
+        self._reload.set()
 
-    sampler.tick()  # the first sample before serving, so /metrics never starts empty
-    sampler.start()
-    threads = []
-    for srv in servers:
-        t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.5}, name="http", daemon=True)
-        t.start()
-        threads.append(t)
-        host, port = srv.server_address[:2]
-        log.info("listening", address=f"{host}:{port}", telemetry_path=telemetry_path)
-    log.info("started", version=__version__, collectors=sampler.collector_names,
-             interval_seconds=sampler.interval, config=config.source or "(defaults)",
-             simulate=sampler.scenario)
-    watchdog = Watchdog(notifier, lambda: sampler.healthy()[0])
-    notifier.ready(f"sampling every {sampler.interval:g}s, serving {', '.join(addresses)}")
-    watchdog.start()
-    stop.wait()
-    notifier.stopping("shutting down")
-    watchdog.stop()
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
-    sampler.stop()
-    log.info("stopped")
-    return 0
+    def reload(self) -> bool:
+        """Re-read the configuration and workload drop-ins; keep the running one when invalid."""
+        from headroom.config import ConfigError, load_config
+
+        self.notifier.reloading("reloading configuration")
+        try:
+            config = load_config(self.config_path)
+        except ConfigError as exc:
+            self.sampler.config_reload_ok = False
+            log.error("config_reload_failed", config=str(self.config_path), errors=[str(i) for i in exc.issues])
+            self.notifier.ready("configuration reload failed; previous configuration still running")
+            return False
+        collectors = build_collectors(config, self.options, self._scenario)
+        self.sampler.reconfigure(collectors, analyse=make_analysis(config))
+        self.config = config
+        self.sampler.config_reload_ok = True
+        self.sampler.config_reload_success_timestamp = time.time()
+        log.info("config_reloaded", config=str(self.config_path or "(defaults)"),
+                 workloads=[w.name for w in config.workloads])
+        self.notifier.ready("configuration reloaded")
+        return True
+
+    def serve(self) -> int:
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGHUP, self.request_reload)
+        self.sampler.tick()  # the first sample before serving, so /metrics never starts empty
+        self.sampler.start()
+        for srv in self.servers:
+            threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.5}, name="http",
+                             daemon=True).start()
+            host, port = srv.server_address[:2]
+            log.info("listening", address=f"{host}:{port}", telemetry_path=self.telemetry_path)
+        log.info("started", version=__version__, collectors=self.sampler.collector_names,
+                 interval_seconds=self.sampler.interval, config=self.config.source or "(defaults)",
+                 simulate=self.sampler.scenario, workloads=[w.name for w in self.config.workloads])
+        self.notifier.ready(f"sampling every {self.sampler.interval:g}s, serving {', '.join(self.addresses)}")
+        self.watchdog.start()
+        while not self._stop.is_set():
+            if self._reload.wait(0.2):
+                self._reload.clear()
+                self.reload()
+        self.notifier.stopping("shutting down")
+        self.watchdog.stop()
+        for srv in self.servers:
+            srv.shutdown()
+            srv.server_close()
+        self.sampler.stop()
+        log.info("stopped")
+        return 0
+
+
+def run(config: Config, options: Options, config_path: Path | None = None) -> int:
+    """Run until SIGTERM/SIGINT; SIGHUP reloads. Returns the process exit code."""
+    return Agent(config, options, config_path).serve()
 
 
 def snapshot(config: Config, options: Options, samples: int, fmt: str) -> bytes:

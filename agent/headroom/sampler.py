@@ -36,6 +36,8 @@ class Snapshot:
     scenario: str | None = None
     rates: Mapping[str, Any] = field(default_factory=dict)
     findings: Any = None  # headroom.analysis results (bottlenecks, headroom) once present
+    config_reload_ok: bool = True  # the last configuration (re)load succeeded
+    config_reload_success_timestamp: float | None = None  # when the configuration last loaded successfully
     exposition: bytes = b""
     extras: Mapping[str, Any] = field(default_factory=dict)
 
@@ -142,14 +144,61 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self.snapshot: Snapshot | None = None
         self.last_tick_monotonic: float | None = None
+        self.config_reload_ok = True
+        self.config_reload_success_timestamp: float | None = wall_clock()
+        self._pending: tuple[list[Collector], Any] | None = None
+        self.scenario_object: Any = None  # the simulation.Scenario behind ``scenario``, if any
+        self._pending_lock = threading.Lock()
 
     @property
     def collector_names(self) -> list[str]:
         return [w.name for w in self._workers]
 
+    # ----------------------------------------------------------------------------- reconfiguring
+    def reconfigure(self, collectors: list[Collector], analyse: Any = None) -> None:
+        """Use these collectors (and analysis) from the next tick on.
+
+        A collector whose name, settings and scenario are unchanged keeps its running instance (its
+        handles, accumulated counters and XID counts); the new duplicate is closed. The window is kept.
+        """
+        with self._pending_lock:
+            self._pending = (collectors, analyse)
+
+    def _apply_pending(self) -> None:
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        collectors, analyse = pending
+        old = {w.name: w for w in self._workers}
+        workers, retired = [], []
+        for c in collectors:
+            w = old.pop(c.name, None)
+            if w is not None and _same_setup(w.collector, c):
+                workers.append(w)
+                retired.append(c)  # the new instance is not needed
+            else:
+                workers.append(_Worker(c, self._clock))
+                if w is not None:
+                    retired.append(w)
+        retired.extend(old.values())
+        self._workers = workers
+        if analyse is not None:
+            self._analyse = analyse
+        for item in retired:
+            if isinstance(item, _Worker):
+                item.stop()
+                item = item.collector
+            try:
+                item.close()
+            except Exception:
+                log.exception("collector_close_failed", collector=item.name)
+        log.info("collectors_reconfigured", collectors=[w.name for w in workers])
+
     # ------------------------------------------------------------------------------------ ticking
     def tick(self) -> Snapshot:
         """Run one tick now and return the new Snapshot (also stored in ``self.snapshot``)."""
+        self._apply_pending()
         start = self._clock()
         deadline = start + self.collector_timeout
         submitted = {w.name: w.submit() for w in self._workers}
@@ -177,6 +226,8 @@ class Sampler:
             scenario=self.scenario,
             rates=derived,
             findings=findings,
+            config_reload_ok=self.config_reload_ok,
+            config_reload_success_timestamp=self.config_reload_success_timestamp,
         )
         snap = _with_exposition(snap, self._render(snap))
         self.snapshot = snap
@@ -239,6 +290,11 @@ class Sampler:
         if age > 3 * self.interval:
             return False, f"last sample {age:.1f}s ago (interval {self.interval:g}s)"
         return True, "ok"
+
+
+def _same_setup(a: Collector, b: Collector) -> bool:
+    return (type(a) is type(b) and dict(a.ctx.settings) == dict(b.ctx.settings) and a.ctx.paths == b.ctx.paths
+            and a.ctx.scenario is b.ctx.scenario and a.ctx.interval == b.ctx.interval)
 
 
 def _with_exposition(snap: Snapshot, body: bytes) -> Snapshot:

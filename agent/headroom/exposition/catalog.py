@@ -62,6 +62,11 @@ CATALOG: tuple[MetricSpec, ...] = (
           "Ticks completed since the agent started."),
     _self("headroom_sample_interval_seconds", GAUGE, "seconds", (),
           "Configured sampling interval."),
+    _self("headroom_config_last_reload_successful", GAUGE, "", (),
+          "1 when the last configuration load (start-up or SIGHUP) succeeded; 0 while an invalid file is "
+          "ignored and the previous configuration keeps running."),
+    _self("headroom_config_last_reload_success_timestamp_seconds", GAUGE, "seconds", (),
+          "Unix time of the last successful configuration load."),
     # --- NVML and GPUs
     _gpu("headroom_nvml_up", GAUGE, "", (),
          "1 when NVML is initialised and answering, 0 when the library or driver is unavailable."),

@@ -119,6 +119,8 @@ def _render_self(w: Writer, snap: Snapshot) -> None:
     w.add("headroom_sample_duration_seconds", round(snap.tick_duration_seconds, 6))
     w.add("headroom_samples_total", snap.ticks)
     w.add("headroom_sample_interval_seconds", snap.interval)
+    w.add("headroom_config_last_reload_successful", snap.config_reload_ok)
+    w.add("headroom_config_last_reload_success_timestamp_seconds", _r(snap.config_reload_success_timestamp))
 
 
 def _render_nvml(w: Writer, data: NvmlSample | None) -> None:

@@ -19,6 +19,7 @@ import structlog
 from headroom import __version__
 from headroom.exposition import landing
 from headroom.exposition.render import CONTENT_TYPE
+from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
 
 log = structlog.get_logger("headroom.server")
 
@@ -48,7 +49,7 @@ class _GzipCache:
             return self._body
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     server: HeadroomHTTPServer
     server_version = f"headroom/{__version__}"
     sys_version = ""
@@ -73,8 +74,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def _route(self, head: bool) -> None:
         srv = self.server
-        if not srv.authorize(self):
-            return
         path = self.path.split("?", 1)[0]
         snapshot = srv.state.snapshot
         if path == srv.telemetry_path:
@@ -107,7 +106,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
-        for k, v in {**self.server.extra_headers(), **(extra or {})}.items():
+        for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
         if not head:
@@ -138,26 +137,22 @@ class Handler(BaseHTTPRequestHandler):
         log.debug("http_request_error", client=self.client_address[0], detail=format % args)
 
 
-class HeadroomHTTPServer(ThreadingHTTPServer):
+class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
+    """The agent's listener. ``web_config`` returns the TLS/auth/headers settings to apply now
+    (``WebConfigWatcher.current`` re-reads the file on change; the default is plain HTTP)."""
+
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], state: State, telemetry_path: str = "/metrics",
-                 family: int = socket.AF_INET) -> None:
+                 family: int = socket.AF_INET, web_config: Callable[[], WebConfig] = WebConfig) -> None:
         self.address_family = family
+        self.web_config = web_config
         self.state = state
         self.telemetry_path = telemetry_path
         self.gzip_cache = _GzipCache()
         super().__init__(address, Handler)
-
-    # hooks the TLS/auth layer overrides ---------------------------------------------------------
-    def authorize(self, handler: Handler) -> bool:
-        """True to serve the request; otherwise the hook has answered it already."""
-        return True
-
-    def extra_headers(self) -> dict[str, str]:
-        return {}
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys

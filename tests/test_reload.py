@@ -1,0 +1,84 @@
+"""SIGHUP re-reads config and drop-ins; a bad file keeps the old configuration running."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+
+from conftest import http_get
+
+WORKLOAD = """\
+  - name: {name}
+    kind: inference
+    params: 7B
+    precision: bf16
+    gpus: [0]
+"""
+
+
+def metric(body: bytes, name: str) -> float | None:
+    for line in body.decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_sighup_reloads_and_a_bad_file_keeps_the_old_config(tmp_path, agent_factory):
+    cfg = tmp_path / "config.yaml"
+    dropins = tmp_path / "w.d"
+    dropins.mkdir()
+    cfg.write_text("agent:\n  sample_interval: 200ms\nworkloads_dir: w.d\nworkloads:\n" + WORKLOAD.format(name="a"))
+    agent = agent_factory("--config.file", str(cfg), "--simulate", "demo")
+    _, _, body = http_get(agent.url + "/metrics")
+    assert metric(body, "headroom_config_last_reload_successful") == 1
+    first_ts = metric(body, "headroom_config_last_reload_success_timestamp_seconds")
+
+    # scrape continuously during the reloads: none may fail
+    failures, stop = [], threading.Event()
+
+    def scrape():
+        while not stop.is_set():
+            try:
+                status, _, _ = http_get(agent.url + "/metrics", timeout=2)
+                if status != 200:
+                    failures.append(status)
+            except OSError as exc:
+                failures.append(repr(exc))
+
+    t = threading.Thread(target=scrape)
+    t.start()
+    try:
+        (dropins / "b.yaml").write_text(WORKLOAD.format(name="b").replace("  - ", "").replace("\n    ", "\n"))
+        time.sleep(0.05)
+        agent.proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: (metric(http_get(agent.url + "/metrics")[2],
+                                        "headroom_config_last_reload_success_timestamp_seconds") or 0) > first_ts)
+
+        cfg.write_text("agent:\n  sample_interval: 0\n")  # invalid
+        agent.proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: metric(http_get(agent.url + "/metrics")[2],
+                                       "headroom_config_last_reload_successful") == 0)
+        assert agent.proc.poll() is None, "a bad file must not stop the agent"
+    finally:
+        stop.set()
+        t.join()
+    assert failures == []
+    code, err = agent.stop()
+    assert code == 0
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    reloaded = [e for e in events if e["event"] == "config_reloaded"]
+    assert reloaded and reloaded[0]["workloads"] == ["a", "b"]
+    failed = [e for e in events if e["event"] == "config_reload_failed"]
+    assert len(failed) == 1
+    assert failed[0]["errors"] == [f"{cfg}:2:20: agent.sample_interval: must be >= 50ms; got 0s"]
