@@ -5,12 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+from conftest import http_get
 from headroom.exposition.server import HeadroomHTTPServer
 from headroom.sampler import Sampler
-from headroom.sources import Collector, CollectorError, SourceContext
 from headroom.samples import MemorySample
-
-from conftest import http_get
+from headroom.sources import Collector, CollectorError, SourceContext
 
 
 class Steady(Collector):

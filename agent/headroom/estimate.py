@@ -53,7 +53,7 @@ def add_parser(sub: Any, add_source_flags: Any) -> None:
         description="Estimate the GPU memory a workload needs, from flags or from a profile in the configuration, "
                     "against --gpu-memory or the GPUs NVML finds (--simulate works too).",
     )
-    for flag, (_, typ, help_) in _FLAGS.items():
+    for flag, (_, _typ, help_) in _FLAGS.items():
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), type=str, help=help_)
     for flag in _BOOL_FLAGS:
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), action="store_true", default=None,
