@@ -27,6 +27,7 @@ system-deps:
 
 ## Run every test (installs what the tests need first).
 test: venv system-deps
+	$(VENV)/bin/ruff check agent tests
 	$(PY) -m pytest
 
 lint: venv

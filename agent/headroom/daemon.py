@@ -58,7 +58,8 @@ def build_collectors(config: Config, options: Options, scenario: Any) -> list[Co
     out = []
     for name in enabled_collectors(config, options):
         settings = {k: v for k, v in (config.collectors.get(name) or {}).items() if v is not None and k != "enabled"}
-        ctx = SourceContext(paths=options.paths, settings=settings, scenario=scenario, interval=interval)
+        ctx = SourceContext(paths=options.paths, settings=settings, scenario=scenario, interval=interval,
+                            workloads=tuple(config.workloads))
         out.append(registry[name](ctx))
     return out
 

@@ -294,7 +294,8 @@ class Sampler:
 
 def _same_setup(a: Collector, b: Collector) -> bool:
     return (type(a) is type(b) and dict(a.ctx.settings) == dict(b.ctx.settings) and a.ctx.paths == b.ctx.paths
-            and a.ctx.scenario is b.ctx.scenario and a.ctx.interval == b.ctx.interval)
+            and a.ctx.scenario is b.ctx.scenario and a.ctx.interval == b.ctx.interval
+            and a.ctx.workloads == b.ctx.workloads)
 
 
 def _with_exposition(snap: Snapshot, body: bytes) -> Snapshot:
