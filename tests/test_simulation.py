@@ -231,3 +231,13 @@ def test_manual_clock_moves_only_when_told():
     assert clock() == 5
     assert clock.advance(2.5) == 7.5 and clock() == 7.5
     assert math.isclose(clock.advance(0.1), 7.6)
+
+
+def test_the_example_in_the_format_docs_loads():
+    doc = (Path(__file__).parent.parent / "docs" / "scenario-format.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, flags=re.S)
+    full = [b for b in blocks if b.startswith(("description:", "gpus:", "seed:"))]
+    assert full, "the docs must carry a complete example"
+    for block in full:
+        scenario = parse_scenario(block, filename="docs/scenario-format.md")
+        assert scenario.gpus
