@@ -518,7 +518,7 @@ class NvmlCollector(Collector):
             log.error("gpu_lost", gpu=gpu.index, uuid=gpu.uuid, error=error)
         gpu.up, gpu.error = False, error
         gpu.backoff.failed(now)
-        self._last_read.pop(gpu.uuid, None)
+        self._last_read.pop(gpu.uuid or f"index:{gpu.index}", None)
 
     def _read(self, gpu: _Gpu, now: float) -> samples.GpuSample:
         """One GpuSample: a full read when up, a re-probe with backoff when down."""
@@ -580,7 +580,7 @@ class NvmlCollector(Collector):
         if mem is not None and gpu.memory_total is None:
             gpu.memory_total = int(mem.total)
         utilization = util.gpu / 100 if util is not None else None
-        busy, event_seconds = self._accumulate(gpu.uuid, now, utilization, clock_events)
+        busy, event_seconds = self._accumulate(gpu.uuid or f"index:{gpu.index}", now, utilization, clock_events)
         tx, rx = self._pcie.values.get(gpu.uuid, (None, None)) if self._pcie is not None else (None, None)
         with self._xid_lock:
             xids = dict(self._xid_counts[gpu.uuid]) if gpu.uuid in self._xid_counts else {}
