@@ -93,12 +93,9 @@ def build_sampler(config: Config, options: Options) -> Sampler:
 
 def make_analysis(config: Config) -> Any:
     """The per-tick analysis for this configuration: window -> (derived values, findings)."""
-    from headroom.analysis import rates
+    from headroom.analysis.pipeline import Analysis
 
-    def analyse(window: Any) -> tuple[Mapping[str, Any], Any]:
-        return rates.derive(window), None
-
-    return analyse
+    return Analysis(config)
 
 
 def _listen(addresses: Sequence[str], sampler: Sampler, telemetry_path: str,
