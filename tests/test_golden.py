@@ -35,7 +35,7 @@ def render_golden(tmp_path: Path) -> str:
     config = load_config(None)
     registry = load_all()
     collectors = []
-    for name in ("nvml", "cpu", "memory", "shm", "disk"):
+    for name in ("nvml", "cpu", "memory", "shm", "disk", "net"):
         settings = {"pcie_poll_interval": 0.01} if name == "nvml" else {}
         collectors.append(registry[name](SourceContext(paths=paths, settings=settings, scenario=scenario,
                                                        interval=1.0, monotonic=clock)))
@@ -87,3 +87,8 @@ def test_golden_shows_what_the_scenario_declares():
     assert text.count("headroom_gpu_mig_memory_total_bytes{") == 2
     assert 'headroom_disk_read_bytes_total{device="nvme0n1"}' in text and 'device="nvme0n1p1"' not in text
     assert 'headroom_pressure_ratio{resource="io",kind="full",window="10s"}' in text
+    # net: lo, docker0 and the veth are dropped by default; a link without a known speed has no speed series
+    assert 'headroom_network_speed_bytes{device="enp65s0f0"} 3125000000' in text
+    assert 'headroom_network_receive_bytes_total{device="enp65s0f1"} 0' in text
+    assert 'headroom_network_speed_bytes{device="enp65s0f1"}' not in text
+    assert 'device="lo"' not in text and 'device="docker0"' not in text and 'device="veth' not in text

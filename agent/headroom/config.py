@@ -448,6 +448,12 @@ def _schema() -> Map:
             ),
             dict,
         ),
+        "net": (
+            _collector_spec(
+                {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}
+            ),
+            dict,
+        ),
     }
     fields: dict[str, Any] = {
         "agent": (

@@ -128,6 +128,27 @@ class DiskSample:
     devices: tuple[DiskStats, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class NetDevice:
+    """One network interface from /proc/net/dev (counters since the interface appeared) plus its link speed."""
+
+    device: str
+    receive_bytes: int
+    receive_packets: int
+    receive_errors: int
+    receive_drops: int
+    transmit_bytes: int
+    transmit_packets: int
+    transmit_errors: int
+    transmit_drops: int
+    speed_bytes_per_second: int | None = None  # /sys/class/net/<dev>/speed; None: unknown (virtual, link down)
+
+
+@dataclass(frozen=True, slots=True)
+class NetSample:
+    devices: tuple[NetDevice, ...]
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 @dataclass(frozen=True, slots=True)
 class GpuProcess:

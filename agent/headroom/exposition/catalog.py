@@ -43,6 +43,7 @@ _cpu = _m("cpu", "cpu collector (sources/cpu.py): /proc/stat, /proc/loadavg, /pr
 _mem = _m("memory", "memory collector (sources/memory.py): /proc/meminfo, /proc/vmstat")
 _shm = _m("shm", "shm collector (sources/shm.py): statvfs of each configured tmpfs mount")
 _disk = _m("disk", "disk collector (sources/disk.py): /proc/diskstats")
+_net = _m("network", "net collector (sources/net.py): /proc/net/dev, /sys/class/net/<device>/speed")
 
 CATALOG: tuple[MetricSpec, ...] = (
     # --- the agent itself
@@ -170,6 +171,15 @@ CATALOG: tuple[MetricSpec, ...] = (
     _disk("headroom_disk_io_time_weighted_seconds_total", COUNTER, "seconds", ("device",),
           "Sum of the time every request spent queued and in service; rate() is the average queue depth."),
     _disk("headroom_disk_io_in_flight", GAUGE, "", ("device",), "Requests in flight now."),
+    # --- network
+    _net("headroom_network_receive_bytes_total", COUNTER, "bytes", ("device",), "Bytes received."),
+    _net("headroom_network_transmit_bytes_total", COUNTER, "bytes", ("device",), "Bytes transmitted."),
+    _net("headroom_network_receive_drops_total", COUNTER, "", ("device",),
+         "Received packets dropped (no buffer space, full queues): a saturated host or link drops here."),
+    _net("headroom_network_transmit_drops_total", COUNTER, "", ("device",), "Packets dropped on transmit."),
+    _net("headroom_network_speed_bytes", GAUGE, "bytes", ("device",),
+         "Negotiated link speed in bytes per second (sysfs speed in Mb/s x 125000); absent when unknown "
+         "(virtual interfaces, link down)."),
 )
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}

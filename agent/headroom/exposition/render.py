@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from headroom import __version__
 from headroom.exposition.catalog import BY_NAME, CATALOG
-from headroom.samples import CpuSample, DiskSample, MemorySample, NvmlSample, ShmSample
+from headroom.samples import CpuSample, DiskSample, MemorySample, NetSample, NvmlSample, ShmSample
 
 if TYPE_CHECKING:
     from headroom.sampler import Snapshot
@@ -239,9 +239,19 @@ def _render_disk(w: Writer, disk: DiskSample, snap: Snapshot) -> None:
         w.add("headroom_disk_io_in_flight", d.in_flight, d.device)
 
 
+def _render_net(w: Writer, net: NetSample, snap: Snapshot) -> None:
+    for d in net.devices:
+        w.add("headroom_network_receive_bytes_total", d.receive_bytes, d.device)
+        w.add("headroom_network_transmit_bytes_total", d.transmit_bytes, d.device)
+        w.add("headroom_network_receive_drops_total", d.receive_drops, d.device)
+        w.add("headroom_network_transmit_drops_total", d.transmit_drops, d.device)
+        w.add("headroom_network_speed_bytes", d.speed_bytes_per_second, d.device)
+
+
 _HOST_RENDERERS: Iterable[tuple[str, Any]] = (
     ("cpu", _render_cpu),
     ("memory", _render_memory),
     ("shm", _render_shm),
     ("disk", _render_disk),
+    ("net", _render_net),
 )

@@ -73,7 +73,7 @@ class Collector:
 REGISTRY: dict[str, type[Collector]] = {}
 
 # Modules that define collectors, in exposition order.
-_MODULES = ("nvml", "cpu", "memory", "shm", "disk")
+_MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net")
 
 
 def register(cls: type[Collector]) -> type[Collector]:

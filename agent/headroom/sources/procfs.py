@@ -6,7 +6,8 @@ Parsers never touch the filesystem: tests feed them strings and fixture files. T
 let ``OSError`` through, except where a missing file has a documented meaning (no PSI, vanished pid).
 
 Host-wide: ``parse_stat``, ``parse_loadavg``, ``parse_pressure``, ``parse_meminfo``,
-``parse_vmstat``, ``parse_diskstats``, ``parse_mounts``; ``mount_usage`` (statvfs) for shm.
+``parse_vmstat``, ``parse_diskstats``, ``parse_net_dev``, ``parse_mounts``; ``mount_usage`` (statvfs)
+for shm. Under ``--path.sysfs``: ``parse_net_speed`` / ``read_net_speed`` (class/net/<dev>/speed).
 Per process (workload attribution): ``parse_pid_stat``, ``parse_pid_status``, ``parse_pid_io``,
 ``parse_pid_cmdline``, ``parse_pid_cgroup`` and their ``read_pid_*`` readers, which raise
 ``ProcessGone`` when the pid vanished and return None when the kernel denies access.
@@ -23,7 +24,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
-from headroom.samples import EMPTY, CpuTimes, DiskStats, MemorySample, MountUsage, Pressure, PressureLine
+from headroom.samples import (
+    EMPTY,
+    CpuTimes,
+    DiskStats,
+    MemorySample,
+    MountUsage,
+    NetDevice,
+    Pressure,
+    PressureLine,
+)
 from headroom.sources import CollectorError
 
 USER_HZ_DEFAULT = 100  # the value of sysconf(_SC_CLK_TCK) on every mainstream Linux architecture
@@ -35,6 +45,10 @@ SECTOR_BYTES = 512  # /proc/diskstats counts 512-byte sectors whatever the devic
 # Device-mapper (dm-0), md RAID (md0) and whole disks are kept. Matched with re.search, like
 # node_exporter: the pattern itself is anchored.
 DEFAULT_DISK_EXCLUDE = r"^(z?ram|loop|fd|sr|(h|s|v|xv)d[a-z]+|nvme\d+n\d+p|mmcblk\d+p)\d+$"
+
+# Network interfaces that are not the host's own links: loopback, container and VM bridges and veth
+# pairs, CNI overlays (node_exporter's habits). Matched with re.search; the pattern is anchored.
+DEFAULT_NET_EXCLUDE = r"^(lo|veth.*|docker.*|br-.*|virbr.*|cali.*|flannel.*|cni.*)$"
 
 PRESSURE_RESOURCES = ("cpu", "memory", "io")
 
@@ -228,6 +242,50 @@ def parse_diskstats(text: str) -> list[DiskStats]:
             )
         )
     return out
+
+
+# ------------------------------------------------------------------------------------------ network
+def parse_net_dev(text: str) -> list[NetDevice]:
+    """Parse /proc/net/dev; returns one NetDevice per interface in file order (speed None), unfiltered.
+
+    Two header lines, then "name: 8 receive counters 8 transmit counters" (bytes packets errs drop fifo
+    frame compressed multicast | bytes packets errs drop fifo colls carrier compressed). Old kernels
+    write no space after the colon once the byte counter is wide ("eth0:123456").
+    """
+    out: list[NetDevice] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        name, sep, rest = line.partition(":")
+        if not sep or "|" in line:
+            continue  # the two header lines
+        name = name.strip()
+        parts = rest.split()
+        if not name or len(parts) < 16:
+            raise ValueError(f"line {lineno}: expected 'name: 16 counters', got {line.strip()!r}")
+        try:
+            v = [int(x) for x in parts[:16]]
+        except ValueError:
+            raise ValueError(f"line {lineno} ({name}): non-integer counter") from None
+        out.append(NetDevice(
+            device=name,
+            receive_bytes=v[0], receive_packets=v[1], receive_errors=v[2], receive_drops=v[3],
+            transmit_bytes=v[8], transmit_packets=v[9], transmit_errors=v[10], transmit_drops=v[11],
+        ))  # fmt: skip
+    return out
+
+
+def parse_net_speed(text: str) -> int | None:
+    """Parse /sys/class/net/<dev>/speed (megabits per second); returns bytes per second, None when unknown.
+
+    The kernel writes -1 (or 4294967295, SPEED_UNKNOWN as unsigned on old drivers) for virtual interfaces
+    and links without a negotiated speed; 0 is no better.
+    """
+    try:
+        mbits = int(text.strip())
+    except ValueError:
+        raise ValueError(f"expected megabits per second, got {text.strip()[:40]!r}") from None
+    if mbits <= 0 or mbits >= 0xFFFFFFFF:
+        return None
+    return mbits * 1_000_000 // 8
 
 
 # ------------------------------------------------------------------------------------------ mounts
@@ -477,6 +535,23 @@ def read_vmstat(procfs: Path) -> dict[str, int]:
 def read_diskstats(procfs: Path) -> list[DiskStats]:
     """Read and parse <procfs>/diskstats."""
     return parse_diskstats((procfs / "diskstats").read_text())
+
+
+def read_net_dev(procfs: Path) -> list[NetDevice]:
+    """Read and parse <procfs>/net/dev (the network namespace of the reading process)."""
+    return parse_net_dev((procfs / "net" / "dev").read_text())
+
+
+def read_net_speed(sysfs: Path, device: str) -> int | None:
+    """Read <sysfs>/class/net/<device>/speed; returns bytes per second, None when absent or unknown.
+
+    Reading it fails with EINVAL while the link is down, and virtual interfaces may lack the file:
+    both mean "unknown", as does text the parser rejects.
+    """
+    try:
+        return parse_net_speed((sysfs / "class" / "net" / device / "speed").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def read_mounts(procfs: Path) -> list[MountEntry]:
