@@ -430,6 +430,22 @@ def _collector_spec(extra: Mapping[str, Any] | None = None) -> Map:
     return Map(fields)
 
 
+def _analysis_spec() -> Map:
+    from headroom.analysis.bottleneck import THRESHOLDS
+
+    return Map(
+        {
+            "short_window": (Duration(minimum=2, maximum=600), None),
+            "long_window": (Duration(minimum=10, maximum=24 * 3600), None),
+            "hold": (Duration(minimum=0, maximum=3600), None),
+            "idle_busy_ratio": (Number(minimum=0.0, maximum=1.0), None),
+            "gpu_slowdown_celsius": (Number(minimum=0, maximum=150), None),
+            "cost_per_gpu_hour": (Number(minimum=0, maximum=1e6), None),
+            "thresholds": (Map({name: (Number(minimum=0.0, maximum=1.0), None) for name in THRESHOLDS}), dict),
+        }
+    )
+
+
 def _url_path(value: str) -> str | None:
     if not value.startswith("/") or any(c in value for c in " ?#"):
         return f"must be a URL path starting with / (e.g. /metrics); got {value!r}"
@@ -479,6 +495,7 @@ def _schema() -> Map:
         "collectors": (Map(collectors), dict),
         "workloads": (Profiles(), list),
         "workloads_dir": (Str(), None),
+        "analysis": (_analysis_spec(), dict),
         "sizing": (
             Map(
                 {
@@ -589,6 +606,7 @@ def _validate(node: yaml.Node | None, name: str, base: Path) -> Config:
         collectors=data["collectors"],
         workloads=tuple(workloads),
         sizing=_overhead(data["sizing"]),
+        analysis=data["analysis"],
         workloads_dir=dropin_dir,
     )
 

@@ -217,6 +217,9 @@ class Sampler:
         self._log_changes(results)
         self.window.append(sample)
         derived, findings = self._analyse(self.window)
+        for change in getattr(findings, "changes", ()) or ():
+            log.info("bottleneck_changed", entity=change.entity, name=change.name, before=change.before,
+                     after=change.after, evidence=change.evidence)
         self._ticks += 1
         snap = Snapshot(
             sample=sample,

@@ -1,17 +1,65 @@
 """The analysis stage of every tick: window + configuration -> (derived values, Findings).
 
-Pure: reads Samples and workload profiles, never a source, never Prometheus. Each step lives in its
-own module (rates, workloads, bottleneck, headroom) and is table-tested on its own.
+Pure: reads Samples and workload profiles, never a source, never Prometheus, never the clock (time is
+each Sample's monotonic stamp), so replaying a recording reproduces the live verdicts. Each step lives
+in its own module (rates, workloads, signals, bottleneck, headroom) and is table-tested on its own.
+State that must persist across ticks (hysteresis, idle-time counters) lives in the Analysis object.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from headroom.analysis import rates
-from headroom.samples import Sample
+from headroom.analysis import bottleneck, rates, signals
+from headroom.analysis.bottleneck import NONE, Hysteresis, Verdict
+from headroom.analysis.headroom import WorkloadHeadroom, workload_headroom
+from headroom.samples import NvmlSample, Sample
+
+DEFAULTS: dict[str, Any] = {
+    "short_window": 15.0,  # seconds of samples the scores look at
+    "long_window": 300.0,
+    "hold": 20.0,  # a new primary must hold this long before it replaces the current one
+    "idle_busy_ratio": 0.05,  # a GPU below this utilization counts as idle
+    "gpu_slowdown_celsius": 87.0,  # for thermal headroom where NVML gives no slowdown threshold
+    "cost_per_gpu_hour": None,  # for GPUs no workload claims (a workload's own cost_per_gpu_hour wins)
+}
+
+
+@dataclass(frozen=True)
+class GpuFinding:
+    index: int
+    uuid: str
+    name: str
+    verdict: Verdict
+    idle: bool
+
+
+@dataclass(frozen=True)
+class WorkloadFinding:
+    name: str
+    verdict: Verdict
+    headroom: WorkloadHeadroom
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostFinding:
+    gpus_idle: int = 0
+    gpu_idle_seconds_total: float = 0.0
+    gpu_idle_cost_total: float | None = None  # None when no cost per GPU-hour is configured
+
+
+@dataclass(frozen=True)
+class Change:
+    """A primary bottleneck that changed this tick (logged once, recorded)."""
+
+    entity: str  # "workload" | "gpu"
+    name: str  # workload name or GPU index
+    before: str
+    after: str
+    evidence: str
 
 
 @dataclass(frozen=True)
@@ -19,15 +67,140 @@ class Findings:
     """What analysis concluded this tick. Exposition renders it; record/replay compares it."""
 
     workloads: tuple[Any, ...] = ()  # analysis.workloads.WorkloadStatus, one per declared workload
+    gpu_findings: tuple[GpuFinding, ...] = ()
+    workload_findings: tuple[WorkloadFinding, ...] = ()
+    host: HostFinding = field(default_factory=HostFinding)
+    changes: tuple[Change, ...] = ()
+
+    def primaries(self) -> dict[str, str]:
+        """{"workload/<name>": primary, "gpu/<index>": primary}: what replay compares."""
+        out = {f"workload/{w.name}": w.verdict.primary for w in self.workload_findings}
+        out.update({f"gpu/{g.index}": g.verdict.primary for g in self.gpu_findings})
+        return out
 
 
 class Analysis:
     """Holds the configuration analysis needs (profiles, sizing constants, thresholds) and any state
-    that must persist across ticks (hysteresis). Called once per tick with the window."""
+    that must persist across ticks (hysteresis, idle counters). Called once per tick with the window."""
 
     def __init__(self, config: Any) -> None:
         self.config = config
+        section = dict(getattr(config, "analysis", None) or {})
+        self.settings = {k: (section.get(k) if section.get(k) is not None else v) for k, v in DEFAULTS.items()}
+        self.thresholds = {**bottleneck.DEFAULT_THRESHOLDS, **{k: v for k, v in
+                                                             (section.get("thresholds") or {}).items()
+                                                             if v is not None}}
+        self.profiles = tuple(getattr(config, "workloads", ()) or ())
+        self._hysteresis: dict[str, Hysteresis] = {}
+        self._last_monotonic: float | None = None
+        self._idle_seconds = 0.0
+        self._idle_cost = 0.0
+
+    def _hold(self, key: str) -> Hysteresis:
+        h = self._hysteresis.get(key)
+        if h is None:
+            h = self._hysteresis[key] = Hysteresis(hold=self.settings["hold"])
+        return h
+
+    def _attribute(self, sample: Sample) -> tuple[Any, ...]:
+        """Workload statuses of this tick (analysis/workloads.py). The bottleneck and headroom steps read,
+        from each status: ``name``, ``gpu_indices`` (GPUs it uses), ``processes``, ``estimate``
+        (sizing.Estimate or None), ``expected_peak_bytes`` and optionally ``cpu_quota_cores``."""
+        try:
+            from headroom.analysis import workloads
+        except ImportError:
+            return ()
+        return workloads.attribute(sample, self.profiles, getattr(self.config, "sizing", None))
 
     def __call__(self, window: Sequence[Sample]) -> tuple[Mapping[str, Any], Findings]:
         derived = rates.derive(window)
-        return derived, Findings()
+        if not window:
+            return derived, Findings()
+        sample = window[-1]
+        now = sample.monotonic
+        dt = 0.0 if self._last_monotonic is None else max(0.0, now - self._last_monotonic)
+        self._last_monotonic = now
+        t, s = self.thresholds, self.settings
+        statuses = self._attribute(sample)
+        host = signals.host_signals(window, s["short_window"])
+        host_long = signals.host_signals(window, s["long_window"])
+        gpus = signals.gpu_signals(window, s["short_window"])
+        gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"])}
+        changes: list[Change] = []
+
+        gpu_findings = []
+        for g in gpus:
+            v = bottleneck.score_gpu(g, host, t)
+            long = bottleneck.score_gpu(gpus_long.get(g.uuid, g), host_long, t)
+            v = self._settle(v, long, f"gpu/{g.uuid}", "gpu", str(g.index), now, changes)
+            gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s)))
+
+        by_index = {g.index: g for g in gpus}
+        by_index_long = {g.index: gpus_long.get(g.uuid, g) for g in gpus}
+        status_by_name = {getattr(st, "name", None): st for st in statuses}
+        workload_findings = []
+        for p in self.profiles:
+            st = status_by_name.get(p.name)
+            indices = tuple(getattr(st, "gpu_indices", ()) or ()) or _declared_indices(p, sample)
+            w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
+            w_long = signals.workload_signals(window, s["long_window"], st, p, host.logical_cpus)
+            mine = [by_index[i] for i in indices if i in by_index]
+            mine_long = [by_index_long[i] for i in indices if i in by_index_long]
+            peak = getattr(st, "expected_peak_bytes", None)
+            v = bottleneck.score_workload(p, w, mine, host, t, peak)
+            long = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak)
+            v = self._settle(v, long, f"workload/{p.name}", "workload", p.name, now, changes)
+            room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
+            workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices)))
+
+        idle = [g for g in gpu_findings if g.idle]
+        costs = _gpu_costs(self.profiles, workload_findings)
+        default_cost = s["cost_per_gpu_hour"]
+        self._idle_seconds += dt * len(idle)
+        self._idle_cost += sum(dt / 3600.0 * (costs.get(g.index, default_cost) or 0.0) for g in idle)
+        priced = default_cost is not None or bool(costs)
+        host_finding = HostFinding(
+            gpus_idle=len(idle), gpu_idle_seconds_total=round(self._idle_seconds, 6),
+            gpu_idle_cost_total=round(self._idle_cost, 6) if priced else None,
+        )
+        return derived, Findings(tuple(statuses), tuple(gpu_findings), tuple(workload_findings), host_finding,
+                                 tuple(changes))
+
+    def _settle(self, v: Verdict, long: Verdict, key: str, entity: str, name: str, now: float,
+                changes: list[Change]) -> Verdict:
+        h = self._hold(key)
+        before = h.primary
+        primary, changed = h.update(v.candidate, now)
+        if changed:
+            evidence = v.evidence.get(primary, "") if primary != NONE else "no resource scores high enough"
+            changes.append(Change(entity, name, before, primary, evidence))
+        return Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
+                       long_scores=long.scores)
+
+
+def _is_idle(g: signals.GpuSignals, s: Mapping[str, Any]) -> bool:
+    return g.up and g.busy is not None and g.busy < s["idle_busy_ratio"]
+
+
+def _declared_indices(profile: Any, sample: Sample) -> tuple[int, ...]:
+    """The GPUs a profile lists (indices or UUIDs), as indices present in this sample."""
+    nvml = sample.data("nvml")
+    gpus = nvml.gpus if isinstance(nvml, NvmlSample) else ()
+    out = []
+    for ref in getattr(profile, "gpus", ()) or ():
+        for g in gpus:
+            if ref == g.index or ref == g.uuid:
+                out.append(g.index)
+    return tuple(out)
+
+
+def _gpu_costs(profiles: Sequence[Any], findings: Sequence[WorkloadFinding]) -> dict[int, float]:
+    """GPU index -> cost per GPU-hour of the first workload on it that declares one."""
+    costs: dict[int, float] = {}
+    by_name = {p.name: p for p in profiles}
+    for f in findings:
+        cost = getattr(by_name.get(f.name), "cost_per_gpu_hour", None)
+        if cost is not None:
+            for i in f.gpus:
+                costs.setdefault(i, cost)
+    return costs

@@ -45,6 +45,8 @@ _shm = _m("shm", "shm collector (sources/shm.py): statvfs of each configured tmp
 _disk = _m("disk", "disk collector (sources/disk.py): /proc/diskstats")
 _net = _m("network", "net collector (sources/net.py): /proc/net/dev, /sys/class/net/<device>/speed")
 
+_ana = _m("analysis", "analysis (analysis/pipeline.py, bottleneck.py, headroom.py) over the sampled window")
+W = ("workload",)
 CATALOG: tuple[MetricSpec, ...] = (
     # --- the agent itself
     _self("headroom_build_info", GAUGE, "", ("version", "python_version"),
@@ -126,6 +128,47 @@ CATALOG: tuple[MetricSpec, ...] = (
          "Rows remapped after memory errors, kind correctable or uncorrectable."),
     _gpu("headroom_gpu_remapped_rows_pending", GAUGE, "", G, "1 when a row remap awaits a GPU reset."),
     _gpu("headroom_gpu_remapped_rows_failure", GAUGE, "", G, "1 when a row remap failed (the GPU needs service)."),
+    # --- bottleneck and headroom analysis
+    _ana("headroom_gpu_bottleneck_score", GAUGE, "", (*G, "resource"),
+         "How sure the analysis is (0-1) that the resource limits this GPU's work, over the short window "
+         "(analysis.short_window, default 15s of 1 s samples). Rules and evidence: docs/analysis.md, /api/v1/status."),
+    _ana("headroom_gpu_bottleneck_long_score", GAUGE, "", (*G, "resource"),
+         "The same score over the long window (analysis.long_window, default 5m)."),
+    _ana("headroom_gpu_bottleneck", GAUGE, "", (*G, "resource"),
+         "1 for the GPU's current primary bottleneck (resource none when nothing limits), 0 for the others. "
+         "The primary changes only after a new verdict held for analysis.hold (default 20s)."),
+    _ana("headroom_gpu_idle", GAUGE, "", G,
+         "1 when the GPU's utilization stayed below analysis.idle_busy_ratio over the short window."),
+    _ana("headroom_gpus_idle", GAUGE, "", (), "GPUs idle over the short window."),
+    _ana("headroom_gpu_idle_seconds_total", COUNTER, "seconds", (),
+         "GPU-seconds spent idle, summed over all GPUs (a GPU idle for 1 s adds 1)."),
+    _ana("headroom_gpu_idle_cost_total", COUNTER, "", (),
+         "Cost of idle GPU time in the currency of the configured cost_per_gpu_hour (workload profiles, "
+         "else analysis.cost_per_gpu_hour); absent when no cost is configured."),
+    _ana("headroom_workload_bottleneck_score", GAUGE, "", (*W, "resource"),
+         "How sure the analysis is (0-1) that the resource limits the workload now, over the short window "
+         "(analysis.short_window, default 15s). Rules and evidence: docs/analysis.md, /api/v1/status."),
+    _ana("headroom_workload_bottleneck_long_score", GAUGE, "", (*W, "resource"),
+         "The same score over the long window (analysis.long_window, default 5m)."),
+    _ana("headroom_workload_bottleneck", GAUGE, "", (*W, "resource"),
+         "1 for the workload's current primary bottleneck (resource none when nothing limits), 0 for the others, "
+         "so a Grafana state timeline shows it. Changes only after holding for analysis.hold (default 20s)."),
+    _ana("headroom_workload_headroom_gpu_memory_bytes", GAUGE, "bytes", W,
+         "Free VRAM on the workload's GPUs, summed (for vLLM, which reserves its pool up front, see sequences)."),
+    _ana("headroom_workload_headroom_sequences", GAUGE, "", W,
+         "More concurrent sequences that fit at the declared max context (negative: the declared load does not "
+         "fit). Measured free VRAM / KV bytes per token, or the memory model's budget for vLLM."),
+    _ana("headroom_workload_headroom_context_tokens", GAUGE, "", W,
+         "More tokens per sequence that fit at the declared concurrency (negative: over)."),
+    _ana("headroom_workload_headroom_cpu_cores", GAUGE, "", W,
+         "Idle CPU cores the workload's processes could still use (bounded by its cgroup quota when known)."),
+    _ana("headroom_workload_headroom_host_memory_bytes", GAUGE, "bytes", W, "Host memory available (MemAvailable)."),
+    _ana("headroom_workload_headroom_shared_memory_bytes", GAUGE, "bytes", W,
+         "Bytes still writable in the fullest shared-memory mount (DataLoader workers pass batches through it)."),
+    _ana("headroom_workload_headroom_power_watts", GAUGE, "watts", W,
+         "Power limit minus draw, summed over the workload's GPUs."),
+    _ana("headroom_workload_headroom_thermal_celsius", GAUGE, "celsius", W,
+         "Degrees left before thermal slowdown on the workload's hottest GPU (analysis.gpu_slowdown_celsius)."),
     # --- CPU and pressure
     _cpu("headroom_cpu_seconds_total", COUNTER, "seconds", ("mode",),
          "CPU time of all logical CPUs per mode (guest time is also counted in user and nice, as the kernel does)."),

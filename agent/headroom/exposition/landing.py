@@ -28,6 +28,12 @@ def status(state: Any) -> dict[str, Any]:
     out["interval_seconds"] = snap.interval
     for name, r in snap.sample.sources.items():
         out["collectors"][name] = {"ok": r.ok, "duration_seconds": round(r.duration_seconds, 6), "error": r.error}
+    f = snap.findings
+    verdicts = {g.index: g for g in getattr(f, "gpu_findings", ())}
+    out["workloads"] = [_workload_status(wf) for wf in getattr(f, "workload_findings", ())]
+    if f is not None and getattr(f, "gpu_findings", ()):
+        out["host"] = {"gpus_idle": f.host.gpus_idle, "gpu_idle_seconds_total": f.host.gpu_idle_seconds_total,
+                       "gpu_idle_cost_total": f.host.gpu_idle_cost_total}
     nvml = snap.sample.data("nvml")
     if isinstance(nvml, NvmlSample):
         out["driver_version"] = nvml.driver_version
@@ -38,8 +44,28 @@ def status(state: Any) -> dict[str, Any]:
                 "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
                 "power_watts": g.power_watts, "power_limit_watts": g.power_limit_watts,
                 "temperature_celsius": g.temperature_celsius,
+                **(_verdict(verdicts[g.index].verdict) if g.index in verdicts else {}),
+                **({"idle": verdicts[g.index].idle} if g.index in verdicts else {}),
             })
     return out
+
+
+def _verdict(v: Any) -> dict[str, Any]:
+    """Primary, candidate, scores and the evidence behind them, strongest first."""
+    order = sorted(v.scores, key=lambda r: -v.scores[r])
+    return {
+        "primary_bottleneck": v.primary,
+        "candidate": v.candidate,
+        "scores": {r: v.scores[r] for r in order},
+        "long_window_scores": dict(v.long_scores),
+        "evidence": {r: v.evidence[r] for r in order},
+    }
+
+
+def _workload_status(wf: Any) -> dict[str, Any]:
+    from headroom.samples import to_jsonable
+
+    return {"name": wf.name, "gpus": list(wf.gpus), **_verdict(wf.verdict), "headroom": to_jsonable(wf.headroom)}
 
 
 def status_json(state: Any) -> bytes:

@@ -106,6 +106,8 @@ def render_into(w: Writer, snapshot: Snapshot) -> None:
         data = sample.data(name)
         if data is not None:
             fn(w, data, snapshot)
+    if snapshot.findings is not None:
+        _render_findings(w, snapshot.findings)
 
 
 def _render_self(w: Writer, snap: Snapshot) -> None:
@@ -183,6 +185,40 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
 
 def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
+
+
+def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Any) -> None:
+    from headroom.analysis.bottleneck import NONE, RESOURCES
+
+    for resource in RESOURCES:
+        w.add(f"{prefix}_bottleneck_score", verdict.scores.get(resource), *ids, resource)
+    for resource in RESOURCES:
+        w.add(f"{prefix}_bottleneck_long_score", verdict.long_scores.get(resource), *ids, resource)
+    for resource in (*RESOURCES, NONE):
+        w.add(f"{prefix}_bottleneck", resource == verdict.primary, *ids, resource)
+
+
+def _render_findings(w: Writer, f: Any) -> None:
+    for g in f.gpu_findings:
+        ids = (str(g.index), g.uuid)
+        _render_verdict(w, "headroom_gpu", ids, g.verdict)
+        w.add("headroom_gpu_idle", g.idle, *ids)
+    if f.gpu_findings:
+        w.add("headroom_gpus_idle", f.host.gpus_idle)
+        w.add("headroom_gpu_idle_seconds_total", _r(f.host.gpu_idle_seconds_total))
+        w.add("headroom_gpu_idle_cost_total", _r(f.host.gpu_idle_cost_total, 6))
+    for wf in f.workload_findings:
+        ids = (wf.name,)
+        _render_verdict(w, "headroom_workload", ids, wf.verdict)
+        h = wf.headroom
+        w.add("headroom_workload_headroom_gpu_memory_bytes", h.gpu_memory_bytes, *ids)
+        w.add("headroom_workload_headroom_sequences", h.sequences, *ids)
+        w.add("headroom_workload_headroom_context_tokens", h.context_tokens, *ids)
+        w.add("headroom_workload_headroom_cpu_cores", h.cpu_cores, *ids)
+        w.add("headroom_workload_headroom_host_memory_bytes", h.host_memory_bytes, *ids)
+        w.add("headroom_workload_headroom_shared_memory_bytes", h.shared_memory_bytes, *ids)
+        w.add("headroom_workload_headroom_power_watts", h.power_watts, *ids)
+        w.add("headroom_workload_headroom_thermal_celsius", h.thermal_celsius, *ids)
 
 
 def _render_cpu(w: Writer, cpu: CpuSample, snap: Snapshot) -> None:

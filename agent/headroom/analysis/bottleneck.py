@@ -1,0 +1,327 @@
+"""Bottleneck classification: a score in [0, 1] per resource, with evidence, for each GPU and workload.
+
+Each rule below is a small function of the signals (signals.py) returning (score, evidence). A score
+says how sure the rule is that this resource limits the work now. Rules that explain an under-used GPU
+(cpu, shared_memory, disk_io, host_memory, network) multiply a *starvation* term (the GPU is less busy
+than it could be) by the corroborating signal, so low GPU use alone never names a culprit, and an idle
+GPU with a calm host is `none`: idle for lack of demand is not a bottleneck. docs/analysis.md documents
+every rule, threshold, source and blind spot; thresholds come from config.yaml (analysis.thresholds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
+
+RESOURCES = ("gpu_compute", "gpu_memory", "cpu", "host_memory", "shared_memory", "disk_io", "pcie",
+             "gpu_thermal", "gpu_power", "network")  # fmt: skip
+NONE = "none"
+
+# name -> (default, meaning). Ramps go from 0 at *_low to 1 at *_high.
+THRESHOLDS: dict[str, tuple[float, str]] = {
+    "primary_min_score": (0.5, "a resource becomes the primary bottleneck only at or above this score"),
+    "busy_low": (0.50, "GPU busy ratio at or below which the GPU counts as fully starved"),
+    "busy_high": (0.85, "GPU busy ratio at or above which the GPU counts as not starved"),
+    "compute_busy_low": (0.80, "GPU busy ratio where gpu_compute starts to score"),
+    "compute_busy_high": (0.95, "GPU busy ratio where gpu_compute scores 1 (clocks at max, no throttling)"),
+    "vram_low": (0.90, "VRAM used / total where gpu_memory starts to score"),
+    "vram_high": (0.98, "VRAM used / total where gpu_memory scores 1"),
+    "throttle_share_low": (0.2, "share of the window a thermal or power reason was active where it starts to score"),
+    "throttle_share_high": (0.7, "share of the window throttled where the rule scores 1"),
+    "work_busy": (0.3, "GPU busy ratio below which throttling is not limiting anything"),
+    "pcie_low": (0.6, "PCIe throughput / link capability where pcie starts to score"),
+    "pcie_high": (0.85, "PCIe throughput / link capability where pcie scores 1"),
+    "cpu_saturation_low": (0.80, "workload cores used / cores it may use where cpu starts to score"),
+    "cpu_saturation_high": (0.95, "workload cores used / cores it may use where cpu scores 1"),
+    "host_cpu_low": (0.85, "host CPU busy ratio where cpu starts to score"),
+    "host_cpu_high": (0.97, "host CPU busy ratio where cpu scores 1"),
+    "psi_cpu_low": (0.10, "PSI cpu some avg10 where cpu starts to score"),
+    "psi_cpu_high": (0.40, "PSI cpu some avg10 where cpu scores 1"),
+    "psi_memory_low": (0.05, "PSI memory full avg10 where host_memory starts to score"),
+    "psi_memory_high": (0.20, "PSI memory full avg10 where host_memory scores 1"),
+    "mem_available_low": (0.10, "MemAvailable / MemTotal below which host_memory starts to score"),
+    "mem_available_high": (0.02, "MemAvailable / MemTotal at which host_memory scores 1"),
+    "shm_low": (0.85, "/dev/shm used / size where shared_memory starts to score"),
+    "shm_high": (0.97, "/dev/shm used / size where shared_memory scores 1"),
+    "disk_busy_low": (0.70, "busiest disk's busy ratio where disk_io starts to score"),
+    "disk_busy_high": (0.95, "busiest disk's busy ratio where disk_io scores 1"),
+    "psi_io_low": (0.20, "PSI io some avg10 where disk_io starts to score"),
+    "psi_io_high": (0.60, "PSI io some avg10 where disk_io scores 1"),
+    "iowait_weight": (0.3, "the most iowait alone can contribute to disk_io (iowait is unreliable)"),
+    "net_low": (0.70, "busiest NIC's throughput / link speed where network starts to score"),
+    "net_high": (0.90, "busiest NIC's throughput / link speed where network scores 1"),
+}
+DEFAULT_THRESHOLDS: dict[str, float] = {k: v for k, (v, _) in THRESHOLDS.items()}
+
+
+def ramp(x: float | None, low: float, high: float) -> float:
+    """0 at ``low``, 1 at ``high`` (either direction), linear between; 0 for unknown."""
+    if x is None:
+        return 0.0
+    if high == low:
+        return 1.0 if x >= high else 0.0
+    return max(0.0, min(1.0, (x - low) / (high - low)))
+
+
+def pct(x: float | None) -> str:
+    return "?" if x is None else f"{x * 100:.0f} %"
+
+
+def gib(n: float | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Scores and evidence for one GPU or workload, and the primary after hysteresis."""
+
+    scores: Mapping[str, float]
+    evidence: Mapping[str, str]
+    candidate: str  # the top-scoring resource this tick (or none)
+    primary: str = NONE  # after hysteresis
+    long_scores: Mapping[str, float] = field(default_factory=dict)
+
+
+def candidate_of(scores: Mapping[str, float], t: Mapping[str, float]) -> str:
+    best = max(RESOURCES, key=lambda r: scores.get(r, 0.0))
+    return best if scores.get(best, 0.0) >= t["primary_min_score"] else NONE
+
+
+# ------------------------------------------------------------------------------- GPU-bound rules
+def rule_gpu_compute(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
+    busy = ramp(g.busy, t["compute_busy_low"], t["compute_busy_high"])
+    throttled = max(g.thermal_share, g.power_cap_share)
+    score = busy * (1.0 - throttled)
+    clocks = "" if g.sm_clock_ratio is None else f", SM clock {pct(g.sm_clock_ratio)} of max"
+    return score, f"GPU {g.index} busy {pct(g.busy)}{clocks}, not throttled {pct(1 - throttled)} of the time"
+
+
+def rule_gpu_memory(g: GpuSignals, t: Mapping[str, float], expected_peak: float | None = None,
+                    reserved_by_runtime: bool = False) -> tuple[float, str]:
+    if reserved_by_runtime:
+        return 0.0, (f"GPU {g.index} VRAM {pct(g.memory_used_ratio)} used, reserved up front by the runtime "
+                     "(vLLM): NVML cannot see how full its KV cache is")
+    score = ramp(g.memory_used_ratio, t["vram_low"], t["vram_high"])
+    growth = g.memory_growth_bytes_per_second
+    text = f"GPU {g.index} VRAM {gib(g.memory_used_bytes)} of {gib(g.memory_total_bytes)} ({pct(g.memory_used_ratio)})"
+    if growth and growth > 0:
+        text += f", growing {growth / 2**20:.0f} MiB/s"
+    if expected_peak:
+        text += f"; profile expects {gib(expected_peak)} at peak"
+    return score, text
+
+
+def _work(g: GpuSignals, t: Mapping[str, float]) -> float:
+    """1 when the GPU has work to do (throttling then costs throughput), 0 when it is idle."""
+    return ramp(g.busy, t["work_busy"] * 0.5, t["work_busy"])
+
+
+def rule_gpu_thermal(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
+    score = ramp(g.thermal_share, t["throttle_share_low"], t["throttle_share_high"]) * _work(g, t)
+    temp = "" if g.temperature_celsius is None else f" at {g.temperature_celsius:.0f} C"
+    clocks = "" if g.sm_clock_ratio is None else f", SM clock {pct(g.sm_clock_ratio)} of max"
+    return score, f"GPU {g.index} thermal slowdown active {pct(g.thermal_share)} of the window{temp}{clocks}"
+
+
+def rule_gpu_power(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
+    score = ramp(g.power_cap_share, t["throttle_share_low"], t["throttle_share_high"]) * _work(g, t)
+    power = ""
+    if g.power_watts is not None and g.power_limit_watts:
+        power = f", drawing {g.power_watts:.0f} of {g.power_limit_watts:.0f} W"
+    return score, f"GPU {g.index} power cap active {pct(g.power_cap_share)} of the window{power}"
+
+
+def rule_pcie(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
+    not_saturated = 1.0 - ramp(g.busy, t["compute_busy_low"], t["compute_busy_high"])
+    score = ramp(g.pcie_ratio, t["pcie_low"], t["pcie_high"]) * not_saturated
+    if g.pcie_bytes_per_second is None or not g.pcie_capability_bytes_per_second:
+        return 0.0, f"GPU {g.index} PCIe throughput unknown"
+    return score, (f"GPU {g.index} PCIe {g.pcie_bytes_per_second / 1e9:.1f} of "
+                   f"{g.pcie_capability_bytes_per_second / 1e9:.1f} GB/s ({pct(g.pcie_ratio)}) while busy {pct(g.busy)}")
+
+
+# --------------------------------------------------------------------------- starvation rules
+def starvation(busy: float | None, t: Mapping[str, float]) -> float:
+    """1 when the GPUs are at or below busy_low, 0 at or above busy_high; 0 when unknown."""
+    if busy is None:
+        return 0.0
+    return 1.0 - ramp(busy, t["busy_low"], t["busy_high"])
+
+
+def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals | None,
+             t: Mapping[str, float], cpu_is_compute: bool = False) -> tuple[float, str]:
+    parts, signal = [], 0.0
+    if w is not None and w.cores_used is not None:
+        capacity = w.cores_allowed
+        who = f"the workload's {w.processes or '?'} processes"
+        if w.dataloader_workers:
+            capacity = min(capacity or w.dataloader_workers, float(w.dataloader_workers))
+            who = f"the workload's {w.dataloader_workers} DataLoader workers"
+        if capacity:
+            saturation = w.cores_used / capacity
+            signal = max(signal, ramp(saturation, t["cpu_saturation_low"], t["cpu_saturation_high"]))
+            parts.append(f"{who} used {w.cores_used:.2f} of {capacity:.0f} cores")
+    if h.cpu_busy is not None:
+        signal = max(signal, ramp(h.cpu_busy, t["host_cpu_low"], t["host_cpu_high"]))
+        parts.append(f"host CPU {pct(h.cpu_busy)} busy")
+    psi = h.psi.get("cpu.some")
+    if psi is not None:
+        signal = max(signal, ramp(psi, t["psi_cpu_low"], t["psi_cpu_high"]))
+        parts.append(f"PSI cpu some avg10 {pct(psi)}")
+    factor = 1.0 if cpu_is_compute else starved
+    return factor * signal, _join(busy_text, parts, cpu_is_compute)
+
+
+def rule_host_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float]) -> tuple[float, str]:
+    parts, signal = [], 0.0
+    full = h.psi.get("memory.full")
+    if full is not None:
+        signal = max(signal, ramp(full, t["psi_memory_low"], t["psi_memory_high"]))
+        parts.append(f"PSI memory full avg10 {pct(full)}")
+    if h.memory_available_bytes is not None and h.memory_total_bytes:
+        available = h.memory_available_bytes / h.memory_total_bytes
+        signal = max(signal, ramp(available, t["mem_available_low"], t["mem_available_high"]))
+        parts.append(f"{gib(h.memory_available_bytes)} of {gib(h.memory_total_bytes)} RAM available")
+    if h.major_faults_per_second is not None and h.major_faults_per_second >= 1:
+        parts.append(f"{h.major_faults_per_second:.0f} major faults/s")
+    # memory pressure slows everything on the host: it needs no starved GPU to count, but a starved one
+    # makes it more certain that it costs the workload throughput
+    return signal * (0.6 + 0.4 * starved), _join(busy_text, parts)
+
+
+def rule_shared_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
+                       workers_declared: bool) -> tuple[float, str]:
+    fill = ramp(h.shm_fill, t["shm_low"], t["shm_high"])
+    # a full /dev/shm kills DataLoader workers ("No space left on device", "Bus error"): it limits a
+    # workload that declares workers even before the GPU starves
+    factor = max(starved, 0.8 if workers_declared else 0.0)
+    if h.shm_fill is None:
+        return 0.0, "shared memory unknown"
+    text = f"{h.shm_mountpoint} {pct(h.shm_fill)} full ({gib(h.shm_available_bytes)} left of {gib(h.shm_size_bytes)})"
+    if workers_declared:
+        text += " while the workload declares DataLoader workers"
+    return fill * factor, _join(busy_text, [text])
+
+
+def rule_disk_io(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float]) -> tuple[float, str]:
+    parts, signal = [], 0.0
+    if h.disk_busy is not None:
+        signal = max(signal, ramp(h.disk_busy, t["disk_busy_low"], t["disk_busy_high"]))
+        queue = "" if h.disk_queue is None else f", queue depth {h.disk_queue:.1f}"
+        parts.append(f"{h.disk_device} busy {pct(h.disk_busy)}{queue}")
+    psi = h.psi.get("io.some")
+    if psi is not None:
+        signal = max(signal, ramp(psi, t["psi_io_low"], t["psi_io_high"]))
+        parts.append(f"PSI io some avg10 {pct(psi)}")
+    if h.cpu_iowait is not None and h.cpu_iowait > 0.05:
+        signal = max(signal, t["iowait_weight"] * ramp(h.cpu_iowait, 0.05, 0.5))
+        parts.append(f"iowait {pct(h.cpu_iowait)} (weak signal)")
+    return starved * signal, _join(busy_text, parts)
+
+
+def rule_network(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
+                 distributed: bool) -> tuple[float, str]:
+    if not distributed:
+        return 0.0, "not a distributed workload"
+    if h.net_ratio is None:
+        return 0.0, "network throughput unknown"
+    text = f"{h.net_device} at {(h.net_bytes_per_second or 0) * 8 / 1e9:.1f} Gbit/s, {pct(h.net_ratio)} of link speed"
+    return starved * ramp(h.net_ratio, t["net_low"], t["net_high"]), _join(busy_text, [text])
+
+
+def _join(busy_text: str, parts: list[str], standalone: bool = False) -> str:
+    if not parts:
+        return f"{busy_text}; no corroborating signal"
+    return ("" if standalone else f"{busy_text} while ") + "; ".join(parts)
+
+
+# --------------------------------------------------------------------------------------- scoring
+def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float]) -> Verdict:
+    """Scores for one GPU on its own (also for GPUs no profile claims): host rules use host signals only."""
+    if not g.up:
+        return Verdict({r: 0.0 for r in RESOURCES}, {r: f"GPU {g.index} is down" for r in RESOURCES}, NONE)
+    starved = starvation(g.busy, t)
+    busy_text = f"GPU {g.index} busy {pct(g.busy)}"
+    results = {
+        "gpu_compute": rule_gpu_compute(g, t),
+        "gpu_memory": rule_gpu_memory(g, t),
+        "gpu_thermal": rule_gpu_thermal(g, t),
+        "gpu_power": rule_gpu_power(g, t),
+        "pcie": rule_pcie(g, t),
+        "cpu": rule_cpu(starved, busy_text, h, None, t),
+        "host_memory": rule_host_memory(starved, busy_text, h, t),
+        "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=False),
+        "disk_io": rule_disk_io(starved, busy_text, h, t),
+        "network": (0.0, "network is judged per distributed workload"),
+    }
+    return _verdict(results, t)
+
+
+def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
+                   t: Mapping[str, float], expected_peak: float | None = None) -> Verdict:
+    """Scores for one declared workload from its GPUs, its processes and the host."""
+    kind = getattr(profile.kind, "value", str(profile.kind))
+    cpu_only = kind == "cpu-inference"
+    up = [g for g in gpus if g.up]
+    busy_values = [g.busy for g in up if g.busy is not None]
+    busy = sum(busy_values) / len(busy_values) if busy_values else None
+    starved = starvation(busy, t) if busy is not None else (1.0 if cpu_only else 0.0)
+    names = ", ".join(str(g.index) for g in up)
+    busy_text = (f"GPU {names} busy {pct(busy)}" if busy is not None
+                 else ("CPU inference" if cpu_only else "no GPU attributed to the workload"))
+    vllm = getattr(getattr(profile, "runtime", None), "is_vllm", False)
+    workers = bool(getattr(profile, "dataloader_workers", None))
+    parallel = getattr(profile, "parallel", None)
+    # distributed: replicas or stages that exchange data every step (we cannot see whether peers share the host)
+    distributed = bool(parallel and (parallel.data > 1 or parallel.pipeline > 1))
+
+    def best(rule, *args) -> tuple[float, str]:
+        pairs = [rule(g, t, *args) for g in up]
+        return max(pairs, key=lambda p: p[0]) if pairs else (0.0, "no GPU attributed to the workload")
+
+    per_gpu_peak = (expected_peak / max(1, len(up))) if expected_peak else None
+    results = {
+        "gpu_compute": best(rule_gpu_compute),
+        "gpu_memory": best(rule_gpu_memory, per_gpu_peak, vllm),
+        "gpu_thermal": best(rule_gpu_thermal),
+        "gpu_power": best(rule_gpu_power),
+        "pcie": best(rule_pcie),
+        "cpu": rule_cpu(starved, busy_text, h, w, t, cpu_is_compute=cpu_only),
+        "host_memory": rule_host_memory(starved, busy_text, h, t),
+        "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=workers),
+        "disk_io": rule_disk_io(starved, busy_text, h, t),
+        "network": rule_network(starved, busy_text, h, t, distributed),
+    }
+    return _verdict(results, t)
+
+
+def _verdict(results: Mapping[str, tuple[float, str]], t: Mapping[str, float]) -> Verdict:
+    scores = {r: round(results[r][0], 4) for r in RESOURCES}
+    evidence = {r: results[r][1] for r in RESOURCES}
+    return Verdict(scores=scores, evidence=evidence, candidate=candidate_of(scores, t))
+
+
+# ------------------------------------------------------------------------------------- hysteresis
+@dataclass
+class Hysteresis:
+    """The primary changes only after a new candidate has held for ``hold`` seconds."""
+
+    hold: float
+    primary: str = NONE
+    candidate: str = NONE
+    since: float | None = None
+
+    def update(self, candidate: str, now: float) -> tuple[str, bool]:
+        """(primary, changed) after seeing ``candidate`` at monotonic time ``now``."""
+        if candidate == self.primary:
+            self.candidate, self.since = candidate, None
+            return self.primary, False
+        if candidate != self.candidate or self.since is None:
+            self.candidate, self.since = candidate, now
+        if now - self.since >= self.hold:
+            self.primary, self.since = candidate, None
+            return self.primary, True
+        return self.primary, False
