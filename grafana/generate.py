@@ -78,14 +78,17 @@ FLEET = (
     Panel("GPUs busy", "GPUs that ran kernels at least 5 % of the last 5 minutes "
           "(recording rule instance_gpu:headroom_gpu_busy:rate5m).", "stat", "none",
           (t(f'count(instance_gpu:headroom_gpu_busy:rate5m{{{FI}}} >= 0.05) or vector(0)'),), width=4, height=4),
-    Panel("GPUs idle", "GPUs that ran kernels less than 5 % of the last 5 minutes: capacity paid for and unused "
-          "(recording rule instance:headroom_gpu_idle:count5m).", "stat", "none",
-          (t(f'sum(instance:headroom_gpu_idle:count5m{{{FI}}})'),), width=4, height=4,
+    Panel("GPUs idle", "GPUs whose utilization stayed below the agent's idle threshold (analysis.idle_busy_ratio) "
+          "over its short window: capacity paid for and unused.", "stat", "none",
+          (t(f'sum(headroom_gpus_idle{{{FI}}})'),), width=4, height=4,
           thresholds=({"color": "green", "value": None}, {"color": "orange", "value": 1})),
-    Panel("Idle GPU-hours (range)", "GPU-hours spent idle over the dashboard's time range, integrated from the "
-          "idle-GPU count. Multiply by your GPU-hour price for the money lost.", "stat", "h",
-          (t(f'sum(avg_over_time(instance:headroom_gpu_idle:count5m{{{FI}}}[$__range])) * $__range_s / 3600'),),
-          width=4, height=4),
+    Panel("Idle GPU-hours (range)", "GPU-hours spent idle over the dashboard's time range, summed over all GPUs "
+          "(a GPU idle for one hour adds 1).", "stat", "h",
+          (t(f'sum(increase(headroom_gpu_idle_seconds_total{{{FI}}}[$__range])) / 3600'),), width=4, height=4),
+    Panel("Idle cost (range)", "Cost of the idle GPU time over the time range, in the currency of the configured "
+          "cost_per_gpu_hour. Empty when no cost is configured.", "stat", "none",
+          (t(f'sum(increase(headroom_gpu_idle_cost_total{{{FI}}}[$__range]))'),), width=4, height=4,
+          options={"decimals": 2}),
     Panel("Lost GPUs", "GPUs that stopped answering NVML (fallen off the bus, reset required). "
           "Any value above 0 needs a person.", "stat", "none",
           (t(f'count(headroom_gpu_up{{{FI}}} == 0) or vector(0)'),), width=4, height=4, thresholds=RED_ABOVE_0),
@@ -126,7 +129,15 @@ FLEET = (
     Panel("GPU health", "Per GPU: 1 while it answers NVML, 0 when lost. Rows with uncorrectable ECC errors or a "
           "failed row remap need service.", "table", "none",
           (t(f'headroom_gpu_up{{{FI}}}', instant=True),), mappings=UP),
-    Row("Workloads"),
+    Row("Bottlenecks"),
+    Panel("GPUs by primary bottleneck", "How many GPUs are limited by each resource right now, according to the "
+          "agent's analysis (none = nothing limits them; an idle GPU is not a bottleneck).", "piechart", "none",
+          (t(f'count by (resource) (headroom_gpu_bottleneck{{{FI}}} == 1)', "{{resource}}", instant=True),),
+          options={"pieType": "donut", "legend": {"displayMode": "table", "placement": "right", "values": ["value"]},
+                   "reduceOptions": {"calcs": ["lastNotNull"]}}),
+    Panel("GPUs with a bottleneck", "Every GPU whose primary bottleneck is a resource (not none), with "
+          "that resource. Open the Host dashboard for the evidence.", "table", "none",
+          (t(f'headroom_gpu_bottleneck{{{FI}, resource!="none"}} == 1', instant=True),)),
     Panel("Workloads by primary bottleneck", "How many declared workloads are limited by each resource right now "
           "(none = nothing limits them).", "piechart", "none",
           (t(f'count by (resource) (headroom_workload_bottleneck{{{FI}}} == 1)', "{{resource}}", instant=True),),
@@ -191,6 +202,16 @@ HOST = (
            t(f'headroom_gpu_remapped_rows_failure{{{HG}}}', "remap failure", instant=True))),
     Panel("GPU up", "1 while the GPU answers NVML, 0 when lost or failing.", "state-timeline", "none",
           (t(f'headroom_gpu_up{{{HG}}}', "GPU {{gpu}}"),), mappings=UP, options={"showValue": "never"}),
+    Row("GPU bottlenecks"),
+    Panel("Primary bottleneck per GPU", "Which resource the agent's analysis says limits each GPU's work, over "
+          "time (resources that were primary at least once in the range). 'none' means nothing limits it; the "
+          "evidence is on the agent's landing page and /api/v1/status.", "state-timeline", "none",
+          (t(f'headroom_gpu_bottleneck{{{HG}}} and on (gpu, resource) '
+             f'(max_over_time(headroom_gpu_bottleneck{{{HG}}}[$__range]) > 0)', "GPU {{gpu}} {{resource}}"),),
+          mappings=BOTTLENECK, options={"showValue": "never", "mergeValues": True}),
+    Panel("Bottleneck scores per GPU", "How sure the analysis is (0-1) that each resource limits the GPU, over "
+          "its short window (default 15 s). Only scores above 0 are drawn.", "timeseries", "percentunit",
+          (t(f'headroom_gpu_bottleneck_score{{{HG}}} > 0', "GPU {{gpu}} {{resource}}"),), minmax=(0, 1)),
     Row("Host"),
     Panel("CPU by mode", "CPU time per mode in cores (1 = one core fully used). A GPU host short of CPU shows "
           "user + system near the core count while the GPUs wait.", "timeseries", "none",
@@ -218,6 +239,11 @@ HOST = (
     Panel("Disk busy", "Share of time each device had I/O in flight. Near 100 % on a single disk means it is "
           "saturated (less so on NVMe and RAID, which serve requests in parallel).", "timeseries", "percentunit",
           (t(f'rate(headroom_disk_io_time_seconds_total{{{H}}}[$__rate_interval])', "{{device}}"),), minmax=(0, 1)),
+    Panel("Network throughput", "Bytes received (positive) and transmitted (negative) per second per "
+          "interface. Distributed training and multi-host serving need this to stay below the link speed.",
+          "timeseries", "Bps",
+          (t(f'rate(headroom_network_receive_bytes_total{{{H}}}[$__rate_interval])', "{{device}} receive"),
+           t(f'-rate(headroom_network_transmit_bytes_total{{{H}}}[$__rate_interval])', "{{device}} transmit"))),
     Row("Agent"),
     Panel("Collectors", "1 while each collector's last read succeeded, 0 while it fails or is stuck.",
           "state-timeline", "none", (t(f'headroom_collector_success{{{H}}}', "{{collector}}"),), mappings=UP,
@@ -234,7 +260,8 @@ WORKLOAD = (
     Row("Bottleneck"),
     Panel("Primary bottleneck", "Which resource limits the workload, over time. 'none' means nothing limits it "
           "(idle for lack of demand is not a bottleneck).", "state-timeline", "none",
-          (t(f'headroom_workload_bottleneck{{{W}}}', "{{resource}}"),),
+          (t(f'headroom_workload_bottleneck{{{W}}} and on (resource) '
+             f'(max_over_time(headroom_workload_bottleneck{{{W}}}[$__range]) > 0)', "{{resource}}"),),
           width=24, height=6, needs=("headroom_workload_bottleneck",), mappings=BOTTLENECK,
           options={"showValue": "never", "mergeValues": True}),
     Panel("Bottleneck scores", "Score 0-1 per resource; the primary is the one that held the highest score long "
@@ -254,6 +281,18 @@ WORKLOAD = (
     Panel("Spare CPU cores", "CPU cores the workload's processes could still use.", "stat", "none",
           (t(f'headroom_workload_headroom_cpu_cores{{{W}}}'),), width=6, height=5,
           needs=("headroom_workload_headroom_cpu_cores",)),
+    Panel("Host memory left", "Host memory available to the workload (MemAvailable).", "stat", "bytes",
+          (t(f'headroom_workload_headroom_host_memory_bytes{{{W}}}'),), width=6, height=5),
+    Panel("Shared memory left", "Bytes still writable in the fullest shared-memory mount; DataLoader workers "
+          "pass batches through it.", "stat", "bytes",
+          (t(f'headroom_workload_headroom_shared_memory_bytes{{{W}}}'),), width=6, height=5),
+    Panel("Power margin", "Power limit minus draw, summed over the workload's GPUs. Near 0 (or below) the "
+          "driver caps clocks.", "stat", "watt",
+          (t(f'headroom_workload_headroom_power_watts{{{W}}}'),), width=6, height=5),
+    Panel("Thermal margin", "Degrees left before thermal slowdown on the workload's hottest GPU.", "stat",
+          "celsius", (t(f'headroom_workload_headroom_thermal_celsius{{{W}}}'),), width=6, height=5,
+          thresholds=({"color": "red", "value": None}, {"color": "orange", "value": 0},
+                      {"color": "green", "value": 5})),
     Row("Memory: expected against measured"),
     Panel("Expected memory breakdown", "What the memory model says the workload needs, per component (weights, KV "
           "cache, activations, optimizer state, overhead ...).", "bargauge", "bytes",
@@ -329,7 +368,7 @@ def _variable(kind: str) -> dict:
     query = {
         "instance": "label_values(headroom_build_info, instance)",
         "gpu": 'label_values(headroom_gpu_info{instance="$instance"}, gpu)',
-        "workload": 'label_values(headroom_workload_info{instance="$instance"}, workload)',
+        "workload": 'label_values(headroom_workload_bottleneck{instance="$instance"}, workload)',
     }[name]
     many = multi or name == "gpu"
     return {"name": name, "label": name.capitalize() if name != "gpu" else "GPU", "type": "query",
@@ -359,6 +398,8 @@ def _panel(p: Panel, pid: int, x: int, y: int) -> dict:
                "state-timeline": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True}},
                }.get(p.kind, {})
     options = {**options, **p.options}
+    if "decimals" in options:
+        defaults["decimals"] = options.pop("decimals")
     targets = []
     for i, tg in enumerate(p.targets):
         target = {"datasource": DS, "refId": chr(ord("A") + i), "expr": tg.expr, "legendFormat": tg.legend or "__auto",
@@ -397,8 +438,6 @@ def build(d: Dashboard) -> dict | None:
     if not any(p["type"] != "row" for p in panels):
         return None
     variables = [_variable("datasource")] + [_variable(v) for v in d.variables]
-    if "workload" in d.variables and "headroom_workload_info" not in BY_NAME:
-        return None
     return {
         "uid": d.uid, "title": d.title, "description": d.description, "tags": list(d.tags),
         "editable": True, "graphTooltip": 1, "schemaVersion": 39, "version": 1, "timezone": "",
