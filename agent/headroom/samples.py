@@ -149,12 +149,63 @@ class NetSample:
     devices: tuple[NetDevice, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class CgroupStats:
+    """cgroup v2 files of the cgroup a workload maps to (one read each per tick); None = file absent."""
+
+    path: str  # relative to the cgroup v2 root, e.g. "/system.slice/vllm.service"
+    cpu_user_seconds_total: float | None = None  # cpu.stat user_usec
+    cpu_system_seconds_total: float | None = None  # cpu.stat system_usec
+    memory_bytes: int | None = None  # memory.current: anonymous + page cache + kernel memory of the cgroup
+    read_bytes_total: int | None = None  # io.stat rbytes summed over devices
+    written_bytes_total: int | None = None  # io.stat wbytes
+    pressure_some_avg10: Mapping[str, float] = field(default_factory=lambda: EMPTY)  # cpu/memory/io -> ratio
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadProcesses:
+    """The live processes of one declared workload this tick, with counters that survive member exits.
+
+    CPU and I/O counters add each member's growth since the previous tick (a new member counts from its
+    start), so a worker that exits does not make them go down; time a member spent after its last tick
+    is lost. I/O is None when /proc/PID/io was never readable for any member (other users' processes
+    without CAP_SYS_PTRACE); otherwise it counts only the readable members. RSS sums members' resident
+    pages, so pages shared between a parent and its forked workers count once per process.
+    """
+
+    name: str
+    pids: tuple[int, ...]  # for the join with NVML process lists; never exported
+    threads: int
+    cpu_user_seconds_total: float
+    cpu_system_seconds_total: float
+    resident_memory_bytes: int
+    read_bytes_total: int | None = None  # /proc/PID/io read_bytes (block layer)
+    written_bytes_total: int | None = None  # /proc/PID/io write_bytes
+    main_pid: int | None = None  # the oldest member whose parent is not a member (the trainer, the server)
+    children: Mapping[int, int] = field(default_factory=lambda: EMPTY)  # member pid -> member children count
+    cgroup: CgroupStats | None = None  # when a systemd_unit, cgroup or container_id rule maps it to one
+
+    @property
+    def processes(self) -> int:
+        return len(self.pids)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessesSample:
+    """What the processes collector saw: one entry per declared workload, in declaration order."""
+
+    workloads: tuple[WorkloadProcesses, ...] = ()
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
     pid: int
     used_memory_bytes: int | None  # None: NVML could not say (e.g. no permission, Windows WDDM)
     kind: str = "compute"  # compute | graphics
+    # share of time this process's kernels occupied the SMs, averaged over NVML's samples since the
+    # previous tick (nvmlDeviceGetProcessUtilization); None when unsupported or no sample this tick
+    sm_utilization_ratio: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import shlex
+import subprocess
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
@@ -43,7 +45,7 @@ CLOCK_EVENT_REASONS: tuple[str, ...] = (
 UNSUPPORTABLE_QUERIES: frozenset[str] = frozenset({
     "utilization", "memory_info", "power", "power_limit", "energy", "temperature", "memory_temperature",
     "clocks", "performance_state", "fan_speed", "clock_events", "pcie_link", "pcie_throughput",
-    "processes", "mig", "ecc", "remapped_rows", "xid_events",
+    "processes", "process_utilization", "mig", "ecc", "remapped_rows", "xid_events",
 })  # fmt: skip
 
 # GPU signal name -> unit kind (see _parse_unit)
@@ -161,6 +163,40 @@ def _unit_noise(seed: int, key: str, second: int) -> float:
 class ProcessSpec:
     pid: int
     used_memory: Signal | None  # None: NVML reports "not available"
+    sm_utilization: Signal | None = None  # per-process samples (nvmlDeviceGetProcessUtilization); None: none
+
+
+@dataclass(frozen=True, slots=True)
+class StandInGpu:
+    """A stand-in's use of one GPU, reported in that GPU's process lists under the stand-in's real pid."""
+
+    gpu: int
+    memory: Signal
+    utilization: Signal | None = None  # SM utilization (nvmlDeviceGetProcessUtilization); None: no samples
+
+
+@dataclass(frozen=True, slots=True)
+class StandInSpec:
+    """One stand-in process: its exact argv, CPU share of one core, resident bytes, GPUs and children."""
+
+    argv: tuple[str, ...]
+    cpu: float = 0.0
+    rss: int = 0
+    gpus: tuple[StandInGpu, ...] = ()
+    children: tuple[StandInSpec, ...] = ()
+
+    def launch_spec(self) -> dict[str, Any]:
+        """The JSON-able spec ``headroom.standin`` runs."""
+        return {"argv": list(self.argv), "cpu": self.cpu, "rss": self.rss,
+                "children": [c.launch_spec() for c in self.children]}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """A scenario workload: a main stand-in process (with its children) started by ``start_processes``."""
+
+    name: str
+    process: StandInSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +269,7 @@ class Scenario:
     gpus: tuple[GpuSpec, ...]
     faults: tuple[FaultSpec, ...] = ()
     missing_functions: frozenset[str] = frozenset()
-    workloads: Any = None  # reserved: declared stand-in processes (raw YAML data, later issue)
+    workloads: tuple[WorkloadSpec, ...] = ()  # stand-in processes, started by start_processes()
     host: Any = None  # reserved: synthetic host signals (raw YAML data, later issue)
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
@@ -253,6 +289,71 @@ class Scenario:
             elif clock is not None:
                 lib.clock = clock
             return lib
+
+    # -- stand-in processes
+    def start_processes(self, timeout: float = 20.0) -> dict[str, tuple[int, ...]]:
+        """Start every workload's stand-in processes (once; later calls return the same pids).
+
+        Returns workload name -> pids, main process first, then its children. The processes are real,
+        children of the calling thread, die with it (PR_SET_PDEATHSIG) and are stopped by
+        ``stop_processes``. Raises ScenarioError when one does not start in ``timeout`` seconds.
+        """
+        from headroom import standin
+
+        with self._lock:
+            running = self._cache.get("standins")
+            if running is not None:
+                return {name: pids for name, _, pids in running["workloads"]}
+            directory = str(Path(standin.__file__).parent)
+            started: list[Any] = []
+            workloads: list[tuple[str, Any, tuple[int, ...]]] = []
+            gpu_pids: list[tuple[int, StandInGpu]] = []
+            try:
+                for w in self.workloads:
+                    proc = standin.launch(w.process.launch_spec(), directory)
+                    started.append(proc)
+                    ready = standin.read_ready(proc, timeout)
+                    pids = _pair_pids(w.process, ready, gpu_pids)
+                    workloads.append((w.name, proc, tuple(pids)))
+            except (RuntimeError, OSError, ValueError) as exc:
+                _stop(started)
+                raise ScenarioError(f"{self.source}: workloads: cannot start stand-in processes: {exc}") from None
+            self._cache["standins"] = {"workloads": workloads, "gpus": gpu_pids}
+            return {name: pids for name, _, pids in workloads}
+
+    def stop_processes(self) -> None:
+        """Stop the stand-ins started by start_processes (SIGTERM, then SIGKILL after 2 s). Idempotent."""
+        with self._lock:
+            running = self._cache.pop("standins", None)
+        if running is not None:
+            _stop([proc for _, proc, _ in running["workloads"]])
+
+    def standin_processes(self, gpu: int) -> list[tuple[int, StandInGpu]]:
+        """(pid, use) of the running stand-ins on GPU index ``gpu``; empty when none run."""
+        running = self._cache.get("standins")
+        return [] if running is None else [(pid, use) for pid, use in running["gpus"] if use.gpu == gpu]
+
+
+def _pair_pids(spec: StandInSpec, ready: Mapping[str, Any], gpu_pids: list[tuple[int, StandInGpu]]) -> list[int]:
+    """Pids of a started stand-in tree (depth first, parent before children); records their GPU uses."""
+    pid = int(ready["pid"])
+    gpu_pids.extend((pid, use) for use in spec.gpus)
+    out = [pid]
+    for child, child_ready in zip(spec.children, ready["children"], strict=True):
+        out.extend(_pair_pids(child, child_ready, gpu_pids))
+    return out
+
+
+def _stop(procs: list[Any]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # -------------------------------------------------------------------------------------------- loading
@@ -305,6 +406,7 @@ _GPU_KEYS = {
     "ecc", "remapped_rows", "unsupported", *GPU_SIGNALS,
 }  # fmt: skip
 _FREQ_UNITS = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
+_STANDIN_KEYS = ("cmdline", "cpu", "rss", "gpus", "children")
 
 
 class _Parser:
@@ -495,8 +597,73 @@ class _Parser:
             gpus=gpus,
             faults=faults,
             missing_functions=missing,
-            workloads=self.plain(top["workloads"]) if "workloads" in top else None,
+            workloads=self.workloads(top["workloads"], len(gpus)) if "workloads" in top else (),
             host=self.plain(top["host"]) if "host" in top else None,
+        )
+
+    def workloads(self, node: yaml.Node, gpu_count: int) -> tuple[WorkloadSpec, ...]:
+        out: list[WorkloadSpec] = []
+        for i, item in enumerate(self.sequence(node, "workloads")):
+            path = f"workloads[{i}]"
+            keys = self.mapping(item, path, {"name", *_STANDIN_KEYS}, ("name", "cmdline"))
+            name = self.string(keys["name"], f"{path}.name")
+            if name in {w.name for w in out}:
+                raise self.error(keys["name"], f"{path}.name", f"duplicate workload name {name!r}")
+            out.append(WorkloadSpec(name=name, process=self.standin(item, keys, path, gpu_count, None)))
+        return tuple(out)
+
+    def standin(self, node: yaml.Node, keys: dict[str, yaml.Node], path: str, gpu_count: int,
+                parent_argv: tuple[str, ...] | None) -> StandInSpec:
+        from headroom.standin import MIN_CMDLINE_BYTES, encoded
+
+        if "cmdline" in keys:
+            text = self.string(keys["cmdline"], f"{path}.cmdline")
+            try:
+                argv = tuple(shlex.split(text))
+            except ValueError as exc:
+                raise self.error(keys["cmdline"], f"{path}.cmdline", f"cannot split like a shell: {exc}") from None
+            if len(encoded(list(argv))) < MIN_CMDLINE_BYTES:
+                raise self.error(keys["cmdline"], f"{path}.cmdline",
+                                 f"a stand-in command line needs at least {MIN_CMDLINE_BYTES - 1} characters")
+        else:
+            assert parent_argv is not None
+            argv = parent_argv
+        gpus = []
+        if "gpus" in keys:
+            gpath = f"{path}.gpus"
+            g = keys["gpus"]
+            if not isinstance(g, yaml.MappingNode):
+                raise self.error(g, gpath, "expected a mapping of GPU index -> memory (or {memory, utilization})")
+            for key_node, value_node in g.value:
+                index = self.integer(key_node, gpath, minimum=0)
+                sub = f"{gpath}.{index}"
+                if index >= gpu_count:
+                    raise self.error(key_node, sub, f"no such GPU (the scenario has {gpu_count})")
+                if isinstance(value_node, yaml.MappingNode):
+                    u = self.mapping(value_node, sub, {"memory", "utilization"}, ("memory",))
+                    gpus.append(StandInGpu(index, self.signal(u["memory"], f"{sub}.memory", "size"),
+                                           self.signal(u["utilization"], f"{sub}.utilization", "ratio")
+                                           if "utilization" in u else None))
+                else:
+                    gpus.append(StandInGpu(index, self.signal(value_node, sub, "size")))
+        children: list[StandInSpec] = []
+        if "children" in keys:
+            c = keys["children"]
+            cpath = f"{path}.children"
+            if parent_argv is not None:
+                raise self.error(c, cpath, "children of children are not supported")
+            if isinstance(c, yaml.ScalarNode):
+                children = [StandInSpec(argv=argv)] * self.integer(c, cpath)
+            else:
+                for j, child in enumerate(self.sequence(c, cpath)):
+                    ck = self.mapping(child, f"{cpath}[{j}]", set(_STANDIN_KEYS) - {"children"})
+                    children.append(self.standin(child, ck, f"{cpath}[{j}]", gpu_count, argv))
+        return StandInSpec(
+            argv=argv,
+            cpu=self.unit(keys["cpu"], f"{path}.cpu", "ratio") if "cpu" in keys else 0.0,
+            rss=int(self.unit(keys["rss"], f"{path}.rss", "size")) if "rss" in keys else 0,
+            gpus=tuple(gpus),
+            children=tuple(children),
         )
 
     def gpu(self, node: yaml.Node, index: int) -> GpuSpec:
@@ -543,11 +710,13 @@ class _Parser:
         if "processes" in g:
             for i, item in enumerate(self.sequence(g["processes"], f"{path}.processes")):
                 ppath = f"{path}.processes[{i}]"
-                p = self.mapping(item, ppath, {"pid", "used_memory"}, ("pid",))
+                p = self.mapping(item, ppath, {"pid", "used_memory", "sm_utilization"}, ("pid",))
                 used = None
                 if "used_memory" in p and not (isinstance(p["used_memory"], yaml.ScalarNode) and self.plain(p["used_memory"]) is None):
                     used = self.signal(p["used_memory"], f"{ppath}.used_memory", "size")
-                processes.append(ProcessSpec(pid=self.integer(p["pid"], f"{ppath}.pid", minimum=1), used_memory=used))
+                sm = self.signal(p["sm_utilization"], f"{ppath}.sm_utilization", "ratio") if "sm_utilization" in p else None
+                processes.append(ProcessSpec(pid=self.integer(p["pid"], f"{ppath}.pid", minimum=1), used_memory=used,
+                                             sm_utilization=sm))
 
         mig_enabled: bool | None = None
         mig_instances: list[MigInstanceSpec] = []

@@ -73,7 +73,7 @@ class Collector:
 REGISTRY: dict[str, type[Collector]] = {}
 
 # Modules that define collectors, in exposition order.
-_MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net")
+_MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net", "processes")
 
 
 def register(cls: type[Collector]) -> type[Collector]:

@@ -61,6 +61,7 @@ _QUERY_OF_CALL = {
     "nvmlDeviceGetComputeRunningProcesses_v3": "processes",
     "nvmlDeviceGetComputeRunningProcesses_v2": "processes",
     "nvmlDeviceGetComputeRunningProcesses": "processes",
+    "nvmlDeviceGetProcessUtilization": "process_utilization",
     "nvmlDeviceGetMigMode": "mig",
     "nvmlDeviceGetMaxMigDeviceCount": "mig",
     "nvmlDeviceGetMigDeviceHandleByIndex": "mig",
@@ -362,7 +363,9 @@ class FakeNvml:
             used = min(int(mig.memory_used.at(self.clock())), total)
         else:
             total, reserved = gpu.memory_total, gpu.memory_reserved
-            used = min(int(self._value(gpu, "memory_used", 0.0)), total - reserved)
+            # never less than its processes hold (stand-ins come and go with start_processes)
+            processes = sum(used for _, used, _ in self._process_table(gpu, self.clock()) if used is not None)
+            used = min(max(int(self._value(gpu, "memory_used", 0.0)), processes), total - reserved)
         if version:
             mem = pynvml.c_nvmlMemory_v2_t()
             mem.version = version
@@ -476,15 +479,42 @@ class FakeNvml:
         signal = "pcie_tx" if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else "pcie_rx"
         return round(self._value(gpu, signal, 0.0) / 1024)
 
-    def _processes(self, name: str, handle: Any) -> list[Any]:
-        gpu = self._device_call(name, handle)
-        now = self.clock()
+    def _process_table(self, gpu: GpuSpec, now: float) -> list[tuple[int, int | None, float | None]]:
+        """(pid, used memory or None, SM utilization or None) of the scenario's processes on ``gpu``,
+        then of the running stand-ins (Scenario.start_processes) with their real pids."""
         out = []
         for p in gpu.processes:
             used = None if p.used_memory is None else int(p.used_memory.at(now))
-            out.append(pynvml.nvmlFriendlyObject({
-                "pid": p.pid, "usedGpuMemory": used, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF,
-            }))  # fmt: skip
+            out.append((p.pid, used, None if p.sm_utilization is None else p.sm_utilization.at(now)))
+        for pid, use in self.scenario.standin_processes(gpu.index):
+            out.append((pid, int(use.memory.at(now)), None if use.utilization is None else use.utilization.at(now)))
+        return out
+
+    def _processes(self, name: str, handle: Any) -> list[Any]:
+        gpu = self._device_call(name, handle)
+        return [
+            pynvml.nvmlFriendlyObject({
+                "pid": pid, "usedGpuMemory": used, "gpuInstanceId": 0xFFFFFFFF, "computeInstanceId": 0xFFFFFFFF,
+            })
+            for pid, used, _ in self._process_table(gpu, self.clock())
+        ]  # fmt: skip
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, last_seen: int) -> list[Any]:
+        """One sample per process with an SM utilization, stamped now (microseconds of scenario time);
+        NOT_FOUND when there is none newer than ``last_seen``, as the real call answers."""
+        gpu = self._device_call("nvmlDeviceGetProcessUtilization", handle)
+        now = self.clock()
+        stamp = int(now * 1e6)
+        out = []
+        for pid, _, sm in self._process_table(gpu, now):
+            if sm is None or stamp <= last_seen:
+                continue
+            sample = pynvml.c_nvmlProcessUtilizationSample_t()
+            sample.pid, sample.timeStamp, sample.smUtil = pid, stamp, round(100 * sm)
+            sample.memUtil = sample.encUtil = sample.decUtil = 0
+            out.append(sample)
+        if not out:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return out
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[Any]:

@@ -399,6 +399,15 @@ class NvmlCollector(Collector):
         except _LibraryDown as exc:
             self._down(str(exc), now)
             raise CollectorError(f"NVML unavailable: {self._down_error}") from None
+        if self._down_error is not None or not self._ever_up:
+            # up once a whole read succeeds, not at nvmlInit: a library that initialises and then fails
+            # every query (LIB_RM_VERSION_MISMATCH after a driver upgrade) stays one outage with one log
+            # line, and its re-initialisation keeps backing off
+            event = "nvml_recovered" if self._ever_up else "nvml_initialised"
+            log.info(event, driver=self._system.get("driver"), gpus=len(self._gpus),
+                     simulated=self.ctx.scenario is not None)
+            self._ever_up, self._down_error = True, None
+            self._init_backoff.reset()
         return samples.NvmlSample(
             up=True,
             gpus=gpus,
@@ -427,11 +436,6 @@ class NvmlCollector(Collector):
             self._down(library_reason(exc) if isinstance(exc, pynvml.NVMLError) else str(exc), now)
             raise CollectorError(f"NVML unavailable: {self._down_error}") from None
         self._session = True
-        self._init_backoff.reset()
-        if self._down_error is not None or not self._ever_up:
-            event = "nvml_recovered" if self._ever_up else "nvml_initialised"
-            log.info(event, driver=self._system["driver"], gpus=len(self._gpus), simulated=self.ctx.scenario is not None)
-        self._ever_up, self._down_error = True, None
         self._start_threads()
 
     def _system_value(self, convert: Callable[[Any], Any], *functions: str) -> Any:
@@ -673,11 +677,50 @@ class NvmlCollector(Collector):
             ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2", (gpu.handle,)),
             ("processes_v1", "nvmlDeviceGetComputeRunningProcesses", (gpu.handle,)),
         ))  # fmt: skip
+        sm = self._process_utilization(gpu) if procs else {}
         out = []
         for p in procs or ():
             used = getattr(p, "usedGpuMemory", None)
-            out.append(samples.GpuProcess(pid=int(p.pid), used_memory_bytes=None if used is None or used == _NOT_AVAILABLE else int(used)))
+            out.append(samples.GpuProcess(pid=int(p.pid), used_memory_bytes=None if used is None or used == _NOT_AVAILABLE else int(used),
+                                          sm_utilization_ratio=sm.get(int(p.pid))))  # fmt: skip
         return tuple(out)
+
+    def _process_utilization(self, gpu: _Gpu) -> dict[int, float]:
+        """pid -> SM utilization (0-1) averaged over NVML's samples since the last tick; {} when none.
+
+        nvmlDeviceGetProcessUtilization answers NOT_FOUND when no process ran a kernel since the given
+        timestamp: that is "no samples", not "unsupported". NOT_SUPPORTED (and the other absent codes)
+        mark it unsupported on this GPU like any other query.
+        """
+        key = "process_utilization"
+        retry_at = gpu.unsupported.get(key)
+        if retry_at is not None:
+            if gpu.now < retry_at:
+                return {}
+            del gpu.unsupported[key]
+        last_seen = gpu.cache.get("process_utilization_seen", 0)
+        try:
+            found = gpu.lib.nvmlDeviceGetProcessUtilization(gpu.handle, last_seen)
+        except pynvml.NVMLError as exc:
+            if exc.value in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_SUCCESS):
+                return {}
+            if exc.value in _ABSENT_CODES:
+                gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
+                return {}
+            if exc.value in _DEVICE_CODES:
+                raise _GpuDown(f"nvmlDeviceGetProcessUtilization: {describe(exc)}") from None
+            if exc.value in _LIBRARY_CODES:
+                raise _LibraryDown(exc) from None
+            return {}
+        except AttributeError:  # a binding without the function
+            gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
+            return {}
+        sums: dict[int, list[float]] = {}
+        for s in found or ():
+            sums.setdefault(int(s.pid), []).append(float(s.smUtil))
+            last_seen = max(last_seen, int(s.timeStamp))
+        gpu.cache["process_utilization_seen"] = last_seen
+        return {pid: min(1.0, sum(v) / len(v) / 100) for pid, v in sums.items()}
 
     def _mig(self, gpu: _Gpu, now: float) -> tuple[bool | None, tuple[samples.MigInstance, ...]]:
         """(MIG enabled, instances with memory); the layout is re-read every _MIG_REFRESH seconds."""

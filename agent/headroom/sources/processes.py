@@ -1,0 +1,466 @@
+"""The processes collector: finds each declared workload's processes and measures them, every tick.
+
+Matching (``match:`` in a workload profile; any rule may match): ``cmdline`` (regular expression
+searched in the argv joined by spaces), ``exe`` (comm, or the base name of argv[0]), ``systemd_unit``
+(a component of the process's cgroup path; ``.service`` is assumed without a suffix), ``cgroup`` (a
+glob over the cgroup path, ``*`` crossing ``/``), ``container_id`` (a substring of the cgroup path, as
+docker, containerd and CRI-O name their scopes), ``pid_file`` (read every tick). Children follow their
+parent: a process whose ancestor belongs to a workload belongs to it too (DataLoader workers, vLLM
+engine cores), and keeps it when the parent exits. On conflict the first declared workload wins.
+
+Cost (docs/architecture.md, "Cost facts": reading every /proc/PID/stat of 1 000 processes takes ~22 ms,
+every cmdline ~16 ms, far over the tick budget), so the work is incremental:
+
+- each tick lists /proc once (``os.scandir``); a pid is examined only when it is new, or when its
+  /proc/PID inode changed (the kernel gives every process instance a fresh inode; an evicted dentry
+  also changes it, so the start time in /proc/PID/stat decides whether the pid was reused);
+- a new process costs one read each of stat, cmdline (only when a rule needs it) and cgroup (only
+  when a rule needs it), once; one that matched nothing is re-read on the next tick too, so a
+  fork -> exec (or a move into its unit's cgroup) that happened just after discovery is not missed;
+- per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
+  time that detects pid reuse) and /proc/PID/io (skipped for good once denied);
+- a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
+  files through ``--path.sysfs``: cpu.stat, memory.current, io.stat, {cpu,memory,io}.pressure.
+
+Processes that vanish mid-read, entries the kernel denies (hidepid, other users' io) and pid reuse
+never fail the collector: they are skipped or re-examined silently.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import structlog
+
+from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses
+from headroom.sources import Collector, SourceContext, procfs, register
+from headroom.sources.cpu import clock_ticks_per_second
+
+log = structlog.get_logger("headroom.sources.processes")
+
+try:
+    PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
+except (ValueError, OSError, AttributeError):  # pragma: no cover - every Linux has it
+    PAGE_SIZE = 4096
+
+
+# --------------------------------------------------------------------------------------- matching
+class Rule:
+    """The static match rules of one workload profile (everything but the pid file)."""
+
+    def __init__(self, match: Any) -> None:
+        self.cmdline = re.compile(match.cmdline) if match.cmdline else None
+        self.exe: str | None = match.exe
+        unit = match.systemd_unit
+        self.unit: str | None = unit if not unit or "." in unit else f"{unit}.service"
+        self.cgroup: str | None = match.cgroup
+        self.container_id: str | None = match.container_id
+        self.pid_file: str | None = match.pid_file
+
+    @property
+    def needs_cmdline(self) -> bool:
+        return self.cmdline is not None or self.exe is not None
+
+    @property
+    def needs_cgroup(self) -> bool:
+        return bool(self.unit or self.cgroup or self.container_id)
+
+    def matches(self, comm: str, argv: list[str], cgroup_paths: Iterable[str]) -> bool:
+        """True when any static rule matches this process (argv may be [] and paths () when unreadable)."""
+        if self.cmdline is not None and argv and self.cmdline.search(" ".join(argv)):
+            return True
+        if self.exe is not None and (comm == self.exe[:15] or (argv and os.path.basename(argv[0]) == self.exe)):
+            return True
+        if self.needs_cgroup:
+            for path in cgroup_paths:
+                if self.cgroup_of(path) is not None:
+                    return True
+        return False
+
+    def cgroup_of(self, path: str) -> str | None:
+        """The cgroup (a prefix of ``path``) that this rule maps the process to, or None when none does."""
+        parts = path.split("/")
+        if self.unit and self.unit in parts:
+            return "/".join(parts[: parts.index(self.unit) + 1]) or "/"
+        if self.container_id:
+            for i, part in enumerate(parts):
+                if self.container_id in part:
+                    return "/".join(parts[: i + 1])
+        if self.cgroup:
+            for i in range(2, len(parts) + 1):
+                prefix = "/".join(parts[:i])
+                if fnmatch.fnmatchcase(prefix, self.cgroup):
+                    return prefix
+        return None
+
+
+@dataclass(slots=True)
+class _Proc:
+    """What the collector remembers about one process instance (pid + start time)."""
+
+    inode: int
+    starttime: int
+    ppid: int
+    direct: frozenset[int] = frozenset()  # workloads whose static rules match the process itself
+    cgroups: tuple[str, ...] = ()  # unified path first, then the v1 controller paths
+    workload: int | None = None  # resolved membership
+    inherited: int | None = None  # workload taken from an ancestor (kept when the parent exits)
+    recheck: bool = False  # unmatched at discovery: examine once more on the next tick
+    io_denied: bool = False
+    cpu: tuple[float, float] | None = None  # (utime, stime) already added to the workload's counters
+    io: tuple[int, int] | None = None  # (read_bytes, write_bytes) already added
+
+
+@dataclass(slots=True)
+class _Totals:
+    """Per-workload counters that survive member exits."""
+
+    user: float = 0.0
+    system: float = 0.0
+    read: int = 0
+    written: int = 0
+    io_seen: bool = False
+    had_members: bool | None = None  # for logging changes only
+    pid_file_error: str | None = None
+    members: set[int] = field(default_factory=set)
+
+
+# -------------------------------------------------------------------------------------- collector
+@register
+class ProcessesCollector(Collector):
+    name = "processes"
+    default_enabled = True
+    description = "Processes of the declared workloads: count, CPU, RSS, threads, I/O, cgroup v2 stats"
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        self._profiles = [w for w in ctx.workloads if not w.match.empty]
+        self._rules = [Rule(w.match) for w in self._profiles]
+        self._needs_cmdline = any(r.needs_cmdline for r in self._rules)
+        self._needs_cgroup = any(r.needs_cgroup for r in self._rules)
+        self._user_hz = clock_ticks_per_second()
+        self._procs: dict[int, _Proc] = {}
+        self._totals = [_Totals() for _ in self._profiles]
+        self._pid_files: list[frozenset[int]] = [frozenset() for _ in self._profiles]
+
+    def collect(self) -> ProcessesSample:
+        """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
+        if not self._profiles:
+            return ProcessesSample()
+        root = self.ctx.paths.procfs
+        try:
+            listing = {int(e.name): e.inode() for e in os.scandir(root) if e.name.isdigit()}
+        except OSError as exc:
+            raise procfs.read_failure(root, exc) from None
+        full = False
+        for pid in [p for p in self._procs if p not in listing]:
+            self._forget(pid)
+        fresh = self._discover(listing)
+        pid_files = self._read_pid_files()
+        if pid_files != self._pid_files:
+            self._pid_files, full = pid_files, True
+        if fresh is None:
+            full = True
+        if full or fresh:
+            self._resolve(None if full else fresh)
+        out = tuple(self._measure(i) for i in range(len(self._profiles)))
+        return ProcessesSample(workloads=out)
+
+    # -- discovery
+    def _discover(self, listing: dict[int, int]) -> list[int] | None:
+        """Examine new, re-inoded and recheck pids; returns the pids (re)classified, or None when an
+        existing process changed its rules' verdict (then every membership is resolved again)."""
+        root = self.ctx.paths.procfs
+        todo = []
+        for pid, inode in listing.items():
+            p = self._procs.get(pid)
+            if p is not None and p.inode == inode and not p.recheck:
+                continue
+            try:
+                st = procfs.read_pid_stat(root, pid, self._user_hz)
+            except procfs.ProcessGone:
+                self._forget(pid)
+                continue
+            except (OSError, ValueError):
+                continue  # unreadable now: tried again next tick
+            if st is None:  # denied (hidepid): remember, so it costs nothing until its inode changes
+                self._forget(pid)
+                self._procs[pid] = _Proc(inode=inode, starttime=-1, ppid=-1)
+                continue
+            if p is not None and p.starttime == st.starttime_ticks and not p.recheck:
+                p.inode = inode  # same process, its dentry was evicted
+                continue
+            todo.append((st, inode, p))
+        todo.sort(key=lambda t: (t[0].starttime_ticks, t[0].pid))  # parents before their children
+        changed: list[int] = []
+        verdict_changed = False
+        for st, inode, old in todo:
+            pid = st.pid
+            try:
+                argv = (procfs.read_pid_cmdline(root, pid) or []) if self._needs_cmdline else []
+                groups = procfs.read_pid_cgroup(root, pid) if self._needs_cgroup else None
+            except procfs.ProcessGone:
+                self._forget(pid)
+                continue
+            except (OSError, ValueError):
+                argv, groups = [], None
+            paths: tuple[str, ...] = ()
+            if groups is not None:
+                paths = tuple(dict.fromkeys(
+                    ([groups.unified] if groups.unified is not None else []) + list(groups.controllers.values())
+                ))  # fmt: skip
+            direct = frozenset(i for i, r in enumerate(self._rules) if r.matches(st.comm, argv, paths))
+            if old is not None and old.starttime == st.starttime_ticks:  # the one re-examination
+                old.recheck = False
+                old.inode = inode
+                if direct != old.direct:
+                    old.direct, old.cgroups = direct, paths
+                    verdict_changed = True
+                continue
+            if old is not None:
+                self._forget(pid)  # pid reuse: a different process now
+            self._procs[pid] = _Proc(inode=inode, starttime=st.starttime_ticks, ppid=st.ppid, direct=direct,
+                                     cgroups=paths, recheck=not direct)
+            changed.append(pid)
+        return None if verdict_changed else changed
+
+    def _forget(self, pid: int) -> None:
+        p = self._procs.pop(pid, None)
+        if p is not None and p.workload is not None:
+            self._totals[p.workload].members.discard(pid)
+
+    def _read_pid_files(self) -> list[frozenset[int]]:
+        """Per workload, the pid its pid file names (empty when it has none, or it is missing/garbled)."""
+        out = []
+        for rule, totals in zip(self._rules, self._totals, strict=True):
+            if rule.pid_file is None:
+                out.append(frozenset())
+                continue
+            path = self.ctx.paths.host(rule.pid_file)
+            error = None
+            pids: frozenset[int] = frozenset()
+            try:
+                pids = frozenset({int(path.read_text().split()[0])})
+            except FileNotFoundError:
+                error = "missing"
+            except (OSError, ValueError, IndexError) as exc:
+                error = f"unreadable: {getattr(exc, 'strerror', None) or exc or 'empty'}"
+            if error != totals.pid_file_error:
+                if error is not None:
+                    log.info("pid_file_unusable", pid_file=str(path), error=error)
+                totals.pid_file_error = error
+            out.append(pids)
+        return out
+
+    # -- membership
+    def _resolve(self, only: list[int] | None) -> None:
+        """Assign processes to workloads: own rules, pid files, then the parent's workload (first declared
+        wins). ``only``: just these (new) pids, whose parents are already resolved; None: everyone."""
+        if only is None:
+            pids = sorted(self._procs, key=lambda q: (self._procs[q].starttime, q))
+            for t in self._totals:
+                t.members.clear()
+        else:
+            pids = only
+        for pid in pids:
+            p = self._procs.get(pid)
+            if p is None or p.starttime < 0:
+                continue
+            candidates = set(p.direct)
+            candidates.update(i for i, pf in enumerate(self._pid_files) if pid in pf)
+            parent = self._procs.get(p.ppid)
+            if parent is not None and parent.workload is not None and 0 <= parent.starttime <= p.starttime:
+                p.inherited = parent.workload if p.inherited is None else min(p.inherited, parent.workload)
+            if p.inherited is not None:
+                candidates.add(p.inherited)
+            before = p.workload
+            p.workload = min(candidates) if candidates else None
+            if only is not None and before is not None and before != p.workload:
+                self._totals[before].members.discard(pid)
+            if p.workload is not None:
+                self._totals[p.workload].members.add(pid)
+
+    # -- measurement
+    def _measure(self, i: int) -> WorkloadProcesses:
+        root = self.ctx.paths.procfs
+        t = self._totals[i]
+        pids, threads, rss = [], 0, 0
+        for pid in sorted(t.members):
+            p = self._procs[pid]
+            try:
+                st = procfs.read_pid_stat(root, pid, self._user_hz)
+            except procfs.ProcessGone:
+                self._forget(pid)
+                continue
+            except (OSError, ValueError):
+                continue
+            if st is None:
+                continue
+            if st.starttime_ticks != p.starttime:  # the pid was reused since the last listing
+                self._forget(pid)
+                continue
+            user, system = st.utime_seconds, st.stime_seconds
+            last_user, last_system = p.cpu or (0.0, 0.0)
+            t.user += max(0.0, user - last_user)
+            t.system += max(0.0, system - last_system)
+            p.cpu = (user, system)
+            pids.append(pid)
+            threads += st.num_threads
+            rss += st.rss_pages * PAGE_SIZE
+            if not p.io_denied:
+                try:
+                    io = procfs.read_pid_io(root, pid)
+                except (procfs.ProcessGone, OSError, ValueError):
+                    io = None  # it ran until now; its stat still counts
+                else:
+                    if io is None:
+                        p.io_denied = True
+                if io is not None:
+                    last_read, last_written = p.io or (0, 0)
+                    t.read += max(0, io.read_bytes - last_read)
+                    t.written += max(0, io.write_bytes - last_written)
+                    p.io = (io.read_bytes, io.write_bytes)
+                    t.io_seen = True
+        name = self._profiles[i].name
+        if t.had_members is not bool(pids):
+            if pids:
+                log.info("workload_processes_found", workload=name, processes=len(pids))
+            elif t.had_members is not None:
+                log.info("workload_processes_gone", workload=name)
+            t.had_members = bool(pids)
+        members = set(pids)
+        children: dict[int, int] = {}
+        main = None
+        for pid in pids:
+            p = self._procs[pid]
+            parent = self._procs.get(p.ppid)
+            if p.ppid in members and parent is not None and parent.starttime <= p.starttime:
+                children[p.ppid] = children.get(p.ppid, 0) + 1
+            elif main is None or (p.starttime, pid) < (self._procs[main].starttime, main):
+                main = pid
+        return WorkloadProcesses(
+            name=name,
+            pids=tuple(pids),
+            threads=threads,
+            cpu_user_seconds_total=round(t.user, 2),
+            cpu_system_seconds_total=round(t.system, 2),
+            resident_memory_bytes=rss,
+            read_bytes_total=t.read if t.io_seen else None,
+            written_bytes_total=t.written if t.io_seen else None,
+            main_pid=main,
+            children=MappingProxyType(children),
+            cgroup=self._cgroup(i, pids),
+        )
+
+    def _cgroup(self, i: int, pids: list[int]) -> CgroupStats | None:
+        """The cgroup v2 stats of the cgroup workload ``i`` maps to, or None (no such rule, or not found)."""
+        rule = self._rules[i]
+        if not rule.needs_cgroup:
+            return None
+        path = None
+        for pid in pids:
+            for candidate in self._procs[pid].cgroups:
+                path = rule.cgroup_of(candidate)
+                if path is not None:
+                    break
+            if path is not None:
+                break
+        if path is None and rule.unit:
+            path = f"/system.slice/{rule.unit}"
+        if path is None:
+            return None
+        return read_cgroup(self.ctx.paths.sysfs, path)
+
+
+# ----------------------------------------------------------------------------------------- cgroups
+def parse_cpu_stat(text: str) -> dict[str, int]:
+    """Parse a cgroup v2 cpu.stat ("usage_usec 123" lines); returns key -> value."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            try:
+                out[parts[0]] = int(parts[1])
+            except ValueError:
+                raise ValueError(f"{parts[0]} is not an integer: {parts[1]!r}") from None
+    return out
+
+
+def parse_io_stat(text: str) -> tuple[int, int]:
+    """Parse a cgroup v2 io.stat ("MAJ:MIN rbytes=.. wbytes=.." lines); returns (rbytes, wbytes) summed."""
+    read = written = 0
+    for line in text.splitlines():
+        for item in line.split()[1:]:
+            key, _, value = item.partition("=")
+            if key == "rbytes":
+                read += int(value)
+            elif key == "wbytes":
+                written += int(value)
+    return read, written
+
+
+def cgroup_root(sysfs: Path, path: str) -> Path | None:
+    """The directory of cgroup ``path`` in the v2 hierarchy (``fs/cgroup``, or ``fs/cgroup/unified`` on a
+    hybrid v1 host) under ``sysfs``; None when it does not exist."""
+    rel = path.lstrip("/")
+    for base in (sysfs / "fs" / "cgroup", sysfs / "fs" / "cgroup" / "unified"):
+        d = base / rel if rel else base
+        if (d / "cgroup.procs").exists() or (d / "cpu.stat").exists() or (d / "memory.current").exists():
+            return d
+    return None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def read_cgroup(sysfs: Path, path: str) -> CgroupStats | None:
+    """Read cpu.stat, memory.current, io.stat and the pressure files of a cgroup v2 cgroup.
+
+    Returns None when the cgroup does not exist; a file that is absent (controller not enabled) or
+    garbled leaves its fields None.
+    """
+    d = cgroup_root(sysfs, path)
+    if d is None:
+        return None
+    user = system = None
+    text = _read(d / "cpu.stat")
+    if text is not None:
+        try:
+            cpu = parse_cpu_stat(text)
+            user = cpu["user_usec"] / 1e6 if "user_usec" in cpu else None
+            system = cpu["system_usec"] / 1e6 if "system_usec" in cpu else None
+        except ValueError:
+            pass
+    memory = None
+    text = _read(d / "memory.current")
+    if text is not None and text.strip().isdigit():
+        memory = int(text)
+    read = written = None
+    text = _read(d / "io.stat")
+    if text is not None:
+        try:
+            read, written = parse_io_stat(text)
+        except ValueError:
+            pass
+    pressure = {}
+    for resource in procfs.PRESSURE_RESOURCES:
+        text = _read(d / f"{resource}.pressure")
+        if text is not None:
+            try:
+                pressure[resource] = procfs.parse_pressure(text).some.avg10
+            except ValueError:
+                pass
+    return CgroupStats(path=path, cpu_user_seconds_total=user, cpu_system_seconds_total=system,
+                       memory_bytes=memory, read_bytes_total=read, written_bytes_total=written,
+                       pressure_some_avg10=MappingProxyType(pressure))
