@@ -1,0 +1,346 @@
+"""docs/benchmarks.md from the measurements: machine, command, tables, ratios, targets, profile."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from bench.gpu import NVIDIA_SMI_QUERY, GpuResult
+from bench.host import Machine
+from bench.scrape import ScrapeResult
+from bench.stats import Spread
+from bench.ticks import BLOCKING_CALLS, TickResult
+
+MIB = 2**20
+TICK_TARGET = 0.010  # seconds of CPU per tick at the reference scale
+P50_TARGET, P99_TARGET = 0.001, 0.005
+NODE_EXPORTER_RATIO = 5  # headroom's CPU per scrape at most 1/5 of node_exporter's
+RSS_TARGET = 60 * MIB
+
+
+@dataclass(frozen=True)
+class ScaleScrape:
+    gpus: int
+    processes: int
+    workloads: int
+    result: ScrapeResult
+
+
+@dataclass
+class Results:
+    machine: Machine
+    command: str
+    quick: bool
+    node_exporter: str | None
+    ticks: list[TickResult] = field(default_factory=list)
+    scrapes: list[ScrapeResult] = field(default_factory=list)
+    scale_scrapes: list[ScaleScrape] = field(default_factory=list)
+    reference_exposition_samples: int = 0
+    gpu: GpuResult | None = None
+    duration_seconds: float = 0.0
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain JSON data from the result dataclasses (bytes and latency lists left out)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if f.name not in ("exposition", "latencies")}
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, bytes):
+        return None
+    return obj
+
+
+def _ms(s: Spread | None, digits: int = 2) -> str:
+    return "n/a" if s is None else s.scaled(1e3).text(digits)
+
+
+def _yes(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def _reference(results: Results) -> TickResult | None:
+    return next((t for t in results.ticks if (t.gpus, t.workloads) == (8, 3) and 900 <= t.processes <= 1100), None)
+
+
+def _scrape(results: Results, server: str, encoding: str) -> ScrapeResult | None:
+    return next((s for s in results.scrapes if s.server == server and s.encoding == encoding), None)
+
+
+def _headroom_scrape_cpu(s: ScrapeResult, ref: TickResult | None) -> float:
+    """CPU per scrape as Prometheus sees it: with gzip, every scrape meets a new snapshot and pays one
+    compression (the hammering client shares one compression among all scrapes of a tick)."""
+    extra = ref.gzip_cpu.median if (s.encoding == "gzip" and ref is not None) else 0.0
+    return s.cpu_per_scrape.median + extra
+
+
+def targets(results: Results) -> list[tuple[str, str, bool]]:
+    """(target, measured, met) for every target the run could judge."""
+    out = []
+    ref = _reference(results)
+    if ref is not None:
+        out.append((f"CPU per tick, {ref.gpus} GPUs, {ref.processes} processes, {ref.workloads} workloads, "
+                    "1 Hz: < 10 ms", f"{ref.tick_cpu.median * 1e3:.2f} ms median (max {ref.tick_cpu.high * 1e3:.2f})",
+                    ref.tick_cpu.median < TICK_TARGET))
+    for enc in ("gzip", "identity"):
+        s = _scrape(results, "headroom", enc)
+        if s is not None:
+            out.append((f"scrape p50 < 1 ms, p99 < 5 ms (8 GPUs, loopback, {enc})",
+                        f"p50 {s.p50 * 1e3:.2f} ms, p99 {s.p99 * 1e3:.2f} ms",
+                        s.p50 < P50_TARGET and s.p99 < P99_TARGET))
+    for enc in ("gzip", "identity"):
+        h, n = _scrape(results, "headroom", enc), _scrape(results, "node_exporter", enc)
+        if h is not None and n is not None and n.cpu_per_scrape.median > 0:
+            mine = _headroom_scrape_cpu(h, ref)
+            out.append((f"server CPU per scrape <= 1/5 of node_exporter's ({enc})",
+                        f"{mine * 1e3:.3f} ms vs {n.cpu_per_scrape.median * 1e3:.3f} ms: "
+                        f"1/{n.cpu_per_scrape.median / mine:.0f}" if mine > 0 else "0",
+                        mine * NODE_EXPORTER_RATIO <= n.cpu_per_scrape.median))
+    h = _scrape(results, "headroom", "gzip") or _scrape(results, "headroom", "identity")
+    if h is not None:
+        worst = max([h.rss_end] + [s.result.rss_end for s in results.scale_scrapes])
+        out.append(("RSS < 60 MiB steady (every scale run)",
+                    f"{h.rss_end / MIB:.1f} MiB at the reference, {worst / MIB:.1f} MiB worst", worst < RSS_TARGET))
+    return out
+
+
+def _growth(results: Results, axis: str, fixed: dict[str, int]) -> list[TickResult]:
+    rows = [t for t in results.ticks if all(_near(getattr(t, k), v) for k, v in fixed.items())]
+    return sorted(rows, key=lambda t: getattr(t, axis))
+
+
+def _near(value: int, want: int) -> bool:
+    return abs(value - want) <= max(60, want // 10) if want >= 100 else value == want
+
+
+def _marginal(rows: list[TickResult], axis: str, unit: float, label: str) -> str:
+    if len(rows) < 3:
+        return ""
+    parts = []
+    for a, b in zip(rows, rows[1:], strict=False):
+        d = (b.tick_cpu.median - a.tick_cpu.median) / max(1, getattr(b, axis) - getattr(a, axis)) * unit
+        parts.append(f"{getattr(a, axis)} -> {getattr(b, axis)}: {d:+.3f} {label}")
+    first = (rows[1].tick_cpu.median - rows[0].tick_cpu.median) / max(1, getattr(rows[1], axis) - getattr(rows[0], axis))
+    second = (rows[2].tick_cpu.median - rows[1].tick_cpu.median) / max(1, getattr(rows[2], axis) - getattr(rows[1], axis))
+    noise = 0.0002 / max(1, getattr(rows[2], axis) - getattr(rows[1], axis))  # 0.2 ms of run-to-run noise
+    verdict = "at most linear" if second <= 1.3 * max(first, 0.0) + noise else "**faster than linear**"
+    return "; ".join(parts) + f" ({verdict})"
+
+
+def markdown(results: Results) -> str:
+    m = results.machine
+    ref = _reference(results)
+    out: list[str] = []
+    w = out.append
+    w("# Benchmarks\n")
+    w("Generated by `make bench` (`.venv/bin/python -m bench`, code in `bench/`) on "
+      f"{time.strftime('%Y-%m-%d')}; the run took {results.duration_seconds / 60:.1f} minutes. Re-run it to "
+      "reproduce; every number below comes from that one run.\n")
+    if results.quick:
+        w("> **Quick run** (`--quick`): few ticks and scrapes, one round; the numbers are rough.\n")
+    w("## Machine\n")
+    w("| | |\n|---|---|")
+    w(f"| CPU | {m.cpu_model}, {m.cores} cores |")
+    w(f"| memory | {m.memory_bytes / 2**30:.1f} GiB |")
+    w(f"| OS, kernel | {m.os_release}, Linux {m.kernel} |")
+    w(f"| Python | {m.python} |")
+    w(f"| node_exporter | {results.node_exporter or 'not installed'} |")
+    w(f"| prometheus-client | {_version('prometheus-client')} |")
+    w(f"| command | `{results.command}` |\n")
+    w("## What is measured, and how\n")
+    w("- **Host**: real idle processes (`sleep`, argv[0] renamed) are spawned to reach 100 / 1 000 / 5 000 "
+      "processes on the host; 40 of them belong to the ten bench workloads (4 each, matched by a `cmdline` "
+      "rule); 1, 3 or 10 workloads are declared. GPUs are simulated (`--simulate`, fake NVML): 1, 8 or 16, "
+      "H100s with every fourth GPU (indices 3, 7, 11, 15) an A100 split into two MIG instances; each GPU "
+      "lists two compute processes whose pids are real workload processes.")
+    w("- **CPU per tick**: the product's `Sampler` with the product's collectors, analysis and renderer, "
+      "ticked in process with its clock stepped one interval per tick (the 10-minute window spans "
+      "10 minutes of sampler time); `time.process_time()` across `Sampler.tick()` counts every thread "
+      "(collectors run in worker threads). Each scale first fills the whole window "
+      f"({ref.warmup_ticks if ref else 601} warm-up ticks), so analysis sees a steady-state window. Analysis and render are "
+      "timed with `time.thread_time()` inside the tick; the per-collector split calls each collector's "
+      "`collect()` directly on a second set of instances. Median (min-max) over the measured ticks.")
+    w("- **Scrapes**: real servers on 127.0.0.1, one at a time: `headroom run` (same config and "
+      "scenario), node_exporter with its default collectors, and a bare prometheus-client exporter "
+      "(`bench/promclient_exporter.py`: a custom collector building the same families, labels and values "
+      "as headroom's exposition at scrape time, default collectors removed). One keep-alive connection "
+      "asks for the text format, with and without `Accept-Encoding: gzip` (Prometheus sends gzip), "
+      "5 ms between scrapes. Server CPU = /proc/PID/stat utime+stime over the scrape window minus the "
+      "server's idle rate (measured over an idle window right before) times the window's length, per "
+      "scrape; median (min-max) over the rounds. Latency = request sent to body read, client side.")
+    w("- **gzip and headroom**: headroom compresses each snapshot once (on the first gzip scrape after a "
+      "tick); a fast client shares that among many scrapes, Prometheus (one scrape per 15-60 s) does not. "
+      "The targets therefore charge headroom's gzip scrapes one full compression each "
+      "(\"as Prometheus sees it\").\n")
+    w("## Targets\n")
+    w("| target | measured | |\n|---|---|---|")
+    for target, measured, ok in targets(results):
+        w(f"| {target} | {measured} | {_yes(ok)} |")
+    w("")
+    _ticks_section(results, w)
+    _nvml_section(results, w)
+    _scrape_section(results, w)
+    _profile_section(results, w)
+    _gpu_section(results.gpu, w)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _ticks_section(results: Results, w: Any) -> None:
+    w("## CPU per tick\n")
+    w("| GPUs | processes | workloads | CPU per tick ms | wall per tick ms | analysis ms | render ms | "
+      "samples | bytes |\n|---:|---:|---:|---|---|---|---|---:|---:|")
+    for t in results.ticks:
+        w(f"| {t.gpus} | {t.processes} | {t.workloads} | {_ms(t.tick_cpu)} | {_ms(t.tick_wall)} | "
+          f"{_ms(t.analysis_cpu, 3)} | {_ms(t.render_cpu, 3)} | {t.samples} | {t.exposition_bytes} |")
+    names = sorted({n for t in results.ticks for n in t.collector_cpu}, key=_collector_order)
+    w("\nCPU per `collect()` by collector, ms (median; called directly, thread CPU):\n")
+    w("| GPUs | processes | workloads | " + " | ".join(names) + " |")
+    w("|---:|---:|---:|" + "---:|" * len(names))
+    for t in results.ticks:
+        cells = [f"{t.collector_cpu[n].median * 1e3:.3f}" if n in t.collector_cpu else "" for n in names]
+        w(f"| {t.gpus} | {t.processes} | {t.workloads} | " + " | ".join(cells) + " |")
+    ref = _reference(results)
+    if ref is not None:
+        w("\nWall time per collector inside the reference ticks (`headroom_collector_duration_seconds`, "
+          "median ms): " + ", ".join(f"{n} {s.median * 1e3:.2f}" for n, s in
+                                     sorted(ref.collector_wall.items(), key=lambda x: _collector_order(x[0]))) + ".")
+        w(f"Helper threads between ticks (PCIe poller, XID watcher on the fake library): "
+          f"{ref.background_cpu_per_second * 100:.2f} % of a core.\n")
+    w("How cost grows (tick CPU, median):\n")
+    g, p, wl = 8, 1000, 3
+    lines = [
+        ("GPUs", _marginal(_growth(results, "gpus", {"processes": p, "workloads": wl}), "gpus", 1e3, "ms per GPU")),
+        ("processes", _marginal(_growth(results, "processes", {"gpus": g, "workloads": wl}), "processes", 1e6,
+                                "µs per process")),
+        ("workloads", _marginal(_growth(results, "workloads", {"gpus": g, "processes": p}), "workloads", 1e3,
+                                "ms per workload")),
+    ]
+    for axis, text in lines:
+        if text:
+            w(f"- {axis}: {text}")
+    w("")
+
+
+def _collector_order(name: str) -> tuple[int, str]:
+    order = ["nvml", "cpu", "memory", "shm", "disk", "net", "processes"]
+    return (order.index(name) if name in order else len(order), name)
+
+
+def _nvml_section(results: Results, w: Any) -> None:
+    ref = _reference(results) or next((t for t in results.ticks if t.nvml is not None), None)
+    if ref is None or ref.nvml is None:
+        return
+    n = ref.nvml
+    w(f"## NVML calls per GPU per tick ({ref.gpus} simulated GPUs, fake library)\n")
+    groups = list(n.by_function)
+    functions = sorted({f for g in groups for f in n.by_function[g]})
+    w("| function | " + " | ".join(f"{g} GPU" for g in groups) + " |\n|---|" + "---:|" * len(groups))
+    for f in functions:
+        w(f"| `{f}` | " + " | ".join(f"{n.by_function[g].get(f, 0):.2f}" for g in groups) + " |")
+    w("| **total per GPU per tick** | " + " | ".join(f"**{n.per_gpu[g]:.2f}**" for g in groups) + " |\n")
+    w(f"Library-level calls (not tied to a GPU) per tick: {n.library_per_tick:.2f}. Steady state: identity, "
+      "max clocks, max PCIe link and the supported clock-event mask are cached; the MIG layout is re-read "
+      "every 30 s and unsupported queries re-probed every 10 min (not in these counts).\n")
+    w("Calls known to block, and where they run (budget: **0** on the tick):\n")
+    w("| function | blocks | calls on the tick | made by |\n|---|---|---:|---|")
+    for f, why in BLOCKING_CALLS.items():
+        if f in n.blocking_off_tick or f in n.blocking_on_tick:
+            w(f"| `{f}` | {why} | {n.blocking_on_tick.get(f, 0)} | {', '.join(n.blocking_off_tick.get(f, []))} |")
+    w("\nThe PCIe poller reads one GPU at a time, each every `pcie_poll_interval` (5 s): 2 x 20 ms of "
+      "blocking per GPU per 5 s in its own thread, so 16 GPUs keep it blocked 0.64 s of every 5 s; the tick "
+      "reads its last values.\n")
+
+
+def _scrape_row(s: ScrapeResult, ref: TickResult | None, name: str | None = None) -> str:
+    cpu = s.cpu_per_scrape.scaled(1e3).text(3)
+    if s.server == "headroom" and s.encoding == "gzip" and ref is not None:
+        cpu += f"; as Prometheus sees it {_headroom_scrape_cpu(s, ref) * 1e3:.3f}"
+    return (f"| {name or s.server} | {s.encoding} | {s.samples} | {s.body_bytes} | {s.p50 * 1e3:.2f} | "
+            f"{s.p99 * 1e3:.2f} | {cpu} | {s.idle_cpu_per_second.median * 100:.2f} | {s.rss_end / MIB:.1f} |")
+
+
+def _scrape_section(results: Results, w: Any) -> None:
+    if not results.scrapes:
+        return
+    ref = _reference(results)
+    w("## Scrapes, side by side (same run, same machine)\n")
+    w("| server | encoding | samples | bytes sent | p50 ms | p99 ms | server CPU per scrape ms | "
+      "idle CPU % of a core | RSS MiB |\n|---|---|---:|---:|---:|---:|---|---:|---:|")
+    for s in results.scrapes:
+        w(_scrape_row(s, ref))
+    w("\nRatios (the other server / headroom; above 1 means headroom is cheaper or faster):\n")
+    w("| compared with | encoding | CPU per scrape | p50 | p99 |\n|---|---|---:|---:|---:|")
+    for other in ("node_exporter", "prometheus-client"):
+        for enc in ("gzip", "identity"):
+            h, o = _scrape(results, "headroom", enc), _scrape(results, other, enc)
+            if h is None or o is None:
+                continue
+            mine = _headroom_scrape_cpu(h, ref)
+            cpu = f"{o.cpu_per_scrape.median / mine:.1f}x" if mine > 0 else "n/a"
+            w(f"| {other} | {enc} | {cpu} | {o.p50 / h.p50:.1f}x | {o.p99 / h.p99:.1f}x |")
+    w("\nnode_exporter serves its own (different) samples; the prometheus-client exporter serves headroom's "
+      "exact samples. Idle CPU of headroom is the whole agent sampling at 1 Hz with nobody scraping (every "
+      "thread, incl. the fake library's XID polling every 20 ms, which the real driver does in the kernel).\n")
+    if results.scale_scrapes:
+        w("### Scrape cost across host sizes (headroom)\n")
+        w("| GPUs | processes | encoding | samples | bytes sent | p50 ms | p99 ms | CPU per scrape ms | "
+          "µs CPU per KB sent | idle CPU % | RSS MiB |\n|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|")
+        rows = [(r.gpus, r.processes, r.result) for r in results.scale_scrapes]
+        ref_rows = [s for s in results.scrapes if s.server == "headroom"]
+        all_rows = rows + [(8, ref.processes if ref else 1000, s) for s in ref_rows]
+        for gpus, procs, s in sorted(all_rows, key=lambda r: (r[0], r[1], r[2].encoding)):
+            per_kb = s.cpu_per_scrape.median * 1e6 / max(1, s.body_bytes / 1024)
+            w(f"| {gpus} | {procs} | {s.encoding} | {s.samples} | {s.body_bytes} | {s.p50 * 1e3:.2f} | "
+              f"{s.p99 * 1e3:.2f} | {s.cpu_per_scrape.scaled(1e3).text(3)} | {per_kb:.1f} | "
+              f"{s.idle_cpu_per_second.median * 100:.2f} | {s.rss_end / MIB:.1f} |")
+        w("\nA scrape sends bytes rendered at the last tick: its cost follows the bytes served (GPUs, "
+          "workloads), not the host's process count.\n")
+
+
+def _profile_section(results: Results, w: Any) -> None:
+    ref = _reference(results)
+    if ref is None or not ref.profile:
+        return
+    missed = ref.tick_cpu.median >= TICK_TARGET
+    w("## Where a tick's time goes (reference scale)\n")
+    if missed:
+        w("The tick target is missed; this is where the time goes.\n")
+    w("```\n" + ref.profile + "\n```\n")
+
+
+def _gpu_section(g: GpuResult | None, w: Any) -> None:
+    w("## GPU section (real NVIDIA GPU)\n")
+    if g is None or g.absent:
+        w(f"**Not run**: {g.absent if g else 'not attempted'}. No GPU was available to this run, so there "
+          "are no real NVML numbers here. On a machine with an NVIDIA driver and GPU, `make bench` (or "
+          "`.venv/bin/python -m bench.gpu`) measures the product's NVML collector against the real library "
+          "(CPU and wall per `collect()`, calls per GPU per tick) and one "
+          f"`{' '.join(NVIDIA_SMI_QUERY)}` spawn for comparison, and records the GPU model and driver.\n")
+        return
+    w(f"GPUs: {', '.join(g.gpu_names)}; driver {g.driver}.\n")
+    w("| measure | value |\n|---|---|")
+    w(f"| NVML collector CPU per tick, all GPUs (ms) | {_ms(g.collect_cpu, 3)} |")
+    w(f"| NVML collector wall per tick, all GPUs (ms) | {_ms(g.collect_wall, 3)} |")
+    n = max(1, len(g.gpu_names))
+    if g.collect_cpu is not None:
+        w(f"| per GPU, CPU ms per tick | {g.collect_cpu.median * 1e3 / n:.3f} |")
+    w(f"| NVML calls per GPU per tick | {g.calls_per_gpu_per_tick:.1f} |")
+    if g.smi_wall is not None:
+        w(f"| one `nvidia-smi --query-gpu` spawn, wall ms | {_ms(g.smi_wall, 1)} |")
+        w(f"| one `nvidia-smi --query-gpu` spawn, CPU ms | {_ms(g.smi_cpu, 1)} |")
+    else:
+        w(f"| nvidia-smi | {g.smi_error} |")
+    w("")

@@ -1,0 +1,191 @@
+"""Run the benchmark and write docs/benchmarks.md.
+
+    python -m bench                  # full run (~6-8 minutes on 2 cores), writes docs/benchmarks.md
+    python -m bench --quick          # fewer ticks and scrapes, a smoke test of the harness (~2 minutes)
+    python -m bench --output FILE    # write the report elsewhere; --json FILE also dumps raw numbers
+
+Order: spawn real idle processes (bench workloads first, fillers up to each host size), tick the
+product's sampler at each scale in process, start the real servers one at a time (headroom, then
+node_exporter, then the bare prometheus-client exporter) and scrape them on loopback, then the GPU
+section (real NVIDIA GPU only). Everything started is stopped and every spawned process killed on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/run.py`: make `bench` and `headroom` importable
+    sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "agent")]
+
+from bench import fixtures, gpu, host, report, scrape, ticks  # noqa: E402
+from headroom import logs  # noqa: E402
+from headroom.config import check_config_text  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = (8, 1000, 3)  # GPUs, host processes, declared workloads: the target's configuration
+GPU_SCALES = (1, 8, 16)
+PROCESS_SCALES = (100, 1000, 5000)
+WORKLOAD_SCALES = (1, 3, 10)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How much to measure; --quick shrinks every count."""
+
+    ticks: int = 30
+    warmup: int | None = None  # ticks before measuring; None fills the whole window (steady state)
+    rounds: int = 3
+    scale_rounds: int = 1
+    scrapes: int = 300
+    idle_seconds: float = 4.0
+    scale_scrapes: bool = True
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(ticks=10, warmup=30, rounds=1, scale_rounds=1, scrapes=100, idle_seconds=2.0, scale_scrapes=False)
+
+
+def tick_scales() -> list[tuple[int, int, int]]:
+    """The (gpus, processes, workloads) points: each axis varied around REFERENCE, processes outermost."""
+    g, p, w = REFERENCE
+    points = {(x, p, w) for x in GPU_SCALES} | {(g, x, w) for x in PROCESS_SCALES} | {(g, p, x) for x in WORKLOAD_SCALES}
+    return sorted(points, key=lambda s: (s[1], s[0], s[2]))
+
+
+class Inputs:
+    """Scenario and config files in a temporary directory, one per scale."""
+
+    def __init__(self, farm: host.ProcessFarm, workdir: Path) -> None:
+        self.farm, self.workdir = farm, workdir
+        self.extra = fixtures.optional_collectors()
+
+    def scenario(self, gpus: int) -> Path:
+        path = self.workdir / f"scenario-{gpus}gpu.yaml"
+        if not path.exists():
+            text = fixtures.scenario_yaml(gpus, lambda i: self.farm.workload_pids(i % max(WORKLOAD_SCALES) + 1)[:2])
+            path.write_text(text)
+        return path
+
+    def config(self, workloads: int) -> Path:
+        path = self.workdir / f"config-{workloads}wl.yaml"
+        if not path.exists():
+            path.write_text(fixtures.config_yaml(workloads, self.extra))
+        return path
+
+
+def _log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short smoke run (numbers are rough)")
+    parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks.md"), help="report path")
+    parser.add_argument("--json", dest="json_path", help="also write raw results as JSON here")
+    args = parser.parse_args(argv)
+    plan = Plan.quick() if args.quick else Plan()
+    logs.configure("warn", "console")
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="headroom-bench-"))
+    farm = host.ProcessFarm()
+    results = report.Results(machine=host.machine(), command=_command(args), quick=args.quick,
+                             node_exporter=scrape.node_exporter_version())
+    try:
+        farm.ensure_workloads(max(WORKLOAD_SCALES))
+        inputs = Inputs(farm, workdir)
+        for scale in tick_scales():
+            run_ticks(results, inputs, farm, plan, scale)
+            if scale == REFERENCE:
+                run_scrapes(results, inputs, farm, plan, workdir)
+            elif plan.scale_scrapes and scale in ((REFERENCE[0], 100, REFERENCE[2]), (REFERENCE[0], 5000, REFERENCE[2])):
+                run_scale_scrape(results, inputs, farm, plan, workdir, scale)
+        if plan.scale_scrapes:
+            farm.resize_host(REFERENCE[1])
+            for gpus in (g for g in GPU_SCALES if g != REFERENCE[0]):
+                run_scale_scrape(results, inputs, farm, plan, workdir, (gpus, REFERENCE[1], REFERENCE[2]))
+    finally:
+        farm.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    _log("GPU section")
+    results.gpu = gpu.measure()
+    results.duration_seconds = time.monotonic() - started
+    text = report.markdown(results)
+    Path(args.output).write_text(text)
+    _log(f"wrote {args.output} ({results.duration_seconds:.0f} s)")
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(report.jsonable(results), indent=1) + "\n")
+    return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    return "python -m bench" + (" --quick" if args.quick else "")
+
+
+def run_ticks(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, plan: Plan,
+              scale: tuple[int, int, int]) -> None:
+    gpus, processes, workloads = scale
+    seen = farm.resize_host(processes)
+    reference = scale == REFERENCE
+    config = check_config_text(inputs.config(workloads).read_text(), str(inputs.config(workloads)))
+    full = int(config.agent["window"] / config.sample_interval) + 1
+    warmup = full if plan.warmup is None else plan.warmup
+    _log(f"ticks: {gpus} GPUs, {seen} processes, {workloads} workloads ({warmup} warm-up + {plan.ticks} ticks)")
+    r = ticks.measure(config, inputs.scenario(gpus), gpus, seen, ticks=plan.ticks, warmup=warmup,
+                      profile=reference)
+    results.ticks.append(r)
+
+
+def run_scrapes(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, plan: Plan, workdir: Path) -> None:
+    """The side-by-side run: headroom, node_exporter and prometheus-client, one after the other."""
+    gpus, _, workloads = REFERENCE
+    _log("scrapes: headroom (reference)")
+    server = scrape.start_headroom(inputs.config(workloads), inputs.scenario(gpus), workdir)
+    try:
+        rows = scrape.measure(server, rounds=plan.rounds, scrapes=plan.scrapes, idle_seconds=plan.idle_seconds)
+        exposition = scrape.fetch_identity(server)
+    finally:
+        server.stop()
+    results.scrapes += rows
+    results.reference_exposition_samples = ticks.exposition_samples(exposition)
+    expo_path = workdir / "reference.prom"
+    expo_path.write_bytes(exposition)
+    if results.node_exporter is not None:
+        _log("scrapes: node_exporter")
+        server = scrape.start_node_exporter(workdir)
+        try:
+            results.scrapes += scrape.measure(server, rounds=plan.rounds, scrapes=plan.scrapes,
+                                              idle_seconds=plan.idle_seconds)
+        finally:
+            server.stop()
+    _log("scrapes: prometheus-client exporter")
+    server = scrape.start_promclient(expo_path, workdir)
+    try:
+        results.scrapes += scrape.measure(server, rounds=plan.rounds, scrapes=plan.scrapes,
+                                          idle_seconds=plan.idle_seconds)
+    finally:
+        server.stop()
+
+
+def run_scale_scrape(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, plan: Plan, workdir: Path,
+                     scale: tuple[int, int, int]) -> None:
+    gpus, processes, workloads = scale
+    seen = farm.resize_host(processes)
+    _log(f"scrapes: headroom at {gpus} GPUs, {seen} processes")
+    server = scrape.start_headroom(inputs.config(workloads), inputs.scenario(gpus), workdir)
+    try:
+        rows = scrape.measure(server, rounds=plan.scale_rounds, scrapes=plan.scrapes, idle_seconds=plan.idle_seconds)
+    finally:
+        server.stop()
+    for row in rows:
+        results.scale_scrapes.append(report.ScaleScrape(gpus, seen, workloads, row))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

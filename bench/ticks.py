@@ -1,0 +1,235 @@
+"""What one tick costs, in process: sampling (collectors in their worker threads) + analysis + rendering.
+
+The sampler is the product's ``Sampler`` with the product's collectors, analysis and renderer; only
+its clocks are stepped so consecutive ticks are one interval apart in sampler time while running back
+to back in real time (the window then spans the same minutes as in production). CPU per tick is the
+process CPU (``time.process_time``: every thread) across ``Sampler.tick``; analysis and rendering are
+timed with ``time.thread_time`` in the tick thread; each collector's CPU comes from calling its
+``collect()`` directly on a second set of instances, so the split adds up without thread noise.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gzip
+import io
+import pstats
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.fixtures import is_mig
+from bench.stats import Spread
+from headroom.config import Config
+from headroom.daemon import Options, build_collectors, make_analysis
+from headroom.exposition import render as render_module
+from headroom.sampler import Sampler
+from headroom.simulation import load_scenario
+
+# NVML functions known to block: real NVML samples PCIe throughput over a 20 ms window per call, and
+# nvmlEventSetWait blocks until an event or its timeout. Neither may run on the tick.
+BLOCKING_CALLS = {
+    "nvmlDeviceGetPcieThroughput": "samples PCIe traffic for 20 ms per call (TX and RX: 2 calls per GPU)",
+    "nvmlEventSetWait": "blocks until an XID event or the timeout (500 ms slices)",
+    "nvmlEventSetWait_v2": "blocks until an XID event or the timeout (500 ms slices)",
+}
+TICK_THREAD = "MainThread"
+
+
+class SteppedClock:
+    """A real clock plus an offset that ``step_to`` moves, so ticks are an interval apart in its time."""
+
+    def __init__(self, base: Callable[[], float]) -> None:
+        self._base = base
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return self._base() + self.offset
+
+    def step(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+class _Timed:
+    """Wraps a callable and records the thread CPU seconds of every call."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.cpu: list[float] = []
+
+    def __call__(self, *args: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return self.fn(*args)
+        finally:
+            self.cpu.append(time.thread_time() - start)
+
+
+@dataclass(frozen=True)
+class NvmlCalls:
+    """NVML calls made by the tick, per tick, through the fake library."""
+
+    per_gpu: dict[str, float]  # "plain" / "mig" -> calls per GPU per tick
+    by_function: dict[str, dict[str, float]]  # "plain"/"mig" -> function -> calls per GPU per tick
+    library_per_tick: float  # calls not tied to a GPU
+    blocking_on_tick: dict[str, int]  # blocking function -> calls made by the tick thread (must be 0)
+    blocking_off_tick: dict[str, list[str]]  # blocking function -> threads that made it
+
+
+@dataclass(frozen=True)
+class TickResult:
+    gpus: int
+    processes: int  # processes the host listed during the run
+    workloads: int
+    warmup_ticks: int
+    tick_cpu: Spread  # seconds
+    tick_wall: Spread
+    analysis_cpu: Spread
+    render_cpu: Spread
+    collector_cpu: dict[str, Spread]  # collect() called directly, thread CPU seconds
+    collector_wall: dict[str, Spread]  # SourceResult.duration_seconds inside the ticks
+    background_cpu_per_second: float  # process CPU per second between ticks (helper threads)
+    samples: int
+    exposition_bytes: int
+    gzip_bytes: int
+    gzip_cpu: Spread  # one gzip.compress(level 1) of the exposition, as the server does once per tick
+    nvml: NvmlCalls | None
+    exposition: bytes = field(repr=False, default=b"")
+    profile: str = field(repr=False, default="")
+
+
+def exposition_samples(body: bytes) -> int:
+    """Sample lines (not comments, not blank) in a text exposition."""
+    return sum(1 for line in body.splitlines() if line and not line.startswith(b"#"))
+
+
+def _build(config: Config, scenario_path: Path) -> tuple[list[Any], Any]:
+    scenario = load_scenario(scenario_path)  # a Scenario of its own: its fake library counts only these calls
+    return build_collectors(config, Options(simulate=str(scenario_path)), scenario), scenario
+
+
+def measure(config: Config, scenario_path: Path, gpus: int, processes: int, ticks: int = 30,
+            warmup: int = 60, spacing: float = 0.02, profile: bool = False) -> TickResult:
+    """Tick the product's sampler ``warmup`` + ``ticks`` times and time its parts (see module doc)."""
+    collectors, scenario = _build(config, scenario_path)
+    analyse = _Timed(make_analysis(config))
+    render = _Timed(render_module.render)
+    mono, wall = SteppedClock(time.monotonic), SteppedClock(time.time)
+    sampler = Sampler(collectors, interval=config.sample_interval, window_seconds=config.agent["window"],
+                      collector_timeout=config.agent.get("collector_timeout"), scenario=scenario.name,
+                      analyse=analyse, render=render, clock=mono, wall_clock=wall)
+    cpu, wall_times, durations = [], [], {}
+    try:
+        for i in range(warmup + ticks):
+            started = mono()
+            c0, w0 = time.process_time(), time.perf_counter()
+            snap = sampler.tick()
+            c1, w1 = time.process_time(), time.perf_counter()
+            if i >= warmup:
+                cpu.append(c1 - c0)
+                wall_times.append(w1 - w0)
+                for name, r in snap.sample.sources.items():
+                    durations.setdefault(name, []).append(r.duration_seconds)
+                if spacing:
+                    time.sleep(spacing)
+            delta = config.sample_interval - (mono() - started)
+            mono.step(delta)
+            wall.step(delta)
+        c0, w0 = time.process_time(), time.perf_counter()
+        time.sleep(1.0)
+        background = (time.process_time() - c0) / (time.perf_counter() - w0)
+        body = sampler.snapshot.exposition
+        window = sampler.window
+    finally:
+        sampler.stop()
+    failing = [f"{n}: {r.error}" for n, r in snap.sample.sources.items() if not r.ok]
+    if failing:
+        raise RuntimeError("collectors failed during the bench: " + "; ".join(failing))
+    collector_cpu, nvml, prof = _collectors_directly(config, scenario_path, gpus, window, snap, ticks, profile)
+    gz = []
+    for _ in range(20):
+        t = time.thread_time()
+        gzip.compress(body, compresslevel=1, mtime=0)
+        gz.append(time.thread_time() - t)
+    return TickResult(
+        gpus=gpus, processes=processes, workloads=len(config.workloads), warmup_ticks=warmup,
+        tick_cpu=Spread.of(cpu), tick_wall=Spread.of(wall_times),
+        analysis_cpu=Spread.of(analyse.cpu[warmup:]), render_cpu=Spread.of(render.cpu[warmup:]),
+        collector_cpu=collector_cpu, collector_wall={n: Spread.of(v) for n, v in durations.items()},
+        background_cpu_per_second=background, samples=exposition_samples(body), exposition_bytes=len(body),
+        gzip_bytes=len(gzip.compress(body, compresslevel=1, mtime=0)), gzip_cpu=Spread.of(gz), nvml=nvml,
+        exposition=body, profile=prof,
+    )
+
+
+def _collectors_directly(config: Config, scenario_path: Path, gpus: int, window: Any, snap: Any, ticks: int,
+                         profile: bool) -> tuple[dict[str, Spread], NvmlCalls | None, str]:
+    """Per-collector thread CPU of collect(), NVML calls per tick, and optionally a cProfile excerpt."""
+    collectors, scenario = _build(config, scenario_path)
+    try:
+        for c in collectors:  # warm up: NVML init, identity caches, incremental process discovery
+            for _ in range(3):
+                c.collect()
+        lib = next((c.lib for c in collectors if c.name == "nvml"), None)
+        before = Counter(lib.calls) if lib is not None else Counter()
+        cpu: dict[str, list[float]] = {c.name: [] for c in collectors}
+        for _ in range(ticks):
+            for c in collectors:
+                t = time.thread_time()
+                c.collect()
+                cpu[c.name].append(time.thread_time() - t)
+        nvml = _nvml_calls(lib, before, gpus, ticks) if lib is not None else None
+        text = ""
+        if profile:
+            analyse = make_analysis(config)
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(ticks):
+                for c in collectors:
+                    c.collect()
+                analyse(window)
+                render_module.render(snap)
+            prof.disable()
+            text = _profile_text(prof, ticks)
+    finally:
+        for c in collectors:
+            c.close()
+    return {n: Spread.of(v) for n, v in cpu.items()}, nvml, text
+
+
+def _nvml_calls(lib: Any, before: Counter, gpus: int, ticks: int) -> NvmlCalls:
+    diff = Counter(lib.calls)
+    diff.subtract(before)
+    on_tick = {f for f, threads in lib.callers.items() if TICK_THREAD in threads}
+    groups = {"plain": [i for i in range(gpus) if not is_mig(i)], "mig": [i for i in range(gpus) if is_mig(i)]}
+    by_function: dict[str, dict[str, float]] = {}
+    per_gpu: dict[str, float] = {}
+    for group, members in groups.items():
+        if not members:
+            continue
+        counts: Counter[str] = Counter()
+        for (name, gpu), n in diff.items():
+            if gpu in members and name in on_tick and n > 0:
+                counts[name] += n
+        by_function[group] = {k: v / ticks / len(members) for k, v in sorted(counts.items())}
+        per_gpu[group] = sum(counts.values()) / ticks / len(members)
+    library = sum(n for (name, gpu), n in diff.items() if gpu is None and name in on_tick and n > 0) / ticks
+    blocking_on = {f: sum(n for (name, _), n in diff.items() if name == f and f in on_tick) for f in BLOCKING_CALLS}
+    blocking_off = {f: sorted(lib.callers.get(f, ())) for f in BLOCKING_CALLS if lib.callers.get(f)}
+    return NvmlCalls(per_gpu, by_function, library, {k: v for k, v in blocking_on.items() if k in lib.callers},
+                     blocking_off)
+
+
+def _profile_text(prof: cProfile.Profile, ticks: int, top: int = 18) -> str:
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    lines = out.getvalue().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith("ncalls")), 0)
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    text = "\n".join(line.replace(root, "").rstrip() for line in lines[start:] if line.strip())
+    return f"cProfile, {ticks} ticks of every collector's collect() + analysis + render, by own time:\n{text}"
+
