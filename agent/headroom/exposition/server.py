@@ -24,6 +24,7 @@ from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixi
 log = structlog.get_logger("headroom.server")
 
 REQUEST_TIMEOUT_SECONDS = 10.0
+MAX_CONNECTIONS = 512  # open connections (one thread each) beyond which new ones get 503 and are closed
 
 
 class State(Protocol):
@@ -55,6 +56,10 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     sys_version = ""
     protocol_version = "HTTP/1.1"
     timeout = REQUEST_TIMEOUT_SECONDS  # idle and half-open connections are dropped after this
+
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout
+        super().setup()
 
     # ---------------------------------------------------------------------------------- routing
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
@@ -88,9 +93,8 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
                            extra={"Vary": "Accept-Encoding"})
         elif path in ("/healthz", "/health"):
             ok, reason = srv.state.healthy()
-            failing = getattr(srv.state, "failing", {})
-            body = reason if not failing else reason + "; degraded: " + "; ".join(
-                f"{k}: {v}" for k, v in sorted(failing.items()))
+            degraded = _degraded(srv.state, snapshot)
+            body = reason if not degraded else reason + "; degraded: " + "; ".join(degraded)
             self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, (body + "\n").encode(),
                        "text/plain; charset=utf-8", head=head)
         elif path == "/api/v1/status":
@@ -137,13 +141,33 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         log.debug("http_request_error", client=self.client_address[0], detail=format % args)
 
 
+def _degraded(state: State, snapshot: Any) -> list[str]:
+    """What is broken while the agent itself works: failing collectors, then GPUs that stopped answering."""
+    out = [f"{k}: {v}" for k, v in sorted(getattr(state, "failing", {}).items())]
+    nvml = snapshot.sample.data("nvml") if snapshot is not None else None
+    for g in getattr(nvml, "gpus", ()):
+        if not g.up:
+            out.append(f"gpu {g.index}" + (f" {g.uuid}" if g.uuid else "") + f": {g.error or 'down'}")
+    return out
+
+
+_REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Content-Length: 20\r\nConnection: close\r\n\r\ntoo many connections\n")
+
+
 class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
     """The agent's listener. ``web_config`` returns the TLS/auth/headers settings to apply now
-    (``WebConfigWatcher.current`` re-reads the file on change; the default is plain HTTP)."""
+    (``WebConfigWatcher.current`` re-reads the file on change; the default is plain HTTP).
+
+    Each connection has its own thread; at most ``max_connections`` are open at once, the next ones
+    get a 503 and are closed (a connection flood costs refusals, not the host's threads). A connection
+    idle for ``request_timeout`` seconds, or stuck in a half-sent request, is dropped."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    max_connections = MAX_CONNECTIONS
+    request_timeout = REQUEST_TIMEOUT_SECONDS
 
     def __init__(self, address: tuple[str, int], state: State, telemetry_path: str = "/metrics",
                  family: int = socket.AF_INET, web_config: Callable[[], WebConfig] = WebConfig) -> None:
@@ -152,7 +176,50 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
         self.state = state
         self.telemetry_path = telemetry_path
         self.gzip_cache = _GzipCache()
+        self._connections = 0
+        self._connections_lock = threading.Lock()
+        self._refusing = False
         super().__init__(address, Handler)
+
+    @property
+    def open_connections(self) -> int:
+        """Connections being served now."""
+        return self._connections
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._connections_lock:
+            full = self._connections >= self.max_connections
+            if not full:
+                self._connections += 1
+            changed, self._refusing = full != self._refusing, full
+        if changed:
+            if full:
+                log.warning("http_connection_limit_reached", max_connections=self.max_connections)
+            else:
+                log.info("http_connections_accepted_again", max_connections=self.max_connections)
+        if full:
+            try:
+                request.setblocking(False)
+                request.send(_REFUSED)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._connection_done()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connection_done()
+
+    def _connection_done(self) -> None:
+        with self._connections_lock:
+            self._connections -= 1
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys
