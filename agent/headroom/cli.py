@@ -26,6 +26,16 @@ def _duration(text: str) -> float:
     return value
 
 
+def _size(text: str) -> int:
+    try:
+        value = units.parse_bytes(text, "size")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 4096:
+        raise argparse.ArgumentTypeError(f"must be at least 4KiB, got {text}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -87,6 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="path of the metrics endpoint (default /metrics)")
     run.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
                      help="TLS and basic-auth configuration in the exporter-toolkit web-config.yml format")
+    run.add_argument("--record", metavar="FILE",
+                     help="append every sample to FILE (JSON Lines, docs/trace-format.md) for `headroom replay`")
+    run.add_argument("--record.max-size", dest="record_max_size", type=_size, default=None, metavar="SIZE",
+                     help="rotate the recording to FILE.1 past this size (default 64MiB)")
+
+    rep = sub.add_parser("replay", help="run the analysis over a recording and print the timeline of verdicts")
+    rep.add_argument("files", nargs="+", metavar="FILE", help="recordings, oldest first (e.g. rec.jsonl.1 rec.jsonl)")
+    _add_config_flag(rep)
+    rep.add_argument("--format", choices=("table", "json"), default="table")
+    _add_log_flags(rep)
 
     snap = sub.add_parser("snapshot", help="sample a few ticks, print the exposition or JSON, and exit")
     _add_source_flags(snap)
@@ -118,12 +138,39 @@ def _options(args: argparse.Namespace):
         listen_addresses=tuple(getattr(args, "listen_addresses", ()) or ()),
         telemetry_path=getattr(args, "telemetry_path", None),
         web_config_file=getattr(args, "web_config_file", None),
+        record=getattr(args, "record", None),
+        record_max_bytes=getattr(args, "record_max_size", None),
     )
 
 
 def _error(message: str, code: int = 2) -> int:
     print(f"headroom: {message}", file=sys.stderr)
     return code
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import json
+
+    from headroom import record
+
+    config = None
+    if args.config_file:
+        try:
+            config = load_config(args.config_file)
+        except ConfigError as exc:
+            print(str(exc), file=sys.stderr)
+            return 2
+    try:
+        result = record.replay(args.files, config)
+    except record.TraceError as exc:
+        return _error(str(exc), 2)
+    if args.format == "json":
+        doc = {"ticks": result.ticks, "changes": result.changes, "final": result.final,
+               "compared": result.compared, "mismatches": result.mismatches}
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        sys.stdout.write(record.format_table(result))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     level = getattr(args, "log_level", None) or ("info" if args.command == "run" else "warn")
     logs.configure(level, getattr(args, "log_format", None))
+    if args.command == "replay":
+        return _replay(args)
     config_path = daemon.resolve_config_path(args.config_file)
     try:
         config = load_config(config_path)

@@ -39,6 +39,8 @@ class Options:
     listen_addresses: Sequence[str] = ()
     telemetry_path: str | None = None
     web_config_file: str | None = None
+    record: str | None = None  # --record FILE
+    record_max_bytes: int | None = None
 
 
 def enabled_collectors(config: Config, options: Options) -> list[str]:
@@ -58,7 +60,9 @@ def build_collectors(config: Config, options: Options, scenario: Any) -> list[Co
     out = []
     for name in enabled_collectors(config, options):
         settings = {k: v for k, v in (config.collectors.get(name) or {}).items() if v is not None and k != "enabled"}
-        ctx = SourceContext(paths=options.paths, settings=settings, scenario=scenario, interval=interval,
+        # a scenario with a host: section hands the host collectors its synthetic /proc and /sys tree
+        paths = (scenario.host_paths(name) if scenario is not None else None) or options.paths
+        ctx = SourceContext(paths=paths, settings=settings, scenario=scenario, interval=interval,
                             workloads=tuple(config.workloads))
         out.append(registry[name](ctx))
     return out
@@ -86,9 +90,36 @@ def build_sampler(config: Config, options: Options) -> Sampler:
         collector_timeout=config.agent.get("collector_timeout"),
         scenario=getattr(scenario, "name", options.simulate) if scenario is not None else None,
         analyse=make_analysis(config),
+        before_tick=scenario.update_host if scenario is not None and scenario.host is not None else None,
     )
     sampler.scenario_object = scenario
+    if options.record:
+        sampler.recorder = make_recorder(config, options, sampler)
     return sampler
+
+
+def make_recorder(config: Config, options: Options, sampler: Sampler) -> Any:
+    """A Recorder for --record; a path that cannot be opened stops start-up with a clear message."""
+    import time as _time
+
+    from headroom.record import DEFAULT_MAX_BYTES, Recorder
+
+    path = Path(options.record)
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        sampler.stop()
+        raise StartupError(f"cannot record to {path}: {exc.strerror or exc}") from None
+    text = None
+    if config.source:
+        try:
+            text = Path(config.source).read_text(encoding="utf-8")
+        except OSError:
+            text = None
+    header = {"interval": sampler.interval, "window": config.agent["window"], "scenario": sampler.scenario,
+              "config": text, "config_file": config.source, "started": _time.time()}
+    return Recorder(path, header, options.record_max_bytes or DEFAULT_MAX_BYTES)
 
 
 def make_analysis(config: Config) -> Any:

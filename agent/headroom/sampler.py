@@ -38,6 +38,8 @@ class Snapshot:
     findings: Any = None  # headroom.analysis results (bottlenecks, headroom) once present
     config_reload_ok: bool = True  # the last configuration (re)load succeeded
     config_reload_success_timestamp: float | None = None  # when the configuration last loaded successfully
+    record_ok: bool | None = None  # --record: the last write succeeded (None: not recording)
+    record_written_bytes_total: int | None = None
     exposition: bytes = b""
     extras: Mapping[str, Any] = field(default_factory=dict)
 
@@ -125,6 +127,8 @@ class Sampler:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         on_snapshot: Callable[[Snapshot], None] | None = None,
+        before_tick: Callable[[], None] | None = None,
+        recorder: Any = None,
     ) -> None:
         from headroom.exposition import render as render_module
 
@@ -138,6 +142,8 @@ class Sampler:
         self._analyse = analyse or _default_analysis
         self._render = render or render_module.render
         self._on_snapshot = on_snapshot
+        self._before_tick = before_tick  # e.g. a scenario's synthetic host tree catching up with its clock
+        self.recorder = recorder  # headroom.record.Recorder when --record is given
         self._ticks = 0
         self._failing: dict[str, str] = {}
         self._stop = threading.Event()
@@ -199,6 +205,8 @@ class Sampler:
     def tick(self) -> Snapshot:
         """Run one tick now and return the new Snapshot (also stored in ``self.snapshot``)."""
         self._apply_pending()
+        if self._before_tick is not None:
+            self._before_tick()
         start = self._clock()
         deadline = start + self.collector_timeout
         submitted = {w.name: w.submit() for w in self._workers}
@@ -220,6 +228,9 @@ class Sampler:
         for change in getattr(findings, "changes", ()) or ():
             log.info("bottleneck_changed", entity=change.entity, name=change.name, before=change.before,
                      after=change.after, evidence=change.evidence)
+        if self.recorder is not None:
+            primaries = findings.primaries() if hasattr(findings, "primaries") else None
+            self.recorder.write(sample, primaries)
         self._ticks += 1
         snap = Snapshot(
             sample=sample,
@@ -231,6 +242,8 @@ class Sampler:
             findings=findings,
             config_reload_ok=self.config_reload_ok,
             config_reload_success_timestamp=self.config_reload_success_timestamp,
+            record_ok=None if self.recorder is None else self.recorder.ok,
+            record_written_bytes_total=None if self.recorder is None else self.recorder.written_bytes_total,
         )
         snap = _with_exposition(snap, self._render(snap))
         self.snapshot = snap
@@ -284,6 +297,11 @@ class Sampler:
                 w.collector.close()
             except Exception:
                 log.exception("collector_close_failed", collector=w.name)
+        close_scenario = getattr(self.scenario_object, "close", None)
+        if close_scenario is not None:
+            close_scenario()  # removes a synthetic host tree
+        if self.recorder is not None:
+            self.recorder.close()
 
     def healthy(self) -> tuple[bool, str]:
         """(ok, reason): ok when a tick completed within the last 3 intervals."""

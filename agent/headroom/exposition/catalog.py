@@ -45,6 +45,8 @@ _shm = _m("shm", "shm collector (sources/shm.py): statvfs of each configured tmp
 _disk = _m("disk", "disk collector (sources/disk.py): /proc/diskstats")
 _net = _m("network", "net collector (sources/net.py): /proc/net/dev, /sys/class/net/<device>/speed")
 
+_wl = _m("workload", "processes collector (sources/processes.py) joined with NVML process lists and the memory "
+         "model (analysis/workloads.py)")
 _ana = _m("analysis", "analysis (analysis/pipeline.py, bottleneck.py, headroom.py) over the sampled window")
 W = ("workload",)
 CATALOG: tuple[MetricSpec, ...] = (
@@ -70,6 +72,10 @@ CATALOG: tuple[MetricSpec, ...] = (
           "ignored and the previous configuration keeps running."),
     _self("headroom_config_last_reload_success_timestamp_seconds", GAUGE, "seconds", (),
           "Unix time of the last successful configuration load."),
+    _self("headroom_record_success", GAUGE, "", (),
+          "With --record: 1 when the last sample was written to the recording, 0 while writes fail "
+          "(read-only or full disk); sampling and serving go on either way."),
+    _self("headroom_record_written_bytes_total", COUNTER, "bytes", (), "Bytes written to the recording."),
     # --- NVML and GPUs
     _gpu("headroom_nvml_up", GAUGE, "", (),
          "1 when NVML is initialised and answering, 0 when the library or driver is unavailable."),
@@ -223,6 +229,45 @@ CATALOG: tuple[MetricSpec, ...] = (
     _net("headroom_network_speed_bytes", GAUGE, "bytes", ("device",),
          "Negotiated link speed in bytes per second (sysfs speed in Mb/s x 125000); absent when unknown "
          "(virtual interfaces, link down)."),
+    # --- declared workloads: measured against expected
+    _wl("headroom_workload_info", GAUGE, "", ("workload", "kind", "model", "precision", "runtime"),
+        "Always 1 per declared workload; labels carry its profile (empty when the profile does not say)."),
+    _wl("headroom_workload_processes", GAUGE, "", ("workload",),
+        "Live processes of the workload: its match rules, plus their descendants (DataLoader workers)."),
+    _wl("headroom_workload_threads", GAUGE, "", ("workload",), "Threads of the workload's processes."),
+    _wl("headroom_workload_cpu_seconds_total", COUNTER, "seconds", ("workload", "mode"),
+        "CPU time of the workload's processes (mode user or system); exited members keep their share, time "
+        "after a member's last 1 s sample is lost."),
+    _wl("headroom_workload_resident_memory_bytes", GAUGE, "bytes", ("workload",),
+        "Resident memory of the workload's processes, summed (pages shared by forked workers count per process)."),
+    _wl("headroom_workload_read_bytes_total", COUNTER, "bytes", ("workload",),
+        "Bytes its processes read from block devices (/proc/PID/io); absent when no member's io is readable "
+        "(other users' processes without CAP_SYS_PTRACE)."),
+    _wl("headroom_workload_written_bytes_total", COUNTER, "bytes", ("workload",),
+        "Bytes its processes wrote to block devices (/proc/PID/io); absent like read_bytes."),
+    _wl("headroom_workload_dataloader_workers", GAUGE, "", ("workload",),
+        "Child processes of the workload's main process (the oldest member whose parent is not a member); "
+        "only for profiles that declare dataloader_workers."),
+    _wl("headroom_workload_cgroup_cpu_seconds_total", COUNTER, "seconds", ("workload", "mode"),
+        "CPU time of the cgroup the workload maps to (systemd unit, cgroup glob or container id), cpu.stat."),
+    _wl("headroom_workload_cgroup_memory_bytes", GAUGE, "bytes", ("workload",),
+        "Memory charged to the workload's cgroup (memory.current): anonymous memory, page cache, kernel memory."),
+    _wl("headroom_workload_cgroup_pressure_ratio", GAUGE, "ratio", ("workload", "resource"),
+        "PSI of the workload's cgroup: share of time some of its tasks stalled on the resource, kernel avg10."),
+    _wl("headroom_workload_gpu_memory_used_bytes", GAUGE, "bytes", ("workload", "gpu"),
+        "GPU memory NVML attributes to the workload's processes on the GPU (0 on a declared GPU it does not "
+        "use); sum by workload to compare with the expected peak."),
+    _wl("headroom_workload_gpu_utilization_ratio", GAUGE, "ratio", ("workload", "gpu"),
+        "SM utilization of the workload's processes on the GPU, from NVML per-process samples since the "
+        "previous 1 s tick; absent where the GPU does not support them."),
+    _wl("headroom_workload_memory_expected_bytes", GAUGE, "bytes", ("workload", "component"),
+        "Memory the profile should need per GPU, by component of the memory model (weights, kv_cache, "
+        "activations, cuda_context ...; host memory for cpu-inference). docs/sizing.md."),
+    _wl("headroom_workload_gpu_memory_expected_peak_bytes", GAUGE, "bytes", ("workload",),
+        "GPU memory the workload should show in NVML, summed over its GPUs: per-GPU need (the vLLM "
+        "reservation for vLLM) x GPUs used. Compare with sum of headroom_workload_gpu_memory_used_bytes."),
+    _wl("headroom_workload_gpu_memory_capacity_bytes", GAUGE, "bytes", ("workload",),
+        "Memory of the GPUs the workload uses (attributed or declared), summed."),
 )
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}

@@ -108,6 +108,7 @@ def render_into(w: Writer, snapshot: Snapshot) -> None:
             fn(w, data, snapshot)
     if snapshot.findings is not None:
         _render_findings(w, snapshot.findings)
+        _render_workloads(w, getattr(snapshot.findings, "workloads", ()) or ())
 
 
 def _render_self(w: Writer, snap: Snapshot) -> None:
@@ -123,6 +124,8 @@ def _render_self(w: Writer, snap: Snapshot) -> None:
     w.add("headroom_sample_interval_seconds", snap.interval)
     w.add("headroom_config_last_reload_successful", snap.config_reload_ok)
     w.add("headroom_config_last_reload_success_timestamp_seconds", _r(snap.config_reload_success_timestamp))
+    w.add("headroom_record_success", snap.record_ok)
+    w.add("headroom_record_written_bytes_total", snap.record_written_bytes_total)
 
 
 def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
@@ -196,6 +199,37 @@ def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Any) 
         w.add(f"{prefix}_bottleneck_long_score", verdict.long_scores.get(resource), *ids, resource)
     for resource in (*RESOURCES, NONE):
         w.add(f"{prefix}_bottleneck", resource == verdict.primary, *ids, resource)
+
+
+def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
+    """Measured against expected per declared workload (analysis.workloads.WorkloadStatus)."""
+    for st in statuses:
+        name = st.name
+        w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime)
+        m = st.measured
+        if m is not None:
+            w.add("headroom_workload_processes", m.processes, name)
+            w.add("headroom_workload_threads", m.threads, name)
+            w.add("headroom_workload_cpu_seconds_total", _r(m.cpu_user_seconds_total, 2), name, "user")
+            w.add("headroom_workload_cpu_seconds_total", _r(m.cpu_system_seconds_total, 2), name, "system")
+            w.add("headroom_workload_resident_memory_bytes", m.resident_memory_bytes, name)
+            w.add("headroom_workload_read_bytes_total", m.read_bytes_total, name)
+            w.add("headroom_workload_written_bytes_total", m.written_bytes_total, name)
+            cg = m.cgroup
+            if cg is not None:
+                w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_user_seconds_total, 6), name, "user")
+                w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_system_seconds_total, 6), name, "system")
+                w.add("headroom_workload_cgroup_memory_bytes", cg.memory_bytes, name)
+                for resource, ratio in sorted(cg.pressure_some_avg10.items()):
+                    w.add("headroom_workload_cgroup_pressure_ratio", ratio, name, resource)
+        w.add("headroom_workload_dataloader_workers", st.dataloader_workers, name)
+        for g in st.gpus:
+            w.add("headroom_workload_gpu_memory_used_bytes", g.memory_used_bytes, name, str(g.index))
+            w.add("headroom_workload_gpu_utilization_ratio", _r(g.utilization_ratio, 4), name, str(g.index))
+        for component, value in st.expected_components.items():
+            w.add("headroom_workload_memory_expected_bytes", value, name, component)
+        w.add("headroom_workload_gpu_memory_expected_peak_bytes", st.expected_peak_bytes, name)
+        w.add("headroom_workload_gpu_memory_capacity_bytes", st.gpu_memory_capacity_bytes, name)
 
 
 def _render_findings(w: Writer, f: Any) -> None:

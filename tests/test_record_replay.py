@@ -1,0 +1,134 @@
+"""Record and replay: a simulated run recorded live replays to the same verdicts; bad recordings fail clearly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, http_get
+
+from headroom.record import Recorder, read_traces, replay
+from headroom.samples import Sample, SourceResult
+
+SCENARIO = """\
+description: a GPU that is compute bound for 3 s, then held down by its power cap
+gpus:
+  - name: NVIDIA H100 80GB HBM3
+    memory_total: 80GiB
+    power_limit: 700
+    sm_clock_max: 1980MHz
+    memory_clock_max: 2619MHz
+    memory_used: 40GiB
+    utilization: {steps: [[0s, 0.99], [3s, 0.9]]}
+    power: {steps: [[0s, 500], [3s, 699]]}
+    sm_clock: {steps: [[0s, 1980MHz], [3s, 1400MHz]]}
+    clock_events:
+      sw_power_cap: {steps: [[0s, false], [3s, true]]}
+"""
+CONFIG = """\
+agent:
+  sample_interval: 200ms
+analysis:
+  short_window: 2s
+  long_window: 10s
+  hold: 600ms
+"""
+
+
+def test_a_live_recording_replays_to_the_same_verdicts(tmp_path, agent_factory):
+    scenario = tmp_path / "power.yaml"
+    scenario.write_text(SCENARIO)
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    rec = tmp_path / "rec.jsonl"
+    agent = agent_factory("--config.file", str(config), "--simulate", str(scenario), "--record", str(rec))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        body = http_get(agent.url + "/metrics")[2].decode()
+        if 'resource="gpu_power"} 1' in body and "headroom_gpu_bottleneck{" in body:
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)
+    code, err = agent.stop()
+    assert code == 0, err
+    live_changes = [json.loads(x) for x in err.splitlines() if '"bottleneck_changed"' in x]
+    assert [(c["before"], c["after"]) for c in live_changes] == [("none", "gpu_compute"), ("gpu_compute", "gpu_power")]
+
+    result = replay([rec])  # the configuration recorded in the header
+    assert result.compared == result.ticks > 20
+    assert result.mismatches == []
+    assert [(c["before"], c["after"]) for c in result.changes] == [("none", "gpu_compute"), ("gpu_compute", "gpu_power")]
+    assert result.final == {"gpu/0": "gpu_power"}
+
+    r = subprocess.run([sys.executable, "-m", "headroom", "replay", str(rec), "--format", "json"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["mismatches"] == []
+    table = subprocess.run([sys.executable, "-m", "headroom", "replay", str(rec)], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT).stdout
+    assert "gpu 0" in table and "gpu_compute" in table and "gpu_power" in table
+    assert f"live verdicts reproduced on {result.ticks} of {result.ticks} ticks" in table
+
+
+def test_rotation_keeps_the_size_bounded(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rec = Recorder(path, {"interval": 1.0}, max_bytes=4096)
+    payload = SourceResult("x", False, 0.0, None, "e" * 300)
+    for i in range(100):
+        rec.write(Sample(timestamp=float(i), monotonic=float(i), sources={"x": payload}))
+    rec.close()
+    assert path.stat().st_size <= 4096
+    assert (tmp_path / "r.jsonl.1").stat().st_size <= 4096
+    # both files are complete recordings (each starts with its own header)
+    ticks = [s.timestamp for _, s, _ in read_traces([tmp_path / "r.jsonl.1", path])]
+    assert ticks == sorted(ticks) and ticks[-1] == 99.0
+
+
+def test_a_write_failure_degrades_and_recovers(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    rec = Recorder(d / "r.jsonl", {"interval": 1.0})
+    sample = Sample(timestamp=1.0, monotonic=1.0, sources={})
+    rec.write(sample)
+    assert rec.ok
+    rec.close()
+    os.chmod(d, 0o500)
+    (d / "r.jsonl").chmod(0o400)
+    try:
+        if os.geteuid() == 0:  # root ignores permissions: make the file unwritable another way
+            rec.path = tmp_path / "missing-dir" / "r.jsonl"
+        rec.write(sample)
+        assert not rec.ok and rec.error.startswith("cannot write")
+    finally:
+        os.chmod(d, 0o700)
+        (d / "r.jsonl").chmod(0o600)
+    rec.path = d / "r.jsonl"
+    rec.write(sample)
+    assert rec.ok
+
+
+def test_bad_recordings_get_clear_errors(tmp_path):
+    cases = {
+        "empty.jsonl": ("", "empty recording"),
+        "other.jsonl": ('{"hello": 1}\n', "not a headroom recording"),
+        "future.jsonl": ('{"format": "headroom-trace", "version": 99}\n', "format version 99 is not supported"),
+        "garbage.jsonl": ('{"format": "headroom-trace", "version": 1}\n{oops\n{"t": 1}\n', ":2: not JSON"),
+    }
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_text(content)
+        r = subprocess.run([sys.executable, "-m", "headroom", "replay", str(tmp_path / name)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (name, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "headroom", "replay", str(tmp_path / "nope.jsonl")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def test_record_to_an_impossible_path_stops_start_up(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "headroom", "run", "--simulate", "demo", "--record",
+                        str(tmp_path / "no" / "such" / "dir" / "r.jsonl")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert "cannot record to" in r.stderr and "No such file or directory" in r.stderr
