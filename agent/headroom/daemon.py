@@ -162,6 +162,25 @@ def _web_config(options: Options, config: Config) -> Any:
         raise StartupError(str(exc)) from None
 
 
+def start_standins(scenario: Any) -> None:
+    """Start a simulation scenario's stand-in workload processes; StartupError when they cannot start."""
+    if scenario is None or not getattr(scenario, "workloads", ()):
+        return
+    from headroom.simulation import ScenarioError
+
+    try:
+        started = scenario.start_processes()
+    except ScenarioError as exc:
+        raise StartupError(str(exc)) from None
+    log.info("standins_started", workloads={name: len(pids) for name, pids in started.items()})
+
+
+def stop_standins(scenario: Any) -> None:
+    """Stop the stand-ins start_standins started (idempotent; they also die with the agent)."""
+    if scenario is not None and getattr(scenario, "workloads", ()):
+        scenario.stop_processes()
+
+
 class Agent:
     """The running agent: its sampler, listeners and signal-driven life cycle."""
 
@@ -182,6 +201,13 @@ class Agent:
             web_config = _web_config(options, config)
             self.servers = _listen(addresses, self.sampler, self.telemetry_path, web_config)
         except StartupError:
+            self.sampler.stop()
+            raise
+        try:
+            start_standins(self._scenario)
+        except StartupError:
+            for srv in self.servers:
+                srv.server_close()
             self.sampler.stop()
             raise
         self.watchdog = Watchdog(self.notifier, lambda: self.sampler.healthy()[0])
@@ -243,6 +269,7 @@ class Agent:
             srv.shutdown()
             srv.server_close()
         self.sampler.stop()
+        stop_standins(self._scenario)
         log.info("stopped")
         return 0
 
@@ -261,6 +288,7 @@ def snapshot(config: Config, options: Options, samples: int, fmt: str) -> bytes:
 
     sampler = build_sampler(config, options)
     try:
+        start_standins(sampler.scenario_object)
         snap = None
         for i in range(samples):
             if i:
@@ -268,6 +296,7 @@ def snapshot(config: Config, options: Options, samples: int, fmt: str) -> bytes:
             snap = sampler.tick()
     finally:
         sampler.stop()
+        stop_standins(sampler.scenario_object)
     assert snap is not None
     if fmt == "json":
         doc = {

@@ -160,6 +160,7 @@ class CgroupStats:
     read_bytes_total: int | None = None  # io.stat rbytes summed over devices
     written_bytes_total: int | None = None  # io.stat wbytes
     pressure_some_avg10: Mapping[str, float] = field(default_factory=lambda: EMPTY)  # cpu/memory/io -> ratio
+    cpu_quota_cores: float | None = None  # cpu.max quota / period; None when "max" (unlimited) or absent
 
 
 @dataclass(frozen=True, slots=True)

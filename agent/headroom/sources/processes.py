@@ -20,7 +20,7 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
 - per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
   time that detects pid reuse) and /proc/PID/io (skipped for good once denied);
 - a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
-  files through ``--path.sysfs``: cpu.stat, memory.current, io.stat, {cpu,memory,io}.pressure.
+  files through ``--path.sysfs``: cpu.stat, cpu.max, memory.current, io.stat, {cpu,memory,io}.pressure.
 
 Processes that vanish mid-read, entries the kernel denies (hidepid, other users' io) and pid reuse
 never fail the collector: they are skipped or re-examined silently.
@@ -393,6 +393,18 @@ def parse_cpu_stat(text: str) -> dict[str, int]:
     return out
 
 
+def parse_cpu_max(text: str) -> float | None:
+    """Parse a cgroup v2 cpu.max ("QUOTA PERIOD" in microseconds, QUOTA "max" = no limit); returns cores."""
+    parts = text.split()
+    if len(parts) != 2 or parts[0] == "max":
+        return None
+    try:
+        quota, period = int(parts[0]), int(parts[1])
+    except ValueError:
+        return None
+    return quota / period if period > 0 else None
+
+
 def parse_io_stat(text: str) -> tuple[int, int]:
     """Parse a cgroup v2 io.stat ("MAJ:MIN rbytes=.. wbytes=.." lines); returns (rbytes, wbytes) summed."""
     read = written = 0
@@ -425,7 +437,7 @@ def _read(path: Path) -> str | None:
 
 
 def read_cgroup(sysfs: Path, path: str) -> CgroupStats | None:
-    """Read cpu.stat, memory.current, io.stat and the pressure files of a cgroup v2 cgroup.
+    """Read cpu.stat, cpu.max, memory.current, io.stat and the pressure files of a cgroup v2 cgroup.
 
     Returns None when the cgroup does not exist; a file that is absent (controller not enabled) or
     garbled leaves its fields None.
@@ -442,6 +454,10 @@ def read_cgroup(sysfs: Path, path: str) -> CgroupStats | None:
             system = cpu["system_usec"] / 1e6 if "system_usec" in cpu else None
         except ValueError:
             pass
+    quota = None
+    text = _read(d / "cpu.max")
+    if text is not None:
+        quota = parse_cpu_max(text)
     memory = None
     text = _read(d / "memory.current")
     if text is not None and text.strip().isdigit():
@@ -463,4 +479,4 @@ def read_cgroup(sysfs: Path, path: str) -> CgroupStats | None:
                 pass
     return CgroupStats(path=path, cpu_user_seconds_total=user, cpu_system_seconds_total=system,
                        memory_bytes=memory, read_bytes_total=read, written_bytes_total=written,
-                       pressure_some_avg10=MappingProxyType(pressure))
+                       pressure_some_avg10=MappingProxyType(pressure), cpu_quota_cores=quota)

@@ -1,0 +1,161 @@
+"""Workload attribution: expected against measured, per declared workload, for one tick.
+
+Pure: a Sample (the processes collector's members of each workload, NVML's per-GPU process lists)
+plus the profiles and sizing constants in, ``WorkloadStatus`` out. Nothing here reads the host.
+
+Semantics (also in the metric HELP texts and docs/sizing.md, "Expected against measured"):
+
+- GPUs of a workload: those where NVML lists one of its processes, plus those its profile declares
+  (index, GPU UUID, or MIG UUID: then the MIG instance's memory is its capacity).
+- measured: ``gpu_memory_used_bytes`` per GPU is the sum of NVML's per-process used memory of its
+  processes there (0 on a declared GPU where none of them runs; None when NVML cannot say for any);
+  per-GPU utilization is the sum of its processes' SM utilization samples (None when unsupported).
+- expected: ``sizing.estimate`` with the smallest memory among its GPUs and their count (no GPU seen
+  or declared: the profile's parallel layout, memory unknown). Components are per GPU.
+  ``expected_peak_bytes`` (exported as headroom_workload_gpu_memory_expected_peak_bytes) is what NVML should show summed over its GPUs: the per-GPU usage
+  (vLLM's reservation for vLLM inference, else the sum of components) x its GPU count, comparable
+  with the sum of ``gpu_memory_used_bytes`` and with ``gpu_memory_capacity_bytes`` (the summed memory
+  of its GPUs). cpu-inference: components are host memory, sized against MemTotal; no GPU series.
+- a profile the memory model cannot size (missing inputs) gets ``estimate_error`` and no expected
+  values; its measured values are still there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
+
+from headroom.profiles import Kind, WorkloadProfile
+from headroom.samples import EMPTY, GpuSample, NvmlSample, Sample, WorkloadProcesses
+from headroom.sizing import DEFAULTS, Estimate, OverheadConstants, SizingError, estimate
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadGpu:
+    index: int
+    uuid: str
+    memory_used_bytes: int | None  # the workload's processes on this GPU, summed
+    utilization_ratio: float | None  # SM utilization of its processes, summed (capped at 1)
+    memory_total_bytes: int | None  # the GPU's (or the declared MIG instance's) memory
+    declared: bool  # listed in the profile's gpus
+    attributed: bool  # NVML lists one of the workload's processes here
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadStatus:
+    """One declared workload this tick: identity, measured values and what the memory model expects."""
+
+    name: str
+    kind: str
+    model: str  # "" when the profile does not say
+    precision: str
+    runtime: str
+    processes: int | None  # live processes; None: the profile has no process rule, or the collector failed
+    measured: WorkloadProcesses | None  # the processes collector's entry (CPU, RSS, I/O, cgroup)
+    gpus: tuple[WorkloadGpu, ...] = ()
+    gpu_memory_used_bytes: int | None = None  # summed over its GPUs
+    gpu_memory_capacity_bytes: int | None = None  # summed over its GPUs
+    estimate: Estimate | None = None  # sizing.estimate against its GPUs (host memory for cpu-inference)
+    expected_components: Mapping[str, int] = field(default_factory=lambda: EMPTY)  # per GPU (host: cpu-inference)
+    expected_per_gpu_bytes: int | None = None  # what NVML should show on each of its GPUs
+    expected_peak_bytes: int | None = None  # expected_per_gpu_bytes x its GPU count
+    estimate_error: str | None = None  # why there is no estimate
+    dataloader_workers: int | None = None  # children of the main process, when the profile declares workers
+
+    @property
+    def gpu_indices(self) -> tuple[int, ...]:
+        """Indices of the GPUs it uses (attributed or declared)."""
+        return tuple(g.index for g in self.gpus)
+
+    @property
+    def cpu_quota_cores(self) -> float | None:
+        """The CPU limit of its cgroup (cpu.max) in cores; None when unlimited or unknown."""
+        cgroup = self.measured.cgroup if self.measured is not None else None
+        return cgroup.cpu_quota_cores if cgroup is not None else None
+
+
+def attribute(
+    sample: Sample, profiles: Sequence[WorkloadProfile], constants: OverheadConstants | None = None
+) -> tuple[WorkloadStatus, ...]:
+    """Returns one WorkloadStatus per profile, in declaration order."""
+    constants = constants or DEFAULTS
+    procs_sample = sample.data("processes")
+    by_name: dict[str, WorkloadProcesses] = {w.name: w for w in procs_sample.workloads} if procs_sample else {}
+    nvml: NvmlSample | None = sample.data("nvml")
+    gpus = nvml.gpus if nvml is not None else ()
+    memory = sample.data("memory")
+    host_memory = getattr(memory, "total_bytes", None)
+    return tuple(_status(p, by_name.get(p.name), gpus, host_memory, constants) for p in profiles)
+
+
+def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample],
+            host_memory: int | None, constants: OverheadConstants) -> WorkloadStatus:
+    used = _gpus(p, procs, gpus) if p.kind != Kind.CPU_INFERENCE else ()
+    known_used = [g.memory_used_bytes for g in used if g.memory_used_bytes is not None]
+    totals = [g.memory_total_bytes for g in used if g.memory_total_bytes is not None]
+    capacity = sum(totals) if used and len(totals) == len(used) else None
+
+    error = None
+    est: Estimate | None = None
+    try:
+        if p.kind == Kind.CPU_INFERENCE:
+            est = _estimate(p, host_memory, None, constants)
+        else:
+            est = _estimate(p, min(totals) if totals else None, len(used) or None, constants)
+    except SizingError as exc:
+        error = str(exc)
+    peak = per_gpu = None
+    components: Mapping[str, int] = EMPTY
+    if est is not None:
+        components = MappingProxyType({c.name: c.bytes for c in est.components})
+        if p.kind != Kind.CPU_INFERENCE:
+            per_gpu = est.expected_usage_bytes
+            peak = per_gpu * (len(used) or max(est.gpus_needed, 1))
+
+    workers = None
+    main = getattr(procs, "main_pid", None)
+    if p.dataloader_workers is not None and main is not None:
+        workers = procs.children.get(main, 0)
+    precision = p.weight_precision
+    return WorkloadStatus(
+        name=p.name, kind=p.kind.value, model=p.model.name or "", precision=precision.value if precision else "",
+        runtime=p.runtime.name or "", processes=procs.processes if procs is not None else None, measured=procs,
+        gpus=used, gpu_memory_used_bytes=sum(known_used) if known_used else None, gpu_memory_capacity_bytes=capacity,
+        estimate=est, expected_components=components, expected_per_gpu_bytes=per_gpu, expected_peak_bytes=peak,
+        estimate_error=error, dataloader_workers=workers,
+    )  # fmt: skip
+
+
+def _gpus(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
+    """The GPUs the workload uses: where NVML lists its processes, plus the declared ones."""
+    pids = set(getattr(procs, "pids", ()))
+    declared = set(p.gpus)
+    out = []
+    for g in gpus:
+        mine = [x for x in g.processes if x.pid in pids]
+        mig_total = next((m.memory_total_bytes for m in g.mig_instances if m.uuid in declared), None)
+        is_declared = g.index in declared or g.uuid in declared or any(m.uuid in declared for m in g.mig_instances)
+        if not mine and not is_declared:
+            continue
+        known = [x.used_memory_bytes for x in mine if x.used_memory_bytes is not None]
+        if mine:
+            memory_used = sum(known) if known else None
+        else:
+            memory_used = 0 if g.up else None
+        sm = [x.sm_utilization_ratio for x in mine if x.sm_utilization_ratio is not None]
+        out.append(WorkloadGpu(
+            index=g.index, uuid=g.uuid, memory_used_bytes=memory_used,
+            utilization_ratio=min(1.0, sum(sm)) if sm else None,
+            memory_total_bytes=mig_total if mig_total is not None else g.memory_total_bytes,
+            declared=is_declared, attributed=bool(mine),
+        ))  # fmt: skip
+    return tuple(out)
+
+
+@lru_cache(maxsize=128)
+def _estimate(p: WorkloadProfile, memory: int | None, gpus: int | None, constants: OverheadConstants) -> Estimate:
+    """sizing.estimate, memoised: profiles and GPU memory rarely change between ticks."""
+    return estimate(p, gpu_memory_bytes=memory, gpus=gpus, overhead=constants)
+
