@@ -76,7 +76,9 @@ class Agent:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+        err = ""
+        if self.proc.stderr and not self.proc.stderr.closed:
+            err = self.proc.stderr.read().decode()
         return self.proc.returncode, err
 
 
