@@ -185,12 +185,11 @@ class ProcessesCollector(Collector):
                 continue
             try:
                 st = procfs.read_pid_stat(root, pid, self._user_hz)
-            except procfs.ProcessGone:
-                self._forget(pid)
-                continue
             except (OSError, ValueError):
                 continue  # unreadable now: tried again next tick
-            if st is None:  # denied (hidepid): remember, so it costs nothing until its inode changes
+            except procfs.ProcessGone:
+                st = None
+            if st is None:  # denied (hidepid) or gone: costs nothing more until its inode changes
                 self._forget(pid)
                 self._procs[pid] = _Proc(inode=inode, starttime=-1, ppid=-1)
                 continue

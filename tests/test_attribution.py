@@ -1,0 +1,156 @@
+"""Workload attribution (analysis/workloads.py): NVML process lists joined with the workload's pids, and
+the memory model's expectation against it. Pure: Samples are built here, nothing reads the host."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from headroom.analysis.workloads import attribute
+from headroom.profiles import profile_from_dict
+from headroom.samples import (
+    GpuProcess,
+    GpuSample,
+    MemorySample,
+    MigInstance,
+    NvmlSample,
+    ProcessesSample,
+    Sample,
+    SourceResult,
+    WorkloadProcesses,
+)
+from headroom.sizing import estimate
+
+GIB = 1 << 30
+H100 = 81559 * (1 << 20)
+
+CHAT = {
+    "name": "chat", "kind": "inference", "model": "meta-llama/Llama-3.1-70B-Instruct",
+    "runtime": {"name": "vllm", "gpu_memory_utilization": 0.9}, "params": "70.6B", "precision": "bf16",
+    "architecture": {"layers": 80, "heads": 64, "kv_heads": 8, "head_dim": 128, "hidden_size": 8192},
+    "context": 8192, "concurrency": 3, "parallel": {"tensor": 2}, "match": {"cmdline": "vllm serve"},
+}  # fmt: skip
+
+
+def gpu(index: int, *procs: GpuProcess, total: int = H100, up: bool = True, mig: tuple = ()) -> GpuSample:
+    return GpuSample(index=index, uuid=f"GPU-{index}", name="NVIDIA H100 80GB HBM3", pci_bus_id=f"0:{index}",
+                     up=up, memory_total_bytes=total if up else None, processes=procs, mig_instances=mig)
+
+
+def members(name: str, *pids: int, children: dict | None = None) -> WorkloadProcesses:
+    return WorkloadProcesses(name=name, pids=pids, threads=len(pids), cpu_user_seconds_total=1.0,
+                             cpu_system_seconds_total=0.5, resident_memory_bytes=GIB, main_pid=pids[0] if pids else None,
+                             children=MappingProxyType(children or {}))  # fmt: skip
+
+
+def sample(*gpus: GpuSample, workloads: tuple = (), processes_ok: bool = True, host_memory: int | None = None) -> Sample:
+    sources = {
+        "nvml": SourceResult("nvml", True, 0.01, NvmlSample(up=True, gpus=gpus)),
+        "processes": SourceResult("processes", processes_ok, 0.001,
+                                  ProcessesSample(workloads) if processes_ok else None, None if processes_ok else "x"),
+    }
+    if host_memory is not None:
+        sources["memory"] = SourceResult("memory", True, 0.001, MemorySample(host_memory, host_memory, host_memory))
+    return Sample(timestamp=0.0, monotonic=0.0, sources=sources)
+
+
+def prof(base: dict, **changes):
+    return profile_from_dict({**base, **changes})
+
+
+def test_vllm_on_two_gpus_memory_is_joined_by_pid_and_the_peak_is_the_reservation_on_both():
+    s = sample(gpu(0, GpuProcess(201, 70 * GIB, sm_utilization_ratio=0.6), GpuProcess(999, 5 * GIB)),
+               gpu(1, GpuProcess(202, 71 * GIB, sm_utilization_ratio=0.7)),
+               gpu(2, GpuProcess(999, 3 * GIB)),
+               workloads=(members("chat", 200, 201, 202),))
+    (st,) = attribute(s, [prof(CHAT)])
+    assert st.processes == 3 and st.measured.pids == (200, 201, 202)
+    assert st.gpu_indices == (0, 1)
+    assert [(g.index, g.memory_used_bytes, g.utilization_ratio) for g in st.gpus] == [(0, 70 * GIB, 0.6),
+                                                                                    (1, 71 * GIB, 0.7)]
+    assert st.gpu_memory_used_bytes == 141 * GIB
+    assert st.gpu_memory_capacity_bytes == 2 * H100
+    assert st.expected_per_gpu_bytes == int(H100 * 0.9)  # vLLM reserves 0.9 of each card up front
+    assert st.expected_peak_bytes == 2 * int(H100 * 0.9)
+    assert st.expected_components == {c.name: c.bytes for c in estimate(prof(CHAT), H100, 2).components}
+    assert st.expected_components["weights"] == 2 * 70_600_000_000 // 2  # bf16, tensor parallel 2: half each
+    assert (st.kind, st.model, st.precision, st.runtime) == ("inference", "meta-llama/Llama-3.1-70B-Instruct",
+                                                             "bf16", "vllm")
+    assert st.estimate_error is None and st.estimate is not None and st.estimate.fits
+
+
+def test_a_declared_gpu_where_none_of_its_processes_runs_reads_zero():
+    s = sample(gpu(0, GpuProcess(999, 5 * GIB)), gpu(1), workloads=(members("chat", 200),))
+    (st,) = attribute(s, [prof(CHAT, gpus=[1, "GPU-0"])])
+    assert [(g.index, g.memory_used_bytes, g.declared, g.attributed) for g in st.gpus] == [
+        (0, 0, True, False), (1, 0, True, False)]
+    assert st.gpu_memory_used_bytes == 0
+
+
+@pytest.mark.parametrize("situation, procs, used, util", [
+    ("NVML cannot say the memory of any of its processes", (GpuProcess(201, None), GpuProcess(202, None)), None, None),
+    ("one of two processes is unknown: the known one counts", (GpuProcess(201, 2 * GIB), GpuProcess(202, None)),
+     2 * GIB, None),
+    ("per-process utilization adds up, capped at 1", (GpuProcess(201, GIB, sm_utilization_ratio=0.7),
+                                                       GpuProcess(202, GIB, sm_utilization_ratio=0.5)), 2 * GIB, 1.0),
+])
+def test_measured_gpu_values(situation, procs, used, util):
+    (st,) = attribute(sample(gpu(0, *procs), workloads=(members("chat", 201, 202),)), [prof(CHAT)])
+    (g,) = st.gpus
+    assert (g.memory_used_bytes, g.utilization_ratio) == (used, util), situation
+
+
+def test_a_profile_the_model_cannot_size_keeps_its_measured_values_and_says_why():
+    p = prof({"name": "mystery", "kind": "inference", "match": {"exe": "server"}})
+    (st,) = attribute(sample(gpu(0, GpuProcess(7, 9 * GIB)), workloads=(members("mystery", 7),)), [p])
+    assert st.estimate_error and "params" in st.estimate_error
+    assert st.expected_peak_bytes is None and dict(st.expected_components) == {}
+    assert st.gpu_memory_used_bytes == 9 * GIB and st.processes == 1
+
+
+def test_nothing_running_and_no_gpu_declared_expects_the_parallel_layout_without_a_capacity():
+    (st,) = attribute(sample(gpu(0), workloads=(members("chat"),)), [prof(CHAT)])
+    assert st.gpus == () and st.gpu_memory_capacity_bytes is None and st.gpu_memory_used_bytes is None
+    e = estimate(prof(CHAT))  # memory unknown: no vLLM reservation, the components' sum
+    assert st.expected_peak_bytes == 2 * e.needed_bytes
+
+
+def test_cpu_inference_is_sized_against_host_memory_and_has_no_gpu_series():
+    p = prof({"name": "cpu", "kind": "cpu-inference", "params": "7B", "precision": "int4",
+              "architecture": {"layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128}, "context": 4096,
+              "match": {"exe": "llama-server"}})
+    (st,) = attribute(sample(gpu(0, GpuProcess(4000, GIB)), workloads=(members("cpu", 4000),),
+                             host_memory=64 * GIB), [p])
+    assert st.gpus == () and st.expected_peak_bytes is None and st.gpu_memory_capacity_bytes is None
+    assert st.expected_components["weights"] == 3_500_000_000
+    assert st.estimate.gpu_memory_bytes == 64 * GIB
+
+
+def test_dataloader_workers_are_the_main_process_children_when_the_profile_declares_them():
+    base = {"name": "trainer", "kind": "finetune-lora", "match": {"cmdline": "train.py"}}
+    w = members("trainer", 1000, 1001, 1002, 1003, children={1000: 2, 1001: 1})
+    (declared,) = attribute(sample(workloads=(w,)), [prof(base, dataloader_workers=4)])
+    (undeclared,) = attribute(sample(workloads=(w,)), [prof(base)])
+    assert declared.dataloader_workers == 2 and undeclared.dataloader_workers is None
+
+
+def test_collector_failure_leaves_measured_values_unknown_and_uses_declared_gpus():
+    (st,) = attribute(sample(gpu(0, GpuProcess(201, GIB)), gpu(1), processes_ok=False), [prof(CHAT, parallel={"tensor": 1}, gpus=[1])])
+    assert st.processes is None and st.measured is None
+    assert st.gpu_indices == (1,)
+
+
+def test_a_declared_mig_instance_brings_its_own_capacity_and_a_lost_gpu_reads_unknown():
+    mig = (MigInstance(1, 0, "MIG-aaaa", 9 * GIB, 20 * GIB),)
+    s = sample(gpu(0, mig=mig), gpu(1, up=False), workloads=(members("chat"),))
+    (st,) = attribute(s, [prof(CHAT, gpus=["MIG-aaaa", 1])])
+    assert [(g.index, g.memory_total_bytes, g.memory_used_bytes) for g in st.gpus] == [(0, 20 * GIB, 0),
+                                                                                     (1, None, None)]
+    assert st.gpu_memory_capacity_bytes is None  # one GPU's memory is unknown
+
+
+def test_workloads_come_back_in_declaration_order_even_when_one_has_no_entry():
+    a, b = prof(CHAT, name="a"), prof(CHAT, name="b")
+    statuses = attribute(sample(workloads=(members("b", 5),)), [a, b])
+    assert [(s.name, s.processes) for s in statuses] == [("a", None), ("b", 1)]

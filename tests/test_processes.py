@@ -1,0 +1,262 @@
+"""The processes collector against fixture /proc trees: who belongs to which workload, and what they cost.
+
+tests/fixtures/proc/workloads: init, kthreadd and a kworker; a trainer (1000, train.py in a login session)
+with two spawned DataLoader workers (1001, 1002) and a grandchild (1003, ffmpeg); vLLM under
+system.slice/vllm.service (2000) with an engine core child (2001); a docker container process (3000);
+llama-server (4000); a java proxy (5000); 6000 is listed but its files are gone (it exited mid-scan).
+workloads.sysfs holds the cgroup v2 files of the vLLM unit and the container.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from headroom.profiles import profile_from_dict
+from headroom.sources import Paths, SourceContext, procfs
+from headroom.sources.processes import PAGE_SIZE, ProcessesCollector, parse_cpu_max, parse_io_stat
+
+PROC = FIXTURES / "proc" / "workloads"
+SYS = FIXTURES / "proc" / "workloads.sysfs"
+DOCKER = "9f2c4e1a7b3d5f6081a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708"
+
+
+def profile(name: str, **match):
+    return profile_from_dict({"name": name, "kind": "inference", "match": match})
+
+
+def collector(*profiles, procfs_root: Path = PROC, rootfs: Path = Path("/")) -> ProcessesCollector:
+    paths = Paths(procfs=procfs_root, sysfs=SYS, rootfs=rootfs)
+    return ProcessesCollector(SourceContext(paths=paths, workloads=tuple(profiles)))
+
+
+def by_name(sample):
+    return {w.name: w for w in sample.workloads}
+
+
+def write_proc(root: Path, pid: int, comm: str, ppid: int, argv: list[str], cgroup: str, *, utime: int = 0,
+               stime: int = 0, starttime: int = 900_000, threads: int = 1, rss_pages: int = 0) -> None:
+    """A /proc/PID directory the way the kernel lays it out (stat fields in ticks, NUL-separated argv)."""
+    d = root / str(pid)
+    tmp = root / f".new-{pid}"  # built aside and renamed in, so the directory gets a fresh inode like a new process
+    tmp.mkdir()
+    (tmp / "stat").write_text(
+        f"{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 4194560 10 0 0 0 {utime} {stime} 0 0 20 0 {threads} 0 "
+        f"{starttime} 1000000 {rss_pages} 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n")
+    (tmp / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in argv))
+    (tmp / "cgroup").write_text(f"0::{cgroup}\n")
+    (tmp / "io").write_text("rchar: 0\nwchar: 0\nsyscr: 0\nsyscw: 0\nread_bytes: 0\nwrite_bytes: 0\n"
+                            "cancelled_write_bytes: 0\n")
+    if d.exists():
+        old = root / f".old-{pid}"
+        d.rename(old)
+        tmp.rename(d)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(d)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A writable copy of the workloads fixture tree."""
+    root = tmp_path / "proc"
+    shutil.copytree(PROC, root)
+    return root
+
+
+# ----------------------------------------------------------------------------------------- matching
+@pytest.mark.parametrize("situation, match, pids", [
+    ("a trainer's DataLoader workers and their child follow the trainer", {"cmdline": r"train\.py"},
+     (1000, 1001, 1002, 1003)),
+    ("a systemd unit named without .service takes the unit's processes", {"systemd_unit": "vllm"}, (2000, 2001)),
+    ("a systemd unit named in full", {"systemd_unit": "vllm.service"}, (2000, 2001)),
+    ("a short container id finds the docker scope", {"container_id": DOCKER[:12]}, (3000,)),
+    ("an executable name matches comm", {"exe": "llama-server"}, (4000,)),
+    ("an executable name longer than comm's 15 bytes", {"exe": "VLLM::EngineCore"}, (2001,)),
+    ("a cgroup glob over the session scope", {"cgroup": "/user.slice/user-*.slice/session-*.scope"},
+     (1000, 1001, 1002, 1003)),
+    ("a regex that matches nothing", {"cmdline": "sglang"}, ()),
+    ("kernel threads have no command line to match", {"cmdline": "^$"}, ()),
+])
+def test_matching_rules(situation, match, pids):
+    (w,) = collector(profile("w", **match)).collect().workloads
+    assert w.pids == pids, situation
+    assert w.processes == len(pids)
+
+
+def test_trainer_members_sum_threads_rss_cpu_and_io_and_count_children_by_parent():
+    (w,) = collector(profile("trainer", cmdline=r"train\.py")).collect().workloads
+    assert w.main_pid == 1000
+    assert dict(w.children) == {1000: 2, 1001: 1}  # two DataLoader workers; one of them runs ffmpeg
+    assert w.threads == 64 + 4 + 4 + 8
+    assert w.resident_memory_bytes == (2_621_440 + 262_144 * 2 + 25_600) * PAGE_SIZE
+    assert w.cpu_user_seconds_total == pytest.approx((50_000 + 20_000 + 19_000 + 700) / 100)
+    assert w.cpu_system_seconds_total == pytest.approx((4_000 + 3_000 + 2_500 + 100) / 100)
+    assert w.read_bytes_total == (8 << 30) + 2 * (4 << 30) + (1 << 20)
+    assert w.written_bytes_total == 1 << 30
+    assert w.cgroup is None  # a cmdline rule does not map it to a cgroup
+
+
+def test_systemd_unit_reads_its_cgroup_v2_files():
+    (w,) = collector(profile("chat", systemd_unit="vllm")).collect().workloads
+    cg = w.cgroup
+    assert cg is not None and cg.path == "/system.slice/vllm.service"
+    assert (cg.cpu_user_seconds_total, cg.cpu_system_seconds_total) == (4900.0, 420.0)
+    assert cg.memory_bytes == 12 << 30
+    assert (cg.read_bytes_total, cg.written_bytes_total) == (16 << 30, 1 << 30)
+    assert dict(cg.pressure_some_avg10) == {"cpu": 0.125, "memory": 0.0, "io": 0.0325}
+    assert cg.cpu_quota_cores == 4.0
+
+
+def test_container_cgroup_has_no_cpu_limit():
+    (w,) = collector(profile("qwen", container_id=DOCKER[:16])).collect().workloads
+    assert w.cgroup.path == f"/system.slice/docker-{DOCKER}.scope"
+    assert w.cgroup.cpu_quota_cores is None  # cpu.max says "max"
+
+
+def test_unit_without_processes_still_reads_its_cgroup_when_it_exists():
+    (w,) = collector(profile("idle", systemd_unit="vllm", cmdline="never-matches")).collect().workloads
+    assert w.cgroup is not None  # found through its processes, which the unit rule matched
+    (w,) = collector(profile("gone", systemd_unit="absent.service")).collect().workloads
+    assert w.pids == () and w.cgroup is None
+
+
+def test_first_declared_workload_wins_and_children_follow_it():
+    c = collector(profile("session", cgroup="/user.slice/*"), profile("trainer", cmdline=r"train\.py"))
+    w = by_name(c.collect())
+    assert w["session"].pids == (1000, 1001, 1002, 1003)  # below /user.slice, not in it
+    assert w["trainer"].pids == ()
+
+
+def test_pid_file_names_the_process_and_its_children(tmp_path: Path, tree: Path):
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "run").mkdir(parents=True)
+    c = collector(profile("proxy", pid_file="/run/proxy.pid"), procfs_root=tree, rootfs=rootfs)
+    assert c.collect().workloads[0].pids == ()  # no pid file yet: nothing, no error
+    (rootfs / "run" / "proxy.pid").write_text("5000\n")
+    write_proc(tree, 5001, "java", 5000, ["java", "-cp", "worker.jar"], "/user.slice", starttime=900_000)
+    assert c.collect().workloads[0].pids == (5000, 5001)
+    (rootfs / "run" / "proxy.pid").write_text("garbage\n")
+    assert c.collect().workloads[0].pids == (5001,)  # the child keeps its inherited workload
+
+
+def test_no_declared_workloads_costs_nothing(tmp_path: Path):
+    c = collector(procfs_root=tmp_path / "does-not-exist")
+    assert c.collect().workloads == ()
+
+
+# --------------------------------------------------------------------------- vanishing, reuse, denial
+def test_a_process_listed_but_gone_is_skipped_without_error():
+    assert (PROC / "6000").is_dir() and not (PROC / "6000" / "stat").exists()
+    w = by_name(collector(profile("all", cgroup="/*")).collect())["all"]
+    assert 6000 not in w.pids and 1000 in w.pids
+
+
+def test_a_worker_that_exits_leaves_its_cpu_time_in_the_counter(tree: Path):
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    first = c.collect().workloads[0]
+    shutil.rmtree(tree / "1002")
+    second = c.collect().workloads[0]
+    assert second.pids == (1000, 1001, 1003)
+    assert second.cpu_user_seconds_total == first.cpu_user_seconds_total
+    assert second.resident_memory_bytes < first.resident_memory_bytes
+
+
+def test_cpu_counter_adds_each_members_growth(tree: Path):
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    first = c.collect().workloads[0]
+    stat = tree / "1001" / "stat"
+    fields = stat.read_text().split(" ")
+    fields[13] = str(int(fields[13]) + 250)  # utime + 2.5 s
+    stat.write_text(" ".join(fields))
+    second = c.collect().workloads[0]
+    assert second.cpu_user_seconds_total == pytest.approx(first.cpu_user_seconds_total + 2.5)
+
+
+def test_a_members_pid_reused_by_another_program_leaves_the_workload(tree: Path):
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    first = c.collect().workloads[0]
+    write_proc(tree, 1001, "bash", 1, ["bash", "-l"], "/user.slice", utime=5, starttime=950_000)
+    second = c.collect().workloads[0]
+    assert second.pids == (1000, 1002, 1003)
+    assert second.cpu_user_seconds_total >= first.cpu_user_seconds_total
+
+
+def test_pid_reuse_seen_through_the_start_time_even_when_the_inode_stays(tree: Path):
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    c.collect()
+    stat = tree / "1002" / "stat"  # rewritten in place: same directory, same inode, new process
+    stat.write_text(stat.read_text().replace(" 500301 ", " 990000 ").replace(" 1000 1000 1000 ", " 1 1 1 "))
+    (tree / "1002" / "cmdline").write_bytes(b"sshd\0")
+    assert 1002 not in c.collect().workloads[0].pids
+    assert 1002 not in c.collect().workloads[0].pids  # and stays out when examined again
+
+
+def test_an_unmatched_pid_reused_by_a_matching_program_joins(tree: Path):
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    c.collect()
+    write_proc(tree, 5000, "python3", 1, ["python3", "train.py", "--resume"], "/user.slice", starttime=990_000)
+    assert 5000 in c.collect().workloads[0].pids
+
+
+def test_a_process_that_execs_after_discovery_is_matched_on_the_next_tick(tree: Path):
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    write_proc(tree, 7000, "bash", 1, ["bash", "-c", "exec python3 train.py"], "/user.slice", starttime=990_000)
+    assert 7000 in c.collect().workloads[0].pids  # "train.py" is in bash -c's argument already
+    write_proc(tree, 7001, "bash", 1, ["bash"], "/user.slice", starttime=990_100)
+    assert 7001 not in c.collect().workloads[0].pids
+    (tree / "7001" / "cmdline").write_bytes(b"python3\0train.py\0")  # exec: same process, new argv
+    assert 7001 in c.collect().workloads[0].pids
+
+
+def test_permission_denied_entries_are_skipped_and_io_is_none_when_no_member_is_readable(monkeypatch):
+    real_open = builtins.open
+
+    def denying_open(path, *args, **kwargs):
+        p = str(path)
+        if p.endswith("/io") or p.endswith(f"{os.sep}4000{os.sep}stat"):
+            raise PermissionError(13, "Permission denied", p)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", denying_open)
+    w = by_name(collector(profile("chat", systemd_unit="vllm"), profile("llama", exe="llama-server")).collect())
+    assert w["chat"].pids == (2000, 2001)
+    assert w["chat"].read_bytes_total is None and w["chat"].written_bytes_total is None
+    assert w["chat"].cpu_user_seconds_total == pytest.approx(4900.0)
+    assert w["llama"].pids == ()  # its stat is unreadable (hidepid): not counted, no error
+
+
+def test_steady_state_reads_only_members(monkeypatch, tree: Path):
+    c = collector(profile("chat", systemd_unit="vllm"), procfs_root=tree)
+    c.collect()
+    reads: list[tuple[str, int]] = []
+    for name in ("read_pid_stat", "read_pid_cmdline", "read_pid_cgroup", "read_pid_io"):
+        real = getattr(procfs, name)
+
+        def spy(root, pid, *args, _real=real, _name=name):
+            reads.append((_name, pid))
+            return _real(root, pid, *args)
+
+        monkeypatch.setattr(procfs, name, spy)
+    c.collect()  # the unmatched processes of the first tick get their one re-examination
+    reads.clear()
+    c.collect()
+    assert sorted(reads) == [("read_pid_io", 2000), ("read_pid_io", 2001), ("read_pid_stat", 2000),
+                             ("read_pid_stat", 2001)]
+
+
+# -------------------------------------------------------------------------------------------- parsers
+@pytest.mark.parametrize("text, cores", [("400000 100000\n", 4.0), ("50000 100000", 0.5), ("max 100000\n", None),
+                                         ("", None), ("x y", None)])
+def test_cpu_max(text, cores):
+    assert parse_cpu_max(text) == cores
+
+
+def test_io_stat_sums_devices_and_ignores_other_keys():
+    text = "259:0 rbytes=100 wbytes=10 rios=1 wios=1 dbytes=5 dios=1\n8:0 rbytes=1 wbytes=2\n"
+    assert parse_io_stat(text) == (101, 12)
