@@ -1,0 +1,213 @@
+"""End to end: real processes counted under their workload by a real agent, and the simulator's stand-ins.
+
+The stand-in tests use command lines with a random marker, so agents or demos running at the same time on
+this machine never match them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ROOT
+from headroom.simulation import ManualClock, ScenarioError, parse_scenario
+from headroom.units import parse_bytes
+
+GPU = """gpus:
+  - name: NVIDIA A100-SXM4-80GB
+    memory_total: 80GiB
+    power_limit: 400
+    memory_used: 1GiB
+"""
+
+
+def headroom(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "headroom", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def series(text: str) -> dict[tuple[str, tuple], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry.name))
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def cmdline(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read()
+
+
+def wait_gone(pids, timeout: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}") and b"" != _state(p)]
+        time.sleep(0.05)
+    return alive
+
+
+def _state(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return b"" if state == b"Z" else state
+    except OSError:
+        return b""
+
+
+# -------------------------------------------------------------------------------- a real process
+def test_a_real_process_with_a_distinctive_command_line_is_counted_under_its_workload(tmp_path: Path):
+    marker = f"headroom-e2e-{uuid.uuid4().hex[:12]}"
+    code = "import subprocess, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code, marker])
+    try:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text("workloads:\n"
+                       f"  - {{name: marked, kind: inference, params: 1B, precision: fp16, match: {{cmdline: '{marker}'}}}}\n")
+        deadline = time.monotonic() + 5
+        while not children_of(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = headroom("snapshot", "--config.file", str(cfg), "--no-collector.nvml", "--samples", "2",
+                     "--sample.interval", "300ms")
+        assert r.returncode == 0, r.stderr
+        s = series(r.stdout)
+        assert s[("headroom_workload_processes", (("workload", "marked"),))] == 2  # python and its sleep child
+        assert s[("headroom_workload_threads", (("workload", "marked"),))] >= 2
+        assert s[("headroom_workload_resident_memory_bytes", (("workload", "marked"),))] > 1 << 20
+        assert ("headroom_workload_cpu_seconds_total", (("mode", "user"), ("workload", "marked"))) in s
+        assert s[("headroom_collector_success", (("collector", "processes"),))] == 1
+        assert str(proc.pid) not in "".join(line for line in r.stdout.splitlines() if line.startswith("headroom_workload"))
+    finally:
+        for child in children_of(proc.pid):
+            os.kill(child, signal.SIGTERM)
+        proc.terminate()
+        proc.wait()
+
+
+# ---------------------------------------------------------------------------- scenario workloads
+def scenario_text(marker: str) -> str:
+    return GPU + f"""workloads:
+  - name: stand
+    cmdline: "python3 serve.py --marker {marker} --label 'two words'"
+    cpu: 0.05
+    rss: 8MiB
+    children:
+      - {{cmdline: "worker-{marker} rank=0", gpus: {{0: {{memory: 6GiB, utilization: 0.4}}}}}}
+      - {{gpus: {{0: 2GiB}}}}
+"""
+
+
+def test_scenario_workloads_parse_with_children_and_gpu_uses():
+    (w,) = parse_scenario(scenario_text("m")).workloads
+    assert w.process.argv == ("python3", "serve.py", "--marker", "m", "--label", "two words")
+    assert w.process.cpu == 0.05 and w.process.rss == 8 << 20
+    first, second = w.process.children
+    assert first.argv == ("worker-m", "rank=0") and second.argv == w.process.argv  # default: the parent's
+    assert [(u.gpu, u.memory.at(0), u.utilization.at(0) if u.utilization else None) for u in first.gpus] == [
+        (0, 6 << 30, 0.4)]
+    assert parse_scenario(GPU + "workloads:\n  - {name: w, cmdline: 'a long enough line', children: 3}\n"
+                          ).workloads[0].process.children[2].argv == ("a", "long", "enough", "line")
+
+
+@pytest.mark.parametrize("workloads, message", [
+    ("  - {name: w, cmdline: 'long enough command', gpus: {1: 1GiB}}", r"s.yaml:7:54: workloads\[0\]\.gpus\.1: no such GPU"),
+    ("  - {name: w, cmdline: 'short'}", r"workloads\[0\]\.cmdline: a stand-in command line needs at least 12"),
+    ("  - {name: w, cmdline: 'unterminated \"quote here'}", r"workloads\[0\]\.cmdline: cannot split like a shell"),
+    ("  - {name: w, cmdline: 'long enough command', pids: [1]}", r"workloads\[0\]\.pids: unknown key"),
+    ("  - {name: w, cmdline: 'long enough command', cpu: 2}", r"workloads\[0\]\.cpu: expected a ratio"),
+    ("  - {cmdline: 'long enough command'}", r"workloads\[0\]: missing required key 'name'"),
+    ("  - {name: w, cmdline: 'long enough command', children: [{children: 1}]}",
+     r"workloads\[0\]\.children\[0\]\.children: unknown key"),
+])
+def test_scenario_workload_errors_point_at_the_line(workloads, message):
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario(GPU + "workloads:\n" + workloads + "\n", filename="s.yaml")
+
+
+def test_stand_ins_have_the_declared_command_lines_and_the_fake_gpu_lists_their_real_pids():
+    marker = uuid.uuid4().hex[:12]
+    scenario = parse_scenario(scenario_text(marker))
+    pids = scenario.start_processes()["stand"]
+    try:
+        main, worker, twin = pids
+        assert cmdline(main) == f"python3\0serve.py\0--marker\0{marker}\0--label\0two words\0".encode()
+        assert cmdline(worker) == f"worker-{marker}\0rank=0\0".encode()
+        assert cmdline(twin) == cmdline(main)
+        assert sorted(children_of(main)) == sorted([worker, twin])
+        assert scenario.start_processes()["stand"] == pids  # once
+
+        lib = scenario.nvml_library(clock=ManualClock(5.0))
+        lib.nvmlInit()
+        h = lib.nvmlDeviceGetHandleByIndex(0)
+        listed = {p.pid: p.usedGpuMemory for p in lib.nvmlDeviceGetComputeRunningProcesses_v3(h)}
+        assert listed == {worker: 6 << 30, twin: 2 << 30}
+        assert {s.pid: s.smUtil for s in lib.nvmlDeviceGetProcessUtilization(h, 0)} == {worker: 40}
+        assert lib.nvmlDeviceGetMemoryInfo(h).used >= 8 << 30  # the scenario says 1GiB; its processes hold 8
+        lib.nvmlShutdown()
+    finally:
+        scenario.stop_processes()
+    assert wait_gone(pids) == []
+    assert scenario.standin_processes(0) == []
+
+
+def test_stand_ins_die_with_a_killed_agent(tmp_path: Path, agent_factory):
+    marker = uuid.uuid4().hex[:12]
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario_text(marker))
+    (tmp_path / "empty.yaml").write_text("{}\n")
+    agent = agent_factory("--simulate", str(path), "--config.file", str(tmp_path / "empty.yaml"))
+    deadline = time.monotonic() + 10
+    mine: list[int] = []
+    while time.monotonic() < deadline and not mine:
+        mine = [p for p in children_of(agent.proc.pid) if marker.encode() in cmdline(p)]
+        time.sleep(0.1)
+    assert len(mine) == 1
+    family = mine + children_of(mine[0])
+    assert len(family) == 3
+    agent.proc.send_signal(signal.SIGKILL)
+    agent.proc.wait()
+    assert wait_gone(family) == []  # PR_SET_PDEATHSIG, no explicit stop ran
+
+
+# ------------------------------------------------------------------------------------------ the demo
+def test_demo_shows_the_stand_in_vllm_under_its_workload_with_gpu_memory_from_the_fake_nvml():
+    r = headroom("snapshot", "--config.file", str(ROOT / "config.yaml"), "--simulate", "demo", "--samples", "2",
+                 "--sample.interval", "300ms", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    gpus = doc["sources"]["nvml"]["data"]["gpus"]
+    on_gpu = [p["pid"] for g in gpus for p in g["processes"]]
+    assert len(on_gpu) == 2  # the two tensor-parallel worker stand-ins, with their real pids
+    (chat,) = [w for w in doc["findings"]["workloads"] if w["name"] == "chat"]
+    assert set(on_gpu) <= set(chat["measured"]["pids"])  # joined through the parent's workload
+    assert chat["processes"] >= 3
+    per_gpu = {g["index"]: g["memory_used_bytes"] for g in chat["gpus"]}
+    assert per_gpu == {0: int(parse_bytes("70.4GiB")), 1: int(parse_bytes("70.4GiB"))}
+    assert chat["expected_peak_bytes"] == 2 * int(81559 * (1 << 20) * 0.9)
+    assert chat["gpu_memory_capacity_bytes"] == 2 * 81559 * (1 << 20)
+    assert chat["estimate_error"] is None
+    assert wait_gone(on_gpu) == []  # snapshot stopped its stand-ins on the way out
