@@ -1,17 +1,28 @@
-"""The landing page (``/``) and the JSON status (``/api/v1/status``), built from the current Snapshot."""
+"""The landing page (``/``) and the JSON status (``/api/v1/status``), built from the current Snapshot.
+
+The page answers the product's two questions without Grafana: per workload and per GPU, what limits it
+now (with the evidence) and how much room is left, plus small charts of the last minutes drawn as
+inline SVG from the sampler's window. No external assets: it works offline and behind any proxy. It
+refreshes itself every few seconds.
+"""
 
 from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from headroom import __version__
-from headroom.samples import NvmlSample
+from headroom.samples import NvmlSample, Sample
+
+CHART_SECONDS = 300.0
+GIB = 2**30
 
 
+# -------------------------------------------------------------------------------------------- JSON
 def status(state: Any) -> dict[str, Any]:
-    """A JSON-able summary of the current snapshot."""
+    """A JSON-able summary of the current snapshot: health, collectors, GPUs and workloads with verdicts."""
     snap = state.snapshot
     ok, reason = state.healthy()
     out: dict[str, Any] = {
@@ -21,6 +32,7 @@ def status(state: Any) -> dict[str, Any]:
         "simulated_scenario": getattr(snap, "scenario", None) if snap else None,
         "collectors": {},
         "gpus": [],
+        "workloads": [],
     }
     if snap is None:
         return out
@@ -30,7 +42,8 @@ def status(state: Any) -> dict[str, Any]:
         out["collectors"][name] = {"ok": r.ok, "duration_seconds": round(r.duration_seconds, 6), "error": r.error}
     f = snap.findings
     verdicts = {g.index: g for g in getattr(f, "gpu_findings", ())}
-    out["workloads"] = [_workload_status(wf) for wf in getattr(f, "workload_findings", ())]
+    statuses = {getattr(s, "name", None): s for s in getattr(f, "workloads", ())}
+    out["workloads"] = [_workload_status(wf, statuses.get(wf.name)) for wf in getattr(f, "workload_findings", ())]
     if f is not None and getattr(f, "gpu_findings", ()):
         out["host"] = {"gpus_idle": f.host.gpus_idle, "gpu_idle_seconds_total": f.host.gpu_idle_seconds_total,
                        "gpu_idle_cost_total": f.host.gpu_idle_cost_total}
@@ -46,7 +59,7 @@ def status(state: Any) -> dict[str, Any]:
                 "temperature_celsius": g.temperature_celsius,
                 **(_verdict(verdicts[g.index].verdict) if g.index in verdicts else {}),
                 **({"idle": verdicts[g.index].idle} if g.index in verdicts else {}),
-            })
+            })  # fmt: skip
     return out
 
 
@@ -62,48 +75,186 @@ def _verdict(v: Any) -> dict[str, Any]:
     }
 
 
-def _workload_status(wf: Any) -> dict[str, Any]:
+def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
     from headroom.samples import to_jsonable
 
-    return {"name": wf.name, "gpus": list(wf.gpus), **_verdict(wf.verdict), "headroom": to_jsonable(wf.headroom)}
+    out = {"name": wf.name, "gpus": list(wf.gpus), **_verdict(wf.verdict), "headroom": to_jsonable(wf.headroom)}
+    if st is not None:
+        est = getattr(st, "estimate", None)
+        measured = getattr(st, "measured", None)
+        out["measured"] = {
+            "processes": getattr(st, "processes", None),
+            # no process rule (processes None): nothing is measured, which is not the same as 0 bytes
+            "gpu_memory_used_bytes": (getattr(st, "gpu_memory_used_bytes", None)
+                                      if getattr(st, "processes", None) is not None else None),
+            "resident_memory_bytes": getattr(measured, "resident_memory_bytes", None),
+        }
+        out["expected"] = {
+            "gpu_memory_peak_bytes": getattr(st, "expected_peak_bytes", None),
+            "components": {c.name: c.bytes for c in est.components} if est is not None else None,
+            "estimate_error": getattr(st, "estimate_error", None),
+        }
+    return out
 
 
 def status_json(state: Any) -> bytes:
-    return json.dumps(status(state), indent=1, sort_keys=False).encode()
+    return json.dumps(status(state), indent=1).encode()
 
 
-def _gib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**30:.1f} GiB"
+# -------------------------------------------------------------------------------------------- page
+def _fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.0f} %"
+
+
+def _fmt_gib(n: float | None) -> str:
+    return "-" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def sparkline(points: Sequence[tuple[float, float]], top: float, label: str, width: int = 220,
+              height: int = 36, color: str = "#2b6cb0") -> str:
+    """An inline SVG line chart of (t, value) points scaled to [0, top], newest at the right."""
+    if len(points) < 2 or top <= 0:
+        return f'<svg class="spark" width="{width}" height="{height}" role="img" aria-label="{html.escape(label)}"></svg>'
+    t0, t1 = points[0][0], points[-1][0]
+    span = (t1 - t0) or 1.0
+    coords = " ".join(f"{(t - t0) / span * (width - 2) + 1:.1f},{height - 1 - min(v / top, 1.0) * (height - 2):.1f}"
+                      for t, v in points)
+    last = points[-1][1]
+    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+            f'aria-label="{html.escape(label)}"><title>{html.escape(label)}</title>'
+            f'<rect width="{width}" height="{height}" fill="#f7fafc"/>'
+            f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{coords}"/>'
+            f'<circle cx="{width - 1}" cy="{height - 1 - min(last / top, 1.0) * (height - 2):.1f}" r="2" '
+            f'fill="{color}"/></svg>')
+
+
+def _series(window: Sequence[Sample], uuid: str, read) -> list[tuple[float, float]]:
+    if not window:
+        return []
+    newest = window[-1].monotonic
+    out = []
+    for s in window:
+        if newest - s.monotonic > CHART_SECONDS:
+            continue
+        nvml = s.data("nvml")
+        if not isinstance(nvml, NvmlSample):
+            continue
+        for g in nvml.gpus:
+            if g.uuid == uuid:
+                v = read(g)
+                if v is not None:
+                    out.append((s.monotonic, float(v)))
+    return out
+
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em;color:#1a202c}
+h1{margin:0 0 .2em}h2{margin-top:1.4em}
+table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #e2e8f0;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#edf2f7}.warn{color:#b7791f}.bad{color:#c53030}.muted{color:#718096}
+.pill{display:inline-block;padding:.1em .6em;border-radius:1em;font-weight:600;background:#e2e8f0}
+.pill.none{background:#c6f6d5;color:#22543d}.pill.hot{background:#fed7d7;color:#822727}
+.card{border:1px solid #e2e8f0;border-radius:.5em;padding:.8em 1em;margin:.8em 0}
+.evidence{margin:.3em 0}.scores td{padding:.1em .5em}.spark{vertical-align:middle}
+"""
+
+
+def _pill(primary: str) -> str:
+    cls = "none" if primary == "none" else "hot"
+    return f'<span class="pill {cls}" data-bottleneck="{html.escape(primary)}">{html.escape(primary)}</span>'
+
+
+def _scores_table(v: dict[str, Any]) -> str:
+    rows = "".join(f"<tr><td>{html.escape(r)}</td><td>{s:.2f}</td><td class=muted>{html.escape(v['evidence'][r])}</td></tr>"
+                   for r, s in list(v["scores"].items())[:4])
+    return f'<table class="scores"><tr><th>resource</th><th>score</th><th>evidence</th></tr>{rows}</table>'
+
+
+def _workload_card(w: dict[str, Any]) -> str:
+    e = html.escape
+    primary = w["primary_bottleneck"]
+    evidence = w["evidence"].get(primary) if primary != "none" else None
+    h = w["headroom"]
+    room = [
+        ("VRAM free", _fmt_gib(h.get("gpu_memory_bytes"))),
+        ("more sequences at max context", "-" if h.get("sequences") is None else str(h["sequences"])),
+        ("more context tokens", "-" if h.get("context_tokens") is None else str(h["context_tokens"])),
+        ("spare CPU cores", "-" if h.get("cpu_cores") is None else f"{h['cpu_cores']:.1f}"),
+        ("host RAM available", _fmt_gib(h.get("host_memory_bytes"))),
+        ("shared memory left", _fmt_gib(h.get("shared_memory_bytes"))),
+        ("power margin", "-" if h.get("power_watts") is None else f"{h['power_watts']:.0f} W"),
+        ("thermal margin", "-" if h.get("thermal_celsius") is None else f"{h['thermal_celsius']:.0f} C"),
+    ]
+    room_html = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in room)
+    expected = w.get("expected") or {}
+    measured = w.get("measured") or {}
+    memory = ""
+    if expected.get("gpu_memory_peak_bytes") is not None or measured.get("gpu_memory_used_bytes") is not None:
+        memory = (f"<p>GPU memory: expected peak <b>{_fmt_gib(expected.get('gpu_memory_peak_bytes'))}</b>, "
+                  f"measured <b>{_fmt_gib(measured.get('gpu_memory_used_bytes'))}</b></p>")
+    if expected.get("estimate_error"):
+        memory += f"<p class=warn>No estimate: {e(expected['estimate_error'])}</p>"
+    gpus = ", ".join(str(i) for i in w["gpus"]) or "none"
+    return (f'<div class="card workload" id="workload-{e(w["name"])}"><h3>{e(w["name"])} {_pill(primary)}</h3>'
+            f"<p class=muted>GPUs: {e(gpus)}</p>"
+            + (f'<p class="evidence">{e(evidence)}</p>' if evidence else
+               '<p class="evidence muted">Nothing limits this workload now.</p>')
+            + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
+            + _scores_table(w) + "</div>")
+
+
+def _gpu_card(g: dict[str, Any], window: Sequence[Sample]) -> str:
+    e = html.escape
+    primary = g.get("primary_bottleneck", "none")
+    if not g["up"]:
+        return (f'<div class="card gpu"><h3>GPU {g["index"]} {e(g["name"])} <span class="bad">DOWN</span></h3>'
+                f"<p>{e(g.get('error') or '')}</p></div>")
+    evidence = g.get("evidence", {}).get(primary) if primary != "none" else None
+    util = sparkline(_series(window, g["uuid"], lambda x: x.utilization_ratio), 1.0,
+                     f"GPU {g['index']} utilization, last 5 minutes")
+    mem = sparkline(_series(window, g["uuid"], lambda x: x.memory_used_bytes), float(g["memory_total_bytes"] or 1),
+                    f"GPU {g['index']} memory used, last 5 minutes", color="#805ad5")
+    power = sparkline(_series(window, g["uuid"], lambda x: x.power_watts), float(g["power_limit_watts"] or 1),
+                      f"GPU {g['index']} power, last 5 minutes", color="#dd6b20")
+    power_text = "-" if g["power_watts"] is None else f"{g['power_watts']:.0f} / {g['power_limit_watts'] or 0:.0f} W"
+    return (f'<div class="card gpu" id="gpu-{g["index"]}"><h3>GPU {g["index"]} {e(g["name"])} {_pill(primary)}'
+            f"{' <span class=muted>(idle)</span>' if g.get('idle') else ''}</h3>"
+            + (f'<p class="evidence">{e(evidence)}</p>' if evidence else "")
+            + "<table><tr><th>busy</th><th>memory</th><th>power</th></tr>"
+            f"<tr><td>{util} {_fmt_pct(g['utilization_ratio'])}</td>"
+            f"<td>{mem} {_fmt_gib(g['memory_used_bytes'])} / {_fmt_gib(g['memory_total_bytes'])}</td>"
+            f"<td>{power} {power_text}</td></tr></table>"
+            + (_scores_table(g) if "scores" in g else "") + "</div>")
 
 
 def page(state: Any, telemetry_path: str) -> bytes:
     s = status(state)
     e = html.escape
-    rows = []
-    for g in s["gpus"]:
-        util = "-" if g["utilization_ratio"] is None else f"{g['utilization_ratio'] * 100:.0f} %"
-        power = "-" if g["power_watts"] is None else f"{g['power_watts']:.0f} W"
-        rows.append(
-            f"<tr><td>{g['index']}</td><td>{e(g['name'])}</td><td><code>{e(g['uuid'])}</code></td>"
-            f"<td>{e(g['pci_bus_id'])}</td><td>{'up' if g['up'] else 'DOWN: ' + e(g['error'] or '')}</td>"
-            f"<td>{util}</td><td>{_gib(g['memory_used_bytes'])} / {_gib(g['memory_total_bytes'])}</td>"
-            f"<td>{power}</td></tr>"
-        )
-    gpus = ("<table><tr><th>GPU</th><th>name</th><th>uuid</th><th>PCI</th><th>state</th><th>busy</th>"
-            "<th>memory</th><th>power</th></tr>" + "".join(rows) + "</table>") if rows else "<p>No GPU found.</p>"
+    window = list(getattr(state, "window", ()) or ())
+    sim = (f'<p class="warn">Simulated host: scenario <b>{e(s["simulated_scenario"])}</b> '
+           "(GPU values come from a scenario, not a driver).</p>") if s["simulated_scenario"] else ""
     failing = [f"<li>{e(k)}: {e(v['error'] or '')}</li>" for k, v in s["collectors"].items() if not v["ok"]]
-    sim = (f"<p class=warn>Simulated host: scenario <b>{e(s['simulated_scenario'])}</b> "
-           "(values do not come from a driver).</p>") if s["simulated_scenario"] else ""
+    host = s.get("host") or {}
+    cost = host.get("gpu_idle_cost_total")
+    host_line = ""
+    if host:
+        host_line = (f"<p>{host['gpus_idle']} of {len(s['gpus'])} GPUs idle now; "
+                     f"{host['gpu_idle_seconds_total'] / 3600:.2f} idle GPU-hours since start"
+                     + (f", costing {cost:.2f}" if cost is not None else "") + ".</p>")
+    workloads = "".join(_workload_card(w) for w in s["workloads"]) or (
+        '<p class="muted">No workload declared. Declare one under <code>workloads:</code> in config.yaml to see '
+        "what limits it and how much room is left.</p>")
+    gpus = "".join(_gpu_card(g, window) for g in s["gpus"]) or '<p class="muted">No GPU found.</p>'
     body = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>headroom</title>
-<meta http-equiv="refresh" content="5">
-<style>body{{font-family:sans-serif;margin:2em;max-width:72em}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}}.warn{{color:#a60}}</style></head>
-<body><h1>headroom {e(__version__)}</h1>
-<p>GPU host monitoring agent that knows the AI workload. Health: <b>{e(s['health'])}</b>.</p>
-{sim}
-<p><a href="{e(telemetry_path)}">Metrics</a> &middot; <a href="/healthz">Health</a> &middot;
+<meta http-equiv="refresh" content="5"><meta name="viewport" content="width=device-width, initial-scale=1">
+<style>{_STYLE}</style></head>
+<body><h1>headroom</h1>
+<p class="muted">version {e(__version__)} &middot; health: <b>{e(s['health'])}</b> &middot;
+<a href="{e(telemetry_path)}">Metrics</a> &middot; <a href="/healthz">Health</a> &middot;
 <a href="/api/v1/status">Status (JSON)</a></p>
+{sim}{host_line}
+<h2>Workloads</h2>{workloads}
 <h2>GPUs</h2>{gpus}
 {"<h2>Failing collectors</h2><ul>" + "".join(failing) + "</ul>" if failing else ""}
 </body></html>
