@@ -14,6 +14,9 @@ what /healthz says; and that the agent recovers by itself once the fault clears.
 from __future__ import annotations
 
 import http.client
+import json
+import os
+import shutil
 import signal
 import threading
 import time
@@ -23,7 +26,7 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import FIXTURES, http_get
+from conftest import FIXTURES, Agent, http_get
 from headroom.config import check_config_text
 from headroom.daemon import Agent as DaemonAgent
 from headroom.daemon import Options
@@ -381,4 +384,287 @@ def test_driver_and_library_versions_mismatch(live, where):
     assert count(logs, "collector_failing", collector="nvml") == 1
     assert count(logs, "collector_recovered", collector="nvml") == 1
     assert count(logs, "nvml_down") == 1 and count(logs, "nvml_recovered") == 1
+    survived(fault)
+
+
+# ------------------------------------------------------------------------- real process (host faults)
+HOST_CONFIG = """\
+agent:
+  sample_interval: 200ms
+workloads:
+  - name: chat
+    kind: inference
+    params: 8B
+    precision: bf16
+    match: {cmdline: "vllm"}
+"""
+
+
+class HostAgent(Agent):
+    """`headroom run --simulate demo` over a private copy of the modern /proc fixture and a rootfs with
+    /dev/shm, both free to mutate; its JSON log lines are collected as they come."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.proc_root, self.rootfs = tmp / "proc", tmp / "root"
+        shutil.copytree(FIXTURES / "proc" / "modern", self.proc_root, symlinks=True)
+        (self.rootfs / "dev" / "shm").mkdir(parents=True)
+        (tmp / "config.yaml").write_text(HOST_CONFIG)
+        super().__init__("--config.file", str(tmp / "config.yaml"), "--simulate", "demo",
+                         "--path.procfs", str(self.proc_root), "--path.rootfs", str(self.rootfs))
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read_log, daemon=True)
+        self._reader.start()
+        self.wait_ready()
+        self.prober = Prober(self.url)
+        self.prober.start()
+
+    def _read_log(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line.decode(errors="replace"))
+
+    def events(self) -> list[dict]:
+        out = []
+        for line in self.lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append({"event": "(not json)", "line": line})
+        return out
+
+    def metrics(self) -> bytes:
+        status, _, body = http_get(self.url + "/metrics", timeout=2)
+        assert status == 200
+        return body
+
+    def healthz(self) -> tuple[int, str]:
+        status, _, body = http_get(self.url + "/healthz", timeout=2)
+        return status, body.decode()
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self._reader.join(5)
+        return self.proc.returncode, "".join(self.lines)
+
+    def finish(self) -> list[dict]:
+        """Check scrapes, stop, check a clean exit; returns the log events."""
+        self.prober.finish()
+        code, log = self.stop()
+        assert code == 0 and "Traceback" not in log, log[-3000:]
+        return self.events()
+
+
+@pytest.fixture
+def host(tmp_path):
+    a = HostAgent(tmp_path)
+    yield a
+    a.stop()
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Atomically give ``path`` new content (as the kernel shows a file: never half-written)."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def success(body: bytes, collector: str) -> float | None:
+    return value(body, "headroom_collector_success", collector=collector)
+
+
+def warnings(events: list[dict]) -> list[dict]:
+    return [e for e in events if e.get("level") in ("warning", "error")]
+
+
+def test_dev_shm_goes_missing_and_comes_back(host):
+    fault = "/dev/shm missing"
+    shm = host.rootfs / "dev" / "shm"
+    body_when(host, lambda b: value(b, "headroom_shm_present", mountpoint="/dev/shm") == 1, "shm present")
+    shm.rename(shm.with_name("shm.gone"))
+    inject(fault)
+    body_when(host, lambda b: value(b, "headroom_shm_present", mountpoint="/dev/shm") == 0, "shm absent")
+    time.sleep(HOLD)
+    body = host.metrics()
+    assert value(body, "headroom_shm_present", mountpoint="/dev/shm") == 0
+    assert value(body, "headroom_shm_size_bytes", mountpoint="/dev/shm") is None  # absent, not 0
+    assert success(body, "shm") == 1  # the collector works; the host lacks the mount
+    assert host.healthz() == (200, "ok\n")
+    shm.with_name("shm.gone").rename(shm)
+    body = body_when(host, lambda b: value(b, "headroom_shm_present", mountpoint="/dev/shm") == 1, "shm back")
+    assert value(body, "headroom_shm_size_bytes", mountpoint="/dev/shm") > 0
+    events = host.finish()
+    assert count(events, "shm_mountpoint_missing", mountpoint="/dev/shm") == 1
+    assert count(events, "shm_mountpoint_found", mountpoint="/dev/shm") == 1
+    assert count(events, "collector_failing") == 0
+    survived(fault)
+
+
+def test_a_disk_disappears_and_comes_back(host):
+    fault = "disk disappears from diskstats"
+    diskstats = host.proc_root / "diskstats"
+    original = diskstats.read_text()
+    body_when(host, lambda b: value(b, "headroom_disk_reads_completed_total", device="sda") is not None, "sda")
+    replace_file(diskstats, "".join(line for line in original.splitlines(True) if " sda " not in line))
+    inject(fault)
+    body_when(host, lambda b: value(b, "headroom_disk_reads_completed_total", device="sda") is None, "sda gone")
+    time.sleep(HOLD)
+    body = host.metrics()
+    assert not [k for k in series(body) if ("device", "sda") in k[1]]  # every sda series gone, none at 0
+    assert value(body, "headroom_disk_reads_completed_total", device="nvme0n1") is not None
+    assert success(body, "disk") == 1 and host.healthz() == (200, "ok\n")
+    replace_file(diskstats, original)
+    body_when(host, lambda b: value(b, "headroom_disk_reads_completed_total", device="sda") is not None, "sda back")
+    events = host.finish()
+    assert warnings(events) == []  # a disk going away is not an error
+    survived(fault)
+
+
+def test_proc_pressure_absent(host):
+    fault = "/proc/pressure absent"
+    pressure = host.proc_root / "pressure"
+    body_when(host, lambda b: "headroom_pressure_ratio" in names(b), "PSI")
+    pressure.rename(pressure.with_name("pressure.gone"))
+    inject(fault)
+    body_when(host, lambda b: "headroom_pressure_ratio" not in names(b), "PSI gone")
+    time.sleep(HOLD)
+    body = host.metrics()
+    assert not {"headroom_pressure_ratio", "headroom_pressure_stalled_seconds_total"} & names(body)
+    assert success(body, "cpu") == 1 and value(body, "headroom_load1") is not None
+    assert host.healthz() == (200, "ok\n")
+    pressure.with_name("pressure.gone").rename(pressure)
+    body_when(host, lambda b: value(b, "headroom_pressure_ratio", resource="cpu", kind="some", window="10s")
+              == 0.125, "PSI back")
+    events = host.finish()
+    assert warnings(events) == []  # a kernel without PSI is normal
+    survived(fault)
+
+
+@pytest.mark.parametrize(("collector", "file", "error"), [
+    ("disk", "diskstats", "cannot read {root}/diskstats: Permission denied"),
+    ("cpu", "stat", "cannot parse {root}/stat: "),
+    ("memory", "meminfo", "cannot read {root}/meminfo: No such file or directory"),
+])
+def test_a_host_file_fails_then_heals(host, collector, file, error):
+    """A required /proc file denied (a symlink to a file root cannot read either), garbled or gone."""
+    fault = f"/proc/{file} {'denied' if 'denied' in error else 'garbled' if 'parse' in error else 'missing'}"
+    path = host.proc_root / file
+    original = path.read_text()
+    body_when(host, lambda b: success(b, collector) == 1, f"{collector} ok")
+    if "denied" in error:
+        path.unlink()
+        path.symlink_to(DENIED)
+    elif "parse" in error:
+        replace_file(path, "cpu  12 x\n")
+    else:
+        path.unlink()
+    inject(fault)
+    body_when(host, lambda b: success(b, collector) == 0, f"{collector} failing")
+    time.sleep(HOLD)
+    body = host.metrics()
+    assert success(body, collector) == 0
+    others = {"nvml", "cpu", "memory", "shm", "disk"} - {collector}
+    assert all(success(body, c) == 1 for c in others), [(c, success(body, c)) for c in others]
+    status, text = host.healthz()
+    expected = error.format(root=host.proc_root)
+    assert status == 200 and f"degraded: {collector}: {expected}" in text, text
+    path.unlink(missing_ok=True)
+    path.write_text(original)
+    body_when(host, lambda b: success(b, collector) == 1, f"{collector} recovered")
+    assert host.healthz() == (200, "ok\n")
+    events = host.finish()
+    assert count(events, "collector_failing", collector=collector) == 1
+    assert count(events, "collector_recovered", collector=collector) == 1
+    assert count(events, "collector_failing") == 1  # no other collector noticed
+    survived(fault)
+
+
+def workload_processes(body: bytes) -> float | None:
+    return value(body, "headroom_workload_processes", workload="chat")
+
+
+def test_a_workload_process_vanishes_and_returns(host):
+    """The vLLM server (4242) and its child (4300) exit, then come back."""
+    fault = "workload processes vanish"
+    body_when(host, lambda b: workload_processes(b) == 2, "vllm found")
+    for pid in ("4242", "4300"):
+        shutil.copytree(host.proc_root / pid, host.proc_root.parent / f"{pid}.saved")
+        shutil.rmtree(host.proc_root / pid)
+    inject(fault)
+    body_when(host, lambda b: workload_processes(b) == 0, "vllm gone")
+    time.sleep(HOLD)
+    body = host.metrics()
+    assert success(body, "processes") == 1 and host.healthz() == (200, "ok\n")
+    for pid in ("4242", "4300"):
+        (host.proc_root.parent / f"{pid}.saved").rename(host.proc_root / pid)
+    body_when(host, lambda b: workload_processes(b) == 2, "vllm back")
+    events = host.finish()
+    assert count(events, "workload_processes_gone", workload="chat") == 1
+    assert count(events, "workload_processes_found", workload="chat") == 2  # at start and on return
+    assert warnings(events) == []
+    survived(fault)
+
+
+def test_processes_vanish_mid_read_under_churn(host):
+    """Pids appear (atomically, like the kernel) and vanish (file by file, so a reader can find the
+    directory and then miss its files) 40 times a second for 3 s, all of them workload members."""
+    fault = "processes vanish mid-read (churn)"
+    template = host.proc_root / "4242"
+    body_when(host, lambda b: workload_processes(b) == 2, "vllm found")
+    inject(fault)
+    seen, stop = set(), threading.Event()
+
+    def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            pid = 6000 + i % 20
+            target = host.proc_root / str(pid)
+            if target.exists():
+                shutil.rmtree(target, ignore_errors=True)
+            else:
+                staging = host.proc_root.parent / f"staging-{pid}"
+                shutil.copytree(template, staging)
+                stat = (staging / "stat").read_text().replace("4242 (python3) S 1", f"{pid} (python3) S 1", 1)
+                (staging / "stat").write_text(stat)
+                staging.rename(target)
+            i += 1
+            time.sleep(0.025)
+
+    t = threading.Thread(target=churn, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        body = host.metrics()
+        assert success(body, "processes") == 1, value(body, "headroom_collector_success", collector="processes")
+        seen.add(workload_processes(body))
+        time.sleep(0.1)
+    stop.set()
+    t.join(5)
+    for leftover in host.proc_root.glob("6[0-9][0-9][0-9]"):
+        shutil.rmtree(leftover)
+    body_when(host, lambda b: workload_processes(b) == 2, "only vllm left")
+    assert len(seen) > 2, seen  # the churn was seen: the count moved
+    events = host.finish()
+    assert count(events, "collector_failing") == 0 and warnings(events) == []
+    survived(fault)
+
+
+def test_proc_pid_io_permission_denied(host):
+    """Another user's process: /proc/PID/io is denied (stat stays readable). The process is still
+    counted; its I/O counters stop moving; the pid is not asked again (the denial lasts its lifetime)."""
+    fault = "/proc/PID/io permission denied"
+    io = host.proc_root / "4242" / "io"
+    body = body_when(host, lambda b: workload_processes(b) == 2, "vllm found")
+    read_before = value(body, "headroom_workload_read_bytes_total", workload="chat")
+    io.unlink()
+    io.symlink_to(DENIED)
+    inject(fault)
+    time.sleep(HOLD)
+    body = host.metrics()
+    assert success(body, "processes") == 1 and workload_processes(body) == 2
+    assert value(body, "headroom_workload_resident_memory_bytes", workload="chat") > 0
+    assert value(body, "headroom_workload_read_bytes_total", workload="chat") == read_before
+    assert host.healthz() == (200, "ok\n")
+    events = host.finish()
+    assert warnings(events) == [] and count(events, "collector_failing") == 0
     survived(fault)
