@@ -312,3 +312,12 @@ class TestHysteresis:
             _, f = analysis(noisy[:i])
             changes += f.changes
         assert all(c.after != "cpu" for c in changes), changes
+
+
+def test_docs_analysis_lists_every_threshold_with_its_default():
+    from pathlib import Path
+
+    from headroom.analysis.bottleneck import thresholds_markdown
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "analysis.md").read_text()
+    assert thresholds_markdown() in doc, "docs/analysis.md thresholds table is stale: python -m headroom.analysis.bottleneck"

@@ -325,3 +325,14 @@ class Hysteresis:
             self.primary, self.since = candidate, None
             return self.primary, True
         return self.primary, False
+
+
+def thresholds_markdown() -> str:
+    """The thresholds table of docs/analysis.md (a test keeps them equal)."""
+    lines = ["| threshold (`analysis.thresholds.<name>`) | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{name}` | {default:g} | {meaning} |" for name, (default, meaning) in THRESHOLDS.items()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(thresholds_markdown(), end="")
