@@ -322,6 +322,10 @@ WORKLOAD = (
     Panel("GPU memory per GPU", "Device memory the workload uses on each of its GPUs.", "timeseries", "bytes",
           (t(f'headroom_workload_gpu_memory_used_bytes{{{W}}}', "GPU {{gpu}}"),),
           needs=("headroom_workload_gpu_memory_used_bytes",)),
+    Panel("Its share of the GPUs", "SM utilization of the workload's own processes on each GPU, from NVML "
+          "per-process samples (absent where the GPU does not support them). Compare with the whole GPU's busy "
+          "share: the difference is other processes.", "timeseries", "percentunit",
+          (t(f'headroom_workload_gpu_utilization_ratio{{{W}}}', "GPU {{gpu}}"),), minmax=(0, 1)),
     Panel("Its GPUs busy", "Busy share of the GPUs the workload uses (NVML utilization integrated every second).",
           "timeseries", "percentunit",
           (t(f'rate(headroom_gpu_busy_seconds_total{{instance="$instance"}}[$__rate_interval]) * on (instance, gpu) '
