@@ -50,11 +50,9 @@ def fault_tally(request):
     lost = [f for f in INJECTED if f not in SURVIVED]
     if lost:
         line += f" (not survived: {', '.join(lost)})"
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("\n" + line)
-    else:  # pragma: no cover - pytest without its terminal
-        print(line)
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print("\n" + line)
 
 
 def inject(name: str) -> None:
