@@ -89,10 +89,10 @@ def test_missing_file_says_which(tmp_path: Path):
         load_scenario(str(tmp_path / "absent.yaml"))
 
 
-def test_reserved_host_section_is_kept_as_raw_data():
-    # (workloads: stand-in processes are parsed and tested in test_workload_e2e.py)
+def test_host_section_is_parsed_into_a_host_spec():
+    # (workloads: stand-in processes are tested in test_workload_e2e.py; the synthetic host in test_simulation_host.py)
     scenario = parse_scenario(MINIMAL + "host:\n  cpu: {utilization: 0.5}\n")
-    assert scenario.host == {"cpu": {"utilization": 0.5}}
+    assert scenario.host.utilization.at(0) == 0.5
 
 
 def test_defaults_fill_identity_and_limits():

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from headroom.simulation_host import parse_host
 from headroom.units import parse_bytes, parse_duration
 
 # Clock-event reasons in NVML bit order; the same names the collector reports.
@@ -270,9 +271,52 @@ class Scenario:
     faults: tuple[FaultSpec, ...] = ()
     missing_functions: frozenset[str] = frozenset()
     workloads: tuple[WorkloadSpec, ...] = ()  # stand-in processes, started by start_processes()
-    host: Any = None  # reserved: synthetic host signals (raw YAML data, later issue)
+    host: Any = None  # headroom.simulation_host.HostSpec: synthetic host signals, or None (the real host)
+    profiles: Any = None  # raw `profiles:` data: workload profiles in the config.yaml `workloads:` format
+    profiles_node: Any = field(default=None, compare=False, repr=False)  # its YAML node, for positions
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    # -- synthetic host (headroom.simulation_host)
+    def synthetic_host(self, clock: Callable[[], float] | None = None) -> Any:
+        """The SyntheticHost of the ``host:`` section (one per Scenario, made on first use), or None without one.
+
+        ``clock`` as for nvml_library; passing one to a later call replaces the host's clock.
+        """
+        if self.host is None:
+            return None
+        from headroom.simulation_host import SyntheticHost
+
+        with self._lock:
+            host = self._cache.get("host")
+            if host is None:
+                host = self._cache["host"] = SyntheticHost(self.host, clock=clock)
+            elif clock is not None:
+                host.clock = clock
+            return host
+
+    def host_paths(self, collector: str) -> Any:
+        """The Paths (synthetic tree) collector ``collector`` reads under this scenario; None: the real host's."""
+        host = self.synthetic_host()
+        return None if host is None else host.paths_for(collector)
+
+    def host_statvfs(self, mountpoint: str) -> Any:
+        """Stand-in for statvfs(2) on a declared shm mount: a MountUsage, or None (use the real syscall)."""
+        host = self.synthetic_host()
+        return None if host is None else host.statvfs(mountpoint)
+
+    def update_host(self) -> None:
+        """Bring the synthetic host tree to the current simulation time (called before every tick)."""
+        host = self.synthetic_host()
+        if host is not None:
+            host.update()
+
+    def close(self) -> None:
+        """Remove the synthetic host tree, if one was made. Idempotent."""
+        with self._lock:
+            host = self._cache.pop("host", None)
+        if host is not None:
+            host.close()
 
     def nvml_library(self, clock: Callable[[], float] | None = None) -> Any:
         """The pynvml-compatible fake bound to this scenario (one per Scenario, created on first use).
@@ -398,7 +442,7 @@ def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenari
 
 _TOP_KEYS = {
     "description", "seed", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "faults",
-    "missing_functions", "workloads", "host",
+    "missing_functions", "workloads", "host", "profiles",
 }  # fmt: skip
 _GPU_KEYS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "sm_clock_max",
@@ -598,7 +642,9 @@ class _Parser:
             faults=faults,
             missing_functions=missing,
             workloads=self.workloads(top["workloads"], len(gpus)) if "workloads" in top else (),
-            host=self.plain(top["host"]) if "host" in top else None,
+            host=parse_host(self, top["host"]) if "host" in top else None,
+            profiles=self.plain(top["profiles"]) if "profiles" in top else None,
+            profiles_node=top.get("profiles"),
         )
 
     def workloads(self, node: yaml.Node, gpu_count: int) -> tuple[WorkloadSpec, ...]:

@@ -3,6 +3,9 @@
 node_exporter hides every mount under /dev, so shared memory (what DataLoader workers and NCCL
 fill, and what "Bus error" means when it runs out) is ours to export.
 
+Under simulation, a scenario whose ``host:`` section declares shm mounts answers statvfs for them
+(``ctx.scenario.host_statvfs``, the only syscall the synthetic host tree cannot fake).
+
 Settings (``collectors.shm``):
   mountpoints  list of host paths, default ["/dev/shm"], resolved through --path.rootfs.
 
@@ -15,8 +18,10 @@ ShmSample.missing and is logged when that changes, never raised.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import structlog
 
@@ -66,11 +71,24 @@ class ShmCollector(Collector):
                 or "unknown"
             )
             try:
-                mounts.append(procfs.mount_usage(path, mountpoint=mountpoint, fstype=fstype))
+                mounts.append(self._usage(path, mountpoint, fstype))
             except OSError as exc:
                 missing[mountpoint] = f"cannot statvfs {path}: {exc.strerror or exc}"
         self._log_changes(missing)
         return ShmSample(mounts=tuple(mounts), missing=tuple(missing))
+
+    def _usage(self, path: Path, mountpoint: str, fstype: str) -> MountUsage:
+        """statvfs of ``path`` as a MountUsage; raises OSError when the syscall fails.
+
+        Under a scenario whose ``host:`` section declares this mountpoint, the scenario's
+        ``host_statvfs`` stands in for the syscall (a tree of files cannot fake statvfs); its
+        answer None means "not synthesized here": the real syscall runs.
+        """
+        synthetic = getattr(self.ctx.scenario, "host_statvfs", None)
+        usage = synthetic(mountpoint) if synthetic is not None else None
+        if usage is not None:
+            return dataclasses.replace(usage, mountpoint=mountpoint, fstype=fstype)
+        return procfs.mount_usage(path, mountpoint=mountpoint, fstype=fstype)
 
     def _fstypes(self) -> dict[str, str]:
         """Returns mountpoint -> fstype from the mount table ({} when unreadable, logged once)."""

@@ -1,0 +1,544 @@
+"""Synthetic host signals: a scenario's ``host:`` section, written as a procfs/sysfs tree.
+
+A scenario may declare how the host around its GPUs behaves over time: CPU utilization and iowait,
+load, PSI, memory, major faults, disks, network interfaces and shared-memory mounts, each with the
+same signals as the GPU readings (constants, sine, steps, ramp, noise; docs/scenario-format.md,
+"Synthetic host"). ``SyntheticHost`` writes them as the files the kernel writes (stat, loadavg,
+pressure/*, meminfo, vmstat, diskstats, net/dev, self/mounts, mounts, class/net/*/speed) into a
+private temporary directory, integrating the declared rates into COUNTERS over the simulation clock,
+so the real cpu, memory, disk and net collectors read it unchanged through their ``--path.*`` roots.
+
+Shared memory is a statvfs() result, which no tree of files can fake: ``SyntheticHost.statvfs`` is the
+documented stand-in for that one syscall (the shm collector asks ``ctx.scenario.host_statvfs``).
+
+Processes are never synthetic: workload stand-ins are real processes, read from the real /proc.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from headroom.samples import MountUsage
+from headroom.sources import Paths
+
+if TYPE_CHECKING:  # the parser lives in simulation.py, which imports this module lazily
+    import yaml
+
+    from headroom.simulation import Signal, _Parser
+
+log = structlog.get_logger("headroom.simulation_host")
+
+# Collectors that read the synthetic tree (shm through host_statvfs); every other collector keeps its paths.
+HOST_COLLECTORS = frozenset({"cpu", "memory", "disk", "net", "shm"})
+
+BOOT_UPTIME_SECONDS = 86_400.0  # counters start as if the host had run a day at the t=0 rates
+USER_HZ = 100
+PACKET_BYTES = 1500  # packets counted from bytes at a full Ethernet MTU
+# How CPU busy time splits into modes (sums to 1): user, system, irq, softirq.
+_BUSY_SPLIT = (("user", 0.80), ("system", 0.15), ("irq", 0.01), ("softirq", 0.04))
+_CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+_PSI = ("cpu", "memory", "io")
+_SPEED = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKMGT]?)(?:bit|b)(?:/s|ps)?\s*")
+_SPEED_FACTORS = {"": 1, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+# ------------------------------------------------------------------------------------------ spec
+@dataclass(frozen=True, slots=True)
+class PsiLineSpec:
+    avg10: Signal  # the share of time stalled now; its integral is the total
+    avg60: Signal | None = None  # None: the kernel's exponential average of avg10 over 60 s
+    avg300: Signal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DiskSpec:
+    name: str
+    busy: Signal  # ratio of time with I/O in flight
+    read: Signal  # bytes per second
+    write: Signal
+    queue_depth: Signal  # average requests in flight (iostat aqu-sz)
+    request_size: int  # bytes per request, for the completed-request counters
+
+
+@dataclass(frozen=True, slots=True)
+class NicSpec:
+    name: str
+    speed_bytes_per_second: int | None  # None: sysfs says -1 (unknown)
+    rx: Signal  # bytes per second
+    tx: Signal
+
+
+@dataclass(frozen=True, slots=True)
+class ShmSpec:
+    mountpoint: str
+    size: int
+    used: Signal  # bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HostSpec:
+    """A parsed ``host:`` section. Memory signals left None follow the documented defaults."""
+
+    logical_cpus: int
+    utilization: Signal
+    iowait: Signal
+    load: Signal | None  # None: derived from utilization, iowait and PSI cpu
+    pressure: Mapping[str, tuple[PsiLineSpec, PsiLineSpec | None]]  # resource -> (some, full or None)
+    memory_total: int
+    memory: Mapping[str, Signal]  # available, free, cached, buffers, shmem, dirty, writeback, swap_free
+    swap_total: int
+    major_faults: Signal  # per second
+    disks: tuple[DiskSpec, ...]
+    network: tuple[NicSpec, ...]
+    shm: tuple[ShmSpec, ...]
+
+
+# --------------------------------------------------------------------------------------- parsing
+_HOST_KEYS = {"cpu", "pressure", "memory", "disks", "network", "shm"}
+_CPU_KEYS = {"logical_cpus", "utilization", "iowait", "load"}
+_MEMORY_SIZES = ("available", "free", "cached", "buffers", "shmem", "dirty", "writeback", "swap_free")
+_MEMORY_KEYS = {"total", "swap_total", "major_faults", *_MEMORY_SIZES}
+_DISK_KEYS = {"name", "busy", "read", "write", "queue_depth", "request_size"}
+_NIC_KEYS = {"name", "speed", "rx", "tx"}
+_SHM_KEYS = {"mountpoint", "size", "used"}
+
+
+def parse_link_speed(value: object) -> int | None:
+    """Bytes per second from a link speed such as 25Gbit, 100Gbps, 10000Mbit/s (whole Mb/s); None for null.
+
+    Raises ValueError for anything else (bytes are not a link speed: write bits).
+    """
+    if value is None:
+        return None
+    m = _SPEED.fullmatch(value) if isinstance(value, str) else None
+    if not m:
+        raise ValueError(f"invalid link speed {value!r}: expected e.g. 25Gbit, 100Gbit, 400Gbps or 10000Mbit")
+    mbits = float(m.group(1)) * _SPEED_FACTORS[m.group(2)] / 1e6
+    if mbits < 1 or not mbits.is_integer():
+        raise ValueError(f"invalid link speed {value!r}: sysfs reports whole megabits per second (at least 1Mbit)")
+    return int(mbits) * 125_000
+
+
+def parse_host(p: _Parser, node: yaml.Node, path: str = "host") -> HostSpec:
+    """Parse a scenario's ``host:`` node with the scenario parser ``p`` (its errors carry file:line:column).
+
+    Returns a HostSpec; absent keys take the calm defaults documented in docs/scenario-format.md.
+    """
+    from headroom.simulation import constant
+
+    top = p.mapping(node, path, _HOST_KEYS)
+
+    def sig(section: Mapping[str, Any], key: str, sub: str, kind: str, default: float | None) -> Signal | None:
+        if key in section:
+            return p.signal(section[key], f"{sub}.{key}", kind)
+        return None if default is None else constant(default)
+
+    cpu = p.mapping(top["cpu"], f"{path}.cpu", _CPU_KEYS) if "cpu" in top else {}
+    logical = p.integer(cpu["logical_cpus"], f"{path}.cpu.logical_cpus", minimum=1) if "logical_cpus" in cpu else 32
+
+    pressure: dict[str, tuple[PsiLineSpec, PsiLineSpec | None]] = {}
+    psi = p.mapping(top["pressure"], f"{path}.pressure", set(_PSI)) if "pressure" in top else {}
+    for resource, calm in (("cpu", 0.01), ("memory", 0.0), ("io", 0.005)):
+        rpath = f"{path}.pressure.{resource}"
+        kinds = p.mapping(psi[resource], rpath, {"some", "full"}) if resource in psi else {}
+        some = _psi_line(p, kinds["some"], f"{rpath}.some") if "some" in kinds else PsiLineSpec(constant(calm))
+        full = _psi_line(p, kinds["full"], f"{rpath}.full") if "full" in kinds else None
+        pressure[resource] = (some, full)
+
+    mem = p.mapping(top["memory"], f"{path}.memory", _MEMORY_KEYS) if "memory" in top else {}
+    mpath = f"{path}.memory"
+    total = int(p.unit(mem["total"], f"{mpath}.total", "size")) if "total" in mem else 256 * 2**30
+    if total <= 0:
+        raise p.error(mem["total"], f"{mpath}.total", "must be > 0")
+    memory = {k: p.signal(mem[k], f"{mpath}.{k}", "size") for k in _MEMORY_SIZES if k in mem}
+
+    disks = tuple(_disk(p, n, f"{path}.disks[{i}]") for i, n in enumerate(p.sequence(top["disks"], f"{path}.disks"))) \
+        if "disks" in top else (DiskSpec("nvme0n1", constant(0.02), constant(4 * 2**20), constant(2 * 2**20),
+                                         constant(0.05), 128 * 2**10),)
+    network = tuple(_nic(p, n, f"{path}.network[{i}]") for i, n in enumerate(p.sequence(top["network"], f"{path}.network"))) \
+        if "network" in top else (NicSpec("eth0", 25_000 * 125_000, constant(8 * 2**20), constant(6 * 2**20)),)
+    shm = tuple(_shm(p, n, f"{path}.shm[{i}]") for i, n in enumerate(p.sequence(top["shm"], f"{path}.shm"))) \
+        if "shm" in top else (ShmSpec("/dev/shm", total // 2, constant(64 * 2**20)),)
+    for what, names, items_node in (("disks", [d.name for d in disks], top.get("disks")),
+                                    ("network", [n.name for n in network], top.get("network")),
+                                    ("shm", [s.mountpoint for s in shm], top.get("shm"))):
+        if len(set(names)) != len(names):
+            raise p.error(items_node, f"{path}.{what}", "names must be unique")
+    return HostSpec(
+        logical_cpus=logical,
+        utilization=sig(cpu, "utilization", f"{path}.cpu", "ratio", 0.10),  # type: ignore[arg-type]
+        iowait=sig(cpu, "iowait", f"{path}.cpu", "ratio", 0.005),  # type: ignore[arg-type]
+        load=sig(cpu, "load", f"{path}.cpu", "number", None),
+        pressure=pressure,
+        memory_total=total,
+        memory=memory,
+        swap_total=int(p.unit(mem["swap_total"], f"{mpath}.swap_total", "size")) if "swap_total" in mem else 0,
+        major_faults=sig(mem, "major_faults", mpath, "number", 2.0),  # type: ignore[arg-type]
+        disks=disks,
+        network=network,
+        shm=shm,
+    )
+
+
+def _psi_line(p: _Parser, node: yaml.Node, path: str) -> PsiLineSpec:
+    """A PSI line: a ratio signal (avg10; avg60/avg300 derived) or {avg10, avg60, avg300} signals."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode) and any(
+        getattr(k, "value", None) in ("avg10", "avg60", "avg300") for k, _ in node.value
+    ):
+        m = p.mapping(node, path, {"avg10", "avg60", "avg300"}, ("avg10",))
+        return PsiLineSpec(*(p.signal(m[k], f"{path}.{k}", "ratio") if k in m else None
+                             for k in ("avg10", "avg60", "avg300")))  # type: ignore[arg-type]
+    return PsiLineSpec(p.signal(node, path, "ratio"))
+
+
+def _name(p: _Parser, node: yaml.Node, path: str) -> str:
+    name = p.string(node, path)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", name):
+        raise p.error(node, path, f"not a device name the kernel could use: {name!r}")
+    return name
+
+
+def _disk(p: _Parser, node: yaml.Node, path: str) -> DiskSpec:
+    d = p.mapping(node, path, _DISK_KEYS, ("name",))
+
+    def s(key: str, kind: str, default: float) -> Signal:
+        from headroom.simulation import constant
+
+        return p.signal(d[key], f"{path}.{key}", kind) if key in d else constant(default)
+
+    size = int(p.unit(d["request_size"], f"{path}.request_size", "size")) if "request_size" in d else 128 * 2**10
+    if size < 512:
+        raise p.error(d["request_size"], f"{path}.request_size", "must be at least one 512-byte sector")
+    return DiskSpec(_name(p, d["name"], f"{path}.name"), s("busy", "ratio", 0.0), s("read", "size", 0.0),
+                    s("write", "size", 0.0), s("queue_depth", "number", 0.0), size)
+
+
+def _nic(p: _Parser, node: yaml.Node, path: str) -> NicSpec:
+    from headroom.simulation import constant
+
+    n = p.mapping(node, path, _NIC_KEYS, ("name",))
+    speed = None
+    if "speed" in n:
+        try:
+            speed = parse_link_speed(p.scalar(n["speed"], f"{path}.speed"))
+        except ValueError as exc:
+            raise p.error(n["speed"], f"{path}.speed", str(exc)) from None
+    rx = p.signal(n["rx"], f"{path}.rx", "size") if "rx" in n else constant(0)
+    tx = p.signal(n["tx"], f"{path}.tx", "size") if "tx" in n else constant(0)
+    return NicSpec(_name(p, n["name"], f"{path}.name"), speed, rx, tx)
+
+
+def _shm(p: _Parser, node: yaml.Node, path: str) -> ShmSpec:
+    s = p.mapping(node, path, _SHM_KEYS, ("mountpoint", "size"))
+    mountpoint = p.string(s["mountpoint"], f"{path}.mountpoint")
+    if not mountpoint.startswith("/") or ".." in mountpoint.split("/") or any(c.isspace() for c in mountpoint):
+        raise p.error(s["mountpoint"], f"{path}.mountpoint", f"expected an absolute path without spaces, got {mountpoint!r}")
+    size = int(p.unit(s["size"], f"{path}.size", "size"))
+    if size <= 0:
+        raise p.error(s["size"], f"{path}.size", "must be > 0")
+    from headroom.simulation import constant
+
+    used = p.signal(s["used"], f"{path}.used", "size") if "used" in s else constant(0)
+    return ShmSpec(mountpoint, size, used)
+
+
+# -------------------------------------------------------------------------------------- the tree
+@dataclass
+class _Counters:
+    """Everything that accumulates, in base units (seconds, bytes, counts) as floats."""
+
+    cpu: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_CPU_MODES, 0.0))
+    psi_total: dict[tuple[str, str], float] = field(default_factory=dict)  # (resource, some|full) -> seconds
+    psi_avg: dict[tuple[str, str, int], float] = field(default_factory=dict)  # derived avg60/avg300
+    load: list[float] = field(default_factory=lambda: [0.0, 0.0])  # load5, load15 (exponential averages)
+    pgmajfault: float = 0.0
+    pgfault: float = 0.0
+    disks: dict[str, dict[str, float]] = field(default_factory=dict)
+    nics: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _ema(previous: float, value: float, dt: float, tau: float) -> float:
+    """Exponential average after ``dt`` seconds at ``value`` (time constant ``tau``), as the kernel keeps."""
+    return value + (previous - value) * math.exp(-dt / tau)
+
+
+class SyntheticHost:
+    """A procfs/sysfs tree in a private temporary directory that follows a HostSpec over time.
+
+    ``update()`` brings every file to the clock's current time (counters integrate the declared rates
+    since the previous update); ``paths_for(collector)`` is where a host collector reads;
+    ``statvfs(mountpoint)`` stands in for the syscall on declared shm mounts; ``close()`` removes the tree.
+    """
+
+    def __init__(self, spec: HostSpec, clock: Callable[[], float] | None = None, user_hz: int = USER_HZ) -> None:
+        if clock is None:
+            started = time.monotonic()
+            clock = lambda: time.monotonic() - started  # noqa: E731
+        self.spec = spec
+        self.clock = clock
+        self.user_hz = user_hz
+        self._lock = threading.Lock()
+        self._tmp = tempfile.TemporaryDirectory(prefix="headroom-host-")
+        root = Path(self._tmp.name)
+        self.paths = Paths(procfs=root / "proc", sysfs=root / "sys", rootfs=root / "rootfs")
+        self._t: float | None = None
+        self._c = _Counters()
+        self._write_static()
+        self.update()
+        log.info("synthetic_host_started", root=str(root), disks=[d.name for d in spec.disks],
+                 network=[n.name for n in spec.network], shm=[s.mountpoint for s in spec.shm])
+
+    # -- public
+    def paths_for(self, collector: str) -> Paths | None:
+        """The Paths collector ``collector`` should read, or None when it reads the real host."""
+        return self.paths if collector in HOST_COLLECTORS else None
+
+    def statvfs(self, mountpoint: str) -> MountUsage | None:
+        """The declared shm mount at ``mountpoint`` now, as statvfs would report it; None if not declared."""
+        for s in self.spec.shm:
+            if s.mountpoint == mountpoint:
+                t = self._t if self._t is not None else self._now()  # the time the tree shows
+                used = min(s.size, max(0, int(s.used.at(t))))
+                return MountUsage(mountpoint=mountpoint, fstype="tmpfs", size_bytes=s.size, used_bytes=used,
+                                  available_bytes=s.size - used)
+        return None
+
+    def close(self) -> None:
+        """Remove the tree (idempotent)."""
+        self._tmp.cleanup()
+
+    def update(self) -> None:
+        """Integrate counters up to the clock's time and rewrite every file."""
+        with self._lock:
+            now = self._now()
+            if self._t is None:
+                self._start(now)
+                self._t = now
+            elif now > self._t:
+                self._integrate(self._t, now)
+                self._t = now
+            self._write(self._t)
+
+    # -- time
+    def _now(self) -> float:
+        return max(0.0, float(self.clock()))
+
+    def _start(self, t: float) -> None:
+        """Counters as if the host had run BOOT_UPTIME_SECONDS at the rates of time ``t``."""
+        c = self._c
+        for resource in _PSI:
+            for kind in ("some", "full"):
+                for window in (60, 300):
+                    c.psi_avg[(resource, kind, window)] = self._psi10(resource, kind, t)
+        load1 = self._load1(t)
+        c.load = [load1, load1]
+        self._accumulate(t, BOOT_UPTIME_SECONDS)
+
+    def _integrate(self, t0: float, t1: float) -> None:
+        """Accumulate [t0, t1] in pieces cut at whole seconds (noise holds per second), at most 600."""
+        cuts = [t0, *range(math.floor(t0) + 1, math.ceil(t1)), t1]
+        if len(cuts) > 601:
+            step = (t1 - t0) / 600
+            cuts = [t0 + i * step for i in range(601)]
+        for a, b in zip(cuts, cuts[1:], strict=False):
+            if b > a:
+                mid = (a + b) / 2
+                self._accumulate(mid, b - a)
+                self._average(mid, b - a)
+
+    def _average(self, t: float, dt: float) -> None:
+        c = self._c
+        for resource in _PSI:
+            for kind in ("some", "full"):
+                value = self._psi10(resource, kind, t)
+                for window in (60, 300):
+                    key = (resource, kind, window)
+                    c.psi_avg[key] = _ema(c.psi_avg[key], value, dt, float(window))
+        load1 = self._load1(t)
+        c.load = [_ema(c.load[0], load1, dt, 300.0), _ema(c.load[1], load1, dt, 900.0)]
+
+    def _accumulate(self, t: float, dt: float) -> None:
+        """Add ``dt`` seconds at the rates of time ``t`` to every counter."""
+        spec, c = self.spec, self._c
+        busy, iowait = self._cpu_shares(t)
+        cpu_seconds = spec.logical_cpus * dt
+        for mode, share in _BUSY_SPLIT:
+            c.cpu[mode] += busy * share * cpu_seconds
+        c.cpu["iowait"] += iowait * cpu_seconds
+        c.cpu["idle"] += max(0.0, 1.0 - busy - iowait) * cpu_seconds
+        for resource in _PSI:
+            for kind in ("some", "full"):
+                key = (resource, kind)
+                c.psi_total[key] = c.psi_total.get(key, 0.0) + self._psi10(resource, kind, t) * dt
+        majors = max(0.0, spec.major_faults.at(t))
+        c.pgmajfault += majors * dt
+        c.pgfault += (majors * 20 + 4000) * dt
+        for d in spec.disks:
+            acc = c.disks.setdefault(d.name, dict.fromkeys(
+                ("read", "written", "reads", "writes", "io_time", "weighted", "read_time", "write_time"), 0.0))
+            r, w = max(0.0, d.read.at(t)), max(0.0, d.write.at(t))
+            queue = max(0.0, d.queue_depth.at(t))
+            acc["read"] += r * dt
+            acc["written"] += w * dt
+            acc["reads"] += r * dt / d.request_size
+            acc["writes"] += w * dt / d.request_size
+            acc["io_time"] += min(1.0, max(0.0, d.busy.at(t))) * dt
+            acc["weighted"] += queue * dt
+            read_share = r / (r + w) if r + w > 0 else 1.0
+            acc["read_time"] += queue * dt * read_share
+            acc["write_time"] += queue * dt * (1 - read_share)
+        for n in spec.network:
+            acc = c.nics.setdefault(n.name, dict.fromkeys(("rx", "tx"), 0.0))
+            acc["rx"] += max(0.0, n.rx.at(t)) * dt
+            acc["tx"] += max(0.0, n.tx.at(t)) * dt
+
+    # -- instantaneous values
+    def _cpu_shares(self, t: float) -> tuple[float, float]:
+        busy = min(1.0, max(0.0, self.spec.utilization.at(t)))
+        iowait = min(1.0 - busy, max(0.0, self.spec.iowait.at(t)))
+        return busy, iowait
+
+    def _psi10(self, resource: str, kind: str, t: float) -> float:
+        some, full = self.spec.pressure[resource]
+        if kind == "some":
+            return min(1.0, max(0.0, some.avg10.at(t)))
+        if full is not None:
+            return min(1.0, max(0.0, full.avg10.at(t)))
+        # undeclared "full": 0 for cpu (what the kernel writes at system level), half of "some" otherwise
+        return 0.0 if resource == "cpu" else self._psi10(resource, "some", t) / 2
+
+    def _psi_avg(self, resource: str, kind: str, window: int, t: float) -> float:
+        some, full = self.spec.pressure[resource]
+        line = some if kind == "some" else full
+        declared = None if line is None else (line.avg60 if window == 60 else line.avg300)
+        if declared is not None:
+            return min(1.0, max(0.0, declared.at(t)))
+        return self._c.psi_avg[(resource, kind, window)]
+
+    def _load1(self, t: float) -> float:
+        if self.spec.load is not None:
+            return max(0.0, self.spec.load.at(t))
+        busy, iowait = self._cpu_shares(t)
+        return self.spec.logical_cpus * (busy * (1 + self._psi10("cpu", "some", t)) + iowait)
+
+    def _memory(self, t: float) -> dict[str, int]:
+        """meminfo values in bytes at time ``t``, defaults filled in and clamped to MemTotal."""
+        spec = self.spec
+        total = spec.memory_total
+
+        def value(key: str, default: float) -> int:
+            sig = spec.memory.get(key)
+            return int(min(total, max(0.0, sig.at(t) if sig is not None else default)))
+
+        available = value("available", 0.75 * total)
+        cached = value("cached", 0.5 * available)
+        buffers = value("buffers", min(0.005 * total, max(0, available - cached)))
+        shm_used = sum(min(s.size, max(0, int(s.used.at(t)))) for s in spec.shm)
+        return {
+            "MemTotal": total,
+            "MemFree": value("free", max(0, available - cached - buffers)),
+            "MemAvailable": available,
+            "Buffers": buffers,
+            "Cached": cached,
+            "SwapCached": 0,
+            "Shmem": value("shmem", shm_used + 128 * 2**20),
+            "Dirty": value("dirty", 32 * 2**20),
+            "Writeback": value("writeback", 0),
+            "SwapTotal": spec.swap_total,
+            "SwapFree": min(spec.swap_total, value("swap_free", spec.swap_total)),
+        }
+
+    # -- files
+    def _put(self, relative: str, text: str) -> None:
+        """Write one file atomically (a reader sees the old or the new text, never half)."""
+        path = Path(self._tmp.name) / relative
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+    def _write_static(self) -> None:
+        spec, paths = self.spec, self.paths
+        for folder in (paths.procfs / "pressure", paths.procfs / "self", paths.procfs / "net"):
+            folder.mkdir(parents=True, exist_ok=True)
+        for nic in spec.network:
+            (paths.sysfs / "class" / "net" / nic.name).mkdir(parents=True, exist_ok=True)
+            speed = -1 if nic.speed_bytes_per_second is None else nic.speed_bytes_per_second // 125_000
+            self._put(f"sys/class/net/{nic.name}/speed", f"{speed}\n")
+        for s in spec.shm:
+            paths.host(s.mountpoint).mkdir(parents=True, exist_ok=True)
+        root_disk = spec.disks[0].name if spec.disks else "vda"
+        mounts = [
+            "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0",
+            "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0",
+            f"/dev/{root_disk} / ext4 rw,relatime 0 0",
+            *(f"tmpfs {s.mountpoint} tmpfs rw,nosuid,nodev,size={s.size // 1024}k,inode64 0 0" for s in spec.shm),
+        ]
+        text = "\n".join(mounts) + "\n"
+        self._put("proc/self/mounts", text)
+        self._put("proc/mounts", text)
+
+    def _write(self, t: float) -> None:
+        spec, c, hz = self.spec, self._c, self.user_hz
+        n = spec.logical_cpus
+        ticks = [round(c.cpu[m] * hz) for m in _CPU_MODES]
+        busy, iowait = self._cpu_shares(t)
+        stat = ["cpu  " + " ".join(map(str, ticks))]
+        stat += [f"cpu{i} " + " ".join(str(v // n) for v in ticks) for i in range(n)]
+        stat += [
+            "intr 0", f"ctxt {round(c.pgfault * 7)}", f"btime {int(time.time() - BOOT_UPTIME_SECONDS - t)}",
+            f"processes {40_000 + int(t)}", f"procs_running {max(1, round(busy * n))}",
+            f"procs_blocked {round(iowait * n)}",
+        ]
+        self._put("proc/stat", "\n".join(stat) + "\n")
+        load1 = self._load1(t)
+        self._put("proc/loadavg", f"{load1:.2f} {c.load[0]:.2f} {c.load[1]:.2f} {max(1, round(busy * n))}/1234 {40_000 + int(t)}\n")
+        for resource in _PSI:
+            lines = []
+            for kind in ("some", "full"):
+                avg10 = self._psi10(resource, kind, t)
+                avg60, avg300 = (self._psi_avg(resource, kind, w, t) for w in (60, 300))
+                total = round(c.psi_total[(resource, kind)] * 1e6)
+                lines.append(f"{kind} avg10={avg10 * 100:.2f} avg60={avg60 * 100:.2f} avg300={avg300 * 100:.2f} total={total}")
+            self._put(f"proc/pressure/{resource}", "\n".join(lines) + "\n")
+        memory = self._memory(t)
+        self._put("proc/meminfo", "".join(f"{k + ':':<16}{v // 1024:>8} kB\n" for k, v in memory.items()))
+        self._put("proc/vmstat", (
+            f"nr_free_pages {memory['MemFree'] // 4096}\nnr_dirty {memory['Dirty'] // 4096}\n"
+            f"pgfault {round(c.pgfault)}\npgmajfault {round(c.pgmajfault)}\npswpin 0\npswpout 0\n"
+        ))
+        disk_lines = []
+        for i, d in enumerate(spec.disks):
+            a = c.disks[d.name]
+            queue = max(0.0, d.queue_depth.at(t))
+            fields = [
+                round(a["reads"]), 0, round(a["read"] / 512), round(a["read_time"] * 1000),
+                round(a["writes"]), 0, round(a["written"] / 512), round(a["write_time"] * 1000),
+                round(queue), round(a["io_time"] * 1000), round(a["weighted"] * 1000),
+                0, 0, 0, 0, 0, 0,  # discards: completed, merged, sectors, ms; flushes: completed, ms
+            ]
+            disk_lines.append(f"{259:4d} {i:7d} {d.name} " + " ".join(str(v) for v in fields))
+        self._put("proc/diskstats", "\n".join(disk_lines) + ("\n" if disk_lines else ""))
+        net = [
+            "Inter-|   Receive                                                |  Transmit",
+            " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed",
+            f"    lo: {4096 * round(t + BOOT_UPTIME_SECONDS)} {4 * round(t + BOOT_UPTIME_SECONDS)} 0 0 0 0 0 0 "
+            f"{4096 * round(t + BOOT_UPTIME_SECONDS)} {4 * round(t + BOOT_UPTIME_SECONDS)} 0 0 0 0 0 0",
+        ]
+        for nic in spec.network:
+            a = c.nics[nic.name]
+            rx, tx = round(a["rx"]), round(a["tx"])
+            net.append(f"{nic.name:>6}: {rx} {rx // PACKET_BYTES} 0 0 0 0 0 0 {tx} {tx // PACKET_BYTES} 0 0 0 0 0 0")
+        self._put("proc/net/dev", "\n".join(net) + "\n")
