@@ -35,6 +35,29 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+# rendered label sets, reused across families and ticks (a GPU's ``gpu="0",uuid="GPU-..."`` appears in
+# ~40 families per tick); cleared when it grows past the bound, so changing label values cannot leak
+_LABEL_TEXT: dict[tuple[tuple[str, ...], tuple[Any, ...]], str] = {}
+_LABEL_TEXT_MAX = 20_000
+
+
+def _label_text(names: tuple[str, ...], values: tuple[Any, ...]) -> str:
+    """``k1="v1",k2="v2"`` with values escaped for the text format."""
+    key = (names, values)
+    try:
+        text = _LABEL_TEXT.get(key)
+    except TypeError:  # an unhashable label value: render it, don't cache it
+        key, text = None, None
+    if text is None:
+        text = ",".join(f'{k}="{_escape(str(v))}"' for k, v in zip(names, values, strict=True))
+        if key is None:
+            return text
+        if len(_LABEL_TEXT) >= _LABEL_TEXT_MAX:
+            _LABEL_TEXT.clear()
+        _LABEL_TEXT[key] = text
+    return text
+
+
 def format_value(value: float | int | bool) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
@@ -66,12 +89,11 @@ class Writer:
             if spec is None:
                 raise UnknownMetric(f"{name} is not in the metric catalogue")
             lines = self._families[name] = []
-        spec = BY_NAME[name]
-        if len(label_values) != len(spec.labels):
-            raise ValueError(f"{name} takes labels {spec.labels}, got {len(label_values)} values")
+        names = BY_NAME[name].labels
+        if len(label_values) != len(names):
+            raise ValueError(f"{name} takes labels {names}, got {len(label_values)} values")
         if label_values:
-            labels = ",".join(f'{k}="{_escape(str(v))}"' for k, v in zip(spec.labels, label_values, strict=True))
-            lines.append(f"{name}{{{labels}}} {format_value(value)}")
+            lines.append(f"{name}{{{_label_text(names, label_values)}}} {format_value(value)}")
         else:
             lines.append(f"{name} {format_value(value)}")
 
