@@ -56,7 +56,9 @@ def test_demo_is_a_two_gpu_h100_host_serving_an_llm():
         temps = [g.signals["temperature"].at(t) for t in range(0, 600, 5)]
         assert 54 <= min(temps) and max(temps) <= 71
         assert 65 * 2**30 < g.signals["memory_used"].at(100) < 75 * 2**30
-        assert len(g.processes) == 1
+        assert g.processes == ()  # its processes are the stand-ins of `workloads:` (real pids when started)
+    (chat,) = demo.workloads
+    assert [u.gpu for c in chat.process.children for u in c.gpus] == [0, 1]  # one tensor-parallel worker per GPU
     episode = [t for t in range(0, 600) if demo.gpus[0].clock_events["sw_power_cap"].at(t) > 0.5]
     assert episode[0] == 240 and episode[-1] == 299
 
