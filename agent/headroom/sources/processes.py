@@ -15,8 +15,9 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
   /proc/PID inode changed (the kernel gives every process instance a fresh inode; an evicted dentry
   also changes it, so the start time in /proc/PID/stat decides whether the pid was reused);
 - a new process costs one read each of stat, cmdline (only when a rule needs it) and cgroup (only
-  when a rule needs it), once; one that matched nothing is re-read on the next tick too, so a
-  fork -> exec (or a move into its unit's cgroup) that happened just after discovery is not missed;
+  when a rule needs it), once; one that appeared after the first scan and matched nothing is re-read
+  on the next tick too, so a fork -> exec (or a move into its unit's cgroup) that happened just after
+  discovery is not missed;
 - per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
   time that detects pid reuse) and /proc/PID/io (skipped for good once denied);
 - a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
@@ -149,6 +150,7 @@ class ProcessesCollector(Collector):
         self._procs: dict[int, _Proc] = {}
         self._totals = [_Totals() for _ in self._profiles]
         self._pid_files: list[frozenset[int]] = [frozenset() for _ in self._profiles]
+        self._scanned = False  # the first full scan is done
 
     def collect(self) -> ProcessesSample:
         """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
@@ -163,6 +165,7 @@ class ProcessesCollector(Collector):
         for pid in [p for p in self._procs if p not in listing]:
             self._forget(pid)
         fresh = self._discover(listing)
+        self._scanned = True
         pid_files = self._read_pid_files()
         if pid_files != self._pid_files:
             self._pid_files, full = pid_files, True
@@ -225,8 +228,9 @@ class ProcessesCollector(Collector):
                 continue
             if old is not None:
                 self._forget(pid)  # pid reuse: a different process now
+            # processes found by the first scan are old: only later arrivals may still be between fork and exec
             self._procs[pid] = _Proc(inode=inode, starttime=st.starttime_ticks, ppid=st.ppid, direct=direct,
-                                     cgroups=paths, recheck=not direct)
+                                     cgroups=paths, recheck=not direct and self._scanned)
             changed.append(pid)
         return None if verdict_changed else changed
 
