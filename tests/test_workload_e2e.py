@@ -211,3 +211,30 @@ def test_demo_shows_the_stand_in_vllm_under_its_workload_with_gpu_memory_from_th
     assert chat["gpu_memory_capacity_bytes"] == 2 * 81559 * (1 << 20)
     assert chat["estimate_error"] is None
     assert wait_gone(on_gpu) == []  # snapshot stopped its stand-ins on the way out
+
+
+# ------------------------------------------------------------------- per-process GPU utilization
+@pytest.mark.parametrize("situation, extra, expected, calls", [
+    ("samples since the last tick become the process's ratio", "", {101: 0.25, 102: None}, 2),
+    ("NOT_SUPPORTED is remembered: absent, and not asked again", "    unsupported: [process_utilization]\n",
+     {101: None, 102: None}, 1),
+])
+def test_nvml_collector_reads_per_process_sm_utilization(situation, extra, expected, calls):
+    from headroom.sources import SourceContext
+    from headroom.sources.nvml import NvmlCollector
+
+    text = GPU + "    processes:\n      - {pid: 101, used_memory: 1GiB, sm_utilization: 0.25}\n" \
+                 "      - {pid: 102, used_memory: 2GiB}\n" + extra
+    scenario = parse_scenario(text)
+    clock = ManualClock(1.0)
+    scenario.nvml_library(clock=clock)
+    c = NvmlCollector(SourceContext(scenario=scenario, monotonic=clock))
+    try:
+        first = c.collect().gpus[0]
+        clock.advance(1.0)
+        second = c.collect().gpus[0]
+    finally:
+        c.close()
+    for g in (first, second):
+        assert {p.pid: p.sm_utilization_ratio for p in g.processes} == expected, situation
+    assert scenario.nvml_library().calls[("nvmlDeviceGetProcessUtilization", 0)] == calls
