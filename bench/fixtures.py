@@ -89,12 +89,14 @@ def optional_collectors() -> list[str]:
     return [name for name, cls in load_all().items() if not cls.default_enabled and name == "processes"]
 
 
-def config_yaml(workloads: int, extra_collectors: Sequence[str] = ()) -> str:
+def config_yaml(workloads: int, extra_collectors: Sequence[str] = (), interval: str = "1s",
+                window: str = "10m") -> str:
     """Configuration text declaring bench workloads 1..``workloads`` (matched by command line)."""
     lines = [
         "agent:",
-        "  sample_interval: 1s",
-        "  window: 10m",
+        f"  sample_interval: {interval}",
+        f"  window: {window}",
+        "  collector_timeout: 1s",
         "collectors:",
         "  nvml:",
         "    pcie_poll_interval: 5s",

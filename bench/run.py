@@ -46,10 +46,12 @@ class Plan:
     scrapes: int = 300
     idle_seconds: float = 4.0
     scale_scrapes: bool = True
+    rss_seconds: float = 45.0
 
     @classmethod
     def quick(cls) -> Plan:
-        return cls(ticks=10, warmup=30, rounds=1, scale_rounds=1, scrapes=100, idle_seconds=2.0, scale_scrapes=False)
+        return cls(ticks=10, warmup=30, rounds=1, scale_rounds=1, scrapes=100, idle_seconds=2.0, scale_scrapes=False,
+                   rss_seconds=15.0)
 
 
 def tick_scales() -> list[tuple[int, int, int]]:
@@ -73,10 +75,10 @@ class Inputs:
             path.write_text(text)
         return path
 
-    def config(self, workloads: int) -> Path:
-        path = self.workdir / f"config-{workloads}wl.yaml"
+    def config(self, workloads: int, interval: str = "1s", window: str = "10m") -> Path:
+        path = self.workdir / f"config-{workloads}wl-{interval}-{window}.yaml"
         if not path.exists():
-            path.write_text(fixtures.config_yaml(workloads, self.extra))
+            path.write_text(fixtures.config_yaml(workloads, self.extra, interval, window))
         return path
 
 
@@ -106,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                 run_scrapes(results, inputs, farm, plan, workdir)
             elif plan.scale_scrapes and scale in ((REFERENCE[0], 100, REFERENCE[2]), (REFERENCE[0], 5000, REFERENCE[2])):
                 run_scale_scrape(results, inputs, farm, plan, workdir, scale)
+        farm.resize_host(REFERENCE[1])
+        run_full_window_rss(results, inputs, plan, workdir)
         if plan.scale_scrapes:
-            farm.resize_host(REFERENCE[1])
             for gpus in (g for g in GPU_SCALES if g != REFERENCE[0]):
                 run_scale_scrape(results, inputs, farm, plan, workdir, (gpus, REFERENCE[1], REFERENCE[2]))
     finally:
@@ -169,6 +172,23 @@ def run_scrapes(results: report.Results, inputs: Inputs, farm: host.ProcessFarm,
     try:
         results.scrapes += scrape.measure(server, rounds=plan.rounds, scrapes=plan.scrapes,
                                           idle_seconds=plan.idle_seconds)
+    finally:
+        server.stop()
+
+
+def run_full_window_rss(results: report.Results, inputs: Inputs, plan: Plan, workdir: Path) -> None:
+    """RSS of ``headroom run`` while its window fills: the same 601 samples as 10 minutes at 1 s, held
+    after 30 s by sampling every 50 ms into a 30 s window."""
+    gpus, _, workloads = REFERENCE
+    _log(f"RSS while the window fills ({plan.rss_seconds:.0f} s at 50 ms ticks)")
+    server = scrape.start_headroom(inputs.config(workloads, "50ms", "30s"), inputs.scenario(gpus), workdir)
+    try:
+        server.wait_ready()
+        start = time.monotonic()
+        while (elapsed := time.monotonic() - start) < plan.rss_seconds:
+            results.window_rss.append((elapsed, host.rss_bytes(server.pid)[0]))
+            time.sleep(5.0)
+        results.window_rss.append((time.monotonic() - start, host.rss_bytes(server.pid)[0]))
     finally:
         server.stop()
 

@@ -112,7 +112,7 @@ def _build(config: Config, scenario_path: Path) -> tuple[list[Any], Any]:
 
 
 def measure(config: Config, scenario_path: Path, gpus: int, processes: int, ticks: int = 30,
-            warmup: int = 60, spacing: float = 0.02, profile: bool = False) -> TickResult:
+            warmup: int = 60, spacing: float = 0.1, profile: bool = False) -> TickResult:
     """Tick the product's sampler ``warmup`` + ``ticks`` times and time its parts (see module doc)."""
     collectors, scenario = _build(config, scenario_path)
     analyse = _Timed(make_analysis(config))
@@ -148,7 +148,8 @@ def measure(config: Config, scenario_path: Path, gpus: int, processes: int, tick
     failing = [f"{n}: {r.error}" for n, r in snap.sample.sources.items() if not r.ok]
     if failing:
         raise RuntimeError("collectors failed during the bench: " + "; ".join(failing))
-    collector_cpu, nvml, prof = _collectors_directly(config, scenario_path, gpus, window, snap, ticks, profile)
+    collector_cpu, nvml, prof = _collectors_directly(config, scenario_path, gpus, window, snap, ticks, profile,
+                                                     spacing)
     gz = []
     for _ in range(20):
         t = time.thread_time()
@@ -166,8 +167,11 @@ def measure(config: Config, scenario_path: Path, gpus: int, processes: int, tick
 
 
 def _collectors_directly(config: Config, scenario_path: Path, gpus: int, window: Any, snap: Any, ticks: int,
-                         profile: bool) -> tuple[dict[str, Spread], NvmlCalls | None, str]:
-    """Per-collector thread CPU of collect(), NVML calls per tick, and optionally a cProfile excerpt."""
+                         profile: bool, spacing: float) -> tuple[dict[str, Spread], NvmlCalls | None, str]:
+    """Per-collector thread CPU of collect(), NVML calls per tick, and optionally a cProfile excerpt.
+
+    Rounds are ``spacing`` apart, as ticks are: back to back, with warm CPU caches, the same calls cost
+    about half as much and the split would not add up to the tick."""
     collectors, scenario = _build(config, scenario_path)
     try:
         for c in collectors:  # warm up: NVML init, identity caches, incremental process discovery
@@ -181,6 +185,7 @@ def _collectors_directly(config: Config, scenario_path: Path, gpus: int, window:
                 t = time.thread_time()
                 c.collect()
                 cpu[c.name].append(time.thread_time() - t)
+            time.sleep(spacing)
         nvml = _nvml_calls(lib, before, gpus, ticks) if lib is not None else None
         text = ""
         if profile:
