@@ -35,7 +35,8 @@ class ConfigIssue:
 
     def __str__(self) -> str:
         where = self.path or "(document)"
-        return f"{self.file}:{self.line}:{self.column}: {where}: {self.message}"
+        message = " ".join(part.strip() for part in self.message.splitlines())  # one issue, one line
+        return f"{self.file}:{self.line}:{self.column}: {where}: {message}"
 
 
 class ConfigError(Exception):
@@ -51,6 +52,8 @@ def _fmt_path(parts: Sequence[str | int]) -> str:
     for p in parts:
         if isinstance(p, int):
             out += f"[{p}]"
+        elif not p or not p.isprintable() or any(c in p for c in ".[]: "):
+            out += f"[{p!r}]"  # a key that would garble the path (empty, newline, dots, ": ")
         else:
             out += ("." if out else "") + p
     return out
@@ -92,16 +95,34 @@ def _scalar(node: yaml.Node, path: list, ctx: _Ctx, what: str) -> Any:
         return _INVALID
     try:
         return _construct(node)
-    except yaml.YAMLError as exc:  # e.g. a timestamp that does not parse
-        ctx.error(node, path, f"invalid value: {exc}")
+    except _BadScalar as exc:
+        ctx.error(node, path, str(exc))
         return _INVALID
 
 
 _LOADER = yaml.SafeLoader("")
 
 
+class _BadScalar(Exception):
+    """A scalar YAML cannot turn into a value (a bad timestamp, an integer of over 4300 digits)."""
+
+    def __init__(self, node: yaml.Node, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+
 def _construct(node: yaml.ScalarNode) -> Any:
-    return _LOADER.construct_object(node, deep=True)
+    """The Python value of a scalar node; raises _BadScalar."""
+    try:
+        return _LOADER.construct_object(node, deep=True)
+    except yaml.MarkedYAMLError as exc:  # e.g. a timestamp that does not parse
+        raise _BadScalar(node, f"invalid value: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise _BadScalar(node, f"invalid value: {exc}") from None
+    except ValueError as exc:  # an int over sys.get_int_max_str_digits() digits, a date like 2024-13-01
+        if node.tag == "tag:yaml.org,2002:int":
+            raise _BadScalar(node, f"invalid value: a number of {len(node.value)} digits is too large") from None
+        raise _BadScalar(node, f"invalid value {node.value[:40]!r}: {exc}") from None
 
 
 @dataclass
@@ -298,7 +319,11 @@ class Raw(Spec):
     after: Callable[[Any, yaml.Node, list, _Ctx], Any] | None = None
 
     def check(self, node, path, ctx):
-        value = _to_python(node)
+        try:
+            value = _to_python(node)
+        except _BadScalar as exc:
+            ctx.error(exc.node, path, str(exc))
+            return _INVALID
         return self.after(value, node, path, ctx) if self.after else value
 
 
@@ -342,6 +367,9 @@ def check_profile(node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Any:
         return _INVALID
     try:
         return profile_from_dict(_to_python(node))
+    except _BadScalar as exc:
+        ctx.error(exc.node, path, str(exc))
+        return _INVALID
     except ProfileErrors as exc:
         for e in exc.errors:
             at = _node_at(node, e.path)
@@ -441,9 +469,14 @@ def _analysis_spec() -> Map:
             "idle_busy_ratio": (Number(minimum=0.0, maximum=1.0), None),
             "gpu_slowdown_celsius": (Number(minimum=0, maximum=150), None),
             "cost_per_gpu_hour": (Number(minimum=0, maximum=1e6), None),
-            "thresholds": (Map({name: (Number(minimum=0.0, maximum=1.0), None) for name in THRESHOLDS}), dict),
+            "thresholds": (Map({name: (_threshold_spec(name), None) for name in THRESHOLDS}), dict),
         }
     )
+
+
+def _threshold_spec(name: str) -> Spec:
+    """Thresholds are ratios 0-1, except the ``*_seconds_*`` ones (durations)."""
+    return Duration(minimum=0, maximum=86400) if "_seconds_" in name else Number(minimum=0.0, maximum=1.0)
 
 
 def _url_path(value: str) -> str | None:
@@ -542,6 +575,11 @@ def compose_text(raw: bytes | str, name: str) -> yaml.Node | None:
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         msg = f"YAML syntax error: {exc.problem or exc}" + (f" ({exc.context})" if exc.context else "")
         raise ConfigError([ConfigIssue(name, line, col, "", msg)]) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, most C0 controls)
+        at = max(0, exc.position)
+        line, col = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+        what = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
+        raise ConfigError([ConfigIssue(name, line, col, "", f"YAML error: character {what} is not allowed: {exc.reason}")]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([ConfigIssue(name, 1, 1, "", f"YAML error: {exc}")]) from None
     except RecursionError:
@@ -609,6 +647,25 @@ def _validate(node: yaml.Node | None, name: str, base: Path) -> Config:
         analysis=data["analysis"],
         workloads_dir=dropin_dir,
     )
+
+
+def with_profiles(config: Config, node: yaml.Node | None, source: str) -> Config:
+    """``config`` plus the workload profiles of a simulation scenario's ``profiles:`` list.
+
+    Errors are positioned in the scenario file. A profile whose name the configuration already declares
+    is left out: the configuration wins (so a user can override a scenario's profile).
+    """
+    if node is None:
+        return config
+    ctx = _Ctx(source)
+    profiles = Profiles().check(node, ["profiles"], ctx)
+    if ctx.issues or profiles is _INVALID:
+        raise ConfigError(ctx.issues or [ConfigIssue(source, 1, 1, "profiles", "invalid profiles")])
+    declared = {w.name for w in config.workloads}
+    extra = tuple(p for p in profiles if p.name not in declared)
+    from dataclasses import replace
+
+    return replace(config, workloads=tuple(config.workloads) + extra)
 
 
 def _overhead(section: Mapping[str, Any]) -> Any:

@@ -79,8 +79,21 @@ def load_scenario(name: str | None) -> Any:
         raise StartupError(str(exc)) from None
 
 
+def with_scenario_profiles(config: Config, scenario: Any) -> Config:
+    """The configuration plus the workload profiles the simulation scenario declares (``profiles:``)."""
+    from headroom.config import ConfigError, with_profiles
+
+    if scenario is None or getattr(scenario, "profiles_node", None) is None:
+        return config
+    try:
+        return with_profiles(config, scenario.profiles_node, scenario.source)
+    except ConfigError as exc:
+        raise StartupError(str(exc)) from None
+
+
 def build_sampler(config: Config, options: Options) -> Sampler:
     scenario = load_scenario(options.simulate)
+    config = with_scenario_profiles(config, scenario)
     interval = options.sample_interval or config.sample_interval
     collectors = build_collectors(config, options, scenario)
     sampler = Sampler(
@@ -117,8 +130,11 @@ def make_recorder(config: Config, options: Options, sampler: Sampler) -> Any:
             text = Path(config.source).read_text(encoding="utf-8")
         except OSError:
             text = None
+    scenario = sampler.scenario_object
     header = {"interval": sampler.interval, "window": config.agent["window"], "scenario": sampler.scenario,
-              "config": text, "config_file": config.source, "started": _time.time()}
+              "config": text, "config_file": config.source, "started": _time.time(),
+              "scenario_file": getattr(scenario, "source", None),
+              "scenario_profiles": getattr(scenario, "profiles", None)}
     return Recorder(path, header, options.record_max_bytes or DEFAULT_MAX_BYTES)
 
 
@@ -233,8 +249,14 @@ class Agent:
             log.error("config_reload_failed", config=str(self.config_path), errors=[str(i) for i in exc.issues])
             self.notifier.ready("configuration reload failed; previous configuration still running")
             return False
-        collectors = build_collectors(config, self.options, self._scenario)
-        self.sampler.reconfigure(collectors, analyse=make_analysis(config))
+        try:
+            merged = with_scenario_profiles(config, self._scenario)
+        except StartupError as exc:  # cannot happen for a scenario that loaded at start, but never crash
+            log.error("config_reload_failed", config=str(self.config_path), errors=[str(exc)])
+            self.sampler.config_reload_ok = False
+            return False
+        collectors = build_collectors(merged, self.options, self._scenario)
+        self.sampler.reconfigure(collectors, analyse=make_analysis(merged))
         self.config = config
         self.sampler.config_reload_ok = True
         self.sampler.config_reload_success_timestamp = time.time()

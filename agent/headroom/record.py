@@ -267,6 +267,8 @@ def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
                     config = check_config_text(text, "(recorded configuration)") if text else load_config(None)
                 except ConfigError as exc:
                     raise TraceError(f"the recorded configuration is invalid here: {exc}") from None
+            if header.get("scenario_profiles"):
+                config = _with_recorded_profiles(config, header)
             analysis = Analysis(config)
             interval = float(header.get("interval") or 1.0)
             window = deque(maxlen=max(2, int(float(header.get("window") or 600.0) / interval) + 1))
@@ -284,6 +286,19 @@ def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
     if analysis is None:
         raise TraceError("no samples in the recording")
     return ReplayResult(ticks, changes, final, compared, mismatches)
+
+
+def _with_recorded_profiles(config: Any, header: Mapping[str, Any]) -> Any:
+    """The simulation scenario's profiles the live agent merged into its configuration."""
+    import yaml
+
+    from headroom.config import ConfigError, with_profiles
+
+    node = yaml.compose(yaml.safe_dump(header["scenario_profiles"]))
+    try:
+        return with_profiles(config, node, str(header.get("scenario_file") or "(recorded scenario)"))
+    except ConfigError as exc:
+        raise TraceError(f"the recorded scenario profiles are invalid here: {exc}") from None
 
 
 def format_table(result: ReplayResult) -> str:

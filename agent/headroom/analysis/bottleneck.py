@@ -29,6 +29,9 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "compute_busy_high": (0.95, "GPU busy ratio where gpu_compute scores 1 (clocks at max, no throttling)"),
     "vram_low": (0.90, "VRAM used / total where gpu_memory starts to score"),
     "vram_high": (0.98, "VRAM used / total where gpu_memory scores 1"),
+    "vram_fill_seconds_low": (900.0, "seconds until VRAM is full (at its growth rate, once above vram_low) where "
+                                     "gpu_memory starts to score"),
+    "vram_fill_seconds_high": (120.0, "seconds until VRAM is full where gpu_memory scores 1"),
     "throttle_share_low": (0.2, "share of the window a thermal or power reason was active where it starts to score"),
     "throttle_share_high": (0.7, "share of the window throttled where the rule scores 1"),
     "work_busy": (0.3, "GPU busy ratio below which throttling is not limiting anything"),
@@ -107,10 +110,18 @@ def rule_gpu_memory(g: GpuSignals, t: Mapping[str, float], expected_peak: float 
     score = ramp(g.memory_used_ratio, t["vram_low"], t["vram_high"])
     growth = g.memory_growth_bytes_per_second
     text = f"GPU {g.index} VRAM {gib(g.memory_used_bytes)} of {gib(g.memory_total_bytes)} ({pct(g.memory_used_ratio)})"
-    if growth and growth > 0:
-        text += f", growing {growth / 2**20:.0f} MiB/s"
+    filling = (g.memory_used_ratio or 0.0) >= t["vram_low"]
+    if growth and growth > 0 and g.memory_used_bytes is not None and g.memory_total_bytes:
+        to_full = (g.memory_total_bytes - g.memory_used_bytes) / growth
+        text += f", growing {growth / 2**20:.0f} MiB/s (full in {to_full / 60:.0f} min at this rate)"
+        if filling:  # already nearly full and still growing: it will run out before long
+            score = max(score, ramp(to_full, t["vram_fill_seconds_low"], t["vram_fill_seconds_high"]))
     if expected_peak:
         text += f"; profile expects {gib(expected_peak)} at peak"
+        if g.memory_total_bytes and expected_peak > g.memory_total_bytes:
+            # the declared load cannot fit this GPU: once VRAM is nearly full, capacity is the limit
+            text += " (more than the GPU holds)"
+            score = max(score, ramp(g.memory_used_ratio, t["vram_low"] - 0.1, t["vram_low"]))
     return score, text
 
 
