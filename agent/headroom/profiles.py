@@ -423,6 +423,8 @@ class _Reader:
         v = m[key]
         if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
             return self.error(path + (key,), f"expected a number; got {v!r}")
+        if abs(v) > 1e300:  # also keeps huge integers away from float() and :g (OverflowError)
+            return self.error(path + (key,), "expected a finite number of a sensible size")
         if v < minimum or (exclusive_minimum and v == minimum):
             return self.error(
                 path + (key,), f"must be {'>' if exclusive_minimum else '>='} {minimum:g}; got {v:g}"
