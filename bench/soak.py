@@ -5,9 +5,10 @@ The issue's soak (10 minutes at 10 ticks per second with 8 simulated GPUs, scrap
     .venv/bin/python bench/soak.py
 
 A quick look: ``--duration 60``. The agent runs as a real child process on a free loopback port with a
-generated 8-GPU scenario and ``agent.window: 60s``; the window fills during the warm-up, so the
-baseline is taken with it full (at the default 10 m window and 10 ticks/s it would hold 6001 samples
-and keep growing for the first 10 minutes by design). After the warm-up the agent's RSS, threads and
+generated 8-GPU scenario, one workload over every GPU, and ``agent.window`` and
+``analysis.long_window`` both 60 s: the history the agent keeps fills during the warm-up, so the
+baseline is taken with it full (with the defaults, 10 m and 5 m, at 10 ticks/s the agent holds 6001
+samples and keeps growing for the first 10 minutes by design). After the warm-up the agent's RSS, threads and
 open file descriptors are read from /proc every ``--every`` seconds and printed as a table.
 
 Exit status: 0 flat; 1 growth beyond tolerance, a failed scrape, or a tick rate under 90 % of the
@@ -63,7 +64,7 @@ def scenario_yaml(gpus: int) -> str:
 def config_yaml(interval: float, window: float, gpus: int) -> str:
     """The agent's configuration: the tick rate, the window, and one workload over every GPU (so the
     processes collector and the per-workload analysis run on each tick too)."""
-    return (f"agent:\n  sample_interval: {interval}\n  window: {window}\n"
+    return (f"agent:\n  sample_interval: {interval}\n  window: {window}\nanalysis:\n  long_window: {window}\n"
             "collectors:\n  nvml:\n    pcie_poll_interval: 1s\n"
             "workloads:\n  - name: soak\n    kind: inference\n    params: 70B\n    precision: bf16\n"
             f"    gpus: [{', '.join(str(i) for i in range(gpus))}]\n    match: {{cmdline: 'vllm serve'}}\n")
