@@ -497,6 +497,7 @@ def _schema() -> Map:
             ),
             dict,
         ),
+        "processes": (_collector_spec(), dict),
         "net": (
             _collector_spec(
                 {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}
