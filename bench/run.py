@@ -46,7 +46,7 @@ class Plan:
     scrapes: int = 300
     idle_seconds: float = 4.0
     scale_scrapes: bool = True
-    rss_seconds: float = 45.0
+    rss_seconds: float = 35.0
 
     @classmethod
     def quick(cls) -> Plan:
@@ -178,19 +178,21 @@ def run_scrapes(results: report.Results, inputs: Inputs, farm: host.ProcessFarm,
 
 def run_full_window_rss(results: report.Results, inputs: Inputs, plan: Plan, workdir: Path) -> None:
     """RSS of ``headroom run`` while its window fills: the same 601 samples as 10 minutes at 1 s, held
-    after 30 s by sampling every 50 ms into a 30 s window."""
-    gpus, _, workloads = REFERENCE
-    _log(f"RSS while the window fills ({plan.rss_seconds:.0f} s at 50 ms ticks)")
-    server = scrape.start_headroom(inputs.config(workloads, "50ms", "30s"), inputs.scenario(gpus), workdir)
-    try:
-        server.wait_ready()
-        start = time.monotonic()
-        while (elapsed := time.monotonic() - start) < plan.rss_seconds:
-            results.window_rss.append((elapsed, host.rss_bytes(server.pid)[0]))
-            time.sleep(5.0)
-        results.window_rss.append((time.monotonic() - start, host.rss_bytes(server.pid)[0]))
-    finally:
-        server.stop()
+    after 30 s by sampling every 50 ms into a 30 s window; at 8 and 16 GPUs."""
+    _, _, workloads = REFERENCE
+    for gpus in (REFERENCE[0], max(GPU_SCALES)):
+        _log(f"RSS while the window fills: {gpus} GPUs ({plan.rss_seconds:.0f} s at 50 ms ticks)")
+        server = scrape.start_headroom(inputs.config(workloads, "50ms", "30s"), inputs.scenario(gpus), workdir)
+        points = results.window_rss.setdefault(gpus, [])
+        try:
+            server.wait_ready()
+            start = time.monotonic()
+            while (elapsed := time.monotonic() - start) < plan.rss_seconds:
+                points.append((elapsed, host.rss_bytes(server.pid)[0]))
+                time.sleep(5.0)
+            points.append((time.monotonic() - start, host.rss_bytes(server.pid)[0]))
+        finally:
+            server.stop()
 
 
 def run_scale_scrape(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, plan: Plan, workdir: Path,

@@ -146,10 +146,16 @@ def _scrape_window(server: Server, conn: http.client.HTTPConnection, scrapes: in
     latencies = []
     body = b""
     c0, t0 = cpu_seconds(server.pid), time.perf_counter()
+    conn.close()  # servers drop idle keep-alive connections: each window starts on a fresh one
     for _ in range(scrapes):
         s = time.perf_counter()
-        conn.request("GET", server.path, headers=headers)
-        resp = conn.getresponse()
+        try:
+            conn.request("GET", server.path, headers=headers)
+            resp = conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            conn.close()  # closed between two scrapes: reconnect once, as Prometheus does
+            conn.request("GET", server.path, headers=headers)
+            resp = conn.getresponse()
         body = resp.read()
         latencies.append(time.perf_counter() - s)
         if resp.status != 200:

@@ -1,0 +1,120 @@
+"""The harness's own arithmetic and inputs (run with ``.venv/bin/python -m pytest bench``)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench import fixtures, host, report, run
+from bench.scrape import ScrapeResult
+from bench.stats import Spread, percentile, slope
+from headroom.config import check_config_text
+from headroom.simulation import parse_scenario
+
+STAT = "4242 (my (odd) proc) S 1 4242 4242 0 -1 4194560 100 0 0 0 {utime} {stime} 0 0 20 0 3 0 5000 1000 200"
+
+
+@pytest.mark.parametrize(
+    "utime, stime",
+    [(0, 0), (150, 50), (123456, 7)],
+    ids=["idle process", "busy process", "mostly user time"],
+)
+def test_cpu_seconds_come_from_utime_and_stime_even_with_parentheses_in_the_name(utime, stime):
+    text = STAT.format(utime=utime, stime=stime)
+    assert host.parse_stat_cpu_seconds(text) == pytest.approx((utime + stime) / host.CLK_TCK)
+
+
+@pytest.mark.parametrize(
+    "values, q, expected",
+    [([5.0], 99, 5.0), ([1, 2, 3, 4], 50, 2), (list(range(1, 101)), 99, 99), (list(range(100, 0, -1)), 1, 1)],
+    ids=["one value", "even count median is the lower", "p99 of 100", "unsorted input"],
+)
+def test_percentile_is_nearest_rank(values, q, expected):
+    assert percentile(values, q) == expected
+
+
+def test_empty_measurements_are_refused():
+    with pytest.raises(ValueError):
+        Spread.of([])
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_slope_of_a_line_is_its_cost_per_unit():
+    assert slope([1, 8, 16], [3.0, 10.0, 18.0]) == pytest.approx(1.0)
+
+
+def test_generated_scenario_has_mig_on_every_fourth_gpu_and_the_given_pids():
+    scenario = parse_scenario(fixtures.scenario_yaml(16, lambda i: [1000 + i, 2000 + i]))
+    assert len(scenario.gpus) == 16
+    mig = [g.index for g in scenario.gpus if g.mig_enabled]
+    assert mig == [3, 7, 11, 15]
+    assert [p.pid for p in scenario.gpus[5].processes] == [1005, 2005]
+
+
+@pytest.mark.parametrize("workloads", [1, 3, 10])
+def test_each_declared_workload_matches_its_own_processes_only(workloads):
+    config = check_config_text(fixtures.config_yaml(workloads))
+    assert [w.name for w in config.workloads] == [f"bench-wl{k:02d}" for k in range(1, workloads + 1)]
+    for k, w in enumerate(config.workloads, start=1):
+        pattern = re.compile(w.match.cmdline)
+        assert pattern.search(host.workload_argv0(k, "worker2") + " 86400")
+        assert not pattern.search(host.workload_argv0(k + 1, "server") + " 86400")
+        assert not pattern.search("headroom-bench-idle 86400")
+
+
+def test_scales_vary_one_axis_at_a_time_around_the_reference():
+    scales = run.tick_scales()
+    g, p, w = run.REFERENCE
+    assert {s[0] for s in scales if s[1:] == (p, w)} == set(run.GPU_SCALES)
+    assert {s[1] for s in scales if (s[0], s[2]) == (g, w)} == set(run.PROCESS_SCALES)
+    assert {s[2] for s in scales if s[:2] == (g, p)} == set(run.WORKLOAD_SCALES)
+    assert [s[1] for s in scales] == sorted(s[1] for s in scales), "processes outermost: the farm only grows"
+
+
+def _scrape(server: str, encoding: str, cpu_ms: float, p50_ms: float, p99_ms: float) -> ScrapeResult:
+    lat = tuple([p50_ms / 1e3] * 98 + [p99_ms / 1e3] * 2)
+    return ScrapeResult(server, encoding, lat, Spread(cpu_ms / 1e3, cpu_ms / 1e3, cpu_ms / 1e3, 1),
+                        Spread(0.01, 0.01, 0.01, 1), 1000, 800, 40 * report.MIB, 41 * report.MIB, 42 * report.MIB)
+
+
+@pytest.mark.parametrize(
+    "headroom_ms, node_ms, met",
+    [(0.2, 8.0, True), (1.6, 8.0, True), (1.7, 8.0, False)],
+    ids=["far cheaper", "exactly a fifth", "just over a fifth"],
+)
+def test_node_exporter_ratio_target_is_judged_at_one_fifth(headroom_ms, node_ms, met):
+    results = report.Results(machine=host.machine(), command="x", quick=False, node_exporter="1.5.0")
+    results.scrapes = [_scrape("headroom", "identity", headroom_ms, 0.5, 2.0),
+                       _scrape("node_exporter", "identity", node_ms, 8.0, 12.0)]
+    verdicts = {t: ok for t, _, ok in report.targets(results)}
+    assert verdicts["server CPU per scrape <= 1/5 of node_exporter's (identity)"] is met
+
+
+@pytest.mark.parametrize(
+    "p50_ms, p99_ms, met",
+    [(0.5, 2.0, True), (1.2, 2.0, False), (0.5, 6.0, False)],
+    ids=["fast", "slow median", "slow tail"],
+)
+def test_latency_target_needs_both_percentiles(p50_ms, p99_ms, met):
+    results = report.Results(machine=host.machine(), command="x", quick=False, node_exporter=None)
+    results.scrapes = [_scrape("headroom", "identity", 0.2, p50_ms, p99_ms)]
+    verdicts = {t: ok for t, _, ok in report.targets(results)}
+    assert verdicts["scrape p50 < 1 ms, p99 < 5 ms (8 GPUs, loopback, identity)"] is met
+
+
+def test_the_farm_starts_named_processes_and_kills_them_all():
+    farm = host.ProcessFarm()
+    try:
+        farm.ensure_workloads(2)
+        pids = farm.workload_pids(2)
+        assert len(pids) == host.WORKLOAD_PROCESSES
+        argv = open(f"/proc/{pids[0]}/cmdline", "rb").read().split(b"\0")
+        assert argv[0].decode() == host.workload_argv0(2, "server")
+    finally:
+        farm.close()
+    assert farm.size == 0
+    for pid in pids:
+        with pytest.raises(FileNotFoundError):
+            open(f"/proc/{pid}/cmdline", "rb").read()
