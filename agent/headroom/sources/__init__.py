@@ -13,6 +13,7 @@ module in ``_MODULES`` below; add its metrics to ``exposition/catalog.py`` and t
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,38 @@ class Collector:
 
     def close(self) -> None:
         """Release handles and threads. Called once at shutdown."""
+
+
+class DeviceFilter:
+    """The ``device_include`` / ``device_exclude`` settings of a per-device collector (disk, net).
+
+    Both are regexes applied with re.search, like node_exporter's flags. Without an include, the
+    collector's default exclude applies; an explicit "" turns a filter off; with an include, the exclude
+    applies only when it is also given.
+    """
+
+    def __init__(self, collector: str, settings: Mapping[str, Any], default_exclude: str) -> None:
+        include = settings.get("device_include")
+        self.include = None if include in (None, "") else self._compile(collector, "device_include", include)
+        exclude = settings.get("device_exclude")
+        if exclude is None and self.include is None:
+            exclude = default_exclude
+        self.exclude = None if exclude in (None, "") else self._compile(collector, "device_exclude", exclude)
+
+    @staticmethod
+    def _compile(collector: str, key: str, pattern: object) -> re.Pattern[str]:
+        if not isinstance(pattern, str):
+            raise CollectorError(f"collectors.{collector}.{key}: expected a regex string, got {pattern!r}")
+        try:
+            return re.compile(pattern)
+        except re.error as exc:
+            raise CollectorError(f"collectors.{collector}.{key}: invalid regex {pattern!r}: {exc}") from None
+
+    def wanted(self, device: str) -> bool:
+        """True when ``device`` passes the include and exclude filters."""
+        if self.include is not None and not self.include.search(device):
+            return False
+        return self.exclude is None or not self.exclude.search(device)
 
 
 REGISTRY: dict[str, type[Collector]] = {}

@@ -10,20 +10,8 @@ Settings (``collectors.disk``):
 
 from __future__ import annotations
 
-import re
-
 from headroom.samples import DiskSample
-from headroom.sources import Collector, CollectorError, SourceContext, procfs, register
-
-
-def _compile(key: str, pattern: object) -> re.Pattern[str]:
-    """Returns the compiled regex of setting ``key``; raises CollectorError when it is not one."""
-    if not isinstance(pattern, str):
-        raise CollectorError(f"collectors.disk.{key}: expected a regex string, got {pattern!r}")
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise CollectorError(f"collectors.disk.{key}: invalid regex {pattern!r}: {exc}") from None
+from headroom.sources import Collector, DeviceFilter, SourceContext, procfs, register
 
 
 @register
@@ -34,19 +22,11 @@ class DiskCollector(Collector):
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
-        settings = ctx.settings
-        include = settings.get("device_include")
-        self._include = None if include in (None, "") else _compile("device_include", include)
-        exclude = settings.get("device_exclude")
-        if exclude is None and self._include is None:
-            exclude = procfs.DEFAULT_DISK_EXCLUDE
-        self._exclude = None if exclude in (None, "") else _compile("device_exclude", exclude)
+        self._filter = DeviceFilter("disk", ctx.settings, procfs.DEFAULT_DISK_EXCLUDE)
 
     def wanted(self, device: str) -> bool:
         """Returns True when ``device`` passes the include and exclude filters."""
-        if self._include is not None and not self._include.search(device):
-            return False
-        return self._exclude is None or not self._exclude.search(device)
+        return self._filter.wanted(device)
 
     def collect(self) -> DiskSample:
         """Returns the DiskSample of the wanted devices; raises CollectorError when diskstats fails."""

@@ -17,20 +17,9 @@ Settings (``collectors.net``):
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from headroom.samples import NetSample
-from headroom.sources import Collector, CollectorError, SourceContext, procfs, register
-
-
-def _compile(key: str, pattern: object) -> re.Pattern[str]:
-    """Returns the compiled regex of setting ``key``; raises CollectorError when it is not one."""
-    if not isinstance(pattern, str):
-        raise CollectorError(f"collectors.net.{key}: expected a regex string, got {pattern!r}")
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise CollectorError(f"collectors.net.{key}: invalid regex {pattern!r}: {exc}") from None
+from headroom.sources import Collector, DeviceFilter, SourceContext, procfs, register
 
 
 @register
@@ -41,19 +30,11 @@ class NetCollector(Collector):
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
-        settings = ctx.settings
-        include = settings.get("device_include")
-        self._include = None if include in (None, "") else _compile("device_include", include)
-        exclude = settings.get("device_exclude")
-        if exclude is None and self._include is None:
-            exclude = procfs.DEFAULT_NET_EXCLUDE
-        self._exclude = None if exclude in (None, "") else _compile("device_exclude", exclude)
+        self._filter = DeviceFilter("net", ctx.settings, procfs.DEFAULT_NET_EXCLUDE)
 
     def wanted(self, device: str) -> bool:
         """Returns True when ``device`` passes the include and exclude filters."""
-        if self._include is not None and not self._include.search(device):
-            return False
-        return self._exclude is None or not self._exclude.search(device)
+        return self._filter.wanted(device)
 
     def collect(self) -> NetSample:
         """Returns the NetSample of the wanted interfaces; raises CollectorError when net/dev fails."""
