@@ -46,12 +46,12 @@ class Plan:
     scrapes: int = 300
     idle_seconds: float = 4.0
     scale_scrapes: bool = True
-    rss_seconds: float = 35.0
+    rss_window_share: float = 1.1  # watch RSS for this share of the window (longer until it is full)
 
     @classmethod
     def quick(cls) -> Plan:
         return cls(ticks=10, warmup=30, rounds=1, scale_rounds=1, scrapes=100, idle_seconds=2.0, scale_scrapes=False,
-                   rss_seconds=15.0)
+                   rss_window_share=0.5)
 
 
 def tick_scales() -> list[tuple[int, int, int]]:
@@ -177,22 +177,37 @@ def run_scrapes(results: report.Results, inputs: Inputs, farm: host.ProcessFarm,
 
 
 def run_full_window_rss(results: report.Results, inputs: Inputs, plan: Plan, workdir: Path) -> None:
-    """RSS of ``headroom run`` while its window fills: the same 601 samples as 10 minutes at 1 s, held
-    after 30 s by sampling every 50 ms into a 30 s window; at 8 and 16 GPUs."""
+    """RSS of ``headroom run`` until its window holds the same 601 samples as 10 minutes at 1 s: 8 GPUs
+    sampling every 50 ms into a 30 s window, 16 GPUs (ticks of ~40 ms) every 100 ms into 60 s."""
     _, _, workloads = REFERENCE
-    for gpus in (REFERENCE[0], max(GPU_SCALES)):
-        _log(f"RSS while the window fills: {gpus} GPUs ({plan.rss_seconds:.0f} s at 50 ms ticks)")
-        server = scrape.start_headroom(inputs.config(workloads, "50ms", "30s"), inputs.scenario(gpus), workdir)
+    for gpus, interval, window in ((REFERENCE[0], "50ms", 30.0), (max(GPU_SCALES), "100ms", 60.0)):
+        limit = window * plan.rss_window_share
+        _log(f"RSS while the window fills: {gpus} GPUs, {interval} ticks, up to {2 * limit:.0f} s")
+        server = scrape.start_headroom(inputs.config(workloads, interval, f"{window:g}s"), inputs.scenario(gpus),
+                                       workdir)
         points = results.window_rss.setdefault(gpus, [])
         try:
             server.wait_ready()
-            start = time.monotonic()
-            while (elapsed := time.monotonic() - start) < plan.rss_seconds:
+            start, full_at = time.monotonic(), None
+            # ticks that overrun are skipped, so "full" is read from the agent's own sample count
+            while (elapsed := time.monotonic() - start) < limit or (full_at is None and elapsed < 2 * limit):
                 points.append((elapsed, host.rss_bytes(server.pid)[0]))
+                if full_at is None and _samples_total(server) >= report.WINDOW_SAMPLES:
+                    full_at = elapsed
                 time.sleep(5.0)
             points.append((time.monotonic() - start, host.rss_bytes(server.pid)[0]))
+            results.window_full_at[gpus] = full_at
+            results.window_interval[gpus] = interval
         finally:
             server.stop()
+
+
+def _samples_total(server: scrape.Server) -> float:
+    """headroom_samples_total from the server's exposition (0 when absent)."""
+    for line in scrape.fetch_identity(server).decode().splitlines():
+        if line.startswith("headroom_samples_total "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def run_scale_scrape(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, plan: Plan, workdir: Path,
