@@ -72,13 +72,15 @@ def config_yaml(interval: float, window: float, gpus: int) -> str:
 
 @dataclass(frozen=True)
 class Reading:
-    """One look at the agent: seconds since the baseline, RSS bytes, threads, open fds, ticks so far."""
+    """One look at the agent: seconds since the baseline, RSS bytes, threads, open fds, ticks so far,
+    and the host's process count (the processes collector tracks every pid: its memory follows it)."""
 
     t: float
     rss_bytes: int
     threads: int
     fds: int
     ticks: int | None
+    host_pids: int
 
 
 def read_process(pid: int) -> tuple[int, int, int]:
@@ -139,6 +141,7 @@ class Result:
     scrape_errors: list[str]
     worst_scrape_seconds: float
     tick_rate: float | None  # ticks per second achieved between the first and last reading
+    collector_failures: int  # collector_failing events in the agent's log (a collector late or failing)
     problems: list[str]
 
     @property
@@ -190,15 +193,17 @@ def soak(duration: float, warmup: float, interval: float = 0.1, gpus: int = 8, e
             time.sleep(warmup)
             readings: list[Reading] = []
             start = time.monotonic()
-            report(f"{'t (s)':>7} {'RSS (MiB)':>10} {'threads':>8} {'fds':>5} {'ticks':>8}")
+            report(f"{'t (s)':>7} {'RSS (MiB)':>10} {'threads':>8} {'fds':>5} {'ticks':>8} {'host pids':>10}")
             while True:
                 t = time.monotonic() - start
                 if proc.poll() is not None:
                     raise RuntimeError(f"agent exited with {proc.returncode} during the soak")
                 rss, threads, fds = read_process(proc.pid)
-                readings.append(Reading(t, rss, threads, fds, scraper.last_ticks))
+                pids = sum(1 for name in os.listdir("/proc") if name.isdigit())
+                readings.append(Reading(t, rss, threads, fds, scraper.last_ticks, pids))
                 r = readings[-1]
-                report(f"{r.t:7.0f} {r.rss_bytes / 2**20:10.1f} {r.threads:8d} {r.fds:5d} {r.ticks or 0:8d}")
+                report(f"{r.t:7.0f} {r.rss_bytes / 2**20:10.1f} {r.threads:8d} {r.fds:5d} {r.ticks or 0:8d} "
+                       f"{r.host_pids:10d}")
                 if t >= duration:
                     break
                 time.sleep(min(every, duration - t) if duration - t > 0.5 else 0.5)
@@ -232,7 +237,8 @@ def soak(duration: float, warmup: float, interval: float = 0.1, gpus: int = 8, e
         problems.append(f"agent exited {code} on SIGTERM")
     if "Traceback" in stderr:
         problems.append("a traceback in the agent's log")
-    return Result(readings, scraper.scrapes, scraper.errors, scraper.worst_seconds, rate, problems)
+    failures = stderr.count('"event": "collector_failing"')
+    return Result(readings, scraper.scrapes, scraper.errors, scraper.worst_seconds, rate, failures, problems)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
           f"last: RSS {last.rss_bytes / 2**20:.1f} MiB, {last.threads} threads, {last.fds} fds")
     rate = f"{result.tick_rate:.2f}/s" if result.tick_rate is not None else "unknown"
     print(f"ticks {rate}; {result.scrapes} scrapes, {len(result.scrape_errors)} errors, "
-          f"slowest {result.worst_scrape_seconds * 1000:.1f} ms")
+          f"slowest {result.worst_scrape_seconds * 1000:.1f} ms; {result.collector_failures} collector_failing events")
     for problem in result.problems:
         print(f"FAIL: {problem}")
     print("flat" if result.ok else "NOT flat")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -384,6 +385,38 @@ def test_driver_and_library_versions_mismatch(live, where):
     assert count(logs, "nvml_down") == 1 and count(logs, "nvml_recovered") == 1
     survived(fault)
 
+
+def test_a_stalled_tick_turns_healthz_503_while_metrics_keep_serving(live):
+    """Sampling itself stalls (the analysis blocks): the only case /healthz answers 503. /metrics keeps
+    serving the last complete snapshot, and the systemd watchdog pings stop (see "systemd")."""
+    from headroom.daemon import build_collectors, make_analysis
+
+    fault = "the tick itself stalls"
+    a = live()
+    a.start()
+    wait_for(lambda: a.healthz()[0] == 200, what="healthy")
+    release, stalled = threading.Event(), threading.Event()
+    analyse = make_analysis(a.agent.config)
+
+    def blocking(window):
+        stalled.set()
+        release.wait(30)
+        return analyse(window)
+
+    collectors = build_collectors(a.agent.config, a.agent.options, a.agent.sampler.scenario_object)
+    a.agent.sampler.reconfigure(collectors, analyse=blocking)
+    inject(fault)
+    assert stalled.wait(5)
+    ticks = value(a.metrics(), "headroom_samples_total")
+    status, text = wait_for(lambda: (lambda h: h if h[0] == 503 else None)(a.healthz()), what="503")
+    assert re.fullmatch(r"last sample \d+\.\ds ago \(interval 0\.2s\)\n", text), text
+    assert value(a.metrics(), "headroom_samples_total") == ticks  # the last good snapshot, still served
+    release.set()
+    wait_for(lambda: a.healthz() == (200, "ok\n"), what="healthy again")
+    assert value(a.metrics(), "headroom_samples_total") > ticks
+    a.prober.finish()
+    a.stop()
+    survived(fault)
 
 # ------------------------------------------------------------------------- real process (host faults)
 HOST_CONFIG = """\

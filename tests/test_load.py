@@ -244,6 +244,6 @@ def test_the_soak_command_stays_flat_in_a_short_run():
                         "--window", "10", "--every", "5"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "flat" in r.stdout.splitlines()[-1]
-    rows = [line.split() for line in r.stdout.splitlines() if re.match(r"\s+\d+\s+[\d.]+\s+\d+\s+\d+\s+\d+$", line)]
+    rows = [line.split() for line in r.stdout.splitlines() if re.match(r"\s+\d+\s+[\d.]+\s+\d+\s+\d+\s+\d+\s+\d+$", line)]
     assert len(rows) >= 4  # readings every 5 s over 20 s
     assert int(rows[-1][4]) - int(rows[0][4]) >= 150  # ~10 ticks/s were taken
