@@ -12,8 +12,9 @@ import sys
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, http_get
 from headroom.exposition.catalog import BY_NAME
+
+from conftest import ROOT, http_get
 
 
 @pytest.fixture(scope="module")

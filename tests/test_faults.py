@@ -27,13 +27,14 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import FIXTURES, Agent, http_get
 from headroom.config import check_config_text
 from headroom.daemon import Agent as DaemonAgent
 from headroom.daemon import Options
 from headroom.sources import Paths
 from headroom.sources import nvml as nvml_module
 from headroom.sources.fake_nvml import FakeNvml
+
+from conftest import FIXTURES, Agent, http_get
 
 INTERVAL = 0.2
 SCRAPE_BUDGET = 1.0  # seconds: every scrape during a fault must answer within this

@@ -21,8 +21,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT
 from headroom.config import Config, ConfigError, check_config_text
+
+from conftest import ROOT
 
 NAME = "fuzz.yaml"
 ISSUE = re.compile(r"(?P<file>fuzz\.yaml):(?P<line>\d+):(?P<column>\d+): (?P<path>[^\n]+?): (?P<message>[^\n]+)")

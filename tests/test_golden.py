@@ -12,12 +12,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import FIXTURES
 from headroom.analysis.pipeline import Analysis
 from headroom.config import load_config
 from headroom.sampler import Sampler
 from headroom.simulation import ManualClock, load_scenario
 from headroom.sources import Paths, SourceContext, load_all
+
+from conftest import FIXTURES
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "exposition.prom"
 VOLATILE = re.compile(

@@ -25,8 +25,9 @@ from types import SimpleNamespace
 import pytest
 import structlog
 
-from conftest import ROOT, Agent, http_get
 from headroom.exposition.server import REQUEST_TIMEOUT_SECONDS, HeadroomHTTPServer
+
+from conftest import ROOT, Agent, http_get
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: load-test\r\n\r\n"
 _LENGTH = re.compile(rb"(?im)^content-length:\s*(\d+)\s*$")

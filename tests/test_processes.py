@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
 from headroom.profiles import profile_from_dict
 from headroom.sources import Paths, SourceContext, procfs
 from headroom.sources.processes import PAGE_SIZE, ProcessesCollector, parse_cpu_max, parse_io_stat
+
+from conftest import FIXTURES
 
 PROC = FIXTURES / "proc" / "workloads"
 SYS = FIXTURES / "proc" / "workloads.sysfs"

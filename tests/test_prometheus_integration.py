@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import Agent, free_port, http_get
 from test_dashboards import FILES as DASHBOARD_FILES
 from test_dashboards import load, panels
 from test_rules import RULE_FILES, rules
+
+from conftest import Agent, free_port, http_get
 
 # (dashboard file, panel title, refId) -> why it has no data in this run; a listed query that returns data fails
 # the test, so the list shrinks as the missing pieces land.

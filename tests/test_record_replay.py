@@ -8,10 +8,10 @@ import subprocess
 import sys
 import time
 
-from conftest import ROOT, http_get
-
 from headroom.record import Recorder, read_traces, replay
 from headroom.samples import Sample, SourceResult
+
+from conftest import ROOT, http_get
 
 SCENARIO = """\
 description: a GPU that is compute bound for 3 s, then held down by its power cap

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 import time
 
-from conftest import http_get
 from headroom.exposition.server import HeadroomHTTPServer
 from headroom.sampler import Sampler
 from headroom.samples import MemorySample
 from headroom.sources import Collector, CollectorError, SourceContext
+
+from conftest import http_get
 
 
 class Steady(Collector):

@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from conftest import ROOT, http_get
-
 from headroom.analysis.bottleneck import RESOURCES
 from headroom.simulation import load_scenario
+
+from conftest import ROOT, http_get
 
 FAST = """\
 agent:

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT
 from headroom.simulation import ManualClock, ScenarioError, parse_scenario
 from headroom.units import parse_bytes
+
+from conftest import ROOT
 
 GPU = """gpus:
   - name: NVIDIA A100-SXM4-80GB
