@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ADDRESS ?= 127.0.0.1:9843
 SCENARIO ?= demo
 
-.PHONY: demo test venv system-deps lint docs golden bench install uninstall clean
+.PHONY: demo test venv system-deps lint docs golden bench soak accuracy install uninstall clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,14 @@ docs: venv
 
 golden: venv
 	$(PY) -m pytest tests/test_golden.py --update-golden
+
+## 10-minute soak at 10 ticks/s with 8 simulated GPUs: RSS, threads and fds must stay flat (docs/reliability.md).
+soak: venv
+	$(PY) bench/soak.py
+
+## Every built-in scenario with the default analysis settings: the accuracy table of docs/analysis.md.
+accuracy: venv
+	$(PY) -m bench.accuracy
 
 install:
 	bash systemd/install.sh

@@ -199,14 +199,16 @@ class Recorder:
 
     def write(self, sample: Sample, verdicts: Mapping[str, str] | None = None) -> None:
         line = encode_sample(sample, verdicts) + "\n"
+        good = None
         try:
             if self._handle is None:
                 self._open()
             if self._size + len(line) > self.max_bytes and self._size > 0:
                 self._rotate()
+            good = self._size
             self._write_raw(line)
         except OSError as exc:
-            self._fail(f"cannot write {self.path}: {exc.strerror or exc}")
+            self._fail(f"cannot write {self.path}: {exc.strerror or exc}", good)
             return
         if not self.ok:
             log.info("record_recovered", path=str(self.path))
@@ -218,7 +220,7 @@ class Recorder:
         os.replace(self.path, self.path.with_name(self.path.name + ".1"))
         self._open()
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, good_size: int | None = None) -> None:
         if self.ok:
             log.error("record_failing", path=str(self.path), error=message)
         self.ok, self.error = False, message
@@ -228,6 +230,11 @@ class Recorder:
             except OSError:
                 pass
             self._handle = None
+        if good_size is not None:
+            try:  # a line the disk took only part of would corrupt the file: cut it off
+                os.truncate(self.path, good_size)
+            except OSError:
+                pass
 
     def close(self) -> None:
         if self._handle is not None:

@@ -264,8 +264,11 @@ class Sampler:
 
     @property
     def failing(self) -> Mapping[str, str]:
-        """Collectors failing now, with their error."""
-        return dict(self._failing)
+        """Collectors failing now, with their error (and the recorder, under "record", when its writes fail)."""
+        out = dict(self._failing)
+        if self.recorder is not None and not self.recorder.ok:
+            out["record"] = self.recorder.error or "writes failing"
+        return out
 
     def run(self) -> None:
         """Tick at a fixed rate until ``stop()``. Overruns skip slots instead of bunching up."""

@@ -1,0 +1,90 @@
+"""Faults of --record: a full disk and a read-only one, injected into a running agent on a real tmpfs.
+
+Sampling and serving must go on (/metrics within 1 s), the recorder reports headroom_record_success 0
+with a single log event, /healthz says "degraded: record: ...", and writing resumes by itself when the
+disk accepts it again.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+from conftest import http_get
+
+
+def metric(body: bytes, name: str) -> float | None:
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def wait(predicate, timeout=15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def scrape(agent) -> bytes:
+    t0 = time.monotonic()
+    status, _, body = http_get(agent.url + "/metrics", timeout=2)
+    assert status == 200 and time.monotonic() - t0 < 1.0
+    return body
+
+
+def test_full_then_read_only_disk_for_record(tmp_path, agent_factory):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    try:
+        config = tmp_path / "c.yaml"
+        config.write_text("agent:\n  sample_interval: 100ms\n")
+        agent = agent_factory("--config.file", str(config), "--simulate", "demo", "--record", str(disk / "r.jsonl"),
+                              "--record.max-size", "64KiB")  # rotates about every second
+        assert wait(lambda: metric(scrape(agent), "headroom_record_success") == 1)
+
+        # 1. the disk fills up
+        filler = disk / "filler"
+        with open(filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        assert wait(lambda: metric(scrape(agent), "headroom_record_success") == 0)
+        status, _, body = http_get(agent.url + "/healthz")
+        assert status == 200 and b"degraded: record: cannot write" in body and b"No space left on device" in body
+        for _ in range(10):  # keeps serving, and keeps sampling
+            before = metric(scrape(agent), "headroom_samples_total")
+            time.sleep(0.15)
+            assert metric(scrape(agent), "headroom_samples_total") > before
+        filler.unlink()
+        assert wait(lambda: metric(scrape(agent), "headroom_record_success") == 1)
+
+        # 2. the directory turns read-only (a read-only bind mount over it: the next rotation cannot
+        #    rename or create), then writable again (the bind mount goes away)
+        subprocess.run(["mount", "--bind", str(disk), str(disk)], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(disk)], check=True)
+        assert wait(lambda: metric(scrape(agent), "headroom_record_success") == 0)
+        assert b"Read-only file system" in http_get(agent.url + "/healthz")[2]
+        subprocess.run(["umount", str(disk)], check=True)
+        assert wait(lambda: metric(scrape(agent), "headroom_record_success") == 1)
+        assert b"degraded" not in http_get(agent.url + "/healthz")[2]
+
+        code, err = agent.stop()
+        assert code == 0 and "Traceback" not in err
+        events = [json.loads(line)["event"] for line in err.splitlines() if line.startswith("{")]
+        assert events.count("record_failing") == 2  # once per fault, not once per tick
+        assert events.count("record_recovered") == 2
+        # the recording is still a readable trace after the faults
+        from headroom.record import read_traces
+
+        assert sum(1 for _ in read_traces([disk / "r.jsonl.1", disk / "r.jsonl"])) > 5
+    finally:
+        for _ in range(2):  # the read-only bind (if a step failed) and the tmpfs
+            subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)
