@@ -341,7 +341,7 @@ def _rss_section(results: Results, w: Any) -> None:
         full_at = results.window_full_at.get(gpus)
         if len(points) > 1 and full_at is not None:
             grown = points[-1][1] - points[0][1]
-            w(f"The window held {WINDOW_SAMPLES} samples after {full_at:.0f} s (ticks over 50 ms are skipped); "
+            w(f"The window held {WINDOW_SAMPLES} samples after {full_at:.0f} s (overrunning ticks are skipped); "
               f"the full window adds {grown / MIB:.1f} MiB at {gpus} GPUs, "
               f"{grown / WINDOW_SAMPLES / 1024:.0f} KiB per sample.\n")
 
@@ -379,6 +379,21 @@ def _diagnosis_section(results: Results, w: Any) -> None:
             notes.append(
                 "The processes collector lists /proc every tick; at 5 000 processes the listing alone "
                 "(`os.scandir` + `inode()`, mostly kernel time in getdents) is ~6 ms.")
+    if "faster than linear" in _marginal(_growth(results, "gpus", {"processes": 1000, "workloads": 3}), "gpus", 1e3, ""):
+        notes.append(
+            "**GPUs grow tick cost faster than linearly**: the analysis term is O(GPUs^2 x samples) "
+            "(`signals.gpu_signals`, above); collectors and rendering grow linearly (tables above).")
+    big = max(results.window_rss, default=None)
+    if big is not None and results.window_full_at.get(big) is not None and results.window_rss[big][-1][1] >= RSS_TARGET:
+        points = results.window_rss[big]
+        per_sample = (points[-1][1] - points[0][1]) / WINDOW_SAMPLES
+        notes.append(
+            f"**RSS at {big} GPUs with a full window is {points[-1][1] / MIB:.1f} MiB**: the agent starts at "
+            f"{points[0][1] / MIB:.1f} MiB and each of the window's {WINDOW_SAMPLES} samples keeps "
+            f"~{per_sample / 1024:.0f} KiB (per GPU per sample: frozen GpuSample with its dicts of clock-event "
+            "flags and seconds, process tuples, MIG tuples, plus every host collector's sample). Keeping only "
+            "what analysis reads in the window (or sharing unchanged per-GPU dicts between samples) would "
+            "bound it.")
     growth = _marginal(_growth(results, "workloads", {"gpus": 8, "processes": 1000}), "workloads", 1e3, "")
     if "faster than linear" in growth:
         notes.append(
