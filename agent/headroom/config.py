@@ -497,6 +497,7 @@ def _schema() -> Map:
             ),
             dict,
         ),
+        "agent": (_collector_spec(), dict),
         "processes": (_collector_spec(), dict),
         "net": (
             _collector_spec(

@@ -198,6 +198,18 @@ class ProcessesSample:
     workloads: tuple[WorkloadProcesses, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class AgentSample:
+    """The agent's own process."""
+
+    cpu_user_seconds_total: float
+    cpu_system_seconds_total: float
+    resident_memory_bytes: int
+    threads: int
+    open_fds: int
+    start_time_seconds: float
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 @dataclass(frozen=True, slots=True)
 class GpuProcess:

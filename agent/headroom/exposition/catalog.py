@@ -76,6 +76,17 @@ CATALOG: tuple[MetricSpec, ...] = (
           "With --record: 1 when the last sample was written to the recording, 0 while writes fail "
           "(read-only or full disk); sampling and serving go on either way."),
     _self("headroom_record_written_bytes_total", COUNTER, "bytes", (), "Bytes written to the recording."),
+    MetricSpec("headroom_agent_cpu_seconds_total", COUNTER, "seconds", ("mode",),
+               "CPU time the agent process used, mode user or system.", "agent collector (sources/agent.py): psutil",
+               "agent"),
+    MetricSpec("headroom_agent_resident_memory_bytes", GAUGE, "bytes", (), "Resident memory of the agent process.",
+               "agent collector (sources/agent.py): psutil", "agent"),
+    MetricSpec("headroom_agent_threads", GAUGE, "", (), "Threads of the agent process.",
+               "agent collector (sources/agent.py): psutil", "agent"),
+    MetricSpec("headroom_agent_open_fds", GAUGE, "", (), "Open file descriptors of the agent process.",
+               "agent collector (sources/agent.py): psutil", "agent"),
+    MetricSpec("headroom_agent_start_time_seconds", GAUGE, "seconds", (), "Unix time the agent process started.",
+               "agent collector (sources/agent.py): psutil", "agent"),
     # --- NVML and GPUs
     _gpu("headroom_nvml_up", GAUGE, "", (),
          "1 when NVML is initialised and answering, 0 when the library or driver is unavailable."),

@@ -340,7 +340,17 @@ def _render_net(w: Writer, net: NetSample, snap: Snapshot) -> None:
         w.add("headroom_network_speed_bytes", d.speed_bytes_per_second, d.device)
 
 
+def _render_agent(w: Writer, a: Any, snap: Snapshot) -> None:
+    w.add("headroom_agent_cpu_seconds_total", _r(a.cpu_user_seconds_total), "user")
+    w.add("headroom_agent_cpu_seconds_total", _r(a.cpu_system_seconds_total), "system")
+    w.add("headroom_agent_resident_memory_bytes", a.resident_memory_bytes)
+    w.add("headroom_agent_threads", a.threads)
+    w.add("headroom_agent_open_fds", a.open_fds)
+    w.add("headroom_agent_start_time_seconds", _r(a.start_time_seconds))
+
+
 _HOST_RENDERERS: Iterable[tuple[str, Any]] = (
+    ("agent", _render_agent),
     ("cpu", _render_cpu),
     ("memory", _render_memory),
     ("shm", _render_shm),
