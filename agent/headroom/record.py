@@ -225,12 +225,7 @@ class Recorder:
         if self.ok:
             log.error("record_failing", path=str(self.path), error=message)
         self.ok, self.error = False, message
-        if self._handle is not None:
-            try:
-                self._handle.close()
-            except OSError:
-                pass
-            self._handle = None
+        self.close()
         if good_size is not None:
             try:  # a line the disk took only part of would corrupt the file: cut it off
                 os.truncate(self.path, good_size)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pynvml
 
 from headroom.simulation import CLOCK_EVENT_REASONS, FaultSpec
+from headroom.sources.nvml import VALUE_MEMBER
 
 if TYPE_CHECKING:
     from headroom.simulation import GpuSpec, Scenario
@@ -79,15 +80,6 @@ _FIELDS = {
     pynvml.NVML_FI_DEV_REMAPPED_UNC: ("remapped_rows", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT),
     pynvml.NVML_FI_DEV_REMAPPED_PENDING: ("remapped_rows", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT),
     pynvml.NVML_FI_DEV_REMAPPED_FAILURE: ("remapped_rows", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT),
-}
-_VALUE_MEMBER = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
 }
 _REASON_BIT = {name: 1 << i for i, name in enumerate(CLOCK_EVENT_REASONS)}
 _NO_LIBRARY_NEEDED = {"nvmlInit", "nvmlInitWithFlags"}
@@ -602,7 +594,7 @@ class FakeNvml:
                 continue
             fv.valueType = vtype
             fv.nvmlReturn = pynvml.NVML_SUCCESS
-            setattr(fv.value, _VALUE_MEMBER[vtype], self._field(gpu, fid))
+            setattr(fv.value, VALUE_MEMBER[vtype], self._field(gpu, fid))
         return values
 
     def _field(self, gpu: GpuSpec, fid: int) -> int:

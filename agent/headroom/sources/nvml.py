@@ -81,7 +81,7 @@ _FIELDS = (
     pynvml.NVML_FI_DEV_REMAPPED_PENDING,
     pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
 )
-_VALUE_MEMBER = {
+VALUE_MEMBER = {  # nvmlFieldValue_t: the union member that holds each value type (the fake uses it too)
     pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
     pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
     pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
@@ -643,7 +643,7 @@ class NvmlCollector(Collector):
         for fv in values:
             fid, ret = int(fv.fieldId), int(fv.nvmlReturn)
             if ret == pynvml.NVML_SUCCESS:
-                member = _VALUE_MEMBER.get(int(fv.valueType))
+                member = VALUE_MEMBER.get(int(fv.valueType))
                 out[_FIELDS.index(fid)] = getattr(fv.value, member) if member else None
             elif ret in _ABSENT_CODES:
                 gpu.unsupported[f"field:{fid}"] = gpu.now + _REPROBE_UNSUPPORTED
