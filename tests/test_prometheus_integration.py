@@ -24,12 +24,7 @@ from conftest import Agent, free_port, http_get
 
 # (dashboard file, panel title, refId) -> why it has no data in this run; a listed query that returns data fails
 # the test, so the list shrinks as the missing pieces land.
-NO_DATA_YET: dict[tuple[str, str, str], str] = {
-    ("workload.json", "Its share of the GPUs", "A"):
-        "per-process GPU utilization needs a process the simulated GPU lists; the showcase has no scenario "
-        "`workloads:` stand-ins yet (their format was still being built), and the test's own process for "
-        "workload chat is not on a simulated GPU",
-}
+NO_DATA_YET: dict[tuple[str, str, str], str] = {}
 # a real process for workload chat (cmdline match), so its process panels have data
 STANDIN = ["-c", "import time; time.sleep(600)", "headroom-showcase-chat-server"]
 # alerts the showcase scenario makes fire at once (no `for:`): XID 79 at 3 s, a failed row remap from the start
