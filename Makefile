@@ -40,6 +40,10 @@ docs: venv
 golden: venv
 	$(PY) -m pytest tests/test_golden.py --update-golden
 
+## Measure tick, scrape and memory cost next to node_exporter; writes docs/benchmarks.md (~9 min).
+bench: venv
+	$(PY) -m bench
+
 ## 10-minute soak at 10 ticks/s with 8 simulated GPUs: RSS, threads and fds must stay flat (docs/reliability.md).
 soak: venv
 	$(PY) bench/soak.py

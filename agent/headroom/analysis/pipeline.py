@@ -17,6 +17,8 @@ from headroom.analysis.bottleneck import NONE, Hysteresis, Verdict
 from headroom.analysis.headroom import WorkloadHeadroom, workload_headroom
 from headroom.samples import NvmlSample, Sample
 
+LONG_REFRESH_SECONDS = 5.0  # long-window scores are recomputed this often (sample time), not every tick
+
 DEFAULTS: dict[str, Any] = {
     "short_window": 15.0,  # seconds of samples the scores look at
     "long_window": 300.0,
@@ -95,6 +97,8 @@ class Analysis:
         self._last_monotonic: float | None = None
         self._idle_seconds = 0.0
         self._idle_cost = 0.0
+        self._long_at: float | None = None
+        self._long_scores: dict[str, Mapping[str, float]] = {}
 
     def _hold(self, key: str) -> Hysteresis:
         h = self._hysteresis.get(key)
@@ -123,33 +127,42 @@ class Analysis:
         t, s = self.thresholds, self.settings
         statuses = self._attribute(sample)
         host = signals.host_signals(window, s["short_window"])
-        host_long = signals.host_signals(window, s["long_window"])
         gpus = signals.gpu_signals(window, s["short_window"])
-        gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"])}
+        # the long window (minutes of samples) changes slowly: its scores are refreshed every
+        # LONG_REFRESH_SECONDS of sample time, not every tick (a full pass costs ~20x a short one)
+        refresh = self._long_at is None or not 0 <= now - self._long_at < LONG_REFRESH_SECONDS
+        if refresh:
+            self._long_at = now
+            self._long_scores = {}
+            host_long = signals.host_signals(window, s["long_window"])
+            gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"])}
         changes: list[Change] = []
 
         gpu_findings = []
         for g in gpus:
             v = bottleneck.score_gpu(g, host, t)
-            long = bottleneck.score_gpu(gpus_long.get(g.uuid, g), host_long, t)
-            v = self._settle(v, long, f"gpu/{g.uuid}", "gpu", str(g.index), now, changes)
+            key = f"gpu/{g.uuid}"
+            if refresh:
+                self._long_scores[key] = bottleneck.score_gpu(gpus_long.get(g.uuid, g), host_long, t).scores
+            v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes)
             gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s)))
 
         by_index = {g.index: g for g in gpus}
-        by_index_long = {g.index: gpus_long.get(g.uuid, g) for g in gpus}
         status_by_name = {getattr(st, "name", None): st for st in statuses}
         workload_findings = []
         for p in self.profiles:
             st = status_by_name.get(p.name)
             indices = tuple(getattr(st, "gpu_indices", ()) or ()) or _declared_indices(p, sample)
             w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
-            w_long = signals.workload_signals(window, s["long_window"], st, p, host.logical_cpus)
             mine = [by_index[i] for i in indices if i in by_index]
-            mine_long = [by_index_long[i] for i in indices if i in by_index_long]
             peak = getattr(st, "expected_peak_bytes", None)
             v = bottleneck.score_workload(p, w, mine, host, t, peak)
-            long = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak)
-            v = self._settle(v, long, f"workload/{p.name}", "workload", p.name, now, changes)
+            key = f"workload/{p.name}"
+            if refresh:
+                w_long = signals.workload_signals(window, s["long_window"], st, p, host.logical_cpus)
+                mine_long = [gpus_long.get(g.uuid, g) for g in mine]
+                self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak).scores
+            v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)
             room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
             workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices)))
 
@@ -166,7 +179,7 @@ class Analysis:
         return derived, Findings(tuple(statuses), tuple(gpu_findings), tuple(workload_findings), host_finding,
                                  tuple(changes))
 
-    def _settle(self, v: Verdict, long: Verdict, key: str, entity: str, name: str, now: float,
+    def _settle(self, v: Verdict, long_scores: Mapping[str, float], key: str, entity: str, name: str, now: float,
                 changes: list[Change]) -> Verdict:
         h = self._hold(key)
         before = h.primary
@@ -175,7 +188,7 @@ class Analysis:
             evidence = v.evidence.get(primary, "") if primary != NONE else "no resource scores high enough"
             changes.append(Change(entity, name, before, primary, evidence))
         return Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
-                       long_scores=long.scores)
+                       long_scores=long_scores)
 
 
 def _is_idle(g: signals.GpuSignals, s: Mapping[str, Any]) -> bool:

@@ -41,11 +41,14 @@ def _stdev(values: Sequence[float]) -> float | None:
 
 
 def _rate(samples: Sequence[Sample], read: Callable[[Sample], float | None]) -> float | None:
-    """Per-second increase of a counter between the first and last sample that have it."""
-    points = [(s.monotonic, v) for s in samples if (v := read(s)) is not None]
-    if len(points) < 2:
+    """Per-second increase of a counter between the first and last sample that have it.
+
+    Searches from both ends, so a counter present throughout costs two reads, not one per sample."""
+    first = next(((s.monotonic, v) for s in samples if (v := read(s)) is not None), None)
+    last = next(((s.monotonic, v) for s in reversed(samples) if (v := read(s)) is not None), None)
+    if first is None or last is None:
         return None
-    (t0, a), (t1, b) = points[0], points[-1]
+    (t0, a), (t1, b) = first, last
     if t1 <= t0 or b < a:
         return None
     return (b - a) / (t1 - t0)
@@ -87,10 +90,12 @@ def _gpus_by_uuid(sample: Sample) -> dict[str, GpuSample]:
 def gpu_signals(window: Sequence[Sample], seconds: float) -> list[GpuSignals]:
     """One GpuSignals per GPU present in the newest sample."""
     span = recent(window, seconds)
-    newest = _gpus_by_uuid(span[-1]) if span else {}
+    maps = [(s.monotonic, _gpus_by_uuid(s)) for s in span]  # once per sample, not once per GPU
+    newest = maps[-1][1] if maps else {}
     out = []
     for uuid, g in newest.items():
-        series = [gs for s in span if (gs := _gpus_by_uuid(s).get(uuid)) is not None and gs.up]
+        timed = [(t, gs) for t, m in maps if (gs := m.get(uuid)) is not None]
+        series = [gs for _, gs in timed if gs.up]
         if not g.up or not series:
             out.append(GpuSignals(g.index, uuid, g.name, up=False))
             continue
@@ -103,8 +108,7 @@ def gpu_signals(window: Sequence[Sample], seconds: float) -> list[GpuSignals]:
         capped = sum(1 for x in series if any(x.clock_events_active.get(r) for r in POWER_REASONS))
         used = g.memory_used_bytes
         total = g.memory_total_bytes
-        mem_points = [(s.monotonic, gs.memory_used_bytes) for s in span
-                      if (gs := _gpus_by_uuid(s).get(uuid)) is not None and gs.memory_used_bytes is not None]
+        mem_points = [(t, gs.memory_used_bytes) for t, gs in timed if gs.memory_used_bytes is not None]
         growth = None
         if len(mem_points) >= 2 and mem_points[-1][0] > mem_points[0][0]:
             growth = (mem_points[-1][1] - mem_points[0][1]) / (mem_points[-1][0] - mem_points[0][0])

@@ -56,6 +56,9 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     sys_version = ""
     protocol_version = "HTTP/1.1"
     timeout = REQUEST_TIMEOUT_SECONDS  # idle and half-open connections are dropped after this
+    # headers and body go out in separate writes: without TCP_NODELAY, Nagle's algorithm and the client's
+    # delayed ACK add ~40 ms to every response (docs/benchmarks.md)
+    disable_nagle_algorithm = True
 
     def setup(self) -> None:
         self.timeout = self.server.request_timeout
