@@ -44,20 +44,27 @@ class Snapshot:
     extras: Mapping[str, Any] = field(default_factory=dict)
 
 
-class _Worker:
-    """Runs one collector's ``collect()`` in a dedicated thread, one call at a time."""
+class _Lane:
+    """A worker thread that runs its collectors one after another, once per tick.
 
-    def __init__(self, collector: Collector, clock: Callable[[], float]) -> None:
-        self.collector = collector
-        self.name = collector.name
+    All collectors share one lane until one of them gets stuck (it has not returned by the tick's
+    deadline): then the lane keeps only the stuck collector, and the others move to a fresh lane, so a
+    hung call isolates itself and delays nothing else. One thread wake-up per tick instead of one per
+    collector is what keeps the tick cheap (docs/benchmarks.md).
+    """
+
+    def __init__(self, collectors: Iterable[Collector], clock: Callable[[], float]) -> None:
+        self.collectors = list(collectors)
         self._clock = clock
         self._cv = threading.Condition()
-        self._pending = False  # a call was requested and has not returned
+        self._pending = False  # a run was requested and has not finished
         self._requested = False
         self._stop = False
-        self._result: tuple[bool, Any, str | None, float] | None = None
-        self.call_started: float | None = None
-        self._thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
+        self._results: dict[str, tuple[bool, Any, str | None, float]] = {}
+        self.current: Collector | None = None  # the collector being called now
+        self.current_started: float | None = None
+        names = "+".join(c.name for c in self.collectors) or "none"
+        self._thread = threading.Thread(target=self._loop, name=f"collectors-{names}", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
@@ -67,43 +74,68 @@ class _Worker:
                 if self._stop:
                     return
                 self._requested = False
-            start = self._clock()
-            try:
-                data = self.collector.collect()
-                outcome = (True, data, None)
-            except Exception as exc:  # a collector fault degrades that collector only
-                message = str(exc) or type(exc).__name__
-                if not _is_expected(exc):
-                    message = f"{type(exc).__name__}: {message}"
-                outcome = (False, None, message)
-            duration = self._clock() - start
+                plan = list(self.collectors)
+            for c in plan:
+                with self._cv:
+                    if self._stop or c not in self.collectors:  # moved to another lane meanwhile
+                        continue
+                    self.current, self.current_started = c, self._clock()
+                outcome = _call(c, self._clock)
+                with self._cv:
+                    self._results[c.name] = outcome
+                    self.current = None
             with self._cv:
-                self._result = (*outcome, duration)
                 self._pending = False
                 self._cv.notify_all()
 
     def submit(self) -> bool:
-        """Ask for one call; False when the previous call is still running (stuck)."""
+        """Ask for one run; False when the previous run has not finished (a collector is stuck)."""
         with self._cv:
             if self._pending:
                 return False
             self._pending = True
             self._requested = True
-            self._result = None
-            self.call_started = self._clock()
+            self._results = {}
             self._cv.notify_all()
             return True
 
-    def wait(self, deadline: float) -> tuple[bool, Any, str | None, float] | None:
-        """The call's (ok, data, error, duration), or None if it did not return by ``deadline``."""
+    def wait(self, deadline: float) -> bool:
+        """True when the run finished by ``deadline``."""
         with self._cv:
-            self._cv.wait_for(lambda: not self._pending, timeout=max(0.0, deadline - self._clock()))
-            return None if self._pending else self._result
+            return self._cv.wait_for(lambda: not self._pending, timeout=max(0.0, deadline - self._clock()))
+
+    def progress(self) -> tuple[dict[str, tuple[bool, Any, str | None, float]], Collector | None, float | None]:
+        """(results so far, the collector running now, when it started)."""
+        with self._cv:
+            return dict(self._results), self.current, self.current_started
+
+    def keep_only(self, collector: Collector) -> None:
+        with self._cv:
+            self.collectors = [collector]
+
+    @property
+    def busy(self) -> bool:
+        with self._cv:
+            return self._pending
 
     def stop(self) -> None:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+
+
+def _call(collector: Collector, clock: Callable[[], float]) -> tuple[bool, Any, str | None, float]:
+    """(ok, data, error, duration) of one collect(); a collector fault degrades that collector only."""
+    start = clock()
+    try:
+        data = collector.collect()
+        outcome = (True, data, None)
+    except Exception as exc:
+        message = str(exc) or type(exc).__name__
+        if not _is_expected(exc):
+            message = f"{type(exc).__name__}: {message}"
+        outcome = (False, None, message)
+    return (*outcome, clock() - start)
 
 
 def _is_expected(exc: Exception) -> bool:
@@ -137,7 +169,7 @@ class Sampler:
         self.scenario = scenario
         self._clock = clock
         self._wall = wall_clock
-        self._workers = [_Worker(c, clock) for c in collectors]
+        self._lanes = [_Lane(collectors, clock)]
         self.window: deque[Sample] = deque(maxlen=max(2, int(window_seconds / interval) + 1))
         self._analyse = analyse or _default_analysis
         self._render = render or render_module.render
@@ -158,7 +190,7 @@ class Sampler:
 
     @property
     def collector_names(self) -> list[str]:
-        return [w.name for w in self._workers]
+        return [c.name for c in self._collectors()]
 
     # ----------------------------------------------------------------------------- reconfiguring
     def reconfigure(self, collectors: list[Collector], analyse: Any = None) -> None:
@@ -170,36 +202,43 @@ class Sampler:
         with self._pending_lock:
             self._pending = (collectors, analyse)
 
+    def _collectors(self) -> list[Collector]:
+        return [c for lane in self._lanes for c in lane.collectors]
+
     def _apply_pending(self) -> None:
         with self._pending_lock:
             pending, self._pending = self._pending, None
         if pending is None:
             return
         collectors, analyse = pending
-        old = {w.name: w for w in self._workers}
-        workers, retired = [], []
+        old = {c.name: c for c in self._collectors()}
+        kept, retired = [], []
         for c in collectors:
-            w = old.pop(c.name, None)
-            if w is not None and _same_setup(w.collector, c):
-                workers.append(w)
+            o = old.pop(c.name, None)
+            if o is not None and _same_setup(o, c):
+                kept.append(o)
                 retired.append(c)  # the new instance is not needed
             else:
-                workers.append(_Worker(c, self._clock))
-                if w is not None:
-                    retired.append(w)
+                kept.append(c)
+                if o is not None:
+                    retired.append(o)
         retired.extend(old.values())
-        self._workers = workers
+        # a lane still running a stuck call keeps it (if kept); everything else runs in one fresh lane
+        busy = [lane for lane in self._lanes if lane.busy]
+        stuck = {id(c) for lane in busy for c in lane.collectors}
+        for lane in self._lanes:
+            if lane not in busy:
+                lane.stop()
+        self._lanes = [*[lane for lane in busy if any(id(c) in stuck and c in kept for c in lane.collectors)],
+                       _Lane([c for c in kept if id(c) not in stuck], self._clock)]
         if analyse is not None:
             self._analyse = analyse
-        for item in retired:
-            if isinstance(item, _Worker):
-                item.stop()
-                item = item.collector
+        for c in retired:
             try:
-                item.close()
+                c.close()
             except Exception:
-                log.exception("collector_close_failed", collector=item.name)
-        log.info("collectors_reconfigured", collectors=[w.name for w in workers])
+                log.exception("collector_close_failed", collector=c.name)
+        log.info("collectors_reconfigured", collectors=[c.name for c in kept])
 
     # ------------------------------------------------------------------------------------ ticking
     def tick(self) -> Snapshot:
@@ -208,19 +247,7 @@ class Sampler:
         if self._before_tick is not None:
             self._before_tick()
         start = self._clock()
-        deadline = start + self.collector_timeout
-        submitted = {w.name: w.submit() for w in self._workers}
-        results: dict[str, SourceResult] = {}
-        for w in self._workers:
-            outcome = w.wait(deadline) if submitted[w.name] else None
-            if outcome is None:
-                stuck_for = self._clock() - (w.call_started or start)
-                results[w.name] = SourceResult(
-                    w.name, False, stuck_for, None, f"stuck: collect() has not returned for {stuck_for:.1f}s"
-                )
-            else:
-                ok, data, error, duration = outcome
-                results[w.name] = SourceResult(w.name, ok, duration, data, error)
+        results = self._collect(start)
         sample = Sample(timestamp=self._wall(), monotonic=self._clock(), sources=results)
         self._log_changes(results)
         self.window.append(sample)
@@ -251,6 +278,35 @@ class Sampler:
         if self._on_snapshot is not None:
             self._on_snapshot(snap)
         return snap
+
+    def _collect(self, start: float) -> dict[str, SourceResult]:
+        """Run every lane once; a collector stuck past the deadline is isolated in its own lane."""
+        order = [c.name for c in self._collectors()]
+        results: dict[str, SourceResult] = {}
+        queue = [(lane, lane.submit(), start + self.collector_timeout) for lane in self._lanes]
+        lanes = []
+        while queue:
+            lane, submitted, deadline = queue.pop(0)
+            lanes.append(lane)
+            done = lane.wait(deadline) if submitted else False
+            partial, current, started = lane.progress()
+            if submitted:
+                for name, (ok, data, error, duration) in partial.items():
+                    results[name] = SourceResult(name, ok, duration, data, error)
+            if done:
+                continue
+            stuck = current if current is not None else lane.collectors[0]
+            stuck_for = self._clock() - (started if started is not None else start)
+            results[stuck.name] = SourceResult(stuck.name, False, stuck_for, None,
+                                               f"stuck: collect() has not returned for {stuck_for:.1f}s")
+            rest = [c for c in lane.collectors if c is not stuck and (not submitted or c.name not in partial)]
+            if rest:  # the others must not wait behind it: they move to a lane of their own
+                lane.keep_only(stuck)
+                log.info("collector_isolated", collector=stuck.name, others=[c.name for c in rest])
+                fresh = _Lane(rest, self._clock)
+                queue.append((fresh, fresh.submit(), self._clock() + self.collector_timeout))
+        self._lanes = lanes
+        return {name: results[name] for name in order if name in results}
 
     def _log_changes(self, results: Mapping[str, SourceResult]) -> None:
         for name, r in results.items():
@@ -293,13 +349,13 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        for w in self._workers:
-            w.stop()
-        for w in self._workers:
+        for lane in self._lanes:
+            lane.stop()
+        for c in self._collectors():
             try:
-                w.collector.close()
+                c.close()
             except Exception:
-                log.exception("collector_close_failed", collector=w.name)
+                log.exception("collector_close_failed", collector=c.name)
         close_scenario = getattr(self.scenario_object, "close", None)
         if close_scenario is not None:
             close_scenario()  # removes a synthetic host tree
