@@ -1,9 +1,10 @@
 """The tick loop: run every collector, keep a window of Samples, analyse, render, swap a Snapshot.
 
-Each collector runs in its own worker thread, so one stuck call (an NVML call that hangs, a dead NFS
-mount) delays nothing but itself: when a collector has not answered by the tick's deadline it is
-reported failed (``headroom_collector_success`` 0, "stuck for N s") and is not called again until
-its pending call returns. The snapshot is immutable and swapped by a single reference assignment, so
+Collectors run in a worker lane (``_Lane``), one after another, off the sampler thread; one stuck
+call (an NVML call that hangs, a dead NFS mount) delays nothing but itself: when a collector has not
+answered by the tick's deadline it is reported failed (``headroom_collector_success`` 0, "stuck for
+N s"), keeps its lane to itself and is not called again until its pending call returns, while the
+other collectors move to a fresh lane in the same tick. The snapshot is immutable and swapped by a single reference assignment, so
 a scrape never waits for, calls into, or sees half of a tick.
 """
 
