@@ -216,26 +216,50 @@ def _human(spec, value) -> str:
 
 
 @dataclass
-class Duration(Spec):
-    """Seconds, written as 1s, 500ms, 5m, 1h or a number of seconds."""
+class _Quantity(Spec):
+    """A value written with a unit and parsed by ``units`` (durations, sizes), then bounded."""
 
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: bool = False
+    what = "a value"
+
+    @staticmethod
+    def parse(value: Any) -> float:
+        raise NotImplementedError
 
     def check(self, node, path, ctx):
-        value = _scalar(node, path, ctx, "a duration")
+        value = _scalar(node, path, ctx, self.what)
         if value is _INVALID:
             return value
         try:
-            seconds = units.parse_duration(value)
-        except (ValueError, TypeError, ArithmeticError) as exc:
-            ctx.error(node, path, str(exc) if not isinstance(exc, ArithmeticError) else "duration is too large")
+            parsed = self.parse(value)
+        except (ValueError, TypeError) as exc:
+            ctx.error(node, path, str(exc))
             return _INVALID
-        if not math.isfinite(seconds):
-            ctx.error(node, path, "duration is too large")
+        except ArithmeticError:
+            ctx.error(node, path, f"{self.what.removeprefix('a ')} is too large")
             return _INVALID
-        return _bounded(self, seconds, node, path, ctx)
+        if isinstance(parsed, float) and not math.isfinite(parsed):
+            ctx.error(node, path, f"{self.what.removeprefix('a ')} is too large")
+            return _INVALID
+        return _bounded(self, parsed, node, path, ctx)
+
+
+@dataclass
+class Duration(_Quantity):
+    """Seconds, written as 1s, 500ms, 5m, 1h or a number of seconds."""
+
+    what = "a duration"
+    parse = staticmethod(units.parse_duration)
+
+
+@dataclass
+class Bytes(_Quantity):
+    """A size: 80GiB, 512MiB, 1e9 or a number of bytes."""
+
+    what = "a size"
+    parse = staticmethod(units.parse_bytes)
 
 
 @dataclass
@@ -325,26 +349,6 @@ class Raw(Spec):
             ctx.error(exc.node, path, str(exc))
             return _INVALID
         return self.after(value, node, path, ctx) if self.after else value
-
-
-@dataclass
-class Bytes(Spec):
-    """A size: 80GiB, 512MiB, 1e9 or a number of bytes."""
-
-    minimum: int | None = None
-    maximum: int | None = None
-    exclusive_minimum: bool = False
-
-    def check(self, node, path, ctx):
-        value = _scalar(node, path, ctx, "a size")
-        if value is _INVALID:
-            return value
-        try:
-            size = units.parse_bytes(value)
-        except (ValueError, TypeError, ArithmeticError) as exc:
-            ctx.error(node, path, str(exc))
-            return _INVALID
-        return _bounded(self, size, node, path, ctx)
 
 
 class Profiles(Spec):
