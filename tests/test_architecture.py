@@ -26,7 +26,7 @@ def modules():
 def test_only_the_nvml_collector_and_its_stand_in_import_pynvml():
     importers = {p.relative_to(PKG).as_posix() for p in modules()
                  if any(m == "pynvml" or m.startswith("pynvml.") for m in imports(p))}
-    assert importers <= {"sources/nvml.py", "sources/fake_nvml.py"}, importers
+    assert importers <= {"sources/nvml.py", "simulation/fake_nvml.py"}, importers
 
 
 def test_analysis_imports_neither_nvml_nor_prometheus_nor_http():
@@ -45,3 +45,17 @@ def test_sources_know_nothing_of_prometheus():
     for p in (PKG / "sources").rglob("*.py"):
         for m in imports(p):
             assert not m.startswith(("prometheus_client", "headroom.exposition")), f"{p.name} imports {m}"
+
+
+def test_real_sources_never_import_the_simulation():
+    """The simulation is one package (scenarios, synthetic host, driver stand-in, stand-in processes);
+    only the daemon's --simulate path and tests reach into it."""
+    for p in (PKG / "sources").rglob("*.py"):
+        for m in imports(p):
+            assert not m.startswith("headroom.simulation"), f"sources/{p.name} imports {m}"
+
+
+def test_the_simulation_is_one_package():
+    stray = {p.name for p in PKG.glob("*.py")} & {"simulation.py", "simulation_host.py", "standin.py"}
+    assert not stray, stray
+    assert not (PKG / "sources" / "fake_nvml.py").exists()

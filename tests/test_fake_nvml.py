@@ -9,7 +9,7 @@ import pynvml
 import pytest
 
 from headroom.simulation import ManualClock, load_scenario, parse_scenario
-from headroom.sources.fake_nvml import FakeNvml, error_code
+from headroom.simulation.fake_nvml import FakeNvml, error_code
 
 
 @pytest.fixture

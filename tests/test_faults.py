@@ -30,9 +30,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from headroom.config import check_config_text
 from headroom.daemon import Agent as DaemonAgent
 from headroom.daemon import Options
+from headroom.simulation.fake_nvml import FakeNvml
 from headroom.sources import Paths
 from headroom.sources import nvml as nvml_module
-from headroom.sources.fake_nvml import FakeNvml
 
 from conftest import FIXTURES, Agent, http_get
 

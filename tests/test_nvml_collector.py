@@ -17,8 +17,8 @@ from structlog.testing import capture_logs
 
 from headroom.samples import GpuSample, NvmlSample
 from headroom.simulation import ManualClock, Scenario, load_scenario, parse_scenario
+from headroom.simulation.fake_nvml import FakeNvml
 from headroom.sources import CollectorError, SourceContext, load_all, nvml
-from headroom.sources.fake_nvml import FakeNvml
 from headroom.sources.nvml import NvmlCollector
 
 GIB = 2**30

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import pynvml
 
-from headroom.simulation import CLOCK_EVENT_REASONS, FaultSpec
+from headroom.simulation.scenario import CLOCK_EVENT_REASONS, FaultSpec
 from headroom.sources.nvml import VALUE_MEMBER
 
 if TYPE_CHECKING:
-    from headroom.simulation import GpuSpec, Scenario
+    from headroom.simulation.scenario import GpuSpec, Scenario
 
 _DEVICE_BASE = 0x5EED_0000
 _EVENT_SET_BASE = 0x5EE7_0000

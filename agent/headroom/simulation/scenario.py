@@ -2,7 +2,7 @@
 
 A scenario (YAML, documented in docs/scenario-format.md) declares GPUs, how their readings move over
 time, processes, MIG instances, XIDs and injected NVML faults. ``Scenario.nvml_library()`` hands out a
-pynvml-compatible fake (``headroom.sources.fake_nvml``) bound to it, so the real NVML collector runs
+pynvml-compatible fake (``headroom.simulation.fake_nvml``) bound to it, so the real NVML collector runs
 unchanged on a laptop, in CI and in ``--simulate demo``.
 
 Loading is strict: an unknown key, a wrong type or a bad unit fails with
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from headroom.simulation_host import parse_host
+from headroom.simulation.host import parse_host
 from headroom.units import parse_bytes, parse_duration
 
 # Clock-event reasons in NVML bit order; the same names the collector reports.
@@ -271,13 +271,13 @@ class Scenario:
     faults: tuple[FaultSpec, ...] = ()
     missing_functions: frozenset[str] = frozenset()
     workloads: tuple[WorkloadSpec, ...] = ()  # stand-in processes, started by start_processes()
-    host: Any = None  # headroom.simulation_host.HostSpec: synthetic host signals, or None (the real host)
+    host: Any = None  # headroom.simulation.host.HostSpec: synthetic host signals, or None (the real host)
     profiles: Any = None  # raw `profiles:` data: workload profiles in the config.yaml `workloads:` format
     profiles_node: Any = field(default=None, compare=False, repr=False)  # its YAML node, for positions
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
 
-    # -- synthetic host (headroom.simulation_host)
+    # -- synthetic host (headroom.simulation.host)
     def synthetic_host(self, clock: Callable[[], float] | None = None) -> Any:
         """The SyntheticHost of the ``host:`` section (one per Scenario, made on first use), or None without one.
 
@@ -285,7 +285,7 @@ class Scenario:
         """
         if self.host is None:
             return None
-        from headroom.simulation_host import SyntheticHost
+        from headroom.simulation.host import SyntheticHost
 
         with self._lock:
             host = self._cache.get("host")
@@ -324,7 +324,7 @@ class Scenario:
         ``clock`` returns seconds since the scenario started; by default the wall time since creation.
         Passing a clock to a later call replaces the library's clock.
         """
-        from headroom.sources.fake_nvml import FakeNvml
+        from headroom.simulation.fake_nvml import FakeNvml
 
         with self._lock:
             lib = self._cache.get("nvml")
@@ -342,7 +342,7 @@ class Scenario:
         children of the calling thread, die with it (PR_SET_PDEATHSIG) and are stopped by
         ``stop_processes``. Raises ScenarioError when one does not start in ``timeout`` seconds.
         """
-        from headroom import standin
+        from headroom.simulation import standin
 
         with self._lock:
             running = self._cache.get("standins")
@@ -403,7 +403,7 @@ def _stop(procs: list[Any]) -> None:
 # -------------------------------------------------------------------------------------------- loading
 def list_scenarios() -> list[str]:
     """Names of the built-in scenarios, sorted."""
-    folder = resources.files("headroom") / _SCENARIO_DIR
+    folder = resources.files("headroom.simulation") / _SCENARIO_DIR
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -420,7 +420,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         except OSError as exc:
             raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror or exc}") from None
         return parse_scenario(text, filename=str(path), name=path.stem)
-    resource = resources.files("headroom") / _SCENARIO_DIR / f"{text_name}.yaml"
+    resource = resources.files("headroom.simulation") / _SCENARIO_DIR / f"{text_name}.yaml"
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", text_name) or not resource.is_file():
         known = ", ".join(list_scenarios()) or "none"
         raise ScenarioError(f"unknown scenario {text_name!r} (built-in: {known}; or give a path to a .yaml file)")
@@ -660,7 +660,7 @@ class _Parser:
 
     def standin(self, node: yaml.Node, keys: dict[str, yaml.Node], path: str, gpu_count: int,
                 parent_argv: tuple[str, ...] | None) -> StandInSpec:
-        from headroom.standin import MIN_CMDLINE_BYTES, encoded
+        from headroom.simulation.standin import MIN_CMDLINE_BYTES, encoded
 
         if "cmdline" in keys:
             text = self.string(keys["cmdline"], f"{path}.cmdline")
@@ -839,7 +839,7 @@ class _Parser:
                 raise self.error(f["gpu"], f"{path}.gpu", f"no such GPU (the scenario has {gpu_count})")
         error = None
         if "error" in f:
-            from headroom.sources.fake_nvml import error_code
+            from headroom.simulation.fake_nvml import error_code
 
             error = self.string(f["error"], f"{path}.error")
             try:

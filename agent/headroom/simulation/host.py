@@ -35,9 +35,9 @@ from headroom.sources import Paths
 if TYPE_CHECKING:  # the parser lives in simulation.py, which imports this module lazily
     import yaml
 
-    from headroom.simulation import Signal, _Parser
+    from headroom.simulation.scenario import Signal, _Parser
 
-log = structlog.get_logger("headroom.simulation_host")
+log = structlog.get_logger("headroom.simulation.host")
 
 # Collectors that read the synthetic tree (shm through host_statvfs); every other collector keeps its paths.
 HOST_COLLECTORS = frozenset({"cpu", "memory", "disk", "net", "shm"})
@@ -135,7 +135,7 @@ def parse_host(p: _Parser, node: yaml.Node, path: str = "host") -> HostSpec:
 
     Returns a HostSpec; absent keys take the calm defaults documented in docs/scenario-format.md.
     """
-    from headroom.simulation import constant
+    from headroom.simulation.scenario import constant
 
     top = p.mapping(node, path, _HOST_KEYS)
 
@@ -215,7 +215,7 @@ def _disk(p: _Parser, node: yaml.Node, path: str) -> DiskSpec:
     d = p.mapping(node, path, _DISK_KEYS, ("name",))
 
     def s(key: str, kind: str, default: float) -> Signal:
-        from headroom.simulation import constant
+        from headroom.simulation.scenario import constant
 
         return p.signal(d[key], f"{path}.{key}", kind) if key in d else constant(default)
 
@@ -227,7 +227,7 @@ def _disk(p: _Parser, node: yaml.Node, path: str) -> DiskSpec:
 
 
 def _nic(p: _Parser, node: yaml.Node, path: str) -> NicSpec:
-    from headroom.simulation import constant
+    from headroom.simulation.scenario import constant
 
     n = p.mapping(node, path, _NIC_KEYS, ("name",))
     speed = None
@@ -249,7 +249,7 @@ def _shm(p: _Parser, node: yaml.Node, path: str) -> ShmSpec:
     size = int(p.unit(s["size"], f"{path}.size", "size"))
     if size <= 0:
         raise p.error(s["size"], f"{path}.size", "must be > 0")
-    from headroom.simulation import constant
+    from headroom.simulation.scenario import constant
 
     used = p.signal(s["used"], f"{path}.used", "size") if "used" in s else constant(0)
     return ShmSpec(mountpoint, size, used)

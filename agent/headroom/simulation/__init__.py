@@ -1,0 +1,35 @@
+"""Simulated GPU hosts, in one package that real sources never import.
+
+- ``scenario``: scenario files (docs/scenario-format.md) and the time-varying signals they describe;
+- ``host``: the synthetic procfs/sysfs tree the real host collectors read;
+- ``fake_nvml``: the GPU driver stand-in handed to the NVML collector;
+- ``standin``: the stand-in processes a scenario starts (run as scripts, standard library only);
+- ``scenarios/``: the built-in scenarios.
+"""
+
+from headroom.simulation.scenario import (
+    CLOCK_EVENT_REASONS,
+    FaultSpec,
+    GpuSpec,
+    ManualClock,
+    MigInstanceSpec,
+    ProcessSpec,
+    Scenario,
+    ScenarioError,
+    Signal,
+    StandInGpu,
+    StandInSpec,
+    WorkloadSpec,
+    XidSpec,
+    constant,
+    list_scenarios,
+    load_scenario,
+    parse_frequency,
+    parse_scenario,
+)
+
+__all__ = [
+    "CLOCK_EVENT_REASONS", "FaultSpec", "GpuSpec", "ManualClock", "MigInstanceSpec", "ProcessSpec", "Scenario",
+    "ScenarioError", "Signal", "StandInGpu", "StandInSpec", "WorkloadSpec", "XidSpec", "constant",
+    "list_scenarios", "load_scenario", "parse_frequency", "parse_scenario",
+]
