@@ -503,6 +503,11 @@ def _schema() -> Map:
         ),
         "agent": (_collector_spec(), dict),
         "processes": (_collector_spec(), dict),
+        "serving": (
+            _collector_spec({"timeout": (Duration(minimum=0.01, maximum=30), 0.5),
+                             "max_body": (Bytes(minimum=4096, maximum=256 * 2**20), 8 * 2**20)}),
+            dict,
+        ),
         "net": (
             _collector_spec(
                 {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}

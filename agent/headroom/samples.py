@@ -293,6 +293,51 @@ class NvmlSample:
     simulated: bool = False  # True when the fake library (a scenario) stands in for the driver
 
 
+# ------------------------------------------------------------------------------------------ serving
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A latency histogram as a serving runtime exports it: cumulative counts per upper bound (seconds).
+
+    Label sets of one family (engines, data-parallel ranks, Triton models) are merged by bound."""
+
+    bounds: tuple[float, ...]  # ascending upper bounds, the last one +Inf
+    counts: tuple[float, ...]  # cumulative observations <= each bound (counter)
+    sum: float  # seconds, counter
+    count: float  # observations, counter
+
+
+@dataclass(frozen=True, slots=True)
+class ServingEndpoint:
+    """One workload's serving runtime as its /metrics endpoint answered, normalized across runtimes.
+
+    ``up`` None: no scrape has finished yet. Values are None where the runtime (or its version) does not
+    export them; counters are the runtime's own (they restart with the runtime)."""
+
+    workload: str
+    endpoint: str
+    up: bool | None
+    error: str | None = None  # why it is down, for people (log, status API)
+    runtime: str | None = None  # vllm | sglang | tgi | triton, detected from the exposition
+    scrape_duration_seconds: float | None = None
+    kv_cache_usage_ratio: float | None = None  # share of the KV cache in use (the fullest engine)
+    requests_running: float | None = None
+    requests_waiting: float | None = None
+    preemptions_total: float | None = None  # requests evicted from the KV cache (vLLM preempted, SGLang retracted)
+    kv_cache_capacity_tokens: float | None = None  # tokens the KV cache holds (blocks x block size), all engines
+    prompt_tokens_total: float | None = None
+    generation_tokens_total: float | None = None
+    time_to_first_token: Histogram | None = None
+    inter_token_latency: Histogram | None = None
+    e2e_request_latency: Histogram | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSample:
+    """What the serving collector saw: one entry per workload profile with an endpoint, in declaration order."""
+
+    endpoints: tuple[ServingEndpoint, ...] = ()
+
+
 # -------------------------------------------------------------------------------------------- tick
 @dataclass(frozen=True, slots=True)
 class SourceResult:

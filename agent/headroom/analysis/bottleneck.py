@@ -11,13 +11,14 @@ every rule, threshold, source and blind spot; thresholds come from config.yaml (
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from headroom.analysis import serving as serving_rules
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
 
 RESOURCES = ("gpu_compute", "gpu_memory", "cpu", "host_memory", "shared_memory", "disk_io", "pcie",
-             "gpu_thermal", "gpu_power", "network")  # fmt: skip
+             "gpu_thermal", "gpu_power", "network", "kv_cache")  # fmt: skip
 NONE = "none"
 
 # name -> (default, meaning). Ramps go from 0 at *_low to 1 at *_high.
@@ -56,6 +57,10 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "iowait_weight": (0.3, "the most iowait alone can contribute to disk_io (iowait is unreliable)"),
     "net_low": (0.70, "busiest NIC's throughput / link speed where network starts to score"),
     "net_high": (0.90, "busiest NIC's throughput / link speed where network scores 1"),
+    "kv_usage_low": (0.80, "serving runtime's KV cache usage where kv_cache starts to score"),
+    "kv_usage_high": (0.95, "serving runtime's KV cache usage where kv_cache scores 1 (with requests waiting)"),
+    "serving_waiting_high": (1.0, "mean requests waiting over the window at which queueing counts fully"),
+    "preemptions_per_minute_high": (1.0, "preemptions per minute at which KV eviction counts fully"),
 }
 DEFAULT_THRESHOLDS: dict[str, float] = {k: v for k, (v, _) in THRESHOLDS.items()}
 
@@ -265,12 +270,14 @@ def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float]) -> Verdict:
         "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=False),
         "disk_io": rule_disk_io(starved, busy_text, h, t),
         "network": (0.0, "network is judged per distributed workload"),
+        "kv_cache": (0.0, "the KV cache is judged per serving workload"),
     }
     return _verdict(results, t)
 
 
 def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
-                   t: Mapping[str, float], expected_peak: float | None = None) -> Verdict:
+                   t: Mapping[str, float], expected_peak: float | None = None, serving: Any = None,
+                   kv_alternatives: str = "") -> Verdict:
     """Scores for one declared workload from its GPUs, its processes and the host."""
     kind = getattr(profile.kind, "value", str(profile.kind))
     cpu_only = kind == "cpu-inference"
@@ -303,8 +310,28 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
         "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=workers),
         "disk_io": rule_disk_io(starved, busy_text, h, t),
         "network": rule_network(starved, busy_text, h, t, distributed),
+        "kv_cache": serving_rules.rule_kv_cache(serving, t, busy, kv_alternatives),
     }
-    return _verdict(results, t)
+    return _serving_verdict(results, t, serving, busy)
+
+
+def _serving_verdict(results: dict[str, tuple[float, str]], t: Mapping[str, float], serving: Any,
+                     busy: float | None) -> Verdict:
+    """The verdict, with what the serving runtime says about demand (analysis/serving.py): a server with
+    nothing running or waiting is idle for lack of demand whatever the host does (every score 0); one
+    whose requests queue while the GPU is busy says so under gpu_compute; one whose requests queue
+    while KV cache and GPU have room is held back by its own limits (evidence for none)."""
+    idle = serving_rules.idle_for_demand(serving)
+    if idle is not None:
+        results = {r: (0.0, f"{text}; not limiting: {idle}") for r, (_, text) in results.items()}
+        v = _verdict(results, t)
+        return replace(v, evidence={**v.evidence, NONE: idle})
+    if serving is not None and serving.up and (serving.waiting or 0) > 0:
+        score, text = results["gpu_compute"]
+        results["gpu_compute"] = (score, f"{text}; {serving_rules.describe(serving)}")
+    v = _verdict(results, t)
+    limited = serving_rules.runtime_limited(serving, t, busy)
+    return replace(v, evidence={**v.evidence, NONE: limited}) if limited is not None else v
 
 
 def _verdict(results: Mapping[str, tuple[float, str]], t: Mapping[str, float]) -> Verdict:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headroom.analysis import bottleneck, rates, signals
+from headroom.analysis import serving as serving_analysis
 from headroom.analysis.bottleneck import NONE, Hysteresis, Verdict
 from headroom.analysis.headroom import WorkloadHeadroom, workload_headroom
 from headroom.samples import NvmlSample, Sample
@@ -44,6 +45,8 @@ class WorkloadFinding:
     verdict: Verdict
     headroom: WorkloadHeadroom
     gpus: tuple[int, ...] = ()
+    serving: serving_analysis.ServingSignals | None = None  # the runtime's view (profiles with an endpoint)
+    serving_headroom: serving_analysis.ServingHeadroom | None = None
 
 
 @dataclass(frozen=True)
@@ -156,15 +159,24 @@ class Analysis:
             w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
             mine = [by_index[i] for i in indices if i in by_index]
             peak = getattr(st, "expected_peak_bytes", None)
-            v = bottleneck.score_workload(p, w, mine, host, t, peak)
+            est = getattr(st, "estimate", None)
+            srv = serving_analysis.serving_signals(window, s["short_window"], p.name) if p.endpoint else None
+            alt = ""
+            if srv is not None and srv.up and est is not None and (srv.usage or 0) >= t["kv_usage_low"]:
+                alt = serving_analysis.alternatives(p, est.gpu_memory_bytes, est.gpus_available, srv.capacity_tokens)
+            v = bottleneck.score_workload(p, w, mine, host, t, peak, srv, alt)
             key = f"workload/{p.name}"
             if refresh:
                 w_long = signals.workload_signals(window, s["long_window"], st, p, host.logical_cpus)
                 mine_long = [gpus_long.get(g.uuid, g) for g in mine]
-                self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak).scores
+                srv_long = (serving_analysis.serving_signals(window, s["long_window"], p.name)
+                            if p.endpoint else None)
+                self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak,
+                                                                   srv_long).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)
             room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
-            workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices)))
+            workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices), srv,
+                                                     serving_analysis.serving_headroom(srv, p, est)))
 
         idle = [g for g in gpu_findings if g.idle]
         costs = _gpu_costs(self.profiles, workload_findings)
@@ -185,7 +197,8 @@ class Analysis:
         before = h.primary
         primary, changed = h.update(v.candidate, now)
         if changed:
-            evidence = v.evidence.get(primary, "") if primary != NONE else "no resource scores high enough"
+            evidence = v.evidence.get(primary, "") if primary != NONE else \
+                v.evidence.get(NONE, "no resource scores high enough")
             changes.append(Change(entity, name, before, primary, evidence))
         return Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
                        long_scores=long_scores)

@@ -47,6 +47,9 @@ _net = _m("network", "net collector (sources/net.py): /proc/net/dev, /sys/class/
 
 _wl = _m("workload", "processes collector (sources/processes.py) joined with NVML process lists and the memory "
          "model (analysis/workloads.py)")
+_srv = _m("serving", "serving collector (sources/serving.py): each workload's runtime /metrics (endpoint:), "
+          "normalized across vLLM, SGLang, TGI and Triton (docs/serving.md)")
+_slat = _m("serving", "analysis (analysis/serving.py) over the serving collector's histograms in the short window")
 _ana = _m("analysis", "analysis (analysis/pipeline.py, bottleneck.py, headroom.py) over the sampled window")
 W = ("workload",)
 CATALOG: tuple[MetricSpec, ...] = (
@@ -279,6 +282,45 @@ CATALOG: tuple[MetricSpec, ...] = (
         "reservation for vLLM) x GPUs used. Compare with sum of headroom_workload_gpu_memory_used_bytes."),
     _wl("headroom_workload_gpu_memory_capacity_bytes", GAUGE, "bytes", ("workload",),
         "Memory of the GPUs the workload uses (attributed or declared), summed."),
+    # --- serving runtimes (workloads with an endpoint)
+    _srv("headroom_workload_serving_up", GAUGE, "", W,
+         "1 when the last scrape of the workload's serving endpoint returned a runtime's metrics, 0 when it "
+         "failed (the reason is in the log and /api/v1/status)."),
+    _srv("headroom_workload_serving_info", GAUGE, "", (*W, "runtime"),
+         "Always 1 while the endpoint answers; runtime is the one detected from its metric names "
+         "(vllm, sglang, tgi, triton)."),
+    _srv("headroom_workload_serving_scrape_duration_seconds", GAUGE, "seconds", W,
+         "Wall time of the last scrape of the serving endpoint (off the tick, in the endpoint's own thread)."),
+    _srv("headroom_workload_kv_cache_usage_ratio", GAUGE, "ratio", W,
+         "Share of the runtime's KV cache in use (the fullest engine), as the runtime reports it."),
+    _srv("headroom_workload_requests_running", GAUGE, "", W, "Requests the runtime is running now (in batches)."),
+    _srv("headroom_workload_requests_waiting", GAUGE, "", W, "Requests queued in the runtime, not yet scheduled."),
+    _srv("headroom_workload_preemptions_total", COUNTER, "", W,
+         "Sequences the runtime evicted from its KV cache to make room (vLLM preemptions, SGLang retractions)."),
+    _srv("headroom_workload_kv_cache_capacity_tokens", GAUGE, "", W,
+         "Tokens the runtime's KV cache holds (vLLM num_gpu_blocks x block_size, SGLang max_total_num_tokens ...)."),
+    _srv("headroom_workload_prompt_tokens_total", COUNTER, "", W, "Prompt (prefill) tokens the runtime processed."),
+    _srv("headroom_workload_generation_tokens_total", COUNTER, "", W, "Tokens the runtime generated."),
+    _srv("headroom_workload_time_to_first_token_seconds_total", COUNTER, "seconds", W,
+         "Sum of the runtime's time-to-first-token observations (its histogram's _sum); divide rates by "
+         "headroom_workload_time_to_first_token_observations_total for the mean."),
+    _srv("headroom_workload_time_to_first_token_observations_total", COUNTER, "", W,
+         "Time-to-first-token observations (requests) of the runtime's histogram (_count)."),
+    _srv("headroom_workload_inter_token_latency_seconds_total", COUNTER, "seconds", W,
+         "Sum of the runtime's inter-token latency observations (its histogram's _sum)."),
+    _srv("headroom_workload_inter_token_latency_observations_total", COUNTER, "", W,
+         "Inter-token latency observations of the runtime's histogram (_count)."),
+    _slat("headroom_workload_time_to_first_token_seconds", GAUGE, "seconds", (*W, "quantile"),
+          "Time to first token quantile (0.5, 0.95, 0.99) of the requests observed in the short window "
+          "(analysis.short_window), read from the runtime's histogram buckets like histogram_quantile."),
+    _slat("headroom_workload_inter_token_latency_seconds", GAUGE, "seconds", (*W, "quantile"),
+          "Inter-token latency quantile (0.5, 0.95, 0.99) over the short window, from the runtime's buckets."),
+    _slat("headroom_workload_kv_capacity_tokens", GAUGE, "", (*W, "source"),
+          "KV cache capacity in tokens: source runtime as the runtime reports it, source estimate as the memory "
+          "model (headroom estimate) computes it for the profile."),
+    _slat("headroom_workload_kv_headroom_sequences", GAUGE, "", (*W, "basis"),
+          "More concurrent sequences the free KV cache holds: basis observed at the mean tokens each running "
+          "sequence holds now, basis max_context at the profile's context.max."),
 )
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}

@@ -79,6 +79,13 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
     from headroom.samples import to_jsonable
 
     out = {"name": wf.name, "gpus": list(wf.gpus), **_verdict(wf.verdict), "headroom": to_jsonable(wf.headroom)}
+    if "none" in wf.verdict.evidence:  # what the serving runtime says when nothing limits it (idle, own limits)
+        out["evidence"]["none"] = wf.verdict.evidence["none"]
+    serving = getattr(wf, "serving", None)
+    if serving is not None:
+        out["serving"] = {**to_jsonable(serving), "ttft": {str(q): v for q, v in serving.ttft.items()},
+                          "itl": {str(q): v for q, v in serving.itl.items()},
+                          "headroom": to_jsonable(getattr(wf, "serving_headroom", None))}
     if st is not None:
         est = getattr(st, "estimate", None)
         measured = getattr(st, "measured", None)

@@ -275,6 +275,48 @@ def _render_findings(w: Writer, f: Any) -> None:
         w.add("headroom_workload_headroom_shared_memory_bytes", h.shared_memory_bytes, *ids)
         w.add("headroom_workload_headroom_power_watts", h.power_watts, *ids)
         w.add("headroom_workload_headroom_thermal_celsius", h.thermal_celsius, *ids)
+        _render_serving_findings(w, wf)
+
+
+def _render_serving_findings(w: Writer, wf: Any) -> None:
+    """Latency quantiles and KV headroom of a serving workload (analysis/serving.py)."""
+    s, room = getattr(wf, "serving", None), getattr(wf, "serving_headroom", None)
+    ids = (wf.name,)
+    if s is not None:
+        for q, v in s.ttft.items():
+            w.add("headroom_workload_time_to_first_token_seconds", _r(v, 6), *ids, format_value(q))
+        for q, v in s.itl.items():
+            w.add("headroom_workload_inter_token_latency_seconds", _r(v, 6), *ids, format_value(q))
+    if room is not None:
+        w.add("headroom_workload_kv_capacity_tokens", room.kv_capacity_runtime_tokens, *ids, "runtime")
+        w.add("headroom_workload_kv_capacity_tokens", room.kv_capacity_estimate_tokens, *ids, "estimate")
+        w.add("headroom_workload_kv_headroom_sequences", room.sequences_observed, *ids, "observed")
+        w.add("headroom_workload_kv_headroom_sequences", room.sequences_max_context, *ids, "max_context")
+
+
+def _render_serving(w: Writer, data: Any, snap: Snapshot) -> None:
+    """The serving collector's endpoints, one workload each (sources/serving.py)."""
+    for e in data.endpoints:
+        ids = (e.workload,)
+        if e.up is None:
+            continue  # no scrape finished yet: absent, not down
+        w.add("headroom_workload_serving_up", e.up, *ids)
+        w.add("headroom_workload_serving_scrape_duration_seconds", _r(e.scrape_duration_seconds, 6), *ids)
+        if not e.up:
+            continue
+        w.add("headroom_workload_serving_info", 1, *ids, e.runtime or "")
+        w.add("headroom_workload_kv_cache_usage_ratio", _r(e.kv_cache_usage_ratio, 6), *ids)
+        w.add("headroom_workload_requests_running", e.requests_running, *ids)
+        w.add("headroom_workload_requests_waiting", e.requests_waiting, *ids)
+        w.add("headroom_workload_preemptions_total", e.preemptions_total, *ids)
+        w.add("headroom_workload_kv_cache_capacity_tokens", e.kv_cache_capacity_tokens, *ids)
+        w.add("headroom_workload_prompt_tokens_total", e.prompt_tokens_total, *ids)
+        w.add("headroom_workload_generation_tokens_total", e.generation_tokens_total, *ids)
+        for prefix, h in (("time_to_first_token", e.time_to_first_token),
+                          ("inter_token_latency", e.inter_token_latency)):
+            if h is not None:
+                w.add(f"headroom_workload_{prefix}_seconds_total", _r(h.sum, 6), *ids)
+                w.add(f"headroom_workload_{prefix}_observations_total", h.count, *ids)
 
 
 def _render_cpu(w: Writer, cpu: CpuSample, snap: Snapshot) -> None:
@@ -356,4 +398,5 @@ _HOST_RENDERERS: Iterable[tuple[str, Any]] = (
     ("shm", _render_shm),
     ("disk", _render_disk),
     ("net", _render_net),
+    ("serving", _render_serving),
 )

@@ -106,7 +106,7 @@ class DeviceFilter:
 REGISTRY: dict[str, type[Collector]] = {}
 
 # Modules that define collectors, in exposition order.
-_MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net", "processes", "agent")
+_MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net", "processes", "serving", "agent")
 
 
 def register(cls: type[Collector]) -> type[Collector]:

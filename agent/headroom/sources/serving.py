@@ -1,0 +1,506 @@
+"""The serving collector: each workload's serving runtime (vLLM, SGLang, TGI, Triton) read from its /metrics.
+
+NVML cannot see inside a runtime's reservation: vLLM takes ``gpu_memory_utilization`` of the card at
+start, so the GPU looks full whether its KV cache is empty or overflowing. The runtime's own metrics say
+how full the KV cache is, how many requests run and wait, how often sequences are preempted and how
+long the first token and each next token take. This collector reads them for every workload profile
+with an ``endpoint:`` and normalizes them into ``samples.ServingEndpoint`` (docs/serving.md lists which
+runtime metric feeds which field, per runtime version).
+
+Never on the tick's time: each endpoint has a worker thread of its own. ``collect()`` hands out the
+newest finished scrape and wakes the idle workers for the next one, so a tick costs a few dict reads
+per endpoint; a slow endpoint holds only its own worker (one request in flight per endpoint), and its
+values arrive one tick late. Every scrape is bounded: one deadline for connect, headers and body
+(``collectors.serving.timeout``, default 500 ms) and a body cap (``collectors.serving.max_body``,
+default 8 MiB). Anything else an endpoint does (refuse, hang, trickle, answer HTML, 401, bytes that are
+not UTF-8, metrics of something that is not a serving runtime, switch runtime) becomes ``up`` False
+with a one-line reason in the status API and a log event when it changes, never a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+from prometheus_client.parser import text_string_to_metric_families
+
+from headroom import __version__
+from headroom.samples import Histogram, ServingEndpoint, ServingSample
+from headroom.sources import Collector, SourceContext, register
+
+log = structlog.get_logger("headroom.serving")
+
+DEFAULT_TIMEOUT = 0.5  # seconds: connect + request + headers + body
+DEFAULT_MAX_BODY = 8 * 2**20
+MAX_HEADER_BYTES = 64 * 1024
+
+# runtime -> (how people call it, metric name prefixes that identify its exposition)
+RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "vllm": ("vLLM", ("vllm:",)),
+    "sglang": ("SGLang", ("sglang:",)),
+    "tgi": ("TGI", ("tgi_",)),
+    "triton": ("Triton", ("nv_inference_", "nv_trt_llm_")),
+}
+# names a profile's runtime.name may use for each runtime
+RUNTIME_ALIASES: dict[str, str] = {
+    "vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "text-generation-inference": "tgi",
+    "triton": "triton", "tritonserver": "triton", "tensorrt-llm": "triton", "trtllm": "triton",
+}  # fmt: skip
+_PREFIXES = tuple(p for _, prefixes in RUNTIMES.values() for p in prefixes)
+
+
+class ScrapeError(Exception):
+    """The endpoint could not be read or is not a serving runtime. The message is shown to users as is."""
+
+
+# ------------------------------------------------------------------------------------------- HTTP
+@dataclass(frozen=True)
+class Target:
+    scheme: str
+    host: str
+    port: int
+    path: str  # with the query string
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ScrapeError(f"not an http(s) URL: {url!r}")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise ScrapeError(f"bad port in {url!r}: {exc}") from None
+        path = (parts.path or "/metrics") + (f"?{parts.query}" if parts.query else "")
+        return cls(parts.scheme, parts.hostname, port, path)
+
+
+def http_get(target: Target, timeout: float, max_body: int,
+             clock: Callable[[], float] = time.monotonic) -> tuple[int, str, dict[str, str], bytes]:
+    """(status, reason, headers lower-cased, body) of one HTTP/1.0 GET, all of it within ``timeout`` seconds.
+
+    HTTP/1.0 with ``Connection: close``: the server ends the body by closing (or gives Content-Length),
+    so one socket and one deadline bound every step, whatever the server does between bytes."""
+    deadline = clock() + timeout
+
+    def left() -> float:
+        remaining = deadline - clock()
+        if remaining <= 0:
+            raise TimeoutError
+        return remaining
+
+    host_header = target.host if ":" not in target.host else f"[{target.host}]"
+    request = (f"GET {target.path} HTTP/1.0\r\nHost: {host_header}:{target.port}\r\n"
+               f"User-Agent: headroom/{__version__}\r\nAccept: text/plain;version=0.0.4;q=1,*/*;q=0.1\r\n"
+               "Accept-Encoding: identity\r\nConnection: close\r\n\r\n").encode("ascii")
+    received = 0
+    try:
+        sock = socket.create_connection((target.host, target.port), timeout=left())
+    except TimeoutError:
+        raise ScrapeError(f"no connection within {timeout * 1000:.0f} ms") from None
+    except OSError as exc:
+        raise ScrapeError(f"cannot connect: {exc.strerror or exc}") from None
+    try:
+        if target.scheme == "https":
+            sock.settimeout(left())
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=target.host)
+        sock.settimeout(left())
+        sock.sendall(request)
+        buf = bytearray()
+        head_end = -1
+        length: int | None = None
+        while True:
+            sock.settimeout(left())
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            received += len(chunk)
+            if head_end < 0:
+                head_end = buf.find(b"\r\n\r\n")
+                if head_end < 0:
+                    if len(buf) > MAX_HEADER_BYTES:
+                        raise ScrapeError(f"response headers longer than {MAX_HEADER_BYTES // 1024} KiB")
+                    continue
+                status, reason, headers = _head(bytes(buf[:head_end]))
+                if "content-length" in headers:
+                    try:
+                        length = int(headers["content-length"])
+                    except ValueError:
+                        raise ScrapeError(f"bad Content-Length {headers['content-length']!r}") from None
+                    if length > max_body:
+                        raise ScrapeError(f"body of {length} bytes is over the {_size(max_body)} cap "
+                                          "(collectors.serving.max_body)")
+            body_len = len(buf) - head_end - 4
+            if body_len > max_body:
+                raise ScrapeError(f"body over the {_size(max_body)} cap (collectors.serving.max_body)")
+            if length is not None and body_len >= length:
+                break
+    except TimeoutError:
+        what = "no answer" if received == 0 else f"answer incomplete after {received} bytes"
+        raise ScrapeError(f"{what} within {timeout * 1000:.0f} ms (collectors.serving.timeout)") from None
+    except ssl.SSLError as exc:
+        raise ScrapeError(f"TLS: {exc.reason or exc}") from None
+    except OSError as exc:
+        raise ScrapeError(f"connection failed: {exc.strerror or exc}") from None
+    finally:
+        sock.close()
+    if head_end < 0:
+        raise ScrapeError("connection closed before a complete HTTP response" if buf else
+                          "connection closed without an answer")
+    body = bytes(buf[head_end + 4:])
+    if length is not None:
+        body = body[:length]
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = _dechunk(body)
+    return status, reason, headers, body
+
+
+def _head(raw: bytes) -> tuple[int, str, dict[str, str]]:
+    lines = raw.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise ScrapeError(f"not an HTTP response: {lines[0][:60]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return int(parts[1]), parts[2] if len(parts) > 2 else "", headers
+
+
+def _dechunk(body: bytes) -> bytes:
+    out = bytearray()
+    pos = 0
+    while True:
+        end = body.find(b"\r\n", pos)
+        if end < 0:
+            raise ScrapeError("chunked body cut short")
+        try:
+            size = int(body[pos:end].split(b";")[0], 16)
+        except ValueError:
+            raise ScrapeError("bad chunk size in a chunked body") from None
+        if size == 0:
+            return bytes(out)
+        out += body[end + 2:end + 2 + size]
+        pos = end + 2 + size + 2
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+# ------------------------------------------------------------------------------------ exposition
+class Metrics:
+    """The samples of an exposition, by sample name: ``name -> [(labels, value), ...]``."""
+
+    def __init__(self, samples: Mapping[str, list[tuple[dict[str, str], float]]]) -> None:
+        self.samples = samples
+
+    def has(self, name: str) -> bool:
+        return name in self.samples
+
+    def total(self, *names: str, where: Mapping[str, str] | None = None) -> float | None:
+        """The sum over label sets of the first name present (engines, ranks and models add up)."""
+        for name in names:
+            rows = self._rows(name, where)
+            if rows:
+                return float(sum(v for _, v in rows))
+        return None
+
+    def highest(self, *names: str) -> float | None:
+        """The largest value over label sets of the first name present (the fullest engine)."""
+        for name in names:
+            rows = self._rows(name, None)
+            if rows:
+                return float(max(v for _, v in rows))
+        return None
+
+    def histogram(self, *names: str, scale: float = 1.0) -> Histogram | None:
+        """The first histogram family present, label sets merged by bound, bounds and sum times ``scale``."""
+        for name in names:
+            rows = self.samples.get(f"{name}_bucket")
+            if not rows:
+                continue
+            by_bound: dict[float, float] = {}
+            for labels, value in rows:
+                try:
+                    bound = float(labels.get("le", "nan"))
+                except ValueError:
+                    continue
+                if not math.isnan(bound):
+                    by_bound[bound] = by_bound.get(bound, 0.0) + value
+            if not by_bound or math.inf not in by_bound:
+                continue
+            bounds = sorted(by_bound)
+            total = sum(v for _, v in self.samples.get(f"{name}_sum", ()))
+            count = sum(v for _, v in self.samples.get(f"{name}_count", ()))
+            return Histogram(bounds=tuple(b * scale if b != math.inf else b for b in bounds),
+                             counts=tuple(by_bound[b] for b in bounds), sum=total * scale, count=count)
+        return None
+
+    def _rows(self, name: str, where: Mapping[str, str] | None) -> list[tuple[dict[str, str], float]]:
+        rows = self.samples.get(name) or []
+        if where:
+            rows = [(labels, v) for labels, v in rows if all(labels.get(k) == x for k, x in where.items())]
+        return [(labels, v) for labels, v in rows if not math.isnan(v)]
+
+
+def parse(text: str) -> tuple[Metrics, int]:
+    """(the serving runtimes' samples, number of other metric families) of a text exposition.
+
+    Lines of families no runtime here exports (process_*, python_gc_*, http_*) are dropped before the
+    prometheus-client text parser sees them: they are most of a runtime's exposition and none of ours."""
+    kept, typed, untyped = [], set(), set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                if parts[2].startswith(_PREFIXES):
+                    kept.append(line)
+                elif parts[1] == "TYPE":
+                    typed.add(parts[2])
+        elif line.startswith(_PREFIXES):
+            kept.append(line)
+        elif line.strip():
+            untyped.add(line.split("{", 1)[0].split(None, 1)[0])
+    others = typed or untyped  # families by their TYPE lines; sample names when there are none
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    try:
+        for family in text_string_to_metric_families("\n".join(kept) + "\n"):
+            for s in family.samples:
+                samples.setdefault(s.name, []).append((s.labels, s.value))
+    except (ValueError, IndexError, KeyError, TypeError) as exc:  # the parser's ways of saying "malformed"
+        message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise ScrapeError(f"not a valid Prometheus text exposition: {message}") from None
+    return Metrics(samples), len(others)
+
+
+def detect(metrics: Metrics) -> str | None:
+    """The runtime whose metric names the exposition carries (the one with most samples), or None."""
+    counts = {name: sum(len(rows) for sample, rows in metrics.samples.items() if sample.startswith(prefixes))
+              for name, (_, prefixes) in RUNTIMES.items()}
+    best = max(counts, key=counts.__getitem__)
+    return best if counts[best] else None
+
+
+def _vllm(m: Metrics) -> dict[str, Any]:
+    capacity = None
+    engines: dict[str, float] = {}
+    for labels, _ in m.samples.get("vllm:cache_config_info", ()):
+        try:
+            engines[labels.get("engine", "")] = float(labels["num_gpu_blocks"]) * float(labels["block_size"])
+        except (KeyError, ValueError):  # "None" until the engine has profiled its memory
+            continue
+    if engines:
+        capacity = sum(engines.values())
+    return dict(
+        kv_cache_usage_ratio=m.highest("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        requests_running=m.total("vllm:num_requests_running"),
+        requests_waiting=m.total("vllm:num_requests_waiting"),
+        preemptions_total=m.total("vllm:num_preemptions_total"),
+        kv_cache_capacity_tokens=capacity,
+        prompt_tokens_total=m.total("vllm:prompt_tokens_total"),
+        generation_tokens_total=m.total("vllm:generation_tokens_total"),
+        time_to_first_token=m.histogram("vllm:time_to_first_token_seconds"),
+        inter_token_latency=m.histogram("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+        e2e_request_latency=m.histogram("vllm:e2e_request_latency_seconds"),
+    )
+
+
+def _sglang(m: Metrics) -> dict[str, Any]:
+    return dict(
+        kv_cache_usage_ratio=m.highest("sglang:token_usage"),
+        requests_running=m.total("sglang:num_running_reqs"),
+        requests_waiting=m.total("sglang:num_queue_reqs"),
+        preemptions_total=m.total("sglang:num_retracted_requests_total"),
+        kv_cache_capacity_tokens=m.total("sglang:max_total_num_tokens"),
+        prompt_tokens_total=m.total("sglang:prompt_tokens_total"),
+        generation_tokens_total=m.total("sglang:generation_tokens_total"),
+        time_to_first_token=m.histogram("sglang:time_to_first_token_seconds"),
+        inter_token_latency=m.histogram("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+        e2e_request_latency=m.histogram("sglang:e2e_request_latency_seconds"),
+    )
+
+
+def _tgi(m: Metrics) -> dict[str, Any]:
+    capacity = m.total("tgi_batch_max_total_tokens")
+    reserved = m.total("tgi_batch_current_max_tokens")
+    return dict(
+        kv_cache_usage_ratio=(min(1.0, reserved / capacity) if reserved is not None and capacity else None),
+        requests_running=m.total("tgi_batch_current_size"),
+        requests_waiting=m.total("tgi_queue_size"),
+        kv_cache_capacity_tokens=capacity,
+        prompt_tokens_total=m.total("tgi_request_input_length_sum"),
+        generation_tokens_total=m.total("tgi_request_generated_tokens_sum"),
+        inter_token_latency=m.histogram("tgi_request_mean_time_per_token_duration"),
+        e2e_request_latency=m.histogram("tgi_request_duration"),
+    )
+
+
+def _triton(m: Metrics) -> dict[str, Any]:
+    kv = "nv_trt_llm_kv_cache_block_metrics"
+    used, most = m.total(kv, where={"kv_cache_block_type": "used"}), m.total(kv, where={"kv_cache_block_type": "max"})
+    per_block = m.total(kv, where={"kv_cache_block_type": "tokens_per"})
+    rq = "nv_trt_llm_request_metrics"
+    waiting = m.total(rq, where={"request_type": "waiting"})
+    return dict(
+        kv_cache_usage_ratio=(used / most if used is not None and most else None),
+        requests_running=m.total(rq, where={"request_type": "active"}),
+        requests_waiting=waiting if waiting is not None else m.total("nv_inference_pending_request_count"),
+        kv_cache_capacity_tokens=(most * per_block if most is not None and per_block else None),
+        time_to_first_token=m.histogram("nv_inference_first_response_histogram_ms", scale=1e-3),
+    )
+
+
+NORMALIZERS: dict[str, Callable[[Metrics], dict[str, Any]]] = {
+    "vllm": _vllm, "sglang": _sglang, "tgi": _tgi, "triton": _triton,
+}  # fmt: skip
+
+
+def read_exposition(body: bytes, content_type: str, declared: str | None) -> tuple[str, dict[str, Any]]:
+    """(runtime, normalized fields) of a /metrics body; ScrapeError when it is not a serving runtime's."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    head = body[:512].lstrip().lower()
+    if kind in ("text/html", "application/xhtml+xml") or head.startswith((b"<!doctype html", b"<html")):
+        raise ScrapeError(f"answered an HTML page ({kind or 'no Content-Type'}), not a Prometheus exposition; "
+                          "is the endpoint the runtime's /metrics?")
+    if kind in ("application/json",):
+        raise ScrapeError("answered JSON, not a Prometheus exposition; is the endpoint the runtime's /metrics?")
+    if kind == "application/vnd.google.protobuf":
+        raise ScrapeError("answered protobuf; headroom reads the text format")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScrapeError(f"body is not UTF-8 text (byte 0x{body[exc.start]:02x} at offset {exc.start})") from None
+    metrics, others = parse(text)
+    runtime = detect(metrics)
+    if runtime is None:
+        raise ScrapeError(f"not a serving runtime's metrics: {others} metric families, none from "
+                          + ", ".join(f"{label} ({'/'.join(p)})" for label, p in RUNTIMES.values()))
+    if declared is not None and runtime != declared:
+        raise ScrapeError(f"endpoint serves {RUNTIMES[runtime][0]} metrics but the profile declares runtime "
+                          f"{declared}")
+    return runtime, NORMALIZERS[runtime](metrics)
+
+
+# --------------------------------------------------------------------------------------- workers
+class _Endpoint:
+    """One workload's endpoint: a worker thread that scrapes when woken, one request at a time."""
+
+    def __init__(self, workload: str, url: str, declared: str | None, timeout: float, max_body: int) -> None:
+        self.workload, self.url, self.declared = workload, url, declared
+        self.timeout, self.max_body = timeout, max_body
+        self.latest = ServingEndpoint(workload, url, up=None, error="no scrape finished yet")
+        self._runtime: str | None = None
+        self._state: tuple[bool | None, str | None] = (None, None)
+        self._cv = threading.Condition()
+        self._wanted = False
+        self._busy = False
+        self._stop = False
+        try:
+            self._target: Target | None = Target.parse(url)
+        except ScrapeError as exc:
+            self._target = None
+            self.latest = ServingEndpoint(workload, url, up=False, error=str(exc))
+        self._thread = threading.Thread(target=self._loop, name=f"serving-{workload}", daemon=True)
+        self._thread.start()
+
+    def kick(self) -> None:
+        """Start a scrape unless one is in flight."""
+        with self._cv:
+            if not self._busy and self._target is not None:
+                self._wanted = True
+                self._cv.notify()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._wanted or self._stop)
+                if self._stop:
+                    return
+                self._wanted, self._busy = False, True
+            try:
+                result = self.scrape()
+            except Exception as exc:  # a bug must not kill the worker: report it as this endpoint's failure
+                result = ServingEndpoint(self.workload, self.url, up=False, error=f"{type(exc).__name__}: {exc}")
+            self._note(result)
+            with self._cv:
+                self.latest = result
+                self._busy = False
+
+    def scrape(self) -> ServingEndpoint:
+        assert self._target is not None
+        start = time.monotonic()
+        try:
+            status, reason, headers, body = http_get(self._target, self.timeout, self.max_body)
+            if status in (401, 403):
+                raise ScrapeError(f"HTTP {status} {reason}: the endpoint wants credentials; headroom sends none "
+                                  "(expose /metrics without auth on a local address)")
+            if status != 200:
+                raise ScrapeError(f"HTTP {status} {reason}".strip())
+            runtime, fields = read_exposition(body, headers.get("content-type", ""), self.declared)
+        except ScrapeError as exc:
+            return ServingEndpoint(self.workload, self.url, up=False, error=str(exc),
+                                   runtime=self._runtime, scrape_duration_seconds=time.monotonic() - start)
+        return ServingEndpoint(self.workload, self.url, up=True, runtime=runtime,
+                               scrape_duration_seconds=time.monotonic() - start, **fields)
+
+    def _note(self, result: ServingEndpoint) -> None:
+        """Log changes of state and of runtime, once each (not every tick)."""
+        if result.up and result.runtime != self._runtime:
+            if self._runtime is not None:
+                log.warning("serving_runtime_changed", workload=self.workload, endpoint=self.url,
+                            before=self._runtime, after=result.runtime)
+            self._runtime = result.runtime
+        state = (result.up, None if result.up else result.error)
+        if state == self._state:
+            return
+        if result.up:
+            log.info("serving_endpoint_up", workload=self.workload, endpoint=self.url, runtime=result.runtime)
+        else:
+            log.warning("serving_endpoint_down", workload=self.workload, endpoint=self.url, error=result.error)
+        self._state = state
+
+
+def declared_runtime(profile: Any) -> str | None:
+    """The runtime a profile declares, when it is one this collector reads (else detection decides)."""
+    name = getattr(getattr(profile, "runtime", None), "name", None)
+    return RUNTIME_ALIASES.get(name) if name else None
+
+
+@register
+class ServingCollector(Collector):
+    name = "serving"
+    default_enabled = True
+    description = "serving runtimes' /metrics (vLLM, SGLang, TGI, Triton) of workloads with an endpoint"
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        timeout = float(ctx.settings.get("timeout") or DEFAULT_TIMEOUT)
+        max_body = int(ctx.settings.get("max_body") or DEFAULT_MAX_BODY)
+        self._endpoints = [_Endpoint(p.name, p.endpoint, declared_runtime(p), timeout, max_body)
+                           for p in ctx.workloads if getattr(p, "endpoint", None)]
+
+    def collect(self) -> ServingSample:
+        out = []
+        for e in self._endpoints:
+            out.append(e.latest)
+            e.kick()
+        return ServingSample(tuple(out))
+
+    def close(self) -> None:
+        for e in self._endpoints:
+            e.stop()

@@ -1,0 +1,431 @@
+"""The serving collector over real HTTP on loopback: every runtime's exposition, and every bad endpoint.
+
+Good endpoints are real ``http.server`` servers serving the runtimes' exposition text (the golden
+fixtures in tests/fixtures/serving, built like each runtime's own registry prints them); bad ones are
+raw sockets doing what broken servers do. No assertion depends on how fast this machine is: a scrape's
+outcome is awaited (bounded), and "never delays a tick" is checked as "collect() answered with the
+previous result while the endpoint was still hanging", not with a stopwatch.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import structlog
+
+from headroom.profiles import profile_from_dict
+from headroom.samples import ServingEndpoint
+from headroom.simulation.runtime_metrics import VERSIONS, ServingState, exposition
+from headroom.sources import SourceContext
+from headroom.sources.serving import ServingCollector, read_exposition
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "serving"
+CASES = [(r, v) for r, versions in VERSIONS.items() for v in versions]
+
+
+def fixture_state(runtime: str, version: str) -> ServingState:
+    """The state every golden fixture prints: numbers chosen so each field is distinguishable."""
+    s = ServingState(runtime, version, running=12, waiting=5, kv_usage=0.875, kv_blocks=4096, block_size=16,
+                     preemptions=17, prompt_tokens=123456, generation_tokens=65432, requests=900)
+    s.observe("ttft", 0.18, 600)
+    s.observe("ttft", 0.7, 300)
+    s.observe("itl", 0.021, 40000)
+    s.observe("itl", 0.09, 5000)
+    s.observe("e2e", 3.2, 900)
+    return s
+
+
+# what each runtime exports of the normalized fields (None: the runtime/version has no such metric)
+EXPECTED_FIELDS = {
+    "vllm": {"preemptions_total": 17.0, "ttft": True},
+    "sglang": {"preemptions_total": 17.0, "ttft": True},
+    "tgi": {"preemptions_total": None, "ttft": False},
+    "triton": {"preemptions_total": None, "ttft": True, "tokens": False},
+}
+
+
+@pytest.mark.parametrize(("runtime", "version"), CASES, ids=[f"{r}-{v}" for r, v in CASES])
+def test_golden_fixture_is_what_the_stand_in_prints(runtime, version, update_golden):
+    path = FIXTURES / f"{runtime}-{version}.prom"
+    body = exposition(fixture_state(runtime, version))
+    if update_golden:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
+    assert path.read_bytes() == body, f"{path.name} is stale: run pytest tests/test_serving.py --update-golden"
+
+
+@pytest.mark.parametrize(("runtime", "version"), CASES, ids=[f"{r}-{v}" for r, v in CASES])
+def test_each_runtime_exposition_normalizes_to_the_same_fields(runtime, version):
+    body = (FIXTURES / f"{runtime}-{version}.prom").read_bytes()
+    detected, f = read_exposition(body, "text/plain; version=0.0.4; charset=utf-8", None)
+    assert detected == runtime
+    assert f["requests_running"] == 12 and f["requests_waiting"] == 5
+    assert f["kv_cache_usage_ratio"] == pytest.approx(0.875, abs=1e-3)
+    assert f["kv_cache_capacity_tokens"] == 4096 * 16
+    expected = EXPECTED_FIELDS[runtime]
+    if "preemptions_total" in f or expected["preemptions_total"] is not None:
+        if runtime == "sglang" and version == "tpot":
+            assert f["preemptions_total"] is None  # older SGLang has only the retracted gauge
+        else:
+            assert f.get("preemptions_total") == expected["preemptions_total"]
+    if expected.get("tokens", True):
+        assert f["prompt_tokens_total"] == 123456 and f["generation_tokens_total"] == 65432
+    ttft = f.get("time_to_first_token")
+    if expected["ttft"]:
+        assert ttft.count == 900 and ttft.sum == pytest.approx(0.18 * 600 + 0.7 * 300)
+        assert ttft.bounds[-1] == math.inf and ttft.counts[-1] == 900
+    else:
+        assert ttft is None
+    if runtime != "triton":
+        itl = f["inter_token_latency"]
+        assert itl.count == 45000 and itl.sum == pytest.approx(0.021 * 40000 + 0.09 * 5000)
+
+
+def test_vllm_v1_prefers_the_new_kv_name_and_sums_engines():
+    text = (FIXTURES / "vllm-v1.prom").read_text()
+    # a second data-parallel engine, fuller than the first; the deprecated name says something else
+    extra = (text.replace('engine="0"', 'engine="1"')
+             .replace("vllm:kv_cache_usage_perc{model_name=\"meta-llama/Llama-3.1-8B-Instruct\",engine=\"1\"} 0.875",
+                      "vllm:kv_cache_usage_perc{model_name=\"meta-llama/Llama-3.1-8B-Instruct\",engine=\"1\"} 0.5"))
+    merged = _merge_expositions(text, extra)
+    _, f = read_exposition(merged.encode(), "text/plain", None)
+    assert f["requests_running"] == 24 and f["requests_waiting"] == 10
+    assert f["kv_cache_usage_ratio"] == pytest.approx(0.875)  # the fullest engine
+    assert f["kv_cache_capacity_tokens"] == 2 * 4096 * 16
+    assert f["time_to_first_token"].count == 1800
+
+
+def _merge_expositions(a: str, b: str) -> str:
+    """Two expositions of the same families as one (samples of b appended under a's HELP/TYPE)."""
+    families: dict[str, list[str]] = {}
+    order = []
+    for text in (a, b):
+        current = None
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                current = line.split()[2]
+                if current not in families:
+                    families[current] = [line]
+                    order.append(current)
+                continue
+            if line.startswith("# TYPE "):
+                if len(families[current]) == 1:
+                    families[current].append(line)
+                continue
+            families[current].append(line)
+    return "\n".join(line for name in order for line in families[name]) + "\n"
+
+
+# ----------------------------------------------------------------------------------------- servers
+class Exposition:
+    """A real HTTP server on loopback answering /metrics with whatever ``reply`` holds now."""
+
+    def __init__(self) -> None:
+        self.reply: tuple[int, str, bytes] = (200, "text/plain; version=0.0.4; charset=utf-8", b"")
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                status, ctype, body = owner.reply
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RawServer:
+    """A loopback socket server whose connections ``behave(conn)`` handles (hang, trickle, flood)."""
+
+    def __init__(self, behave) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/metrics"
+        self.behave = behave
+        self.stop = threading.Event()
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._run, args=(conn,), daemon=True).start()
+
+    def _run(self, conn: socket.socket) -> None:
+        try:
+            conn.recv(4096)
+            self.behave(conn, self.stop)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def served():
+    servers = []
+
+    def make(kind=Exposition, *args):
+        s = kind(*args)
+        servers.append(s)
+        return s
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def collector(url: str, runtime: str | None = None, **settings) -> ServingCollector:
+    profile = {"name": "chat", "kind": "inference", "gpus": [0], "endpoint": url}
+    if runtime:
+        profile["runtime"] = runtime
+    return ServingCollector(SourceContext(settings=settings, workloads=(profile_from_dict(profile),)))
+
+
+def outcome(c: ServingCollector, after: ServingEndpoint | None = None, limit: float = 20.0) -> ServingEndpoint:
+    """The first finished scrape (after ``after``), driving collect() like ticks do; bounded, not timed."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        e = c.collect().endpoints[0]
+        if e.up is not None and e is not after:
+            return e
+        time.sleep(0.02)
+    raise AssertionError("no scrape finished")
+
+
+def body_of(runtime: str, version: str | None = None) -> bytes:
+    from headroom.simulation.runtime_metrics import DEFAULT_VERSION
+
+    return exposition(fixture_state(runtime, version or DEFAULT_VERSION[runtime]))
+
+
+# ------------------------------------------------------------------------------------ good endpoints
+@pytest.mark.parametrize("runtime", list(VERSIONS))
+def test_a_runtime_endpoint_is_read_over_http_and_detected(served, runtime):
+    s = served()
+    s.reply = (200, "text/plain; version=0.0.4; charset=utf-8", body_of(runtime))
+    c = collector(s.url)
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is True, e.error
+    assert e.runtime == runtime and e.requests_running == 12 and e.kv_cache_capacity_tokens == 65536
+
+
+def test_collect_never_waits_for_a_scrape(served):
+    """A hanging endpoint: collect() answers from what it has (nothing yet), the worker is still busy."""
+    gate = threading.Event()
+    s = served(RawServer, lambda conn, stop: gate.wait(30))
+    c = collector(s.url, timeout=10.0)
+    try:
+        first = c.collect().endpoints[0]
+        for _ in range(50):  # many ticks while the only request in flight hangs
+            again = c.collect().endpoints[0]
+        assert first.up is None and again.up is None and again.error == "no scrape finished yet"
+        assert s.connections <= 1, "one request in flight per endpoint"
+    finally:
+        gate.set()
+        c.close()
+
+
+def test_a_sampler_tick_stays_healthy_with_a_hanging_endpoint(served):
+    from headroom.sampler import Sampler
+
+    gate = threading.Event()
+    s = served(RawServer, lambda conn, stop: gate.wait(30))
+    c = collector(s.url, timeout=10.0)
+    sampler = Sampler([c], interval=0.2, collector_timeout=5.0)
+    try:
+        for _ in range(3):
+            snap = sampler.tick()
+            result = snap.sample.sources["serving"]
+            assert result.ok and "stuck" not in (result.error or "")
+        assert b"headroom_collector_success{collector=\"serving\"} 1" in snap.exposition
+    finally:
+        gate.set()
+        sampler.stop()
+
+
+# ------------------------------------------------------------------------------------- bad endpoints
+def test_connection_refused(served):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    c = collector(f"http://127.0.0.1:{port}/metrics")
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is False and e.error.startswith("cannot connect") and "refused" in e.error.lower()
+
+
+def test_accepts_and_never_answers(served):
+    s = served(RawServer, lambda conn, stop: stop.wait(30))
+    c = collector(s.url, timeout=0.3)
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is False and e.error == "no answer within 300 ms (collectors.serving.timeout)"
+
+
+def _trickle(conn, stop):
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+    for _ in range(100):  # 10 s of one line every 100 ms
+        if stop.wait(0.1):
+            return
+        conn.sendall(b"vllm:num_requests_running 1\n")
+
+
+def test_a_ten_second_trickle_is_cut_at_the_deadline(served):
+    s = served(RawServer, _trickle)
+    c = collector(s.url, timeout=0.3)
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is False and e.error.startswith("answer incomplete after ")
+    assert e.error.endswith("within 300 ms (collectors.serving.timeout)")
+
+
+def _flood(with_length: bool):
+    def behave(conn, stop):
+        size = 100 * 2**20
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+        head += f"Content-Length: {size}\r\n".encode() if with_length else b""
+        conn.sendall(head + b"\r\n")
+        line = b"vllm:num_requests_running 1\n" * 2000
+        sent = 0
+        while sent < size and not stop.is_set():
+            conn.sendall(line)
+            sent += len(line)
+    return behave
+
+
+@pytest.mark.parametrize("with_length", [True, False], ids=["content-length", "until-close"])
+def test_a_100_mib_body_is_refused_at_the_cap(served, with_length):
+    s = served(RawServer, _flood(with_length))
+    c = collector(s.url, timeout=5.0)
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is False
+    if with_length:
+        assert e.error == "body of 104857600 bytes is over the 8 MiB cap (collectors.serving.max_body)"
+    else:
+        assert e.error == "body over the 8 MiB cap (collectors.serving.max_body)"
+
+
+@pytest.mark.parametrize(("status", "ctype", "body", "message"), [
+    (500, "text/html", b"<html><body><h1>500 Internal Server Error</h1></body></html>",
+     "HTTP 500 Internal Server Error"),
+    (200, "text/html; charset=utf-8", b"<!DOCTYPE html><html><head><title>Login</title></head></html>",
+     "answered an HTML page (text/html), not a Prometheus exposition; is the endpoint the runtime's /metrics?"),
+    (401, "text/plain", b"unauthorized",
+     "HTTP 401 Unauthorized: the endpoint wants credentials; headroom sends none (expose /metrics without auth "
+     "on a local address)"),
+    (403, "text/plain", b"forbidden",
+     "HTTP 403 Forbidden: the endpoint wants credentials; headroom sends none (expose /metrics without auth "
+     "on a local address)"),
+    (200, "text/plain", b"vllm:num_requests_running 1\n\xff\xfe broken\n",
+     "body is not UTF-8 text (byte 0xff at offset 28)"),
+    (200, "text/plain", b"vllm:num_requests_running{model_name=\"m\" 1\n",
+     None),
+], ids=["html-500", "html-200", "401", "403", "non-utf8", "malformed"])
+def test_bad_answers_get_a_clear_status(served, status, ctype, body, message):
+    s = served()
+    s.reply = (status, ctype, body)
+    c = collector(s.url)
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is False
+    if message is None:
+        assert e.error.startswith("not a valid Prometheus text exposition: ")
+    else:
+        assert e.error == message
+    assert "Traceback" not in e.error
+
+
+def test_a_prometheus_exposition_that_is_not_a_serving_runtime(served):
+    from prometheus_client import CollectorRegistry, Counter, generate_latest
+    from prometheus_client.platform_collector import PlatformCollector
+
+    registry = CollectorRegistry()
+    PlatformCollector(registry=registry)
+    Counter("http_requests", "Requests.", registry=registry).inc()
+    s = served()
+    s.reply = (200, "text/plain; version=0.0.4; charset=utf-8", generate_latest(registry))
+    c = collector(s.url)
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is False
+    assert e.error == ("not a serving runtime's metrics: 3 metric families, none from vLLM (vllm:), SGLang "
+                       "(sglang:), TGI (tgi_), Triton (nv_inference_/nv_trt_llm_)")
+
+
+def test_a_runtime_switch_mid_run_is_logged_and_followed(served):
+    s = served()
+    s.reply = (200, "text/plain", body_of("vllm"))
+    c = collector(s.url)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            first = outcome(c)
+            s.reply = (200, "text/plain", body_of("sglang"))
+            e = first
+            for _ in range(200):
+                e = outcome(c, after=e)
+                if e.runtime == "sglang":
+                    break
+    finally:
+        c.close()
+    assert first.runtime == "vllm" and e.up and e.runtime == "sglang"
+    changed = [x for x in logs if x["event"] == "serving_runtime_changed"]
+    assert changed and changed[0]["before"] == "vllm" and changed[0]["after"] == "sglang"
+
+
+def test_a_declared_runtime_that_the_endpoint_contradicts_is_down(served):
+    s = served()
+    s.reply = (200, "text/plain", body_of("sglang"))
+    c = collector(s.url, runtime="vllm")
+    try:
+        with structlog.testing.capture_logs() as logs:
+            e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is False and e.error == "endpoint serves SGLang metrics but the profile declares runtime vllm"
+    down = [x for x in logs if x["event"] == "serving_endpoint_down"]
+    assert down and down[0]["error"] == e.error
