@@ -21,7 +21,11 @@ import urllib.request
 from headroom.analysis.bottleneck import RESOURCES
 from headroom.simulation import load_scenario
 
-SCENARIOS = [(f"bottleneck-{r}", r) for r in RESOURCES] + [("healthy", "none")]
+# kv_cache is demonstrated by the serving scenarios (a stand-in vLLM serving /metrics), not a bottleneck-* file
+SERVING_SCENARIOS = [("serving-kv-bound", "kv_cache"), ("serving-queue-compute-bound", "gpu_compute"),
+                     ("serving-idle", "none")]
+SCENARIOS = ([(f"bottleneck-{r}", r) for r in RESOURCES if r != "kv_cache"] + [("healthy", "none")]
+             + SERVING_SCENARIOS)
 
 
 def free_port() -> int:

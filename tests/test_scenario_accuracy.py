@@ -28,7 +28,11 @@ analysis:
   long_window: 20s
   hold: 1s
 """
-SCENARIOS = [(f"bottleneck-{r}", r) for r in RESOURCES] + [("healthy", "none")]
+# kv_cache is demonstrated by the serving scenarios (a stand-in vLLM serving /metrics), not a bottleneck-* file
+SERVING_SCENARIOS = [("serving-kv-bound", "kv_cache"), ("serving-queue-compute-bound", "gpu_compute"),
+                     ("serving-idle", "none")]
+SCENARIOS = ([(f"bottleneck-{r}", r) for r in RESOURCES if r != "kv_cache"] + [("healthy", "none")]
+             + SERVING_SCENARIOS)
 RESULTS: dict[str, tuple[str, str, float | None]] = {}
 
 
@@ -65,6 +69,8 @@ def test_builtin_scenario_is_classified(scenario, expected, tmp_path, agent_fact
     assert primary == expected, json.dumps(w, indent=1)[:4000]
     if expected != "none":
         assert w["evidence"][expected]
+    if scenario == "serving-idle":  # none because the runtime says nobody asks, not by default
+        assert "idle for lack of demand" in w["evidence"]["none"], json.dumps(w, indent=1)[:4000]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -86,7 +86,7 @@ def with_scenario_profiles(config: Config, scenario: Any) -> Config:
     if scenario is None or getattr(scenario, "profiles_node", None) is None:
         return config
     try:
-        return with_profiles(config, scenario.profiles_node, scenario.source)
+        return with_profiles(config, scenario.profile_nodes(), scenario.source)
     except ConfigError as exc:
         raise StartupError(str(exc)) from None
 

@@ -292,3 +292,79 @@ _RENDER = {"vllm": _vllm, "sglang": _sglang, "tgi": _tgi, "triton": _triton}
 def exposition(state: ServingState) -> bytes:
     """The /metrics body the runtime of ``state`` would print now."""
     return _RENDER[state.runtime](state).encode("utf-8")
+
+
+# ------------------------------------------------------------------------------------- stand-in
+class Driver:
+    """Moves a ServingState along scenario signals: gauges follow them, counters and histograms grow
+    with the requests that arrive (``arrivals`` per second, each with ``prompt_tokens`` in and
+    ``output_tokens`` out, a ``ttft`` and an ``itl`` in seconds). Whole requests only: fractions carry."""
+
+    def __init__(self, state: ServingState, signals) -> None:
+        self.state = state
+        self.signals = signals  # name -> object with .at(t)
+        self._carry = {"requests": 0.0, "preemptions": 0.0}
+        self.t = 0.0
+
+    def value(self, name: str, t: float) -> float:
+        return float(self.signals[name].at(t))
+
+    def advance(self, t: float) -> None:
+        dt = max(0.0, t - self.t)
+        self.t = t
+        s = self.state
+        s.running, s.waiting = round(self.value("running", t)), round(self.value("waiting", t))
+        s.kv_usage = round(min(1.0, self.value("kv_usage", t)), 4)
+        for key, rate in (("requests", self.value("arrivals", t)), ("preemptions", self.value("preemptions", t))):
+            self._carry[key] += rate * dt
+        n = int(self._carry["requests"])
+        self._carry["requests"] -= n
+        p = int(self._carry["preemptions"])
+        self._carry["preemptions"] -= p
+        s.preemptions += p
+        if n:
+            prompt, output = round(self.value("prompt_tokens", t)), round(self.value("output_tokens", t))
+            ttft, itl = self.value("ttft", t), self.value("itl", t)
+            s.requests += n
+            s.prompt_tokens += n * prompt
+            s.generation_tokens += n * output
+            s.observe("ttft", ttft, n)
+            s.observe("itl", itl, n * max(0, output - 1))
+            s.observe("e2e", ttft + itl * max(0, output - 1), n)
+
+
+def serve(spec: dict, signal_type) -> tuple[object, Driver]:
+    """Start serving ``spec`` (ServingSpec.launch_spec) on 127.0.0.1; returns (server, driver).
+
+    ``signal_type`` rebuilds the scenario's signals from their fields. The caller advances the driver."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    signals = {k: signal_type(**{**v, "steps": tuple(tuple(x) for x in v.get("steps", ()))})
+               for k, v in spec["signals"].items()}
+    state = ServingState(spec["runtime"], spec["version"], model=spec["model"], kv_blocks=spec["kv_blocks"],
+                         block_size=spec["block_size"])
+    driver = Driver(state, signals)
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path.split("?", 1)[0] != "/metrics":
+                self.send_error(404)
+                return
+            with lock:
+                body = exposition(state)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", int(spec["port"])), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="serving", daemon=True).start()
+    driver.lock = lock  # the stand-in advances under it
+    return server, driver

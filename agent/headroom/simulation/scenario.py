@@ -19,7 +19,7 @@ import subprocess
 import threading
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -192,12 +192,42 @@ class StandInSpec:
                 "children": [c.launch_spec() for c in self.children]}
 
 
+# serving signal name -> unit kind; what a stand-in runtime reports (docs/scenario-format.md, `serving`)
+SERVING_SIGNALS: dict[str, str] = {
+    "running": "number", "waiting": "number", "kv_usage": "ratio", "arrivals": "number", "ttft": "number",
+    "itl": "number", "preemptions": "number", "prompt_tokens": "number", "output_tokens": "number",
+}  # fmt: skip
+SERVING_DEFAULTS = {"running": 0.0, "waiting": 0.0, "kv_usage": 0.0, "arrivals": 0.0, "ttft": 0.2, "itl": 0.02,
+                    "preemptions": 0.0, "prompt_tokens": 512.0, "output_tokens": 256.0}
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSpec:
+    """A stand-in that serves /metrics as a serving runtime prints it (simulation/runtime_metrics.py)."""
+
+    runtime: str
+    version: str
+    port: int  # 0: a free port chosen when the scenario first needs it
+    signals: Mapping[str, Signal]  # SERVING_SIGNALS names
+    kv_blocks: int = 2048
+    block_size: int = 16
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+
+    def launch_spec(self, port: int) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {"runtime": self.runtime, "version": self.version, "port": port, "kv_blocks": self.kv_blocks,
+                "block_size": self.block_size, "model": self.model,
+                "signals": {k: asdict(v) for k, v in self.signals.items()}}
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     """A scenario workload: a main stand-in process (with its children) started by ``start_processes``."""
 
     name: str
     process: StandInSpec
+    serving: ServingSpec | None = None  # the main process also serves a runtime's /metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,7 +384,12 @@ class Scenario:
             gpu_pids: list[tuple[int, StandInGpu]] = []
             try:
                 for w in self.workloads:
-                    proc = standin.launch(w.process.launch_spec(), directory)
+                    spec = w.process.launch_spec()
+                    if w.serving is not None:  # it imports prometheus-client and headroom from the agent's path
+                        import sys
+
+                        spec["serving"] = {**w.serving.launch_spec(self._serving_port(w)), "sys_path": sys.path}
+                    proc = standin.launch(spec, directory)
                     started.append(proc)
                     ready = standin.read_ready(proc, timeout)
                     pids = _pair_pids(w.process, ready, gpu_pids)
@@ -364,6 +399,46 @@ class Scenario:
                 raise ScenarioError(f"{self.source}: workloads: cannot start stand-in processes: {exc}") from None
             self._cache["standins"] = {"workloads": workloads, "gpus": gpu_pids}
             return {name: pids for name, _, pids in workloads}
+
+    def _serving_port(self, w: WorkloadSpec) -> int:
+        """The port workload ``w`` serves on: declared, or a free one chosen once (callers hold no lock)."""
+        assert w.serving is not None
+        if w.serving.port:
+            return w.serving.port
+        ports = self._cache.setdefault("serving_ports", {})
+        if w.name not in ports:
+            import socket
+
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                ports[w.name] = sock.getsockname()[1]
+        return ports[w.name]
+
+    def serving_endpoints(self) -> dict[str, str]:
+        """Workload name -> the /metrics URL its stand-in serves (for workloads with ``serving:``)."""
+        return {w.name: f"http://127.0.0.1:{self._serving_port(w)}/metrics" for w in self.workloads
+                if w.serving is not None}
+
+    def profile_nodes(self) -> Any:
+        """The ``profiles:`` YAML node, where a profile named like a serving workload and without an
+        ``endpoint`` gets the stand-in's URL (so scenarios need no fixed ports)."""
+        node = self.profiles_node
+        endpoints = self.serving_endpoints()
+        if node is None or not endpoints or not isinstance(node, yaml.SequenceNode):
+            return node
+        import copy
+
+        node = copy.deepcopy(node)
+        for item in node.value:
+            if not isinstance(item, yaml.MappingNode):
+                continue
+            keys = {k.value: v for k, v in item.value if isinstance(k, yaml.ScalarNode)}
+            name = getattr(keys.get("name"), "value", None)
+            if name in endpoints and "endpoint" not in keys:
+                item.value.append((yaml.ScalarNode("tag:yaml.org,2002:str", "endpoint", item.start_mark, item.end_mark),
+                                   yaml.ScalarNode("tag:yaml.org,2002:str", endpoints[name], item.start_mark,
+                                                   item.end_mark)))
+        return node
 
     def stop_processes(self) -> None:
         """Stop the stand-ins started by start_processes (SIGTERM, then SIGKILL after 2 s). Idempotent."""
@@ -651,12 +726,39 @@ class _Parser:
         out: list[WorkloadSpec] = []
         for i, item in enumerate(self.sequence(node, "workloads")):
             path = f"workloads[{i}]"
-            keys = self.mapping(item, path, {"name", *_STANDIN_KEYS}, ("name", "cmdline"))
+            keys = self.mapping(item, path, {"name", "serving", *_STANDIN_KEYS}, ("name", "cmdline"))
             name = self.string(keys["name"], f"{path}.name")
             if name in {w.name for w in out}:
                 raise self.error(keys["name"], f"{path}.name", f"duplicate workload name {name!r}")
-            out.append(WorkloadSpec(name=name, process=self.standin(item, keys, path, gpu_count, None)))
+            serving = self.serving(keys["serving"], f"{path}.serving") if "serving" in keys else None
+            main = self.standin(item, {k: v for k, v in keys.items() if k != "serving"}, path, gpu_count, None)
+            out.append(WorkloadSpec(name=name, process=main, serving=serving))
         return tuple(out)
+
+    def serving(self, node: yaml.Node, path: str) -> ServingSpec:
+        from headroom.simulation.runtime_metrics import DEFAULT_VERSION, VERSIONS
+
+        keys = self.mapping(node, path, {"runtime", "version", "port", "kv_blocks", "block_size", "model",
+                                         *SERVING_SIGNALS}, ("runtime",))
+        runtime = self.string(keys["runtime"], f"{path}.runtime")
+        if runtime not in VERSIONS:
+            raise self.error(keys["runtime"], f"{path}.runtime", f"expected one of {', '.join(VERSIONS)}")
+        version = self.string(keys["version"], f"{path}.version") if "version" in keys else DEFAULT_VERSION[runtime]
+        if version not in VERSIONS[runtime]:
+            raise self.error(keys["version"], f"{path}.version",
+                             f"{runtime} versions: {', '.join(VERSIONS[runtime])}")
+        port = self.integer(keys["port"], f"{path}.port") if "port" in keys else 0
+        if port > 65535:
+            raise self.error(keys["port"], f"{path}.port", "must be <= 65535")
+        signals = {name: (replace(self.signal(keys[name], f"{path}.{name}", kind), lower=0.0) if name in keys
+                          else constant(SERVING_DEFAULTS[name]))
+                   for name, kind in SERVING_SIGNALS.items()}  # counts and seconds never go below 0
+        return ServingSpec(
+            runtime=runtime, version=version, port=port, signals=signals,
+            kv_blocks=self.integer(keys["kv_blocks"], f"{path}.kv_blocks", 1) if "kv_blocks" in keys else 2048,
+            block_size=self.integer(keys["block_size"], f"{path}.block_size", 1) if "block_size" in keys else 16,
+            model=self.string(keys["model"], f"{path}.model") if "model" in keys else "meta-llama/Llama-3.1-8B-Instruct",
+        )
 
     def standin(self, node: yaml.Node, keys: dict[str, yaml.Node], path: str, gpu_count: int,
                 parent_argv: tuple[str, ...] | None) -> StandInSpec:

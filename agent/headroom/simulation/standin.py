@@ -12,7 +12,9 @@ shows the declared argv, NUL-separated, as for any process (no setproctitle-styl
 
 The spec comes in the HEADROOM_STANDIN environment variable (JSON): argv, cpu (share of one core
 burnt in a 100 ms duty cycle), rss (bytes held resident), children (specs of child processes, started
-the same way), parent (the pid that must be alive). The process dies with its parent
+the same way), parent (the pid that must be alive), and optionally serving (a serving runtime whose
+/metrics this process serves, driven by scenario signals: simulation/runtime_metrics.py; only then does
+it import more than the standard library). The process dies with its parent
 (PR_SET_PDEATHSIG) and stops its children on SIGTERM. When ready it writes one JSON line to stdout:
 ``{"pid": ..., "children": [...]}`` (the children's own lines included).
 """
@@ -94,6 +96,22 @@ def _set_cmdline(argv: list[str]) -> None:
         mem.write(data)
 
 
+def _serving(spec: dict | None):
+    """With a ``serving`` spec: serve the runtime's /metrics (simulation/runtime_metrics.py) and return
+    the driver the main loop advances; None without one. Imported only then (it needs prometheus-client
+    and the scenario's Signal type, both in the agent's environment)."""
+    if not spec:
+        return None
+    # a stand-in's interpreter does not know the agent's environment (its argv[0] is a placeholder)
+    sys.path.extend(p for p in spec.get("sys_path", ()) if p not in sys.path)
+    from headroom.simulation.runtime_metrics import serve
+    from headroom.simulation.scenario import Signal
+
+    _, driver = serve(spec, Signal)
+    driver.started = time.monotonic()
+    return driver
+
+
 def main() -> None:
     spec = json.loads(os.environ.pop(ENV))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the agent, which stops us
@@ -119,6 +137,7 @@ def main() -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
+    driver = _serving(spec.get("serving"))
     sys.stdout.write(json.dumps({"pid": os.getpid(), "children": ready}) + "\n")
     sys.stdout.flush()
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
@@ -129,6 +148,9 @@ def main() -> None:
             while time.monotonic() < end:
                 pass
         time.sleep(PERIOD - busy if busy < PERIOD else 0.001)
+        if driver is not None:
+            with driver.lock:
+                driver.advance(time.monotonic() - driver.started)
         if hold and hold[0] != 1:  # keep a reference; never true
             break
 
