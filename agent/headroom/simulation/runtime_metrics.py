@@ -2,12 +2,13 @@
 
 Each runtime's families (names, HELP texts, types, label sets, histogram bounds) follow what its own
 source registers (docs/serving.md names the file and versions): vLLM and SGLang print through the
-Python prometheus-client (counters as ``_total`` plus ``_created``, floats as ``1.0``), TGI through
+Python prometheus-client (counters as ``_total``, plus ``_created`` outside multiprocess mode, floats as
+``1.0``), TGI through
 the Rust ``metrics-exporter-prometheus`` (no labels, no ``_created``), Triton through prometheus-cpp
 (``model`` and ``version`` labels). Values come from a ``ServingState`` that a stand-in drives from
 scenario signals.
 
-Standard library and prometheus-client only: a stand-in process imports this module by file name.
+Standard library and prometheus-client only (a stand-in process imports it with the agent's sys.path).
 """
 
 from __future__ import annotations
@@ -208,9 +209,13 @@ def _vllm(s: ServingState) -> str:
 
 
 def _sglang(s: ServingState) -> str:
-    t = _Text(s.created)
-    sched = {"model_name": s.model, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
-    tok = {"model_name": s.model}
+    # SGLang sets PROMETHEUS_MULTIPROC_DIR: the multiprocess collector prints no _created samples
+    t = _Text(None)
+    if s.version == "tpot":  # older releases: one `name` label (as their expositions show)
+        sched = tok = {"name": s.model}
+    else:
+        sched = {"model_name": s.model, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+        tok = {"model_name": s.model}
     t.gauge("sglang:num_running_reqs", "The number of running requests.", sched, s.running)
     t.gauge("sglang:num_used_tokens", "The number of used tokens.", sched, round(s.kv_usage * s.capacity_tokens))
     t.gauge("sglang:token_usage", "The token usage.", sched, s.kv_usage)
