@@ -429,3 +429,82 @@ def test_a_declared_runtime_that_the_endpoint_contradicts_is_down(served):
     assert e.up is False and e.error == "endpoint serves SGLang metrics but the profile declares runtime vllm"
     down = [x for x in logs if x["event"] == "serving_endpoint_down"]
     assert down and down[0]["error"] == e.error
+
+
+# ------------------------------------------------------------------------------------------ golden
+GOLDEN = Path(__file__).resolve().parent / "golden" / "serving.prom"
+SERVING_CONFIG = """
+workloads:
+  - name: chat
+    kind: inference
+    params: 8B
+    precision: bf16
+    runtime: {name: vllm, gpu_memory_utilization: 0.9}
+    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
+    context: {max: 8192}
+    concurrency: 8
+    gpus: [0]
+    endpoint: URL
+"""
+
+
+def render_serving_golden(served) -> str:
+    """Two scrapes of a vLLM fixture one simulated second apart through the real sampler, analysis and
+    renderer: the workload's serving families (durations filtered) as they appear in /metrics."""
+    from headroom.analysis.pipeline import Analysis
+    from headroom.config import check_config_text
+    from headroom.sampler import Sampler
+    from headroom.simulation import ManualClock
+
+    s = served()
+    a = fixture_state("vllm", "v1-itl")
+    s.reply = (200, "text/plain; version=0.0.4; charset=utf-8", exposition(a))
+    config = check_config_text(SERVING_CONFIG.replace("URL", s.url), "c.yaml")
+    c = ServingCollector(SourceContext(workloads=tuple(config.workloads)))
+    clock = ManualClock(1000.0)
+    sampler = Sampler([c], interval=1.0, collector_timeout=5.0, analyse=Analysis(config), clock=clock,
+                      wall_clock=lambda: 1_700_000_000.0 + clock() - 1000.0)
+    try:
+        sampler.tick()  # wakes the first scrape
+        outcome(c)
+        b = fixture_state("vllm", "v1-itl")
+        b.running, b.preemptions, b.generation_tokens = 13, 19, 70000
+        b.observe("ttft", 2.0, 100)  # the window's 100 new requests were slow
+        clock.advance(1.0)
+        assert sampler.tick().sample.sources["serving"].data.endpoints[0].requests_running == 12
+        s.reply = (200, "text/plain; version=0.0.4; charset=utf-8", exposition(b))
+        deadline = time.monotonic() + 20
+        while c.collect().endpoints[0].requests_running != 13 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        clock.advance(1.0)
+        body = sampler.tick().exposition.decode()
+    finally:
+        sampler.stop()
+    keep = ("headroom_workload_serving_", "headroom_workload_kv_", "headroom_workload_requests_",
+            "headroom_workload_preemptions", "headroom_workload_prompt_tokens", "headroom_workload_generation_tokens",
+            "headroom_workload_time_to_first_token", "headroom_workload_inter_token_latency")
+    lines = []
+    for line in body.splitlines():
+        name = line.split()[2] if line.startswith("#") else line.split("{")[0].split()[0]
+        if name.startswith(keep) and "scrape_duration" not in name:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def test_serving_golden_exposition(served, update_golden):
+    body = render_serving_golden(served)
+    if update_golden or not GOLDEN.exists():
+        GOLDEN.write_text(body)
+    assert body == GOLDEN.read_text(), "serving exposition changed: pytest tests/test_serving.py --update-golden"
+    # the window saw 100 requests at 2 s: its TTFT p50 sits in vLLM's (1, 2.5] bucket
+    assert 'headroom_workload_time_to_first_token_seconds{workload="chat",percentile="p50"} 1.75' in body
+    assert 'headroom_workload_kv_capacity_tokens{workload="chat",source="runtime"} 65536' in body
+
+
+def test_promtool_accepts_the_serving_golden_file():
+    import shutil
+    import subprocess
+
+    assert shutil.which("promtool"), "promtool missing: `make test` installs Debian's prometheus package"
+    r = subprocess.run(["promtool", "check", "metrics"], input=GOLDEN.read_bytes(), capture_output=True, timeout=30)
+    assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()

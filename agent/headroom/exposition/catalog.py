@@ -310,11 +310,11 @@ CATALOG: tuple[MetricSpec, ...] = (
          "Sum of the runtime's inter-token latency observations (its histogram's _sum)."),
     _srv("headroom_workload_inter_token_latency_observations_total", COUNTER, "", W,
          "Inter-token latency observations of the runtime's histogram (_count)."),
-    _slat("headroom_workload_time_to_first_token_seconds", GAUGE, "seconds", (*W, "quantile"),
-          "Time to first token quantile (0.5, 0.95, 0.99) of the requests observed in the short window "
+    _slat("headroom_workload_time_to_first_token_seconds", GAUGE, "seconds", (*W, "percentile"),
+          "Time to first token percentile (p50, p95, p99) of the requests observed in the short window "
           "(analysis.short_window), read from the runtime's histogram buckets like histogram_quantile."),
-    _slat("headroom_workload_inter_token_latency_seconds", GAUGE, "seconds", (*W, "quantile"),
-          "Inter-token latency quantile (0.5, 0.95, 0.99) over the short window, from the runtime's buckets."),
+    _slat("headroom_workload_inter_token_latency_seconds", GAUGE, "seconds", (*W, "percentile"),
+          "Inter-token latency percentile (p50, p95, p99) over the short window, from the runtime's buckets."),
     _slat("headroom_workload_kv_capacity_tokens", GAUGE, "", (*W, "source"),
           "KV cache capacity in tokens: source runtime as the runtime reports it, source estimate as the memory "
           "model (headroom estimate) computes it for the profile."),

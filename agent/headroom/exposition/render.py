@@ -284,9 +284,9 @@ def _render_serving_findings(w: Writer, wf: Any) -> None:
     ids = (wf.name,)
     if s is not None:
         for q, v in s.ttft.items():
-            w.add("headroom_workload_time_to_first_token_seconds", _r(v, 6), *ids, format_value(q))
+            w.add("headroom_workload_time_to_first_token_seconds", _r(v, 6), *ids, f"p{q * 100:g}")
         for q, v in s.itl.items():
-            w.add("headroom_workload_inter_token_latency_seconds", _r(v, 6), *ids, format_value(q))
+            w.add("headroom_workload_inter_token_latency_seconds", _r(v, 6), *ids, f"p{q * 100:g}")
     if room is not None:
         w.add("headroom_workload_kv_capacity_tokens", room.kv_capacity_runtime_tokens, *ids, "runtime")
         w.add("headroom_workload_kv_capacity_tokens", room.kv_capacity_estimate_tokens, *ids, "estimate")
