@@ -48,6 +48,7 @@ workloads:
     concurrency: 16
     gpus: [0]
     match: {cmdline: "headroom-showcase-chat-server"}
+    endpoint: SERVING_URL
   - name: trainer
     kind: finetune-lora
     params: 7B
@@ -55,6 +56,38 @@ workloads:
     gpus: [1]
 """
 RANGE_S = 30
+# chat's serving runtime: a vLLM /metrics served over real HTTP, moved along by these scenario signals
+SERVING = {"running": 24, "waiting": 3, "kv_usage": 0.82, "arrivals": 5, "ttft": 0.4, "itl": 0.03,
+           "preemptions": 1, "prompt_tokens": 800, "output_tokens": 200}
+
+
+def serving_runtime():
+    """(url, stop) of a stand-in vLLM runtime serving /metrics on a free loopback port."""
+    import threading
+    from dataclasses import asdict
+
+    from headroom.simulation.runtime_metrics import serve
+    from headroom.simulation.scenario import Signal, constant
+
+    spec = {"runtime": "vllm", "version": "v1-itl", "port": free_port(), "kv_blocks": 4096, "block_size": 16,
+            "model": "showcase", "signals": {k: asdict(constant(v)) for k, v in SERVING.items()}}
+    server, driver = serve(spec, Signal)
+    stop = threading.Event()
+    start = time.monotonic()
+
+    def advance():
+        while not stop.wait(0.1):
+            with driver.lock:
+                driver.advance(time.monotonic() - start)
+
+    threading.Thread(target=advance, daemon=True).start()
+
+    def close():
+        stop.set()
+        server.shutdown()
+        server.server_close()
+
+    return f"http://127.0.0.1:{spec['port']}/metrics", close
 
 
 class Prometheus:
@@ -125,7 +158,8 @@ def wait_for(prom: Prometheus, expr: str, timeout: float) -> None:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prometheus")
-    (tmp / "config.yaml").write_text(CONFIG)
+    serving_url, stop_serving = serving_runtime()
+    (tmp / "config.yaml").write_text(CONFIG.replace("SERVING_URL", serving_url))
     standin = subprocess.Popen([sys.executable, *STANDIN])
     agent = Agent("--simulate", "showcase", "--sample.interval", "200ms", "--config.file", str(tmp / "config.yaml"),
                   "--log.level", "warn")
@@ -147,6 +181,7 @@ def stack(tmp_path_factory):
         agent.stop()
         standin.kill()
         standin.wait()
+        stop_serving()
 
 
 def substitute(expr: str, instance: str) -> str:
