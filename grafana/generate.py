@@ -65,6 +65,8 @@ BOTTLENECK = ({"type": "value", "options": {"0": {"text": "-", "color": "transpa
                                              "1": {"text": "primary", "color": "red"}}},)
 RED_ABOVE_0 = ({"color": "green", "value": None}, {"color": "red", "value": 1})
 PCT_STEPS = ({"color": "green", "value": None}, {"color": "orange", "value": 0.8}, {"color": "red", "value": 0.95})
+MET = ({"type": "value", "options": {"0": {"text": "missed", "color": "red"},
+                                      "1": {"text": "met", "color": "green"}}},)
 STACKED = {"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 30}
 
 # ---------------------------------------------------------------- Fleet overview
@@ -366,12 +368,16 @@ WORKLOAD = (
           (t(f'rate(headroom_workload_prompt_tokens_total{{{W}}}[$__rate_interval])', "prompt"),
            t(f'rate(headroom_workload_generation_tokens_total{{{W}}}[$__rate_interval])', "generated")),
           width=8),
+    Panel("Latency objectives", "Each objective of the profile (slo:) over the short window: met or missed; "
+          "empty while no request was observed. Alert: HeadroomWorkloadSloBreached.", "stat", "none",
+          (t(f'headroom_workload_slo_met{{{W}}}', "{{objective}}"),), width=8, height=5,
+          mappings=MET),
     Panel("KV capacity: runtime against estimate", "Tokens the KV cache holds as the runtime reports it and as "
           "the memory model computes it for the profile (headroom estimate).", "stat", "none",
           (t(f'headroom_workload_kv_capacity_tokens{{{W}}}', "{{source}}"),), width=12, height=5),
     Panel("More sequences that fit", "Free KV cache in sequences: at the mean tokens a running sequence holds "
           "now (observed) and at the profile's max context.", "stat", "none",
-          (t(f'headroom_workload_kv_headroom_sequences{{{W}}}', "{{basis}}"),), width=12, height=5),
+          (t(f'headroom_workload_kv_headroom_sequences{{{W}}}', "{{basis}}"),), width=8, height=5),
 )
 
 

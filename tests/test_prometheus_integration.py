@@ -49,6 +49,7 @@ workloads:
     gpus: [0]
     match: {cmdline: "headroom-showcase-chat-server"}
     endpoint: SERVING_URL
+    slo: {ttft_p95: 1s, itl_p95: 10ms}
   - name: trainer
     kind: finetune-lora
     params: 7B

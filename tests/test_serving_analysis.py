@@ -140,3 +140,26 @@ def test_ttft_quantiles_describe_the_short_window_not_the_whole_life():
     wf = finding(Host(), VLLM_GPU, serving(ttft=ttft))
     p50 = wf.serving.ttft[0.5]
     assert 1.0 < p50 <= 2.5
+
+
+def test_slo_met_and_missed_from_the_windows_percentiles():
+    from headroom.exposition.render import Writer, _render_serving_findings
+
+    config = VLLM + "    slo: {ttft_p95: 1s, ttft_p50: 3s, itl_p95: 50ms}\n"
+    bounds = (0.1, 0.5, 1.0, 2.5, math.inf)
+
+    def ttft(t):  # ten requests a second between 1 and 2.5 s
+        return _hist(bounds, (0, 0, 0, 10.0 * t, 10.0 * t), 2.0 * 10 * t)
+
+    wf = finding(Host(), VLLM_GPU, serving(ttft=ttft), config=config)
+    by = {s.objective: s for s in wf.slos}
+    assert by["ttft_p95"].met is False and by["ttft_p95"].observed_seconds == pytest.approx(2.425)
+    assert by["ttft_p50"].met is True
+    assert by["itl_p95"].met is None and by["itl_p95"].observed_seconds is None  # no ITL observed
+    w = Writer()
+    _render_serving_findings(w, wf)
+    text = w.render().decode()
+    assert 'headroom_workload_slo_met{workload="chat",objective="ttft_p95"} 0' in text
+    assert 'headroom_workload_slo_met{workload="chat",objective="ttft_p50"} 1' in text
+    assert 'headroom_workload_slo_met{workload="chat",objective="itl_p95"}' not in text  # unknown: absent
+    assert 'headroom_workload_slo_target_seconds{workload="chat",objective="itl_p95"} 0.05' in text

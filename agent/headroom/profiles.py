@@ -39,6 +39,8 @@ attribution is optional; the memory model in ``headroom.sizing`` says which inpu
 | match                              | {cmdline, exe, systemd_unit, cgroup, pid_file,    | cmdline is a regular expression,        |
 |                                    | container_id}                                     | cgroup a glob, pid_file absolute        |
 | endpoint                           | http(s) URL of the serving /metrics               |                                         |
+| slo                                | {ttft_p95: 500ms, itl_p99: 50ms, ...}             | ttft_pNN, itl_pNN (NN: 50, 95, 99);     |
+|                                    |                                                   | needs an endpoint                       |
 | cost_per_gpu_hour                  | number >= 0                                       | in the operator's currency              |
 
 Attribution rule: a profile needs at least one ``match`` rule or an explicit ``gpus`` list; without
@@ -282,6 +284,7 @@ class WorkloadProfile:
     match: ProcessMatch = field(default_factory=ProcessMatch)
     endpoint: str | None = None
     cost_per_gpu_hour: float | None = None
+    slo: tuple[tuple[str, float], ...] = ()  # (objective, seconds), e.g. ("ttft_p95", 0.5)
 
     @property
     def effective_quantization(self) -> QuantizationSpec:
@@ -351,7 +354,7 @@ _CONTAINER_ID = re.compile(r"^[0-9a-f]{12,64}$")
 
 _TOP_KEYS = ("name", "kind", "model", "runtime", "params", "precision", "quantization", "compute_precision",
              "kv_cache_precision", "architecture", "context", "output_tokens", "concurrency", "training", "lora",
-             "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour")  # fmt: skip
+             "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour", "slo")  # fmt: skip
 _ARCH_KEYS = ("layers", "heads", "kv_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
               "tie_embeddings")  # fmt: skip
 _TRAINING_KEYS = ("optimizer", "gradient_precision", "master_weights", "gradient_checkpointing",
@@ -359,6 +362,8 @@ _TRAINING_KEYS = ("optimizer", "gradient_precision", "master_weights", "gradient
 _LORA_KEYS = ("rank", "alpha", "target_modules", "precision", "params")
 _MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "container_id")
 _RUNTIME_KEYS = ("name", "version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens")
+# latency objectives a profile may set: the serving analysis's percentiles (analysis/serving.py)
+SLO_OBJECTIVES = tuple(f"{m}_p{q}" for m in ("ttft", "itl") for q in (50, 95, 99))
 
 # the keys each section accepts, for the config loader and docs (the tables in the module docstring)
 PROFILE_KEYS = {
@@ -372,6 +377,7 @@ PROFILE_KEYS = {
     "lora": _LORA_KEYS,
     "parallel": ("tensor", "pipeline", "data"),
     "match": _MATCH_KEYS,
+    "slo": SLO_OBJECTIVES,
 }
 
 
@@ -527,6 +533,9 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
     match = _match(r, top)
     endpoint = _endpoint(r, top)
     cost = r.number(top, "cost_per_gpu_hour", (), 0.0)
+    slo = _slo(r, top)
+    if _ok(slo) and slo and top.get("endpoint") is None:
+        r.error(("slo",), "latency objectives are read from the serving runtime: set endpoint (its /metrics URL)")
 
     # --------------------------------------------------------------------- impossible combinations
     if _ok(kind):
@@ -581,7 +590,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
         quantization=quant, compute_precision=compute, kv_cache_precision=kv_precision, architecture=arch,
         context=context, output_tokens=output_tokens, concurrency=concurrency, training=training, lora=lora,
         dataloader_workers=workers, parallel=parallel, gpus=gpus, match=match, endpoint=endpoint,
-        cost_per_gpu_hour=cost,
+        cost_per_gpu_hour=cost, slo=slo,
     )  # fmt: skip
 
 
@@ -830,6 +839,29 @@ def _match(r: _Reader, top: Mapping) -> Any:
     if _BAD in values.values():
         return _BAD
     return ProcessMatch(**values)
+
+
+def _slo(r: _Reader, top: Mapping) -> Any:
+    v = top.get("slo")
+    if v is None:
+        return ()
+    m = r.mapping(v, ("slo",), SLO_OBJECTIVES)
+    if m is None:
+        return _BAD
+    out = []
+    for key in SLO_OBJECTIVES:
+        if m.get(key) is None:
+            continue
+        try:
+            seconds = units.parse_duration(m[key])
+        except ValueError as exc:
+            r.error(("slo", key), f"{exc} (e.g. 500ms)")
+            continue
+        if seconds <= 0:
+            r.error(("slo", key), "must be more than 0")
+            continue
+        out.append((key, seconds))
+    return tuple(out)
 
 
 def _endpoint(r: _Reader, top: Mapping) -> Any:

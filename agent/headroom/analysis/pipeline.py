@@ -47,6 +47,7 @@ class WorkloadFinding:
     gpus: tuple[int, ...] = ()
     serving: serving_analysis.ServingSignals | None = None  # the runtime's view (profiles with an endpoint)
     serving_headroom: serving_analysis.ServingHeadroom | None = None
+    slos: tuple[serving_analysis.SloStatus, ...] = ()  # the profile's latency objectives (slo:)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,8 @@ class Analysis:
             v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)
             room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
             workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices), srv,
-                                                     serving_analysis.serving_headroom(srv, p, est)))
+                                                     serving_analysis.serving_headroom(srv, p, est),
+                                                     serving_analysis.slo_status(p, srv)))
 
         idle = [g for g in gpu_findings if g.idle]
         costs = _gpu_costs(self.profiles, workload_findings)

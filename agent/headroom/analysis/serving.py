@@ -261,3 +261,24 @@ def alternatives(profile: Any, gpu_memory_bytes: int | None, gpus: int | None, m
         tokens = (measured or base) * ratio
         parts.append(f"{label}: {tokens:,.0f} tokens ({ratio:.2f}x)")
     return ("headroom estimate: " + ", ".join(parts)) if parts else ""
+
+
+# ------------------------------------------------------------------------------------------ SLOs
+@dataclass(frozen=True)
+class SloStatus:
+    objective: str  # ttft_p95, itl_p99 ...
+    target_seconds: float
+    observed_seconds: float | None  # the window's percentile; None: no request observed in the window
+    met: bool | None  # None with no observation: neither met nor breached
+
+
+def slo_status(profile: Any, s: ServingSignals | None) -> tuple[SloStatus, ...]:
+    """Each latency objective of the profile against the short window's percentile."""
+    out = []
+    for objective, target in getattr(profile, "slo", ()) or ():
+        metric, _, q = objective.partition("_p")
+        observed = None
+        if s is not None and s.up:
+            observed = (s.ttft if metric == "ttft" else s.itl).get(int(q) / 100)
+        out.append(SloStatus(objective, target, observed, None if observed is None else observed <= target))
+    return tuple(out)

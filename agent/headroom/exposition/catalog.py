@@ -315,6 +315,11 @@ CATALOG: tuple[MetricSpec, ...] = (
           "(analysis.short_window), read from the runtime's histogram buckets like histogram_quantile."),
     _slat("headroom_workload_inter_token_latency_seconds", GAUGE, "seconds", (*W, "percentile"),
           "Inter-token latency percentile (p50, p95, p99) over the short window, from the runtime's buckets."),
+    _slat("headroom_workload_slo_met", GAUGE, "", (*W, "objective"),
+          "1 when the workload's latency objective (profile slo:, e.g. ttft_p95) held over the short window, 0 "
+          "when the window's percentile was above it; absent while no request was observed."),
+    _slat("headroom_workload_slo_target_seconds", GAUGE, "seconds", (*W, "objective"),
+          "The latency objective the profile declares (slo:), for dashboards and alert texts."),
     _slat("headroom_workload_kv_capacity_tokens", GAUGE, "", (*W, "source"),
           "KV cache capacity in tokens: source runtime as the runtime reports it, source estimate as the memory "
           "model (headroom estimate) computes it for the profile."),

@@ -85,7 +85,8 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
     if serving is not None:
         out["serving"] = {**to_jsonable(serving), "ttft": {str(q): v for q, v in serving.ttft.items()},
                           "itl": {str(q): v for q, v in serving.itl.items()},
-                          "headroom": to_jsonable(getattr(wf, "serving_headroom", None))}
+                          "headroom": to_jsonable(getattr(wf, "serving_headroom", None)),
+                          "slo": to_jsonable(getattr(wf, "slos", ()))}
     if st is not None:
         est = getattr(st, "estimate", None)
         measured = getattr(st, "measured", None)

@@ -287,6 +287,9 @@ def _render_serving_findings(w: Writer, wf: Any) -> None:
             w.add("headroom_workload_time_to_first_token_seconds", _r(v, 6), *ids, f"p{q * 100:g}")
         for q, v in s.itl.items():
             w.add("headroom_workload_inter_token_latency_seconds", _r(v, 6), *ids, f"p{q * 100:g}")
+    for slo in getattr(wf, "slos", ()):
+        w.add("headroom_workload_slo_target_seconds", slo.target_seconds, *ids, slo.objective)
+        w.add("headroom_workload_slo_met", slo.met, *ids, slo.objective)
     if room is not None:
         w.add("headroom_workload_kv_capacity_tokens", room.kv_capacity_runtime_tokens, *ids, "runtime")
         w.add("headroom_workload_kv_capacity_tokens", room.kv_capacity_estimate_tokens, *ids, "estimate")
