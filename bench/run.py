@@ -24,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/run.py`: make `bench` and `headroom` importable
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "agent")]
 
-from bench import fixtures, gpu, host, report, scrape, ticks  # noqa: E402
+from bench import fixtures, gpu, host, report, scrape, serving, ticks  # noqa: E402
 from headroom import logs  # noqa: E402
 from headroom.config import check_config_text  # noqa: E402
 
@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 run_scrapes(results, inputs, farm, plan, workdir)
             elif plan.scale_scrapes and scale in ((REFERENCE[0], 100, REFERENCE[2]), (REFERENCE[0], 5000, REFERENCE[2])):
                 run_scale_scrape(results, inputs, farm, plan, workdir, scale)
+        _log("serving endpoints at the reference scale")
+        results.serving = serving.measure(farm, inputs, rounds=plan.scale_rounds * 2 + 1, n_ticks=plan.ticks)
         farm.resize_host(REFERENCE[1])
         run_full_window_rss(results, inputs, plan, workdir)
         if plan.scale_scrapes:

@@ -10,6 +10,7 @@ previous result while the endpoint was still hanging", not with a stopwatch.
 from __future__ import annotations
 
 import math
+import re
 import socket
 import threading
 import time
@@ -508,3 +509,58 @@ def test_promtool_accepts_the_serving_golden_file():
     assert shutil.which("promtool"), "promtool missing: `make test` installs Debian's prometheus package"
     r = subprocess.run(["promtool", "check", "metrics"], input=GOLDEN.read_bytes(), capture_output=True, timeout=30)
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+
+
+@pytest.mark.parametrize(("slo", "message"), [
+    ({"ttft_p96": "1s"}, "slo.ttft_p96: unknown key 'ttft_p96'; did you mean 'ttft_p99'?"),
+    ({"itl_p95": "fast"}, "slo.itl_p95: invalid duration 'fast'"),
+    ({"ttft_p95": 0}, "slo.ttft_p95: must be more than 0"),
+])
+def test_bad_latency_objectives_are_named(slo, message):
+    from headroom.profiles import ProfileErrors
+
+    with pytest.raises(ProfileErrors) as err:
+        profile_from_dict({"name": "chat", "kind": "inference", "gpus": [0], "endpoint": "http://h:8000/metrics",
+                           "slo": slo})
+    assert any(str(e).startswith(message) for e in err.value.errors), [str(e) for e in err.value.errors]
+
+
+def test_objectives_need_an_endpoint_and_parse_to_seconds():
+    from headroom.profiles import ProfileErrors
+
+    p = profile_from_dict({"name": "chat", "kind": "inference", "gpus": [0], "endpoint": "http://h:8000/metrics",
+                           "slo": {"ttft_p95": "500ms", "itl_p99": 0.05}})
+    assert p.slo == (("ttft_p95", 0.5), ("itl_p99", 0.05))
+    with pytest.raises(ProfileErrors) as err:
+        profile_from_dict({"name": "chat", "kind": "inference", "gpus": [0], "slo": {"ttft_p95": "1s"}})
+    assert [str(e) for e in err.value.errors] == [
+        "slo: latency objectives are read from the serving runtime: set endpoint (its /metrics URL)"]
+
+
+def test_the_python_client_layout_is_the_python_clients():
+    """vLLM and SGLang print through prometheus-client: the fixtures' layout (label order, _total and _created
+    families, bucket/count/sum order, number format) must be byte for byte what the library prints."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    from headroom.simulation.runtime_metrics import Hist, _Text
+
+    registry = CollectorRegistry()
+    labels = {"model_name": "m", "engine": "0"}
+    Gauge("vllm:num_requests_running", "Running.", list(labels), registry=registry).labels(**labels).set(3)
+    c = Counter("vllm:num_preemptions", "Preempted.", list(labels), registry=registry).labels(**labels)
+    c.inc(4)
+    h = Histogram("vllm:e2e_request_latency_seconds", "E2E.", list(labels), buckets=(0.5, 1.0),
+                  registry=registry).labels(**labels)
+    for v in (0.2, 0.7, 0.7, 3.0):
+        h.observe(v)
+    # creation stamps are the clock's: compare them as one fixed value, printed the library's way
+    expected = re.sub(r"(_created\{[^}]*\}) \S+", r"\1 1.7e+09", generate_latest(registry).decode())
+
+    t = _Text(1.7e9)
+    t.gauge("vllm:num_requests_running", "Running.", labels, 3)
+    t.counter("vllm:num_preemptions", "Preempted.", labels, 4)
+    hist = Hist((0.5, 1.0))
+    for v in (0.2, 0.7, 0.7, 3.0):
+        hist.observe(v)
+    t.histogram("vllm:e2e_request_latency_seconds", "E2E.", labels, hist)
+    assert t.text() == expected

@@ -328,7 +328,6 @@ class ServingEndpoint:
     generation_tokens_total: float | None = None
     time_to_first_token: Histogram | None = None
     inter_token_latency: Histogram | None = None
-    e2e_request_latency: Histogram | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,34 +136,45 @@ def _labels(labels: dict[str, str]) -> str:
 
 
 class _Text:
-    """Families in the Python prometheus-client's layout (HELP, TYPE, samples) or the Rust exporter's."""
+    """Families laid out as the runtime's exporter prints them.
 
-    def __init__(self, created: float | None, number=_f) -> None:
+    The Python prometheus-client (vLLM, SGLang; ``python_client``) sorts label names, names a counter's
+    HELP/TYPE after its ``_total`` sample and prints each ``_created`` stamp as a gauge family of its
+    own after the family. The Rust and C++ exporters print labels as given and no ``_created``."""
+
+    def __init__(self, created: float | None, number=_f, python_client: bool = True) -> None:
         self.lines: list[str] = []
-        self.created = created  # None: no _created samples (vLLM V0, Rust, C++)
+        self.created = created  # None: no _created samples (vLLM V0, SGLang multiprocess, Rust, C++)
         self.n = number
+        self.python_client = python_client
+
+    def labels(self, labels: dict[str, str]) -> str:
+        return _labels(dict(sorted(labels.items())) if self.python_client else labels)
 
     def family(self, name: str, kind: str, doc: str) -> None:
         self.lines += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}"]
 
+    def _created(self, name: str, doc: str, labels: dict[str, str]) -> None:
+        if self.created is not None:
+            self.gauge(f"{name}_created", doc, labels, self.created)
+
     def gauge(self, name: str, doc: str, labels: dict[str, str], value: float) -> None:
         self.family(name, "gauge", doc)
-        self.lines.append(f"{name}{_labels(labels)} {self.n(value)}")
+        self.lines.append(f"{name}{self.labels(labels)} {self.n(value)}")
 
     def counter(self, name: str, doc: str, labels: dict[str, str], value: float) -> None:
-        self.family(name, "counter", doc)
-        self.lines.append(f"{name}_total{_labels(labels)} {self.n(value)}")
-        if self.created is not None:
-            self.lines.append(f"{name}_created{_labels(labels)} {_f(self.created)}")
+        self.family(f"{name}_total" if self.python_client else name, "counter", doc)
+        self.lines.append(f"{name}_total{self.labels(labels)} {self.n(value)}")
+        self._created(name, doc, labels)
 
     def histogram(self, name: str, doc: str, labels: dict[str, str], h: Hist) -> None:
         self.family(name, "histogram", doc)
         for bound, count in zip((*h.bounds, math.inf), h.counts, strict=True):
-            self.lines.append(f"{name}_bucket{_labels({**labels, 'le': self.n(float(bound))})} {self.n(count)}")
-        self.lines.append(f"{name}_count{_labels(labels)} {self.n(h.count)}")
-        self.lines.append(f"{name}_sum{_labels(labels)} {self.n(h.sum)}")
-        if self.created is not None:
-            self.lines.append(f"{name}_created{_labels(labels)} {_f(self.created)}")
+            self.lines.append(f"{name}_bucket{self.labels({**labels, 'le': self.n(float(bound))})} {self.n(count)}")
+        count = f"{name}_count{self.labels(labels)} {self.n(h.count)}"
+        total = f"{name}_sum{self.labels(labels)} {self.n(h.sum)}"
+        self.lines += [count, total] if self.python_client else [total, count]  # the Rust exporter: sum first
+        self._created(name, doc, labels)
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
@@ -242,7 +253,7 @@ def _sglang(s: ServingState) -> str:
 
 def _tgi(s: ServingState) -> str:
     # metrics-exporter-prometheus: HELP from describe_*!, no labels on these, no _created; gauges as integers
-    t = _Text(None, _plain)
+    t = _Text(None, _plain, python_client=False)
     capacity = s.capacity_tokens
     t.gauge("tgi_batch_max_total_tokens", "Maximum amount of tokens in total.", {}, capacity)
     t.gauge("tgi_batch_current_size", "Current batch size", {}, s.running)
@@ -262,7 +273,7 @@ def _tgi(s: ServingState) -> str:
 
 
 def _triton(s: ServingState) -> str:
-    # prometheus-cpp: HELP then TYPE, labels model/version, integers as integers
+    # prometheus-cpp: HELP then TYPE, labels model/version sorted, integers as integers
     t = _Text(None, _plain)
     ids = {"model": "tensorrt_llm", "version": "1"}
     t.family("nv_inference_request_success", "counter",

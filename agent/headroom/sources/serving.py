@@ -253,40 +253,70 @@ class Metrics:
         return [(labels, v) for labels, v in rows if not math.isnan(v)]
 
 
-def parse(text: str) -> tuple[Metrics, int]:
-    """(the serving runtimes' samples, number of other metric families) of a text exposition.
+SERIES_CACHE_MAX = 4096  # distinct series whose parsed name and labels an endpoint remembers
 
-    Lines of families no runtime here exports (process_*, python_gc_*, http_*) are dropped before the
-    prometheus-client text parser sees them: they are most of a runtime's exposition and none of ours."""
-    kept, typed, untyped = [], set(), set()
+
+def parse(text: str, series: dict[str, tuple[str, dict[str, str]]] | None = None
+          ) -> tuple[Metrics, dict[str, int], int]:
+    """(the samples the normalizers read, samples per runtime prefix, other metric families) of a text exposition.
+
+    Only the lines of families some normalizer reads (``_KEEP``) are parsed: the rest (process_*,
+    python_gc_*, http_*, a runtime's other histograms) is most of an exposition. Each series (the line up
+    to its value) goes through prometheus-client's text parser the first time it is seen; ``series``
+    remembers the parsed name and labels, so later scrapes only convert the value (the same float()
+    the parser uses). Detection counts every sample line by runtime prefix."""
+    cache = series if series is not None else {}
+    typed, untyped = set(), set()
+    by_prefix: dict[str, int] = {}
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     for line in text.splitlines():
         if line.startswith("#"):
             parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
-                if parts[2].startswith(_PREFIXES):
-                    kept.append(line)
-                elif parts[1] == "TYPE":
-                    typed.add(parts[2])
-        elif line.startswith(_PREFIXES):
-            kept.append(line)
-        elif line.strip():
-            untyped.add(line.split("{", 1)[0].split(None, 1)[0])
-    others = typed or untyped  # families by their TYPE lines; sample names when there are none
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+            if len(parts) >= 3 and parts[1] == "TYPE" and not parts[2].startswith(_PREFIXES):
+                typed.add(parts[2])
+            continue
+        name = line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
+        if not name:
+            continue
+        if not name.startswith(_PREFIXES):
+            untyped.add(name)
+            continue
+        prefix = next(p for p in _PREFIXES if name.startswith(p))
+        by_prefix[prefix] = by_prefix.get(prefix, 0) + 1
+        if name not in _KEEP:
+            continue
+        end = line.rfind("}") + 1 if "{" in line else len(name)
+        key, rest = line[:end], line[end:].split()
+        known = cache.get(key)
+        try:
+            if known is None:
+                known = _parse_series(line)
+                if len(cache) >= SERIES_CACHE_MAX:
+                    cache.clear()
+                cache[key] = known
+            value = float(rest[0])
+        except (ValueError, IndexError) as exc:
+            message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+            raise ScrapeError(f"not a valid Prometheus text exposition: {message}") from None
+        samples.setdefault(known[0], []).append((known[1], value))
+    others = len(typed or untyped)  # families by their TYPE lines; sample names when there are none
+    return Metrics(samples), by_prefix, others
+
+
+def _parse_series(line: str) -> tuple[str, dict[str, str]]:
+    """(sample name, labels) of one sample line, by prometheus-client's text parser."""
     try:
-        for family in text_string_to_metric_families("\n".join(kept) + "\n"):
+        for family in text_string_to_metric_families(line + "\n"):
             for s in family.samples:
-                samples.setdefault(s.name, []).append((s.labels, s.value))
+                return s.name, dict(s.labels)
     except (ValueError, IndexError, KeyError, TypeError) as exc:  # the parser's ways of saying "malformed"
-        message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise ScrapeError(f"not a valid Prometheus text exposition: {message}") from None
-    return Metrics(samples), len(others)
+        raise ValueError(str(exc) or type(exc).__name__) from None
+    raise ValueError(f"no sample in {line[:80]!r}")
 
 
-def detect(metrics: Metrics) -> str | None:
+def detect(by_prefix: Mapping[str, int]) -> str | None:
     """The runtime whose metric names the exposition carries (the one with most samples), or None."""
-    counts = {name: sum(len(rows) for sample, rows in metrics.samples.items() if sample.startswith(prefixes))
-              for name, (_, prefixes) in RUNTIMES.items()}
+    counts = {name: sum(by_prefix.get(p, 0) for p in prefixes) for name, (_, prefixes) in RUNTIMES.items()}
     best = max(counts, key=counts.__getitem__)
     return best if counts[best] else None
 
@@ -311,7 +341,6 @@ def _vllm(m: Metrics) -> dict[str, Any]:
         generation_tokens_total=m.total("vllm:generation_tokens_total"),
         time_to_first_token=m.histogram("vllm:time_to_first_token_seconds"),
         inter_token_latency=m.histogram("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-        e2e_request_latency=m.histogram("vllm:e2e_request_latency_seconds"),
     )
 
 
@@ -326,7 +355,6 @@ def _sglang(m: Metrics) -> dict[str, Any]:
         generation_tokens_total=m.total("sglang:generation_tokens_total"),
         time_to_first_token=m.histogram("sglang:time_to_first_token_seconds"),
         inter_token_latency=m.histogram("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
-        e2e_request_latency=m.histogram("sglang:e2e_request_latency_seconds"),
     )
 
 
@@ -341,7 +369,6 @@ def _tgi(m: Metrics) -> dict[str, Any]:
         prompt_tokens_total=m.total("tgi_request_input_length_sum"),
         generation_tokens_total=m.total("tgi_request_generated_tokens_sum"),
         inter_token_latency=m.histogram("tgi_request_mean_time_per_token_duration"),
-        e2e_request_latency=m.histogram("tgi_request_duration"),
     )
 
 
@@ -365,7 +392,37 @@ NORMALIZERS: dict[str, Callable[[Metrics], dict[str, Any]]] = {
 }  # fmt: skip
 
 
-def read_exposition(body: bytes, content_type: str, declared: str | None) -> tuple[str, dict[str, Any]]:
+class _Asked(dict):
+    """An empty sample table that remembers every name a normalizer asks for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[str] = set()
+
+    def get(self, key, default=None):  # type: ignore[override]
+        self.asked.add(key)
+        return default
+
+
+def _names_read() -> frozenset[str]:
+    """The sample names the normalizers read, found by running them on an empty table."""
+    asked: set[str] = set()
+    for normalize in NORMALIZERS.values():
+        table = _Asked()
+        normalize(Metrics(table))
+        asked |= table.asked
+    samples = set(asked)
+    for name in asked:
+        if name.endswith("_bucket"):
+            samples |= {name[:-7] + "_sum", name[:-7] + "_count"}
+    return frozenset(samples)
+
+
+_KEEP = _names_read()
+
+
+def read_exposition(body: bytes, content_type: str, declared: str | None,
+                    series: dict[str, tuple[str, dict[str, str]]] | None = None) -> tuple[str, dict[str, Any]]:
     """(runtime, normalized fields) of a /metrics body; ScrapeError when it is not a serving runtime's."""
     kind = content_type.split(";", 1)[0].strip().lower()
     head = body[:512].lstrip().lower()
@@ -380,8 +437,8 @@ def read_exposition(body: bytes, content_type: str, declared: str | None) -> tup
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScrapeError(f"body is not UTF-8 text (byte 0x{body[exc.start]:02x} at offset {exc.start})") from None
-    metrics, others = parse(text)
-    runtime = detect(metrics)
+    metrics, by_prefix, others = parse(text, series)
+    runtime = detect(by_prefix)
     if runtime is None:
         raise ScrapeError(f"not a serving runtime's metrics: {others} metric families, none from "
                           + ", ".join(f"{label} ({'/'.join(p)})" for label, p in RUNTIMES.values()))
@@ -400,6 +457,7 @@ class _Endpoint:
         self.timeout, self.max_body = timeout, max_body
         self.latest = ServingEndpoint(workload, url, up=None, error="no scrape finished yet")
         self._runtime: str | None = None
+        self._series: dict[str, tuple[str, dict[str, str]]] = {}  # parsed series of this endpoint (parse())
         self._state: tuple[bool | None, str | None] = (None, None)
         self._cv = threading.Condition()
         self._wanted = False
@@ -451,7 +509,7 @@ class _Endpoint:
                                   "(expose /metrics without auth on a local address)")
             if status != 200:
                 raise ScrapeError(f"HTTP {status} {reason}".strip())
-            runtime, fields = read_exposition(body, headers.get("content-type", ""), self.declared)
+            runtime, fields = read_exposition(body, headers.get("content-type", ""), self.declared, self._series)
         except ScrapeError as exc:
             return ServingEndpoint(self.workload, self.url, up=False, error=str(exc),
                                    runtime=self._runtime, scrape_duration_seconds=time.monotonic() - start)
