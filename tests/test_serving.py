@@ -534,7 +534,11 @@ def test_objectives_need_an_endpoint_and_parse_to_seconds():
     with pytest.raises(ProfileErrors) as err:
         profile_from_dict({"name": "chat", "kind": "inference", "gpus": [0], "slo": {"ttft_p95": "1s"}})
     assert [str(e) for e in err.value.errors] == [
-        "slo: latency objectives are read from the serving runtime: set endpoint (its /metrics URL)"]
+        "slo: latency objectives are read from the serving runtime: set endpoint (its /metrics URL), or a "
+        "match.cmdline rule that finds the runtime's process (its --host/--port)"]
+    detected = profile_from_dict({"name": "chat", "kind": "inference", "match": {"cmdline": "vllm serve"},
+                                  "slo": {"ttft_p95": "1s"}})
+    assert detected.slo == (("ttft_p95", 1.0),)
 
 
 def test_the_python_client_layout_is_the_python_clients():
@@ -564,3 +568,96 @@ def test_the_python_client_layout_is_the_python_clients():
         hist.observe(v)
     t.histogram("vllm:e2e_request_latency_seconds", "E2E.", labels, hist)
     assert t.text() == expected
+
+
+# --------------------------------------------------------------------------------------- detection
+@pytest.mark.parametrize(("argv", "expected"), [
+    ("vllm serve meta-llama/Llama-3.1-8B-Instruct --host 0.0.0.0 --port 8001", ("vllm", "http://127.0.0.1:8001/metrics")),
+    ("/opt/venv/bin/vllm serve m", ("vllm", "http://127.0.0.1:8000/metrics")),
+    ("python3 -m vllm.entrypoints.openai.api_server --model m --port=9000 --host 10.1.2.3",
+     ("vllm", "http://10.1.2.3:9000/metrics")),
+    ("python -m sglang.launch_server --model-path m --enable-metrics", ("sglang", "http://127.0.0.1:30000/metrics")),
+    ("python -m sglang.launch_server --model-path m --port 31000 --host ::", ("sglang", "http://127.0.0.1:31000/metrics")),
+    ("text-generation-launcher --model-id m --port 80 --prometheus-port 9100", ("tgi", "http://127.0.0.1:9100/metrics")),
+    ("/usr/local/bin/text-generation-router --port 8080", ("tgi", "http://127.0.0.1:9000/metrics")),
+    ("tritonserver --model-repository /models --metrics-port 8102 --metrics-address fd00::5",
+     ("triton", "http://[fd00::5]:8102/metrics")),
+    ("python train.py --port 8000", None),
+    ("vllm serve m --port eighty", None),
+    ("vllm serve m --port 70000", None),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_the_endpoint_is_read_from_a_runtimes_command_line(argv, expected):
+    from headroom.sources.serving import endpoint_from_argv
+
+    assert endpoint_from_argv(argv.split()) == expected
+
+
+SERVE_FILE = """
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+body = open(sys.argv[sys.argv.index("--body") + 1], "rb").read()
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), H).serve_forever()
+"""
+
+
+def test_a_profile_without_endpoint_finds_its_runtime_by_command_line(tmp_path):
+    """A real process whose command line reads `... vllm serve MODEL --port P` and serves vLLM metrics on P:
+    the profile's match.cmdline finds it and the collector scrapes the port its flags name."""
+    import subprocess
+    import sys
+
+    from conftest import free_port
+
+    port = free_port()
+    body = tmp_path / "metrics.prom"
+    body.write_bytes(body_of("vllm"))
+    proc = subprocess.Popen([sys.executable, "-c", SERVE_FILE, "vllm", "serve", "detect-test-model",
+                             "--port", str(port), "--body", str(body)])
+    profile = profile_from_dict({"name": "chat", "kind": "inference", "match": {"cmdline": "detect-test-model"}})
+    c = ServingCollector(SourceContext(settings={"detect_interval": 3600}, workloads=(profile,)))
+    try:
+        deadline = time.monotonic() + 20
+        found = {}
+        while not found and time.monotonic() < deadline:  # the process may still be starting
+            found = c.detect()
+            time.sleep(0.05)
+        assert found == {"chat": f"http://127.0.0.1:{port}/metrics"}
+        e = outcome(c)
+        while not e.up and time.monotonic() < deadline:  # until its server listens
+            e = outcome(c, after=e)
+        assert e.up and e.runtime == "vllm" and e.endpoint == f"http://127.0.0.1:{port}/metrics"
+    finally:
+        c.close()
+        proc.kill()
+        proc.wait()
+
+
+def test_a_profile_without_a_runtime_process_gets_no_endpoint():
+    profile = profile_from_dict({"name": "trainer", "kind": "training", "match": {"cmdline": "no-such-process-xyz"}})
+    c = ServingCollector(SourceContext(settings={"detect_interval": 3600}, workloads=(profile,)))
+    try:
+        assert c.detect() == {}
+        assert c.collect().endpoints == ()
+    finally:
+        c.close()
+
+
+def test_under_simulation_a_stand_ins_url_stands_in_for_detection():
+    from headroom.simulation import load_scenario
+
+    scenario = load_scenario("serving-idle")
+    profile = profile_from_dict({"name": "chat", "kind": "inference", "match": {"cmdline": "vllm serve"}})
+    c = ServingCollector(SourceContext(settings={"detect_interval": 3600}, workloads=(profile,), scenario=scenario))
+    try:
+        assert c.detect() == {"chat": scenario.serving_endpoints()["chat"]}
+    finally:
+        c.close()

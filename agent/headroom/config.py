@@ -505,7 +505,9 @@ def _schema() -> Map:
         "processes": (_collector_spec(), dict),
         "serving": (
             _collector_spec({"timeout": (Duration(minimum=0.01, maximum=30), 0.5),
-                             "max_body": (Bytes(minimum=4096, maximum=256 * 2**20), 8 * 2**20)}),
+                             "max_body": (Bytes(minimum=4096, maximum=256 * 2**20), 8 * 2**20),
+                             "detect": (Bool(), True),
+                             "detect_interval": (Duration(minimum=1, maximum=3600), 30.0)}),
             dict,
         ),
         "net": (

@@ -38,9 +38,9 @@ attribution is optional; the memory model in ``headroom.sizing`` says which inpu
 | gpus                               | [0, "GPU-...", "MIG-..."]                         | indices or UUIDs                        |
 | match                              | {cmdline, exe, systemd_unit, cgroup, pid_file,    | cmdline is a regular expression,        |
 |                                    | container_id}                                     | cgroup a glob, pid_file absolute        |
-| endpoint                           | http(s) URL of the serving /metrics               |                                         |
+| endpoint                           | http(s) URL of the serving /metrics               | default: detected from the command line |
 | slo                                | {ttft_p95: 500ms, itl_p99: 50ms, ...}             | ttft_pNN, itl_pNN (NN: 50, 95, 99);     |
-|                                    |                                                   | needs an endpoint                       |
+|                                    |                                                   | needs endpoint or match.cmdline         |
 | cost_per_gpu_hour                  | number >= 0                                       | in the operator's currency              |
 
 Attribution rule: a profile needs at least one ``match`` rule or an explicit ``gpus`` list; without
@@ -534,8 +534,9 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
     endpoint = _endpoint(r, top)
     cost = r.number(top, "cost_per_gpu_hour", (), 0.0)
     slo = _slo(r, top)
-    if _ok(slo) and slo and top.get("endpoint") is None:
-        r.error(("slo",), "latency objectives are read from the serving runtime: set endpoint (its /metrics URL)")
+    if _ok(slo) and slo and top.get("endpoint") is None and not (_ok(match) and match.cmdline):
+        r.error(("slo",), "latency objectives are read from the serving runtime: set endpoint (its /metrics URL), "
+                          "or a match.cmdline rule that finds the runtime's process (its --host/--port)")
 
     # --------------------------------------------------------------------- impossible combinations
     if _ok(kind):

@@ -161,7 +161,7 @@ class Analysis:
             mine = [by_index[i] for i in indices if i in by_index]
             peak = getattr(st, "expected_peak_bytes", None)
             est = getattr(st, "estimate", None)
-            srv = serving_analysis.serving_signals(window, s["short_window"], p.name) if p.endpoint else None
+            srv = serving_analysis.serving_signals(window, s["short_window"], p.name)  # declared or detected
             alt = ""
             if srv is not None and srv.up and est is not None and (srv.usage or 0) >= t["kv_usage_low"]:
                 alt = serving_analysis.alternatives(p, est.gpu_memory_bytes, est.gpus_available, srv.capacity_tokens)
@@ -170,8 +170,7 @@ class Analysis:
             if refresh:
                 w_long = signals.workload_signals(window, s["long_window"], st, p, host.logical_cpus)
                 mine_long = [gpus_long.get(g.uuid, g) for g in mine]
-                srv_long = (serving_analysis.serving_signals(window, s["long_window"], p.name)
-                            if p.endpoint else None)
+                srv_long = serving_analysis.serving_signals(window, s["long_window"], p.name)
                 self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak,
                                                                    srv_long).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)

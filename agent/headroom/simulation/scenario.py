@@ -406,13 +406,14 @@ class Scenario:
         if w.serving.port:
             return w.serving.port
         ports = self._cache.setdefault("serving_ports", {})
-        if w.name not in ports:
-            import socket
+        with self._cache.setdefault("serving_lock", threading.Lock()):  # not _lock: start_processes holds it
+            if w.name not in ports:
+                import socket
 
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                ports[w.name] = sock.getsockname()[1]
-        return ports[w.name]
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", 0))
+                    ports[w.name] = sock.getsockname()[1]
+            return ports[w.name]
 
     def serving_endpoints(self) -> dict[str, str]:
         """Workload name -> the /metrics URL its stand-in serves (for workloads with ``serving:``)."""

@@ -40,6 +40,7 @@ log = structlog.get_logger("headroom.serving")
 
 DEFAULT_TIMEOUT = 0.5  # seconds: connect + request + headers + body
 DEFAULT_MAX_BODY = 8 * 2**20
+DEFAULT_DETECT_INTERVAL = 30.0  # seconds between command-line detection rounds (profiles without endpoint)
 MAX_HEADER_BYTES = 64 * 1024
 
 # runtime -> (how people call it, metric name prefixes that identify its exposition)
@@ -448,6 +449,99 @@ def read_exposition(body: bytes, content_type: str, declared: str | None,
     return runtime, NORMALIZERS[runtime](metrics)
 
 
+# ------------------------------------------------------------------------------------- detection
+# launcher -> (runtime, host flag, port flag, default host, default port): where each serves /metrics.
+# vLLM and SGLang serve it on their API port (SGLang only with --enable-metrics); TGI v3's router on
+# --prometheus-port; Triton on --metrics-port.
+LAUNCHERS: dict[str, tuple[str, str, str, str, int]] = {
+    "vllm serve": ("vllm", "--host", "--port", "127.0.0.1", 8000),
+    "vllm.entrypoints.openai.api_server": ("vllm", "--host", "--port", "127.0.0.1", 8000),
+    "sglang.launch_server": ("sglang", "--host", "--port", "127.0.0.1", 30000),
+    "text-generation-launcher": ("tgi", "--hostname", "--prometheus-port", "127.0.0.1", 9000),
+    "text-generation-router": ("tgi", "--hostname", "--prometheus-port", "127.0.0.1", 9000),
+    "tritonserver": ("triton", "--metrics-address", "--metrics-port", "127.0.0.1", 8002),
+}
+_ANY_ADDRESS = {"", "0.0.0.0", "::", "[::]", "*"}
+
+
+def launcher_of(argv: list[str]) -> str | None:
+    """The LAUNCHERS key a command line starts, or None."""
+    names = [a.rsplit("/", 1)[-1] for a in argv[:4]]
+    if "vllm" in names and "serve" in argv[names.index("vllm") + 1:names.index("vllm") + 2]:
+        return "vllm serve"
+    for i, a in enumerate(argv[:6]):
+        if a == "-m" and i + 1 < len(argv) and argv[i + 1] in LAUNCHERS:
+            return argv[i + 1]
+    return next((n for n in names if n in LAUNCHERS), None)
+
+
+def _flag(argv: list[str], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1:]
+    return None
+
+
+def endpoint_from_argv(argv: list[str]) -> tuple[str, str] | None:
+    """(runtime, /metrics URL) of a serving runtime's command line (``--host``/``--port`` and their
+    equivalents, else the runtime's defaults); None when it is not one. A wildcard bind address is
+    reached on 127.0.0.1."""
+    launcher = launcher_of(argv)
+    if launcher is None:
+        return None
+    runtime, host_flag, port_flag, default_host, default_port = LAUNCHERS[launcher]
+    host = _flag(argv, host_flag)
+    host = default_host if host is None or host in _ANY_ADDRESS else host
+    port_text = _flag(argv, port_flag)
+    try:
+        port = int(port_text) if port_text is not None else default_port
+    except ValueError:
+        return None
+    if not 0 < port < 65536:
+        return None
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return runtime, f"http://{host}:{port}/metrics"
+
+
+def discover(procfs: Any, profiles: list[Any]) -> dict[str, str]:
+    """Workload name -> /metrics URL, for profiles whose ``match.cmdline`` finds a serving runtime's process.
+
+    One pass over /proc (cmdline of every process); the first matching process of a profile wins."""
+    import os
+    import re
+
+    from headroom.sources import procfs as proc
+
+    rules = [(p.name, re.compile(p.match.cmdline)) for p in profiles if getattr(p.match, "cmdline", None)]
+    found: dict[str, str] = {}
+    if not rules:
+        return found
+    try:
+        pids = sorted(int(e.name) for e in os.scandir(procfs) if e.name.isdigit())
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            argv = proc.read_pid_cmdline(procfs, pid)
+        except Exception:  # the process is gone, or unreadable: not ours to explain
+            continue
+        if not argv:
+            continue
+        endpoint = endpoint_from_argv(argv)
+        if endpoint is None:
+            continue
+        line = " ".join(argv)
+        for name, rule in rules:
+            if name not in found and rule.search(line):
+                found[name] = endpoint[1]
+        if len(found) == len(rules):
+            break
+    return found
+
+
 # --------------------------------------------------------------------------------------- workers
 class _Endpoint:
     """One workload's endpoint: a worker thread that scrapes when woken, one request at a time."""
@@ -547,18 +641,63 @@ class ServingCollector(Collector):
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
-        timeout = float(ctx.settings.get("timeout") or DEFAULT_TIMEOUT)
-        max_body = int(ctx.settings.get("max_body") or DEFAULT_MAX_BODY)
-        self._endpoints = [_Endpoint(p.name, p.endpoint, declared_runtime(p), timeout, max_body)
-                           for p in ctx.workloads if getattr(p, "endpoint", None)]
+        self._timeout = float(ctx.settings.get("timeout") or DEFAULT_TIMEOUT)
+        self._max_body = int(ctx.settings.get("max_body") or DEFAULT_MAX_BODY)
+        self._detect_every = float(ctx.settings.get("detect_interval") or DEFAULT_DETECT_INTERVAL)
+        self._profiles = list(ctx.workloads)
+        self._endpoints: dict[str, _Endpoint] = {
+            p.name: self._endpoint(p, p.endpoint) for p in self._profiles if getattr(p, "endpoint", None)}
+        # profiles without endpoint: found from their process's command line (or, simulated, the stand-in's URL)
+        self._undeclared = [p for p in self._profiles if not getattr(p, "endpoint", None)]
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._detector: threading.Thread | None = None
+        if self._undeclared and ctx.settings.get("detect", True):
+            self._detector = threading.Thread(target=self._detect_loop, name="serving-detect", daemon=True)
+            self._detector.start()
+
+    def _endpoint(self, profile: Any, url: str) -> _Endpoint:
+        return _Endpoint(profile.name, url, declared_runtime(profile), self._timeout, self._max_body)
+
+    def _detect_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.detect()
+            except Exception:  # never let detection take the collector down; it retries next round
+                log.exception("serving_detection_failed")
+            self._stop.wait(self._detect_every)
+
+    def detect(self) -> dict[str, str]:
+        """Find the endpoints of profiles without one now; returns workload -> URL found."""
+        standins = getattr(self.ctx.scenario, "serving_endpoints", None)
+        found = dict(standins()) if standins is not None else {}
+        missing = [p for p in self._undeclared if p.name not in found]
+        if missing:
+            found.update(discover(self.ctx.paths.procfs, missing))
+        with self._lock:
+            for p in self._undeclared:
+                url = found.get(p.name)
+                current = self._endpoints.get(p.name)
+                if url is None or (current is not None and current.url == url):
+                    continue
+                log.info("serving_endpoint_detected", workload=p.name, endpoint=url,
+                         before=current.url if current is not None else None)
+                self._endpoints[p.name] = self._endpoint(p, url)
+                if current is not None:
+                    current.stop()
+        return {name: url for name, url in found.items() if any(p.name == name for p in self._undeclared)}
 
     def collect(self) -> ServingSample:
         out = []
-        for e in self._endpoints:
+        with self._lock:
+            endpoints = [self._endpoints[p.name] for p in self._profiles if p.name in self._endpoints]
+        for e in endpoints:
             out.append(e.latest)
             e.kick()
         return ServingSample(tuple(out))
 
     def close(self) -> None:
-        for e in self._endpoints:
-            e.stop()
+        self._stop.set()
+        with self._lock:
+            for e in self._endpoints.values():
+                e.stop()
