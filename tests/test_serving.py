@@ -661,3 +661,47 @@ def test_under_simulation_a_stand_ins_url_stands_in_for_detection():
         assert c.detect() == {"chat": scenario.serving_endpoints()["chat"]}
     finally:
         c.close()
+
+
+# ------------------------------------------------------------------------------------ the real agent
+def test_the_agent_reports_a_bad_endpoint_in_status_log_and_metrics(tmp_path, agent_factory, served):
+    """`headroom run` with one good and one refusing endpoint: the bad one is down with its reason in
+    /api/v1/status and the log, the good one is read, and the scrape and the collector stay healthy."""
+    import json
+
+    from conftest import free_port, http_get
+
+    good = served()
+    good.reply = (200, "text/plain; version=0.0.4", body_of("sglang"))
+    refused = f"http://127.0.0.1:{free_port()}/metrics"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"""
+agent: {{sample_interval: 200ms}}
+workloads:
+  - {{name: good, kind: inference, gpus: [0], endpoint: "{good.url}"}}
+  - {{name: bad, kind: inference, gpus: [1], endpoint: "{refused}"}}
+""")
+    agent = agent_factory("--config.file", str(cfg), "--simulate", "healthy")
+    deadline = time.monotonic() + 20
+    doc = {}
+    while time.monotonic() < deadline:
+        doc = json.loads(http_get(agent.url + "/api/v1/status")[2])
+        serving = {w["name"]: w.get("serving") or {} for w in doc["workloads"]}
+        if serving.get("good", {}).get("up") and serving.get("bad", {}).get("up") is False:
+            break
+        time.sleep(0.2)
+    serving = {w["name"]: w.get("serving") for w in doc["workloads"]}
+    assert serving["llm"] is None  # the scenario's own profile: no endpoint, and its stand-in serves none
+    assert serving["good"]["up"] is True and serving["good"]["runtime"] == "sglang"
+    assert serving["bad"]["up"] is False and serving["bad"]["error"].startswith("cannot connect: ")
+    assert doc["collectors"]["serving"]["ok"] is True
+    _, _, body = http_get(agent.url + "/metrics")
+    text = body.decode()
+    assert 'headroom_workload_serving_up{workload="good"} 1' in text
+    assert 'headroom_workload_serving_up{workload="bad"} 0' in text
+    assert 'headroom_workload_requests_running{workload="good"} 12' in text
+    _, err = agent.stop()
+    events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    down = [e for e in events if e.get("event") == "serving_endpoint_down"]
+    assert [e["workload"] for e in down] == ["bad"] and down[0]["error"] == serving["bad"]["error"]
+    assert "Traceback" not in err

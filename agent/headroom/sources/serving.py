@@ -669,11 +669,11 @@ class ServingCollector(Collector):
 
     def detect(self) -> dict[str, str]:
         """Find the endpoints of profiles without one now; returns workload -> URL found."""
-        standins = getattr(self.ctx.scenario, "serving_endpoints", None)
-        found = dict(standins()) if standins is not None else {}
-        missing = [p for p in self._undeclared if p.name not in found]
-        if missing:
-            found.update(discover(self.ctx.paths.procfs, missing))
+        if self.ctx.scenario is not None:  # simulated: the stand-ins that serve metrics are the runtimes
+            standins = getattr(self.ctx.scenario, "serving_endpoints", None)
+            found = dict(standins()) if standins is not None else {}
+        else:
+            found = discover(self.ctx.paths.procfs, self._undeclared)
         with self._lock:
             for p in self._undeclared:
                 url = found.get(p.name)
