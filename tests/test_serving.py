@@ -318,6 +318,25 @@ def test_a_ten_second_trickle_is_cut_at_the_deadline(served):
     assert e.error.endswith("within 300 ms (collectors.serving.timeout)")
 
 
+def test_a_failure_that_differs_only_in_its_numbers_is_logged_once(served):
+    sizes = iter(range(9 * 2**20, 10 * 2**20))
+
+    def oversized(conn, stop):  # each answer announces a different size over the cap
+        conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Length: {next(sizes)}\r\n\r\n".encode())
+
+    s = served(RawServer, oversized)
+    c = collector(s.url)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            first = e = outcome(c)
+            for _ in range(3):
+                e = outcome(c, after=e)
+    finally:
+        c.close()
+    assert first.error != e.error and e.error.endswith("over the 8 MiB cap (collectors.serving.max_body)")
+    assert len([x for x in logs if x["event"] == "serving_endpoint_down"]) == 1
+
+
 def _flood(with_length: bool):
     def behave(conn, stop):
         size = 100 * 2**20
@@ -705,3 +724,18 @@ workloads:
     down = [e for e in events if e.get("event") == "serving_endpoint_down"]
     assert [e["workload"] for e in down] == ["bad"] and down[0]["error"] == serving["bad"]["error"]
     assert "Traceback" not in err
+
+
+def test_a_serving_sample_survives_a_recording():
+    """--record writes the serving collector's sample and replay reads it back equal (+Inf bounds too)."""
+    import json
+
+    from headroom.record import decode_sample, encode_sample
+    from headroom.samples import Histogram, Sample, ServingSample, SourceResult
+
+    h = Histogram((0.1, math.inf), (1.0, 2.0), 0.5, 2.0)
+    e = ServingEndpoint("chat", "http://h:8000/metrics", True, runtime="vllm", requests_running=3.0,
+                        kv_cache_usage_ratio=0.5, time_to_first_token=h)
+    down = ServingEndpoint("batch", "http://h:9000/metrics", False, error="cannot connect: Connection refused")
+    sample = Sample(1.0, 2.0, {"serving": SourceResult("serving", True, 0.001, ServingSample((e, down)))})
+    assert decode_sample(json.loads(encode_sample(sample))).sources["serving"].data == ServingSample((e, down))

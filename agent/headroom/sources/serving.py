@@ -20,6 +20,7 @@ with a one-line reason in the status API and a log event when it changes, never 
 from __future__ import annotations
 
 import math
+import re
 import socket
 import ssl
 import threading
@@ -511,7 +512,6 @@ def discover(procfs: Any, profiles: list[Any]) -> dict[str, str]:
 
     One pass over /proc (cmdline of every process); the first matching process of a profile wins."""
     import os
-    import re
 
     from headroom.sources import procfs as proc
 
@@ -617,7 +617,8 @@ class _Endpoint:
                 log.warning("serving_runtime_changed", workload=self.workload, endpoint=self.url,
                             before=self._runtime, after=result.runtime)
             self._runtime = result.runtime
-        state = (result.up, None if result.up else result.error)
+        # one event per kind of failure: byte counts and sizes in the message do not make a new one
+        state = (result.up, None if result.up else re.sub(r"\d+", "N", result.error or ""))
         if state == self._state:
             return
         if result.up:
