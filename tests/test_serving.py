@@ -719,6 +719,9 @@ workloads:
     assert 'headroom_workload_serving_up{workload="good"} 1' in text
     assert 'headroom_workload_serving_up{workload="bad"} 0' in text
     assert 'headroom_workload_requests_running{workload="good"} 12' in text
+    page = http_get(agent.url + "/")[2].decode()  # the landing page's workload cards say the same
+    assert '<p class="serving">sglang: KV cache <b>88 %</b> used, <b>12</b> running, <b>5</b> waiting' in page
+    assert f'<p class="serving warn">Serving endpoint {refused}: cannot connect: ' in page
     _, err = agent.stop()
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     down = [e for e in events if e.get("event") == "serving_endpoint_down"]

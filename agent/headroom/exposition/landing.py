@@ -203,12 +203,31 @@ def _workload_card(w: dict[str, Any]) -> str:
     if expected.get("estimate_error"):
         memory += f"<p class=warn>No estimate: {e(expected['estimate_error'])}</p>"
     gpus = ", ".join(str(i) for i in w["gpus"]) or "none"
+    none_why = w["evidence"].get("none") if primary == "none" else None  # the serving runtime's word
     return (f'<div class="card workload" id="workload-{e(w["name"])}"><h3>{e(w["name"])} {_pill(primary)}</h3>'
             f"<p class=muted>GPUs: {e(gpus)}</p>"
             + (f'<p class="evidence">{e(evidence)}</p>' if evidence else
-               '<p class="evidence muted">Nothing limits this workload now.</p>')
-            + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
+               f'<p class="evidence muted">{e(none_why or "Nothing limits this workload now.")}</p>')
+            + _serving_line(w.get("serving")) + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
             + _scores_table(w) + "</div>")
+
+
+def _serving_line(s: dict[str, Any] | None) -> str:
+    """The serving runtime's view of a workload with an endpoint: KV cache, queue, latency, or why it is unread."""
+    if not s:
+        return ""
+    e = html.escape
+    if not s.get("up"):
+        return f'<p class="serving warn">Serving endpoint {e(s["endpoint"])}: {e(s.get("error") or "not read")}</p>'
+    ttft = s.get("ttft") or {}
+    itl = s.get("itl") or {}
+    latency = ""
+    if "0.95" in ttft:
+        latency += f", TTFT p95 <b>{ttft['0.95'] * 1000:.0f} ms</b>"
+    if "0.95" in itl:
+        latency += f", ITL p95 <b>{itl['0.95'] * 1000:.0f} ms</b>"
+    return (f'<p class="serving">{e(s.get("runtime") or "")}: KV cache <b>{_fmt_pct(s.get("usage"))}</b> used, '
+            f'<b>{s.get("running") or 0:.0f}</b> running, <b>{s.get("waiting") or 0:.0f}</b> waiting{latency}</p>')
 
 
 def _gpu_card(g: dict[str, Any], window: Sequence[Sample]) -> str:
