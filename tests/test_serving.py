@@ -661,11 +661,21 @@ def test_a_profile_without_endpoint_finds_its_runtime_by_command_line(tmp_path):
 
 
 def test_a_profile_without_a_runtime_process_gets_no_endpoint():
-    profile = profile_from_dict({"name": "trainer", "kind": "training", "match": {"cmdline": "no-such-process-xyz"}})
+    profile = profile_from_dict({"name": "chat", "kind": "inference", "match": {"cmdline": "no-such-process-xyz"}})
     c = ServingCollector(SourceContext(settings={"detect_interval": 3600}, workloads=(profile,)))
     try:
         assert c.detect() == {}
         assert c.collect().endpoints == ()
+    finally:
+        c.close()
+
+
+def test_training_profiles_are_never_searched_for_an_endpoint():
+    """A trainer whose rule happens to match a `vllm serve` process still gets no serving endpoint."""
+    profile = profile_from_dict({"name": "trainer", "kind": "training", "match": {"cmdline": "."}})
+    c = ServingCollector(SourceContext(settings={"detect_interval": 3600}, workloads=(profile,)))
+    try:
+        assert c.detect() == {} and c._detector is None
     finally:
         c.close()
 

@@ -648,8 +648,10 @@ class ServingCollector(Collector):
         self._profiles = list(ctx.workloads)
         self._endpoints: dict[str, _Endpoint] = {
             p.name: self._endpoint(p, p.endpoint) for p in self._profiles if getattr(p, "endpoint", None)}
-        # profiles without endpoint: found from their process's command line (or, simulated, the stand-in's URL)
-        self._undeclared = [p for p in self._profiles if not getattr(p, "endpoint", None)]
+        # inference profiles without endpoint: found from their process's command line (or, simulated, the
+        # stand-in's URL); training kinds serve nothing, so they cost no /proc search
+        self._undeclared = [p for p in self._profiles if not getattr(p, "endpoint", None)
+                            and getattr(getattr(p, "kind", None), "is_inference", False)]
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._detector: threading.Thread | None = None
