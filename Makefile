@@ -39,6 +39,7 @@ docs: venv
 
 golden: venv
 	$(PY) -m pytest tests/test_golden.py --update-golden
+	$(PY) -m pytest tests/test_serving.py -k golden --update-golden
 
 ## Measure tick, scrape and memory cost next to node_exporter; writes docs/benchmarks.md (~9 min).
 bench: venv
