@@ -206,9 +206,6 @@ class Metrics:
     def __init__(self, samples: Mapping[str, list[tuple[dict[str, str], float]]]) -> None:
         self.samples = samples
 
-    def has(self, name: str) -> bool:
-        return name in self.samples
-
     def total(self, *names: str, where: Mapping[str, str] | None = None) -> float | None:
         """The sum over label sets of the first name present (engines, ranks and models add up)."""
         for name in names:
