@@ -752,3 +752,27 @@ def test_a_serving_sample_survives_a_recording():
     down = ServingEndpoint("batch", "http://h:9000/metrics", False, error="cannot connect: Connection refused")
     sample = Sample(1.0, 2.0, {"serving": SourceResult("serving", True, 0.001, ServingSample((e, down)))})
     assert decode_sample(json.loads(encode_sample(sample))).sources["serving"].data == ServingSample((e, down))
+
+
+def test_a_gzip_answer_is_read_and_a_gzip_bomb_is_capped(served):
+    """Servers should honour Accept-Encoding: identity; one that gzips anyway is read, within the cap."""
+    import gzip
+
+    def gzipped(payload: bytes):
+        data = gzip.compress(payload, compresslevel=1)  # once, before any request
+
+        def behave(conn, stop):
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Encoding: gzip\r\n"
+                         + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+        return behave
+
+    good = served(RawServer, gzipped(body_of("vllm")))
+    bomb = served(RawServer, gzipped(b"#" * (64 * 2**20)))  # 64 MiB of comments in ~290 KiB on the wire
+    a, b = collector(good.url), collector(bomb.url)
+    try:
+        ea, eb = outcome(a), outcome(b)
+    finally:
+        a.close()
+        b.close()
+    assert ea.up is True and ea.requests_running == 12
+    assert eb.up is False and eb.error == "body over the 8 MiB cap once decompressed (collectors.serving.max_body)"

@@ -162,7 +162,22 @@ def http_get(target: Target, timeout: float, max_body: int,
         body = body[:length]
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = _dechunk(body)
+    if headers.get("content-encoding", "identity").lower() in ("gzip", "x-gzip"):  # sent despite identity
+        body = _gunzip(body, max_body)
     return status, reason, headers, body
+
+
+def _gunzip(body: bytes, max_body: int) -> bytes:
+    import zlib
+
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, max_body + 1)
+    except zlib.error as exc:
+        raise ScrapeError(f"gzip body is corrupt: {exc}") from None
+    if len(out) > max_body:
+        raise ScrapeError(f"body over the {_size(max_body)} cap once decompressed (collectors.serving.max_body)")
+    return out
 
 
 def _head(raw: bytes) -> tuple[int, str, dict[str, str]]:
