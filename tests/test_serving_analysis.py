@@ -163,3 +163,11 @@ def test_slo_met_and_missed_from_the_windows_percentiles():
     assert 'headroom_workload_slo_met{workload="chat",objective="ttft_p50"} 1' in text
     assert 'headroom_workload_slo_met{workload="chat",objective="itl_p95"}' not in text  # unknown: absent
     assert 'headroom_workload_slo_target_seconds{workload="chat",objective="itl_p95"} 0.05' in text
+
+
+def test_a_runtime_that_does_not_say_what_runs_is_never_called_idle():
+    """Triton without the TensorRT-LLM backend reports pending requests only: 0 pending is not 'no demand'."""
+    busy_host = Host(cpu_busy=0.99, psi={"cpu.some": 0.6})
+    wf = finding(busy_host, Gpu(util=0.02), serving(usage=None, running=None, waiting=0, capacity=None))
+    assert wf.serving.idle is False and "none" not in wf.verdict.evidence
+    assert wf.verdict.primary == "cpu"

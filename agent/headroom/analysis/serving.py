@@ -129,7 +129,8 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str) -> 
     tokens = None
     if now.kv_cache_usage_ratio is not None and now.kv_cache_capacity_tokens and now.requests_running:
         tokens = now.kv_cache_usage_ratio * now.kv_cache_capacity_tokens / now.requests_running
-    idle = bool(running or waiting) and not any(running) and not any(waiting)
+    # idle needs the runtime to say what runs (Triton without TensorRT-LLM reports only pending requests)
+    idle = bool(running) and not any(running) and not any(waiting)
     return replace(
         base, usage=_mean(usage), running=_mean(running), waiting=_mean(waiting), preemptions_per_minute=ppm,
         capacity_tokens=now.kv_cache_capacity_tokens,
