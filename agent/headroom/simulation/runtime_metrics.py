@@ -206,7 +206,9 @@ def _vllm(s: ServingState) -> str:
               {**labels, "finished_reason": "stop" if v0 else "FinishReason.STOP"}, s.requests)
     t.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", labels,
                 s.hists["ttft"])
-    if s.version == "v1-itl":
+    if s.version == "v1-itl":  # 0.11: the old name stays beside the new one, deprecated, fed the same values
+        t.histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds."
+                    "DEPRECATED: Use vllm:inter_token_latency_seconds instead.", labels, s.hists["itl"])
         t.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", labels,
                     s.hists["itl"])
     else:
