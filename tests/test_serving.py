@@ -598,7 +598,7 @@ def test_the_python_client_layout_is_the_python_clients():
     ("python train.py --port 8000", None),
     ("vllm serve m --port eighty", None),
     ("vllm serve m --port 70000", None),
-], ids=lambda v: v if isinstance(v, str) else "")
+], ids=lambda v: v.replace(" ", "_").replace("/", "|") if isinstance(v, str) else "")
 def test_the_endpoint_is_read_from_a_runtimes_command_line(argv, expected):
     from headroom.sources.serving import endpoint_from_argv
 
