@@ -296,6 +296,42 @@ class TestHysteresis:
         h.update("cpu", 3)
         assert h.update("none", 6) == ("cpu", False)
 
+    def test_a_second_new_candidate_starts_its_own_hold(self):
+        """Two candidates that are not the primary, one after the other: the hold restarts with the second."""
+        h = Hysteresis(hold=5, primary="cpu")
+        for t in range(4):  # disk_io for 4 s
+            assert h.update("disk_io", float(t)) == ("cpu", False)
+        for t in range(4, 9):  # then network: only at 4 + 5 s does it become primary
+            assert h.update("network", float(t)) == ("cpu", False), t
+        assert h.update("network", 9.0) == ("network", True)
+
+    def test_an_interrupted_candidate_starts_its_hold_again(self):
+        h = Hysteresis(hold=5, primary="cpu")
+        h.update("disk_io", 0.0)
+        h.interrupt()  # a tick without this entity
+        assert h.update("disk_io", 6.0) == ("cpu", False)
+        assert h.update("disk_io", 11.0) == ("disk_io", True)
+        h.interrupt()
+        assert h.primary == "disk_io", "an interruption keeps the primary"
+
+    def test_a_gpu_that_was_not_seen_for_a_while_starts_its_hold_again(self):
+        """The GPU is power capped for 3 s, then NVML fails for 40 s, then the cap shows again: the candidate
+        was not seen for 40 s, so it must hold 20 s after the GPU is back, not become primary at once."""
+        window = build_window(Host(), [Gpu(util=0.9, reasons=("sw_power_cap",))], seconds=70)
+        lost = SourceResult("nvml", False, 0.001, None, "NVML_ERROR_GPU_IS_LOST")
+        window = [replace(s, sources={**s.sources, "nvml": lost}) if 3 <= t < 43 else s
+                  for t, s in enumerate(window)]
+        analysis = Analysis(check_config_text(SERVER + "\nanalysis:\n  hold: 20s\n", "c.yaml"))
+        became = None
+        for i in range(1, len(window) + 1):
+            _, f = analysis(window[:i])
+            gpu = {g.index: g for g in f.gpu_findings}.get(0)
+            if i - 1 == 43:
+                assert gpu is not None and gpu.verdict.candidate == "gpu_power", "the cap shows again at once"
+            if gpu is not None and gpu.verdict.primary == "gpu_power" and became is None:
+                became = i - 1
+        assert became == 63, f"gpu_power became primary at t={became}, expected 43 + 20 s hold"
+
     def test_through_the_analysis_a_noisy_gpu_does_not_flap(self):
         window = build_window(Host(), [Gpu(util=0.99)], seconds=40)
         # every third second the GPU looks starved by a busy CPU: never holds for 20 s

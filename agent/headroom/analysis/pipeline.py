@@ -94,6 +94,7 @@ class Analysis:
                                                              if v is not None}}
         self.profiles = tuple(getattr(config, "workloads", ()) or ())
         self._hysteresis: dict[str, Hysteresis] = {}
+        self._settled: set[str] = set()  # hysteresis keys updated in the current tick
         self._last_monotonic: float | None = None
         self._idle_seconds = 0.0
         self._idle_cost = 0.0
@@ -137,6 +138,7 @@ class Analysis:
             host_long = signals.host_signals(window, s["long_window"])
             gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"])}
         changes: list[Change] = []
+        self._settled = set()
 
         gpu_findings = []
         for g in gpus:
@@ -166,6 +168,9 @@ class Analysis:
             room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
             workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices)))
 
+        for key, h in self._hysteresis.items():
+            if key not in self._settled:  # not seen this tick: its pending candidate was interrupted
+                h.interrupt()
         idle = [g for g in gpu_findings if g.idle]
         costs = _gpu_costs(self.profiles, workload_findings)
         default_cost = s["cost_per_gpu_hour"]
@@ -182,6 +187,7 @@ class Analysis:
     def _settle(self, v: Verdict, long_scores: Mapping[str, float], key: str, entity: str, name: str, now: float,
                 changes: list[Change]) -> Verdict:
         h = self._hold(key)
+        self._settled.add(key)
         before = h.primary
         primary, changed = h.update(v.candidate, now)
         if changed:
