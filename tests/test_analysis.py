@@ -357,3 +357,32 @@ def test_docs_analysis_lists_every_threshold_with_its_default():
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "analysis.md").read_text()
     assert thresholds_markdown() in doc, "docs/analysis.md thresholds table is stale: python -m headroom.analysis.bottleneck"
+
+
+# ------------------------------------------------------------------------------ counters that reset
+def test_a_disk_counter_that_went_down_gives_no_busy_ratio_rather_than_a_negative_one():
+    """io_time_seconds restarts from 0 when a device is re-attached: the window holds no valid rate."""
+    from headroom.analysis.signals import host_signals
+
+    window = build_window(Host(disk_busy=0.9), [Gpu()], seconds=10)
+    steady = host_signals(window, 15.0)
+    assert steady.disk_busy == pytest.approx(0.9)
+    window = window[2:]  # the window starts at io_time 1.8 s
+    reattached = DiskSample(devices=(DiskStats("nvme0n1", 0, 0, 0, 0, io_time_seconds=0.5,
+                                               weighted_io_time_seconds=0.1, in_flight=0),))
+    last = window[-1]
+    window[-1] = replace(last, sources={**last.sources, "disk": SourceResult("disk", True, 0.001, reattached)})
+    assert host_signals(window, 15.0).disk_busy is None
+
+
+def test_a_workload_whose_cpu_seconds_went_down_has_no_cores_used():
+    """A workload's CPU seconds are a sum over its processes: one exiting makes the sum drop."""
+    from headroom.analysis.signals import workload_signals
+
+    profile = SimpleNamespace(name="trainer", dataloader_workers=None)
+    window = build_window(Host(), [Gpu()], seconds=10, extra=processes_source("trainer", 3.0))
+    window = window[2:]  # the window starts at 6 CPU seconds
+    assert workload_signals(window, 15.0, None, profile, 16).cores_used == pytest.approx(3.0)
+    dropped = build_window(Host(), [Gpu()], seconds=10, extra=processes_source("trainer", 0.5))[-1]
+    window[-1] = replace(window[-1], sources={**window[-1].sources, "processes": dropped.sources["processes"]})
+    assert workload_signals(window, 15.0, None, profile, 16).cores_used is None
