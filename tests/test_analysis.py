@@ -360,29 +360,42 @@ def test_docs_analysis_lists_every_threshold_with_its_default():
 
 
 # ------------------------------------------------------------------------------ counters that reset
-def test_a_disk_counter_that_went_down_gives_no_busy_ratio_rather_than_a_negative_one():
-    """io_time_seconds restarts from 0 when a device is re-attached: the window holds no valid rate."""
+def _with(sample, name, data):
+    return replace(sample, sources={**sample.sources, name: SourceResult(name, True, 0.001, data)})
+
+
+def _disk(io_time: float) -> DiskSample:
+    return DiskSample(devices=(DiskStats("nvme0n1", 0, 0, 0, 0, io_time_seconds=io_time,
+                                         weighted_io_time_seconds=0.1, in_flight=0),))
+
+
+def test_a_disk_counter_reset_loses_only_the_interval_it_fell_in():
+    """io_time_seconds restarts from 0 when a device is re-attached (or a counter wraps): the interval it went
+    down in is left out and the rest of the window still gives the rate; never a negative or diluted one."""
     from headroom.analysis.signals import host_signals
 
     window = build_window(Host(disk_busy=0.9), [Gpu()], seconds=10)
-    steady = host_signals(window, 15.0)
-    assert steady.disk_busy == pytest.approx(0.9)
-    window = window[2:]  # the window starts at io_time 1.8 s
-    reattached = DiskSample(devices=(DiskStats("nvme0n1", 0, 0, 0, 0, io_time_seconds=0.5,
-                                               weighted_io_time_seconds=0.1, in_flight=0),))
-    last = window[-1]
-    window[-1] = replace(last, sources={**last.sources, "disk": SourceResult("disk", True, 0.001, reattached)})
-    assert host_signals(window, 15.0).disk_busy is None
+    assert host_signals(window, 15.0).disk_busy == pytest.approx(0.9)
+    # re-attached at t=6: the counter restarts near 0 and grows at the same 0.9 s/s
+    window = [_with(s, "disk", _disk(0.1 + 0.9 * (t - 6))) if t >= 6 else s for t, s in enumerate(window)]
+    assert host_signals(window, 15.0).disk_busy == pytest.approx(0.9)
+    # reset in the newest interval: the older intervals still count
+    window = build_window(Host(disk_busy=0.9), [Gpu()], seconds=10)
+    window[-1] = _with(window[-1], "disk", _disk(0.5))
+    assert host_signals(window, 15.0).disk_busy == pytest.approx(0.9)
+    # nothing but a reset: no rate
+    assert host_signals(window[-2:], 15.0).disk_busy is None
 
 
-def test_a_workload_whose_cpu_seconds_went_down_has_no_cores_used():
-    """A workload's CPU seconds are a sum over its processes: one exiting makes the sum drop."""
+def test_a_workload_process_that_exits_does_not_make_its_cpu_rate_negative_or_diluted():
+    """A workload's CPU seconds are a sum over its processes: one exiting makes the sum drop once."""
     from headroom.analysis.signals import workload_signals
 
     profile = SimpleNamespace(name="trainer", dataloader_workers=None)
     window = build_window(Host(), [Gpu()], seconds=10, extra=processes_source("trainer", 3.0))
-    window = window[2:]  # the window starts at 6 CPU seconds
     assert workload_signals(window, 15.0, None, profile, 16).cores_used == pytest.approx(3.0)
-    dropped = build_window(Host(), [Gpu()], seconds=10, extra=processes_source("trainer", 0.5))[-1]
-    window[-1] = replace(window[-1], sources={**window[-1].sources, "processes": dropped.sources["processes"]})
-    assert workload_signals(window, 15.0, None, profile, 16).cores_used is None
+    # at t=5 a worker that had used 12 CPU seconds exits; the rest go on at 3 cores
+    after = build_window(Host(), [Gpu()], seconds=10, extra=lambda t: processes_source("trainer", 3.0)(t - 4))
+    window = [replace(s, sources={**s.sources, "processes": after[t].sources["processes"]}) if t >= 5 else s
+              for t, s in enumerate(window)]
+    assert workload_signals(window, 15.0, None, profile, 16).cores_used == pytest.approx(3.0)
