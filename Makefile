@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ADDRESS ?= 127.0.0.1:9843
 SCENARIO ?= demo
 
-.PHONY: demo test venv system-deps lint docs golden bench soak accuracy install uninstall clean
+.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,19 @@ soak: venv
 ## Every built-in scenario with the default analysis settings: the accuracy table of docs/analysis.md.
 accuracy: venv
 	$(PY) -m bench.accuracy
+
+## Mutation testing of analysis/, sizing.py, exposition/render.py and config.py (mutmut; not in CI, minutes
+## to an hour on 2 cores). MUTATE=src/headroom/analysis/* narrows it. Score and survivors: docs/testing.md.
+MUTATE ?=
+mutate: venv
+	$(PY) -m pip install --quiet -e '.[mutate]'
+	rm -rf build/mutate && mkdir -p build/mutate
+	git ls-files -z | xargs -0 cp --parents -t build/mutate
+	mv build/mutate/agent build/mutate/src
+	$(if $(MUTATE),sed -i 's|^only_mutate = .*|only_mutate = ["$(MUTATE)"]|' build/mutate/pyproject.toml)
+	cd build/mutate && nice $(abspath $(VENV))/bin/mutmut run --max-children $${MUTATE_JOBS:-2}; \
+	  $(abspath $(VENV))/bin/mutmut results --all true > results.txt; \
+	  $(abspath $(VENV))/bin/python $(abspath bench/mutation_score.py) results.txt
 
 install:
 	bash systemd/install.sh
