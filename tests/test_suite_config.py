@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -11,10 +12,12 @@ SKIP = {".venv", ".git", "build", ".pytest_cache", ".hypothesis", "mutants", "no
 
 
 def _test_files():
-    for path in ROOT.rglob("test_*.py"):
-        rel = path.relative_to(ROOT)
-        if not SKIP & set(rel.parts) and not any(p.endswith(".egg-info") for p in rel.parts):
-            yield rel
+    """Every test_*.py of the repository (virtualenvs, build trees and caches pruned, not walked)."""
+    for top, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP and not d.endswith(".egg-info")]
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                yield (Path(top) / name).relative_to(ROOT)
 
 
 def test_every_test_file_is_under_a_testpath():
