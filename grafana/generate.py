@@ -164,7 +164,7 @@ HOST = (
     Panel("GPU memory against capacity", "Device memory used per GPU (solid) against its capacity (dashed).",
           "timeseries", "bytes",
           (t(f'headroom_gpu_memory_used_bytes{{{HG}}}', "GPU {{gpu}} used"),
-           t(f'headroom_gpu_memory_total_bytes{{{HG}}}', "GPU {{gpu}} capacity"))),
+           t(f'headroom_gpu_memory_size_bytes{{{HG}}}', "GPU {{gpu}} capacity"))),
     Panel("Power against limit", "Power draw per GPU against its enforced limit. Running at the limit means the "
           "driver caps clocks (sw_power_cap).", "timeseries", "watt",
           (t(f'headroom_gpu_power_watts{{{HG}}}', "GPU {{gpu}} draw"),
@@ -224,7 +224,7 @@ HOST = (
           (t(f'headroom_pressure_ratio{{{H}, window="10s"}}', "{{resource}} {{kind}}"),), minmax=(0, 1)),
     Panel("Memory", "Physical memory: available for new work (without swapping) against total, plus page cache "
           "and shared memory (tmpfs, /dev/shm).", "timeseries", "bytes",
-          (t(f'headroom_memory_total_bytes{{{H}}}', "total"),
+          (t(f'headroom_memory_size_bytes{{{H}}}', "total"),
            t(f'headroom_memory_available_bytes{{{H}}}', "available"),
            t(f'headroom_memory_cached_bytes{{{H}}}', "page cache"),
            t(f'headroom_memory_shmem_bytes{{{H}}}', "shmem"))),
