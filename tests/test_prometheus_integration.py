@@ -233,3 +233,12 @@ def test_the_showcase_fires_the_alerts_it_should(stack):
     assert MUST_FIRE <= firing, f"firing: {sorted(firing)}"
     healthy_only = {"HeadroomNvmlDown", "HeadroomAgentDown", "HeadroomSamplesStale", "HeadroomConfigReloadFailed"}
     assert not firing & healthy_only, "alerts for a healthy agent fired"
+
+
+def test_prometheus_scraped_openmetrics(stack):
+    """Prometheus asks for OpenMetrics first; its metadata then names counter families without `_total`
+    (with the text format it would list `headroom_samples_total`)."""
+    prom, _ = stack
+    meta = prom.api("/api/v1/targets/metadata", metric="headroom_samples")["data"]
+    assert [m["type"] for m in meta] == ["counter"], meta
+    assert not prom.api("/api/v1/targets/metadata", metric="headroom_samples_total")["data"]
