@@ -321,3 +321,21 @@ def test_docs_analysis_lists_every_threshold_with_its_default():
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "analysis.md").read_text()
     assert thresholds_markdown() in doc, "docs/analysis.md thresholds table is stale: python -m headroom.analysis.bottleneck"
+
+
+@pytest.mark.parametrize(("short_window", "expected"), [("4s", 1.0), ("16s", 0.5), ("10s", 0.8)])
+def test_cpu_utilization_ratio_covers_the_analysis_short_window(short_window, expected):
+    """headroom_cpu_utilization_ratio's HELP says the analysis short window: 8 CPUs idle for 22 s, then busy for 8 s."""
+    window = []
+    busy = 0.0
+    for t in range(31):
+        if t > 22:
+            busy += 8
+        idle = 8 * t - busy
+        cpu = CpuSample(times=CpuTimes(user=busy, nice=0.0, system=0.0, idle=idle, iowait=0.0), logical_cpus=8,
+                        load1=1, load5=1, load15=1)
+        window.append(Sample(timestamp=1e9 + t, monotonic=float(t),
+                             sources={"cpu": SourceResult("cpu", True, 0.001, cpu)}))
+    config = check_config_text(f"analysis:\n  short_window: {short_window}\n", "c.yaml")
+    derived, _ = Analysis(config)(window)
+    assert derived["cpu_utilization_ratio"] == pytest.approx(expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,29 @@ def test_default_config_path_is_cwd_config_yaml(tmp_path):
     r = run_cli("check-config", cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.startswith("config.yaml:2:11: agent.window: must be >= 10s")
+
+
+@pytest.mark.parametrize("collector", ["disk", "net"])
+def test_empty_device_filters_are_accepted_and_reach_the_collector_as_drops_nothing(collector):
+    """The collectors document device_exclude: "" as "drops nothing" (like node_exporter's empty flag)."""
+    from headroom.sources import Paths, SourceContext
+    from headroom.sources.disk import DiskCollector
+
+    config = check_config_text(f'collectors:\n  {collector}:\n    device_exclude: ""\n    device_include: ""\n',
+                               "c.yaml")
+    settings = config.collectors[collector]
+    assert settings["device_exclude"] == "" and settings["device_include"] == ""
+    if collector == "disk":
+        fixture = ROOT / "tests" / "fixtures" / "proc" / "modern"
+        ctx = SourceContext(paths=Paths(procfs=fixture), settings={k: v for k, v in settings.items() if k != "enabled"})
+        names = [line.split()[2] for line in (fixture / "diskstats").read_text().splitlines()]
+        assert [d.device for d in DiskCollector(ctx).collect().devices] == names
+
+
+def test_config_yaml_quotes_the_collectors_default_filters_exactly():
+    from headroom.sources import procfs
+
+    text = (ROOT / "config.yaml").read_text()
+    quoted = {m.group(1): m.group(2) for m in re.finditer(
+        r"^  (disk|net):\n(?:    .*\n)*?    # device_exclude: '([^']*)'\s+\(the default\)", text, re.M)}
+    assert quoted == {"disk": procfs.DEFAULT_DISK_EXCLUDE, "net": procfs.DEFAULT_NET_EXCLUDE}

@@ -497,7 +497,8 @@ def _schema() -> Map:
         "shm": (_collector_spec({"mountpoints": (Seq(Str(), min_items=1), lambda: ["/dev/shm"])}), dict),
         "disk": (
             _collector_spec(
-                {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}
+                {"device_exclude": (Str(pattern="regex", nonempty=False), None),
+                 "device_include": (Str(pattern="regex", nonempty=False), None)}
             ),
             dict,
         ),
@@ -505,7 +506,8 @@ def _schema() -> Map:
         "processes": (_collector_spec(), dict),
         "net": (
             _collector_spec(
-                {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}
+                {"device_exclude": (Str(pattern="regex", nonempty=False), None),
+                 "device_include": (Str(pattern="regex", nonempty=False), None)}
             ),
             dict,
         ),

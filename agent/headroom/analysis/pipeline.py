@@ -117,7 +117,7 @@ class Analysis:
         return workloads.attribute(sample, self.profiles, getattr(self.config, "sizing", None))
 
     def __call__(self, window: Sequence[Sample]) -> tuple[Mapping[str, Any], Findings]:
-        derived = rates.derive(window)
+        derived = rates.derive(window, self.settings["short_window"])
         if not window:
             return derived, Findings()
         sample = window[-1]
