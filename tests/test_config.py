@@ -142,3 +142,31 @@ def test_config_yaml_quotes_the_collectors_default_filters_exactly():
     quoted = {m.group(1): m.group(2) for m in re.finditer(
         r"^  (disk|net):\n(?:    .*\n)*?    # device_exclude: '([^']*)'\s+\(the default\)", text, re.M)}
     assert quoted == {"disk": procfs.DEFAULT_DISK_EXCLUDE, "net": procfs.DEFAULT_NET_EXCLUDE}
+
+
+@pytest.mark.parametrize(("address", "message"), [
+    (":99999", "port must be 0-65535"),
+    ("::1:9843", "write IPv6 addresses in brackets"),
+    ("localhost", "must be HOST:PORT"),
+    (":http", "is not a number"),
+])
+def test_check_config_refuses_the_listen_addresses_run_refuses(tmp_path, address, message):
+    f = tmp_path / "c.yaml"
+    f.write_text(f'agent:\n  window: 10m\nweb:\n  listen_address: ["127.0.0.1:9843", "{address}"]\n')
+    r = run_cli("check-config", "--config.file", str(f))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"{f}:4:38: web.listen_address[1]: ") and message in r.stderr, r.stderr
+    # and run refuses the same file the same way, before binding anything
+    r = run_cli("run", "--config.file", str(f), "--no-collector.nvml")
+    assert r.returncode != 0 and message in r.stderr
+
+
+def test_check_config_reads_the_web_config_file_as_run_does(tmp_path):
+    (tmp_path / "web.yml").write_text("tls_server_config:\n  cert_file: server.crt\n")
+    f = tmp_path / "c.yaml"
+    f.write_text("web:\n  config_file: web.yml\n")
+    r = run_cli("check-config", "--config.file", str(f), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"{f}:2:16: web.config_file: web.yml:2:3: tls_server_config.key_file"), r.stderr
+    (tmp_path / "web.yml").write_text("http_server_config:\n  http2: false\n")
+    assert run_cli("check-config", "--config.file", str(f), cwd=tmp_path).returncode == 0

@@ -173,6 +173,23 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_config(config) -> int:
+    """check-config: the configuration is valid (load_config checked it), and so is what `run` reads next."""
+    web_config_file = config.web.get("config_file")
+    if web_config_file:
+        from headroom.exposition.webconfig import WebConfigError, load_web_config
+
+        try:
+            load_web_config(web_config_file)
+        except WebConfigError as exc:
+            from headroom.config import issue_at
+
+            print(issue_at(config.source, ["web", "config_file"], str(exc)), file=sys.stderr)
+            return 2
+    print(f"{config.source or '(built-in defaults)'}: configuration is valid")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -189,8 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     if args.command == "check-config":
-        print(f"{config.source or '(built-in defaults)'}: configuration is valid")
-        return 0
+        return _check_config(config)
     options = _options(args)
     try:
         if args.command == "run":
