@@ -281,6 +281,21 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Memory of the GPUs the workload uses (attributed or declared), summed."),
 )
 
+# Series that equal node_exporter's (same kernel file and field, same unit; tests/test_node_exporter_parity.py
+# compares them with a running node_exporter), so users can join them or drop one side. (headroom series, its
+# labels, node_exporter series)
+NODE_EXPORTER_EQUIVALENTS: tuple[tuple[str, str, str], ...] = (
+    ("headroom_pressure_stalled_seconds_total", 'resource="cpu",kind="some"', "node_pressure_cpu_waiting_seconds_total"),
+    ("headroom_pressure_stalled_seconds_total", 'resource="memory",kind="some"',
+     "node_pressure_memory_waiting_seconds_total"),
+    ("headroom_pressure_stalled_seconds_total", 'resource="memory",kind="full"',
+     "node_pressure_memory_stalled_seconds_total"),
+    ("headroom_pressure_stalled_seconds_total", 'resource="io",kind="some"', "node_pressure_io_waiting_seconds_total"),
+    ("headroom_pressure_stalled_seconds_total", 'resource="io",kind="full"', "node_pressure_io_stalled_seconds_total"),
+    ("headroom_memory_size_bytes", "", "node_memory_MemTotal_bytes"),
+    ("headroom_memory_swap_size_bytes", "", "node_memory_SwapTotal_bytes"),
+)
+
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 if len(BY_NAME) != len(CATALOG):  # pragma: no cover - guarded by a test too
     raise RuntimeError("duplicate metric name in catalogue")
@@ -308,6 +323,21 @@ def markdown() -> str:
         nxt = CATALOG.index(m) + 1
         if nxt == len(CATALOG) or CATALOG[nxt].group != group:
             lines.append("")
+    lines += [
+        "## Same as node_exporter",
+        "",
+        "These series carry the same value as node_exporter's (the same kernel file and field, the same unit), so",
+        "where both run you can join on them or drop one side with `metric_relabel_configs`. headroom keeps its",
+        "own names (one `headroom_pressure_stalled_seconds_total` family with `resource` and `kind` labels, where",
+        "node_exporter has one name per resource and kind). node_exporter exports no PSI averages:",
+        "`headroom_pressure_ratio` is headroom's alone.",
+        "",
+        "| headroom | node_exporter |",
+        "|---|---|",
+    ]
+    lines += [f"| `{name}{{{labels}}}` | `{node}` |" if labels else f"| `{name}` | `{node}` |"
+              for name, labels, node in NODE_EXPORTER_EQUIVALENTS]
+    lines.append("")
     return "\n".join(lines)
 
 
