@@ -85,9 +85,10 @@ FLEET = (
     Panel("Idle GPU-hours (range)", "GPU-hours spent idle over the dashboard's time range, summed over all GPUs "
           "(a GPU idle for one hour adds 1).", "stat", "h",
           (t(f'sum(increase(headroom_gpu_idle_seconds_total{{{FI}}}[$__range])) / 3600'),), width=4, height=4),
-    Panel("Idle cost (range)", "Cost of the idle GPU time over the time range, in the currency of the configured "
-          "cost_per_gpu_hour. Empty when no cost is configured.", "stat", "none",
-          (t(f'sum(increase(headroom_gpu_idle_cost_total{{{FI}}}[$__range]))'),), width=4, height=4,
+    Panel("Idle cost (range)", "Cost of the idle GPU time over the time range at the configured cost_per_gpu_hour, "
+          "per currency (analysis.currency). Empty when no cost is configured.", "stat", "none",
+          (t(f'sum by (currency) (increase(headroom_gpu_idle_cost_total{{{FI}}}[$__range]))', "{{currency}}"),),
+          width=4, height=4,
           options={"decimals": 2}),
     Panel("Lost GPUs", "GPUs that stopped answering NVML (fallen off the bus, reset required). "
           "Any value above 0 needs a person.", "stat", "none",

@@ -339,3 +339,22 @@ def test_cpu_utilization_ratio_covers_the_analysis_short_window(short_window, ex
     config = check_config_text(f"analysis:\n  short_window: {short_window}\n", "c.yaml")
     derived, _ = Analysis(config)(window)
     assert derived["cpu_utilization_ratio"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("setting", "currency"), [("", "USD"), ("  currency: EUR\n", "EUR")])
+def test_idle_cost_carries_its_currency_into_the_exposition(setting, currency):
+    from headroom.exposition.render import Writer, _render_findings
+
+    window = build_window(Host(), [Gpu(util=0.0), Gpu(util=0.9)], seconds=11)
+    findings = analyse("", window, analysis="  cost_per_gpu_hour: 3.6\n" + setting)
+    w = Writer()
+    _render_findings(w, findings)
+    assert f'headroom_gpu_idle_cost_total{{currency="{currency}"}} 0.01\n' in w.render().decode()
+
+
+@pytest.mark.parametrize("bad", ["usd", "EURO", "$", "1"])
+def test_currency_must_be_an_iso_code(bad):
+    from headroom.config import ConfigError
+
+    with pytest.raises(ConfigError, match="ISO 4217"):
+        check_config_text(f"analysis:\n  currency: '{bad}'\n", "c.yaml")

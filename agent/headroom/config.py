@@ -473,6 +473,7 @@ def _analysis_spec() -> Map:
             "idle_busy_ratio": (Number(minimum=0.0, maximum=1.0), None),
             "gpu_slowdown_celsius": (Number(minimum=0, maximum=150), None),
             "cost_per_gpu_hour": (Number(minimum=0, maximum=1e6), None),
+            "currency": (Str(validate=_currency), None),
             "thresholds": (Map({name: (_threshold_spec(name), None) for name in THRESHOLDS}), dict),
         }
     )
@@ -486,6 +487,12 @@ def _threshold_spec(name: str) -> Spec:
 def _url_path(value: str) -> str | None:
     if not value.startswith("/") or any(c in value for c in " ?#"):
         return f"must be a URL path starting with / (e.g. /metrics); got {value!r}"
+    return None
+
+
+def _currency(value: str) -> str | None:
+    if not re.fullmatch(r"[A-Z]{3}", value):
+        return f"must be an ISO 4217 currency code such as USD or EUR; got {value!r}"
     return None
 
 

@@ -159,9 +159,10 @@ CATALOG: tuple[MetricSpec, ...] = (
     _ana("headroom_gpus_idle", GAUGE, "", (), "GPUs idle over the short window."),
     _ana("headroom_gpu_idle_seconds_total", COUNTER, "seconds", (),
          "GPU-seconds spent idle, summed over all GPUs (a GPU idle for 1 s adds 1)."),
-    _ana("headroom_gpu_idle_cost_total", COUNTER, "", (),
-         "Cost of idle GPU time in the currency of the configured cost_per_gpu_hour (workload profiles, "
-         "else analysis.cost_per_gpu_hour); absent when no cost is configured."),
+    _ana("headroom_gpu_idle_cost_total", COUNTER, "", ("currency",),
+         "Cost of idle GPU time at the configured cost_per_gpu_hour (workload profiles, else "
+         "analysis.cost_per_gpu_hour), in the currency the label names (analysis.currency, an ISO 4217 code, "
+         "default USD); absent when no cost is configured."),
     _ana("headroom_workload_bottleneck_score", GAUGE, "", (*W, "resource"),
          "How sure the analysis is (0-1) that the resource limits the workload now, over the short window "
          "(analysis.short_window, default 15s). Rules and evidence: docs/analysis.md, /api/v1/status."),

@@ -262,7 +262,7 @@ def _render_findings(w: Writer, f: Any) -> None:
     if f.gpu_findings:
         w.add("headroom_gpus_idle", f.host.gpus_idle)
         w.add("headroom_gpu_idle_seconds_total", _r(f.host.gpu_idle_seconds_total))
-        w.add("headroom_gpu_idle_cost_total", _r(f.host.gpu_idle_cost_total, 6))
+        w.add("headroom_gpu_idle_cost_total", _r(f.host.gpu_idle_cost_total, 6), f.host.currency)
     for wf in f.workload_findings:
         ids = (wf.name,)
         _render_verdict(w, "headroom_workload", ids, wf.verdict)
