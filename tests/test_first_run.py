@@ -166,3 +166,21 @@ def test_readme_tick_cost_matches_docs_benchmarks():
     measured_tick = float(_bench_row("## CPU per tick", 8, 1000, 3)["CPU per tick ms"].split()[0])
     assert abs(collector_ms - measured_collector) <= 0.15 * measured_collector, (collector_ms, measured_collector)
     assert abs(tick_ms - measured_tick) <= 0.15 * measured_tick, (tick_ms, measured_tick)
+
+
+DOCS = [README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_docs_cite_only_files_inside_the_repository(doc):
+    """Relative links land on a file of the repository; no path leaves it (`../shared/...` did)."""
+    text = doc.read_text()
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:|#", target):
+            continue
+        path = (doc.parent / target.split("#", 1)[0]).resolve()
+        if not path.is_relative_to(ROOT) or not path.exists():
+            bad.append(target)
+    bad += re.findall(r"`(\.\./[^`]*|/work/[^`]*)`", text)
+    assert not bad, bad
