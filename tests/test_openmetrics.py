@@ -114,3 +114,10 @@ def test_live_agent_answers_others_with_text_that_promtool_accepts(agent, accept
     assert shutil.which("promtool"), "promtool missing: `make test` installs Debian's prometheus package"
     r = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, timeout=30)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_collect_query_parameter_is_ignored_as_the_readme_says(agent):
+    """node_exporter's collect[] filter is not supported (README explains why): the full exposition comes back."""
+    status, _, filtered = http_get(agent.url + "/metrics?collect[]=cpu")
+    assert status == 200
+    assert b"headroom_gpu_utilization_ratio" in filtered and b"headroom_memory_size_bytes" in filtered
