@@ -23,11 +23,20 @@ GOLDEN = Path(__file__).resolve().parent / "golden" / "exposition.prom"
 # what Prometheus 2.42 sends (scrape/scrape.go, acceptHeader)
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                      "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+# what Prometheus 3 sends with its default scrape protocols, and with protobuf first (native histograms on):
+# headroom speaks no protobuf, so OpenMetrics, the next in rank
+PROMETHEUS3_ACCEPT = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+                      "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;"
+                      "q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1")
+PROMETHEUS3_PROTO_ACCEPT = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;"
+                            "q=0.6," + PROMETHEUS3_ACCEPT)
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
 
 
 @pytest.mark.parametrize(("accept", "expected"), [
     (PROMETHEUS_ACCEPT, True),
+    (PROMETHEUS3_ACCEPT, True),
+    (PROMETHEUS3_PROTO_ACCEPT, True),
     ("application/openmetrics-text", True),
     ("application/openmetrics-text; version=1.0.0; q=0.9, text/plain; q=0.2", True),
     ("text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5", False),
