@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -86,8 +87,13 @@ def test_install_steps_print_one_line_each():
 
 def test_building_the_package_prints_no_deprecation_warning(tmp_path):
     """The SPDX license string (PEP 639): the first install used to print setuptools' license-table warning 3x."""
+    src = tmp_path / "src"  # pip builds in-tree: a copy keeps build/ out of the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "agent", src / "agent", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--disable-pip-version-check",
-                        "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+                        "-w", str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Deprecat" not in r.stdout + r.stderr, [line for line in (r.stdout + r.stderr).splitlines()
                                                    if "eprecat" in line][:5]
