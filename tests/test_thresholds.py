@@ -136,6 +136,32 @@ def p_net(x):  # a distributed workload's busiest NIC at x of its link speed, it
     return bottleneck.rule_network(1.0, "GPU 0 busy 0 %", h, T, distributed=True)[0]
 
 
+def _serving(**over):
+    from headroom.analysis.serving import ServingSignals
+
+    base = dict(workload="chat", endpoint="http://127.0.0.1:8000/metrics", up=True, runtime="vllm", usage=0.97,
+                running=8.0, waiting=0.0, preemptions_per_minute=0.0, capacity_tokens=65536.0)
+    return ServingSignals(**{**base, **over})
+
+
+def p_kv_usage(x):  # KV cache x full, requests waiting in full measure
+    from headroom.analysis.serving import rule_kv_cache
+
+    return rule_kv_cache(_serving(usage=x, waiting=5.0), T, gpu_busy=0.5)[0]
+
+
+def p_serving_waiting(x):  # KV cache full, x requests waiting on average, no preemption
+    from headroom.analysis.serving import rule_kv_cache
+
+    return rule_kv_cache(_serving(waiting=x), T, gpu_busy=0.5)[0]
+
+
+def p_preemptions(x):  # KV cache full, nothing waiting, x preemptions per minute
+    from headroom.analysis.serving import rule_kv_cache
+
+    return rule_kv_cache(_serving(preemptions_per_minute=x), T, gpu_busy=0.5)[0]
+
+
 # ------------------------------------------------------------------------------------------- table
 ZERO, SOME, FULL, PARTIAL = "scores 0", "scores above 0", "scores 1", "scores below 1"
 EXPECT: dict[str, Callable[[float], bool]] = {
@@ -210,6 +236,12 @@ ROWS = [
         p_iowait_weight, SOME, FULL, PARTIAL),
     Row("net_low", 0.70, "network starts to score above it (distributed workload)", p_net, ZERO, ZERO, SOME),
     Row("net_high", 0.90, "network scores 1 from it on (distributed workload)", p_net, PARTIAL, FULL, FULL),
+    Row("kv_usage_low", 0.80, "kv_cache starts to score above it (requests waiting)", p_kv_usage, ZERO, ZERO, SOME),
+    Row("kv_usage_high", 0.95, "kv_cache scores 1 from it on (requests waiting)", p_kv_usage, PARTIAL, FULL, FULL),
+    Row("serving_waiting_high", 1.0, "with the KV cache full, this many requests waiting make kv_cache score 1",
+        p_serving_waiting, PARTIAL, FULL, FULL),
+    Row("preemptions_per_minute_high", 1.0, "with the KV cache full, this many preemptions a minute make "
+        "kv_cache score 1", p_preemptions, PARTIAL, FULL, FULL),
 ]
 
 
