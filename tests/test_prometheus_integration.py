@@ -60,11 +60,11 @@ RANGE_S = 30
 class Prometheus:
     """A real `prometheus` on a free loopback port, storing into a temporary directory."""
 
-    def __init__(self, tmp: Path, target: str) -> None:
+    def __init__(self, tmp: Path, target: str, config: dict | None = None) -> None:
         assert shutil.which("prometheus"), "prometheus missing: `make test` installs Debian's prometheus package"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = {
+        config = config or {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
             "rule_files": [str(p) for p in RULE_FILES],
             "scrape_configs": [{"job_name": "headroom", "static_configs": [{"targets": [target]}]}],
