@@ -40,6 +40,8 @@ attribution is optional; the memory model in ``headroom.sizing`` says which inpu
 |                                    | container_id}                                     | cgroup a glob, pid_file absolute        |
 | endpoint                           | http(s) URL of the serving /metrics               |                                         |
 | cost_per_gpu_hour                  | number >= 0                                       | in the operator's currency              |
+| job                                | name, like ``name``                               | a job spanning hosts (the same on each) |
+| team                               | name, like ``name``                               | who runs it (fleet cost rules)          |
 
 Attribution rule: a profile needs at least one ``match`` rule or an explicit ``gpus`` list; without
 either no process and no GPU could ever be attributed to it, so it is rejected.
@@ -282,6 +284,8 @@ class WorkloadProfile:
     match: ProcessMatch = field(default_factory=ProcessMatch)
     endpoint: str | None = None
     cost_per_gpu_hour: float | None = None
+    job: str | None = None  # a (training) job spanning hosts: every host's profile names the same job
+    team: str | None = None  # who runs and pays for it: fleet idle cost is summed per team
 
     @property
     def effective_quantization(self) -> QuantizationSpec:
@@ -351,7 +355,8 @@ _CONTAINER_ID = re.compile(r"^[0-9a-f]{12,64}$")
 
 _TOP_KEYS = ("name", "kind", "model", "runtime", "params", "precision", "quantization", "compute_precision",
              "kv_cache_precision", "architecture", "context", "output_tokens", "concurrency", "training", "lora",
-             "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour")  # fmt: skip
+             "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour", "job",
+             "team")  # fmt: skip
 _ARCH_KEYS = ("layers", "heads", "kv_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
               "tie_embeddings")  # fmt: skip
 _TRAINING_KEYS = ("optimizer", "gradient_precision", "master_weights", "gradient_checkpointing",
@@ -527,6 +532,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
     match = _match(r, top)
     endpoint = _endpoint(r, top)
     cost = r.number(top, "cost_per_gpu_hour", (), 0.0)
+    job, team = _group_name(r, top, "job"), _group_name(r, top, "team")
 
     # --------------------------------------------------------------------- impossible combinations
     if _ok(kind):
@@ -581,7 +587,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
         quantization=quant, compute_precision=compute, kv_cache_precision=kv_precision, architecture=arch,
         context=context, output_tokens=output_tokens, concurrency=concurrency, training=training, lora=lora,
         dataloader_workers=workers, parallel=parallel, gpus=gpus, match=match, endpoint=endpoint,
-        cost_per_gpu_hour=cost,
+        cost_per_gpu_hour=cost, job=job, team=team,
     )  # fmt: skip
 
 
@@ -830,6 +836,15 @@ def _match(r: _Reader, top: Mapping) -> Any:
     if _BAD in values.values():
         return _BAD
     return ProcessMatch(**values)
+
+
+def _group_name(r: _Reader, top: Mapping, key: str) -> Any:
+    """``job`` / ``team``: a name with the rules of ``name`` (it becomes a label value across the fleet)."""
+    value = r.string(top, key, ())
+    if value is not None and value is not _BAD and not _NAME.match(value):
+        r.error((key,), f"{value!r} must match [A-Za-z0-9][A-Za-z0-9_.-]* and be at most 64 characters")
+        return _BAD
+    return value
 
 
 def _endpoint(r: _Reader, top: Mapping) -> Any:
