@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from headroom.fleet import file_sd
+from test_prometheus_integration import Prometheus
 
 from conftest import ROOT, free_port
-from test_prometheus_integration import Prometheus
 
 CONFIGS = ROOT / "deploy" / "prometheus"
 EXAMPLES = sorted(CONFIGS.glob("*.yml"))
