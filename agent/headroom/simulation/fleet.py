@@ -10,7 +10,7 @@ is the first 20 hosts of a fleet of 100. The mix is what a platform team sees:
 - the others cycle through: an inference service on A100s whose measured peak fits a smaller GPU and fewer
   GPUs; an H200 host serving a 70B model near its memory; L40S GPUs idle under a declared batch workload;
   a training host starved by its CPUs (data loading); one starved by its dataset disk; an H100 inference host
-  held at its power cap; two H100s nobody claims, idle.
+  held at its power cap; two H100s nobody claims, idle (one reported XID 79).
 
 Every host prices its GPUs (cost_per_gpu_hour by model), so idle cost adds up per team and workload.
 Workloads are real stand-in processes (no CPU burnt, a few MiB each) whose command line carries the host name,
@@ -136,6 +136,7 @@ def _other_host(i: int, name: str, archetype: str) -> SimHost:
                  kind="inference", params="13B", precision="bf16")
     else:  # unclaimed
         gpus = [_gpu("H100", g, i, utilization=0.0, memory_used="0GiB", power=70, temperature=31) for g in range(2)]
+        gpus[1]["xids"] = [{"at": "5s", "code": 79}]  # fell off the bus once: why nobody schedules on it
     scenario = {"description": f"{name}: {archetype}", "seed": i, "gpus": gpus, "workloads": workloads,
                 "host": host, "profiles": profiles}
     return SimHost(name, archetype, scenario)

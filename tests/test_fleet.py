@@ -1,0 +1,150 @@
+"""`make fleet` at CI size: 20 simulated hosts (headroom.simulation.fleet), one real agent each, a real
+Prometheus scraping them through file_sd (deploy/prometheus/file-sd.yml's job and relabelling) with every rule
+loaded. Every rule and every Fleet dashboard query is evaluated with data from all hosts; the cross-host
+straggler, idle cost per team and the per-host series budget are checked against what the fleet was built to
+show. About a minute on 2 cores."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from test_dashboards import DASHBOARDS, load, panels
+from test_rules import rules
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT))
+from bench.fleet import Fleet  # noqa: E402
+
+N = 20
+# Series one agent exports (Prometheus' scrape_samples_scraped, which adds nothing of its own besides up & co.):
+# a budget per host, per GPU and per declared workload. docs/benchmarks.md (fleet section) has the measured
+# figures; raise the budget only on purpose, with the reason in the commit.
+BUDGET_HOST, BUDGET_PER_GPU, BUDGET_PER_WORKLOAD = 120, 90, 60
+# recording rules whose data comes from some hosts only, with why; every other rule must cover every host
+SOME_HOSTS = {
+    "instance_gpu_workload:headroom_workload_gpu:info": "hosts with a declared workload",
+    "training_job_instance_gpu:headroom_gpu_effective_speed:ratio5m": "the training job's four hosts",
+    "training_job_instance_gpu:headroom_gpu_relative_speed:ratio5m": "the training job's four hosts",
+}
+
+
+def substitute_all(expr: str) -> str:
+    """The PromQL Grafana sends with every host selected ($instance = All)."""
+    return (expr.replace("$__rate_interval", "10s").replace("$__interval", "2s").replace("$__range", "2m")
+            .replace("$instance", ".*"))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    f = Fleet(N, tmp_path_factory.mktemp("fleet"), scrape_interval="2s", sample_interval="2s")
+    try:
+        f.start()
+        f.wait_ready(timeout=180)
+        # the slowest answers: a bottleneck verdict on the starved hosts (analysis windows of a few seconds) and
+        # the straggler's 5-minute rates over at least two scrapes
+        for expr in ('count(headroom_gpu_bottleneck{resource="disk_io"} == 1) >= 8',
+                     'count(headroom_gpu_bottleneck{resource="cpu"} == 1) >= 2',
+                     'training_job_instance_gpu:headroom_gpu_relative_speed:ratio5m < 0.8',
+                     'count(instance:headroom_last_sample_timestamp_seconds:age) == 20',
+                     'instance_team_workload:headroom_gpu_idle_cost:increase1d > 0'):
+            assert f.wait_for(expr, timeout=90), f"no data for {expr}"
+        time.sleep(4)  # two more evaluations, so every rule has seen the settled inputs
+        yield f
+    finally:
+        f.stop()
+
+
+def instances(result: list[dict]) -> set[str]:
+    return {r["metric"].get("instance") for r in result} - {None}
+
+
+def test_every_host_is_one_target_named_after_the_host(fleet):
+    up = fleet.query('up{job="headroom"}')
+    assert sorted(instances(up)) == sorted(h.sim.name for h in fleet.hosts)
+    assert all(r["value"][1] == "1" for r in up)
+    gpus = fleet.query("count(headroom_gpu_info)")
+    assert int(gpus[0]["value"][1]) == sum(h.sim.gpus for h in fleet.hosts)
+
+
+def test_every_rule_is_healthy_and_every_recording_rule_covers_every_host(fleet):
+    groups = fleet.api("/api/v1/rules")["groups"]
+    loaded = {r["name"]: r for g in groups for r in g["rules"]}
+    assert set(loaded) == {r.get("alert") or r["record"] for r in rules()}
+    assert not {n: r.get("lastError") for n, r in loaded.items() if r["health"] != "ok"}
+    everyone = {h.sim.name for h in fleet.hosts}
+    problems = []
+    for rule in rules():
+        answer = fleet.query(rule["expr"])  # the expression itself evaluates without error
+        if "record" not in rule:
+            continue
+        result = fleet.query(rule["record"])
+        if not result:
+            problems.append(f"{rule['record']}: no data")
+            continue
+        covered = instances(result)
+        if covered and rule["record"] not in SOME_HOSTS and covered != everyone:
+            problems.append(f"{rule['record']}: missing {sorted(everyone - covered)}")
+        assert answer is not None
+    assert not problems
+
+
+def test_every_fleet_dashboard_query_returns_data_from_all_hosts(fleet):
+    everyone = {h.sim.name for h in fleet.hosts}
+    dashboard = load(DASHBOARDS / "fleet.json")
+    empty, partial = [], []
+    for p in panels(dashboard):
+        for t in p["targets"]:
+            result = fleet.query(substitute_all(t["expr"]))
+            if not result:
+                empty.append(p["title"])
+            if p["title"] in {"GPU busy per host", "VRAM used per GPU", "GPU health"} and instances(result) != everyone:
+                partial.append(p["title"])
+    assert not empty, f"Fleet panels without data: {empty}"
+    assert not partial, f"Fleet panels missing hosts: {partial}"
+    hosts = fleet.query(substitute_all('count(headroom_build_info{instance=~"$instance"})'))
+    assert hosts[0]["value"][1] == str(N)
+
+
+def test_the_straggler_is_the_throttled_gpu_of_the_third_training_host(fleet):
+    slow = fleet.query("training_job_instance_gpu:headroom_gpu_relative_speed:ratio5m < 0.8")
+    assert [(r["metric"]["instance"], r["metric"]["gpu"], r["metric"]["training_job"]) for r in slow] == [
+        ("gpu-train-03", "5", "llama-pretrain")]
+    assert 0.5 < float(slow[0]["value"][1]) < 0.7  # 1188 of 1980 MHz
+    hosts = fleet.query("training_job:headroom_training_job_hosts:count")
+    assert [(r["metric"]["training_job"], r["value"][1]) for r in hosts] == [("llama-pretrain", "4")]
+    alert = fleet.wait_for('ALERTS{alertname="HeadroomTrainingJobStraggler"}', timeout=10)
+    assert [(a["metric"]["instance"], a["metric"]["gpu"], a["metric"]["alertstate"]) for a in alert] == [
+        ("gpu-train-03", "5", "pending")]  # `for: 10m`: pending, then firing
+
+
+def test_idle_cost_adds_up_per_team(fleet):
+    rate = {(r["metric"].get("team", ""), r["metric"]["workload"]): float(r["value"][1])
+            for r in fleet.query("sum by (team, workload) (instance_team_workload:headroom_gpu_idle_cost_per_hour:sum)")}
+    # two idle-batch hosts with 4 idle L40S at 1.2 an hour, two unclaimed hosts with 2 idle H100 at 4 an hour
+    assert rate[("vision", "batch-embed")] == pytest.approx(2 * 4 * 1.2, rel=0.2)
+    assert rate[("", "unclaimed")] == pytest.approx(2 * 2 * 4.0, rel=0.2)
+    assert rate[("research", "pretrain")] == 0
+    day = {(r["metric"].get("team", ""), r["metric"]["workload"]) for r in fleet.query(
+        "instance_team_workload:headroom_gpu_idle_cost:increase1d > 0")}
+    assert {("vision", "batch-embed"), ("", "unclaimed")} <= day
+    assert ("research", "pretrain") not in day
+    # the split adds up to the agents' own idle cost counters
+    total = fleet.query("sum(instance_team_workload:headroom_gpu_idle_cost:increase1d)")
+    counters = fleet.query("sum(increase(headroom_gpu_idle_cost_total[1d]))")
+    assert float(total[0]["value"][1]) == pytest.approx(float(counters[0]["value"][1]), rel=0.05)
+
+
+def test_series_per_host_stay_within_the_budget(fleet):
+    samples = {r["metric"]["instance"]: int(float(r["value"][1]))
+               for r in fleet.query('scrape_samples_scraped{job="headroom"}')}
+    over = []
+    for h in fleet.hosts:
+        workloads = len(h.sim.scenario.get("profiles", []))
+        budget = BUDGET_HOST + BUDGET_PER_GPU * h.sim.gpus + BUDGET_PER_WORKLOAD * workloads
+        if samples[h.sim.name] > budget:
+            over.append(f"{h.sim.name} ({h.sim.gpus} GPUs, {workloads} workloads): {samples[h.sim.name]} > {budget}")
+    assert not over, over
