@@ -6,6 +6,8 @@ show. About a minute on 2 cores."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import time
 
@@ -148,3 +150,49 @@ def test_series_per_host_stay_within_the_budget(fleet):
         if samples[h.sim.name] > budget:
             over.append(f"{h.sim.name} ({h.sim.gpus} GPUs, {workloads} workloads): {samples[h.sim.name]} > {budget}")
     assert not over, over
+
+
+def fleet_report(fleet, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "headroom", "fleet-report", "--prometheus", fleet.prometheus_url,
+                           "--since", "1h", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_fleet_report_finds_what_the_fleet_was_built_to_show(fleet):
+    out = fleet_report(fleet, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["hosts"], doc["gpus"]) == (N, sum(h.sim.gpus for h in fleet.hosts))
+    sizing = {(r["instance"], r["workload"]): r for r in doc["right_sizing"]}
+    # the oversized inference service: 2 x 80 GB holding 16 GiB each fits one GPU, or 24 GB cards
+    oversized = sizing[("gpu-serve-oversized-05", "search-embed")]
+    assert (oversized["gpus"], oversized["fits_gpus"], oversized["fits_class"]) == (2, 1, "24 GB (L4, A10G)")
+    # the training job fills its 80 GB GPUs: no smaller GPU, not fewer
+    for host in ("gpu-train-01", "gpu-train-03"):
+        assert (sizing[(host, "pretrain")]["fits_gpus"], sizing[(host, "pretrain")]["fits_class"]) == (None, None)
+    idle = {(r["instance"], r["gpu"]): r for r in doc["idle"]}
+    expected_idle = {(h.sim.name, str(g)) for h in fleet.hosts if h.sim.archetype in ("idle-batch", "unclaimed")
+                     for g in range(h.sim.gpus)}
+    assert set(idle) == expected_idle
+    assert all(r["cost"] > 0 and r["idle_ratio"] > 0.9 for r in idle.values())
+    assert idle[("gpu-unclaimed-11", "0")]["workload"] == "(none)"
+    assert idle[("gpu-idle-batch-07", "0")]["team"] == "vision"
+    bound = {(r["instance"], r["resource"]) for r in doc["host_bound"]}
+    assert bound == {(h.sim.name, {"cpu-starved": "cpu", "disk-starved": "disk_io"}[h.sim.archetype])
+                     for h in fleet.hosts if h.sim.archetype in ("cpu-starved", "disk-starved")}
+
+
+def test_fleet_report_table_and_markdown(fleet):
+    table = fleet_report(fleet)
+    assert table.returncode == 0, table.stderr
+    assert "Hosts whose bottleneck is the host:" in table.stdout and "gpu-cpu-starved-08  cpu" in table.stdout
+    md = fleet_report(fleet, "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    assert md.stdout.startswith(f"# Fleet report: {N} hosts")
+    assert "| gpu-serve-oversized-05 | search-embed | search |" in md.stdout
+
+
+def test_fleet_report_against_an_agent_instead_of_prometheus(fleet):
+    out = subprocess.run([sys.executable, "-m", "headroom", "fleet-report", "--prometheus", fleet.hosts[0].url],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "is it Prometheus?" in out.stderr and "Traceback" not in out.stderr
