@@ -47,13 +47,19 @@ def fleet(tmp_path_factory):
         f.start()
         f.wait_ready(timeout=180)
         # the slowest answers: a bottleneck verdict on the starved hosts (analysis windows of a few seconds) and
-        # the straggler's 5-minute rates over at least two scrapes
-        for expr in ('count(headroom_gpu_bottleneck{resource="disk_io"} == 1) >= 8',
+        # the straggler's 5-minute rates over at least two scrapes. Generous timeouts: on a loaded machine the
+        # agents' ticks run late, which delays the verdicts but does not change them
+        for expr in ('count(count by (instance) (headroom_gpu_bottleneck{resource="disk_io"} == 1)) >= 2',
                      'count(headroom_gpu_bottleneck{resource="cpu"} == 1) >= 2',
                      'training_job_instance_gpu:headroom_gpu_relative_speed:ratio5m < 0.8',
                      'count(instance:headroom_last_sample_timestamp_seconds:age) == 20',
                      'instance_team_workload:headroom_gpu_idle_cost:increase1d > 0'):
-            assert f.wait_for(expr, timeout=90), f"no data for {expr}"
+            if not f.wait_for(expr, timeout=180):
+                verdicts = f.query('headroom_gpu_bottleneck{resource!="none"} == 1')
+                failing = f.query("headroom_collector_success == 0")
+                pytest.fail(f"no data for {expr}; GPU bottlenecks: "
+                            f"{sorted({(r['metric']['instance'], r['metric']['resource']) for r in verdicts})}; "
+                            f"failing collectors: {[(r['metric']['instance'], r['metric']['collector']) for r in failing]}")
         time.sleep(4)  # two more evaluations, so every rule has seen the settled inputs
         yield f
     finally:

@@ -24,7 +24,7 @@ from conftest import Agent, free_port, http_get
 
 # (dashboard file, panel title, refId) -> why it has no data in this run; a listed query that returns data fails
 # the test, so the list shrinks as the missing pieces land.
-_ONE_HOST = "one host's job whose GPUs run under 20 % of full speed; tests/test_fleet.py has the multi-host job"
+_ONE_HOST = "one host's job whose GPUs run under 5 % of full speed; tests/test_fleet.py has the multi-host job"
 NO_DATA_YET: dict[tuple[str, str, str], str] = {
     ("fleet.json", "Training jobs: GPUs against the job's median", "A"): _ONE_HOST,
     ("fleet.json", "Slowest GPU per training job", "A"): _ONE_HOST,
