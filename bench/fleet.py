@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1)
             print("an agent exited; stopping", file=sys.stderr)
             return 1
-        f.wait_for('instance_team_workload:headroom_gpu_idle_cost:increase1d', timeout=60)
+        f.wait_for('instance_team_workload:headroom_gpu_idle_cost:increase1d', timeout=180)
         m = f.measure(args.measure)
         print(json.dumps(m, indent=1))
         if args.write_docs:

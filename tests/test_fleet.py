@@ -7,6 +7,7 @@ show. About a minute on 2 cores."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -140,10 +141,12 @@ def test_idle_cost_adds_up_per_team(fleet):
         "instance_team_workload:headroom_gpu_idle_cost:increase1d > 0")}
     assert {("vision", "batch-embed"), ("", "unclaimed")} <= day
     assert ("research", "pretrain") not in day
-    # the split adds up to the agents' own idle cost counters
-    total = fleet.query("sum(instance_team_workload:headroom_gpu_idle_cost:increase1d)")
-    counters = fleet.query("sum(increase(headroom_gpu_idle_cost_total[1d]))")
-    assert float(total[0]["value"][1]) == pytest.approx(float(counters[0]["value"][1]), rel=0.05)
+    # the split adds up to the agents' own idle cost counters (both evaluated at the same instant)
+    [rule] = [r for r in rules() if r.get("record") == "instance_team_workload:headroom_gpu_idle_cost:increase1d"]
+    at = str(time.time() - 1)
+    total = fleet.api("/api/v1/query", query=f"sum({rule['expr']})", time=at)["result"]
+    counters = fleet.api("/api/v1/query", query="sum(increase(headroom_gpu_idle_cost_total[1d]))", time=at)["result"]
+    assert float(total[0]["value"][1]) == pytest.approx(float(counters[0]["value"][1]), rel=1e-6)
 
 
 def test_series_per_host_stay_within_the_budget(fleet):
@@ -179,7 +182,7 @@ def test_fleet_report_finds_what_the_fleet_was_built_to_show(fleet):
     expected_idle = {(h.sim.name, str(g)) for h in fleet.hosts if h.sim.archetype in ("idle-batch", "unclaimed")
                      for g in range(h.sim.gpus)}
     assert set(idle) == expected_idle
-    assert all(r["cost"] > 0 and r["idle_ratio"] > 0.9 for r in idle.values())
+    assert all(r["cost"] > 0 and r["idle_ratio"] > 0.5 for r in idle.values())  # idle from the first verdict on
     assert idle[("gpu-unclaimed-11", "0")]["workload"] == "(none)"
     assert idle[("gpu-idle-batch-07", "0")]["team"] == "vision"
     bound = {(r["instance"], r["resource"]) for r in doc["host_bound"]}
@@ -190,7 +193,8 @@ def test_fleet_report_finds_what_the_fleet_was_built_to_show(fleet):
 def test_fleet_report_table_and_markdown(fleet):
     table = fleet_report(fleet)
     assert table.returncode == 0, table.stderr
-    assert "Hosts whose bottleneck is the host:" in table.stdout and "gpu-cpu-starved-08  cpu" in table.stdout
+    assert "Hosts whose bottleneck is the host:" in table.stdout
+    assert re.search(r"\n  gpu-cpu-starved-08 +cpu +\d+ % +1\n", table.stdout), table.stdout
     md = fleet_report(fleet, "--format", "markdown")
     assert md.returncode == 0, md.stderr
     assert md.stdout.startswith(f"# Fleet report: {N} hosts")
