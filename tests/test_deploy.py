@@ -149,3 +149,16 @@ def test_monitors_select_the_agent_and_name_instance_by_node(name, kind):
     assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance",
             "action": "replace"} in endpoint["relabelings"]
     assert labels[monitor["spec"]["jobLabel"]] == "headroom"  # job="headroom": HeadroomAgentDown selects it
+
+
+def test_the_daemonset_arguments_are_valid_agent_flags():
+    from headroom.cli import build_parser
+
+    [c] = by_kind(rendered("base"), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    parser = build_parser()
+    args = parser.parse_args(c["args"])  # exits (SystemExit) on an unknown flag
+    assert args.command == "run" and args.procfs == "/host/proc" and args.config_file == "/etc/headroom/config.yaml"
+    # argparse accepts abbreviations: every flag must be spelled in full
+    [sub] = [a for a in parser._actions if a.dest == "command"]
+    known = {s for a in sub.choices["run"]._actions for s in a.option_strings}
+    assert not [a.split("=")[0] for a in c["args"][1:] if a.split("=")[0] not in known]
