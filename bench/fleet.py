@@ -300,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                                                              "docs/benchmarks.md")
     p.add_argument("--workdir", help="keep scenarios, logs and the TSDB here (default: a temporary directory)")
     args = p.parse_args(argv)
+    if args.hosts < 1:
+        p.error("--hosts must be at least 1")
     import tempfile
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="headroom-fleet-"))
