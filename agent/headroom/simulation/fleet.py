@@ -12,7 +12,8 @@ is the first 20 hosts of a fleet of 100. The mix is what a platform team sees:
   a training host starved by its CPUs (data loading); one starved by its dataset disk; an H100 inference host
   held at its power cap; two H100s nobody claims, idle (one reported XID 79).
 
-Every host prices its GPUs (cost_per_gpu_hour by model), so idle cost adds up per team and workload.
+Starved GPUs keep a trickle of work in their waiting phases (never under the agent's idle threshold), so
+what the fleet shows as idle is exactly the idle-batch and unclaimed hosts. Every host prices its GPUs (cost_per_gpu_hour by model), so idle cost adds up per team and workload.
 Workloads are real stand-in processes (no CPU burnt, a few MiB each) whose command line carries the host name,
 so each agent attributes only its own. Host signals are synthetic (``host:``), never the machine's.
 """
@@ -110,16 +111,16 @@ def _other_host(i: int, name: str, archetype: str) -> SimHost:
         workload("batch-embed", "python3 embed_batch.py --queue nightly", {g: "1GiB" for g in range(4)}, "vision",
                  kind="inference", params="1B", precision="fp16")
     elif archetype == "cpu-starved":
-        gpus = [_gpu("H100", 0, i, utilization={"steps": [[0, 0.92], [1, 0.04], [2, 0.02], [3, 0.06]], "repeat": True,
-                                                "period": 4, "noise": 0.03},
+        gpus = [_gpu("H100", 0, i, utilization={"steps": [[0, 0.92], [1, 0.12], [2, 0.1], [3, 0.14]], "repeat": True,
+                                                "period": 4, "noise": 0.02},
                      memory_used="38GiB", power={"steps": [[0, 520], [1, 140]], "repeat": True, "period": 4})]
         host = {"cpu": {"logical_cpus": 16, "utilization": {"value": 0.98, "noise": 0.01}},
                 "pressure": {"cpu": {"some": 0.45}}, "memory": {"total": "128GiB"}}
         workload("vision-train", "python3 train.py --arch vit_large_patch16_224 --workers 4", {0: "37GiB"}, "vision",
                  kind="training", params="304M", precision="bf16", dataloader_workers=4)
     elif archetype == "disk-starved":
-        gpus = [_gpu("A100", g, i, utilization={"steps": [[0, 0.85], [1, 0.03], [3, 0.05]], "repeat": True,
-                                                "period": 5, "noise": 0.03},
+        gpus = [_gpu("A100", g, i, utilization={"steps": [[0, 0.85], [1, 0.12], [3, 0.1]], "repeat": True,
+                                                "period": 5, "noise": 0.02},
                      memory_used="30GiB", power={"steps": [[0, 330], [1, 90]], "repeat": True, "period": 5})
                 for g in range(4)]
         host = {"cpu": {"logical_cpus": 32, "utilization": 0.18, "iowait": 0.22},
