@@ -64,3 +64,14 @@ def test_no_price_and_no_group_no_series(tmp_path):
     text = _snapshot(tmp_path, unpriced)
     assert "headroom_workload_fleet_info{" not in text and "headroom_gpu_cost_per_hour{" not in text
     assert 'headroom_workload_info{workload="batch-embed"' in text
+
+
+def test_an_eight_gpu_host_stays_within_the_series_budget(tmp_path):
+    """The fast form of test_fleet.py's budget check: one 8-GPU host's exposition, no Prometheus."""
+    from test_fleet import BUDGET_HOST, BUDGET_PER_GPU, BUDGET_PER_WORKLOAD
+
+    host = next(h for h in fleet(12) if h.archetype == "train-straggler")
+    text = _snapshot(tmp_path, host)
+    series = [line for line in text.splitlines() if line and not line.startswith("#")]
+    budget = BUDGET_HOST + BUDGET_PER_GPU * host.gpus + BUDGET_PER_WORKLOAD * len(host.scenario["profiles"])
+    assert 700 < len(series) <= budget  # 821 measured (docs/benchmarks.md, fleet section)
