@@ -24,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/run.py`: make `bench` and `headroom` importable
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "agent")]
 
-from bench import fleet, fixtures, gpu, host, report, scrape, ticks  # noqa: E402
+from bench import fixtures, fleet, gpu, host, report, scrape, ticks  # noqa: E402
 from headroom import logs  # noqa: E402
 from headroom.config import check_config_text  # noqa: E402
 

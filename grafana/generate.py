@@ -85,9 +85,10 @@ FLEET = (
     Panel("Idle GPU-hours (range)", "GPU-hours spent idle over the dashboard's time range, summed over all GPUs "
           "(a GPU idle for one hour adds 1).", "stat", "h",
           (t(f'sum(increase(headroom_gpu_idle_seconds_total{{{FI}}}[$__range])) / 3600'),), width=4, height=4),
-    Panel("Idle cost (range)", "Cost of the idle GPU time over the time range, in the currency of the configured "
-          "cost_per_gpu_hour. Empty when no cost is configured.", "stat", "none",
-          (t(f'sum(increase(headroom_gpu_idle_cost_total{{{FI}}}[$__range]))'),), width=4, height=4,
+    Panel("Idle cost (range)", "Cost of the idle GPU time over the time range at the configured cost_per_gpu_hour, "
+          "per currency (analysis.currency). Empty when no cost is configured.", "stat", "none",
+          (t(f'sum by (currency) (increase(headroom_gpu_idle_cost_total{{{FI}}}[$__range]))', "{{currency}}"),),
+          width=4, height=4,
           options={"decimals": 2}),
     Panel("Lost GPUs", "GPUs that stopped answering NVML (fallen off the bus, reset required). "
           "Any value above 0 needs a person.", "stat", "none",
@@ -154,13 +155,15 @@ FLEET = (
     Panel("Idle cost per team (24 h)", "What idle GPUs cost each team over the last day (recording rule "
           "instance_team_workload:headroom_gpu_idle_cost:increase1d; team from the workload profile's team key, GPUs no workload "
           "holds under workload unclaimed). Needs cost_per_gpu_hour configured.", "bargauge", "none",
-          (t(f'sort_desc(sum by (team) (instance_team_workload:headroom_gpu_idle_cost:increase1d{{{FI}}}))', "{{team}}", instant=True),),
+          (t(f'sort_desc(sum by (team, currency) (instance_team_workload:headroom_gpu_idle_cost:increase1d{{{FI}}}))',
+             "{{team}} ({{currency}})", instant=True),),
           needs=("headroom_gpu_cost_per_hour", "headroom_workload_fleet_info"),
           options={"orientation": "horizontal", "displayMode": "basic", "decimals": 2}),
     Panel("Idle cost per workload (7 days)", "What idle GPUs cost per team and workload over the last week "
           "(instance_team_workload:headroom_gpu_idle_cost:increase1w). `headroom fleet-report` lists the GPUs behind it.",
           "table", "none",
-          (t(f'sort_desc(sum by (team, workload) (instance_team_workload:headroom_gpu_idle_cost:increase1w{{{FI}}}))', instant=True),),
+          (t(f'sort_desc(sum by (team, workload, currency) (instance_team_workload:headroom_gpu_idle_cost:increase1w{{{FI}}}))',
+             instant=True),),
           needs=("headroom_gpu_cost_per_hour", "headroom_workload_fleet_info"), options={"decimals": 2}),
     Panel("Idle cost rate per team", "Money per hour that idle GPUs waste right now, per team (5-minute average).",
           "timeseries", "none",
@@ -192,7 +195,7 @@ HOST = (
     Panel("GPU memory against capacity", "Device memory used per GPU (solid) against its capacity (dashed).",
           "timeseries", "bytes",
           (t(f'headroom_gpu_memory_used_bytes{{{HG}}}', "GPU {{gpu}} used"),
-           t(f'headroom_gpu_memory_total_bytes{{{HG}}}', "GPU {{gpu}} capacity"))),
+           t(f'headroom_gpu_memory_size_bytes{{{HG}}}', "GPU {{gpu}} capacity"))),
     Panel("Power against limit", "Power draw per GPU against its enforced limit. Running at the limit means the "
           "driver caps clocks (sw_power_cap).", "timeseries", "watt",
           (t(f'headroom_gpu_power_watts{{{HG}}}', "GPU {{gpu}} draw"),
@@ -252,7 +255,7 @@ HOST = (
           (t(f'headroom_pressure_ratio{{{H}, window="10s"}}', "{{resource}} {{kind}}"),), minmax=(0, 1)),
     Panel("Memory", "Physical memory: available for new work (without swapping) against total, plus page cache "
           "and shared memory (tmpfs, /dev/shm).", "timeseries", "bytes",
-          (t(f'headroom_memory_total_bytes{{{H}}}', "total"),
+          (t(f'headroom_memory_size_bytes{{{H}}}', "total"),
            t(f'headroom_memory_available_bytes{{{H}}}', "available"),
            t(f'headroom_memory_cached_bytes{{{H}}}', "page cache"),
            t(f'headroom_memory_shmem_bytes{{{H}}}', "shmem"))),

@@ -71,6 +71,7 @@ class IdleGpu:
     idle_ratio: float
     idle_hours: float
     cost: float | None
+    currency: str = ""  # of cost: analysis.currency of the host (label of headroom_gpu_idle_cost_total)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,9 @@ def build(prom: Prometheus, since: str, idle_threshold: float, host_bound_thresh
     idle = _by(prom.query(f"avg_over_time(headroom_gpu_idle[{since}])"), "instance", "gpu")
     price = _by(prom.query(f"avg_over_time(headroom_gpu_cost_per_hour[{since}])"), "instance", "gpu")
     idle_seconds = _by(prom.query(f"increase(headroom_gpu_idle_seconds_total[{since}])"), "instance")
-    idle_cost = _by(prom.query(f"increase(headroom_gpu_idle_cost_total[{since}])"), "instance")
+    idle_cost_results = prom.query(f"increase(headroom_gpu_idle_cost_total[{since}])")
+    idle_cost = _by(idle_cost_results, "instance")
+    currency = {i: c for (i, c) in _by(idle_cost_results, "instance", "currency")}
     share_sum: dict[str, float] = defaultdict(float)
     priced_sum: dict[str, float] = defaultdict(float)
     for (i, g), r in idle.items():
@@ -210,7 +213,7 @@ def build(prom: Prometheus, since: str, idle_threshold: float, host_bound_thresh
         workloads = holders.get((i, g), [])
         report.idle.append(IdleGpu(i, g, model_of.get((i, g), ""), ",".join(sorted(workloads)) or "(none)",
                                    ",".join(sorted({teams.get((i, w), "") for w in workloads} - {""})), r,
-                                   round(hours, 3), None if cost is None else round(cost, 2)))
+                                   round(hours, 3), None if cost is None else round(cost, 2), currency.get(i, "")))
 
     # ---- host-bound hosts
     bound = _by(prom.query(f'max by (instance, gpu, resource) (avg_over_time(headroom_gpu_bottleneck'
@@ -236,7 +239,8 @@ def _rows(report: Report) -> dict[str, tuple[list[str], list[list[str]]]]:
                str(r.fits_gpus) if r.fits_gpus else "-", r.fits_class or "-"]
               for r in report.right_sizing if r.fits_gpus or r.fits_class]
     idle = [[r.instance, r.gpu, r.gpu_model, r.workload, r.team or "-", f"{r.idle_ratio * 100:.0f} %",
-             f"{r.idle_hours:.2f}", "-" if r.cost is None else f"{r.cost:.2f}"] for r in report.idle]
+             f"{r.idle_hours:.2f}", "-" if r.cost is None else f"{r.cost:.2f} {r.currency}".rstrip()]
+            for r in report.idle]
     bound = [[r.instance, r.resource, f"{r.share * 100:.0f} %", str(r.gpus)] for r in report.host_bound]
     return {
         "Workloads that fit less GPU": (["host", "workload", "team", "GPUs now", "peak per GPU", "peak, all GPUs",
@@ -261,8 +265,11 @@ def to_markdown(report: Report) -> str:
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
         out.append("")
-    idle_cost = sum(r.cost or 0.0 for r in report.idle)
-    out.append(f"Idle GPUs above the threshold cost {idle_cost:.2f} over the period (currency of cost_per_gpu_hour).")
+    totals: dict[str, float] = defaultdict(float)
+    for r in report.idle:
+        totals[r.currency] += r.cost or 0.0
+    spent = ", ".join(f"{v:.2f} {c}".rstrip() for c, v in sorted(totals.items())) or "nothing"
+    out.append(f"Idle GPUs above the threshold cost {spent} over the period.")
     return "\n".join(out) + "\n"
 
 
