@@ -276,8 +276,15 @@ def test_fp32_compute_doubles_activations():
 
 
 def test_inference_activations_are_one_layers_mlp_live_set():
-    assert inference_activation_bytes(8192, 1, 4096, 14336) == 8192 * (2 * 4096 + 3 * 14336) * 2
-    assert inference_activation_bytes(100, 2, 4096, None, vocab=1000) == 100 * 14 * 4096 * 2 + 2 * 1000 * 4
+    assert inference_activation_bytes(8192, 1, 4096, 14336) == 8192 * (3 * 4096 + 3 * 14336) * 2
+    assert inference_activation_bytes(100, 2, 4096, None, vocab=1000) == 100 * 15 * 4096 * 2 + 2 * 1000 * 4
+
+
+@pytest.mark.parametrize(("tokens", "measured_gib"), [(20000, 2.07), (29000, 2.99)])
+def test_inference_activations_match_vllms_measured_profile_peak(tokens, measured_gib):
+    """vllm#10517 (V0 0.6.4, RTX 3090, Llama 3.1 8B): peak_torch_memory minus the 14.99 GiB of weights."""
+    got = inference_activation_bytes(tokens, 0, 4096, 14336) / GIB
+    assert abs(got - measured_gib) / measured_gib < 0.02
 
 
 # ------------------------------------------------------------------------------- missing inputs
@@ -289,14 +296,13 @@ def test_inference_activations_are_one_layers_mlp_live_set():
          ["KV cache needs architecture.layers, architecture.kv_heads, architecture.head_dim; "
           "missing: architecture.kv_heads"], ("architecture.kv_heads",)),
         ("weights without params", {"kind": "inference", "precision": "bf16", "context": 4096,
-                                    "architecture": LLAMA3_8B},
+                                    "architecture": {**LLAMA3_8B, "vocab_size": None}},
          ["weights needs params, precision; missing: params"], ("params",)),
         ("everything at once", {"kind": "inference", "match": {"exe": "x"}, "gpus": None},
          ["missing: params, precision", "missing: context.max",
-          "missing: architecture.layers, architecture.kv_heads, architecture.head_dim",
-          "missing: architecture.hidden_size"],
+          "missing: architecture.layers, architecture.kv_heads, architecture.head_dim"],
          ("params", "precision", "context.max", "architecture.layers", "architecture.kv_heads",
-          "architecture.head_dim", "architecture.hidden_size")),
+          "architecture.head_dim")),
         ("LoRA without a rank", {"kind": "finetune-lora", "params": "7B", "precision": "bf16", "context": 2048,
                                  "architecture": LLAMA2_7B, "lora": {"alpha": 16}},
          ["LoRA adapter size needs lora.rank"], ("lora.rank",)),

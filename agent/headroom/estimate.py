@@ -32,8 +32,15 @@ _FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "--vocab-size": (("architecture", "vocab_size"), int, "vocabulary size"),
     "--context": (("context", "max"), int, "maximum tokens per sequence (prompt + output)"),
     "--concurrency": (("concurrency",), int, "concurrent sequences (inference)"),
-    "--runtime": (("runtime", "name"), str, "serving runtime, e.g. vllm (applies its memory reservation)"),
+    "--runtime": (("runtime", "name"), str, "serving runtime: vllm, sglang or tgi apply their own start-up accounting"),
+    "--runtime-version": (("runtime", "version"), str, "runtime version, e.g. 0.6.3, 0.8.5, 0.10.1 (vLLM's accounting "
+                                                        "differs by version; default: the newest documented)"),
     "--gpu-memory-utilization": (("runtime", "gpu_memory_utilization"), float, "vLLM's reservation ratio"),
+    "--mem-fraction-static": (("runtime", "mem_fraction_static"), float, "SGLang's weights + KV share of the card"),
+    "--max-num-batched-tokens": (("runtime", "max_num_batched_tokens"), int, "tokens per forward pass (chunked "
+                                                                              "prefill budget; bounds activations)"),
+    "--max-num-seqs": (("runtime", "max_num_seqs"), int, "sequences per step (vLLM profiles its sampler with it)"),
+    "--block-size": (("runtime", "block_size"), int, "tokens per KV block (vLLM 16)"),
     "--tensor-parallel": (("parallel", "tensor"), int, "tensor parallel degree"),
     "--pipeline-parallel": (("parallel", "pipeline"), int, "pipeline parallel degree"),
     "--data-parallel": (("parallel", "data"), int, "data parallel degree"),
@@ -61,6 +68,9 @@ def add_parser(sub: Any, add_source_flags: Any) -> None:
     for flag in _LIST_FLAGS:
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), help="comma-separated, e.g. q_proj,v_proj")
     p.add_argument("--workload", metavar="NAME", help="take the profile NAME from the configuration instead of flags")
+    p.add_argument("--model-config", metavar="PATH", help="a Hugging Face config.json (or its directory): architecture, "
+                   "precision, quantization and (from safetensors headers) params; flags override")
+    p.add_argument("--model", metavar="ORG/NAME", help="like --model-config, from the local Hugging Face cache (offline)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB (default: the GPUs NVML finds)")
     p.add_argument("--gpus", metavar="N", type=int, help="GPUs available (default: as many as the layout needs)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -69,6 +79,45 @@ def add_parser(sub: Any, add_source_flags: Any) -> None:
 
 class EstimateError(Exception):
     """A user error in the estimate's inputs; the message is printed as is."""
+
+
+def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The profile fields --model-config / --model read (empty without them), and notes on where from."""
+    from headroom import modelconfig
+
+    path = getattr(args, "model_config", None)
+    name = getattr(args, "model", None)
+    if not path and not name:
+        return {}, []
+    if path and name:
+        raise EstimateError("--model and --model-config: give one of them")
+    try:
+        if name:
+            path = str(modelconfig.find_cached_model(name))
+        mc = modelconfig.read_model_config(path)
+    except modelconfig.ModelConfigError as exc:
+        where = "" if exc.field.startswith(("--", "/")) else f"{path}: "
+        raise EstimateError(f"{where}{exc}") from None
+    fields = dict(mc.fields)
+    notes_extra = []
+    runtime = (getattr(args, "est_runtime", None) or "").lower()
+    if runtime in ("vllm", "sglang", "tgi") and fields.get("precision") == "fp32":
+        fields["precision"] = fields["compute_precision"] = "bf16"  # dtype "auto" serves FP32 checkpoints in 16 bits
+        notes_extra.append(f"{runtime} serves an FP32 checkpoint in 16 bits (dtype auto): bf16 assumed")
+    if name:
+        fields["model"] = {"name": name}
+    if mc.encoder_only:
+        fields["kind"] = "embedding"
+    notes = [f"model config {mc.source}: {mc.model_type or 'unknown type'}, layout {mc.layout}, params from "
+             f"{mc.params_from}", *mc.notes, *notes_extra]  # fmt: skip
+    return fields, notes
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def _flag_profile(args: argparse.Namespace) -> dict[str, Any]:
@@ -119,7 +168,16 @@ def build_profile(args: argparse.Namespace, config: Any) -> Any:
             raise EstimateError(f"no workload named {args.workload!r} in {config.source or 'the configuration'} "
                                 f"(declared: {names})")
         return profile
-    d = _flag_profile(args)
+    fields, _ = _model_fields(args)
+    flags = _flag_profile(args)
+    if fields.get("kind") == "embedding" and getattr(args, "est_kind", None) not in (None, "embedding"):
+        raise EstimateError(f"--kind {args.est_kind}: the model config is an encoder-only model (no KV cache); "
+                            "use --kind embedding")  # fmt: skip
+    if "quantization" in fields and getattr(args, "est_precision", None) and not getattr(args, "est_quantization", None):
+        fields.pop("quantization")  # an explicit --precision replaces the checkpoint's quantized storage
+    d = _merge(fields, flags) if fields else flags
+    if fields.get("kind") and not getattr(args, "est_kind", None):
+        d["kind"] = fields["kind"]
     try:
         return profile_from_dict(d, attributable=False)
     except ProfileErrors as exc:
@@ -183,6 +241,12 @@ def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
             for flag, (path, _, _) in sorted(_FLAGS.items(), key=lambda kv: -len(".".join(kv[1][0]))):
                 message = message.replace(".".join(path), flag)
         raise EstimateError(message) from None
+    if not args.workload:
+        _, model_notes = _model_fields(args)
+        if model_notes:
+            from dataclasses import replace
+
+            est = replace(est, notes=(*model_notes, *est.notes))
     if args.format == "json":
         doc: Mapping[str, Any] = {"workload": profile.name, "memory_source": where, **est.to_dict()}
         return 0, json.dumps(doc, indent=1) + "\n"

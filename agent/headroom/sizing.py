@@ -41,6 +41,16 @@ from headroom.profiles import (
     Training,
     WorkloadProfile,
 )
+from headroom.serving_memory import (
+    KVLayout,
+    RuntimeReport,
+    RuntimeSettingError,
+    kv_layout,
+    sglang_mem_fraction,
+    vllm_defaults,
+    vllm_kv,
+    vllm_rules,
+)
 from headroom.units import GIB, format_bytes
 
 MIB = 1024**2
@@ -66,6 +76,15 @@ class OverheadConstants:
     vllm_block_size: int = 16  # vLLM's default KV block, tokens
     vllm_min_batched_tokens: int = 2048  # vLLM: max_num_batched_tokens = max(max_model_len, 2048)
     vllm_max_num_seqs: int = 256  # vLLM's default; its start-up profile samples logits for this many
+    # runtime accounting (docs/sizing.md "Runtime accounting": the evidence for each value)
+    vllm_cuda_context_bytes: int = 330 * MIB  # non-torch memory present before the worker's first snapshot
+    vllm_non_torch_bytes: int = 32 * MIB  # non-torch growth during load and profile at TP 1 (cuBLAS workspace)
+    nccl_bytes: int = 512 * MIB  # NCCL and custom all-reduce buffers per GPU at tensor parallel > 1
+    cuda_graph_bytes: int = 512 * MIB  # graph pools captured after the KV cache is sized (outside the budget)
+    sampler_bytes_per_logit: int = 4  # the profile's sampler: FP32 logits of max_num_seqs x vocabulary
+    tgi_max_batch_prefill_tokens: int = 4096  # TGI's default warm-up prefill
+    tgi_block_size: int = 16
+    sglang_chunked_prefill_tokens: int = 8192  # SGLang's default on >= 25 GB GPUs (2048 below)
     gptq_awq_group_size: int = 128
     nf4_block_size: int = 64  # weights per absmax constant (bitsandbytes)
     nf4_double_quant_block_size: int = 256  # first-level constants per second-level FP32 constant
@@ -105,6 +124,8 @@ class Estimate:
     kv_bytes_per_token: int | None  # per GPU, for one token of one sequence
     kv_capacity_tokens: int | None  # tokens the KV budget holds (vLLM's "GPU KV cache size")
     notes: tuple[str, ...] = ()
+    max_concurrency: float | None = None  # the runtime's "Maximum concurrency for N tokens per request" (x)
+    runtime_report: dict[str, Any] | None = None  # serving_memory.RuntimeReport.to_dict(): the runtime's own figures
 
     @property
     def total_bytes(self) -> int:
@@ -298,14 +319,135 @@ def inference_activation_bytes(
 ) -> int:
     """Peak temporary memory of one forward pass over ``tokens`` tokens (our approximation).
 
-    The largest live set of one decoder layer is the MLP step: residual and normed input (2 x hidden)
-    plus gate, up and their product (3 x intermediate / tensor) per token, in the compute precision;
-    plus FP32 logits for the last token of each sequence. intermediate defaults to 4 x hidden.
+    The largest live set of one decoder layer is at the MLP's down projection: the residual, the normed
+    input and the down projection's output (3 x hidden) plus the gate/up output and its activated
+    product (3 x intermediate / tensor) per token, in the compute precision; plus FP32 logits for the
+    last token of each sequence. intermediate defaults to 4 x hidden. Checked against vLLM's measured
+    profile peaks (docs/sizing.md: 2.07 and 2.99 GiB for Llama 3.1 8B at 20 000 and 29 000 tokens).
     """
     ffn = intermediate if intermediate is not None else 4 * hidden
-    per_token = 2 * hidden + _ceil_div(3 * ffn, tensor)
+    per_token = 3 * hidden + _ceil_div(3 * ffn, tensor)
     logits = sequences * vocab * logits_bytes if vocab else 0
     return dense_bytes(tokens * per_token, compute) + logits
+
+
+# ------------------------------------------------------------------------- inference helpers
+_RUNTIMES = ("vllm", "sglang", "tgi")  # runtimes whose own start-up accounting is modelled
+
+
+def architecture_params(arch: Architecture) -> int | None:
+    """Parameters implied by a Llama-style architecture (attention, gated MLP or all experts, norms,
+    embeddings); None when a dimension is missing or the layout is MLA (give params then)."""
+    h, hd, heads, kv = arch.effective_hidden_size, arch.effective_head_dim, arch.heads, arch.effective_kv_heads
+    if None in (arch.layers, h, hd, heads, kv, arch.vocab_size) or arch.kv_lora_rank is not None:
+        return None
+    attn = h * heads * hd * 2 + 2 * h * kv * hd
+    if arch.experts:
+        mlp = arch.experts * (3 * h * arch.moe_intermediate_size + h)
+    elif arch.intermediate_size is not None:
+        mlp = 3 * h * arch.intermediate_size
+    else:
+        return None
+    return arch.layers * (attn + mlp + 2 * h) + h + arch.vocab_size * h * (1 if arch.tie_embeddings else 2)
+
+
+def _ffn_per_token(arch: Architecture, tensor: int) -> int | None:
+    """The MLP width a token passes through: the dense intermediate, or experts_per_token x expert width
+    plus the expert outputs before they are summed (fused MoE); None when unknown (4 x hidden assumed)."""
+    dense = arch.intermediate_size
+    if arch.experts and arch.moe_intermediate_size:
+        k = arch.experts_per_token or 1
+        moe = k * arch.moe_intermediate_size + _ceil_div(k * (arch.effective_hidden_size or 0) * tensor, 3)
+        return max(dense or 0, moe)
+    return dense
+
+
+def _assumed_hidden(p: WorkloadProfile, notes: list[str]) -> int | None:
+    """hidden_size when neither it nor heads x head_dim is given: ~sqrt(params / (12 x layers)) (a dense
+    transformer has ~12 h^2 parameters per layer), rounded to a multiple of 128, stated as an assumption."""
+    arch = p.architecture
+    if p.params is None or not arch.layers:
+        return None
+    h = max(128, round((p.params / (12 * arch.layers)) ** 0.5 / 128) * 128)
+    notes.append(f"hidden_size not given: assuming {h} (~sqrt(params / (12 x layers))) for activations only")
+    return h
+
+
+def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Callable[..., bool]) -> KVLayout | None:
+    arch, par = p.architecture, p.parallel
+    mla = arch.kv_lora_rank is not None
+    kv_heads, hd = arch.effective_kv_heads, arch.effective_head_dim
+    fields: dict[str, Any] = {"architecture.layers": arch.layers}
+    if not mla:
+        fields |= {"architecture.kv_heads": kv_heads, "architecture.head_dim": hd}
+    if not need("KV cache", fields):
+        return None
+    bits = p.effective_kv_cache_precision.bits
+    replicate = "ceil"
+    mla_width = arch.kv_lora_rank + arch.qk_rope_head_dim if mla else None
+    sliding = arch.sliding_window
+    if rt == "vllm":
+        rules, _ = vllm_rules(p.runtime.version)
+        replicate = "floor"
+        if arch.kv_layers is not None and arch.kv_layers < arch.layers:
+            raise SizingError(f"cannot size workload {p.name!r} for vLLM: hybrid layout (only {arch.kv_layers} of "
+                              f"{arch.layers} layers hold a KV cache, the rest keep recurrent state): vLLM's state "
+                              "pages are not modelled; drop runtime vllm for the plain estimate",
+                              ("architecture.kv_layers",))  # fmt: skip
+        if mla and not rules.mla_latent:  # V0 before 0.7 cached DeepSeek's K/V in full, head size padded to 256
+            mla_width, hd, kv_heads = None, 256, kv_heads or arch.heads
+            notes.append(f"vLLM {rules.name} caches MLA models as full K/V (head size 256), not the latent")
+        if sliding and not rules.hybrid_groups:
+            notes.append(f"vLLM {rules.name} allocates sliding-window layers like full-attention ones")
+            sliding = None
+    elif rt in ("sglang", "tgi") and (sliding or (arch.kv_layers is not None and arch.kv_layers < arch.layers)):
+        if arch.kv_layers is not None and arch.kv_layers < arch.layers:
+            raise SizingError(f"cannot size workload {p.name!r} for {rt}: hybrid layout (attention + recurrent "
+                              "layers) is not modelled for this runtime", ("architecture.kv_layers",))  # fmt: skip
+        notes.append(f"{rt}: sliding-window layers counted like full-attention ones")
+        sliding = None
+    layout = kv_layout(arch.layers, kv_heads or 1, hd or 0, bits, par.tensor, par.pipeline, sliding,
+                       arch.sliding_window_layers, arch.kv_layers, mla_width, replicate)  # fmt: skip
+    if mla_width or sliding or arch.kv_layers is not None:
+        notes.append(f"KV layout: {layout.description}")
+    return layout
+
+
+def _runtime_non_torch(p: WorkloadProfile, rt: str, c: OverheadConstants) -> tuple[int, str]:
+    """Non-torch memory the runtime subtracts inside its budget: (bytes, what it is)."""
+    context = True
+    if rt == "vllm":
+        rules, _ = vllm_rules(p.runtime.version)
+        context = rules.counts_cuda_context
+    total = c.vllm_non_torch_bytes + (c.vllm_cuda_context_bytes if context else 0)
+    what = ["CUDA context"] if context else []
+    what.append("cuBLAS workspace")
+    if p.parallel.tensor > 1 or p.parallel.pipeline > 1:
+        total += c.nccl_bytes
+        what.append("NCCL/all-reduce buffers")
+    return total, ", ".join(what) + " (counted by the runtime)"
+
+
+def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None, concurrency: int, context: int,
+                       device_memory: int) -> tuple[int, int, str]:  # fmt: skip
+    """(tokens in one forward pass, sequences whose logits are sampled, why): the batched-token budget of
+    chunked prefill, not concurrency x context."""
+    r = p.runtime
+    if rt == "vllm":
+        rules, _ = vllm_rules(r.version)
+        d_tokens, d_seqs, why = vllm_defaults(rules, p.context.max or context, device_memory)
+        tokens = r.max_num_batched_tokens or d_tokens
+        seqs = min(r.max_num_seqs or d_seqs, tokens)
+        return tokens, seqs, "max_num_batched_tokens" if r.max_num_batched_tokens else why
+    if rt == "sglang":
+        return r.max_num_batched_tokens or c.sglang_chunked_prefill_tokens, 0, "chunked_prefill_size"
+    if rt == "tgi":
+        return r.max_num_batched_tokens or c.tgi_max_batch_prefill_tokens, 0, "max_batch_prefill_tokens"
+    if r.max_num_batched_tokens:
+        return r.max_num_batched_tokens, concurrency, "max_num_batched_tokens"
+    if not p.kind.has_kv_cache:  # embedding: every request in one batch
+        return context * concurrency, 0, f"{concurrency} x {context} tokens per batch"
+    return context, concurrency, "one sequence prefilled at a time; set max_num_batched_tokens for chunked prefill"
 
 
 # ------------------------------------------------------------------------------------- estimation
@@ -320,9 +462,11 @@ class _Plan:
     kv_per_token: int | None  # per GPU
     block_size: int | None
     notes: tuple[str, ...]
+    layout: KVLayout | None = None  # the KV cache per GPU, by groups of layers
+    runtime: str | None = None  # vllm, sglang or tgi when its own accounting applies
 
 
-def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
+def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0) -> _Plan:
     arch, par = p.architecture, p.parallel
     notes: list[str] = []
     missing: list[str] = []
@@ -342,7 +486,12 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
     static: list[Component] = []
 
     # weights
-    if need("weights", {"params": p.params, "precision": wprec}):
+    params = p.params
+    if params is None and wprec is not None:
+        params = architecture_params(arch)
+        if params is not None:
+            notes.append(f"params not given: {params} derived from the architecture")
+    if need("weights", {"params": params, "precision": wprec}):
         unquantized = 0
         if quant.method != Quantization.NONE:
             h, v = arch.effective_hidden_size, arch.vocab_size
@@ -352,7 +501,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
                 notes.append(
                     "vocab_size or hidden_size unknown: embeddings counted as quantized (lower bound)"
                 )
-        total = weight_bytes(p.params, wprec, quant, unquantized, compute, c)
+        total = weight_bytes(params, wprec, quant, unquantized, compute, c)
         label = wprec.value if quant.method == Quantization.NONE else f"{quant.method.value} {wprec.value}"
         if p.kind.is_adapter:
             label += ", frozen"
@@ -404,34 +553,38 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
                 )
             )
 
-    # overhead
+    # overhead: a serving runtime's own accounting replaces the generic allowances (serving_memory)
+    rt = p.runtime.name if p.kind == Kind.INFERENCE and p.runtime.name in _RUNTIMES else None
     if p.kind == Kind.CPU_INFERENCE:
         static.append(Component("runtime_overhead", c.cpu_runtime_overhead_bytes, "host runtime"))
-    else:
+    elif rt is None:
         static.append(Component("cuda_context", c.cuda_context_bytes, "per process"))
         static.append(Component("runtime_overhead", c.runtime_overhead_bytes, "allocator, workspaces"))
+    else:
+        counted, parts = _runtime_non_torch(p, rt, c)
+        static.append(Component("non_torch", counted, parts))
 
     # variable part: KV cache and activations
-    kv_per_token = None
+    layout = None
     block = None
-    vllm = p.runtime.is_vllm
     hidden = arch.effective_hidden_size
     if p.kind.is_inference:
-        need("KV cache", {"context.max": p.context.max})
-        kv_heads, hd = arch.effective_kv_heads, arch.effective_head_dim
-        if need("KV cache", {"architecture.layers": arch.layers, "architecture.kv_heads": kv_heads,
-                             "architecture.head_dim": hd}):  # fmt: skip
-            kv_per_token = kv_bytes_per_token(
-                _ceil_div(arch.layers, par.pipeline),
-                max(1, _ceil_div(kv_heads, par.tensor)),
-                hd,
-                p.effective_kv_cache_precision,
-            )
-        need("activations", {"architecture.hidden_size": hidden})
-        if arch.intermediate_size is None:
+        if p.kind.has_kv_cache:
+            need("KV cache", {"context.max": p.context.max})
+            layout = _kv_layout(p, rt, notes, need)
+        elif p.context.max is None:
+            need("activations", {"context.max": p.context.max})
+        if hidden is None:
+            hidden = _assumed_hidden(p, notes)
+        if hidden is None:
+            notes.append("activations left out: hidden_size unknown (give hidden_size, or heads with head_dim, "
+                         "or params with layers)")  # fmt: skip
+        elif arch.intermediate_size is None and arch.moe_intermediate_size is None:
             notes.append("intermediate_size unknown: activations assume 4 x hidden_size")
-        if vllm:
+        if rt == "vllm":
             block = p.runtime.block_size or c.vllm_block_size
+        elif rt == "tgi":
+            block = p.runtime.block_size or c.tgi_block_size
         if p.concurrency is None:
             notes.append("concurrency not declared: assuming 1 sequence")
     else:
@@ -448,28 +601,23 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
     if reasons:
         raise SizingError(f"cannot size workload {p.name!r}: " + "; ".join(reasons), tuple(missing))
 
+    ffn = _ffn_per_token(arch, par.tensor)
+
     def variable(concurrency: int, context: int) -> tuple[Component, ...]:
         if p.kind.is_inference:
-            kv = kv_cache_bytes(kv_per_token, context, concurrency, block)
-            if p.runtime.max_num_batched_tokens:
-                tokens = p.runtime.max_num_batched_tokens
-            elif vllm:
-                tokens = max(context, c.vllm_min_batched_tokens)
-            else:
-                tokens = context * concurrency
-            # vLLM measures its activation peak once at start-up, independent of the load it then serves
-            act = inference_activation_bytes(
-                tokens, c.vllm_max_num_seqs if vllm else concurrency, hidden, arch.intermediate_size, par.tensor, compute, arch.vocab_size,
-                c.logits_bytes,
-            )  # fmt: skip
-            return (
-                Component(
-                    "kv_cache",
-                    kv,
-                    f"{p.effective_kv_cache_precision.value}, {concurrency} x {context} tokens",
-                ),
-                Component("activations", act, f"forward pass over {tokens} tokens"),
-            )
+            out = []
+            if layout is not None:
+                kv = layout.sequence_bytes(context, block) * concurrency
+                out.append(Component("kv_cache", kv, f"{p.effective_kv_cache_precision.value}, {concurrency} x "
+                                                     f"{context} tokens"))  # fmt: skip
+            if hidden is not None:
+                tokens, seqs, how = _activation_tokens(p, c, rt, concurrency, context, device_memory)
+                forward = inference_activation_bytes(tokens, 0, hidden, ffn, par.tensor, compute)
+                sampler = seqs * (arch.vocab_size or 0) * (c.sampler_bytes_per_logit if rt else c.logits_bytes)
+                out.append(Component("activations", max(forward, sampler),
+                                     f"forward pass over {tokens} tokens ({how})" if forward >= sampler
+                                     else f"sampler over {seqs} x {arch.vocab_size} logits"))  # fmt: skip
+            return tuple(out)
         act = training_activation_bytes(
             arch.layers, hidden, arch.heads or 1, context, concurrency, par.tensor,
             bool(tr and tr.gradient_checkpointing), tr.flash_attention if tr else True, compute,
@@ -478,7 +626,8 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
         how = "checkpointed" if tr and tr.gradient_checkpointing else "stored"
         return (Component("activations", act, f"{how}, micro-batch {concurrency} x {context} tokens"),)
 
-    return _Plan(p, c, tuple(static), variable, kv_per_token, block, tuple(notes))
+    return _Plan(p, c, tuple(static), variable, layout.bytes_per_token if layout else None, block, tuple(notes),
+                 layout, rt)  # fmt: skip
 
 
 def _needed(plan: _Plan, concurrency: int, context: int) -> int:
@@ -513,8 +662,15 @@ def estimate(
     declared concurrency (inference) or training.micro_batch at context.max, 1 when not declared.
     Raises SizingError when inputs a component needs are missing.
     """
-    p = profile
-    plan = _plan(p, overhead)
+    try:
+        return _estimate(profile, gpu_memory_bytes, gpus, overhead)
+    except RuntimeSettingError as exc:
+        raise SizingError(f"cannot size workload {profile.name!r}: {exc}", (exc.field,)) from None
+
+
+def _estimate(p: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None,
+              overhead: OverheadConstants) -> Estimate:  # fmt: skip
+    plan = _plan(p, overhead, gpu_memory_bytes or 0)
     if p.kind.is_inference:
         concurrency, label = p.concurrency or 1, "concurrent sequences"
     else:
@@ -525,7 +681,7 @@ def estimate(
     context = p.context.max
     components = plan.static + plan.variable(concurrency, context)
     order = ("weights", "kv_cache", "gradients", "optimizer_state", "master_weights", "adapter", "activations",
-             "cuda_context", "runtime_overhead")  # fmt: skip
+             "non_torch", "cuda_context", "runtime_overhead")  # fmt: skip
     components = tuple(sorted(components, key=lambda x: order.index(x.name)))
     needed = sum(x.bytes for x in components)
     notes = list(plan.notes)
@@ -534,13 +690,17 @@ def estimate(
     gpus_needed = p.parallel.gpus if p.kind != Kind.CPU_INFERENCE else 0
     reservation = None
     budget = gpu_memory_bytes
-    if p.runtime.is_vllm and p.kind == Kind.INFERENCE:
+    report = None
+    if plan.runtime == "vllm":
         util = p.runtime.gpu_memory_utilization or overhead.vllm_gpu_memory_utilization
         if gpu_memory_bytes is not None:
             reservation = int(gpu_memory_bytes * util)
             budget = reservation
         else:
             notes.append("GPU memory unknown: the vLLM reservation cannot be computed")
+    if plan.runtime and gpu_memory_bytes is not None and plan.layout is not None:
+        report = _runtime_report(plan, components, gpu_memory_bytes, context, overhead)
+        notes.extend(report.notes)
     expected = reservation if reservation is not None else needed
 
     fits = margin = max_conc = max_ctx = kv_capacity = None
@@ -552,7 +712,13 @@ def estimate(
             notes.append(f"needs {gpus_needed} GPUs (tensor x pipeline x data) but has {available}")
         max_conc = _largest(lambda n: _needed(plan, n, context) <= budget)
         max_ctx = _largest(lambda s: _needed(plan, concurrency, s) <= budget)
-        if plan.kv_per_token:
+        if report is not None:
+            kv_capacity = report.kv_tokens
+            if report.max_concurrency < concurrency:
+                fits = False
+                notes.append(f"{report.runtime}: its KV cache holds {report.max_concurrency:.2f} x {context} tokens, "
+                             f"fewer than the {concurrency} sequences declared")  # fmt: skip
+        elif plan.kv_per_token:
             free = budget - _needed(plan, 0, context)
             unit = plan.kv_per_token * (plan.block_size or 1)
             kv_capacity = max(free, 0) // unit * (plan.block_size or 1)
@@ -564,7 +730,48 @@ def estimate(
         concurrency=concurrency, context=context, concurrency_label=label,
         max_concurrency_at_max_context=max_conc, max_context_at_concurrency=max_ctx,
         kv_bytes_per_token=plan.kv_per_token, kv_capacity_tokens=kv_capacity, notes=tuple(notes),
+        max_concurrency=report.max_concurrency if report else None, runtime_report=report.to_dict() if report else None,
     )  # fmt: skip
+
+
+def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, max_model_len: int,
+                    c: OverheadConstants) -> RuntimeReport:  # fmt: skip
+    """The runtime's own start-up figures (docs/sizing.md, "Runtime accounting")."""
+    p, layout = plan.profile, plan.layout
+    get = {x.name: x.bytes for x in components}
+    weights, act, non_torch = get.get("weights", 0), get.get("activations", 0), get.get("non_torch", 0)
+    notes: list[str] = []
+    if plan.runtime == "vllm":
+        rules, note = vllm_rules(p.runtime.version)
+        if note:
+            notes.append(note)
+        budget = int(total * (p.runtime.gpu_memory_utilization or c.vllm_gpu_memory_utilization))
+        available = budget - weights - act - non_torch
+        tokens_budget = _activation_tokens(p, c, "vllm", 1, max_model_len, total)[0]
+        blocks, tokens, conc = vllm_kv(rules, layout, available, plan.block_size, max_model_len, tokens_budget)
+        outside = [f"CUDA graphs ~{format_bytes(c.cuda_graph_bytes)} (captured after the KV cache is sized)"]
+        if not rules.counts_cuda_context:
+            outside.insert(0, f"CUDA context ~{format_bytes(c.vllm_cuda_context_bytes)}")
+        notes.append(f"vLLM {rules.name}: NVML will show the reservation plus what it does not count: "
+                     + ", ".join(outside))  # fmt: skip
+        name, block = f"vLLM {rules.name}", plan.block_size
+    elif plan.runtime == "sglang":
+        frac = p.runtime.mem_fraction_static or sglang_mem_fraction(p.parallel.tensor)
+        budget = int(total * frac)
+        available = max(budget - weights - non_torch, 0)
+        act = 0  # SGLang keeps activations and CUDA graphs in the (1 - mem_fraction_static) remainder
+        blocks = tokens = available // layout.bytes_per_token
+        conc, name, block = tokens / max_model_len, f"SGLang (mem_fraction_static {frac})", 1
+    else:
+        budget = total  # CUDA_MEMORY_FRACTION 1.0
+        available = max(budget - weights - act - non_torch, 0)
+        blocks = available // (layout.bytes_per_token * plan.block_size)
+        tokens = blocks * plan.block_size
+        conc, name, block = tokens / max_model_len, "TGI", plan.block_size
+    if available <= 0:
+        notes.append(f"{name}: nothing left for the KV cache ({format_bytes(available)} after weights and profiling)")
+    return RuntimeReport(name, budget, weights, act, non_torch, available, block, blocks, tokens, max_model_len,
+                         conc, tuple(notes))  # fmt: skip
 
 
 def with_load(
@@ -632,7 +839,14 @@ def format_table(e: Estimate) -> str:
         lines.append(
             f"largest context at {e.concurrency} {e.concurrency_label}: {e.max_context_at_concurrency} tokens"
         )
-    if e.kv_capacity_tokens is not None:
+    r = e.runtime_report
+    if r is not None:
+        lines.append(f"{r['runtime']}: budget {format_bytes(r['budget_bytes'])} - weights {format_bytes(r['weights_bytes'])}"
+                     f" - activation peak {format_bytes(r['activation_bytes'])} - non-torch "
+                     f"{format_bytes(r['non_torch_bytes'])} = KV {format_bytes(r['kv_available_bytes'])}")  # fmt: skip
+        lines.append(f"GPU KV cache size: {r['kv_tokens']:,} tokens ({r['blocks']} blocks of {r['block_size']})")
+        lines.append(f"Maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")
+    elif e.kv_capacity_tokens is not None:
         lines.append(
             f"KV cache capacity: {e.kv_capacity_tokens} tokens ({e.kv_bytes_per_token} B/token per GPU)"
         )
