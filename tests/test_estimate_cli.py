@@ -107,3 +107,56 @@ def test_missing_or_bad_inputs_get_clear_errors(args, message):
     r = estimate(*args, ok=False)
     assert r.returncode == 2
     assert message in r.stderr, r.stderr
+
+
+def test_the_minimal_command_answers_with_its_assumptions_stated():
+    r = estimate("--params", "7B", "--precision", "bf16", "--kind", "inference", "--layers", "32", "--kv-heads", "8",
+                 "--head-dim", "128", "--context", "8192", "--concurrency", "16", "--gpu-memory", "80GiB",
+                 "--format", "json")
+    doc, c = components(r)
+    assert c["weights"] == 14_000_000_000 and c["kv_cache"] == 16 * GIB
+    assert c["activations"] < 2 * GIB  # one 8192-token prefill, not 16 x 8192 tokens at once
+    assert any("hidden_size not given: assuming" in n for n in doc["notes"])
+
+
+def test_model_config_fills_the_architecture_and_flags_override():
+    cfg = str(ROOT / "tests" / "fixtures" / "hf" / "llama-3-8b")
+    r = estimate("--model-config", cfg, "--context", "8192", "--runtime", "vllm", "--runtime-version", "0.8.5",
+                 "--gpu-memory", "79.19GiB", "--format", "json")
+    doc, c = components(r)
+    assert c["weights"] == 8_030_261_248 * 2 and doc["kv_bytes_per_token"] == 131_072
+    assert doc["runtime_report"]["kv_tokens"] > 0 and doc["max_concurrency"] > 1
+    r = estimate("--model-config", cfg, "--context", "8192", "--kv-heads", "4", "--gpu-memory", "80GiB",
+                 "--format", "json")
+    assert json.loads(r.stdout)["kv_bytes_per_token"] == 65_536
+    table = estimate("--model-config", cfg, "--context", "8192", "--runtime", "vllm", "--gpu-memory", "79.19GiB")
+    assert "GPU KV cache size:" in table.stdout and "Maximum concurrency for 8,192 tokens per request:" in table.stdout
+
+
+def test_an_encoder_model_is_sized_without_kv_cache():
+    cfg = str(ROOT / "tests" / "fixtures" / "hf" / "bert-base")
+    doc, c = components(estimate("--model-config", cfg, "--context", "512", "--concurrency", "32",
+                                 "--gpu-memory", "16GiB", "--format", "json"))
+    assert doc["kind"] == "embedding" and "kv_cache" not in c
+    r = estimate("--model-config", cfg, "--kind", "inference", "--context", "512", "--gpu-memory", "16GiB", ok=False)
+    assert r.returncode == 2 and "--kind embedding" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--params", "7B", "--precision", "fp6"), "--precision"),
+        (("--params", "7B", "--quantization", "hqq"), "--quantization"),
+        (("--params", "7B", "--precision", "bf16", "--layers", "32", "--heads", "32", "--kv-heads", "5"), "--kv-heads"),
+        (("--model-config", "/nonexistent/dir"), "no config.json"),
+        (("--model", "meta-llama/Not-Cached"), "not in the local Hugging Face cache"),
+        (("--params", "7B", "--precision", "bf16", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
+          "--runtime", "vllm", "--runtime-version", "newest"), "--runtime-version"),
+        (("--params", "7B", "--precision", "bf16", "--mem-fraction-static", "0.8", "--runtime", "vllm"),
+         "mem_fraction_static"),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_2_naming_the_field(args, fragment, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    r = estimate(*args, "--context", "4096", "--gpu-memory", "80GiB", ok=False)
+    assert r.returncode == 2 and fragment in r.stderr, r.stderr

@@ -1,0 +1,107 @@
+"""Serving runtimes' own KV-cache accounting, step by step as each version's source does it
+(docs/sizing.md, "Runtime accounting"), and against figures the runtimes printed in public issues."""
+
+from __future__ import annotations
+
+import pytest
+
+from headroom.profiles import profile_from_dict
+from headroom.serving_memory import kv_layout, vllm_kv, vllm_rules
+from headroom.sizing import DEFAULTS, SizingError, estimate, inference_activation_bytes
+
+GIB = 2**30
+MIB = 2**20
+LLAMA31_8B = {"layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "hidden_size": 4096,
+              "intermediate_size": 14336, "vocab_size": 128256}  # fmt: skip
+
+
+def serve(version, context, arch=LLAMA31_8B, **runtime):
+    return profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
+                              "architecture": arch, "context": context,
+                              "runtime": {"name": "vllm", "version": version, **runtime}}, attributable=False)  # fmt: skip
+
+
+# version, max_model_len, GPU memory -> (batched tokens, sequences sampled, CUDA context counted)
+@pytest.mark.parametrize(
+    ("version", "context", "memory", "tokens", "seqs", "context_counted"),
+    [
+        ("0.6.3", 8192, 80 * GIB, 8192, 256, False),     # V0: max(max_model_len, 2048); init free after the context
+        ("0.6.3", 40000, 80 * GIB, 512, 256, False),     # V0: chunked prefill above 32768 -> 512
+        ("0.6.4", 4096, 24 * GIB, 4096, 256, True),      # memory_profiling counts the context as non-torch
+        ("0.7.3", 1024, 24 * GIB, 2048, 256, False),     # non-torch growth since the baseline snapshot
+        ("0.8.5", 8192, 80 * GIB, 8192, 1024, True),     # V1: >= 70 GiB serve defaults; total - torch allocated
+        ("0.8.5", 8192, 24 * GIB, 2048, 256, True),      # V1: < 70 GiB
+        ("0.10.1", 8192, 80 * GIB, 8192, 1024, False),   # V1: non-torch increase since the init snapshot
+    ],
+)  # fmt: skip
+def test_vllm_accounting_per_version(version, context, memory, tokens, seqs, context_counted):
+    e = estimate(serve(version, context), gpu_memory_bytes=memory)
+    r = e.runtime_report
+    budget = int(memory * 0.9)
+    weights = 8_030_261_248 * 2
+    forward = inference_activation_bytes(tokens, 0, 4096, 14336)
+    sampler = seqs * 128256 * DEFAULTS.sampler_bytes_per_logit
+    non_torch = DEFAULTS.vllm_non_torch_bytes + (DEFAULTS.vllm_cuda_context_bytes if context_counted else 0)
+    available = budget - weights - max(forward, sampler) - non_torch
+    page = 16 * 2 * 8 * 128 * 2  # block x K,V x KV heads x head_dim x bf16, one layer
+    blocks = max(available, 0) // page // 32
+    assert (r["budget_bytes"], r["activation_bytes"], r["non_torch_bytes"]) == (budget, max(forward, sampler), non_torch)
+    assert (r["blocks"], r["kv_tokens"]) == (blocks, blocks * 16)
+    printed = blocks * 16 / context if not version.startswith("0.10") else blocks / -(-context // 16)
+    assert r["max_concurrency"] == pytest.approx(printed)
+
+
+def test_vllm_0_10_hybrid_allocator_groups_sliding_and_full_layers():
+    """Gemma 2 9B: 21 full + 21 sliding layers -> 2 groups of 21; tokens = blocks // 2 x 16; a request needs
+    cdiv(8192, 16) blocks in the full group plus cdiv(min(4095 + 8192, 8192), 16) + 1 in the sliding one."""
+    layout = kv_layout(42, 8, 256, 16, sliding_window=4096, sliding_layers=21)
+    rules, _ = vllm_rules("0.10.1")
+    page = 16 * 2 * 8 * 256 * 2
+    blocks, tokens, conc = vllm_kv(rules, layout, 20 * GIB, 16, 8192, 8192)
+    assert blocks == 20 * GIB // page // 21 and tokens == blocks // 2 * 16
+    assert conc == pytest.approx(blocks / (512 + 513))
+    old, _ = vllm_rules("0.8.5")  # before: every layer allocated as full attention
+    assert vllm_kv(old, kv_layout(42, 8, 256, 16), 20 * GIB, 16, 8192, 8192)[1] == 20 * GIB // page // 42 * 16
+
+
+def test_tensor_parallel_splits_kv_heads_and_adds_nccl_buffers():
+    p = profile_from_dict({"name": "s", "kind": "inference", "params": "70B", "precision": "bf16", "context": 8192,
+                           "architecture": {**LLAMA31_8B, "layers": 80, "heads": 64, "hidden_size": 8192,
+                                            "intermediate_size": 28672},
+                           "parallel": {"tensor": 4}, "runtime": {"name": "vllm", "version": "0.8.5"}},
+                          attributable=False)  # fmt: skip
+    e = estimate(p, gpu_memory_bytes=80 * GIB)
+    assert e.kv_bytes_per_token == 80 * 2 * 2 * 128 * 2
+    assert e.runtime_report["non_torch_bytes"] == DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes + \
+        DEFAULTS.nccl_bytes
+
+
+@pytest.mark.parametrize(("context", "printed_blocks", "printed_conc"), [(20000, 1952, 1.56), (29000, 1478, 0.82)])
+def test_within_10_percent_of_what_vllm_printed(context, printed_blocks, printed_conc):
+    """vllm-project/vllm#10517: V0 0.6.4, RTX 3090 (total_gpu_memory=23.58GiB), Llama-3.1-8B-Instruct BF16."""
+    e = estimate(serve("0.6.4", context), gpu_memory_bytes=int(23.58 * GIB))
+    r = e.runtime_report
+    assert abs(r["blocks"] - printed_blocks) / printed_blocks < 0.10
+    assert abs(r["max_concurrency"] - printed_conc) / printed_conc < 0.10
+
+
+def test_kv_tokens_from_available_memory_match_vllm_v1_for_an_fp8_moe_at_tp4():
+    """vllm-project/vllm#21348: Qwen3-235B-A22B-FP8, TP 4, H100: 'Available KV cache memory: 8.11 GiB',
+    'GPU KV cache size: 178,880 tokens' (94 layers, 4 KV heads of 128 -> 1 per GPU, BF16 cache)."""
+    rules, _ = vllm_rules("0.9.2")
+    _, tokens, _ = vllm_kv(rules, kv_layout(94, 4, 128, 16, tensor=4), int(8.11 * GIB), 16, 40960, 8192)
+    assert abs(tokens - 178_880) / 178_880 < 0.02
+
+
+def test_sglang_counts_weights_and_kv_inside_mem_fraction_static():
+    p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
+                           "architecture": LLAMA31_8B, "context": 8192, "runtime": "sglang"}, attributable=False)
+    r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
+    available = int(80 * GIB * 0.88) - 8_030_261_248 * 2 - DEFAULTS.vllm_non_torch_bytes - DEFAULTS.vllm_cuda_context_bytes
+    assert r["kv_tokens"] == available // (32 * 2 * 8 * 128 * 2) and r["activation_bytes"] == 0
+
+
+def test_unknown_runtime_version_is_an_error_naming_the_field():
+    with pytest.raises(SizingError) as exc:
+        estimate(serve("latest", 8192), gpu_memory_bytes=80 * GIB)
+    assert "runtime.version" in str(exc.value) and exc.value.missing == ("runtime.version",)
