@@ -7,10 +7,11 @@ import struct
 
 import pytest
 
-from conftest import ROOT
 from headroom.modelconfig import ModelConfigError, find_cached_model, read_model_config
 from headroom.profiles import profile_from_dict
 from headroom.sizing import architecture_params, estimate
+
+from conftest import ROOT
 
 HF = ROOT / "tests" / "fixtures" / "hf"
 GIB = 2**30

@@ -105,3 +105,13 @@ def test_unknown_runtime_version_is_an_error_naming_the_field():
     with pytest.raises(SizingError) as exc:
         estimate(serve("latest", 8192), gpu_memory_bytes=80 * GIB)
     assert "runtime.version" in str(exc.value) and exc.value.missing == ("runtime.version",)
+
+
+def test_docs_sizing_table_is_the_generated_one():
+    """docs/sizing.md's model/GPU table is what `make sizing-table` writes (regenerate after a model change)."""
+    from conftest import ROOT
+    from headroom.sizing_table import BEGIN, END, render
+
+    text = (ROOT / "docs" / "sizing.md").read_text(encoding="utf-8")
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert block == "\n" + render()
