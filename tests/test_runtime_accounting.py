@@ -109,8 +109,9 @@ def test_unknown_runtime_version_is_an_error_naming_the_field():
 
 def test_docs_sizing_table_is_the_generated_one():
     """docs/sizing.md's model/GPU table is what `make sizing-table` writes (regenerate after a model change)."""
-    from conftest import ROOT
     from headroom.sizing_table import BEGIN, END, render
+
+    from conftest import ROOT
 
     text = (ROOT / "docs" / "sizing.md").read_text(encoding="utf-8")
     block = text.split(BEGIN, 1)[1].split(END, 1)[0]
