@@ -253,6 +253,27 @@ class Training:
     flash_attention: bool = True  # attention scores are never materialised (no s^2 activation term)
     batch_size: int | None = None  # global batch (sequences per optimizer step)
     micro_batch: int | None = None  # sequences per GPU per forward/backward pass
+    sharding: Sharding = field(default_factory=lambda: Sharding())  # ZeRO / FSDP over the data-parallel ranks
+    offload_optimizer: bool = False  # optimizer state and FP32 master weights kept in host memory
+    offload_params: bool = False  # ZeRO-3 / FSDP full shard only: the 16-bit weights kept in host memory too
+
+
+class Sharding(StrEnum):
+    """What is sharded over the data-parallel ranks (ZeRO stage; FSDP strategies map onto them)."""
+
+    NONE = "none"  # DDP, FSDP NO_SHARD
+    ZERO1 = "zero1"  # optimizer state (and master weights)
+    ZERO2 = "zero2"  # + gradients; FSDP SHARD_GRAD_OP
+    ZERO3 = "zero3"  # + parameters; FSDP FULL_SHARD
+    FSDP_FULL_SHARD = "fsdp-full-shard"
+    FSDP_SHARD_GRAD_OP = "fsdp-shard-grad-op"
+    FSDP_NO_SHARD = "fsdp-no-shard"
+
+    @property
+    def stage(self) -> int:
+        """The ZeRO stage it amounts to: 0-3."""
+        return {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp-full-shard": 3, "fsdp-shard-grad-op": 2,
+                "fsdp-no-shard": 0}[self.value]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -378,7 +399,8 @@ _ARCH_KEYS = ("layers", "heads", "kv_heads", "head_dim", "hidden_size", "interme
               "tie_embeddings", "sliding_window", "sliding_window_layers", "kv_layers", "kv_lora_rank",
               "qk_rope_head_dim", "experts", "experts_per_token", "moe_intermediate_size")  # fmt: skip
 _TRAINING_KEYS = ("optimizer", "gradient_precision", "master_weights", "gradient_checkpointing",
-                  "flash_attention", "batch_size", "micro_batch")  # fmt: skip
+                  "flash_attention", "batch_size", "micro_batch", "sharding", "offload_optimizer",
+                  "offload_params")  # fmt: skip
 _LORA_KEYS = ("rank", "alpha", "target_modules", "precision", "params")
 _MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "container_id")
 _RUNTIME_KEYS = ("name", "version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_num_seqs",
@@ -751,10 +773,20 @@ def _training(r: _Reader, top: Mapping) -> Any:
         flash_attention=r.boolean(m, "flash_attention", p),
         batch_size=r.integer(m, "batch_size", p, 1),
         micro_batch=r.integer(m, "micro_batch", p, 1),
+        sharding=r.choice(m, "sharding", p, Sharding),
+        offload_optimizer=r.boolean(m, "offload_optimizer", p),
+        offload_params=r.boolean(m, "offload_params", p),
     )
+    if fields["offload_params"] and fields["sharding"] not in (None, _BAD) and fields["sharding"].stage != 3:
+        fields["offload_params"] = r.error(p + ("offload_params",), "parameter offload needs sharded parameters "
+                                                                   "(sharding zero3 or fsdp-full-shard)")  # fmt: skip
+    elif fields["offload_params"] and fields["sharding"] is None:
+        fields["offload_params"] = r.error(p + ("offload_params",), "parameter offload needs sharding zero3 or "
+                                                                   "fsdp-full-shard")  # fmt: skip
     if any(x is _BAD for x in fields.values()):
         return _BAD
-    defaults = {"gradient_checkpointing": False, "flash_attention": True}
+    defaults = {"gradient_checkpointing": False, "flash_attention": True, "sharding": Sharding.NONE,
+                "offload_optimizer": False, "offload_params": False}  # fmt: skip
     return Training(**{k: (defaults.get(k) if x is None else x) for k, x in fields.items()})
 
 

@@ -38,6 +38,7 @@ from headroom.profiles import (
     Precision,
     Quantization,
     QuantizationSpec,
+    Sharding,
     Training,
     WorkloadProfile,
 )
@@ -331,6 +332,74 @@ def inference_activation_bytes(
     return dense_bytes(tokens * per_token, compute) + logits
 
 
+# ------------------------------------------------------------------------------ ZeRO / FSDP
+def _largest_layer_params(arch: Architecture, params: int) -> int:
+    """Parameters of the largest single module (what ZeRO-3 / FSDP gathers at once): the embedding or LM
+    head, or the largest linear layer; params / layers when the shapes are unknown."""
+    h = arch.effective_hidden_size
+    sizes = []
+    if h is not None:
+        if arch.vocab_size:
+            sizes.append(arch.vocab_size * h)
+        if arch.intermediate_size:
+            sizes.append(h * arch.intermediate_size)
+        if arch.heads and arch.effective_head_dim:
+            sizes.append(h * arch.heads * arch.effective_head_dim)
+    if sizes:
+        return max(sizes)
+    return params // arch.layers if arch.layers else 0
+
+
+def sharded_training_state(params: int, per: dict[str, int], data: int, split: int, tr: Training | None,
+                           wprec: Precision, gprec: Precision, optimizer: Optimizer, largest_layer: int,
+                           notes: list[str]) -> list[Component]:  # fmt: skip
+    """Per-GPU weights, gradients, optimizer state and master weights under ZeRO 1-3 / FSDP over ``data``
+    ranks (after the tensor x pipeline ``split``), with optimizer (and parameter) offload to host memory.
+
+    ZeRO-1 shards optimizer state and master weights, ZeRO-2 also gradients, ZeRO-3 / FSDP full shard also
+    the weights, which are gathered one module at a time: 2 x the largest module's 16-bit weights stay
+    resident (current and prefetched; DeepSpeed's estimator counts the same 4 B x largest layer).
+    Optimizer offload moves optimizer state, master weights and gradient partitions to host memory.
+    """
+    sharding = tr.sharding if tr else Sharding.NONE
+    stage = sharding.stage
+    offload_opt = bool(tr and tr.offload_optimizer)
+    offload_params = bool(tr and tr.offload_params)
+
+    def part(key: str, from_stage: int) -> int:
+        total = _ceil_div(params * per[key], split)
+        return _ceil_div(total, data) if stage >= from_stage else total
+
+    out = []
+    host = 0
+    weights = part("weights", 3)
+    if stage == 3:
+        gathered = 2 * largest_layer * per["weights"]
+        if offload_params:
+            host += weights
+            weights = 0
+        out.append(Component("weights", weights + gathered, f"{wprec.value}, sharded over {data} + "
+                                                            f"{format_bytes(gathered)} gathered"))  # fmt: skip
+    else:
+        out.append(Component("weights", weights, wprec.value))
+    grads = part("gradients", 2)
+    opt, mw = part("optimizer_state", 1), part("master_weights", 1)
+    if offload_opt:  # ZeRO-Offload: gradient partitions go to the host optimizer as they are reduced
+        host += opt + mw + grads
+        opt = mw = grads = 0
+    out.append(Component("gradients", grads, gprec.value + (" (offloaded)" if offload_opt else
+                                                            f", / {data}" if stage >= 2 else "")))  # fmt: skip
+    out.append(Component("optimizer_state", opt, optimizer.value + (" (offloaded)" if offload_opt else
+                                                                  f", / {data}" if stage >= 1 else "")))  # fmt: skip
+    if per["master_weights"]:
+        out.append(Component("master_weights", mw, "fp32 copy" + (" (offloaded)" if offload_opt else "")))
+    if stage and data == 1:
+        notes.append(f"sharding {sharding.value} over data parallel 1 shards nothing: set parallel.data")
+    if host:
+        notes.append(f"host memory per rank for offloaded state: {format_bytes(host)}")
+    return out
+
+
 # ------------------------------------------------------------------------- inference helpers
 _RUNTIMES = ("vllm", "sglang", "tgi")  # runtimes whose own start-up accounting is modelled
 
@@ -512,18 +581,13 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0) -> _
     optimizer = tr.optimizer if tr and tr.optimizer else Optimizer.ADAMW
     if (p.kind.is_full_training or p.kind.is_adapter) and not (tr and tr.optimizer):
         notes.append("training.optimizer not declared: assuming adamw")
-    if p.kind.is_full_training and p.params is not None and wprec is not None:
+    if p.kind.is_full_training and params is not None and wprec is not None:
         gprec = tr.gradient_precision if tr and tr.gradient_precision else wprec
         master = tr.master_weights if tr and tr.master_weights is not None else wprec not in (Precision.FP32,)
         per = training_state_bytes_per_param(wprec, gprec, optimizer, master)
-        static.append(Component("gradients", _ceil_div(p.params * per["gradients"], split), gprec.value))
-        static.append(
-            Component("optimizer_state", _ceil_div(p.params * per["optimizer_state"], split), optimizer.value)
-        )
-        if master:
-            static.append(
-                Component("master_weights", _ceil_div(p.params * per["master_weights"], split), "fp32 copy")
-            )
+        static[:] = [x for x in static if x.name != "weights"]
+        static.extend(sharded_training_state(params, per, par.data, split, tr, wprec, gprec, optimizer,
+                                             _largest_layer_params(arch, params), notes))  # fmt: skip
     if p.kind.is_adapter:
         lora = p.lora
         adapter_params = None
