@@ -779,9 +779,8 @@ def _estimate(p: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None
         if report is not None:
             kv_capacity = report.kv_tokens
             if report.max_concurrency < concurrency:
-                fits = False
-                notes.append(f"{report.runtime}: its KV cache holds {report.max_concurrency:.2f} x {context} tokens, "
-                             f"fewer than the {concurrency} sequences declared")  # fmt: skip
+                notes.append(f"{report.runtime} reports a maximum concurrency of {report.max_concurrency:.2f} for "
+                             f"{context} tokens, below the {concurrency} sequences declared")  # fmt: skip
         elif plan.kv_per_token:
             free = budget - _needed(plan, 0, context)
             unit = plan.kv_per_token * (plan.block_size or 1)
