@@ -32,6 +32,7 @@ def serve(version, context, arch=LLAMA31_8B, **runtime):
         ("0.8.5", 8192, 80 * GIB, 8192, 1024, True),     # V1: >= 70 GiB serve defaults; total - torch allocated
         ("0.8.5", 8192, 24 * GIB, 2048, 256, True),      # V1: < 70 GiB
         ("0.10.1", 8192, 80 * GIB, 8192, 1024, False),   # V1: non-torch increase since the init snapshot
+        ("0.10.1", 8200, 80 * GIB, 8192, 1024, False),   # concurrency = blocks / cdiv(8200, 16), not tokens / 8200
     ],
 )  # fmt: skip
 def test_vllm_accounting_per_version(version, context, memory, tokens, seqs, context_counted):
