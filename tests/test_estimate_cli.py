@@ -160,3 +160,16 @@ def test_bad_input_exits_2_naming_the_field(args, fragment, tmp_path, monkeypatc
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     r = estimate(*args, "--context", "4096", "--gpu-memory", "80GiB", ok=False)
     assert r.returncode == 2 and fragment in r.stderr, r.stderr
+
+
+def test_zero3_with_offload_from_flags():
+    arch = ("--layers", "32", "--heads", "32", "--hidden-size", "4096", "--vocab-size", "32000", "--intermediate-size",
+            "11008", "--context", "4096")
+    doc, c = components(estimate("--kind", "training", "--params", "7B", "--precision", "fp16", *arch, "--data-parallel",
+                                 "8", "--sharding", "zero3", "--offload-optimizer", "--gpu-memory", "80GiB", "--gpus", "8",
+                                 "--format", "json"))  # fmt: skip
+    assert c["weights"] == 2 * 7_000_000_000 // 8 + 4 * 32000 * 4096 and c["optimizer_state"] == 0
+    assert any("host memory per rank" in n for n in doc["notes"])
+    r = estimate("--kind", "training", "--params", "7B", "--precision", "fp16", "--sharding", "zero2", "--offload-params",
+                 *arch, "--gpu-memory", "80GiB", ok=False)  # fmt: skip
+    assert r.returncode == 2 and "--offload-params" in r.stderr and "stage 3" not in r.stderr or "zero3" in r.stderr

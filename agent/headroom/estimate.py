@@ -47,9 +47,16 @@ _FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "--optimizer": (("training", "optimizer"), str, f"one of {', '.join(OPTIMIZERS)}"),
     "--gradient-precision": (("training", "gradient_precision"), str, "fp16 (16 B/param) or fp32 (18 B/param)"),
     "--micro-batch": (("training", "micro_batch"), int, "sequences per GPU per step (training)"),
+    "--sharding": (("training", "sharding"), str, "none, zero1, zero2, zero3, fsdp-no-shard, fsdp-shard-grad-op, "
+                                                  "fsdp-full-shard (over --data-parallel ranks)"),
     "--lora-rank": (("lora", "rank"), int, "LoRA rank"),
 }
-_BOOL_FLAGS = {"--gradient-checkpointing": ("training", "gradient_checkpointing")}
+_BOOL_FLAGS = {"--gradient-checkpointing": ("training", "gradient_checkpointing"),
+               "--offload-optimizer": ("training", "offload_optimizer"),
+               "--offload-params": ("training", "offload_params")}  # fmt: skip
+_BOOL_HELP = {"--gradient-checkpointing": "recompute activations in the backward pass",
+              "--offload-optimizer": "optimizer state, master weights and gradients in host memory (ZeRO-Offload)",
+              "--offload-params": "weights in host memory too (zero3 / fsdp-full-shard)"}  # fmt: skip
 _LIST_FLAGS = {"--lora-target-modules": ("lora", "target_modules")}
 
 
@@ -64,7 +71,7 @@ def add_parser(sub: Any, add_source_flags: Any) -> None:
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), type=str, help=help_)
     for flag in _BOOL_FLAGS:
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), action="store_true", default=None,
-                       help="recompute activations in the backward pass")
+                       help=_BOOL_HELP[flag])
     for flag in _LIST_FLAGS:
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), help="comma-separated, e.g. q_proj,v_proj")
     p.add_argument("--workload", metavar="NAME", help="take the profile NAME from the configuration instead of flags")

@@ -34,9 +34,10 @@ attribution is optional; the memory model in ``headroom.sizing`` says which inpu
 | output_tokens                      | int                                               | expected output length; < context.max   |
 | concurrency                        | int >= 1                                          | inference: concurrent sequences per     |
 |                                    |                                                   | replica                                 |
-| training                           | {optimizer, gradient_precision, master_weights,   | training and fine-tuning kinds only     |
-|                                    | gradient_checkpointing, flash_attention,          |                                         |
-|                                    | batch_size, micro_batch}                          |                                         |
+| training                           | {optimizer, gradient_precision, master_weights,   | training and fine-tuning kinds only;    |
+|                                    | gradient_checkpointing, flash_attention,          | sharding: none, zero1-3, fsdp-*;        |
+|                                    | batch_size, micro_batch, sharding,                | offload_params needs stage 3            |
+|                                    | offload_optimizer, offload_params}                |                                         |
 | lora                               | {rank, alpha, target_modules, precision, params}  | finetune-lora / finetune-qlora only     |
 | dataloader_workers                 | int >= 0                                          |                                         |
 | parallel                           | {tensor, pipeline, data}                          | ints >= 1, default 1                    |

@@ -14,10 +14,13 @@ Every constant and approximation is documented in docs/sizing.md, with its sourc
                gradients, optimizer state and master copy.
 - activations  training: Korthikanti et al. 2022 per layer s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes
                (no s^2 term with FlashAttention), or 2*s*b*h per layer plus one full layer with
-               gradient checkpointing, plus FP32 logits; inference: one decoder layer's live set.
+               gradient checkpointing, plus FP32 logits; inference: one decoder layer's live set over
+               the batched-token budget (chunked prefill), not concurrency x context.
 - overhead     CUDA context and runtime overhead per GPU (OverheadConstants, configurable).
-- vLLM         reserves gpu_memory_utilization x card memory; KV gets what is left after weights,
-               activation peak and overhead; capacities use that reservation as the budget.
+- runtimes     vLLM (per version), SGLang, TGI: their own start-up accounting (serving_memory): budget,
+               weights, profile-run activation peak, non-torch memory, KV blocks, KV tokens and the
+               fractional maximum concurrency they print.
+- sharding     ZeRO 1-3 / FSDP over the data-parallel ranks, optimizer and parameter offload.
 
 ``estimate(profile, gpu_memory_bytes, gpus)`` returns an ``Estimate``: per-GPU components, whether it
 fits, the margin, the largest concurrency at max context and the largest context at the declared
