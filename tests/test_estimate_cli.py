@@ -172,4 +172,4 @@ def test_zero3_with_offload_from_flags():
     assert any("host memory per rank" in n for n in doc["notes"])
     r = estimate("--kind", "training", "--params", "7B", "--precision", "fp16", "--sharding", "zero2", "--offload-params",
                  *arch, "--gpu-memory", "80GiB", ok=False)  # fmt: skip
-    assert r.returncode == 2 and "--offload-params" in r.stderr and "stage 3" not in r.stderr or "zero3" in r.stderr
+    assert r.returncode == 2 and "--offload-params" in r.stderr and "zero3" in r.stderr, r.stderr
