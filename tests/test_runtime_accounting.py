@@ -98,7 +98,8 @@ def test_sglang_counts_weights_and_kv_inside_mem_fraction_static():
     p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
                            "architecture": LLAMA31_8B, "context": 8192, "runtime": "sglang"}, attributable=False)
     r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
-    available = int(80 * GIB * 0.88) - 8_030_261_248 * 2 - DEFAULTS.vllm_non_torch_bytes - DEFAULTS.vllm_cuda_context_bytes
+    non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
+    available = int((80 * GIB - non_torch) * 0.88) - 8_030_261_248 * 2  # SGLang 0.4.6 model_runner.py:816-819
     assert r["kv_tokens"] == available // (32 * 2 * 8 * 128 * 2) and r["activation_bytes"] == 0
 
 
@@ -117,3 +118,18 @@ def test_docs_sizing_table_is_the_generated_one():
     text = (ROOT / "docs" / "sizing.md").read_text(encoding="utf-8")
     block = text.split(BEGIN, 1)[1].split(END, 1)[0]
     assert block == "\n" + render()
+
+
+@pytest.mark.parametrize(("parallel", "memory_gib", "fraction"),
+                         [(1, 80, 0.88), (2, 80, 0.87), (4, 40, 0.85), (8, 80, 0.81), (16, 80, 0.79), (8, 94, 0.88)])
+def test_sglang_default_mem_fraction_static(parallel, memory_gib, fraction):
+    from headroom.serving_memory import sglang_mem_fraction
+
+    assert sglang_mem_fraction(parallel, memory_gib * GIB) == fraction
+
+
+def test_sglang_default_on_a_large_gpu_leaves_18_gib():
+    from headroom.serving_memory import sglang_mem_fraction
+
+    frac = sglang_mem_fraction(1, 140 * GIB)  # min(0.88 + 48 GiB x 0.12 / 140 GiB, (140 - 18) / 140)
+    assert frac == pytest.approx(min(0.88 + 48 * 0.12 / 140, 122 / 140))

@@ -147,11 +147,26 @@ def vllm_defaults(rules: VllmRules, max_model_len: int, device_memory: int) -> t
     return 2048, 256, "V1 serve on a < 70 GiB GPU: 2048 tokens, 256 sequences"
 
 
-SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  # (tp at least, fraction)
+SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  # (tp x pp at least, fraction)
+MIB = 1024**2
 
 
-def sglang_mem_fraction(tensor: int) -> float:
-    return next(f for tp, f in SGLANG_MEM_FRACTION if tensor >= tp)
+def sglang_mem_fraction(parallel_size: int, device_memory: int) -> float:
+    """SGLang 0.4.6's default mem_fraction_static (server_args.py:247-267): by tp x pp on GPUs up to 80 GiB,
+    0.88 above; above 96 GiB raised towards leaving 18 GiB for activations and CUDA graphs."""
+    gpu_mem = device_memory / MIB
+    if device_memory and gpu_mem > 81920:
+        frac = 0.88
+    else:
+        frac = next(f for n, f in SGLANG_MEM_FRACTION if parallel_size >= n)
+    if gpu_mem > 96 * 1024:
+        frac = min(frac + 48 * 1024 * (1 - frac) / gpu_mem, (gpu_mem - 1024 * 18) / gpu_mem)
+    return frac
+
+
+def sglang_chunked_prefill(device_memory: int) -> int:
+    """SGLang 0.4.6's default chunked_prefill_size (server_args.py:270-277)."""
+    return 2048 if device_memory and device_memory / MIB < 25_000 else 8192
 
 
 # ------------------------------------------------------------------------------------- report

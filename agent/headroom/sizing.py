@@ -50,6 +50,7 @@ from headroom.serving_memory import (
     RuntimeReport,
     RuntimeSettingError,
     kv_layout,
+    sglang_chunked_prefill,
     sglang_mem_fraction,
     vllm_defaults,
     vllm_kv,
@@ -88,7 +89,7 @@ class OverheadConstants:
     sampler_bytes_per_logit: int = 4  # the profile's sampler: FP32 logits of max_num_seqs x vocabulary
     tgi_max_batch_prefill_tokens: int = 4096  # TGI's default warm-up prefill
     tgi_block_size: int = 16
-    sglang_chunked_prefill_tokens: int = 8192  # SGLang's default on >= 25 GB GPUs (2048 below)
+    tgi_wiggle_room: float = 0.95  # TGI leaves 5 % of the free memory (later versions: TGI_WIGGLE_ROOM)
     gptq_awq_group_size: int = 128
     nf4_block_size: int = 64  # weights per absmax constant (bitsandbytes)
     nf4_double_quant_block_size: int = 256  # first-level constants per second-level FP32 constant
@@ -512,7 +513,7 @@ def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None,
         seqs = min(r.max_num_seqs or d_seqs, tokens)
         return tokens, seqs, "max_num_batched_tokens" if r.max_num_batched_tokens else why
     if rt == "sglang":
-        return r.max_num_batched_tokens or c.sglang_chunked_prefill_tokens, 0, "chunked_prefill_size"
+        return r.max_num_batched_tokens or sglang_chunked_prefill(device_memory), 0, "chunked_prefill_size"
     if rt == "tgi":
         return r.max_num_batched_tokens or c.tgi_max_batch_prefill_tokens, 0, "max_batch_prefill_tokens"
     if r.max_num_batched_tokens:
@@ -822,16 +823,23 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
                      + ", ".join(outside))  # fmt: skip
         name, block = f"vLLM {rules.name}", plan.block_size
     elif plan.runtime == "sglang":
-        frac = p.runtime.mem_fraction_static or sglang_mem_fraction(p.parallel.tensor)
+        frac = p.runtime.mem_fraction_static or sglang_mem_fraction(p.parallel.tensor * p.parallel.pipeline, total)
         budget = int(total * frac)
-        available = max(budget - weights - non_torch, 0)
+        # profile_max_num_token: (free after load) - (free before load) x (1 - fraction); free before load
+        # is the card less the CUDA context and NCCL (model_runner.py:470, 816-819)
+        available = max(int((total - non_torch) * frac) - weights, 0)
         act = 0  # SGLang keeps activations and CUDA graphs in the (1 - mem_fraction_static) remainder
         blocks = tokens = available // layout.bytes_per_token
-        conc, name, block = tokens / max_model_len, f"SGLang (mem_fraction_static {frac})", 1
+        conc, name, block = tokens / max_model_len, f"SGLang (mem_fraction_static {frac:.3g})", 1
     else:
         budget = total  # CUDA_MEMORY_FRACTION 1.0
         available = max(budget - weights - act - non_torch, 0)
-        blocks = available // (layout.bytes_per_token * plan.block_size)
+        # warmup: free memory after a max_batch_prefill_tokens prefill x wiggle room // block bytes, plus the
+        # blocks that prefill batch already holds (flash_causal_lm.py, warmup)
+        prefill = _activation_tokens(p, c, "tgi", 1, max_model_len, total)[0]
+        held = _ceil_div(prefill, plan.block_size)
+        block_bytes = layout.bytes_per_token * plan.block_size
+        blocks = int(max(available - held * block_bytes, 0) * c.tgi_wiggle_room) // block_bytes + held
         tokens = blocks * plan.block_size
         conc, name, block = tokens / max_model_len, "TGI", plan.block_size
     if available <= 0:
