@@ -148,3 +148,15 @@ def test_sliding_window_layers_hold_at_most_the_window():
 def test_mla_caches_one_latent_per_token_per_layer():
     e = estimate(profile("deepseek-v3", params="671B"), gpu_memory_bytes=141 * GIB)
     assert e.kv_bytes_per_token == 61 * (512 + 64) * 2  # BF16 latent, no per-head K/V
+
+
+def test_a_hybrid_model_counts_its_attention_layers_and_vllm_accounting_refuses_it():
+    jamba = profile("jamba-v0.1", params="52B")
+    e = estimate(jamba, gpu_memory_bytes=80 * GIB)
+    assert e.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2  # 4 attention layers of 32
+    assert any("KV layout: 4 KV layers" in n for n in e.notes)
+    from headroom.sizing import SizingError
+
+    with pytest.raises(SizingError, match="hybrid layout") as exc:
+        estimate(profile("jamba-v0.1", params="52B", runtime="vllm"), gpu_memory_bytes=80 * GIB)
+    assert exc.value.missing == ("architecture.kv_layers",)

@@ -133,3 +133,15 @@ def test_sglang_default_on_a_large_gpu_leaves_18_gib():
 
     frac = sglang_mem_fraction(1, 140 * GIB)  # min(0.88 + 48 GiB x 0.12 / 140 GiB, (140 - 18) / 140)
     assert frac == pytest.approx(min(0.88 + 48 * 0.12 / 140, 122 / 140))
+
+
+def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks():
+    p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
+                           "architecture": LLAMA31_8B, "context": 8192, "runtime": "tgi"}, attributable=False)
+    r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
+    forward = inference_activation_bytes(4096, 0, 4096, 14336)
+    non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
+    block = 32 * 16 * 2 * 8 * 128 * 2
+    held = 4096 // 16
+    free = 80 * GIB - 8_030_261_248 * 2 - forward - non_torch - held * block
+    assert r["blocks"] == int(free * 0.95) // block + held and r["kv_tokens"] == r["blocks"] * 16
