@@ -56,6 +56,12 @@ def test_architecture_gives_the_published_parameter_counts():
     assert abs(architecture_params(profile("mixtral-8x7b").architecture) - 46.7e9) / 46.7e9 < 0.01
 
 
+def test_deepseek_v3_parameters_come_from_its_mla_and_moe_config():
+    mc = read_model_config(HF / "deepseek-v3")
+    assert mc.params_from == "config (MLA layout)"
+    assert abs(mc.fields["params"] - 671.0e9) / 671.0e9 < 0.001  # the published 671B (without the MTP module)
+
+
 def test_quantization_and_dtype_come_from_the_config():
     f = fields("llama-3-8b-gptq")
     assert (f["precision"], f["compute_precision"], f["quantization"]) == ("int4", "fp16", {"method": "gptq",
@@ -146,7 +152,7 @@ def test_sliding_window_layers_hold_at_most_the_window():
 
 
 def test_mla_caches_one_latent_per_token_per_layer():
-    e = estimate(profile("deepseek-v3", params="671B"), gpu_memory_bytes=141 * GIB)
+    e = estimate(profile("deepseek-v3"), gpu_memory_bytes=141 * GIB)
     assert e.kv_bytes_per_token == 61 * (512 + 64) * 2  # BF16 latent, no per-head K/V
 
 

@@ -191,11 +191,33 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
     fields: dict[str, Any] = {"architecture": arch}
     fields.update(_precision_fields(cfg, top, where))
     params, params_from = _safetensors_params(p.parent, fields)
+    if params is None and "mla" in layout:
+        params, params_from = _mla_params(cfg, arch), "config (MLA layout)"
     if params is not None:
         fields["params"] = params
     return ModelConfig(source=str(p), model_type=model_type, layout=",".join(layout) or "dense",
                        encoder_only=encoder, fields=fields, params_from=params_from if params else "architecture",
                        notes=tuple(notes))  # fmt: skip
+
+
+def _mla_params(cfg: Mapping[str, Any], arch: Mapping[str, Any]) -> int | None:
+    """DeepSeek V2/V3 parameters from the config: low-rank query and latent KV projections, dense layers
+    before ``first_k_dense_replace``, routed + shared experts and the router after, untied embeddings."""
+    h, layers, heads, vocab = arch["hidden_size"], arch["layers"], arch["heads"], arch.get("vocab_size")
+    nope, rope, v = cfg.get("qk_nope_head_dim"), arch["qk_rope_head_dim"], cfg.get("v_head_dim")
+    kv_rank, q_rank = arch["kv_lora_rank"], cfg.get("q_lora_rank")
+    if not all(isinstance(x, int) for x in (nope, v, vocab)):
+        return None
+    q = h * heads * (nope + rope) if not q_rank else h * q_rank + q_rank + q_rank * heads * (nope + rope)
+    attn = q + h * (kv_rank + rope) + kv_rank + kv_rank * heads * (nope + v) + heads * v * h
+    dense_layers = min(int(cfg.get("first_k_dense_replace") or 0), layers) if arch.get("experts") else layers
+    dense = 3 * h * (arch.get("intermediate_size") or 0)
+    moe = 0
+    if arch.get("experts"):
+        width = arch["moe_intermediate_size"]
+        moe = (arch["experts"] + int(cfg.get("n_shared_experts") or 0)) * 3 * h * width + arch["experts"] * h
+    embeddings = vocab * h * (1 if arch.get("tie_embeddings") else 2)
+    return layers * (attn + 2 * h) + dense_layers * dense + (layers - dense_layers) * moe + embeddings + h
 
 
 def _is_encoder_architecture(architectures: Any) -> bool:
