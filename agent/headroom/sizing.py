@@ -171,10 +171,10 @@ def weight_bytes(
     """Bytes of the model weights: the quantized part at ``precision`` plus its quantization constants,
     plus ``unquantized_params`` (embeddings, LM head) at ``unquantized_precision``."""
     method = quantization.method
-    if method == Quantization.NONE:
-        return dense_bytes(params, precision)
     quantized = max(params - unquantized_params, 0)
     data = dense_bytes(quantized, precision)
+    if method == Quantization.NONE:  # plain fp8 / int8 checkpoints (per-tensor or per-channel scales only)
+        return data + dense_bytes(min(unquantized_params, params), unquantized_precision)
     if method in (Quantization.GPTQ, Quantization.AWQ):
         groups = _ceil_div(quantized, quantization.group_size or constants.gptq_awq_group_size)
         consts = _ceil_div(groups * (16 + precision.bits), 8)  # FP16 scale + packed zero point per group
@@ -566,7 +566,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0) -> _
             notes.append(f"params not given: {params} derived from the architecture")
     if need("weights", {"params": params, "precision": wprec}):
         unquantized = 0
-        if quant.method != Quantization.NONE:
+        if quant.method != Quantization.NONE or wprec.bits < compute.bits:  # embeddings stay 16-bit
             h, v = arch.effective_hidden_size, arch.vocab_size
             if h is not None and v is not None:
                 unquantized = v * h * (1 if arch.tie_embeddings else 2)
