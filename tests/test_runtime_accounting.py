@@ -145,3 +145,21 @@ def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks():
     held = 4096 // 16
     free = 80 * GIB - 8_030_261_248 * 2 - forward - non_torch - held * block
     assert r["blocks"] == int(free * 0.95) // block + held and r["kv_tokens"] == r["blocks"] * 16
+
+
+@pytest.mark.parametrize(("fixture", "version", "context"), [("gemma-3-27b", "0.10.1", 32768), ("gemma-2-9b", "0.10.1", 8192),
+                                                            ("mistral-7b-v0.1", "0.10.1", 16384), ("llama-3-8b", "0.10.1", 8200),
+                                                            ("llama-3-8b", "0.8.5", 8192), ("qwen2.5-7b", "0.6.3", 4096)])  # fmt: skip
+def test_fits_agrees_with_the_concurrency_vllm_reports(fixture, version, context):
+    """The declared load is sized the way vLLM sets KV blocks aside per request (sliding-window blocks,
+    hybrid groups), so the largest concurrency that fits is the whole part of what vLLM prints."""
+    from headroom.modelconfig import read_model_config
+
+    from conftest import ROOT
+
+    fields = read_model_config(ROOT / "tests" / "fixtures" / "hf" / fixture).fields
+    fields |= {"precision": "bf16", "compute_precision": "bf16"}
+    p = profile_from_dict({"name": "s", "kind": "inference", "context": context, **fields,
+                           "runtime": {"name": "vllm", "version": version}}, attributable=False)  # fmt: skip
+    e = estimate(p, gpu_memory_bytes=int(79.19 * GIB))
+    assert e.max_concurrency_at_max_context == int(e.max_concurrency)

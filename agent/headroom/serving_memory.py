@@ -189,6 +189,26 @@ class RuntimeReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "notes"} | {"notes": list(self.notes)}
 
 
+def vllm_request_bytes(rules: VllmRules, layout: KVLayout, block_size: int, tokens: int,
+                       max_num_batched_tokens: int) -> int:  # fmt: skip
+    """KV bytes vLLM sets aside for one request of ``tokens`` tokens: whole blocks on every layer; under the
+    0.10 hybrid allocator a sliding-window layer holds cdiv(min(window - 1 + batched, tokens), block) + 1
+    blocks and the groups are padded to the same number of layers (as ``vllm_kv`` counts them)."""
+    page = layout.groups[0].bytes_per_token * block_size if layout.groups else 0
+    full = sum(g.layers for g in layout.groups if not g.window)
+    sliding = [g for g in layout.groups if g.window]
+    n_sliding = sum(g.layers for g in sliding)
+    full_blocks = _cdiv(tokens, block_size)
+    if not rules.hybrid_groups or not n_sliding:
+        return full_blocks * page * (full + n_sliding)
+    window = sliding[0].window
+    sw_blocks = _cdiv(min(window - 1 + max_num_batched_tokens, tokens), block_size) + 1
+    if not full:
+        return sw_blocks * page * n_sliding
+    group = min(full, n_sliding)
+    return (_cdiv(full, group) * full_blocks + _cdiv(n_sliding, group) * sw_blocks) * page * group
+
+
 def vllm_kv(rules: VllmRules, layout: KVLayout, available: int, block_size: int, max_model_len: int,
             max_num_batched_tokens: int) -> tuple[int, int, float]:  # fmt: skip
     """(blocks, KV tokens, max concurrency) as the version computes them from the available memory."""

@@ -54,6 +54,7 @@ from headroom.serving_memory import (
     sglang_mem_fraction,
     vllm_defaults,
     vllm_kv,
+    vllm_request_bytes,
     vllm_rules,
 )
 from headroom.units import GIB, format_bytes
@@ -674,8 +675,13 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0) -> _
     def variable(concurrency: int, context: int) -> tuple[Component, ...]:
         if p.kind.is_inference:
             out = []
-            if layout is not None:
+            if layout is not None and rt == "vllm":
+                rules, _ = vllm_rules(p.runtime.version)
+                batched = _activation_tokens(p, c, rt, concurrency, context, device_memory)[0]
+                kv = vllm_request_bytes(rules, layout, block, context, batched) * concurrency
+            elif layout is not None:
                 kv = layout.sequence_bytes(context, block) * concurrency
+            if layout is not None:
                 out.append(Component("kv_cache", kv, f"{p.effective_kv_cache_precision.value}, {concurrency} x "
                                                      f"{context} tokens"))  # fmt: skip
             if hidden is not None:
