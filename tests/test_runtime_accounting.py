@@ -31,7 +31,8 @@ def serve(version, context, arch=LLAMA31_8B, **runtime):
         ("0.7.3", 1024, 24 * GIB, 2048, 256, False),     # non-torch growth since the baseline snapshot
         ("0.8.5", 8192, 80 * GIB, 8192, 1024, True),     # V1: >= 70 GiB serve defaults; total - torch allocated
         ("0.8.5", 8192, 24 * GIB, 2048, 256, True),      # V1: < 70 GiB
-        ("0.10.1", 8192, 80 * GIB, 8192, 1024, False),   # V1: non-torch increase since the init snapshot
+        ("0.9.2", 8192, 80 * GIB, 8192, 1024, False),    # V1: non-torch increase since the init snapshot
+        ("0.10.1", 8192, 80 * GIB, 8192, 1024, False),
         ("0.10.1", 8200, 80 * GIB, 8192, 1024, False),   # concurrency = blocks / cdiv(8200, 16), not tokens / 8200
     ],
 )  # fmt: skip
@@ -48,7 +49,8 @@ def test_vllm_accounting_per_version(version, context, memory, tokens, seqs, con
     blocks = max(available, 0) // page // 32
     assert (r["budget_bytes"], r["activation_bytes"], r["non_torch_bytes"]) == (budget, max(forward, sampler), non_torch)
     assert (r["blocks"], r["kv_tokens"]) == (blocks, blocks * 16)
-    printed = blocks * 16 / context if not version.startswith("0.10") else blocks / -(-context // 16)
+    v1_blocks = version.startswith(("0.9", "0.10"))  # 0.9+: blocks / blocks per request
+    printed = blocks / -(-context // 16) if v1_blocks else blocks * 16 / context
     assert r["max_concurrency"] == pytest.approx(printed)
 
 

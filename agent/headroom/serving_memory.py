@@ -119,8 +119,8 @@ VLLM_RULES = (
     VllmRules("0.5-0.6.3 (V0)", (0, 5), "V0", False, False, False, False),
     VllmRules("0.6.4-0.6.6 (V0)", (0, 6, 4), "V0", True, False, False, False),
     VllmRules("0.7 (V0)", (0, 7), "V0", False, True, False, False),
-    VllmRules("0.8-0.9 (V1)", (0, 8), "V1", True, True, False, False),
-    VllmRules("0.10+ (V1)", (0, 10), "V1", False, True, True, True),
+    VllmRules("0.8 (V1)", (0, 8), "V1", True, True, False, False),
+    VllmRules("0.9-0.11 (V1)", (0, 9), "V1", False, True, True, True),
 )
 
 
