@@ -106,7 +106,7 @@ def parse_version(text: str, field: str = "runtime.version") -> tuple[int, ...]:
 class VllmRules:
     """One range of vLLM versions whose start-up accounting is the same (docs/sizing.md lists the source)."""
 
-    name: str  # the range, e.g. "0.8-0.9 (V1)"
+    name: str  # the range, e.g. "0.9-0.11 (V1)"
     first: tuple[int, ...]
     engine: str  # V0 or V1
     counts_cuda_context: bool  # is the CUDA context inside the non-KV memory subtracted from the budget?
@@ -172,7 +172,7 @@ def sglang_chunked_prefill(device_memory: int) -> int:
 # ------------------------------------------------------------------------------------- report
 @dataclass(frozen=True)
 class RuntimeReport:
-    runtime: str  # e.g. "vLLM 0.8-0.9 (V1)"
+    runtime: str  # e.g. "vLLM 0.9-0.11 (V1)"
     budget_bytes: int  # what the runtime lets weights + non-KV + KV take
     weights_bytes: int
     activation_bytes: int  # counted inside the budget (vLLM's profile-run peak; 0 for SGLang)
