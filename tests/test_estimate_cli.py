@@ -173,3 +173,10 @@ def test_zero3_with_offload_from_flags():
     r = estimate("--kind", "training", "--params", "7B", "--precision", "fp16", "--sharding", "zero2", "--offload-params",
                  *arch, "--gpu-memory", "80GiB", ok=False)  # fmt: skip
     assert r.returncode == 2 and "--offload-params" in r.stderr and "zero3" in r.stderr, r.stderr
+
+
+def test_model_config_without_context_uses_max_position_embeddings_like_vllm():
+    cfg = str(ROOT / "tests" / "fixtures" / "hf" / "llama-3-8b")
+    doc, _ = components(estimate("--model-config", cfg, "--runtime", "vllm", "--gpu-memory", "79.19GiB",
+                                 "--format", "json"))  # fmt: skip
+    assert doc["context"] == 8192 and any("max_position_embeddings" in n for n in doc["notes"])

@@ -115,6 +115,10 @@ def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         fields["model"] = {"name": name}
     if mc.encoder_only:
         fields["kind"] = "embedding"
+    if mc.max_context and getattr(args, "est_context", None) is None:
+        fields["context"] = {"max": mc.max_context}  # vLLM's default max_model_len
+        notes_extra.append(f"--context not given: {mc.max_context} tokens (max_position_embeddings, vLLM's default "
+                           "max_model_len)")  # fmt: skip
     notes = [f"model config {mc.source}: {mc.model_type or 'unknown type'}, layout {mc.layout}, params from "
              f"{mc.params_from}", *mc.notes, *notes_extra]  # fmt: skip
     return fields, notes

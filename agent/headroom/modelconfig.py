@@ -44,6 +44,7 @@ class ModelConfig:
     fields: dict[str, Any]  # profile mapping fragment
     params_from: str  # "safetensors headers", "safetensors index", "architecture"
     notes: tuple[str, ...] = ()
+    max_context: int | None = None  # max_position_embeddings: vLLM's default max_model_len
 
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32"}
@@ -197,7 +198,8 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
         fields["params"] = params
     return ModelConfig(source=str(p), model_type=model_type, layout=",".join(layout) or "dense",
                        encoder_only=encoder, fields=fields, params_from=params_from if params else "architecture",
-                       notes=tuple(notes))  # fmt: skip
+                       notes=tuple(notes), max_context=_int(cfg, where, "max_position_embeddings", "n_positions",
+                                                            "max_sequence_length", "seq_length"))  # fmt: skip
 
 
 def _mla_params(cfg: Mapping[str, Any], arch: Mapping[str, Any]) -> int | None:
