@@ -80,8 +80,6 @@ class OverheadConstants:
     cpu_runtime_overhead_bytes: int = 512 * MIB  # host runtime for cpu-inference
     vllm_gpu_memory_utilization: float = 0.9  # vLLM's default
     vllm_block_size: int = 16  # vLLM's default KV block, tokens
-    vllm_min_batched_tokens: int = 2048  # vLLM: max_num_batched_tokens = max(max_model_len, 2048)
-    vllm_max_num_seqs: int = 256  # vLLM's default; its start-up profile samples logits for this many
     # runtime accounting (docs/sizing.md "Runtime accounting": the evidence for each value)
     vllm_cuda_context_bytes: int = 330 * MIB  # non-torch memory present before the worker's first snapshot
     vllm_non_torch_bytes: int = 32 * MIB  # non-torch growth during load and profile at TP 1 (cuBLAS workspace)
