@@ -165,3 +165,14 @@ def test_fits_agrees_with_the_concurrency_vllm_reports(fixture, version, context
                            "runtime": {"name": "vllm", "version": version}}, attributable=False)  # fmt: skip
     e = estimate(p, gpu_memory_bytes=int(79.19 * GIB))
     assert e.max_concurrency_at_max_context == int(e.max_concurrency)
+
+
+def test_a100s_keep_the_small_serve_defaults_from_0_9():
+    """vllm 0.10.1 engine/arg_utils.py:1638: `device_memory >= 70 GiB and "a100" not in device_name`."""
+    a100 = estimate(serve("0.10.1", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA A100-SXM4-80GB")
+    h100 = estimate(serve("0.10.1", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA H100 80GB HBM3")
+    old = estimate(serve("0.8.5", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA A100-SXM4-80GB")
+    assert a100.runtime_report["activation_bytes"] == max(inference_activation_bytes(2048, 0, 4096, 14336),
+                                                          256 * 128256 * 4)  # fmt: skip
+    assert h100.runtime_report["activation_bytes"] == old.runtime_report["activation_bytes"] == max(
+        inference_activation_bytes(8192, 0, 4096, 14336), 1024 * 128256 * 4)

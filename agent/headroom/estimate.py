@@ -78,7 +78,10 @@ def add_parser(sub: Any, add_source_flags: Any) -> None:
     p.add_argument("--model-config", metavar="PATH", help="a Hugging Face config.json (or its directory): architecture, "
                    "precision, quantization and (from safetensors headers) params; flags override")
     p.add_argument("--model", metavar="ORG/NAME", help="like --model-config, from the local Hugging Face cache (offline)")
-    p.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB (default: the GPUs NVML finds)")
+    p.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU as the framework sees it (torch.cuda.mem_get_info "
+                   "total, e.g. 79.19GiB for an H100 80GB; default: the GPUs NVML finds)")
+    p.add_argument("--gpu-name", metavar="NAME", help="GPU model as NVML names it, e.g. 'NVIDIA A100-SXM4-80GB' (vLLM's "
+                   "defaults depend on it; default: the name NVML reports)")
     p.add_argument("--gpus", metavar="N", type=int, help="GPUs available (default: as many as the layout needs)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_source_flags(p)
@@ -195,8 +198,8 @@ def build_profile(args: argparse.Namespace, config: Any) -> Any:
         raise EstimateError("\n".join(f"{_flag_for(e.path)}: {e.message}" for e in exc.errors)) from None
 
 
-def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str]:
-    """(memory per GPU, GPU count, where from) from one NVML read (real or simulated)."""
+def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str, str]:
+    """(memory per GPU, GPU count, where from, GPU name) from one NVML read (real or simulated)."""
     from headroom.daemon import build_collectors, load_scenario
     from headroom.sources import CollectorError, load_all
 
@@ -207,19 +210,19 @@ def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str]:
     collectors = [c for c in build_collectors(config, replace(options, collectors={"nvml": True}), scenario)
                   if c.name == "nvml"]
     if not collectors:
-        return None, None, "no NVML collector"
+        return None, None, "no NVML collector", ""
     nvml = collectors[0]
     try:
         data = nvml.collect()
     except (CollectorError, OSError) as exc:
-        return None, None, f"no GPU found ({exc})"
+        return None, None, f"no GPU found ({exc})", ""
     finally:
         nvml.close()
     totals = [g.memory_total_bytes for g in data.gpus if g.up and g.memory_total_bytes]
     if not totals:
-        return None, None, "no GPU found"
+        return None, None, "no GPU found", ""
     where = f"{len(totals)} x {data.gpus[0].name} found by NVML" + (" (simulated)" if data.simulated else "")
-    return min(totals), len(totals), where
+    return min(totals), len(totals), where, data.gpus[0].name or ""
 
 
 def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
@@ -228,6 +231,7 @@ def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
 
     profile = build_profile(args, config)
     where = "given"
+    gpu_name = getattr(args, "gpu_name", None) or ""
     gpus = args.gpus
     if args.gpus is not None and args.gpus < 1:
         raise EstimateError("--gpus must be at least 1")
@@ -242,10 +246,12 @@ def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
     elif profile.kind.value == "cpu-inference":
         memory, where = None, "host RAM not given (use --gpu-memory for the RAM budget)"
     else:
-        memory, found, where = found_gpus(config, options)
+        memory, found, where, name = found_gpus(config, options)
+        gpu_name = gpu_name or name
         gpus = gpus if gpus is not None else found
     try:
-        est = sizing.estimate(profile, gpu_memory_bytes=memory, gpus=gpus, overhead=config.sizing or sizing.DEFAULTS)
+        est = sizing.estimate(profile, gpu_memory_bytes=memory, gpus=gpus, overhead=config.sizing or sizing.DEFAULTS,
+                              gpu_name=gpu_name)
     except sizing.SizingError as exc:
         message = str(exc)
         if not args.workload:  # name the flags to add, not the profile keys

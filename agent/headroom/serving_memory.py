@@ -113,6 +113,7 @@ class VllmRules:
     mla_latent: bool  # DeepSeek MLA cached as one latent vector (else as full K/V of head size 256)
     hybrid_groups: bool  # full + sliding-window layers in separate KV groups (0.10 hybrid allocator)
     window_in_concurrency: bool  # the printed max concurrency accounts for sliding windows
+    a100_small_defaults: bool = False  # A100s keep the < 70 GiB serve defaults
 
 
 VLLM_RULES = (
@@ -120,7 +121,7 @@ VLLM_RULES = (
     VllmRules("0.6.4-0.6.6 (V0)", (0, 6, 4), "V0", True, False, False, False),
     VllmRules("0.7 (V0)", (0, 7), "V0", False, True, False, False),
     VllmRules("0.8 (V1)", (0, 8), "V1", True, True, False, False),
-    VllmRules("0.9-0.11 (V1)", (0, 9), "V1", False, True, True, True),
+    VllmRules("0.9-0.11 (V1)", (0, 9), "V1", False, True, True, True, True),
 )
 
 
@@ -136,12 +137,15 @@ def vllm_rules(version: str | None) -> tuple[VllmRules, str | None]:
     return rules, None
 
 
-def vllm_defaults(rules: VllmRules, max_model_len: int, device_memory: int) -> tuple[int, int, str]:
+def vllm_defaults(rules: VllmRules, max_model_len: int, device_memory: int,
+                  device_name: str = "") -> tuple[int, int, str]:  # fmt: skip
     """(max_num_batched_tokens, max_num_seqs, why) as the version chooses them for `vllm serve`."""
     if rules.engine == "V0":
         if max_model_len > 32768:  # chunked prefill on by default for long contexts
             return 512, 256, "V0, chunked prefill (max_model_len > 32768): 512 tokens, 256 sequences"
         return max(max_model_len, 2048), 256, "V0: max(max_model_len, 2048) tokens, 256 sequences"
+    if rules.a100_small_defaults and "a100" in device_name.lower():
+        return 2048, 256, "V1 serve on an A100: 2048 tokens, 256 sequences"
     if device_memory >= 70 * GIB:
         return 8192, 1024, "V1 serve on a >= 70 GiB GPU: 8192 tokens, 1024 sequences"
     return 2048, 256, "V1 serve on a < 70 GiB GPU: 2048 tokens, 256 sequences"

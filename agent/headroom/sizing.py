@@ -501,13 +501,13 @@ def _runtime_non_torch(p: WorkloadProfile, rt: str, c: OverheadConstants) -> tup
 
 
 def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None, concurrency: int, context: int,
-                       device_memory: int) -> tuple[int, int, str]:  # fmt: skip
+                       device_memory: int, device_name: str = "") -> tuple[int, int, str]:  # fmt: skip
     """(tokens in one forward pass, sequences whose logits are sampled, why): the batched-token budget of
     chunked prefill, not concurrency x context."""
     r = p.runtime
     if rt == "vllm":
         rules, _ = vllm_rules(r.version)
-        d_tokens, d_seqs, why = vllm_defaults(rules, p.context.max or context, device_memory)
+        d_tokens, d_seqs, why = vllm_defaults(rules, p.context.max or context, device_memory, device_name)
         tokens = r.max_num_batched_tokens or d_tokens
         seqs = min(r.max_num_seqs or d_seqs, tokens)
         return tokens, seqs, "max_num_batched_tokens" if r.max_num_batched_tokens else why
@@ -536,9 +536,10 @@ class _Plan:
     notes: tuple[str, ...]
     layout: KVLayout | None = None  # the KV cache per GPU, by groups of layers
     runtime: str | None = None  # vllm, sglang or tgi when its own accounting applies
+    device_name: str = ""  # the GPU model, where a runtime's defaults depend on it
 
 
-def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0) -> _Plan:
+def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, device_name: str = "") -> _Plan:
     arch, par = p.architecture, p.parallel
     notes: list[str] = []
     missing: list[str] = []
@@ -675,7 +676,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0) -> _
             out = []
             if layout is not None and rt == "vllm":
                 rules, _ = vllm_rules(p.runtime.version)
-                batched = _activation_tokens(p, c, rt, concurrency, context, device_memory)[0]
+                batched = _activation_tokens(p, c, rt, concurrency, context, device_memory, device_name)[0]
                 kv = vllm_request_bytes(rules, layout, block, context, batched) * concurrency
             elif layout is not None:
                 kv = layout.sequence_bytes(context, block) * concurrency
@@ -683,7 +684,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0) -> _
                 out.append(Component("kv_cache", kv, f"{p.effective_kv_cache_precision.value}, {concurrency} x "
                                                      f"{context} tokens"))  # fmt: skip
             if hidden is not None:
-                tokens, seqs, how = _activation_tokens(p, c, rt, concurrency, context, device_memory)
+                tokens, seqs, how = _activation_tokens(p, c, rt, concurrency, context, device_memory, device_name)
                 forward = inference_activation_bytes(tokens, 0, hidden, ffn, par.tensor, compute)
                 sampler = seqs * (arch.vocab_size or 0) * (c.sampler_bytes_per_logit if rt else c.logits_bytes)
                 out.append(Component("activations", max(forward, sampler),
@@ -699,7 +700,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0) -> _
         return (Component("activations", act, f"{how}, micro-batch {concurrency} x {context} tokens"),)
 
     return _Plan(p, c, tuple(static), variable, layout.bytes_per_token if layout else None, block, tuple(notes),
-                 layout, rt)  # fmt: skip
+                 layout, rt, device_name)  # fmt: skip
 
 
 def _needed(plan: _Plan, concurrency: int, context: int) -> int:
@@ -726,6 +727,7 @@ def estimate(
     gpu_memory_bytes: int | None = None,
     gpus: int | None = None,
     overhead: OverheadConstants = DEFAULTS,
+    gpu_name: str | None = None,
 ) -> Estimate:
     """Return the per-GPU memory estimate of ``profile`` and what fits in ``gpu_memory_bytes`` per GPU.
 
@@ -735,14 +737,14 @@ def estimate(
     Raises SizingError when inputs a component needs are missing.
     """
     try:
-        return _estimate(profile, gpu_memory_bytes, gpus, overhead)
+        return _estimate(profile, gpu_memory_bytes, gpus, overhead, gpu_name or "")
     except RuntimeSettingError as exc:
         raise SizingError(f"cannot size workload {profile.name!r}: {exc}", (exc.field,)) from None
 
 
-def _estimate(p: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None,
-              overhead: OverheadConstants) -> Estimate:  # fmt: skip
-    plan = _plan(p, overhead, gpu_memory_bytes or 0)
+def _estimate(p: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None, overhead: OverheadConstants,
+              gpu_name: str) -> Estimate:  # fmt: skip
+    plan = _plan(p, overhead, gpu_memory_bytes or 0, gpu_name)
     if p.kind.is_inference:
         concurrency, label = p.concurrency or 1, "concurrent sequences"
     else:
@@ -818,7 +820,7 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
             notes.append(note)
         budget = int(total * (p.runtime.gpu_memory_utilization or c.vllm_gpu_memory_utilization))
         available = budget - weights - act - non_torch
-        tokens_budget = _activation_tokens(p, c, "vllm", 1, max_model_len, total)[0]
+        tokens_budget = _activation_tokens(p, c, "vllm", 1, max_model_len, total, plan.device_name)[0]
         blocks, tokens, conc = vllm_kv(rules, layout, available, plan.block_size, max_model_len, tokens_budget)
         outside = [f"CUDA graphs ~{format_bytes(c.cuda_graph_bytes)} (captured after the KV cache is sized)"]
         if not rules.counts_cuda_context:
