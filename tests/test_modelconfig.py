@@ -54,6 +54,8 @@ def test_architecture_gives_the_published_parameter_counts():
     assert architecture_params(profile("llama-3-8b").architecture) == 8_030_261_248
     assert abs(architecture_params(profile("llama-3-70b").architecture) - 70.55e9) / 70.55e9 < 0.001
     assert abs(architecture_params(profile("mixtral-8x7b").architecture) - 46.7e9) / 46.7e9 < 0.01
+    assert abs(architecture_params(profile("gemma-2-9b").architecture) - 9.24e9) / 9.24e9 < 0.005  # tied by default
+    assert abs(architecture_params(profile("qwen2.5-7b").architecture) - 7.62e9) / 7.62e9 < 0.005
 
 
 def test_deepseek_v3_parameters_come_from_its_mla_and_moe_config():

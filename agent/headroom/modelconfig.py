@@ -53,6 +53,7 @@ _ST_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1
 _ENCODERS = {"bert", "roberta", "xlm-roberta", "distilbert", "deberta", "deberta-v2", "electra", "mpnet",
              "nomic_bert", "modernbert", "camembert", "albert"}  # fmt: skip
 _ATTENTION_FREE = {"mamba", "mamba2", "rwkv", "rwkv5", "rwkv6"}
+_TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "bert", "roberta", "xlm-roberta"}
 _QUANT_AUX = (".qzeros", ".scales", ".g_idx", ".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map",
               ".quant_state", "weight_scale", "input_scale", "weight_scale_inv", "weight_zero_point",
               ".SCB", "weight_format")  # fmt: skip
@@ -125,8 +126,8 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
         if value is not None:
             arch[key] = value
     tie = _first(cfg, "tie_word_embeddings")
-    if tie is None:
-        tie = top.get("tie_word_embeddings", False)
+    if tie is None:  # the transformers config class's default: True for Gemma, False for Llama-style ones
+        tie = top.get("tie_word_embeddings", model_type in _TIED_BY_DEFAULT)
     arch["tie_embeddings"] = bool(tie)
     layout: list[str] = []
 

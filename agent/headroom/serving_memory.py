@@ -111,7 +111,7 @@ class VllmRules:
     engine: str  # V0 or V1
     counts_cuda_context: bool  # is the CUDA context inside the non-KV memory subtracted from the budget?
     mla_latent: bool  # DeepSeek MLA cached as one latent vector (else as full K/V of head size 256)
-    hybrid_groups: bool  # full + sliding-window layers in separate KV groups (0.10 hybrid allocator)
+    hybrid_groups: bool  # full + sliding-window layers in separate KV groups (the 0.9+ hybrid allocator)
     window_in_concurrency: bool  # the printed max concurrency accounts for sliding windows
     a100_small_defaults: bool = False  # A100s keep the < 70 GiB serve defaults
 
@@ -196,7 +196,7 @@ class RuntimeReport:
 def vllm_request_bytes(rules: VllmRules, layout: KVLayout, block_size: int, tokens: int,
                        max_num_batched_tokens: int) -> int:  # fmt: skip
     """KV bytes vLLM sets aside for one request of ``tokens`` tokens: whole blocks on every layer; under the
-    0.10 hybrid allocator a sliding-window layer holds cdiv(min(window - 1 + batched, tokens), block) + 1
+    0.9+ hybrid allocator a sliding-window layer holds cdiv(min(window - 1 + batched, tokens), block) + 1
     blocks and the groups are padded to the same number of layers (as ``vllm_kv`` counts them)."""
     page = layout.groups[0].bytes_per_token * block_size if layout.groups else 0
     full = sum(g.layers for g in layout.groups if not g.window)
@@ -226,7 +226,7 @@ def vllm_kv(rules: VllmRules, layout: KVLayout, available: int, block_size: int,
     n_sliding = sum(g.layers for g in sliding)
     window = sliding[0].window if sliding else None
 
-    def sliding_blocks() -> int:  # blocks one request can hold on a sliding-window layer (0.10 SlidingWindowSpec)
+    def sliding_blocks() -> int:  # blocks one request can hold on a sliding-window layer (0.9+ SlidingWindowSpec)
         return _cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1
 
     if not rules.hybrid_groups or not (full and n_sliding):
