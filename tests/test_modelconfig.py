@@ -92,6 +92,10 @@ def test_params_are_exact_from_safetensors_headers_with_quantized_tensors_unpack
     mc = read_model_config(tmp_path)
     assert mc.params_from == "safetensors headers"
     assert mc.fields["params"] == 2 * 128256 * 4096 + 4096 * 14336
+    stored = 2 * 128256 * 4096 * 2 + 512 * 14336 * 4 + 32 * 14336 * 2 + 32 * 1792 * 4  # as the tensors lie on disk
+    assert mc.fields["weight_bytes"] == stored
+    p = profile_from_dict({"name": "m", "kind": "inference", "context": 8192, **mc.fields}, attributable=False)
+    assert estimate(p, gpu_memory_bytes=80 * GIB).component("weights") == stored  # weights as loaded
 
 
 def test_index_total_size_gives_params_when_the_shards_are_absent(tmp_path):

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headroom.profiles import (
@@ -414,7 +414,7 @@ def test_memory_never_decreases_with_more_concurrency(x, more):
 @settings(max_examples=40, deadline=None)
 @given(loads, st.integers(min_value=0, max_value=2), st.integers(min_value=1, max_value=3))
 def test_memory_never_decreases_with_more_bytes_per_weight(x, lo, step):
-    assume(x["kind"] in ("inference",))
+    x = {**x, "kind": "inference"}  # not assume(): filtering 3 of 4 inputs trips the health check
     hi = min(lo + step, 3)
     small = estimate(load_profile(x, precision=PRECISIONS_BY_SIZE[lo]))
     large = estimate(load_profile(x, precision=PRECISIONS_BY_SIZE[hi]))
@@ -425,7 +425,7 @@ def test_memory_never_decreases_with_more_bytes_per_weight(x, lo, step):
 @settings(max_examples=40, deadline=None)
 @given(loads, st.sampled_from([("int4", "int8"), ("fp8", "bf16"), ("bf16", "fp32"), ("int8", "fp32")]))
 def test_kv_cache_never_decreases_with_more_bytes_per_element(x, pair):
-    assume(x["kind"] == "inference")
+    x = {**x, "kind": "inference"}  # not assume(): filtering 3 of 4 inputs trips the health check
     small = estimate(load_profile(x, kv_cache_precision=pair[0]))
     large = estimate(load_profile(x, kv_cache_precision=pair[1]))
     assert large.component("kv_cache") >= small.component("kv_cache")

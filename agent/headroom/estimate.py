@@ -113,6 +113,7 @@ def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     runtime = (getattr(args, "est_runtime", None) or "").lower()
     if runtime in ("vllm", "sglang", "tgi") and fields.get("precision") == "fp32":
         fields["precision"] = fields["compute_precision"] = "bf16"  # dtype "auto" serves FP32 checkpoints in 16 bits
+        fields.pop("weight_bytes", None)
         notes_extra.append(f"{runtime} serves an FP32 checkpoint in 16 bits (dtype auto): bf16 assumed")
     if name:
         fields["model"] = {"name": name}
@@ -189,6 +190,8 @@ def build_profile(args: argparse.Namespace, config: Any) -> Any:
                             "use --kind embedding")  # fmt: skip
     if "quantization" in fields and getattr(args, "est_precision", None) and not getattr(args, "est_quantization", None):
         fields.pop("quantization")  # an explicit --precision replaces the checkpoint's quantized storage
+    if getattr(args, "est_precision", None) or getattr(args, "est_quantization", None) or getattr(args, "est_params", None):
+        fields.pop("weight_bytes", None)  # the checkpoint's stored bytes no longer describe the weights
     d = _merge(fields, flags) if fields else flags
     if fields.get("kind") and not getattr(args, "est_kind", None):
         d["kind"] = fields["kind"]

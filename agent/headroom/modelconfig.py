@@ -333,7 +333,15 @@ def _tensor_params(name: str, info: Mapping[str, Any], bits: int | None) -> int:
     return n
 
 
-def _safetensors_params(directory: Path, fields: Mapping[str, Any]) -> tuple[int | None, str]:
+def _tensor_bytes(info: Mapping[str, Any]) -> int:
+    n = 1
+    for d in info.get("shape", []):
+        n *= int(d)
+    return n * _ST_BYTES.get(str(info.get("dtype")), 0)
+
+
+def _safetensors_params(directory: Path, fields: dict[str, Any]) -> tuple[int | None, str]:
+    """(parameters, where from); with the weight files present also sets fields["weight_bytes"]."""
     precision = str(fields.get("precision", ""))
     bits = 4 if precision == "int4" else 8 if precision == "int8" else None
     index_path = directory / "model.safetensors.index.json"
@@ -348,11 +356,14 @@ def _safetensors_params(directory: Path, fields: Mapping[str, Any]) -> tuple[int
     elif (directory / "model.safetensors").exists():
         files = [directory / "model.safetensors"]
     if files and all(f.exists() for f in files):
-        total = 0
+        total = stored = 0
         for f in files:
             for name, info in safetensors_header(f).items():
                 if name != "__metadata__" and isinstance(info, dict):
                     total += _tensor_params(name, info, bits)
+                    stored += _tensor_bytes(info)
+        if stored and precision != "fp32":  # runtimes serve FP32 checkpoints in 16 bits: not as stored
+            fields["weight_bytes"] = stored
         return total, "safetensors headers"
     if index is not None and "quantization" not in fields and precision in ("bf16", "fp16", "fp32", "fp8"):
         size = (index.get("metadata") or {}).get("total_size")

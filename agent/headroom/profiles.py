@@ -46,6 +46,7 @@ attribution is optional; the memory model in ``headroom.sizing`` says which inpu
 |                                    | container_id}                                     | cgroup a glob, pid_file absolute        |
 | endpoint                           | http(s) URL of the serving /metrics               |                                         |
 | cost_per_gpu_hour                  | number >= 0                                       | in the operator's currency              |
+| weight_bytes                       | int                                               | weights as stored (safetensors headers) |
 
 Attribution rule: a profile needs at least one ``match`` rule or an explicit ``gpus`` list; without
 either no process and no GPU could ever be attributed to it, so it is rejected.
@@ -326,6 +327,7 @@ class WorkloadProfile:
     match: ProcessMatch = field(default_factory=ProcessMatch)
     endpoint: str | None = None
     cost_per_gpu_hour: float | None = None
+    weight_bytes: int | None = None  # the checkpoint's tensor bytes as loaded (safetensors headers); wins over params
 
     @property
     def effective_quantization(self) -> QuantizationSpec:
@@ -395,7 +397,8 @@ _CONTAINER_ID = re.compile(r"^[0-9a-f]{12,64}$")
 
 _TOP_KEYS = ("name", "kind", "model", "runtime", "params", "precision", "quantization", "compute_precision",
              "kv_cache_precision", "architecture", "context", "output_tokens", "concurrency", "training", "lora",
-             "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour")  # fmt: skip
+             "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour",
+             "weight_bytes")  # fmt: skip
 _ARCH_KEYS = ("layers", "heads", "kv_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
               "tie_embeddings", "sliding_window", "sliding_window_layers", "kv_layers", "kv_lora_rank",
               "qk_rope_head_dim", "experts", "experts_per_token", "moe_intermediate_size")  # fmt: skip
@@ -574,6 +577,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
     match = _match(r, top)
     endpoint = _endpoint(r, top)
     cost = r.number(top, "cost_per_gpu_hour", (), 0.0)
+    weight_total = r.integer(top, "weight_bytes", (), 1)
 
     # --------------------------------------------------------------------- impossible combinations
     if _ok(kind):
@@ -628,7 +632,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
         quantization=quant, compute_precision=compute, kv_cache_precision=kv_precision, architecture=arch,
         context=context, output_tokens=output_tokens, concurrency=concurrency, training=training, lora=lora,
         dataloader_workers=workers, parallel=parallel, gpus=gpus, match=match, endpoint=endpoint,
-        cost_per_gpu_hour=cost,
+        cost_per_gpu_hour=cost, weight_bytes=weight_total,
     )  # fmt: skip
 
 

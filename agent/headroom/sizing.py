@@ -576,6 +576,8 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
                 )
         total = weight_bytes(params, wprec, quant, unquantized, compute, c)
         label = wprec.value if quant.method == Quantization.NONE else f"{quant.method.value} {wprec.value}"
+        if p.weight_bytes is not None and p.kind != Kind.FINETUNE_QLORA:  # the checkpoint's own tensor bytes
+            total, label = p.weight_bytes, label + ", as stored"
         if p.kind.is_adapter:
             label += ", frozen"
         static.append(Component("weights", _ceil_div(total, split), label))
