@@ -5,9 +5,10 @@ its source (file and line of every rule and constant: docs/sizing.md, "Runtime a
 the source cannot give (CUDA context, NCCL buffers, the sampler's live set) are named constants in
 ``sizing.OverheadConstants`` with the evidence for their values.
 
-``kv_layout`` describes the KV cache per token per GPU as groups of layers; ``runtime_kv`` turns a
-budget into the runtime's own report: available KV memory, blocks, "GPU KV cache size: N tokens" and
-"Maximum concurrency for L tokens per request: X.XXx".
+``kv_layout`` describes the KV cache per token per GPU as groups of layers; ``vllm_kv`` turns the KV
+memory into vLLM's blocks, "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per
+request: X.XXx"; ``vllm_request_bytes`` is what one request takes under the same rules. The budget
+arithmetic per runtime (``RuntimeReport``) is in ``sizing._runtime_report``.
 """
 
 from __future__ import annotations
@@ -47,10 +48,6 @@ class KVLayout:
     def bytes_per_token(self) -> int:
         """Every KV layer, one token, one GPU: what a full-context token costs."""
         return sum(g.layers * g.bytes_per_token for g in self.groups)
-
-    @property
-    def layers(self) -> int:
-        return sum(g.layers for g in self.groups)
 
     def sequence_bytes(self, tokens: int, block_size: int | None = None) -> int:
         """KV bytes one sequence of ``tokens`` holds: sliding-window layers keep at most the window."""
