@@ -176,3 +176,8 @@ def test_a100s_keep_the_small_serve_defaults_from_0_9():
                                                           256 * 128256 * 4)  # fmt: skip
     assert h100.runtime_report["activation_bytes"] == old.runtime_report["activation_bytes"] == max(
         inference_activation_bytes(8192, 0, 4096, 14336), 1024 * 128256 * 4)
+
+
+def test_a_newer_vllm_than_the_ones_read_is_sized_with_a_note():
+    e = estimate(serve("0.14.0", 8192), gpu_memory_bytes=80 * GIB)
+    assert any("newer than the versions read" in n for n in e.notes)

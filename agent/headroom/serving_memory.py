@@ -122,6 +122,9 @@ VLLM_RULES = (
 )
 
 
+VLLM_LAST_READ = (0, 11)  # the newest release whose source the rules were checked against
+
+
 def vllm_rules(version: str | None) -> tuple[VllmRules, str | None]:
     """(the rules for ``version``, a note when the version is outside the documented ranges)."""
     if not version:
@@ -131,6 +134,9 @@ def vllm_rules(version: str | None) -> tuple[VllmRules, str | None]:
         raise RuntimeSettingError("runtime.version", f"runtime.version: vLLM {version} predates the documented "
                                                f"accounting (from {'.'.join(map(str, VLLM_RULES[0].first))})")  # fmt: skip
     rules = [r for r in VLLM_RULES if r.first <= v][-1]
+    if v[:2] > VLLM_LAST_READ:
+        return rules, (f"vLLM {version} is newer than the versions read (up to "
+                       f"{'.'.join(map(str, VLLM_LAST_READ))}): {rules.name} accounting assumed")  # fmt: skip
     return rules, None
 
 
