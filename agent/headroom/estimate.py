@@ -177,6 +177,9 @@ def _flag_for(path: tuple[str | int, ...]) -> str:
 
 def build_profile(args: argparse.Namespace, config: Any) -> Any:
     if args.workload:
+        if getattr(args, "model_config", None) or getattr(args, "model", None):
+            raise EstimateError("--workload takes the whole profile from the configuration; --model-config and "
+                                "--model build one from flags instead: give one or the other")  # fmt: skip
         profile = config.workload(args.workload)
         if profile is None:
             names = ", ".join(w.name for w in config.workloads) or "none"
