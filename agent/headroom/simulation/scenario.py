@@ -2,8 +2,9 @@
 
 A scenario (YAML, documented in docs/scenario-format.md) declares GPUs, how their readings move over
 time, processes, MIG instances, XIDs and injected NVML faults. ``Scenario.nvml_library()`` hands out a
-pynvml-compatible fake (``headroom.simulation.fake_nvml``) bound to it, so the real NVML collector runs
-unchanged on a laptop, in CI and in ``--simulate demo``.
+stand-in for the driver's libnvidia-ml (``headroom.simulation.nvml_driver``) installed beneath the real
+pynvml binding, so the real NVML collector and binding run unchanged on a laptop, in CI and in
+``--simulate demo``.
 
 Loading is strict: an unknown key, a wrong type or a bad unit fails with
 ``ScenarioError("FILE:LINE:COLUMN: field.path: message")``.
@@ -319,20 +320,21 @@ class Scenario:
             host.close()
 
     def nvml_library(self, clock: Callable[[], float] | None = None) -> Any:
-        """The pynvml-compatible fake bound to this scenario (one per Scenario, created on first use).
+        """The NVML driver stand-in of this scenario (``headroom.simulation.nvml_driver.NvmlDriver``, one per
+        Scenario, created on first use), installed as the real pynvml binding's library.
 
         ``clock`` returns seconds since the scenario started; by default the wall time since creation.
         Passing a clock to a later call replaces the library's clock.
         """
-        from headroom.simulation.fake_nvml import FakeNvml
+        from headroom.simulation.nvml_driver import NvmlDriver
 
         with self._lock:
             lib = self._cache.get("nvml")
             if lib is None:
-                lib = self._cache["nvml"] = FakeNvml(self, clock=clock)
+                lib = self._cache["nvml"] = NvmlDriver(self, clock=clock)
             elif clock is not None:
                 lib.clock = clock
-            return lib
+            return lib.install()
 
     # -- stand-in processes
     def start_processes(self, timeout: float = 20.0) -> dict[str, tuple[int, ...]]:
@@ -839,7 +841,7 @@ class _Parser:
                 raise self.error(f["gpu"], f"{path}.gpu", f"no such GPU (the scenario has {gpu_count})")
         error = None
         if "error" in f:
-            from headroom.simulation.fake_nvml import error_code
+            from headroom.simulation.nvml_driver import error_code
 
             error = self.string(f["error"], f"{path}.error")
             try:

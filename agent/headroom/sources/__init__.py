@@ -116,8 +116,34 @@ def register(cls: type[Collector]) -> type[Collector]:
     return cls
 
 
+# module -> why it failed to import (its collector then reports that reason on every tick)
+IMPORT_ERRORS: dict[str, str] = {}
+
+
+def _unloadable(module: str, reason: str) -> type[Collector]:
+    """A stand-in collector for a module that failed to import: it fails every tick with ``reason``."""
+
+    class Unloadable(Collector):
+        name = module
+        default_enabled = True
+        description = f"(failed to load: {reason})"
+
+        def collect(self) -> Any:
+            raise CollectorError(f"collector failed to load: {reason}")
+
+    return Unloadable
+
+
 def load_all() -> dict[str, type[Collector]]:
-    """Import every collector module (idempotent) and return the registry."""
+    """Import every collector module (idempotent) and return the registry.
+
+    A module that fails to import takes down only its own collector: it is registered as one that fails
+    every tick with the reason (collector_success 0, /healthz degraded, logged once), never the agent.
+    """
     for module in _MODULES:
-        importlib.import_module(f"headroom.sources.{module}")
+        try:
+            importlib.import_module(f"headroom.sources.{module}")
+        except Exception as exc:
+            IMPORT_ERRORS[module] = f"{type(exc).__name__}: {exc}"
+            REGISTRY.setdefault(module, _unloadable(module, IMPORT_ERRORS[module]))
     return REGISTRY

@@ -5,7 +5,7 @@ One read of each quantity per GPU per tick, through ``_Gpu.query`` which maps er
 - NOT_SUPPORTED / NO_PERMISSION / FUNCTION_NOT_FOUND / NOT_FOUND / ARGUMENT_VERSION_MISMATCH (and a
   function the binding lacks): the field is None (series absent, never 0) and the query is remembered as
   unsupported on that GPU, re-probed every ``_REPROBE_UNSUPPORTED`` seconds; fallbacks (processes
-  v3 -> v2 -> v1, memory v2 -> v1, clock-event -> throttle reasons, temperature V -> legacy) move on;
+  v3 -> v2 (the binding's unversioned call is v3 too), memory v2 -> v1, clock-event -> throttle reasons, temperature V -> legacy) move on;
 - GPU_IS_LOST / GPU_NOT_FOUND / RESET_REQUIRED / UNKNOWN: that GPU is down (``up=False`` + error), the
   others go on; it is re-probed (handle by UUID, else index) with backoff and comes back when it answers;
 - UNINITIALIZED / DRIVER_NOT_LOADED / LIB_RM_VERSION_MISMATCH / LIBRARY_NOT_FOUND: NVML is down:
@@ -28,13 +28,45 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pynvml
 import structlog
 
 from headroom import samples
 from headroom.sources import Collector, CollectorError, SourceContext, register
 
 log = structlog.get_logger("headroom.sources.nvml")
+
+# The oldest nvidia-ml-py this collector is tested against (pyproject.toml; the GPU tests run on it and
+# on the newest). 12.535.77 and older read process lists with a struct that does not match the driver's.
+MIN_BINDING = "12.535.108"
+
+
+def _legacy_shadow() -> str | None:
+    """Why ``import pynvml`` would not give nvidia-ml-py's module: the legacy ``pynvml`` 11.x distribution
+    (gpuopenanalytics) installs a package of the same name that shadows it. None when all is well."""
+    from importlib import metadata
+
+    try:
+        legacy = metadata.version("pynvml")
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        major = int(legacy.split(".")[0])
+    except ValueError:
+        major = 0
+    if major >= 12:  # pynvml 12+ is a shim that installs nvidia-ml-py and no module of its own
+        return None
+    return (f"the legacy 'pynvml' {legacy} package is installed and shadows nvidia-ml-py's pynvml module "
+            f"(an old copy of the binding): remove it (pip uninstall pynvml) and keep nvidia-ml-py>={MIN_BINDING}")
+
+
+BINDING_ERROR: str | None = _legacy_shadow()
+try:
+    import pynvml
+except Exception as exc:  # not installed, or a broken module: this collector fails, the others go on
+    pynvml = None  # type: ignore[assignment]
+    BINDING_ERROR = BINDING_ERROR or f"cannot import pynvml (install nvidia-ml-py>={MIN_BINDING}): {type(exc).__name__}: {exc}"
+if BINDING_ERROR is None and not hasattr(pynvml, "NVMLError"):
+    BINDING_ERROR = f"the pynvml module at {getattr(pynvml, '__file__', '?')} is not nvidia-ml-py's binding"
 
 # Clock-event ("throttle") reasons by NVML bit.
 CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
@@ -50,48 +82,66 @@ CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
 )
 _ALL_REASONS = sum(bit for _, bit in CLOCK_EVENT_REASONS)
 
-_ABSENT_CODES = frozenset({
-    pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-    pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
-})  # fmt: skip
-_DEVICE_CODES = frozenset({
-    pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_GPU_NOT_FOUND, pynvml.NVML_ERROR_RESET_REQUIRED,
-    pynvml.NVML_ERROR_UNKNOWN,
-})  # fmt: skip
-_LIBRARY_CODES = frozenset({
-    pynvml.NVML_ERROR_UNINITIALIZED, pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
-})  # fmt: skip
-_HINTS = {
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "is the NVIDIA driver installed and loaded? use --simulate demo for a simulated host",
-    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 not found: is the NVIDIA driver installed? use --simulate demo for a simulated host",
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: "the driver was upgraded without reloading the kernel module or rebooting",
-    pynvml.NVML_ERROR_NO_PERMISSION: "no access to /dev/nvidiactl: check the user's groups or the unit's DeviceAllow",
-}  # fmt: skip
-_ERROR_NAMES = {getattr(pynvml, n): n.removeprefix("NVML_ERROR_") for n in dir(pynvml) if n.startswith("NVML_ERROR_")}
+def _const(name: str, fallback: int) -> int:
+    """A pynvml constant, or its nvml.h value when this binding version lacks it (or has no binding):
+    constants that newer bindings added (GPU_NOT_FOUND, VALUE_TYPE_UNSIGNED_SHORT ...) are ABI numbers."""
+    value = getattr(pynvml, name, None) if pynvml is not None else None
+    return value if isinstance(value, int) else fallback
 
-# Field values read in one nvmlDeviceGetFieldValues call per GPU per tick.
-_FIELDS = (
-    pynvml.NVML_FI_DEV_MEMORY_TEMP,
-    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
-    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
-    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
-    pynvml.NVML_FI_DEV_REMAPPED_COR,
-    pynvml.NVML_FI_DEV_REMAPPED_UNC,
-    pynvml.NVML_FI_DEV_REMAPPED_PENDING,
-    pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+
+# nvmlReturn_t (nvml.h)
+_SUCCESS = 0
+_ERR = {name: _const(f"NVML_ERROR_{name}", code) for name, code in {
+    "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NO_PERMISSION": 4, "NOT_FOUND": 6,
+    "INSUFFICIENT_SIZE": 7, "DRIVER_NOT_LOADED": 9, "TIMEOUT": 10, "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13, "GPU_IS_LOST": 15, "RESET_REQUIRED": 16, "LIB_RM_VERSION_MISMATCH": 18,
+    "ARGUMENT_VERSION_MISMATCH": 25, "GPU_NOT_FOUND": 28, "UNKNOWN": 999,
+}.items()}  # fmt: skip
+_ABSENT_CODES = frozenset(_ERR[n] for n in ("NOT_SUPPORTED", "NO_PERMISSION", "FUNCTION_NOT_FOUND", "NOT_FOUND", "ARGUMENT_VERSION_MISMATCH"))
+_DEVICE_CODES = frozenset(_ERR[n] for n in ("GPU_IS_LOST", "GPU_NOT_FOUND", "RESET_REQUIRED", "UNKNOWN"))
+_LIBRARY_CODES = frozenset(_ERR[n] for n in ("UNINITIALIZED", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH", "LIBRARY_NOT_FOUND"))
+_HINTS = {
+    _ERR["DRIVER_NOT_LOADED"]: "is the NVIDIA driver installed and loaded? use --simulate demo for a simulated host",
+    _ERR["LIBRARY_NOT_FOUND"]: "libnvidia-ml.so.1 not found: is the NVIDIA driver installed? use --simulate demo for a simulated host",
+    _ERR["LIB_RM_VERSION_MISMATCH"]: "the driver was upgraded without reloading the kernel module or rebooting",
+    _ERR["NO_PERMISSION"]: "no access to /dev/nvidiactl: check the user's groups or the unit's DeviceAllow",
+}  # fmt: skip
+_ERROR_NAMES = {code: name for name, code in _ERR.items()}
+_MISMATCH_ERRORS: tuple[type[BaseException], ...] = tuple(
+    c for c in (getattr(pynvml, "NVMLLibraryMismatchError", None),) if isinstance(c, type)
 )
-VALUE_MEMBER = {  # nvmlFieldValue_t: the union member that holds each value type (the fake uses it too)
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-}
-_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+if pynvml is not None:
+    _ERROR_NAMES.update({getattr(pynvml, n): n.removeprefix("NVML_ERROR_") for n in dir(pynvml)
+                         if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int)})  # fmt: skip
+
+# nvmlFieldId (nvml.h NVML_FI_DEV_*); read in one nvmlDeviceGetFieldValues call per GPU per tick
+FI_MEMORY_TEMP = 82
+FI_TOTAL_ENERGY_CONSUMPTION = 83
+FI_ECC_DBE_VOL_TOTAL, FI_ECC_DBE_AGG_TOTAL = 4, 6
+FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 142, 143, 144, 145
+FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES = 197, 198  # cumulative PCIe bytes (not in bindings < 12.560)
+_FIELDS = (
+    FI_MEMORY_TEMP,
+    FI_TOTAL_ENERGY_CONSUMPTION,
+    FI_ECC_DBE_VOL_TOTAL,
+    FI_ECC_DBE_AGG_TOTAL,
+    FI_REMAPPED_COR,
+    FI_REMAPPED_UNC,
+    FI_REMAPPED_PENDING,
+    FI_REMAPPED_FAILURE,
+    FI_PCIE_COUNT_TX_BYTES,
+    FI_PCIE_COUNT_RX_BYTES,
+)
+# nvmlFieldValue_t: the union member that holds each nvmlValueType_t (nvml.h; UNSIGNED_SHORT is 6 even where
+# the binding lacks the constant)
+VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
 _PSTATE_UNKNOWN = 32
+_XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
+_CLOCK_SM, _CLOCK_MEM = 1, 2
+_TEMPERATURE_GPU = 0
+_PCIE_UTIL_TX, _PCIE_UTIL_RX = 0, 1
+_MIG_ENABLE = 1
 
 _REPROBE_UNSUPPORTED = 600.0  # seconds before an unsupported query is tried again
 _MIG_REFRESH = 30.0  # seconds between MIG layout re-reads
@@ -114,7 +164,7 @@ def describe(err: BaseException) -> str:
     """Readable text for an NVML error: "GPU is lost (GPU_IS_LOST)"."""
     code = getattr(err, "value", None)
     name = _ERROR_NAMES.get(code) if isinstance(code, int) else None
-    text = pynvml.NVMLError._errcode_to_string.get(code) if name else None
+    text = pynvml.NVMLError._errcode_to_string.get(code) if name and pynvml is not None else None
     if name is None:
         return str(err) or type(err).__name__
     return f"{text} ({name})" if text else name
@@ -199,10 +249,10 @@ class _Gpu:
         fn = getattr(self.lib, function, None)
         try:
             if fn is None:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+                raise pynvml.NVMLError(_ERR["FUNCTION_NOT_FOUND"])
             return fn(*args)
-        except pynvml.NVMLLibraryMismatchError:
-            code = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+        except _MISMATCH_ERRORS:  # an unversioned function the driver lacks (bindings >= 12.550 only)
+            code = _ERR["FUNCTION_NOT_FOUND"]
             err: BaseException = pynvml.NVMLError(code)
         except pynvml.NVMLError as exc:
             code, err = exc.value, exc
@@ -275,8 +325,8 @@ class _PciePoller(threading.Thread):
                 if self.stop.is_set():
                     return
                 try:
-                    tx = self._read(handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-                    rx = self._read(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+                    tx = self._read(handle, _PCIE_UTIL_TX)
+                    rx = self._read(handle, _PCIE_UTIL_RX)
                 except (pynvml.NVMLError, AttributeError):
                     self.unsupported.add(uuid)
                     self.values.pop(uuid, None)
@@ -310,7 +360,7 @@ class _XidWatcher(threading.Thread):
             by_address: dict[int | None, str] = {}
             for uuid, handle in self.targets:
                 try:
-                    self.lib.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                    self.lib.nvmlDeviceRegisterEvents(handle, _XID_EVENT, event_set)
                 except pynvml.NVMLError as exc:
                     log.debug("nvml_xid_events_unsupported", uuid=uuid, error=describe(exc))
                     continue
@@ -325,13 +375,13 @@ class _XidWatcher(threading.Thread):
                 try:
                     data = self.lib.nvmlEventSetWait(event_set, _EVENT_WAIT_MS)
                 except pynvml.NVMLError as exc:
-                    if exc.value == pynvml.NVML_ERROR_TIMEOUT:
+                    if exc.value == _ERR["TIMEOUT"]:
                         continue
                     if exc.value in _LIBRARY_CODES:
                         return
                     self.stop.wait(1.0)
                     continue
-                if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+                if not data.eventType & _XID_EVENT:
                     continue
                 uuid = by_address.get(_address(data.device)) or self._uuid_of(data.device)
                 if uuid is None:
@@ -365,7 +415,8 @@ class NvmlCollector(Collector):
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
-        self.lib: Any = ctx.scenario.nvml_library() if ctx.scenario is not None else pynvml
+        # always the real binding; under simulation the scenario's driver stand-in is its library
+        self.lib: Any = pynvml
         self._clock: Callable[[], float] = ctx.monotonic or time.monotonic
         self._pcie_interval = float(ctx.settings.get("pcie_poll_interval", 5.0))
         self._session = False
@@ -390,6 +441,8 @@ class NvmlCollector(Collector):
     def collect(self) -> samples.NvmlSample:
         """One NvmlSample; raises CollectorError while NVML is down."""
         now = self._clock()
+        if BINDING_ERROR is not None:
+            raise CollectorError(f"NVML binding unusable: {BINDING_ERROR}")
         if not self._session:
             if not self._init_backoff.due(now):
                 raise CollectorError(f"NVML unavailable: {self._down_error}")
@@ -419,6 +472,8 @@ class NvmlCollector(Collector):
 
     def _start(self, now: float) -> None:
         """nvmlInit, read the system and enumerate GPUs; raises CollectorError when NVML is down."""
+        if self.ctx.scenario is not None:
+            self.ctx.scenario.nvml_library().install()  # the simulated driver under the binding
         try:
             self.lib.nvmlInit()
         except pynvml.NVMLError as exc:
@@ -508,6 +563,8 @@ class NvmlCollector(Collector):
 
     def close(self) -> None:
         """Stop the helper threads and shut NVML down."""
+        if pynvml is None:
+            return
         self._stop_threads(timeout=_EVENT_WAIT_MS / 1000 + 0.5)
         if self._session:
             self._session = False
@@ -557,20 +614,20 @@ class NvmlCollector(Collector):
         h = gpu.handle
         util = gpu.value("utilization", "nvmlDeviceGetUtilizationRates", h)
         mem = gpu.first((
-            ("memory_v2", "nvmlDeviceGetMemoryInfo", (h, pynvml.nvmlMemory_v2)),
+            ("memory_v2", "nvmlDeviceGetMemoryInfo", (h, _const("nvmlMemory_v2", 0x02000028))),
             ("memory_v1", "nvmlDeviceGetMemoryInfo", (h,)),
         ))  # fmt: skip
         power = gpu.value("power", "nvmlDeviceGetPowerUsage", h)
         limit = gpu.value("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
         temperature = gpu.first((
-            ("temperature_v", "nvmlDeviceGetTemperatureV", (h, pynvml.NVML_TEMPERATURE_GPU)),
-            ("temperature", "nvmlDeviceGetTemperature", (h, pynvml.NVML_TEMPERATURE_GPU)),
+            ("temperature_v", "nvmlDeviceGetTemperatureV", (h, _TEMPERATURE_GPU)),
+            ("temperature", "nvmlDeviceGetTemperature", (h, _TEMPERATURE_GPU)),
         ))  # fmt: skip
         fields = self._fields(gpu)
-        sm_clock = gpu.value("sm_clock", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)
-        mem_clock = gpu.value("memory_clock", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM)
-        sm_max = gpu.cached("sm_clock_max", "nvmlDeviceGetMaxClockInfo", h, pynvml.NVML_CLOCK_SM)
-        mem_max = gpu.cached("memory_clock_max", "nvmlDeviceGetMaxClockInfo", h, pynvml.NVML_CLOCK_MEM)
+        sm_clock = gpu.value("sm_clock", "nvmlDeviceGetClockInfo", h, _CLOCK_SM)
+        mem_clock = gpu.value("memory_clock", "nvmlDeviceGetClockInfo", h, _CLOCK_MEM)
+        sm_max = gpu.cached("sm_clock_max", "nvmlDeviceGetMaxClockInfo", h, _CLOCK_SM)
+        mem_max = gpu.cached("memory_clock_max", "nvmlDeviceGetMaxClockInfo", h, _CLOCK_MEM)
         pstate = gpu.value("performance_state", "nvmlDeviceGetPerformanceState", h)
         fan = gpu.value("fan_speed", "nvmlDeviceGetFanSpeed", h)
         clock_events = self._clock_events(gpu)
@@ -642,7 +699,7 @@ class NvmlCollector(Collector):
             return out
         for fv in values:
             fid, ret = int(fv.fieldId), int(fv.nvmlReturn)
-            if ret == pynvml.NVML_SUCCESS:
+            if ret == _SUCCESS:
                 member = VALUE_MEMBER.get(int(fv.valueType))
                 out[_FIELDS.index(fid)] = getattr(fv.value, member) if member else None
             elif ret in _ABSENT_CODES:
@@ -675,46 +732,49 @@ class NvmlCollector(Collector):
         procs = gpu.first((
             ("processes_v3", "nvmlDeviceGetComputeRunningProcesses_v3", (gpu.handle,)),
             ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2", (gpu.handle,)),
-            ("processes_v1", "nvmlDeviceGetComputeRunningProcesses", (gpu.handle,)),
         ))  # fmt: skip
-        sm = self._process_utilization(gpu) if procs else {}
+        sm = self._process_utilization(gpu) if procs else None
         out = []
         for p in procs or ():
             used = getattr(p, "usedGpuMemory", None)
-            out.append(samples.GpuProcess(pid=int(p.pid), used_memory_bytes=None if used is None or used == _NOT_AVAILABLE else int(used),
-                                          sm_utilization_ratio=sm.get(int(p.pid))))  # fmt: skip
+            pid = int(p.pid)
+            # a process on the GPU without a sample ran no kernel since the last read: 0, where sampling works
+            ratio = None if sm is None else sm.get(pid, 0.0)
+            out.append(samples.GpuProcess(pid=pid, used_memory_bytes=None if used is None or used == _NOT_AVAILABLE else int(used),
+                                          sm_utilization_ratio=ratio))  # fmt: skip
         return tuple(out)
 
-    def _process_utilization(self, gpu: _Gpu) -> dict[int, float]:
-        """pid -> SM utilization (0-1) averaged over NVML's samples since the last tick; {} when none.
+    def _process_utilization(self, gpu: _Gpu) -> dict[int, float] | None:
+        """pid -> SM utilization (0-1) averaged over NVML's samples since the last tick; None when this GPU
+        does not sample processes (or the call failed this tick).
 
-        nvmlDeviceGetProcessUtilization answers NOT_FOUND when no process ran a kernel since the given
-        timestamp: that is "no samples", not "unsupported". NOT_SUPPORTED (and the other absent codes)
-        mark it unsupported on this GPU like any other query.
+        nvmlDeviceGetProcessUtilization returns samples only for processes that ran a kernel since the given
+        timestamp, and NOT_FOUND when none did: that is "every process idle", not "unsupported".
+        NOT_SUPPORTED (and the other absent codes) mark it unsupported on this GPU like any other query.
         """
         key = "process_utilization"
         retry_at = gpu.unsupported.get(key)
         if retry_at is not None:
             if gpu.now < retry_at:
-                return {}
+                return None
             del gpu.unsupported[key]
         last_seen = gpu.cache.get("process_utilization_seen", 0)
         try:
             found = gpu.lib.nvmlDeviceGetProcessUtilization(gpu.handle, last_seen)
         except pynvml.NVMLError as exc:
-            if exc.value in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_SUCCESS):
+            if exc.value in (_ERR["NOT_FOUND"], _SUCCESS):
                 return {}
             if exc.value in _ABSENT_CODES:
                 gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
-                return {}
+                return None
             if exc.value in _DEVICE_CODES:
                 raise _GpuDown(f"nvmlDeviceGetProcessUtilization: {describe(exc)}") from None
             if exc.value in _LIBRARY_CODES:
                 raise _LibraryDown(exc) from None
-            return {}
+            return None
         except AttributeError:  # a binding without the function
             gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
-            return {}
+            return None
         sums: dict[int, list[float]] = {}
         for s in found or ():
             sums.setdefault(int(s.pid), []).append(float(s.smUtil))
@@ -731,7 +791,7 @@ class NvmlCollector(Collector):
                 enabled = None if "mig_mode" in gpu.unsupported else (layout[1] if layout else None)
                 instances = layout[2] if layout and enabled is not None else []
             else:
-                enabled = mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+                enabled = mode[0] == _MIG_ENABLE
                 instances = self._mig_layout(gpu) if enabled else []
             layout = gpu.cache["mig"] = (now, enabled, instances)
         _, enabled, instances = layout
