@@ -152,7 +152,7 @@ def count(events: list[dict], event: str, **fields) -> int:
 class InProcess:
     """The daemon's Agent (real sampler, collectors and HTTP server) serving in a thread of this process.
 
-    ``nvml`` is the scenario's fake NVML library: the same object the NVML collector calls.
+    ``nvml`` is the scenario's NVML driver stand-in, installed under the real pynvml the collector calls.
     """
 
     def __init__(self, monkeypatch, scenario: str = "demo", config: str = "") -> None:

@@ -1,4 +1,4 @@
-"""The NVML collector, driven through the fake library exactly as the product runs it.
+"""The NVML collector over the real pynvml binding and the driver stand-in, exactly as the product runs it.
 
 Every call site the collector uses gets every error class it handles; fallbacks, accumulators, the XID
 and PCIe threads, backoff and recovery are checked against a controlled clock.
@@ -104,10 +104,11 @@ CALL_SITES = [
     (("nvmlDeviceGetEnforcedPowerLimit",), 0, {"power_limit_watts"}),
     (_binding_calls("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"), 0, {"temperature_celsius"}),
     (("nvmlDeviceGetFieldValues",), 0,
-     {"memory_temperature_celsius", "energy_joules_total", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total"}),
+     {"memory_temperature_celsius", "energy_joules_total", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total",
+      "pcie_tx_bytes_total", "pcie_rx_bytes_total"}),
     (("nvmlDeviceGetFieldValues",), 1,
      {"energy_joules_total", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total", "remapped_rows_correctable",
-      "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure"}),
+      "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure", "pcie_tx_bytes_total", "pcie_rx_bytes_total"}),
     (("nvmlDeviceGetClockInfo",), 0, {"sm_clock_hertz", "memory_clock_hertz"}),
     (("nvmlDeviceGetMaxClockInfo",), 0, {"sm_clock_max_hertz", "memory_clock_max_hertz"}),
     (("nvmlDeviceGetPerformanceState",), 0, {"performance_state"}),
@@ -119,7 +120,8 @@ CALL_SITES = [
     (("nvmlDeviceGetCurrPcieLinkWidth",), 0, {"pcie_link_width"}),
     (("nvmlDeviceGetMaxPcieLinkGeneration",), 0, {"pcie_link_max_generation"}),
     (("nvmlDeviceGetMaxPcieLinkWidth",), 0, {"pcie_link_max_width"}),
-    (_binding_calls("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"), 0, {"processes"}),
+    (_binding_calls("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"), 0,
+     {"processes", "processes_stale"}),
     (("nvmlDeviceGetMigMode",), 1, {"mig_enabled", "mig_instances"}),
     (("nvmlDeviceGetMaxMigDeviceCount",), 1, {"mig_instances"}),
     (("nvmlDeviceGetMigDeviceHandleByIndex",), 1, {"mig_instances"}),
@@ -503,8 +505,14 @@ def test_the_mig_layout_is_cached_and_refreshed(make):
     assert rig.lib.calls[("nvmlDeviceGetMigDeviceHandleByIndex", 1)] == 2 * layout_calls
 
 
-def test_pcie_throughput_is_polled_off_the_tick(make):
+def without_pcie_counters(rig: Rig) -> None:
+    for field in ("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES"):
+        rig.lib.inject(field, error="NOT_SUPPORTED")
+
+
+def test_pcie_throughput_is_polled_off_the_tick_where_the_gpu_has_no_byte_counters(make):
     rig = make(pcie_poll_interval=0.05)
+    without_pcie_counters(rig)
     rig.lib.inject("nvmlDeviceGetPcieThroughput", hang=0.2)
     slowest = 0.0
     for _ in range(5):
@@ -519,11 +527,87 @@ def test_pcie_throughput_is_polled_off_the_tick(make):
 
 def test_pcie_throughput_is_absent_where_unsupported(make):
     rig = make(pcie_poll_interval=0.01)
+    without_pcie_counters(rig)
     rig.lib.inject("nvmlDeviceGetPcieThroughput", gpu=1, error="NOT_SUPPORTED")
     wait_for(lambda: rig.tick(0).gpus[0].pcie_rx_bytes_per_second)
     time.sleep(0.1)
     g1 = rig.tick(0).gpus[1]
     assert g1.pcie_tx_bytes_per_second is None and g1.pcie_rx_bytes_per_second is None
+
+
+BURST = """
+gpus:
+  - name: H100
+    memory_total: 80GiB
+    power_limit: 700
+    pcie_tx: {steps: [[0s, 0], [1.5s, 4GiB], [1.6s, 0]]}
+    pcie_rx: 1GiB
+"""
+
+
+def test_pcie_rates_come_from_the_byte_counters_and_see_a_burst_between_two_reads(make):
+    """A 100 ms burst at 4 GiB/s between two ticks moves 0.4 GiB: the cumulative counters give exactly that
+    average over the tick; a 20 ms sample every few seconds (the old reading) misses it or blows it up."""
+    rig = make(BURST, pcie_poll_interval=0.05)
+    first = rig.tick()  # t = 1: counters read, no rate yet
+    assert first.gpus[0].pcie_tx_bytes_per_second is None and first.gpus[0].pcie_tx_bytes_total is not None
+    second = rig.tick()  # t = 2
+    g = second.gpus[0]
+    assert g.pcie_tx_bytes_per_second == pytest.approx(0.4 * GIB, rel=0.01)
+    assert g.pcie_rx_bytes_per_second == pytest.approx(1 * GIB, rel=0.001)
+    assert g.pcie_tx_bytes_total - first.gpus[0].pcie_tx_bytes_total == pytest.approx(0.4 * GIB, rel=0.01)
+    time.sleep(0.1)  # a poll that started before the first tick found the counters finishes
+    polls = rig.lib.calls[("nvmlDeviceGetPcieThroughput", 0)]
+    time.sleep(0.3)
+    rig.tick(0)
+    assert rig.lib.calls[("nvmlDeviceGetPcieThroughput", 0)] == polls  # a GPU with counters is not polled
+
+
+def test_memory_temperature_zero_is_a_missing_sensor_not_zero_degrees(make):
+    rig = make(BURST.replace("pcie_rx: 1GiB", "pcie_rx: 1GiB\n    memory_temperature: 0"))
+    assert rig.tick().gpus[0].memory_temperature_celsius is None
+    assert make().tick().gpus[0].memory_temperature_celsius == 78  # golden: a real reading stays
+
+
+@pytest.mark.parametrize("error", ["INSUFFICIENT_SIZE", "NO_DATA", "TIMEOUT"])
+def test_a_failed_process_query_keeps_the_last_list_marked_stale(make, error):
+    """INSUFFICIENT_SIZE on the binding's second call (processes doubled between its two calls) or any
+    transient error must not read as "no processes": the last list stays, marked stale, until a read works."""
+    rig = make()
+    fresh = rig.tick().gpus[0]
+    assert [p.pid for p in fresh.processes] == [1001, 1002] and fresh.processes_stale is False
+    # INSUFFICIENT_SIZE twice: the size query as usual, then the list query again (the list outgrew it)
+    rig.lib.inject("nvmlDeviceGetComputeRunningProcesses_v3", gpu=0, error=error, calls=2 if error == "INSUFFICIENT_SIZE" else 1)
+    stale = rig.tick().gpus[0]
+    assert stale.up and stale.processes == fresh.processes and stale.processes_stale is True
+    again = rig.tick().gpus[0]
+    assert again.processes == fresh.processes and again.processes_stale is False
+
+
+def test_mig_instances_list_their_own_processes_when_the_whole_gpu_list_is_denied(make):
+    """With MIG enabled, the device-level process list needs privileges the service user may lack
+    (NO_PERMISSION): each MIG device handle lists its own processes, so workloads are attributed per
+    instance and the GPU's process figures are their union."""
+    rig = make()
+    for call in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"):
+        rig.lib.inject(call, gpu=1, error="NO_PERMISSION", mig=False)
+    g1 = rig.tick().gpus[1]
+    per_instance = {m.gpu_instance_id: [(p.pid, p.used_memory_bytes) for p in m.processes] for m in g1.mig_instances}
+    assert per_instance == {1: [(2001, 20 * GIB)], 2: [(2002, 10 * GIB)]}
+    assert sorted(p.pid for p in g1.processes) == [2001, 2002]
+    assert rig.tick().gpus[1].mig_instances[0].processes == g1.mig_instances[0].processes
+
+
+def test_an_unknown_error_at_event_registration_rebuilds_the_event_set(make):
+    """nvml.h: NVML_ERROR_UNKNOWN from nvmlDeviceRegisterEvents leaves the set in an undefined state: it is
+    freed and a new one built, and every GPU (the failing one included, on the retry) gets its XIDs."""
+    rig = make()
+    rig.lib.inject("nvmlDeviceRegisterEvents", gpu=1, error="UNKNOWN", calls=1)  # before the session starts
+    wait_for(lambda: rig.tick(0).gpus[0].xid_errors_total)
+    assert len(rig.lib._event_sets) == 1 and rig.lib.calls[("nvmlEventSetFree", None)] == 1
+    rig.lib.inject_xid(1, 31)
+    sample = wait_for(lambda: (s := rig.tick(0)).gpus[1].xid_errors_total and s)
+    assert sample.gpus[1].xid_errors_total == {31: 1} and sample.gpus[0].xid_errors_total == {13: 1}
 
 
 def test_a_steady_tick_costs_at_most_sixteen_nvml_entry_point_calls_per_gpu(make):
@@ -535,7 +619,8 @@ def test_a_steady_tick_costs_at_most_sixteen_nvml_entry_point_calls_per_gpu(make
     before = [rig.calls_on(0), rig.calls_on(1)]
     rig.tick()
     per_gpu = [rig.calls_on(0) - before[0], rig.calls_on(1) - before[1]]
-    assert max(per_gpu) <= 16, per_gpu
+    # GPU 1 has two MIG instances: two more calls each for their own process lists
+    assert per_gpu[0] <= 16 and per_gpu[1] <= 16 + 2 * 2, per_gpu
 
 
 def test_close_returns_and_stops_its_threads_while_a_call_is_stuck_in_nvml(make):

@@ -123,8 +123,13 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gpu("headroom_gpu_clock_event_seconds_total", COUNTER, "seconds", (*G, "reason"),
          "Seconds the clock-event reason was active, accumulated at every tick."),
     _gpu("headroom_gpu_pcie_throughput_bytes_per_second", GAUGE, "bytes", (*G, "direction"),
-         "PCIe throughput (direction tx: GPU to host, rx: host to GPU), polled outside the tick because NVML "
-         "measures it over a blocking 20 ms window; refreshed every collectors.nvml.pcie_poll_interval."),
+         "PCIe throughput (direction tx: GPU to host, rx: host to GPU). Where the GPU counts PCIe bytes "
+         "(headroom_gpu_pcie_bytes_total present) the exact average over the last tick; otherwise a sampled "
+         "estimate: one blocking 20 ms NVML window per direction every collectors.nvml.pcie_poll_interval "
+         "(0.4 % of the time at 5 s), polled outside the tick, so short bursts can be missed or over-weighted."),
+    _gpu("headroom_gpu_pcie_bytes_total", COUNTER, "bytes", (*G, "direction"),
+         "PCIe bytes moved since the driver was loaded (NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES); absent where the "
+         "GPU does not count them."),
     _gpu("headroom_gpu_pcie_link_generation", GAUGE, "", G, "Current PCIe link generation."),
     _gpu("headroom_gpu_pcie_link_max_generation", GAUGE, "", G, "Maximum PCIe link generation of GPU and slot."),
     _gpu("headroom_gpu_pcie_link_width", GAUGE, "", G, "Current PCIe link width (lanes)."),
@@ -132,7 +137,13 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gpu("headroom_gpu_processes", GAUGE, "", G, "Compute processes running on the GPU."),
     _gpu("headroom_gpu_process_memory_used_bytes", GAUGE, "bytes", G,
          "Device memory used by compute processes, summed (per-process figures go to workload metrics)."),
+    _gpu("headroom_gpu_processes_stale", GAUGE, "", G,
+         "1 when this tick's process query failed and the process figures are the last list read; 0 when fresh."),
     _gpu("headroom_gpu_mig_enabled", GAUGE, "", G, "1 when MIG mode is enabled."),
+    _gpu("headroom_gpu_mig_processes", GAUGE, "", (*G, "gpu_instance", "mig_uuid"),
+         "Compute processes running in a MIG instance (queried through its MIG device handle)."),
+    _gpu("headroom_gpu_mig_process_memory_used_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
+         "Device memory used by the compute processes of a MIG instance, summed."),
     _gpu("headroom_gpu_mig_memory_used_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
          "Device memory used by a MIG instance."),
     _gpu("headroom_gpu_mig_memory_total_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),

@@ -245,6 +245,7 @@ class _Fault:
     start: float | None
     until: float | None
     calls: int | None  # remaining; None = unlimited
+    mig: bool = True  # also on MIG device handles of the GPU
 
 
 def _fault(spec: FaultSpec) -> _Fault:
@@ -341,15 +342,17 @@ class NvmlDriver:
         calls: int | None = None,
         start: float | None = None,
         until: float | None = None,
+        mig: bool = True,
     ) -> None:
         """Make ``call`` (an entry point, the binding's name for one, or an NVML_FI_* field of
         nvmlDeviceGetFieldValues; on ``gpu``, or on any GPU) return ``error`` and/or block ``hang`` seconds.
 
-        ``calls``: only the next N matching calls; ``start``/``until``: a window in scenario seconds.
+        ``calls``: only the next N matching calls; ``start``/``until``: a window in scenario seconds;
+        ``mig=False``: only on the GPU's own handle, not on its MIG device handles.
         """
         code = error_code(error) if error is not None else None
         with self._lock:
-            self._faults.append(_Fault(ALIASES.get(call, call), gpu, code, hang, start, until, calls))
+            self._faults.append(_Fault(ALIASES.get(call, call), gpu, code, hang, start, until, calls, mig))
 
     def clear(self, call: str | None = None) -> None:
         """Remove injected and scenario faults (all, or those for ``call``) and release hung calls."""
@@ -396,7 +399,7 @@ class NvmlDriver:
             buffer = self._error_strings[code] = ctypes.create_string_buffer(_ERROR_TEXT.get(code, "Unknown Error").encode())
         return ctypes.addressof(buffer)
 
-    def _enter(self, name: str, gpu: int | None, query_gpu: GpuSpec | None = None) -> None:
+    def _enter(self, name: str, gpu: int | None, query_gpu: GpuSpec | None = None, mig: bool = False) -> None:
         """Count the call, then apply library state, faults and NOT_SUPPORTED; raises _Return."""
         now = self.clock()
         hang, error = 0.0, None
@@ -407,7 +410,7 @@ class NvmlDriver:
                 error = _E["UNINITIALIZED"]
             else:
                 for f in self._faults:
-                    if f.call != name or (f.gpu is not None and f.gpu != gpu):
+                    if f.call != name or (f.gpu is not None and f.gpu != gpu) or (mig and not f.mig):
                         continue
                     if (f.start is not None and now < f.start) or (f.until is not None and now >= f.until):
                         continue
@@ -442,7 +445,7 @@ class NvmlDriver:
         except _Return:
             self._enter(name, None)
             raise
-        self._enter(name, gpu.index, gpu)
+        self._enter(name, gpu.index, gpu, mig=slot is not None)
         if slot is not None and not allow_mig:
             raise _Return(_E["NOT_SUPPORTED"])
         return gpu
@@ -621,18 +624,20 @@ class NvmlDriver:
         return int(energy)
 
     def _pcie_bytes_total(self, gpu: GpuSpec, direction: str) -> int:
-        """Cumulative PCIe bytes: the pcie_tx/pcie_rx rate signal integrated over scenario time."""
+        """Cumulative PCIe bytes: the pcie_tx/pcie_rx rate signal integrated over scenario time, in 10 ms
+        steps (a burst between two reads is counted, as the hardware counter counts it)."""
         now = self.clock()
         signal = gpu.signals.get(f"pcie_{direction}")
-        rate = signal.at(now) if signal is not None else 0.0
         with self._lock:
             last = self._pcie_bytes.get((gpu.index, direction))
             if last is None:
                 total = 0.0
             else:
                 t0, b0 = last
-                r0 = signal.at(t0) if signal is not None else 0.0
-                total = b0 + max(0.0, now - t0) * (r0 + rate) / 2
+                span = max(0.0, now - t0)
+                steps = max(1, min(1000, round(span / 0.01)))
+                width = span / steps
+                total = b0 + (sum(signal.at(t0 + (i + 0.5) * width) for i in range(steps)) * width if signal is not None else 0.0)
             if last is None or now >= last[0]:
                 self._pcie_bytes[(gpu.index, direction)] = (now, total)
             else:
@@ -698,9 +703,17 @@ class NvmlDriver:
         return out
 
     def _processes(self, name: str, struct: Any, handle: int, count: int, infos: int | None) -> None:
-        """The two-call protocol: *count too small (or infos NULL) -> INSUFFICIENT_SIZE with the size needed."""
-        gpu = self._device(name, handle)
+        """The two-call protocol: *count too small (or infos NULL) -> INSUFFICIENT_SIZE with the size needed.
+
+        On a MIG device handle: the processes of that instance; on a MIG-enabled GPU's handle: all of them,
+        with their instance ids (a privileged caller's view; inject NO_PERMISSION for the other)."""
+        gpu = self._device(name, handle, allow_mig=True)
+        _, slot = self._gpu(handle)
         table = self._process_table(gpu, self.clock())
+        instance_of = {pid: m for m in gpu.mig_instances for pid in m.processes}
+        if slot is not None:
+            mine = gpu.mig_instances[slot]
+            table = [row for row in table if instance_of.get(row[0]) is mine]
         capacity = _struct(c_uint, count).value
         _put(c_uint, count, len(table))
         if not table:
@@ -712,7 +725,9 @@ class NvmlDriver:
             slot.pid = pid
             slot.usedGpuMemory = NOT_AVAILABLE if used is None else used
             if struct is ProcessInfo:
-                slot.gpuInstanceId = slot.computeInstanceId = 0xFFFFFFFF
+                mig = instance_of.get(pid)
+                slot.gpuInstanceId = 0xFFFFFFFF if mig is None else mig.gpu_instance_id
+                slot.computeInstanceId = 0xFFFFFFFF if mig is None else mig.compute_instance_id
 
     def _process_utilization(self, handle: int, samples: int | None, count: int, last_seen: int) -> None:
         """Samples newer than ``last_seen`` for processes that used the SM (an idle process gets none, as

@@ -48,6 +48,7 @@ UNSUPPORTABLE_QUERIES: frozenset[str] = frozenset({
     "utilization", "memory_info", "power", "power_limit", "energy", "temperature", "memory_temperature",
     "clocks", "performance_state", "fan_speed", "clock_events", "pcie_link", "pcie_throughput",
     "processes", "process_utilization", "mig", "ecc", "remapped_rows", "xid_events",
+    "pcie_counters",  # cumulative PCIe byte counters (field values); without them the 20 ms sample is polled
 })  # fmt: skip
 
 # GPU signal name -> unit kind (see _parse_unit)
@@ -208,6 +209,7 @@ class MigInstanceSpec:
     uuid: str
     memory_total: int
     memory_used: Signal
+    processes: tuple[int, ...] = ()  # pids (of the GPU's processes) running in this instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -773,13 +775,20 @@ class _Parser:
             mig_enabled = self.boolean(m["enabled"], f"{path}.mig.enabled")
             for i, item in enumerate(self.sequence(m["instances"], f"{path}.mig.instances") if "instances" in m else []):
                 ipath = f"{path}.mig.instances[{i}]"
-                mi = self.mapping(item, ipath, {"gpu_instance_id", "compute_instance_id", "uuid", "memory_total", "memory_used"}, ("gpu_instance_id", "memory_total"))
+                mi = self.mapping(item, ipath, {"gpu_instance_id", "compute_instance_id", "uuid", "memory_total", "memory_used", "processes"}, ("gpu_instance_id", "memory_total"))
+                mig_pids = []
+                for j, pid_node in enumerate(self.sequence(mi["processes"], f"{ipath}.processes") if "processes" in mi else []):
+                    pid = self.integer(pid_node, f"{ipath}.processes[{j}]", minimum=1)
+                    if pid not in {p.pid for p in processes}:
+                        raise self.error(pid_node, f"{ipath}.processes[{j}]", f"pid {pid} is not one of this GPU's processes")
+                    mig_pids.append(pid)
                 mig_instances.append(MigInstanceSpec(
                     gpu_instance_id=self.integer(mi["gpu_instance_id"], f"{ipath}.gpu_instance_id"),
                     compute_instance_id=self.integer(mi["compute_instance_id"], f"{ipath}.compute_instance_id") if "compute_instance_id" in mi else 0,
                     uuid=self.string(mi["uuid"], f"{ipath}.uuid") if "uuid" in mi else _fake_uuid("MIG", self.seed, index, i),
                     memory_total=int(self.unit(mi["memory_total"], f"{ipath}.memory_total", "size")),
                     memory_used=self.signal(mi["memory_used"], f"{ipath}.memory_used", "size") if "memory_used" in mi else constant(0),
+                    processes=tuple(mig_pids),
                 ))  # fmt: skip
             if mig_instances and not mig_enabled:
                 raise self.error(m["instances"], f"{path}.mig.instances", "instances need enabled: true")

@@ -184,6 +184,11 @@ def _address(handle: Any) -> int | None:
         return None
 
 
+def _memory_of(process: Any) -> int | None:
+    used = getattr(process, "usedGpuMemory", None)
+    return None if used is None or used == _NOT_AVAILABLE else int(used)
+
+
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
@@ -306,6 +311,7 @@ class _PciePoller(threading.Thread):
         self.lib, self.targets, self.interval, self.stop = lib, targets, interval, stop
         self.values: dict[str, tuple[float | None, float | None]] = {}
         self.unsupported: set[str] = set()
+        self.counted: set[str] = set()  # GPUs with cumulative PCIe counters: not polled
 
     def _read(self, handle: Any, counter: int) -> float | None:
         try:
@@ -317,7 +323,7 @@ class _PciePoller(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            targets = [t for t in self.targets if t[0] not in self.unsupported]
+            targets = [t for t in self.targets if t[0] not in self.unsupported and t[0] not in self.counted]
             if not targets:
                 self.stop.wait(self.interval)
                 continue
@@ -350,24 +356,52 @@ class _XidWatcher(threading.Thread):
         finally:
             self.ready.set()
 
-    def _run(self) -> None:
-        try:
-            event_set = self.lib.nvmlEventSetCreate()
-        except (pynvml.NVMLError, AttributeError) as exc:
-            log.info("nvml_xid_events_unavailable", error=describe(exc))
-            return
-        try:
+    def _register(self) -> tuple[Any, dict[int | None, str]] | None:
+        """A new event set with every target registered for XIDs; (set, handle address -> uuid), or None.
+
+        NVML_ERROR_UNKNOWN from nvmlDeviceRegisterEvents leaves the event set undefined (nvml.h): it is
+        freed and a new one built, once; a GPU that fails again is left without XIDs.
+        """
+        for attempt in range(2):
+            try:
+                event_set = self.lib.nvmlEventSetCreate()
+            except (pynvml.NVMLError, AttributeError) as exc:
+                log.info("nvml_xid_events_unavailable", error=describe(exc))
+                return None
             by_address: dict[int | None, str] = {}
+            self.registered.clear()
+            rebuild = False
             for uuid, handle in self.targets:
                 try:
                     self.lib.nvmlDeviceRegisterEvents(handle, _XID_EVENT, event_set)
                 except pynvml.NVMLError as exc:
+                    if exc.value == _ERR["UNKNOWN"] and attempt == 0:
+                        rebuild = True
+                        log.warning("nvml_xid_event_set_rebuilt", uuid=uuid, error=describe(exc))
+                        break
                     log.debug("nvml_xid_events_unsupported", uuid=uuid, error=describe(exc))
                     continue
                 by_address[_address(handle)] = uuid
                 with self.lock:
                     self.counts.setdefault(uuid, {})
                 self.registered.add(uuid)
+            if not rebuild:
+                return event_set, by_address
+            self._free(event_set)
+        return None
+
+    def _free(self, event_set: Any) -> None:
+        try:
+            self.lib.nvmlEventSetFree(event_set)
+        except pynvml.NVMLError:
+            pass
+
+    def _run(self) -> None:
+        made = self._register()
+        if made is None:
+            return
+        event_set, by_address = made
+        try:
             self.ready.set()
             if not self.registered:
                 return
@@ -432,6 +466,7 @@ class NvmlCollector(Collector):
         self._xid: _XidWatcher | None = None
         # accumulators, keyed by uuid so they survive index changes and re-init
         self._last_read: dict[str, float] = {}
+        self._pcie_last: dict[str, tuple[float, int, int]] = {}  # uuid -> (read at, tx bytes, rx bytes)
         self._busy: dict[str, float] = {}
         self._clock_event_seconds: dict[str, dict[str, float]] = {}
         self._xid_counts: dict[str, dict[int, int]] = {}
@@ -517,6 +552,7 @@ class NvmlCollector(Collector):
         self._session = False
         self._gpus = []
         self._last_read.clear()
+        self._pcie_last.clear()
         self._init_backoff.failed(now)
         if self._down_error is None:
             log.error("nvml_down", error=reason)
@@ -580,6 +616,7 @@ class NvmlCollector(Collector):
         gpu.up, gpu.error = False, error
         gpu.backoff.failed(now)
         self._last_read.pop(gpu.uuid or f"index:{gpu.index}", None)
+        self._pcie_last.pop(gpu.uuid or f"index:{gpu.index}", None)
 
     def _read(self, gpu: _Gpu, now: float) -> samples.GpuSample:
         """One GpuSample: a full read when up, a re-probe with backoff when down."""
@@ -635,14 +672,14 @@ class NvmlCollector(Collector):
         link_width = gpu.value("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", h)
         link_max_gen = gpu.cached("pcie_link_max_generation", "nvmlDeviceGetMaxPcieLinkGeneration", h)
         link_max_width = gpu.cached("pcie_link_max_width", "nvmlDeviceGetMaxPcieLinkWidth", h)
-        processes = self._processes(gpu)
         mig_enabled, mig = self._mig(gpu, now)
+        processes, processes_stale = self._processes(gpu, mig)
 
         if mem is not None and gpu.memory_total is None:
             gpu.memory_total = int(mem.total)
         utilization = util.gpu / 100 if util is not None else None
         busy, event_seconds = self._accumulate(gpu.uuid or f"index:{gpu.index}", now, utilization, clock_events)
-        tx, rx = self._pcie.values.get(gpu.uuid, (None, None)) if self._pcie is not None else (None, None)
+        tx, rx = self._pcie_rates(gpu, now, fields[8], fields[9])
         with self._xid_lock:
             xids = dict(self._xid_counts[gpu.uuid]) if gpu.uuid in self._xid_counts else {}
         return samples.GpuSample(
@@ -661,7 +698,8 @@ class NvmlCollector(Collector):
             power_limit_watts=limit / 1000 if limit is not None else None,
             energy_joules_total=fields[1] / 1000 if fields[1] is not None else None,
             temperature_celsius=float(temperature) if temperature is not None else None,
-            memory_temperature_celsius=float(fields[0]) if fields[0] is not None else None,
+            # boards without the sensor answer 0 rather than NOT_SUPPORTED: no memory is at 0 degC while powered
+            memory_temperature_celsius=float(fields[0]) if fields[0] else None,
             sm_clock_hertz=sm_clock * 1e6 if sm_clock is not None else None,
             sm_clock_max_hertz=sm_max * 1e6 if sm_max is not None else None,
             memory_clock_hertz=mem_clock * 1e6 if mem_clock is not None else None,
@@ -672,11 +710,14 @@ class NvmlCollector(Collector):
             clock_events_seconds_total=event_seconds,
             pcie_tx_bytes_per_second=tx,
             pcie_rx_bytes_per_second=rx,
+            pcie_tx_bytes_total=fields[8],
+            pcie_rx_bytes_total=fields[9],
             pcie_link_generation=link_gen,
             pcie_link_width=link_width,
             pcie_link_max_generation=link_max_gen,
             pcie_link_max_width=link_max_width,
             processes=processes,
+            processes_stale=processes_stale,
             mig_enabled=mig_enabled,
             mig_instances=mig,
             xid_errors_total=xids,
@@ -728,21 +769,39 @@ class NvmlCollector(Collector):
             return {}
         return {name: bool(current & bit) for name, bit in CLOCK_EVENT_REASONS if supported & bit}
 
-    def _processes(self, gpu: _Gpu) -> tuple[samples.GpuProcess, ...]:
-        procs = gpu.first((
-            ("processes_v3", "nvmlDeviceGetComputeRunningProcesses_v3", (gpu.handle,)),
-            ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2", (gpu.handle,)),
-        ))  # fmt: skip
+    def _process_list(self, gpu: _Gpu, handle: Any, prefix: str = "") -> tuple[list[Any] | None, bool]:
+        """(processes on ``handle``, failed): the list, or None when this handle cannot list them
+        (unsupported, no permission); failed is True when the query failed this tick (transient)."""
+        for key, function in (("processes_v3", "nvmlDeviceGetComputeRunningProcesses_v3"),
+                              ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2")):  # fmt: skip
+            procs = gpu.query(prefix + key, function, handle)
+            if procs is _ABSENT:
+                continue
+            return procs, procs is None
+        return None, False
+
+    def _processes(self, gpu: _Gpu, mig: tuple[samples.MigInstance, ...]) -> tuple[tuple[samples.GpuProcess, ...], bool | None]:
+        """(processes, stale). A transient failure (INSUFFICIENT_SIZE when processes doubled between the
+        binding's two calls, or any error) keeps the last list, marked stale: never "no processes". On a
+        MIG-enabled GPU whose device-level list is denied (NO_PERMISSION without privileges), the processes
+        are those of its MIG instances."""
+        procs, failed = self._process_list(gpu, gpu.handle)
+        if failed:
+            last = gpu.cache.get("processes_last")
+            return (last, True) if last is not None else ((), None)
+        if procs is None:
+            merged = {p.pid: p for m in mig for p in m.processes}
+            return tuple(merged.values()), (None if not mig else False)
         sm = self._process_utilization(gpu) if procs else None
         out = []
-        for p in procs or ():
-            used = getattr(p, "usedGpuMemory", None)
+        for p in procs:
             pid = int(p.pid)
             # a process on the GPU without a sample ran no kernel since the last read: 0, where sampling works
             ratio = None if sm is None else sm.get(pid, 0.0)
-            out.append(samples.GpuProcess(pid=pid, used_memory_bytes=None if used is None or used == _NOT_AVAILABLE else int(used),
-                                          sm_utilization_ratio=ratio))  # fmt: skip
-        return tuple(out)
+            out.append(samples.GpuProcess(pid=pid, used_memory_bytes=_memory_of(p), sm_utilization_ratio=ratio))
+        result = tuple(out)
+        gpu.cache["processes_last"] = result
+        return result, False
 
     def _process_utilization(self, gpu: _Gpu) -> dict[int, float] | None:
         """pid -> SM utilization (0-1) averaged over NVML's samples since the last tick; None when this GPU
@@ -801,12 +860,22 @@ class NvmlCollector(Collector):
             if mem is _ABSENT:  # instance gone: re-read the layout next tick
                 gpu.cache.pop("mig", None)
                 mem = None
+            # the instance's own processes: attributed per instance, and readable without the device-level
+            # privileges a MIG-enabled GPU asks for its whole-GPU list
+            procs, failed = self._process_list(gpu, m.handle, prefix=f"mig:{m.uuid}:")
+            key = f"mig_processes:{m.uuid}"
+            if failed:
+                processes = gpu.cache.get(key, ())
+            else:
+                processes = tuple(samples.GpuProcess(pid=int(p.pid), used_memory_bytes=_memory_of(p)) for p in procs or ())
+                gpu.cache[key] = processes
             out.append(samples.MigInstance(
                 gpu_instance_id=m.gpu_instance_id,
                 compute_instance_id=m.compute_instance_id,
                 uuid=m.uuid,
                 memory_used_bytes=int(mem.used) if mem is not None else None,
                 memory_total_bytes=int(mem.total) if mem is not None else None,
+                processes=processes,
             ))  # fmt: skip
         return enabled, tuple(out)
 
@@ -824,6 +893,24 @@ class NvmlCollector(Collector):
                 continue
             out.append(_Mig(handle, _text(uuid), int(gi), None if ci in (None, _ABSENT) else int(ci)))
         return out
+
+    def _pcie_rates(self, gpu: _Gpu, now: float, tx_total: int | None, rx_total: int | None) -> tuple[float | None, float | None]:
+        """PCIe bytes/s: exact averages over the last tick from the cumulative counters where the GPU has
+        them (the poller then leaves that GPU alone); otherwise the poller's last 20 ms sample."""
+        if tx_total is None or rx_total is None:
+            if self._pcie is None:
+                return None, None
+            self._pcie.counted.discard(gpu.uuid)
+            return self._pcie.values.get(gpu.uuid, (None, None))
+        if self._pcie is not None:
+            self._pcie.counted.add(gpu.uuid)
+        key = gpu.uuid or f"index:{gpu.index}"
+        last = self._pcie_last.get(key)
+        self._pcie_last[key] = (now, tx_total, rx_total)
+        if last is None or now <= last[0] or tx_total < last[1] or rx_total < last[2]:
+            return None, None  # first read, or the counters were reset (driver reload)
+        dt = now - last[0]
+        return (tx_total - last[1]) / dt, (rx_total - last[2]) / dt
 
     def _accumulate(self, uuid: str, now: float, utilization: float | None, events: dict[str, bool]) -> tuple[float | None, dict[str, float]]:
         """Add this interval to busy seconds and clock-event seconds; return the totals.
