@@ -27,7 +27,7 @@ system-deps:
 
 # The oldest nvidia-ml-py pyproject.toml accepts: the GPU tests run again on it (the newest is the venv's).
 MIN_NVML := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproject.toml)
-NVML_TESTS := tests/test_nvml_driver.py tests/test_nvml_collector.py tests/test_nvml_binding.py
+NVML_TESTS := tests/test_nvml_driver.py tests/test_nvml_collector.py tests/test_nvml_binding.py tests/test_gpm_nvlink.py
 
 .binding/$(MIN_NVML)/pynvml.py: pyproject.toml | venv
 	rm -rf .binding/$(MIN_NVML) && mkdir -p .binding/$(MIN_NVML)

@@ -222,6 +222,16 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class NvLink:
+    """One NVLink link of a GPU: state and cumulative data bytes (NVML field values, per link)."""
+
+    link: int
+    up: bool
+    tx_bytes_total: int | None = None
+    rx_bytes_total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MigInstance:
     gpu_instance_id: int
     compute_instance_id: int | None
@@ -274,6 +284,13 @@ class GpuSample:
     pcie_link_width: int | None = None
     pcie_link_max_generation: int | None = None
     pcie_link_max_width: int | None = None
+    # GPM (Hopper and later), averaged over the last tick; None where the GPU has no GPM
+    sm_active_ratio: float | None = None  # share of SMs busy: what "utilization" does not say
+    sm_occupancy_ratio: float | None = None  # resident warps / the SMs' maximum
+    tensor_active_ratio: float | None = None  # share of time tensor cores were busy
+    dram_active_ratio: float | None = None  # memory bandwidth used / peak
+    nvlink_links: tuple[NvLink, ...] = ()  # empty without NVLink
+    nvlink_version: int | None = None  # NVLink generation (sets the per-link bandwidth)
     processes: tuple[GpuProcess, ...] = ()
     # True when this tick's process query failed and ``processes`` is the last list read (None: no list)
     processes_stale: bool | None = None

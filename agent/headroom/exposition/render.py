@@ -191,6 +191,14 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
         w.add("headroom_gpu_pcie_link_max_generation", g.pcie_link_max_generation, *ids)
         w.add("headroom_gpu_pcie_link_width", g.pcie_link_width, *ids)
         w.add("headroom_gpu_pcie_link_max_width", g.pcie_link_max_width, *ids)
+        w.add("headroom_gpu_sm_active_ratio", g.sm_active_ratio, *ids)
+        w.add("headroom_gpu_sm_occupancy_ratio", g.sm_occupancy_ratio, *ids)
+        w.add("headroom_gpu_tensor_active_ratio", g.tensor_active_ratio, *ids)
+        w.add("headroom_gpu_dram_active_ratio", g.dram_active_ratio, *ids)
+        for link in g.nvlink_links:
+            w.add("headroom_gpu_nvlink_link_up", link.up, *ids, str(link.link))
+            w.add("headroom_gpu_nvlink_bytes_total", link.tx_bytes_total, *ids, str(link.link), "tx")
+            w.add("headroom_gpu_nvlink_bytes_total", link.rx_bytes_total, *ids, str(link.link), "rx")
         w.add("headroom_gpu_processes", len(g.processes), *ids)
         known = [p.used_memory_bytes for p in g.processes if p.used_memory_bytes is not None]
         w.add("headroom_gpu_process_memory_used_bytes", sum(known) if known or not g.processes else None, *ids)

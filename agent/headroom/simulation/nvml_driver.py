@@ -47,7 +47,7 @@ from ctypes import (
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from headroom.simulation.scenario import CLOCK_EVENT_REASONS, FaultSpec
+from headroom.simulation.scenario import CLOCK_EVENT_REASONS, GPM_SIGNALS, FaultSpec
 
 if TYPE_CHECKING:
     from headroom.simulation.scenario import GpuSpec, Scenario
@@ -72,12 +72,20 @@ FI_ECC_DBE_VOL_TOTAL, FI_ECC_DBE_AGG_TOTAL = 4, 6
 FI_MEMORY_TEMP, FI_TOTAL_ENERGY_CONSUMPTION = 82, 83
 FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 142, 143, 144, 145
 FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES = 197, 198
+FI_NVLINK_LINK_COUNT = 91
+FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX = 138, 139  # KiB, per link (scopeId)
+# GPM metric ids (nvml.h NVML_GPM_METRIC_*) and the scenario signal each one reads (a percentage)
+GPM_METRICS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active"}
+GPM_SUPPORT_VERSION = GPM_METRICS_GET_VERSION = 1
 FIELD_NAMES = {
     "NVML_FI_DEV_ECC_DBE_VOL_TOTAL": FI_ECC_DBE_VOL_TOTAL, "NVML_FI_DEV_ECC_DBE_AGG_TOTAL": FI_ECC_DBE_AGG_TOTAL,
     "NVML_FI_DEV_MEMORY_TEMP": FI_MEMORY_TEMP, "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION": FI_TOTAL_ENERGY_CONSUMPTION,
     "NVML_FI_DEV_REMAPPED_COR": FI_REMAPPED_COR, "NVML_FI_DEV_REMAPPED_UNC": FI_REMAPPED_UNC,
     "NVML_FI_DEV_REMAPPED_PENDING": FI_REMAPPED_PENDING, "NVML_FI_DEV_REMAPPED_FAILURE": FI_REMAPPED_FAILURE,
     "NVML_FI_DEV_PCIE_COUNT_TX_BYTES": FI_PCIE_COUNT_TX_BYTES, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES": FI_PCIE_COUNT_RX_BYTES,
+    "NVML_FI_DEV_NVLINK_LINK_COUNT": FI_NVLINK_LINK_COUNT,
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX": FI_NVLINK_THROUGHPUT_DATA_TX,
+    "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX": FI_NVLINK_THROUGHPUT_DATA_RX,
 }  # fmt: skip
 # nvmlValueType_t
 VT_DOUBLE, VT_UINT, VT_ULONG, VT_ULONGLONG, VT_SLONGLONG, VT_SINT, VT_USHORT = range(7)
@@ -140,6 +148,19 @@ class TemperatureV1(ctypes.Structure):  # nvmlTemperature_v1_t
     _fields_ = [("version", c_uint), ("sensorType", c_int), ("temperature", c_int)]
 
 
+class GpmSupport(ctypes.Structure):  # nvmlGpmSupport_t
+    _fields_ = [("version", c_uint), ("isSupportedDevice", c_uint)]
+
+
+class GpmMetric(ctypes.Structure):  # nvmlGpmMetric_t
+    _fields_ = [("metricId", c_uint), ("nvmlReturn", c_int), ("value", c_double),
+                ("shortName", c_void_p), ("longName", c_void_p), ("unit", c_void_p)]  # fmt: skip
+
+
+class GpmMetricsGetHead(ctypes.Structure):  # nvmlGpmMetricsGet_t up to its metrics[NVML_GPM_METRIC_MAX]
+    _fields_ = [("version", c_uint), ("numMetrics", c_uint), ("sample1", c_void_p), ("sample2", c_void_p)]
+
+
 # ------------------------------------------------------------------------------------- stand-in state
 _DEVICE_BASE = 0x5EED_0000
 _EVENT_SET_BASE = 0x5EE7_0000
@@ -199,6 +220,9 @@ _FIELDS = {
     FI_REMAPPED_FAILURE: ("remapped_rows", VT_UINT),
     FI_PCIE_COUNT_TX_BYTES: ("pcie_counters", VT_ULONGLONG),
     FI_PCIE_COUNT_RX_BYTES: ("pcie_counters", VT_ULONGLONG),
+    FI_NVLINK_LINK_COUNT: ("nvlink", VT_UINT),
+    FI_NVLINK_THROUGHPUT_DATA_TX: ("nvlink", VT_ULONGLONG),
+    FI_NVLINK_THROUGHPUT_DATA_RX: ("nvlink", VT_ULONGLONG),
 }
 _VALUE_MEMBER = {VT_DOUBLE: "dVal", VT_UINT: "uiVal", VT_ULONG: "ulVal", VT_ULONGLONG: "ullVal",
                  VT_SLONGLONG: "sllVal", VT_SINT: "siVal", VT_USHORT: "usVal"}  # fmt: skip
@@ -306,6 +330,9 @@ class NvmlDriver:
         self._next_event_set = 0
         self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (t, millijoules)
         self._pcie_bytes: dict[tuple[int, str], tuple[float, float]] = {}  # (gpu, tx|rx) -> (t, bytes)
+        self._nvlink_bytes: dict[tuple[int, str], tuple[float, float]] = {}  # (gpu, tx|rx) -> (t, bytes, all links)
+        self._gpm_samples: dict[int, tuple[int, float] | None] = {}  # sample -> (gpu, taken at) or None (empty)
+        self._next_gpm_sample = 0
         self._error_strings: dict[int, ctypes.Array[Any]] = {}
         self._entries: dict[str, Any] = {}
         for name, argtypes, impl in self._table():
@@ -512,6 +539,13 @@ class NvmlDriver:
             ("nvmlDeviceGetTotalEccErrors", [H, U, U, P], self._total_ecc),
             ("nvmlDeviceGetRemappedRows", [H, P, P, P, P], self._remapped_rows),
             ("nvmlDeviceGetFieldValues", [H, INT, P], self._field_values),
+            ("nvmlDeviceGetNvLinkState", [H, U, P], self._nvlink_state),
+            ("nvmlDeviceGetNvLinkVersion", [H, U, P], self._nvlink_version),
+            ("nvmlGpmQueryDeviceSupport", [H, P], self._gpm_support),
+            ("nvmlGpmSampleAlloc", [P], self._gpm_sample_alloc),
+            ("nvmlGpmSampleFree", [H], self._gpm_sample_free),
+            ("nvmlGpmSampleGet", [H, H], self._gpm_sample_get),
+            ("nvmlGpmMetricsGet", [P], self._gpm_metrics_get),
             ("nvmlEventSetCreate", [P], self._event_set_create),
             ("nvmlDeviceRegisterEvents", [H, ULL, H], self._register_events),
             ("nvmlEventSetWait_v2", [H, P, U], self._event_set_wait),
@@ -623,13 +657,23 @@ class NvmlDriver:
                 energy = last[1]
         return int(energy)
 
-    def _pcie_bytes_total(self, gpu: GpuSpec, direction: str) -> int:
-        """Cumulative PCIe bytes: the pcie_tx/pcie_rx rate signal integrated over scenario time, in 10 ms
-        steps (a burst between two reads is counted, as the hardware counter counts it)."""
+    def _mean(self, gpu: GpuSpec, signal_name: str, t0: float, t1: float) -> float:
+        """The signal's mean over [t0, t1] of scenario time (10 ms steps); its value at t1 when t1 <= t0."""
+        signal = gpu.signals[signal_name]
+        span = t1 - t0
+        if span <= 0:
+            return signal.at(t1)
+        steps = max(1, min(1000, round(span / 0.01)))
+        return sum(signal.at(t0 + (i + 0.5) * span / steps) for i in range(steps)) / steps
+
+    def _pcie_bytes_total(self, gpu: GpuSpec, direction: str, kind: str = "pcie") -> int:
+        """Cumulative bytes: the pcie_tx/pcie_rx (or nvlink_tx/nvlink_rx) rate signal integrated over
+        scenario time, in 10 ms steps (a burst between two reads is counted, as the hardware counter does)."""
         now = self.clock()
-        signal = gpu.signals.get(f"pcie_{direction}")
+        signal = gpu.signals.get(f"{kind}_{direction}")
+        store = self._pcie_bytes if kind == "pcie" else self._nvlink_bytes
         with self._lock:
-            last = self._pcie_bytes.get((gpu.index, direction))
+            last = store.get((gpu.index, direction))
             if last is None:
                 total = 0.0
             else:
@@ -639,7 +683,7 @@ class NvmlDriver:
                 width = span / steps
                 total = b0 + (sum(signal.at(t0 + (i + 0.5) * width) for i in range(steps)) * width if signal is not None else 0.0)
             if last is None or now >= last[0]:
-                self._pcie_bytes[(gpu.index, direction)] = (now, total)
+                store[(gpu.index, direction)] = (now, total)
             else:
                 total = last[1]
         return int(total)
@@ -806,6 +850,9 @@ class NvmlDriver:
             fid = fv.fieldId
             fv.timestamp = int(now * 1e6)
             spec = _FIELDS.get(fid)
+            if spec is not None and spec[0] == "nvlink" and (not gpu.nvlink_links or (
+                    fid != FI_NVLINK_LINK_COUNT and not 0 <= fv.scopeId < gpu.nvlink_links)):
+                spec = None  # no NVLink, or no such link
             if spec is None:
                 fv.nvmlReturn = _E["NOT_SUPPORTED"]
                 continue
@@ -819,9 +866,9 @@ class NvmlDriver:
                 continue
             fv.valueType = vtype
             fv.nvmlReturn = SUCCESS
-            setattr(fv.value, _VALUE_MEMBER[vtype], self._field(gpu, fid))
+            setattr(fv.value, _VALUE_MEMBER[vtype], self._field(gpu, fid, fv.scopeId))
 
-    def _field(self, gpu: GpuSpec, fid: int) -> int:
+    def _field(self, gpu: GpuSpec, fid: int, scope: int = 0) -> int:
         cor, unc, pending, failure = gpu.remapped_rows
         if fid == FI_MEMORY_TEMP:
             return round(self._value(gpu, "memory_temperature", 40.0))
@@ -831,6 +878,13 @@ class NvmlDriver:
             return self._pcie_bytes_total(gpu, "tx")
         if fid == FI_PCIE_COUNT_RX_BYTES:
             return self._pcie_bytes_total(gpu, "rx")
+        if fid == FI_NVLINK_LINK_COUNT:
+            return gpu.nvlink_links
+        if fid in (FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX):
+            if scope in gpu.nvlink_down:
+                return 0
+            total = self._pcie_bytes_total(gpu, "tx" if fid == FI_NVLINK_THROUGHPUT_DATA_TX else "rx", "nvlink")
+            return total // max(1, gpu.nvlink_links - len(gpu.nvlink_down)) // 1024  # KiB on this link
         return {
             FI_ECC_DBE_VOL_TOTAL: gpu.ecc_uncorrected_volatile,
             FI_ECC_DBE_AGG_TOTAL: gpu.ecc_uncorrected_aggregate,
@@ -839,6 +893,76 @@ class NvmlDriver:
             FI_REMAPPED_PENDING: int(pending),
             FI_REMAPPED_FAILURE: int(failure),
         }[fid]
+
+    # ---------------------------------------------------------------------------------- NVLink, GPM
+    def _link(self, name: str, handle: int, link: int) -> GpuSpec:
+        gpu = self._device(name, handle)
+        if not gpu.nvlink_links:
+            raise _Return(_E["NOT_SUPPORTED"])
+        if not 0 <= link < gpu.nvlink_links:
+            raise _Return(_E["INVALID_ARGUMENT"])
+        return gpu
+
+    def _nvlink_state(self, handle: int, link: int, out: int) -> None:
+        gpu = self._link("nvmlDeviceGetNvLinkState", handle, link)
+        _put(c_uint, out, 0 if link in gpu.nvlink_down else 1)
+
+    def _nvlink_version(self, handle: int, link: int, out: int) -> None:
+        _put(c_uint, out, self._link("nvmlDeviceGetNvLinkVersion", handle, link).nvlink_version)
+
+    def _gpm_supported(self, gpu: GpuSpec) -> bool:
+        return "gpm" not in gpu.unsupported and any(s in gpu.signals for s in GPM_SIGNALS)
+
+    def _gpm_support(self, handle: int, out: int) -> None:
+        gpu = self._device("nvmlGpmQueryDeviceSupport", handle)
+        support = _struct(GpmSupport, out)
+        if support.version != GPM_SUPPORT_VERSION:
+            raise _Return(_E["ARGUMENT_VERSION_MISMATCH"])
+        support.isSupportedDevice = int(self._gpm_supported(gpu))
+
+    def _gpm_sample_alloc(self, out: int) -> None:
+        self._enter("nvmlGpmSampleAlloc", None)
+        with self._lock:
+            self._next_gpm_sample += 1
+            key = _EVENT_SET_BASE + 0x8000 + self._next_gpm_sample
+            self._gpm_samples[key] = None
+        _put(c_void_p, out, key)
+
+    def _gpm_sample_free(self, sample: int) -> None:
+        self._enter("nvmlGpmSampleFree", None)
+        with self._lock:
+            if self._gpm_samples.pop(sample or 0, False) is False:
+                raise _Return(_E["INVALID_ARGUMENT"])
+
+    def _gpm_sample_get(self, handle: int, sample: int) -> None:
+        """A snapshot of the GPU's counters (non-blocking): here, which GPU and when."""
+        gpu = self._device("nvmlGpmSampleGet", handle)
+        if not self._gpm_supported(gpu):
+            raise _Return(_E["NOT_SUPPORTED"])
+        with self._lock:
+            if (sample or 0) not in self._gpm_samples:
+                raise _Return(_E["INVALID_ARGUMENT"])
+            self._gpm_samples[sample] = (gpu.index, self.clock())
+
+    def _gpm_metrics_get(self, request: int) -> None:
+        """Each requested metric averaged between the two samples (the scenario signal, in percent)."""
+        self._enter("nvmlGpmMetricsGet", None)
+        head = _struct(GpmMetricsGetHead, request)
+        if head.version != GPM_METRICS_GET_VERSION:
+            raise _Return(_E["ARGUMENT_VERSION_MISMATCH"])
+        with self._lock:
+            first, second = self._gpm_samples.get(head.sample1 or 0), self._gpm_samples.get(head.sample2 or 0)
+        if first is None or second is None or first[0] != second[0] or second[1] <= first[1]:
+            raise _Return(_E["INVALID_ARGUMENT"])
+        gpu = self._gpus[first[0]]
+        metrics = (GpmMetric * head.numMetrics).from_address(request + ctypes.sizeof(GpmMetricsGetHead))
+        for metric in metrics:
+            signal = GPM_METRICS.get(metric.metricId)
+            if signal is None or signal not in gpu.signals:
+                metric.nvmlReturn = _E["NOT_SUPPORTED"]
+                continue
+            metric.nvmlReturn = SUCCESS
+            metric.value = 100.0 * self._mean(gpu, signal, first[1], second[1])
 
     # ------------------------------------------------------------------------------------- events
     def _event_set_create(self, out: int) -> None:

@@ -65,7 +65,16 @@ GPU_SIGNALS: dict[str, str] = {
     "fan_speed": "ratio",
     "pcie_tx": "size",
     "pcie_rx": "size",
+    # GPM (Hopper and later): the GPU answers GPM queries only when it declares one of these
+    "sm_active": "ratio",
+    "sm_occupancy": "ratio",
+    "tensor_active": "ratio",
+    "dram_active": "ratio",
+    # NVLink bytes per second over all active links (spread evenly); needs ``nvlink: {links: N}``
+    "nvlink_tx": "size",
+    "nvlink_rx": "size",
 }
+GPM_SIGNALS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
 _SIGNAL_BOUNDS = {"ratio": (0.0, 1.0), "bool": (0.0, 1.0), "size": (0.0, None), "frequency": (0.0, None)}
 
 _SCENARIO_DIR = "scenarios"
@@ -244,6 +253,9 @@ class GpuSpec:
     ecc_uncorrected_aggregate: int
     remapped_rows: tuple[int, int, bool, bool]  # correctable, uncorrectable, pending, failure
     unsupported: frozenset[str]  # UNSUPPORTABLE_QUERIES answered NOT_SUPPORTED
+    nvlink_links: int = 0  # NVLink links (0: no NVLink)
+    nvlink_version: int = 4
+    nvlink_down: tuple[int, ...] = ()  # links that are not active
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,7 +463,7 @@ _TOP_KEYS = {
 _GPU_KEYS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "sm_clock_max",
     "memory_clock_max", "pcie", "clock_events", "supported_clock_events", "processes", "mig", "xids",
-    "ecc", "remapped_rows", "unsupported", *GPU_SIGNALS,
+    "ecc", "remapped_rows", "unsupported", "nvlink", *GPU_SIGNALS,
 }  # fmt: skip
 _FREQ_UNITS = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
 _STANDIN_KEYS = ("cmdline", "cpu", "rss", "gpus", "children")
@@ -743,6 +755,20 @@ class _Parser:
             for key, n in p.items():
                 pcie[key] = self.integer(n, f"{path}.pcie.{key}", minimum=1)
 
+        nvlink = {"links": 0, "version": 4, "down": ()}
+        if "nvlink" in g:
+            nl = self.mapping(g["nvlink"], f"{path}.nvlink", {"links", "version", "down"}, ("links",))
+            nvlink["links"] = self.integer(nl["links"], f"{path}.nvlink.links", minimum=1)
+            if "version" in nl:
+                nvlink["version"] = self.integer(nl["version"], f"{path}.nvlink.version", minimum=1)
+            down = []
+            for j, n in enumerate(self.sequence(nl["down"], f"{path}.nvlink.down") if "down" in nl else []):
+                link = self.integer(n, f"{path}.nvlink.down[{j}]")
+                if link >= nvlink["links"]:
+                    raise self.error(n, f"{path}.nvlink.down[{j}]", f"no such link (the GPU has {nvlink['links']})")
+                down.append(link)
+            nvlink["down"] = tuple(down)
+
         clock_events: dict[str, Signal] = {}
         if "clock_events" in g:
             ce = self.mapping(g["clock_events"], f"{path}.clock_events", set(CLOCK_EVENT_REASONS))
@@ -836,6 +862,9 @@ class _Parser:
             ecc_uncorrected_aggregate=ecc["uncorrected_aggregate"],
             remapped_rows=(rows["correctable"], rows["uncorrectable"], rows["pending"], rows["failure"]),
             unsupported=frozenset(unsupported),
+            nvlink_links=nvlink["links"],
+            nvlink_version=nvlink["version"],
+            nvlink_down=nvlink["down"],
         )
 
     def fault(self, node: yaml.Node, path: str, gpu_count: int) -> FaultSpec:

@@ -120,6 +120,12 @@ FI_TOTAL_ENERGY_CONSUMPTION = 83
 FI_ECC_DBE_VOL_TOTAL, FI_ECC_DBE_AGG_TOTAL = 4, 6
 FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 142, 143, 144, 145
 FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES = 197, 198  # cumulative PCIe bytes (not in bindings < 12.560)
+FI_NVLINK_LINK_COUNT = 91
+FI_NVLINK_TX, FI_NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX: KiB per link (scope id)
+# GPM metrics (nvml.h NVML_GPM_METRIC_*, percentages) -> GpuSample field
+_GPM_METRICS = ((2, "sm_active_ratio"), (3, "sm_occupancy_ratio"), (5, "tensor_active_ratio"), (10, "dram_active_ratio"))
+_GPM_METRICS_GET_VERSION = _GPM_SUPPORT_VERSION = 1
+_NVLINK_REFRESH = 30.0  # seconds between NVLink link-state re-reads
 _FIELDS = (
     FI_MEMORY_TEMP,
     FI_TOTAL_ENERGY_CONSUMPTION,
@@ -182,6 +188,10 @@ def _address(handle: Any) -> int | None:
         return ctypes.cast(handle, ctypes.c_void_p).value
     except (TypeError, ctypes.ArgumentError):
         return None
+
+
+def _kib(value: int | None) -> int | None:
+    return None if value is None else int(value) * 1024
 
 
 def _memory_of(process: Any) -> int | None:
@@ -545,6 +555,7 @@ class NvmlCollector(Collector):
         """NVML is unusable: stop threads, shut down, schedule re-init, log once."""
         self._stop_threads()
         if initialised:
+            self._release_gpm()
             try:
                 self.lib.nvmlShutdown()
             except pynvml.NVMLError:
@@ -604,6 +615,7 @@ class NvmlCollector(Collector):
         self._stop_threads(timeout=_EVENT_WAIT_MS / 1000 + 0.5)
         if self._session:
             self._session = False
+            self._release_gpm()
             try:
                 self.lib.nvmlShutdown()
             except pynvml.NVMLError:
@@ -660,7 +672,10 @@ class NvmlCollector(Collector):
             ("temperature_v", "nvmlDeviceGetTemperatureV", (h, _TEMPERATURE_GPU)),
             ("temperature", "nvmlDeviceGetTemperature", (h, _TEMPERATURE_GPU)),
         ))  # fmt: skip
-        fields = self._fields(gpu)
+        links = self._nvlink_links(gpu, now)
+        fields, scoped = self._fields(gpu, [(fid, link) for link in links for fid in (FI_NVLINK_TX, FI_NVLINK_RX)])
+        nvlink = {link: (scoped.get((FI_NVLINK_TX, link)), scoped.get((FI_NVLINK_RX, link))) for link in links}
+        gpm = self._gpm(gpu)
         sm_clock = gpu.value("sm_clock", "nvmlDeviceGetClockInfo", h, _CLOCK_SM)
         mem_clock = gpu.value("memory_clock", "nvmlDeviceGetClockInfo", h, _CLOCK_MEM)
         sm_max = gpu.cached("sm_clock_max", "nvmlDeviceGetMaxClockInfo", h, _CLOCK_SM)
@@ -712,6 +727,10 @@ class NvmlCollector(Collector):
             pcie_rx_bytes_per_second=rx,
             pcie_tx_bytes_total=fields[8],
             pcie_rx_bytes_total=fields[9],
+            nvlink_links=tuple(samples.NvLink(link=link, up=True, tx_bytes_total=_kib(tx), rx_bytes_total=_kib(rx))
+                               for link, (tx, rx) in nvlink.items()) + self._down_links(gpu),
+            nvlink_version=gpu.cache["nvlink"][3] if nvlink else None,
+            **gpm,
             pcie_link_generation=link_gen,
             pcie_link_width=link_width,
             pcie_link_max_generation=link_max_gen,
@@ -729,25 +748,23 @@ class NvmlCollector(Collector):
             remapped_rows_failure=bool(fields[7]) if fields[7] is not None else None,
         )
 
-    def _fields(self, gpu: _Gpu) -> list[Any]:
-        """Values of _FIELDS (None where the field failed), from one nvmlDeviceGetFieldValues call."""
-        out: list[Any] = [None] * len(_FIELDS)
-        wanted = [f for f in _FIELDS if gpu.unsupported.get(f"field:{f}", 0.0) <= gpu.now]
-        if not wanted:
-            return out
-        values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, wanted)
-        if values is None:
-            return out
-        for fv in values:
-            fid, ret = int(fv.fieldId), int(fv.nvmlReturn)
+    def _fields(self, gpu: _Gpu, scoped: Sequence[tuple[int, int]] = ()) -> tuple[list[Any], dict[tuple[int, int], Any]]:
+        """Values of _FIELDS (None where the field failed) and of the ``scoped`` (field, scope id) pairs
+        (e.g. NVLink counters per link), from one nvmlDeviceGetFieldValues call."""
+        wanted = [(f, 0) for f in _FIELDS] + list(scoped)
+        wanted = [w for w in wanted if gpu.unsupported.get(f"field:{w[0]}:{w[1]}", 0.0) <= gpu.now]
+        got: dict[tuple[int, int], Any] = {}
+        values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, wanted) if wanted else None
+        for fv in values or ():
+            fid, scope, ret = int(fv.fieldId), int(fv.scopeId), int(fv.nvmlReturn)
             if ret == _SUCCESS:
                 member = VALUE_MEMBER.get(int(fv.valueType))
-                out[_FIELDS.index(fid)] = getattr(fv.value, member) if member else None
+                got[(fid, scope)] = getattr(fv.value, member) if member else None
             elif ret in _ABSENT_CODES:
-                gpu.unsupported[f"field:{fid}"] = gpu.now + _REPROBE_UNSUPPORTED
+                gpu.unsupported[f"field:{fid}:{scope}"] = gpu.now + _REPROBE_UNSUPPORTED
             elif ret in _DEVICE_CODES:
                 raise _GpuDown(f"nvmlDeviceGetFieldValues: {describe(pynvml.NVMLError(ret))}")
-        return out
+        return [got.get((f, 0)) for f in _FIELDS], got
 
     def _clock_events(self, gpu: _Gpu) -> dict[str, bool]:
         """Reason -> active, for the reasons this GPU supports; empty when it reports none."""
@@ -893,6 +910,102 @@ class NvmlCollector(Collector):
                 continue
             out.append(_Mig(handle, _text(uuid), int(gi), None if ci in (None, _ABSENT) else int(ci)))
         return out
+
+    def _nvlink_links(self, gpu: _Gpu, now: float) -> list[int]:
+        """The active NVLink links of this GPU; the link count and states are re-read every _NVLINK_REFRESH s."""
+        layout = gpu.cache.get("nvlink")
+        if layout is not None and now - layout[0] < _NVLINK_REFRESH:
+            return layout[1]
+        active: list[int] = []
+        down: list[int] = []
+        if gpu.unsupported.get("field:91:0", 0.0) <= gpu.now:
+            _, got = self._fields_only(gpu, [(FI_NVLINK_LINK_COUNT, 0)])
+            count = got.get((FI_NVLINK_LINK_COUNT, 0)) or 0
+            for link in range(int(count)):
+                state = gpu.query("nvlink_state", "nvmlDeviceGetNvLinkState", gpu.handle, link, remember=False)
+                if state is _ABSENT or state is None:
+                    continue
+                (active if state else down).append(link)
+        version = None
+        if active:
+            v = gpu.query("nvlink_version", "nvmlDeviceGetNvLinkVersion", gpu.handle, active[0], remember=False)
+            version = None if v is None or v is _ABSENT else int(v)
+        gpu.cache["nvlink"] = (now, active, down, version)
+        return active
+
+    def _down_links(self, gpu: _Gpu) -> tuple[samples.NvLink, ...]:
+        layout = gpu.cache.get("nvlink")
+        return tuple(samples.NvLink(link=link, up=False) for link in (layout[2] if layout else ()))
+
+    def _fields_only(self, gpu: _Gpu, scoped: Sequence[tuple[int, int]]) -> tuple[None, dict[tuple[int, int], Any]]:
+        """Just the ``scoped`` fields (one nvmlDeviceGetFieldValues call), for reads off the per-tick set."""
+        values = gpu.value("field_values_extra", "nvmlDeviceGetFieldValues", gpu.handle, list(scoped))
+        got = {}
+        for fv in values or ():
+            if int(fv.nvmlReturn) == _SUCCESS:
+                member = VALUE_MEMBER.get(int(fv.valueType))
+                got[(int(fv.fieldId), int(fv.scopeId))] = getattr(fv.value, member) if member else None
+            elif int(fv.nvmlReturn) in _ABSENT_CODES:
+                gpu.unsupported[f"field:{int(fv.fieldId)}:{int(fv.scopeId)}"] = gpu.now + _REPROBE_UNSUPPORTED
+        return None, got
+
+    def _gpm(self, gpu: _Gpu) -> dict[str, float]:
+        """GPM ratios averaged over the last tick (Hopper and later): one nvmlGpmSampleGet (a non-blocking
+        snapshot) and one nvmlGpmMetricsGet per tick, between this tick's sample and the last one. {} where
+        the GPU or the binding has no GPM, and on the first tick."""
+        if not hasattr(pynvml, "c_nvmlGpmMetricsGet_t"):
+            return {}
+        state = gpu.cache.get("gpm")
+        if state is None:
+            support = gpu.query("gpm_support", "nvmlGpmQueryDeviceSupport", gpu.handle)
+            if support is None or support is _ABSENT:
+                return {}
+            if not support.isSupportedDevice:
+                gpu.unsupported["gpm_support"] = gpu.now + _REPROBE_UNSUPPORTED
+                return {}
+            pair = [gpu.query("gpm_alloc", "nvmlGpmSampleAlloc", remember=False) for _ in range(2)]
+            if any(s is None or s is _ABSENT for s in pair):
+                self._gpm_free(pair)
+                return {}
+            state = gpu.cache["gpm"] = [pair[0], pair[1], False]  # previous, next, previous holds a sample
+        previous, current, primed = state
+        got = gpu.query("gpm_sample", "nvmlGpmSampleGet", gpu.handle, current, remember=False)
+        if got is None or got is _ABSENT:
+            state[2] = False
+            return {}
+        state[0], state[1], state[2] = current, previous, True
+        if not primed:
+            return {}
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = _GPM_METRICS_GET_VERSION
+        request.numMetrics = len(_GPM_METRICS)
+        request.sample1, request.sample2 = previous, current
+        for i, (metric, _) in enumerate(_GPM_METRICS):
+            request.metrics[i].metricId = metric
+        result = gpu.query("gpm_metrics", "nvmlGpmMetricsGet", request, remember=False)
+        if result is None or result is _ABSENT:
+            return {}
+        out = {}
+        for i, (_, name) in enumerate(_GPM_METRICS):
+            m = result.metrics[i]
+            if int(m.nvmlReturn) == _SUCCESS:
+                out[name] = min(1.0, max(0.0, float(m.value) / 100))
+        return out
+
+    def _gpm_free(self, samples_: Sequence[Any]) -> None:
+        for s in samples_:
+            if s is not None and s is not _ABSENT:
+                try:
+                    self.lib.nvmlGpmSampleFree(s)
+                except pynvml.NVMLError:
+                    pass
+
+    def _release_gpm(self) -> None:
+        """Free every GPU's GPM samples (before nvmlShutdown)."""
+        for gpu in self._gpus:
+            state = gpu.cache.pop("gpm", None)
+            if state is not None:
+                self._gpm_free(state[:2])
 
     def _pcie_rates(self, gpu: _Gpu, now: float, tx_total: int | None, rx_total: int | None) -> tuple[float | None, float | None]:
         """PCIe bytes/s: exact averages over the last tick from the cumulative counters where the GPU has
