@@ -109,8 +109,8 @@ def rule_gpu_compute(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]
         score *= ramp(g.sm_active, t["sm_active_low"], t["sm_active_high"])
         text += f", SMs active {pct(g.sm_active)}"
         if busy > 0 and g.sm_active < t["sm_active_low"]:
-            text += (": launch- or latency-bound (small kernels, synchronisation or host gaps between "
-                     "kernels), not compute-bound")
+            text += (": launch- or latency-bound (small kernels, synchronisation, or waits on the host, memory "
+                     "or the interconnect), not compute-bound")
     return score, text
 
 
