@@ -8,8 +8,8 @@ import sys
 from dataclasses import replace
 
 import pytest
-
 from bench.gpu import SMI_FIELDS, Check, compare_gpu, compare_processes, parse_smi, smi_number
+
 from headroom.simulation import ManualClock, load_scenario
 from headroom.sources import SourceContext
 from headroom.sources.nvml import NvmlCollector
