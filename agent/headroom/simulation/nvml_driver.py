@@ -318,6 +318,10 @@ class NvmlDriver:
         self.calls: Counter[tuple[str, int | None]] = _Calls()
         self.callers: dict[str, set[str]] = {}
         self.errors: list[BaseException] = []
+        # benchmarks: set ``timing`` to add each entry point's thread CPU (inside the stand-in) to cpu_seconds,
+        # so the collector's own cost can be told apart from the stand-in's (bench/ticks.py)
+        self.timing = False
+        self.cpu_seconds = 0.0
         self._gpus = scenario.gpus
         self._lock = threading.Lock()
         self._wake = threading.Condition()  # hangs and event waits end early when _generation moves
@@ -408,6 +412,7 @@ class NvmlDriver:
     # ----------------------------------------------------------------------------------- plumbing
     def _thunk(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
         def entry(*args: Any) -> int:
+            started = time.thread_time() if self.timing else None
             try:
                 impl(*args)
             except _Return as r:
@@ -415,6 +420,9 @@ class NvmlDriver:
             except Exception as exc:  # a bug in the stand-in: visible to tests, UNKNOWN to the caller
                 self.errors.append(exc)
                 return _E["UNKNOWN"]
+            finally:
+                if started is not None:
+                    self.cpu_seconds += time.thread_time() - started
             return SUCCESS
 
         entry.__name__ = name
