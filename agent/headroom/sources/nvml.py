@@ -12,11 +12,15 @@ One read of each quantity per GPU per tick, through ``_Gpu.query`` which maps er
   nvmlShutdown, ``collect`` raises CollectorError, nvmlInit is retried with backoff (1 s .. 60 s);
 - anything else (TIMEOUT, NO_DATA, ...): the field is None this tick and retried next tick.
 
-Identity, max clocks, PCIe max link, the supported clock-event mask and the MIG layout are cached.
-Slow or blocking calls stay off the tick: a daemon thread polls nvmlDeviceGetPcieThroughput (~20 ms
-each) round-robin and the tick reads its last value; another waits on an NVML event set for XIDs.
-The library is the real ``pynvml`` module, or ``ctx.scenario.nvml_library()`` under simulation; the
-same code runs on both.
+Identity, max clocks, PCIe max link, the supported clock-event mask and the MIG layout are cached;
+NVLink link count, state and version are re-read every 30 s. Per tick and GPU: one field-values call
+(health counters, energy, PCIe byte counters, NVLink data counters per active link), and where the GPU
+has GPM one nvmlGpmSampleGet plus one nvmlGpmMetricsGet (SM activity, occupancy, tensor and DRAM
+activity between this tick's sample and the last). Slow or blocking calls stay off the tick: for GPUs
+without PCIe byte counters a daemon thread polls nvmlDeviceGetPcieThroughput (~20 ms each)
+round-robin and the tick reads its last value; another waits on an NVML event set for XIDs.
+The library is always the real ``pynvml`` binding; under simulation the scenario's stand-in for
+libnvidia-ml (``headroom.simulation.nvml_driver``) is installed beneath it, so the same code runs on both.
 """
 
 from __future__ import annotations
