@@ -108,7 +108,8 @@ CALL_SITES = [
       "pcie_tx_bytes_total", "pcie_rx_bytes_total"}),
     (("nvmlDeviceGetFieldValues",), 1,
      {"energy_joules_total", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total", "remapped_rows_correctable",
-      "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure", "pcie_tx_bytes_total", "pcie_rx_bytes_total"}),
+      "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure", "pcie_tx_bytes_total", "pcie_rx_bytes_total",
+      "nvlink_links", "nvlink_version"}),  # the NVLink link count and counters are field values too
     (("nvmlDeviceGetClockInfo",), 0, {"sm_clock_hertz", "memory_clock_hertz"}),
     (("nvmlDeviceGetMaxClockInfo",), 0, {"sm_clock_max_hertz", "memory_clock_max_hertz"}),
     (("nvmlDeviceGetPerformanceState",), 0, {"performance_state"}),
