@@ -466,8 +466,11 @@ class NvmlCollector(Collector):
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
-        # always the real binding; under simulation the scenario's driver stand-in is its library
+        # always the real binding; under simulation the scenario's driver stand-in is its library (made and
+        # installed here, at start-up, so its construction does not land on the first tick)
         self.lib: Any = pynvml
+        if ctx.scenario is not None and pynvml is not None:
+            ctx.scenario.nvml_library()
         self._clock: Callable[[], float] = ctx.monotonic or time.monotonic
         self._pcie_interval = float(ctx.settings.get("pcie_poll_interval", 5.0))
         self._session = False
@@ -525,7 +528,7 @@ class NvmlCollector(Collector):
     def _start(self, now: float) -> None:
         """nvmlInit, read the system and enumerate GPUs; raises CollectorError when NVML is down."""
         if self.ctx.scenario is not None:
-            self.ctx.scenario.nvml_library().install()  # the simulated driver under the binding
+            self.ctx.scenario.nvml_library().install()  # the simulated driver under the binding (again: the last installed wins)
         try:
             self.lib.nvmlInit()
         except pynvml.NVMLError as exc:
