@@ -86,6 +86,7 @@ def test_the_pynvml_shim_that_depends_on_nvidia_ml_py_is_fine(tmp_path, version)
 def test_a_collector_module_that_fails_to_import_is_reported_not_fatal(monkeypatch):
     from headroom import sources
 
+    sources.load_all()  # the real modules register into the real registry first, never into the copy below
     monkeypatch.setattr(sources, "_MODULES", (*sources._MODULES, "no_such_collector"))
     monkeypatch.setattr(sources, "REGISTRY", dict(sources.REGISTRY))
     monkeypatch.setattr(sources, "IMPORT_ERRORS", {})

@@ -469,7 +469,7 @@ class NvmlCollector(Collector):
         # always the real binding; under simulation the scenario's driver stand-in is its library (made and
         # installed here, at start-up, so its construction does not land on the first tick)
         self.lib: Any = pynvml
-        if ctx.scenario is not None and pynvml is not None:
+        if ctx.scenario is not None and BINDING_ERROR is None:
             ctx.scenario.nvml_library()
         self._clock: Callable[[], float] = ctx.monotonic or time.monotonic
         self._pcie_interval = float(ctx.settings.get("pcie_poll_interval", 5.0))
