@@ -230,6 +230,8 @@ def _r(value: float | None, digits: int = 3) -> float | None:
 def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Any) -> None:
     from headroom.analysis.bottleneck import NONE, RESOURCES
 
+    if prefix == "headroom_gpu":  # a KV cache belongs to a serving workload, never to a GPU on its own
+        RESOURCES = tuple(r for r in RESOURCES if r != "kv_cache")  # noqa: N806
     for resource in RESOURCES:
         w.add(f"{prefix}_bottleneck_score", verdict.scores.get(resource), *ids, resource)
     for resource in RESOURCES:
