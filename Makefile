@@ -8,18 +8,22 @@ SCENARIO ?= demo
 
 .PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean
 
+# one line per long step; pip's own output only when it fails
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $@
+	@echo "make: creating the virtual environment $(VENV) ..."
+	@$(PYTHON) -m venv $(VENV)
+	@echo "make: installing Python dependencies into $(VENV) (a minute or two the first time) ..."
+	@$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
 
 venv: $(VENV)/.installed
 
-## Start the agent on a simulated GPU host (no driver needed).
+## Start the agent on a simulated GPU host (no driver needed). Another address: make demo ADDRESS=127.0.0.1:9900
 demo: venv
-	@echo "headroom (simulated host, scenario $(SCENARIO)) on http://$(ADDRESS)/  -- metrics at http://$(ADDRESS)/metrics; Ctrl-C stops"
-	$(VENV)/bin/headroom run --config.file config.yaml --simulate $(SCENARIO) --web.listen-address $(ADDRESS)
+	@echo "make: starting headroom on a simulated GPU host (scenario $(SCENARIO)); it logs its URL (listening ... url=) once it listens. Ctrl-C stops."
+	@$(VENV)/bin/headroom run --config.file config.yaml --simulate $(SCENARIO) --web.listen-address $(ADDRESS) \
+	  || { rc=$$?; if [ $$rc = 1 ]; then echo "make: headroom did not start; if $(ADDRESS) is taken, choose another address: make demo ADDRESS=127.0.0.1:9900" >&2; fi; exit $$rc; }
 
 ## Debian packages the tests use for real components (promtool/prometheus, chromium, node_exporter).
 system-deps:

@@ -456,3 +456,40 @@ def test_headroom_cpu_host_memory_shared_memory_power_and_thermal():
     assert h.power_watts == 400.0  # 200 + 200 W; the GPU without a reading is left out
     assert h.thermal_celsius == 7.0  # 87 - the hottest GPU (80)
     assert _headroom().cpu_cores is None and _headroom().power_watts is None
+
+
+@pytest.mark.parametrize(("short_window", "expected"), [("4s", 1.0), ("16s", 0.5), ("10s", 0.8)])
+def test_cpu_utilization_ratio_covers_the_analysis_short_window(short_window, expected):
+    """headroom_cpu_utilization_ratio's HELP says the analysis short window: 8 CPUs idle for 22 s, then busy for 8 s."""
+    window = []
+    busy = 0.0
+    for t in range(31):
+        if t > 22:
+            busy += 8
+        idle = 8 * t - busy
+        cpu = CpuSample(times=CpuTimes(user=busy, nice=0.0, system=0.0, idle=idle, iowait=0.0), logical_cpus=8,
+                        load1=1, load5=1, load15=1)
+        window.append(Sample(timestamp=1e9 + t, monotonic=float(t),
+                             sources={"cpu": SourceResult("cpu", True, 0.001, cpu)}))
+    config = check_config_text(f"analysis:\n  short_window: {short_window}\n", "c.yaml")
+    derived, _ = Analysis(config)(window)
+    assert derived["cpu_utilization_ratio"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("setting", "currency"), [("", "USD"), ("  currency: EUR\n", "EUR")])
+def test_idle_cost_carries_its_currency_into_the_exposition(setting, currency):
+    from headroom.exposition.render import Writer, _render_findings
+
+    window = build_window(Host(), [Gpu(util=0.0), Gpu(util=0.9)], seconds=11)
+    findings = analyse("", window, analysis="  cost_per_gpu_hour: 3.6\n" + setting)
+    w = Writer()
+    _render_findings(w, findings)
+    assert f'headroom_gpu_idle_cost_total{{currency="{currency}"}} 0.01\n' in w.render().decode()
+
+
+@pytest.mark.parametrize("bad", ["usd", "EURO", "$", "1"])
+def test_currency_must_be_an_iso_code(bad):
+    from headroom.config import ConfigError
+
+    with pytest.raises(ConfigError, match="ISO 4217"):
+        check_config_text(f"analysis:\n  currency: '{bad}'\n", "c.yaml")

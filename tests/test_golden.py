@@ -104,7 +104,7 @@ def test_the_exposition_shows_what_the_scenario_declares(rendered):
     assert 'headroom_gpu_remapped_rows{gpu="1",uuid="GPU-11111111-1111-4111-8111-111111111111",kind="correctable"} 1' in text
     assert 'headroom_gpu_clock_event_active{gpu="0",uuid="GPU-00000000-0000-4000-8000-000000000000",reason="sw_power_cap"} 1' in text
     assert 'headroom_gpu_xid_errors_total{gpu="0",uuid="GPU-00000000-0000-4000-8000-000000000000",xid="13"} 1' in text
-    assert text.count("headroom_gpu_mig_memory_total_bytes{") == 2
+    assert text.count("headroom_gpu_mig_memory_size_bytes{") == 2
     assert 'headroom_disk_read_bytes_total{device="nvme0n1"}' in text and 'device="nvme0n1p1"' not in text
     assert 'headroom_pressure_ratio{resource="io",kind="full",window="10s"}' in text
     # net: lo, docker0 and the veth are dropped by default; a link without a known speed has no speed series

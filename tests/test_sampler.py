@@ -68,7 +68,7 @@ def test_a_failing_collector_does_not_break_the_tick():
     assert 'headroom_collector_success{collector="memory"} 1' in text
     assert 'headroom_collector_success{collector="disk"} 0' in text
     assert 'headroom_collector_success{collector="shm"} 0' in text
-    assert "headroom_memory_total_bytes 100" in text
+    assert "headroom_memory_size_bytes 100" in text
     assert snap.sample.sources["disk"].error == "cannot read /proc/diskstats: No such file or directory"
     # unexpected exceptions keep their type in the message so a bug report says what happened
     assert snap.sample.sources["shm"].error == "ZeroDivisionError: division by zero"

@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "idle_busy_ratio": 0.05,  # a GPU below this utilization counts as idle
     "gpu_slowdown_celsius": 87.0,  # for thermal headroom where NVML gives no slowdown threshold
     "cost_per_gpu_hour": None,  # for GPUs no workload claims (a workload's own cost_per_gpu_hour wins)
+    "currency": "USD",  # of every cost_per_gpu_hour; the `currency` label of headroom_gpu_idle_cost_total
 }
 
 
@@ -51,6 +52,7 @@ class HostFinding:
     gpus_idle: int = 0
     gpu_idle_seconds_total: float = 0.0
     gpu_idle_cost_total: float | None = None  # None when no cost per GPU-hour is configured
+    currency: str = "USD"  # ISO 4217 code of the cost
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ class Analysis:
         return workloads.attribute(sample, self.profiles, getattr(self.config, "sizing", None))
 
     def __call__(self, window: Sequence[Sample]) -> tuple[Mapping[str, Any], Findings]:
-        derived = rates.derive(window)
+        derived = rates.derive(window, self.settings["short_window"])
         if not window:
             return derived, Findings()
         sample = window[-1]
@@ -179,7 +181,7 @@ class Analysis:
         priced = default_cost is not None or bool(costs)
         host_finding = HostFinding(
             gpus_idle=len(idle), gpu_idle_seconds_total=round(self._idle_seconds, 6),
-            gpu_idle_cost_total=round(self._idle_cost, 6) if priced else None,
+            gpu_idle_cost_total=round(self._idle_cost, 6) if priced else None, currency=s["currency"],
         )
         return derived, Findings(tuple(statuses), tuple(gpu_findings), tuple(workload_findings), host_finding,
                                  tuple(changes))

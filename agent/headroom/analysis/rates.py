@@ -13,7 +13,7 @@ from typing import Any
 
 from headroom.samples import CpuSample, Sample
 
-SHORT_WINDOW_SECONDS = 10.0
+SHORT_WINDOW_SECONDS = 15.0  # analysis.short_window's default; the analysis passes the configured one
 
 
 def span(window: Sequence[Sample], seconds: float) -> tuple[Sample, Sample] | None:
@@ -48,6 +48,6 @@ def cpu_utilization(window: Sequence[Sample], seconds: float = SHORT_WINDOW_SECO
     return min(1.0, max(0.0, (total - idle) / total))
 
 
-def derive(window: Sequence[Sample]) -> Mapping[str, Any]:
-    """The derived values the exposition needs every tick."""
-    return {"cpu_utilization_ratio": cpu_utilization(window)}
+def derive(window: Sequence[Sample], seconds: float = SHORT_WINDOW_SECONDS) -> Mapping[str, Any]:
+    """The derived values the exposition needs every tick, over the analysis short window."""
+    return {"cpu_utilization_ratio": cpu_utilization(window, seconds)}

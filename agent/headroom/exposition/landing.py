@@ -46,7 +46,7 @@ def status(state: Any) -> dict[str, Any]:
     out["workloads"] = [_workload_status(wf, statuses.get(wf.name)) for wf in getattr(f, "workload_findings", ())]
     if f is not None and getattr(f, "gpu_findings", ()):
         out["host"] = {"gpus_idle": f.host.gpus_idle, "gpu_idle_seconds_total": f.host.gpu_idle_seconds_total,
-                       "gpu_idle_cost_total": f.host.gpu_idle_cost_total}
+                       "gpu_idle_cost_total": f.host.gpu_idle_cost_total, "currency": f.host.currency}
     nvml = snap.sample.data("nvml")
     if isinstance(nvml, NvmlSample):
         out["driver_version"] = nvml.driver_version
@@ -242,7 +242,7 @@ def page(state: Any, telemetry_path: str) -> bytes:
     if host:
         host_line = (f"<p>{host['gpus_idle']} of {len(s['gpus'])} GPUs idle now; "
                      f"{host['gpu_idle_seconds_total'] / 3600:.2f} idle GPU-hours since start"
-                     + (f", costing {cost:.2f}" if cost is not None else "") + ".</p>")
+                     + (f", costing {cost:.2f} {e(host.get('currency') or '')}" if cost is not None else "") + ".</p>")
     workloads = "".join(_workload_card(w) for w in s["workloads"]) or (
         '<p class="muted">No workload declared. Declare one under <code>workloads:</code> in config.yaml to see '
         "what limits it and how much room is left.</p>")
