@@ -493,3 +493,22 @@ def test_currency_must_be_an_iso_code(bad):
 
     with pytest.raises(ConfigError, match="ISO 4217"):
         check_config_text(f"analysis:\n  currency: '{bad}'\n", "c.yaml")
+
+
+def test_vram_reserved_by_vllm_does_not_score_gpu_memory():
+    """vLLM holds ~90 % of the card from the start: NVML's figure says nothing about its KV cache."""
+    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, rule_gpu_memory
+    from headroom.analysis.signals import GpuSignals
+
+    g = GpuSignals(index=0, uuid="GPU-0", name="H100", up=True, busy=0.9, memory_used_bytes=99,
+                   memory_total_bytes=100, memory_used_ratio=0.99)
+    assert rule_gpu_memory(g, DEFAULT_THRESHOLDS)[0] == 1.0
+    score, evidence = rule_gpu_memory(g, DEFAULT_THRESHOLDS, reserved_by_runtime=True)
+    assert score == 0.0 and "reserved up front by the runtime" in evidence
+
+
+def test_idle_gpu_time_follows_the_sample_interval_below_a_second():
+    """Idle GPU-seconds add each tick's real length: 40 ticks 250 ms apart are 9.75 s, not 39."""
+    window = [replace(s, monotonic=s.monotonic / 4) for s in build_window(Host(), [Gpu(util=0.0)], seconds=40)]
+    findings = analyse("", window)
+    assert findings.host.gpu_idle_seconds_total == pytest.approx(39 * 0.25)
