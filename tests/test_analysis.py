@@ -512,3 +512,25 @@ def test_idle_gpu_time_follows_the_sample_interval_below_a_second():
     window = [replace(s, monotonic=s.monotonic / 4) for s in build_window(Host(), [Gpu(util=0.0)], seconds=40)]
     findings = analyse("", window)
     assert findings.host.gpu_idle_seconds_total == pytest.approx(39 * 0.25)
+
+
+def test_a_primary_change_is_recorded_once_with_before_after_and_evidence():
+    """The bottleneck_changed log event and the record: what it was, what it is, and why."""
+    window = build_window(Host(), [Gpu(util=0.97, power=700, reasons=("sw_power_cap",))], seconds=30)
+    analysis = Analysis(check_config_text(SERVER + "\nanalysis:\n  hold: 5s\n", "c.yaml"))
+    changes = []
+    for i in range(1, len(window) + 1):
+        _, f = analysis(window[:i])
+        changes += [(c.entity, c.name, c.before, c.after, c.evidence) for c in f.changes]
+    assert [c[:4] for c in changes] == [("gpu", "0", "none", "gpu_power"), ("workload", "chat", "none", "gpu_power")]
+    assert all("power cap active 100 % of the window" in c[4] for c in changes), changes
+
+
+def test_a_gpu_that_is_down_scores_nothing_and_says_so():
+    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, RESOURCES, score_gpu
+    from headroom.analysis.signals import GpuSignals, HostSignals
+
+    v = score_gpu(GpuSignals(index=3, uuid="GPU-3", name="H100", up=False), HostSignals(cpu_busy=1.0),
+                  DEFAULT_THRESHOLDS)
+    assert v.scores == {r: 0.0 for r in RESOURCES} and v.candidate == "none"
+    assert set(v.evidence.values()) == {"GPU 3 is down"}
