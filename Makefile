@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ADDRESS ?= 127.0.0.1:9843
 SCENARIO ?= demo
 
-.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean
+.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean sizing-table fleet fleet-bench
 
 # one line per long step; pip's own output only when it fails
 $(VENV)/.installed: pyproject.toml
@@ -29,10 +29,20 @@ demo: venv
 system-deps:
 	@bash tests/install-system-deps.sh
 
-## Run every test (installs what the tests need first).
-test: venv system-deps
+# The oldest nvidia-ml-py pyproject.toml accepts: the GPU tests run again on it (the newest is the venv's).
+MIN_NVML := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+NVML_TESTS := tests/test_nvml_driver.py tests/test_nvml_collector.py tests/test_nvml_binding.py tests/test_gpm_nvlink.py
+
+.binding/$(MIN_NVML)/pynvml.py: pyproject.toml | venv
+	rm -rf .binding/$(MIN_NVML) && mkdir -p .binding/$(MIN_NVML)
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: nvidia-ml-py==$(MIN_NVML) -d .binding/wheels
+	$(PY) -m zipfile -e .binding/wheels/nvidia_ml_py-$(MIN_NVML)-py3-none-any.whl .binding/$(MIN_NVML)
+
+## Run every test (installs what the tests need first), then the GPU tests on the oldest supported binding.
+test: venv system-deps .binding/$(MIN_NVML)/pynvml.py
 	$(VENV)/bin/ruff check agent tests
 	$(PY) -m pytest
+	PYTHONPATH=.binding/$(MIN_NVML) HEADROOM_EXPECT_NVML_BINDING=$(MIN_NVML) $(PY) -m pytest -q $(NVML_TESTS)
 
 lint: venv
 	$(VENV)/bin/ruff check agent tests
@@ -40,6 +50,10 @@ lint: venv
 ## Regenerate the generated docs and the golden exposition after an intended change.
 docs: venv
 	$(PY) -m headroom.exposition.catalog > docs/metrics.md
+
+## The model/GPU table of docs/sizing.md, computed by the memory model.
+sizing-table: venv
+	$(PY) -m headroom.sizing_table --write docs/sizing.md
 
 golden: venv
 	$(PY) -m pytest tests/test_golden.py --update-golden
@@ -51,6 +65,16 @@ bench: venv
 ## 10-minute soak at 10 ticks/s with 8 simulated GPUs: RSS, threads and fds must stay flat (docs/reliability.md).
 soak: venv
 	$(PY) bench/soak.py
+
+## N simulated GPU hosts (default 20), one agent each, and a real Prometheus scraping them via file_sd with the
+## rules loaded; prints its URL and runs until Ctrl-C (docs/fleet.md). HOSTS=100 for a large fleet.
+HOSTS ?= 20
+fleet: venv system-deps
+	$(PY) -m bench.fleet --hosts $(HOSTS)
+
+## The fleet benchmark (not in CI): 100 hosts, 5 minutes, rewrites the fleet section of docs/benchmarks.md.
+fleet-bench: venv system-deps
+	$(PY) -m bench.fleet --hosts 100 --scrape-interval 15s --measure 300 --write-docs
 
 ## Every built-in scenario with the default analysis settings: the accuracy table of docs/analysis.md.
 accuracy: venv
@@ -76,4 +100,4 @@ uninstall:
 	bash systemd/uninstall.sh
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .binding

@@ -151,6 +151,36 @@ FLEET = (
              instant=True),),
           needs=("headroom_workload_headroom_gpu_memory_bytes",),
           options={"orientation": "horizontal", "displayMode": "basic"}),
+    Row("Idle cost and training jobs"),
+    Panel("Idle cost per team (24 h)", "What idle GPUs cost each team over the last day (recording rule "
+          "instance_team_workload:headroom_gpu_idle_cost:increase1d; team from the workload profile's team key, GPUs no workload "
+          "holds under workload unclaimed). Needs cost_per_gpu_hour configured.", "bargauge", "none",
+          (t(f'sort_desc(sum by (team, currency) (instance_team_workload:headroom_gpu_idle_cost:increase1d{{{FI}}}))',
+             "{{team}} ({{currency}})", instant=True),),
+          needs=("headroom_gpu_cost_per_hour", "headroom_workload_fleet_info"),
+          options={"orientation": "horizontal", "displayMode": "basic", "decimals": 2}),
+    Panel("Idle cost per workload (7 days)", "What idle GPUs cost per team and workload over the last week "
+          "(instance_team_workload:headroom_gpu_idle_cost:increase1w). `headroom fleet-report` lists the GPUs behind it.",
+          "table", "none",
+          (t(f'sort_desc(sum by (team, workload, currency) (instance_team_workload:headroom_gpu_idle_cost:increase1w{{{FI}}}))',
+             instant=True),),
+          needs=("headroom_gpu_cost_per_hour", "headroom_workload_fleet_info"), options={"decimals": 2}),
+    Panel("Idle cost rate per team", "Money per hour that idle GPUs waste right now, per team (5-minute average).",
+          "timeseries", "none",
+          (t(f'sum by (team) (instance_team_workload:headroom_gpu_idle_cost_per_hour:sum{{{FI}}})', "{{team}}"),),
+          needs=("headroom_gpu_cost_per_hour", "headroom_workload_fleet_info"), custom=STACKED),
+    Panel("Training jobs: GPUs against the job's median", "For each job spanning hosts (profile key job), every "
+          "GPU's effective speed (busy share x SM clock against max) divided by the job's median GPU. A GPU well "
+          "below 1 holds back every synchronous step: HeadroomTrainingJobStraggler fires under 0.8 for 10 minutes.",
+          "timeseries", "percentunit",
+          (t(f'training_job_instance_gpu:headroom_gpu_relative_speed:ratio5m{{{FI}}}',
+             "{{training_job}} {{instance}} GPU {{gpu}}"),),
+          needs=("headroom_workload_fleet_info",), minmax=(0, 1.2)),
+    Panel("Slowest GPU per training job", "The GPU with the lowest speed against its job's median, per job, "
+          "and the host it is on.", "table", "percentunit",
+          (t(f'bottomk by (training_job) (1, training_job_instance_gpu:headroom_gpu_relative_speed:ratio5m{{{FI}}})',
+             instant=True),),
+          needs=("headroom_workload_fleet_info",)),
 )
 
 # ---------------------------------------------------------------- Host
@@ -186,8 +216,22 @@ HOST = (
              "GPU {{gpu}} {{reason}}"),), mappings=ACTIVE,
           options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8}),
     Panel("PCIe throughput", "Host-GPU traffic per GPU: rx is host to GPU (inputs, weights), tx GPU to host. "
-          "Polled every few seconds outside the sampling tick.", "timeseries", "Bps",
+          "Exact per tick where the GPU counts PCIe bytes; otherwise a 20 ms sample polled every few seconds "
+          "outside the sampling tick (bursts can be missed).", "timeseries", "Bps",
           (t(f'headroom_gpu_pcie_throughput_bytes_per_second{{{HG}}}', "GPU {{gpu}} {{direction}}"),)),
+    Panel("SM activity (GPM)", "What utilization hides (Hopper and later): the share of SMs busy, warp occupancy, "
+          "tensor-core and DRAM-bandwidth activity, against busy. Busy near 100 % with low SM activity is a "
+          "launch- or latency-bound workload, not a compute-bound one. Empty on GPUs without GPM.",
+          "timeseries", "percentunit",
+          (t(f'headroom_gpu_sm_active_ratio{{{HG}}}', "GPU {{gpu}} SM active"),
+           t(f'headroom_gpu_sm_occupancy_ratio{{{HG}}}', "GPU {{gpu}} SM occupancy"),
+           t(f'headroom_gpu_tensor_active_ratio{{{HG}}}', "GPU {{gpu}} tensor active"),
+           t(f'headroom_gpu_dram_active_ratio{{{HG}}}', "GPU {{gpu}} DRAM active"),
+           t(f'rate(headroom_gpu_busy_seconds_total{{{HG}}}[$__rate_interval])', "GPU {{gpu}} busy")), minmax=(0, 1)),
+    Panel("NVLink throughput", "GPU-to-GPU traffic over NVLink per GPU and direction, summed over its active "
+          "links (a link that is down raises HeadroomGpuNvlinkDown). Empty without NVLink.", "timeseries", "Bps",
+          (t(f'sum by (gpu, direction) (rate(headroom_gpu_nvlink_bytes_total{{{HG}}}[$__rate_interval]))',
+             "GPU {{gpu}} {{direction}}"),)),
     Panel("PCIe link", "Current PCIe link width and generation against the maximum the GPU and slot support. A "
           "narrower or older link than the maximum caps host-GPU bandwidth.", "table", "none",
           (t(f'headroom_gpu_pcie_link_width{{{HG}}}', "width", instant=True),

@@ -49,13 +49,17 @@ def render(tmp_path: Path) -> str:
     sampler.config_reload_success_timestamp = 1_700_000_000.0
     nvml = collectors[0]
     try:
-        # With the clock frozen, reads accumulate nothing: wait (real time) for the background PCIe poller (every
-        # GPU: on a loaded machine GPU 1's first poll may come well after GPU 0's) and the XID thread to report,
-        # then take exactly two ticks one simulated second apart.
+        # With the clock frozen, reads accumulate nothing: wait (real time) until the background PCIe poller has
+        # dealt with every GPU (on a loaded machine GPU 1's first poll may come well after GPU 0's) and the XID
+        # thread has reported, then take exactly two ticks one simulated second apart.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             gpus = nvml.collect().gpus
-            if all(g.pcie_tx_bytes_per_second is not None for g in gpus) and gpus[0].xid_errors_total:
+            poller = nvml._pcie
+            polled = poller is not None and all(  # every GPU read, found unsupported, or counted (not polled)
+                uuid in poller.values or uuid in poller.unsupported or uuid in poller.counted
+                for uuid, _ in poller.targets)
+            if polled and gpus[0].xid_errors_total:
                 break
             time.sleep(0.02)
         else:

@@ -123,16 +123,40 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gpu("headroom_gpu_clock_event_seconds_total", COUNTER, "seconds", (*G, "reason"),
          "Seconds the clock-event reason was active, accumulated at every tick."),
     _gpu("headroom_gpu_pcie_throughput_bytes_per_second", GAUGE, "bytes", (*G, "direction"),
-         "PCIe throughput (direction tx: GPU to host, rx: host to GPU), polled outside the tick because NVML "
-         "measures it over a blocking 20 ms window; refreshed every collectors.nvml.pcie_poll_interval."),
+         "PCIe throughput (direction tx: GPU to host, rx: host to GPU). Where the GPU counts PCIe bytes "
+         "(headroom_gpu_pcie_bytes_total present) the exact average over the last tick; otherwise a sampled "
+         "estimate: one blocking 20 ms NVML window per direction every collectors.nvml.pcie_poll_interval "
+         "(0.4 % of the time at 5 s), polled outside the tick, so short bursts can be missed or over-weighted."),
+    _gpu("headroom_gpu_pcie_bytes_total", COUNTER, "bytes", (*G, "direction"),
+         "PCIe bytes moved since the driver was loaded (NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES); absent where the "
+         "GPU does not count them."),
     _gpu("headroom_gpu_pcie_link_generation", GAUGE, "", G, "Current PCIe link generation."),
     _gpu("headroom_gpu_pcie_link_max_generation", GAUGE, "", G, "Maximum PCIe link generation of GPU and slot."),
     _gpu("headroom_gpu_pcie_link_width", GAUGE, "", G, "Current PCIe link width (lanes)."),
     _gpu("headroom_gpu_pcie_link_max_width", GAUGE, "", G, "Maximum PCIe link width (lanes)."),
+    _gpu("headroom_gpu_sm_active_ratio", GAUGE, "ratio", G,
+         "Share of SMs busy, averaged over the last tick (GPM, Hopper and later). Utilization says a kernel "
+         "ran; this says how much of the GPU it used."),
+    _gpu("headroom_gpu_sm_occupancy_ratio", GAUGE, "ratio", G,
+         "Resident warps over the SMs' maximum, averaged over the last tick (GPM, Hopper and later)."),
+    _gpu("headroom_gpu_tensor_active_ratio", GAUGE, "ratio", G,
+         "Share of time the tensor cores were busy, averaged over the last tick (GPM, Hopper and later)."),
+    _gpu("headroom_gpu_dram_active_ratio", GAUGE, "ratio", G,
+         "Device memory bandwidth used over its peak, averaged over the last tick (GPM, Hopper and later)."),
+    _gpu("headroom_gpu_nvlink_bytes_total", COUNTER, "bytes", (*G, "link", "direction"),
+         "NVLink data bytes sent (tx) and received (rx) on an active link (NVML field values, per link)."),
+    _gpu("headroom_gpu_nvlink_link_up", GAUGE, "", (*G, "link"),
+         "1 when the NVLink link is active, 0 when it is down; absent without NVLink. Re-read every 30 s."),
     _gpu("headroom_gpu_processes", GAUGE, "", G, "Compute processes running on the GPU."),
     _gpu("headroom_gpu_process_memory_used_bytes", GAUGE, "bytes", G,
          "Device memory used by compute processes, summed (per-process figures go to workload metrics)."),
+    _gpu("headroom_gpu_processes_stale", GAUGE, "", G,
+         "1 when this tick's process query failed and the process figures are the last list read; 0 when fresh."),
     _gpu("headroom_gpu_mig_enabled", GAUGE, "", G, "1 when MIG mode is enabled."),
+    _gpu("headroom_gpu_mig_processes", GAUGE, "", (*G, "gpu_instance", "mig_uuid"),
+         "Compute processes running in a MIG instance (queried through its MIG device handle)."),
+    _gpu("headroom_gpu_mig_process_memory_used_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
+         "Device memory used by the compute processes of a MIG instance, summed."),
     _gpu("headroom_gpu_mig_memory_used_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
          "Device memory used by a MIG instance."),
     _gpu("headroom_gpu_mig_memory_size_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
@@ -163,6 +187,10 @@ CATALOG: tuple[MetricSpec, ...] = (
          "Cost of idle GPU time at the configured cost_per_gpu_hour (workload profiles, else "
          "analysis.cost_per_gpu_hour), in the currency the label names (analysis.currency, an ISO 4217 code, "
          "default USD); absent when no cost is configured."),
+    _ana("headroom_gpu_cost_per_hour", GAUGE, "", G,
+         "What an hour of this GPU costs (the cost_per_gpu_hour of the workload profile on it, else "
+         "analysis.cost_per_gpu_hour), in the currency of headroom_gpu_idle_cost_total; absent when no cost is "
+         "configured. The fleet idle-cost rules use it."),
     _ana("headroom_workload_bottleneck_score", GAUGE, "", (*W, "resource"),
          "How sure the analysis is (0-1) that the resource limits the workload now, over the short window "
          "(analysis.short_window, default 15s). Rules and evidence: docs/analysis.md, /api/v1/status."),
@@ -244,6 +272,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     # --- declared workloads: measured against expected
     _wl("headroom_workload_info", GAUGE, "", ("workload", "kind", "model", "precision", "runtime"),
         "Always 1 per declared workload; labels carry its profile (empty when the profile does not say)."),
+    _wl("headroom_workload_fleet_info", GAUGE, "", ("workload", "team", "training_job"),
+        "Always 1 for a workload whose profile names a team or a job (a job spanning hosts; label training_job, "
+        "as job is Prometheus' scrape job). The fleet rules group GPUs by these across hosts."),
     _wl("headroom_workload_processes", GAUGE, "", ("workload",),
         "Live processes of the workload: its match rules, plus their descendants (DataLoader workers)."),
     _wl("headroom_workload_threads", GAUGE, "", ("workload",), "Threads of the workload's processes."),

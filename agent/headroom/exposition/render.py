@@ -185,19 +185,34 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
             w.add("headroom_gpu_clock_event_seconds_total", _r(seconds), *ids, reason)
         w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_tx_bytes_per_second, *ids, "tx")
         w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_rx_bytes_per_second, *ids, "rx")
+        w.add("headroom_gpu_pcie_bytes_total", g.pcie_tx_bytes_total, *ids, "tx")
+        w.add("headroom_gpu_pcie_bytes_total", g.pcie_rx_bytes_total, *ids, "rx")
         w.add("headroom_gpu_pcie_link_generation", g.pcie_link_generation, *ids)
         w.add("headroom_gpu_pcie_link_max_generation", g.pcie_link_max_generation, *ids)
         w.add("headroom_gpu_pcie_link_width", g.pcie_link_width, *ids)
         w.add("headroom_gpu_pcie_link_max_width", g.pcie_link_max_width, *ids)
+        w.add("headroom_gpu_sm_active_ratio", g.sm_active_ratio, *ids)
+        w.add("headroom_gpu_sm_occupancy_ratio", g.sm_occupancy_ratio, *ids)
+        w.add("headroom_gpu_tensor_active_ratio", g.tensor_active_ratio, *ids)
+        w.add("headroom_gpu_dram_active_ratio", g.dram_active_ratio, *ids)
+        for link in g.nvlink_links:
+            w.add("headroom_gpu_nvlink_link_up", link.up, *ids, str(link.link))
+            w.add("headroom_gpu_nvlink_bytes_total", link.tx_bytes_total, *ids, str(link.link), "tx")
+            w.add("headroom_gpu_nvlink_bytes_total", link.rx_bytes_total, *ids, str(link.link), "rx")
         w.add("headroom_gpu_processes", len(g.processes), *ids)
         known = [p.used_memory_bytes for p in g.processes if p.used_memory_bytes is not None]
         w.add("headroom_gpu_process_memory_used_bytes", sum(known) if known or not g.processes else None, *ids)
+        if g.processes_stale is not None:
+            w.add("headroom_gpu_processes_stale", g.processes_stale, *ids)
         if g.mig_enabled is not None:
             w.add("headroom_gpu_mig_enabled", g.mig_enabled, *ids)
         for mig in g.mig_instances:
             mids = (*ids, str(mig.gpu_instance_id), mig.uuid)
             w.add("headroom_gpu_mig_memory_used_bytes", mig.memory_used_bytes, *mids)
             w.add("headroom_gpu_mig_memory_size_bytes", mig.memory_total_bytes, *mids)
+            w.add("headroom_gpu_mig_processes", len(mig.processes), *mids)
+            mig_known = [p.used_memory_bytes for p in mig.processes if p.used_memory_bytes is not None]
+            w.add("headroom_gpu_mig_process_memory_used_bytes", sum(mig_known) if mig_known or not mig.processes else None, *mids)
         for xid, count in sorted(g.xid_errors_total.items()):
             w.add("headroom_gpu_xid_errors_total", count, *ids, str(xid))
         w.add("headroom_gpu_ecc_uncorrected_errors_total", g.ecc_uncorrected_volatile_total, *ids, "volatile")
@@ -228,6 +243,8 @@ def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
     for st in statuses:
         name = st.name
         w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime)
+        if st.job or st.team:
+            w.add("headroom_workload_fleet_info", 1, name, st.team, st.job)
         m = st.measured
         if m is not None:
             w.add("headroom_workload_processes", m.processes, name)
@@ -259,6 +276,7 @@ def _render_findings(w: Writer, f: Any) -> None:
         ids = (str(g.index), g.uuid)
         _render_verdict(w, "headroom_gpu", ids, g.verdict)
         w.add("headroom_gpu_idle", g.idle, *ids)
+        w.add("headroom_gpu_cost_per_hour", f.host.gpu_cost_per_hour.get(g.index), *ids)
     if f.gpu_findings:
         w.add("headroom_gpus_idle", f.host.gpus_idle)
         w.add("headroom_gpu_idle_seconds_total", _r(f.host.gpu_idle_seconds_total))
