@@ -592,6 +592,9 @@ class TLSAuthServerMixin:
     web_config: Callable[[], WebConfig]
     tls_handshake_timeout: float = 10.0
 
+    def connection_socket_changed(self, sock: socket.socket) -> None:
+        """Hook: the connection's socket is now ``sock`` (the TLS one); servers that track sockets override it."""
+
     def finish_request(self, request: socket.socket, client_address: Any) -> None:
         context = self.web_config().ssl_context()
         if context is None:
@@ -606,6 +609,7 @@ class TLSAuthServerMixin:
             return
         # wrap_socket took over the file descriptor: `request` is now detached, so this function
         # owns `connection` and must close it (socketserver's shutdown of `request` is a no-op).
+        self.connection_socket_changed(connection)
         try:
             try:
                 connection.do_handshake()
@@ -643,8 +647,14 @@ class TLSAuthHandlerMixin:
     def _current_web_config(self) -> WebConfig:
         return self.server.web_config()  # type: ignore[attr-defined]
 
+    def request_framing_ok(self) -> bool:
+        """Hook run before authentication: False when the request was already answered (e.g. a 400)."""
+        return True
+
     def parse_request(self) -> bool:
         if not super().parse_request():  # type: ignore[misc]
+            return False
+        if not self.request_framing_ok():
             return False
         config = self._current_web_config()
         self._headroom_web_config = config
