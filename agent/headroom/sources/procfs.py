@@ -563,13 +563,15 @@ def read_mounts(procfs: Path) -> list[MountEntry]:
     return parse_mounts(text)
 
 
-def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False) -> str | bytes | None:
-    """Read <procfs>/<pid>/<name>; raises ProcessGone if the pid vanished, None if access is denied."""
+def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False,
+                   limit: int = -1) -> str | bytes | None:
+    """Read <procfs>/<pid>/<name> (binary: at most ``limit`` bytes); raises ProcessGone if the pid
+    vanished, None if access is denied."""
     path = procfs / str(pid) / name
     try:
         if binary:
             with open(path, "rb") as f:
-                return f.read()
+                return f.read(limit)
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
             return f.read()
     except PermissionError:
@@ -600,9 +602,10 @@ def read_pid_io(procfs: Path, pid: int) -> PidIo | None:
     return None if text is None else parse_pid_io(str(text))
 
 
-def read_pid_cmdline(procfs: Path, pid: int) -> list[str] | None:
-    """Read /proc/PID/cmdline; returns argv, None if denied; raises ProcessGone if the pid vanished."""
-    data = _read_pid_file(procfs, pid, "cmdline", binary=True)
+def read_pid_cmdline(procfs: Path, pid: int, limit: int = -1) -> list[str] | None:
+    """Read /proc/PID/cmdline (its first ``limit`` bytes when given; the last argument may be cut);
+    returns argv, None if denied; raises ProcessGone if the pid vanished."""
+    data = _read_pid_file(procfs, pid, "cmdline", binary=True, limit=limit)
     return None if data is None else parse_pid_cmdline(bytes(data))  # type: ignore[arg-type]
 
 
