@@ -178,6 +178,11 @@ def _web_config(options: Options, config: Config) -> Any:
         raise StartupError(str(exc)) from None
 
 
+def _watcher_of(web_config: Any) -> Any:
+    """The WebConfigWatcher behind a web_config callable (its bound ``current``), or None."""
+    return getattr(web_config, "__self__", None)
+
+
 def start_standins(scenario: Any) -> None:
     """Start a simulation scenario's stand-in workload processes; StartupError when they cannot start."""
     if scenario is None or not getattr(scenario, "workloads", ()):
@@ -215,6 +220,7 @@ class Agent:
         self.telemetry_path = options.telemetry_path or config.web.get("telemetry_path") or DEFAULT_TELEMETRY_PATH
         try:
             web_config = _web_config(options, config)
+            self.sampler.web_config_watcher = _watcher_of(web_config)
             self.servers = _listen(addresses, self.sampler, self.telemetry_path, web_config)
         except StartupError:
             self.sampler.stop()

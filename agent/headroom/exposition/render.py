@@ -148,6 +148,7 @@ def _render_self(w: Writer, snap: Snapshot) -> None:
     w.add("headroom_config_last_reload_success_timestamp_seconds", _r(snap.config_reload_success_timestamp))
     w.add("headroom_record_success", snap.record_ok)
     w.add("headroom_record_written_bytes_total", snap.record_written_bytes_total)
+    w.add("headroom_web_config_last_reload_successful", snap.web_config_reload_ok)
 
 
 def _render_nvml(w: Writer, data: NvmlSample | None) -> None:

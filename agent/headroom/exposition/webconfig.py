@@ -55,6 +55,8 @@ import structlog
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from headroom.safeio import read_config_bytes
+
 log = structlog.get_logger("headroom.webconfig")
 
 
@@ -185,6 +187,7 @@ class WebConfig:
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     _context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
     _auth: _BasicAuth | None = field(default=None, compare=False, repr=False)
+    empty: bool = field(default=False, compare=False)  # the file held no document at all
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """Return the server-side SSLContext (built and checked at load time), or None for plain HTTP."""
@@ -316,7 +319,7 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_config_bytes(path).decode("utf-8")
     except OSError as exc:
         raise WebConfigError(f"{path}: cannot read web config: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -330,7 +333,7 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
         raise WebConfigError(f"{where}: invalid YAML: {problem}") from None
     reader = _Reader(path)
     if root is None or reader.is_null(root):
-        return WebConfig(path=path)
+        return WebConfig(path=path, empty=True)
     top = reader.mapping(root, "", _TOP_FIELDS)
     base = path.parent
 
@@ -477,9 +480,8 @@ def _load_tls(reader: _Reader, node: Node, base: Path) -> tuple[TLSSettings | No
     for name, file in (("cert_file", cert_file), ("key_file", key_file), ("client_ca_file", ca_file)):
         if file is None:
             continue
-        try:
-            with open(file, "rb"):
-                pass
+        try:  # regular files only: OpenSSL would block forever on a FIFO
+            read_config_bytes(file)
         except OSError as exc:
             raise reader.fail(present[name], f"{section}.{name}", f"cannot read {file}: {exc.strerror or exc}") from None
     try:
@@ -520,7 +522,11 @@ class WebConfigWatcher:
     """Keeps the web config current: re-reads it when the file or its certificates change.
 
     The first load happens in the constructor and raises WebConfigError (fail fast at start-up). Later,
-    a change that does not load keeps the previous good config and logs web_config_reload_failed once.
+    a change that does not load keeps the previous good config and logs web_config_reload_failed once
+    (``ok`` False, the ``headroom_web_config_last_reload_successful`` metric 0). A reload never
+    weakens the listener: an empty file, one without TLS while TLS is on, or one without users while
+    basic auth is on is such a failure too (a truncated write or ``: > web.yml`` must not turn TLS or
+    authentication off); turning them off takes a restart.
     """
 
     def __init__(
@@ -538,6 +544,8 @@ class WebConfigWatcher:
         self._seen = self._fingerprint(self._config, before)
         self._failed: tuple[object, ...] | None = None
         self._last_check = clock()
+        self.ok = True  # the last reload attempt succeeded
+        self.error: str | None = None
 
     @staticmethod
     def _stats(paths: tuple[Path, ...]) -> dict[Path, tuple[int, int, int] | None]:
@@ -564,16 +572,31 @@ class WebConfigWatcher:
                 return self._config
             try:
                 config = load_web_config(self.path)
+                _refuse_weakening(self._config, config, self.path)
             except WebConfigError as exc:
                 self._failed = fingerprint
-                log.error("web_config_reload_failed", path=str(self.path), error=str(exc))
+                self.ok, self.error = False, str(exc)
+                log.error("web_config_reload_failed", path=str(self.path), error=str(exc),
+                          kept="the previous web config")
                 return self._config
             self._config = config
             self._seen = self._fingerprint(config, before)
             self._failed = None
+            self.ok, self.error = True, None
             log.info("web_config_reloaded", path=str(self.path), tls=config.tls is not None,
                      users=len(config.users), headers=len(config.headers))
             return config
+
+
+def _refuse_weakening(old: WebConfig, new: WebConfig, path: Path) -> None:
+    """WebConfigError when reloading ``new`` over ``old`` would turn TLS or basic auth off."""
+    if new.empty:
+        raise WebConfigError(f"{path}: the web config is empty (a truncated or emptied file?): an empty file "
+                             "would mean no TLS and no users; restart the agent to serve without them")
+    if old.tls is not None and new.tls is None:
+        raise WebConfigError(f"{path}: tls_server_config is gone: turning TLS off needs a restart")
+    if old.users and not new.users:
+        raise WebConfigError(f"{path}: basic_auth_users is gone: turning authentication off needs a restart")
 
 
 # ---------------------------------------------------------------------------------------------------
