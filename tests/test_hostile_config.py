@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,9 +20,9 @@ import bcrypt
 import pytest
 from structlog.testing import capture_logs
 
-from headroom.exposition.webconfig import WebConfigWatcher
+from headroom.exposition.webconfig import WebConfigError, WebConfigWatcher, load_web_config
 
-from conftest import Agent, http_get
+from conftest import ROOT, Agent, free_port, http_get
 
 TLS = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
 
@@ -123,3 +126,141 @@ def test_emptying_the_web_config_of_a_running_agent_keeps_auth_and_shows_in_a_me
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     failed = [e for e in events if e["event"] == "web_config_reload_failed"]
     assert len(failed) == 1 and failed[0]["level"] == "error" and "empty" in failed[0]["error"]
+
+
+# -------------------------------------------------- 5: FIFOs, devices and huge files as configuration
+def check_config(cfg: Path, timeout: float = 30) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([sys.executable, "-m", "headroom", "check-config", "--config.file", str(cfg)],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"check-config still running after {timeout} s")
+
+
+def _dropin_dir(tmp_path: Path) -> tuple[Path, Path]:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("agent:\n  sample_interval: 200ms\nworkloads_dir: w.d\n")
+    (tmp_path / "w.d").mkdir()
+    return cfg, tmp_path / "w.d"
+
+
+@pytest.mark.parametrize(("situation", "make", "message"), [
+    ("a FIFO", lambda p: os.mkfifo(p), "is a FIFO, not a regular file"),
+    ("a symlink to /dev/zero", lambda p: p.symlink_to("/dev/zero"), "is a character device, not a regular file"),
+    ("a directory", lambda p: p.mkdir(), "is a directory, not a regular file"),
+    ("2 MiB", lambda p: p.write_text("# padding\n" * 210_000), "is 2100000 bytes, more than the 1048576 allowed"),
+])
+def test_a_hostile_drop_in_is_an_error_for_that_file(tmp_path, situation, make, message):
+    cfg, dropins = _dropin_dir(tmp_path)
+    make(dropins / "evil.yaml")
+    r = check_config(cfg)
+    assert r.returncode == 2, (situation, r.stderr)
+    assert f"{dropins / 'evil.yaml'}:1:1: (document): cannot read: {message}" in r.stderr
+    assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr
+
+
+def test_a_fifo_as_config_file_is_refused(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    os.mkfifo(cfg)
+    r = check_config(cfg)
+    assert r.returncode == 2 and "is a FIFO, not a regular file" in r.stderr
+
+
+def test_a_fifo_as_web_config_stops_start_up_with_a_message(tmp_path):
+    web = tmp_path / "web.yml"
+    os.mkfifo(web)
+    try:
+        r = subprocess.run([sys.executable, "-m", "headroom", "run", "--simulate", "demo", "--web.listen-address",
+                            f"127.0.0.1:{free_port()}", "--web.config.file", str(web)],
+                           capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("start-up hung on a FIFO web config")
+    assert r.returncode == 1 and f"{web}: cannot read web config: is a FIFO, not a regular file" in r.stderr
+
+
+def test_a_fifo_certificate_is_refused(site):
+    os.mkfifo(site / "fifo.crt")
+    (site / "web.yml").write_text("tls_server_config:\n  cert_file: fifo.crt\n  key_file: server.key\n")
+    with pytest.raises(WebConfigError, match="fifo.crt: is a FIFO, not a regular file"):
+        load_web_config(site / "web.yml")
+
+
+def _events(err: str) -> list[dict]:
+    return [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+
+
+def test_sighup_with_a_fifo_drop_in_fails_the_reload_and_sigterm_still_stops(tmp_path):
+    cfg, dropins = _dropin_dir(tmp_path)
+    agent = Agent("--config.file", str(cfg), "--simulate", "demo")
+    try:
+        agent.wait_ready()
+        os.mkfifo(dropins / "evil.yaml")
+        start = time.monotonic()
+        agent.proc.send_signal(signal.SIGHUP)
+        while metric(http_get(agent.url + "/metrics")[2], "headroom_config_last_reload_successful") != 0:
+            assert time.monotonic() - start < 10, "the reload neither failed nor finished"
+            time.sleep(0.1)
+        failed_after = time.monotonic() - start
+        agent.proc.send_signal(signal.SIGTERM)
+        try:
+            code = agent.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pytest.fail("SIGTERM did not stop the agent")
+    finally:
+        _, err = agent.stop()
+    assert code == 0
+    failed = [e for e in _events(err) if e["event"] == "config_reload_failed"]
+    assert len(failed) == 1 and "is a FIFO, not a regular file" in failed[0]["errors"][0]
+    print(f"reload with a FIFO drop-in: failed after {failed_after:.2f} s")
+
+
+_STUCK_RELOAD = """
+import sys, threading
+import headroom.config, headroom.daemon
+headroom.daemon.RELOAD_TIMEOUT_SECONDS = 0.5
+real, calls = headroom.config.load_config, []
+def load_config(path):
+    calls.append(path)
+    if len(calls) > 1:
+        threading.Event().wait()  # a reload stuck on a file system that never answers
+    return real(path)
+headroom.config.load_config = load_config
+from headroom.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_reload_stuck_in_the_kernel_is_reported_and_sigterm_still_stops(tmp_path):
+    cfg, _ = _dropin_dir(tmp_path)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _STUCK_RELOAD, "run", "--config.file", str(cfg), "--simulate",
+                             "demo", "--web.listen-address", f"127.0.0.1:{port}", "--log.format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if http_get(url + "/healthz", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while metric(http_get(url + "/metrics")[2], "headroom_config_last_reload_successful") != 0:
+            assert time.monotonic() < deadline, "a stuck reload was not reported"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pytest.fail("SIGTERM did not stop the agent while a reload was stuck")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read().decode()
+    assert code == 0, err[-2000:]
+    assert [e["event"] for e in _events(err) if e["event"].startswith("config_reload")] == ["config_reload_stuck"]

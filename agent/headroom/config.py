@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from headroom import units
+from headroom.safeio import read_config_bytes
 
 DEFAULT_PATHS = (Path("config.yaml"), Path("/etc/headroom/config.yaml"))
 
@@ -554,11 +555,9 @@ def compose_file(path: Path) -> yaml.Node | None:
     """Parse a YAML file into a node tree; raise ConfigError with the position of a syntax error."""
     name = str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_config_bytes(path)  # regular files only, at most MAX_CONFIG_BYTES, never blocks on open
     except FileNotFoundError:
         raise ConfigError([ConfigIssue(name, 1, 1, "", "file not found")]) from None
-    except IsADirectoryError:
-        raise ConfigError([ConfigIssue(name, 1, 1, "", "is a directory, expected a YAML file")]) from None
     except OSError as exc:
         raise ConfigError([ConfigIssue(name, 1, 1, "", f"cannot read: {exc.strerror or exc}")]) from None
     return compose_text(raw, name)
@@ -703,7 +702,10 @@ def _duplicate_names(node: yaml.Node, file: str) -> list[ConfigIssue]:
 
 
 def _load_dropins(directory: Path, config_node: yaml.Node, config_name: str):
-    """Yield (profile, file, None) or (None, file, issue) for every *.yaml in the drop-in directory."""
+    """Yield (profile, file, None) or (None, file, issue) for every *.yaml in the drop-in directory.
+
+    Each file is read like the configuration itself (``headroom.safeio``): a FIFO, a device, a
+    directory named *.yaml or a file over MAX_CONFIG_BYTES is an issue for that file."""
     if not directory.is_dir():
         ctx = _Ctx(config_name)
         ctx.error(_node_at(config_node, ["workloads_dir"]), ["workloads_dir"],

@@ -22,6 +22,7 @@ log = structlog.get_logger("headroom.daemon")
 
 DEFAULT_LISTEN_ADDRESS = ":9843"
 DEFAULT_TELEMETRY_PATH = "/metrics"
+RELOAD_TIMEOUT_SECONDS = 30.0  # a SIGHUP reload still running after this is reported as stuck
 
 
 class StartupError(Exception):
@@ -271,6 +272,28 @@ class Agent:
         self.notifier.ready("configuration reloaded")
         return True
 
+    def _serve_signals(self) -> None:
+        """Wait for SIGTERM; run each SIGHUP's reload in a worker thread, one at a time (SIGHUPs that
+        arrive meanwhile are folded into one more reload), so that a reload stuck on a file never
+        keeps SIGTERM from stopping the agent; one stuck past RELOAD_TIMEOUT_SECONDS is reported."""
+        worker: threading.Thread | None = None
+        started = 0.0
+        reported = False
+        while not self._stop.wait(0.1):
+            if worker is not None and not worker.is_alive():
+                worker = None
+            if worker is None and self._reload.is_set():
+                self._reload.clear()
+                worker = threading.Thread(target=self.reload, name="config-reload", daemon=True)
+                started, reported = time.monotonic(), False
+                worker.start()
+            elif worker is not None and not reported and time.monotonic() - started > RELOAD_TIMEOUT_SECONDS:
+                reported = True
+                self.sampler.config_reload_ok = False
+                log.error("config_reload_stuck", config=str(self.config_path), seconds=RELOAD_TIMEOUT_SECONDS,
+                          effect="the previous configuration keeps running; SIGTERM still stops the agent")
+                self.notifier.ready("configuration reload stuck; previous configuration still running")
+
     def serve(self) -> int:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
@@ -287,10 +310,7 @@ class Agent:
                  simulate=self.sampler.scenario, workloads=[w.name for w in self.config.workloads])
         self.notifier.ready(f"sampling every {self.sampler.interval:g}s, serving {', '.join(self.addresses)}")
         self.watchdog.start()
-        while not self._stop.is_set():
-            if self._reload.wait(0.2):
-                self._reload.clear()
-                self.reload()
+        self._serve_signals()
         self.notifier.stopping("shutting down")
         self.watchdog.stop()
         for srv in self.servers:
