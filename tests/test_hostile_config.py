@@ -264,3 +264,56 @@ def test_a_reload_stuck_in_the_kernel_is_reported_and_sigterm_still_stops(tmp_pa
     err = proc.stderr.read().decode()
     assert code == 0, err[-2000:]
     assert [e["event"] for e in _events(err) if e["event"].startswith("config_reload")] == ["config_reload_stuck"]
+
+
+# --------------------------------------------------------------------------------- 9: alias bombs
+BOMB = "".join(f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+# nine levels of nine (9**9 leaves) where validation walks them: inside a workload profile
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + BOMB + "workloads: [{name: w, kind: inference, params: 7B, gpus: *i}]\n"
+
+
+def _limited_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))  # a bomb must not take the shared host down
+
+
+def test_an_alias_bomb_fails_fast_with_its_position(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(BOMB)
+    try:
+        r = subprocess.run([sys.executable, "-m", "headroom", "check-config", "--config.file", str(cfg)],
+                           capture_output=True, text=True, timeout=30, preexec_fn=_limited_memory)
+    except subprocess.TimeoutExpired:
+        pytest.fail("check-config still expanding the alias bomb after 30 s")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"{cfg}:6:4: (document): aliases expand the document past 100000 nodes" in r.stderr
+    from headroom.config import ConfigError, check_config_text
+
+    cpu = time.thread_time()
+    with pytest.raises(ConfigError):
+        check_config_text(BOMB)
+    assert time.thread_time() - cpu < 1.0  # CPU time of this thread: no race with the host's load
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("workloads: &a [*a]\n", "1:12: (document): an alias refers to a node that contains it"),
+    ("x: &a {k: [1, *a]}\nworkloads: *a\n", "an alias refers to a node that contains it"),
+    ("a: &a x\nworkloads: [" + ", ".join(["*a"] * 10_001) + "]\n", "more than 10000 alias references"),
+])
+def test_recursive_and_excessive_aliases_are_errors(text, fragment):
+    from headroom.config import ConfigError, check_config_text
+
+    with pytest.raises(ConfigError) as info:
+        check_config_text(text)
+    assert fragment in str(info.value)
+
+
+def test_ordinary_anchors_still_work():
+    from headroom.config import check_config_text
+
+    text = (
+        "workloads:\n  - {name: a, kind: inference, params: &p 7B, precision: &b bf16, gpus: &g [0]}\n"
+        "  - {name: b, kind: inference, params: *p, precision: *b, gpus: *g}\n")
+    config = check_config_text(text)
+    assert [w.name for w in config.workloads] == ["a", "b"]

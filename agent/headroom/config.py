@@ -574,7 +574,7 @@ def compose_text(raw: bytes | str, name: str) -> yaml.Node | None:
     else:
         text = raw
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return _bounded_expansion(yaml.compose(text, Loader=yaml.SafeLoader), name)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -589,6 +589,69 @@ def compose_text(raw: bytes | str, name: str) -> yaml.Node | None:
         raise ConfigError([ConfigIssue(name, 1, 1, "", f"YAML error: {exc}")]) from None
     except RecursionError:
         raise ConfigError([ConfigIssue(name, 1, 1, "", "YAML nesting is too deep")]) from None
+
+
+MAX_CONFIG_NODES = 100_000  # YAML nodes in a document once its aliases are expanded
+MAX_ALIAS_USES = 10_000  # alias references in a document
+
+
+def _bounded_expansion(root: yaml.Node | None, name: str) -> yaml.Node | None:
+    """``root``, unless its aliases expand it past MAX_CONFIG_NODES nodes, or it uses more than
+    MAX_ALIAS_USES aliases, or an alias refers to a node that contains it: then a ConfigError at the
+    anchor that blows up. PyYAML composes an alias as a second reference to the same node, so a
+    billion-laughs document is small here; it is every later walk (validation, conversion) that would
+    expand it. One pass over the distinct nodes, sizes memoised."""
+    if root is None:
+        return None
+    size: dict[int, int] = {}
+    uses: dict[int, int] = {}
+    nodes: dict[int, yaml.Node] = {}
+    alias_uses = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    open_: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            total = 1
+            for child in _children(node):
+                total = min(total + size[id(child)], MAX_CONFIG_NODES + 1)
+            size[key] = total
+            continue
+        if key in size or key in open_:
+            if key in open_:
+                raise ConfigError([ConfigIssue(name, node.start_mark.line + 1, node.start_mark.column + 1, "",
+                                               "an alias refers to a node that contains it (recursive YAML)")])
+            alias_uses += 1
+            uses[key] = uses.get(key, 0) + 1
+            if alias_uses > MAX_ALIAS_USES:
+                raise ConfigError([ConfigIssue(name, node.start_mark.line + 1, node.start_mark.column + 1, "",
+                                               f"more than {MAX_ALIAS_USES} alias references")])
+            continue
+        open_.add(key)
+        nodes[key] = node
+        stack.append((node, True))
+        for child in reversed(_children(node)):
+            if id(child) in open_:
+                raise ConfigError([ConfigIssue(name, child.start_mark.line + 1, child.start_mark.column + 1, "",
+                                               "an alias refers to a node that contains it (recursive YAML)")])
+            stack.append((child, False))
+    if size[id(root)] > MAX_CONFIG_NODES:
+        culprit = max((nodes[k] for k in uses), key=lambda n: size[id(n)], default=root)
+        mark = culprit.start_mark
+        raise ConfigError([ConfigIssue(name, mark.line + 1, mark.column + 1, "",
+                                       f"aliases expand the document past {MAX_CONFIG_NODES} nodes "
+                                       "(an alias bomb?); the anchor here is the largest one reused")])
+    return root
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
 
 
 def default_config_path() -> Path | None:
