@@ -317,3 +317,32 @@ def test_ordinary_anchors_still_work():
         "  - {name: b, kind: inference, params: *p, precision: *b, gpus: *g}\n")
     config = check_config_text(text)
     assert [w.name for w in config.workloads] == ["a", "b"]
+
+
+# ------------------------------------------------------------- 10: errors quote excerpts, not files
+SECRET = "".join(f"SECRET_LINE_{i}=s3cr3t-value-{i:04d}\n" for i in range(20))
+
+
+def test_a_web_config_symlinked_to_a_secret_is_not_printed_back(tmp_path):
+    (tmp_path / "secret.env").write_text(SECRET)
+    (tmp_path / "web.yml").symlink_to(tmp_path / "secret.env")
+    with pytest.raises(WebConfigError) as info:
+        load_web_config(tmp_path / "web.yml")
+    message = str(info.value)
+    assert "expected a mapping" in message
+    assert "SECRET_LINE_1=" not in message and "(649 characters)" in message  # at most 32 characters quoted
+    assert len(message) < 250
+
+
+def test_a_drop_in_symlinked_to_a_secret_is_not_printed_back(tmp_path):
+    cfg, dropins = _dropin_dir(tmp_path)
+    (tmp_path / "secret.env").write_text("name: w\nkind: inference\nparams: 7B\ngpus: [0]\nprecision: |-\n"
+                                         + "".join("  " + line + "\n" for line in SECRET.splitlines()))
+    (dropins / "w.yaml").symlink_to(tmp_path / "secret.env")
+    r = check_config(cfg)
+    assert r.returncode == 2 and "precision: expected one of" in r.stderr
+    assert "SECRET_LINE_1=" not in r.stderr and "'... (668 characters)" in r.stderr and len(r.stderr) < 300
+    (dropins / "w.yaml").unlink()
+    (dropins / "w.yaml").write_text("name: w\nkind: inference\nparams: 7B\ngpus: [0]\n" + SECRET.replace("=", ": "))
+    r = check_config(cfg)
+    assert r.returncode == 2 and "SECRET_LINE_0: unknown key" in r.stderr  # a key: short, kept whole

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from headroom import units
-from headroom.safeio import read_config_bytes
+from headroom.safeio import EXCERPT_CHARS, excerpt, read_config_bytes, shorten_quoted
 
 DEFAULT_PATHS = (Path("config.yaml"), Path("/etc/headroom/config.yaml"))
 
@@ -37,7 +37,8 @@ class ConfigIssue:
     def __str__(self) -> str:
         where = self.path or "(document)"
         message = " ".join(part.strip() for part in self.message.splitlines())  # one issue, one line
-        return f"{self.file}:{self.line}:{self.column}: {where}: {message}"
+        # a file that turned out to be a secret (a symlinked drop-in) must not be printed back: quote excerpts
+        return f"{self.file}:{self.line}:{self.column}: {shorten_quoted(where)}: {shorten_quoted(message)}"
 
 
 class ConfigError(Exception):
@@ -53,8 +54,8 @@ def _fmt_path(parts: Sequence[str | int]) -> str:
     for p in parts:
         if isinstance(p, int):
             out += f"[{p}]"
-        elif not p or not p.isprintable() or any(c in p for c in ".[]: "):
-            out += f"[{p!r}]"  # a key that would garble the path (empty, newline, dots, ": ")
+        elif not p or not p.isprintable() or any(c in p for c in ".[]: ") or len(p) > EXCERPT_CHARS:
+            out += f"[{excerpt(p)}]"  # a key that would garble the path (empty, newline, dots, ": ") or is long
         else:
             out += ("." if out else "") + p
     return out
@@ -191,6 +192,9 @@ class Number(Spec):
             return _INVALID
         if isinstance(value, float) and not math.isfinite(value):
             ctx.error(node, path, "must be a finite number")
+            return _INVALID
+        if isinstance(value, int) and abs(value) > 10**300:  # float() of it would raise OverflowError
+            ctx.error(node, path, f"a number of {len(str(abs(value)))} digits is too large")
             return _INVALID
         if self.integer and not (isinstance(value, int) or float(value).is_integer()):
             ctx.error(node, path, f"expected an integer, got {value}")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
+from typing import Any
 
 MAX_CONFIG_BYTES = 1024 * 1024  # config.yaml, each workload drop-in, the web config and its certificates
 
@@ -55,3 +57,31 @@ def is_regular_file(path: Path) -> bool:
         return stat.S_ISREG(os.stat(path).st_mode)
     except OSError:
         return False
+
+
+EXCERPT_CHARS = 32  # at most this much of a value is quoted back in an error message
+
+_QUOTED = re.compile(r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*\"""")
+
+
+def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
+    """``repr(value)``, or its first ``limit`` characters and its length: an error message about a file
+    that turned out to be a secret must not print the secret."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def shorten_quoted(message: str, limit: int = EXCERPT_CHARS) -> str:
+    """``message`` with every quoted value longer than ``limit`` characters cut to an excerpt."""
+
+    def cut(m: Any) -> str:
+        text = m.group(0)
+        if len(text) <= limit + 2:
+            return text
+        head = text[: limit + 1]
+        if (len(head) - len(head.rstrip("\\"))) % 2:  # do not end on half an escape sequence
+            head = head[:-1]
+        return f"{head}{text[0]}... ({len(text) - 2} characters)"
+
+    return _QUOTED.sub(cut, message)

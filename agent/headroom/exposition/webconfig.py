@@ -55,7 +55,7 @@ import structlog
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from headroom.safeio import read_config_bytes
+from headroom.safeio import read_config_bytes, shorten_quoted
 
 log = structlog.get_logger("headroom.webconfig")
 
@@ -253,7 +253,8 @@ class _Reader:
         where = str(self.path)
         if node is not None:
             where += f":{node.start_mark.line + 1}:{node.start_mark.column + 1}"
-        return WebConfigError(f"{where}: {field_path}: {message}" if field_path else f"{where}: {message}")
+        message = shorten_quoted(message)  # never print back a file that turned out to be a secret
+        return WebConfigError(f"{where}: {shorten_quoted(field_path)}: {message}" if field_path else f"{where}: {message}")
 
     @staticmethod
     def is_null(node: Node) -> bool:
