@@ -346,3 +346,20 @@ def test_a_drop_in_symlinked_to_a_secret_is_not_printed_back(tmp_path):
     (dropins / "w.yaml").write_text("name: w\nkind: inference\nparams: 7B\ngpus: [0]\n" + SECRET.replace("=", ": "))
     r = check_config(cfg)
     assert r.returncode == 2 and "SECRET_LINE_0: unknown key" in r.stderr  # a key: short, kept whole
+
+
+# ------------------------------------------------------------------------------ 13: bcrypt cost cap
+@pytest.mark.parametrize("cost", [15, 20, 31])
+def test_a_bcrypt_cost_above_the_maximum_is_refused(tmp_path, cost):
+    salted = hashed("pw").replace("$04$", f"${cost:02d}$", 1)  # a real hash's layout, the cost field raised
+    (tmp_path / "web.yml").write_text(f'basic_auth_users:\n  prometheus: "{salted}"\n')
+    start = time.thread_time()
+    with pytest.raises(WebConfigError, match=rf"web.yml:2:15: basic_auth_users.prometheus: bcrypt cost {cost} is "
+                                             r"above the maximum of 14"):
+        load_web_config(tmp_path / "web.yml")
+    assert time.thread_time() - start < 1.0  # refused without hashing
+
+
+def test_the_maximum_bcrypt_cost_is_accepted(tmp_path):
+    (tmp_path / "web.yml").write_text(f'basic_auth_users:\n  prometheus: "{hashed("pw").replace("$04$", "$14$", 1)}"\n')
+    assert load_web_config(tmp_path / "web.yml").users.keys() == {"prometheus"}

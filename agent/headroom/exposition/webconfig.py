@@ -105,6 +105,9 @@ _ALLOWED_HEADERS: dict[str, tuple[str, ...] | None] = {
 }
 
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+# Each cost step doubles the work: 12 takes ~0.25 s per check, 14 ~1 s, 31 hours. Above 14 one failed
+# login (never cached) holds the single bcrypt slot, and with it every new client's scrape, for seconds.
+MAX_BCRYPT_COST = 14
 _AUTH_CACHE_SIZE = 1024
 
 _TOP_FIELDS = ("tls_server_config", "http_server_config", "basic_auth_users")
@@ -358,6 +361,11 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
             hashed = reader.string(node, field_path)
             if not _BCRYPT_HASH.match(hashed):
                 raise reader.fail(node, field_path, "not a bcrypt hash (expected $2a$, $2b$ or $2y$, cost, 53 characters)")
+            cost = int(hashed[4:6])
+            if cost > MAX_BCRYPT_COST:
+                raise reader.fail(node, field_path, f"bcrypt cost {cost} is above the maximum of {MAX_BCRYPT_COST} "
+                                                    f"(each check would take about {2 ** (cost - 12) / 4:g} s); "
+                                                    f"hash the password again with a cost of 10 to {MAX_BCRYPT_COST}")
             users[user] = hashed
 
     return WebConfig(
