@@ -269,3 +269,53 @@ def test_a_recorder_file_is_replayable(tmp_path):
     rec.write(Sample(timestamp=1.0, monotonic=1.0, sources={}))
     rec.close()
     assert replay([path]).ticks == 1
+
+
+# ------------------------------------------------------------------ 7: the recording's directory removed
+def _tick(i: float) -> Sample:
+    return Sample(timestamp=i, monotonic=i, sources={})
+
+
+def test_a_removed_recording_directory_is_reported_on_the_next_tick(tmp_path):
+    import shutil
+
+    d = tmp_path / "rec"
+    d.mkdir()
+    rec = Recorder(d / "r.jsonl", {"interval": 1.0})
+    rec.write(_tick(1))
+    assert rec.ok
+    shutil.rmtree(d)
+    rec.write(_tick(2))  # the next tick
+    assert rec.ok is False and "No such file or directory" in rec.error
+    d.mkdir()
+    rec.write(_tick(3))
+    assert rec.ok and [s.timestamp for _, s, _ in read_traces([d / "r.jsonl"])] == [3]
+
+
+def test_a_deleted_or_replaced_recording_is_reopened(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rec = Recorder(path, {"interval": 1.0})
+    rec.write(_tick(1))
+    path.unlink()
+    rec.write(_tick(2))
+    assert rec.ok and [s.timestamp for _, s, _ in read_traces([path])] == [2]
+    path.rename(tmp_path / "moved.jsonl")  # logrotate's move-and-create
+    path.write_text("")
+    rec.write(_tick(3))
+    assert [s.timestamp for _, s, _ in read_traces([path])] == [3]
+
+
+def test_the_agent_reports_a_removed_recording_directory(tmp_path, agent_factory):
+    import shutil
+
+    d = tmp_path / "rec"
+    d.mkdir()
+    agent = agent_factory("--simulate", "demo", "--record", str(d / "r.jsonl"))
+    assert b"headroom_record_success 1" in http_get(agent.url + "/metrics")[2]
+    shutil.rmtree(d)
+    deadline = time.monotonic() + 10
+    while b"headroom_record_success 0" not in http_get(agent.url + "/metrics")[2]:
+        assert time.monotonic() < deadline, "still 'writing' to a deleted file"
+        time.sleep(0.1)
+    status, _, body = http_get(agent.url + "/healthz")
+    assert b"degraded: record: cannot write" in body and b"No such file or directory" in body

@@ -309,6 +309,8 @@ class Recorder:
 
     A write that fails (read-only or full disk) never stops sampling: the recorder reports
     ``ok`` False with the error, logs once, and retries on later ticks; it logs once again on recovery.
+    Every tick it also checks that the open file is still FILE (link count, device and inode): a file
+    deleted or replaced, or a directory removed, is reopened, or reported when that fails.
     """
 
     def __init__(self, path: str | Path, header: Mapping[str, Any], max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -334,9 +336,25 @@ class Recorder:
         self._size += n
         self.written_bytes_total += n
 
+    def _gone(self) -> bool:
+        """True when the open file is no longer FILE: deleted (its directory too, perhaps) or replaced.
+
+        Writing on would "succeed" into an unlinked inode until the next rotation, hours later."""
+        try:
+            st = os.fstat(self._handle.fileno())
+            if st.st_nlink == 0:
+                return True
+            now = os.stat(self.path)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino)
+
     def write(self, sample: Sample, verdicts: Mapping[str, str] | None = None) -> None:
         line = encode_sample(sample, verdicts) + "\n"
         good = None
+        if self._handle is not None and self._gone():
+            log.warning("record_file_gone", path=str(self.path), action="reopening it")
+            self.close()
         try:
             if self._handle is None:
                 self._open()
