@@ -363,3 +363,46 @@ def test_a_bcrypt_cost_above_the_maximum_is_refused(tmp_path, cost):
 def test_the_maximum_bcrypt_cost_is_accepted(tmp_path):
     (tmp_path / "web.yml").write_text(f'basic_auth_users:\n  prometheus: "{hashed("pw").replace("$04$", "$14$", 1)}"\n')
     assert load_web_config(tmp_path / "web.yml").users.keys() == {"prometheus"}
+
+
+# ----------------------------------------------------------------------------- 8: window memory budget
+def test_a_window_that_needs_gigabytes_is_refused_by_check_config(tmp_path):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("agent:\n  sample_interval: 50ms\n  window: 1d\n")
+    r = check_config(cfg)
+    assert r.returncode == 2
+    assert (f"{cfg}:3:11: agent.window: a window of 1d sampled every 50ms with 8 GPUs needs about 33,750 MiB, "
+            "above the 256 MiB budget") in r.stderr
+
+
+@pytest.mark.parametrize("agent", ["sample_interval: 1s\n  window: 3h", "sample_interval: 50ms\n  window: 10m",
+                                   "sample_interval: 100ms\n  window: 20m"])
+def test_windows_within_the_budget_pass(tmp_path, agent):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(f"agent:\n  {agent}\n")
+    assert check_config(cfg).returncode == 0
+
+
+def test_the_agent_caps_the_window_when_the_host_has_more_gpus_than_validation_assumed():
+    from headroom.daemon import cap_window
+    from headroom.sampler import Sampler
+    from headroom.samples import GpuSample, NvmlSample
+    from headroom.sources import Collector, SourceContext
+
+    class ManyGpus(Collector):
+        name = "nvml"
+
+        def collect(self):
+            return NvmlSample(up=True, gpus=tuple(GpuSample(index=i, uuid=f"GPU-{i}", name="H100", pci_bus_id=str(i))
+                                                  for i in range(64)))
+
+    sampler = Sampler([ManyGpus(SourceContext())], interval=0.05, window_seconds=600)
+    try:
+        sampler.tick()
+        with capture_logs() as logs:
+            fits = cap_window(sampler, 600)
+        assert fits == 256 * 2**20 // (4096 + 2048 * 64) and sampler.window.maxlen == fits
+        assert [e["event"] for e in logs] == ["window_capped"]
+        assert cap_window(sampler, 60) is None  # 60 s fits
+    finally:
+        sampler.stop()

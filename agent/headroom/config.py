@@ -707,6 +707,7 @@ def _validate(node: yaml.Node | None, name: str, base: Path) -> Config:
                 seen[profile.name] = file
                 workloads.append(profile)
     issues += _duplicate_names(node, name)
+    issues += _window_budget(node, name, data.get("agent"))
     if issues:
         raise ConfigError(issues)
     return Config(
@@ -749,6 +750,41 @@ def _overhead(section: Mapping[str, Any]) -> Any:
              "cpu_runtime_overhead": "cpu_runtime_overhead_bytes",
              "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization"}
     return replace(DEFAULTS, **{names[k]: v for k, v in section.items() if v is not None})
+
+
+WINDOW_MEMORY_BUDGET_BYTES = 256 * 2**20  # the sample window's share of the unit's MemoryMax (512M)
+SAMPLE_BYTES_BASE = 4096  # one Sample without GPUs (host collectors), measured: docs/reliability.md
+SAMPLE_BYTES_PER_GPU = 2048  # and per GPU (1.85 KiB measured with every NVML field set)
+ASSUMED_GPUS = 8  # what validation assumes; the agent checks again with the GPUs it finds
+
+
+def window_memory_bytes(window: float, interval: float, gpus: int) -> int:
+    """The memory the sample window needs: its samples (window / interval + 1) times a sample's size."""
+    return int((window / interval + 1) * (SAMPLE_BYTES_BASE + SAMPLE_BYTES_PER_GPU * gpus))
+
+
+def window_budget_problem(window: float, interval: float, gpus: int) -> str | None:
+    """Why ``agent.window`` at ``agent.sample_interval`` does not fit the memory budget, or None."""
+    need = window_memory_bytes(window, interval, gpus)
+    if need <= WINDOW_MEMORY_BUDGET_BYTES:
+        return None
+    fits = (WINDOW_MEMORY_BUDGET_BYTES / (SAMPLE_BYTES_BASE + SAMPLE_BYTES_PER_GPU * gpus) - 1) * interval
+    return (f"a window of {units.format_duration(window)} sampled every {units.format_duration(interval)} with "
+            f"{gpus} GPUs needs about {need / 2**20:,.0f} MiB, above the {WINDOW_MEMORY_BUDGET_BYTES // 2**20} MiB "
+            f"budget; at this interval at most {units.format_duration(max(fits, 0))} fits (or sample less often)")
+
+
+def _window_budget(node: yaml.Node, file: str, agent: Any) -> list[ConfigIssue]:
+    window, interval = (agent.get("window"), agent.get("sample_interval")) if isinstance(agent, dict) else (None, None)
+    if not isinstance(window, float) or not isinstance(interval, float):
+        return []  # already reported as invalid
+    problem = window_budget_problem(window, interval, ASSUMED_GPUS)
+    if problem is None:
+        return []
+    ctx = _Ctx(file)
+    ctx.error(_node_at(node, ["agent", "window"]), ["agent", "window"],
+              problem + f" (validation assumes {ASSUMED_GPUS} GPUs)")
+    return ctx.issues
 
 
 def _duplicate_names(node: yaml.Node, file: str) -> list[ConfigIssue]:

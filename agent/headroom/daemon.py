@@ -139,6 +139,31 @@ def make_recorder(config: Config, options: Options, sampler: Sampler) -> Any:
     return Recorder(path, header, options.record_max_bytes or DEFAULT_MAX_BYTES)
 
 
+def cap_window(sampler: Sampler, window_seconds: float) -> int | None:
+    """After the first tick, with the GPUs actually present: shrink the sample window to the memory
+    budget (config.WINDOW_MEMORY_BUDGET_BYTES) when validation's assumption of 8 GPUs was too low.
+    Returns the new length in samples, or None when the window fits."""
+    from collections import deque
+
+    from headroom.config import (
+        SAMPLE_BYTES_BASE,
+        SAMPLE_BYTES_PER_GPU,
+        WINDOW_MEMORY_BUDGET_BYTES,
+        window_budget_problem,
+    )
+
+    snap = sampler.snapshot
+    nvml = snap.sample.data("nvml") if snap is not None else None
+    gpus = len(getattr(nvml, "gpus", ()) or ())
+    problem = window_budget_problem(window_seconds, sampler.interval, gpus)
+    if problem is None:
+        return None
+    fits = max(2, WINDOW_MEMORY_BUDGET_BYTES // (SAMPLE_BYTES_BASE + SAMPLE_BYTES_PER_GPU * gpus))
+    sampler.window = deque(sampler.window, maxlen=fits)
+    log.warning("window_capped", reason=problem, samples=fits, seconds=round(fits * sampler.interval, 1))
+    return fits
+
+
 def make_analysis(config: Config) -> Any:
     """The per-tick analysis for this configuration: window -> (derived values, findings)."""
     from headroom.analysis.pipeline import Analysis
@@ -299,6 +324,7 @@ class Agent:
         signal.signal(signal.SIGINT, self.request_stop)
         signal.signal(signal.SIGHUP, self.request_reload)
         self.sampler.tick()  # the first sample before serving, so /metrics never starts empty
+        cap_window(self.sampler, self.config.agent["window"])
         self.sampler.start()
         for srv in self.servers:
             threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.5}, name="http",
