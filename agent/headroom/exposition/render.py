@@ -32,6 +32,11 @@ class UnknownMetric(KeyError):
 
 
 def _escape(value: str) -> str:
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes kept as surrogates (a mountpoint): write them escaped
+            value = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 

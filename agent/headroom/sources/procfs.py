@@ -533,13 +533,15 @@ def read_vmstat(procfs: Path) -> dict[str, int]:
 
 
 def read_diskstats(procfs: Path) -> list[DiskStats]:
-    """Read and parse <procfs>/diskstats."""
-    return parse_diskstats((procfs / "diskstats").read_text())
+    """Read and parse <procfs>/diskstats. A device name that is not UTF-8 is kept with its bad bytes
+    written as ``\\xNN`` (it affects only that device)."""
+    return parse_diskstats((procfs / "diskstats").read_text(encoding="utf-8", errors="backslashreplace"))
 
 
 def read_net_dev(procfs: Path) -> list[NetDevice]:
-    """Read and parse <procfs>/net/dev (the network namespace of the reading process)."""
-    return parse_net_dev((procfs / "net" / "dev").read_text())
+    """Read and parse <procfs>/net/dev (the network namespace of the reading process). A device name
+    that is not UTF-8 is kept with its bad bytes written as ``\\xNN`` (it affects only that device)."""
+    return parse_net_dev((procfs / "net" / "dev").read_text(encoding="utf-8", errors="backslashreplace"))
 
 
 def read_net_speed(sysfs: Path, device: str) -> int | None:
