@@ -318,3 +318,33 @@ def test_fuzzed_requests_get_well_formed_answers_and_never_break_the_server(serv
     with connect(server) as s:  # and the server serves on
         s.sendall(SCRAPE)
         assert read_response(s)[0] == 200
+
+
+def test_a_tls_handshake_trickled_byte_by_byte_is_cut_at_the_head_deadline(tmp_path):
+    import subprocess
+
+    from headroom.exposition.webconfig import load_web_config
+
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", "server.key", "-out", "server.crt", "-days", "2", "-subj", "/CN=localhost"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    (tmp_path / "web.yml").write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+    config = load_web_config(tmp_path / "web.yml")
+    srv = HeadroomHTTPServer(("127.0.0.1", 0), _State(), web_config=lambda: config)
+    srv.request_head_timeout = 1.0
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        s = connect(srv)
+        start = time.monotonic()
+        try:
+            for byte in b"\x16\x03\x01\x02\x00" + b"\x01" * 40:  # a ClientHello record header, then its body slowly
+                s.sendall(bytes([byte]))
+                time.sleep(0.1)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert closed_by_server(s, 1.0)
+        assert time.monotonic() - start < 3.0
+        s.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
