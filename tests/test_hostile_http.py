@@ -11,20 +11,41 @@ import re
 import socket
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from headroom.exposition.server import HeadroomHTTPServer, accepts_gzip
+from headroom.sampler import Sampler
+from headroom.samples import MemorySample
+from headroom.sources import Collector, SourceContext
 
-EXPOSITION = b"# HELP up 1\nup 1\n" * 50
 _STATUS = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
 
 
+class _Memory(Collector):
+    name = "memory"
+
+    def collect(self) -> MemorySample:
+        return MemorySample(total_bytes=100, available_bytes=60, free_bytes=50)
+
+
+def _real_state() -> Sampler:
+    """A real Sampler that has ticked once: every route (landing page, status JSON) has what it reads."""
+    sampler = Sampler([_Memory(SourceContext())], interval=1.0)
+    sampler.tick()
+    sampler.stop()
+    return sampler
+
+
+_SAMPLER = _real_state()
+EXPOSITION = _SAMPLER.snapshot.exposition
+
+
 class _State:
-    snapshot = SimpleNamespace(exposition=EXPOSITION, sample=SimpleNamespace(data=lambda name: None))
+    snapshot = _SAMPLER.snapshot
+    failing: dict = {}
 
     def healthy(self) -> tuple[bool, str]:
         return True, "ok"
@@ -236,7 +257,10 @@ def test_a_body_too_large_to_discard_is_answered_and_the_connection_closed(serve
     (b"GET /metrics HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"Transfer-Encoding"),
     (b"GET /metrics HTTP/1.1\r\n\r\n", b"missing Host"),
     (b"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"more than one Host"),
-], ids=["two lengths", "a list of lengths", "negative", "signed", "chunked", "no Host", "two Hosts"])
+    (b"GET /metrics\r\n\r\n", b"HTTP/0.9 is not supported"),
+    (b"GET /metrics HTTP/0.9\r\nHost: a\r\n\r\n", b"HTTP/0.9 is not supported"),
+], ids=["two lengths", "a list of lengths", "negative", "signed", "chunked", "no Host", "two Hosts", "HTTP/0.9",
+        "HTTP/0.9 named"])
 def test_bad_framing_gets_400_and_a_closed_connection(server, data, why):
     answer = exchange(server, data, settle=3)
     assert _STATUS.findall(answer) == [b"400"], answer[:300]

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import structlog
 
 from headroom import __version__
-from headroom.exposition import landing
+from headroom.exposition import landing, openmetrics
 from headroom.exposition.render import CONTENT_TYPE
 from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
 
@@ -70,20 +70,19 @@ class State(Protocol):
 
 
 class _GzipCache:
-    """Compresses each snapshot's exposition at most once, on the first scrape that asks for gzip."""
+    """Compresses each snapshot's exposition at most once per format, on the first scrape that asks for gzip."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._key: int | None = None
-        self._body = b""
+        self._entries: dict[str, tuple[Any, bytes]] = {}  # format -> (snapshot, compressed body)
 
-    def get(self, snapshot: Any) -> bytes:
-        key = id(snapshot)
+    def get(self, snapshot: Any, body: bytes | None = None, fmt: str = "text") -> bytes:
         with self._lock:
-            if self._key != key:
-                self._body = gzip.compress(snapshot.exposition, compresslevel=1, mtime=0)
-                self._key = key
-            return self._body
+            cached = self._entries.get(fmt)
+            if cached is None or cached[0] is not snapshot:
+                data = snapshot.exposition if body is None else body
+                cached = self._entries[fmt] = (snapshot, gzip.compress(data, compresslevel=1, mtime=0))
+            return cached[1]
 
 
 class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
@@ -130,10 +129,13 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     def request_framing_ok(self) -> bool:
         """Check Host and the body's framing before anything else (called by TLSAuthHandlerMixin).
 
-        HTTP/1.1 needs exactly one Host; Transfer-Encoding and an invalid or conflicting
+        HTTP/0.9 is refused (its answers carry no status line); HTTP/1.1 needs exactly one Host; Transfer-Encoding and an invalid or conflicting
         Content-Length get 400 and a closed connection (a body that is not read would otherwise be
         taken as the next request); a body up to MAX_REQUEST_BODY_BYTES is read and discarded, a
         larger one is answered and the connection closed."""
+        if self.request_version == "HTTP/0.9":  # "GET /x" or "GET /x HTTP/0.9": a response without headers
+            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
+            return False
         headers = self.headers
         hosts = headers.get_all("Host") or []
         if self.request_version != "HTTP/1.0" and len(hosts) != 1:
@@ -209,11 +211,13 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", head=head)
 
     def _metrics_response(self, snapshot: Any) -> tuple[bytes, str, dict[str, str]]:
-        """The exposition in the format and encoding the request asks for: (body, content type, headers)."""
+        """The exposition in the format (Accept) and encoding (Accept-Encoding, q-values honoured) the
+        request asks for: (body, content type, extra headers)."""
+        fmt, body, content_type = exposition_for(snapshot, self.headers.get("Accept"))
+        vary = {"Vary": "Accept, Accept-Encoding"}
         if accepts_gzip(self.headers.get_all("Accept-Encoding") or ()):
-            return (self.server.gzip_cache.get(snapshot), CONTENT_TYPE,
-                    {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
-        return snapshot.exposition, CONTENT_TYPE, {"Vary": "Accept-Encoding"}
+            return self.server.gzip_cache.get(snapshot, body, fmt), content_type, {"Content-Encoding": "gzip", **vary}
+        return body, content_type, vary
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str, head: bool = False,
               extra: dict[str, str] | None = None) -> None:
@@ -251,6 +255,17 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
 
     def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
         log.debug("http_request_error", client=self.client_address[0], detail=format % args)
+
+
+_OPENMETRICS = openmetrics.Converter()
+
+
+def exposition_for(snapshot: Any, accept: str | None) -> tuple[str, bytes, str]:
+    """(format, body, content type) for a scrape: OpenMetrics when its Accept header prefers it (Prometheus
+    does by default), the text format 0.0.4 otherwise. Both come from the bytes rendered at the tick."""
+    if openmetrics.prefers_openmetrics(accept):
+        return "openmetrics", _OPENMETRICS.get(snapshot), openmetrics.CONTENT_TYPE
+    return "text", snapshot.exposition, CONTENT_TYPE
 
 
 def accepts_gzip(accept_encoding: Any) -> bool:
