@@ -406,3 +406,12 @@ def test_the_agent_caps_the_window_when_the_host_has_more_gpus_than_validation_a
         assert cap_window(sampler, 60) is None  # 60 s fits
     finally:
         sampler.stop()
+
+
+def test_an_alias_bomb_in_the_web_config_fails_fast(tmp_path):
+    (tmp_path / "web.yml").write_text(BOMB.replace("workloads: [{name: w, kind: inference, params: 7B, gpus: *i}]",
+                                                   "basic_auth_users: {a: *i}"))
+    start = time.thread_time()
+    with pytest.raises(WebConfigError, match=r"web.yml:6:4: aliases expand the document past 100000 nodes"):
+        load_web_config(tmp_path / "web.yml")
+    assert time.thread_time() - start < 1.0

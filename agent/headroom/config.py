@@ -598,7 +598,7 @@ def compose_text(raw: bytes | str, name: str) -> yaml.Node | None:
     else:
         text = raw
     try:
-        return _bounded_expansion(yaml.compose(text, Loader=yaml.SafeLoader), name)
+        return bounded_expansion(yaml.compose(text, Loader=yaml.SafeLoader), name)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -619,7 +619,7 @@ MAX_CONFIG_NODES = 100_000  # YAML nodes in a document once its aliases are expa
 MAX_ALIAS_USES = 10_000  # alias references in a document
 
 
-def _bounded_expansion(root: yaml.Node | None, name: str) -> yaml.Node | None:
+def bounded_expansion(root: yaml.Node | None, name: str) -> yaml.Node | None:
     """``root``, unless its aliases expand it past MAX_CONFIG_NODES nodes, or it uses more than
     MAX_ALIAS_USES aliases, or an alias refers to a node that contains it: then a ConfigError at the
     anchor that blows up. PyYAML composes an alias as a second reference to the same node, so a

@@ -335,6 +335,12 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise WebConfigError(f"{where}: invalid YAML: {problem}") from None
+    from headroom.config import ConfigError, bounded_expansion
+
+    try:
+        root = bounded_expansion(root, str(path))  # an alias bomb fails here, not in a walk that expands it
+    except ConfigError as exc:
+        raise WebConfigError(str(exc.issues[0]).replace(": (document): ", ": ", 1)) from None
     reader = _Reader(path)
     if root is None or reader.is_null(root):
         return WebConfig(path=path, empty=True)
