@@ -234,6 +234,8 @@ def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
     for st in statuses:
         name = st.name
         w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime)
+        if st.job or st.team:
+            w.add("headroom_workload_fleet_info", 1, name, st.team, st.job)
         m = st.measured
         if m is not None:
             w.add("headroom_workload_processes", m.processes, name)
@@ -265,6 +267,7 @@ def _render_findings(w: Writer, f: Any) -> None:
         ids = (str(g.index), g.uuid)
         _render_verdict(w, "headroom_gpu", ids, g.verdict)
         w.add("headroom_gpu_idle", g.idle, *ids)
+        w.add("headroom_gpu_cost_per_hour", f.host.gpu_cost_per_hour.get(g.index), *ids)
     if f.gpu_findings:
         w.add("headroom_gpus_idle", f.host.gpus_idle)
         w.add("headroom_gpu_idle_seconds_total", _r(f.host.gpu_idle_seconds_total))
