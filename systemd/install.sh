@@ -18,10 +18,25 @@
 #                                   touches no systemd (for tests and packaging); root not required
 #   HEADROOM_INSTALL_SKIP_VENV=1    skip creating the venv and pip install (tests)
 #   PYTHON=python3.11               the interpreter for the venv (>= 3.11; default python3)
+#
+# What it copies from the checkout it copies as regular files only: a symlink or anything else in
+# the checkout (a doc symlinked to a secret) is refused, never followed, and a symlink anywhere in
+# agent/ stops the install (setuptools would follow it into the venv). pip installs the dependencies at
+# the versions pinned in systemd/requirements.txt, then the checkout with --no-deps; pip itself is
+# not upgraded.
 set -euo pipefail
 
 say() { echo "install.sh: $*"; }
 die() { echo "install.sh: error: $*" >&2; exit 1; }
+
+# install_regular MODE SOURCE DEST: copy SOURCE only when it is a regular file and not a symlink.
+install_regular() {
+  local mode="$1" from="$2" to="$3"
+  if [ -L "$from" ] || [ ! -f "$from" ]; then
+    die "$from is not a regular file (a symlink or special file in the checkout is not installed)"
+  fi
+  install -m "$mode" "$from" "$to"
+}
 
 ROOT="${ROOT:-}"
 ROOT="${ROOT%/}"
@@ -52,16 +67,27 @@ else
   fi
   say "installing headroom from $src into $opt/venv"
   # Build from a scratch copy: pip builds in-tree, and a root-owned build/ in the checkout helps nobody.
+  links="$(find "$src/agent" "$src/pyproject.toml" -type l -print -quit)"
+  [ -z "$links" ] || die "$links is a symlink: not installing a checkout with symlinks in the package"
   scratch="$(mktemp -d)"
   trap 'rm -rf "$scratch"' EXIT
   tar -C "$src" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' -cf - . \
     | tar -C "$scratch" -xf -
-  "$opt/venv/bin/python" -m pip install --quiet --upgrade pip
-  "$opt/venv/bin/python" -m pip install --quiet --upgrade "$scratch"
+  # Pinned: the dependencies at the versions in requirements.txt, then headroom itself without
+  # resolving anything new; pip itself is left as the venv made it (no self-upgrade as root).
+  install_regular 0644 "$src/systemd/requirements.txt" "$scratch/.requirements.txt"
+  "$opt/venv/bin/python" -m pip install --quiet --no-deps -r "$scratch/.requirements.txt"
+  "$opt/venv/bin/python" -m pip install --quiet --no-deps "$scratch"
 fi
 install -d -m 0755 "$opt/docs"
 if [ -d "$src/docs" ]; then
-  find "$src/docs" -maxdepth 1 -name '*.md' -exec install -m 0644 {} "$opt/docs/" \;
+  while IFS= read -r -d '' doc; do
+    if [ -L "$doc" ] || [ ! -f "$doc" ]; then
+      say "warning: not installing $doc: not a regular file (symlinks are not followed)"
+      continue
+    fi
+    install -m 0644 "$doc" "$opt/docs/"
+  done < <(find "$src/docs" -maxdepth 1 -name '*.md' -print0)
 fi
 
 # 2. The service user, and access to the NVIDIA device nodes.
@@ -97,19 +123,19 @@ install -d -m 0755 "$etc" "$ROOT/etc/default"
 if [ -e "$etc/config.yaml" ]; then
   say "kept existing $etc/config.yaml"
 else
-  install -m 0644 "$src/config.yaml" "$etc/config.yaml"
+  install_regular 0644 "$src/config.yaml" "$etc/config.yaml"
   say "installed $etc/config.yaml"
 fi
 if [ -e "$ROOT/etc/default/headroom" ]; then
   say "kept existing $ROOT/etc/default/headroom"
 else
-  install -m 0644 "$src/systemd/headroom.default" "$ROOT/etc/default/headroom"
+  install_regular 0644 "$src/systemd/headroom.default" "$ROOT/etc/default/headroom"
   say "installed $ROOT/etc/default/headroom"
 fi
 
 # 4. The unit.
 install -d -m 0755 "$ROOT/etc/systemd/system"
-install -m 0644 "$src/systemd/headroom.service" "$ROOT/etc/systemd/system/headroom.service"
+install_regular 0644 "$src/systemd/headroom.service" "$ROOT/etc/systemd/system/headroom.service"
 say "installed $ROOT/etc/systemd/system/headroom.service"
 
 # 5. Start it.

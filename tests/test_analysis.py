@@ -401,6 +401,63 @@ def test_a_workload_process_that_exits_does_not_make_its_cpu_rate_negative_or_di
     assert workload_signals(window, 15.0, None, profile, 16).cores_used == pytest.approx(3.0)
 
 
+# --------------------------------------------------------------------------- headroom, figure by figure
+def _headroom(kind="inference", vllm=False, estimate=None, gpus=(), host=None, w=None):
+    from headroom.analysis.headroom import workload_headroom
+    from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
+
+    profile = SimpleNamespace(kind=kind, runtime=SimpleNamespace(is_vllm=vllm))
+    gpus = [GpuSignals(index=i, uuid=f"GPU-{i}", name="H100", up=True, **g) for i, g in enumerate(gpus)]
+    return workload_headroom(profile, w or WorkloadSignals(name="w"), gpus, host or HostSignals(), estimate, 87.0)
+
+
+def test_headroom_from_measured_free_vram_rounds_down_on_the_tightest_gpu():
+    est = SimpleNamespace(kv_bytes_per_token=1000, context=100, concurrency=3,
+                          max_concurrency_at_max_context=None, max_context_at_concurrency=None)
+    gpus = [dict(memory_total_bytes=1_000_000, memory_used_bytes=450_001),  # 549 999 free: the tightest
+            dict(memory_total_bytes=1_000_000, memory_used_bytes=100_000),
+            dict(memory_total_bytes=None, memory_used_bytes=5)]  # unknown: not counted
+    h = _headroom(estimate=est, gpus=gpus)
+    assert h.gpu_memory_bytes == 549_999 + 900_000
+    assert h.sequences == 5 and isinstance(h.sequences, int)  # 549 999 // (1000 * 100)
+    assert h.context_tokens == 183 and isinstance(h.context_tokens, int)  # 549 999 // (1000 * 3)
+    assert h.basis == "measured free VRAM / KV bytes per token (memory model)"
+    assert _headroom(kind="training", estimate=est, gpus=gpus).sequences is None
+
+
+def test_headroom_for_vllm_comes_from_the_memory_model_not_nvml():
+    """vLLM reserves its KV pool up front: NVML shows it full, so room comes from the model's budget."""
+    est = SimpleNamespace(kv_bytes_per_token=1000, context=8192, concurrency=8,
+                          max_concurrency_at_max_context=20, max_context_at_concurrency=12_000)
+    full = [dict(memory_total_bytes=1_000_000, memory_used_bytes=990_000)]
+    h = _headroom(vllm=True, estimate=est, gpus=full)
+    assert (h.sequences, h.context_tokens) == (12, 3808)
+    assert h.basis == "vLLM reservation (memory model)"
+    est.max_context_at_concurrency = None
+    assert _headroom(vllm=True, estimate=est, gpus=full).context_tokens is None
+    assert _headroom(vllm=False, estimate=est, gpus=full).basis.startswith("measured")
+
+
+def test_headroom_cpu_host_memory_shared_memory_power_and_thermal():
+    from headroom.analysis.signals import HostSignals, WorkloadSignals
+
+    host = HostSignals(logical_cpus=16, cpu_busy=0.5, cpu_iowait=0.1, memory_available_bytes=7 * GIB,
+                       shm_available_bytes=3 * GIB)
+    # 16 x (1 - 0.5 - 0.1) = 6.4 idle cores on the host; the workload may use 4 and uses 1.23456
+    w = WorkloadSignals(name="w", cores_used=1.23456, cores_allowed=4.0)
+    gpus = [dict(power_watts=500.0, power_limit_watts=700.0, temperature_celsius=80.0),
+            dict(power_watts=100.0, power_limit_watts=300.0, temperature_celsius=60.0),
+            dict(power_watts=None, power_limit_watts=300.0, temperature_celsius=None)]
+    h = _headroom(gpus=gpus, host=host, w=w)
+    assert h.cpu_cores == 2.765  # its quota left, rounded to 3 places, below the host's idle 6.4
+    assert _headroom(host=host).cpu_cores == 6.4  # no quota: the host's idle cores
+    assert _headroom(host=host, w=WorkloadSignals(name="w", cores_used=9.0, cores_allowed=4.0)).cpu_cores == 0.0
+    assert (h.host_memory_bytes, h.shared_memory_bytes) == (7 * GIB, 3 * GIB)
+    assert h.power_watts == 400.0  # 200 + 200 W; the GPU without a reading is left out
+    assert h.thermal_celsius == 7.0  # 87 - the hottest GPU (80)
+    assert _headroom().cpu_cores is None and _headroom().power_watts is None
+
+
 @pytest.mark.parametrize(("short_window", "expected"), [("4s", 1.0), ("16s", 0.5), ("10s", 0.8)])
 def test_cpu_utilization_ratio_covers_the_analysis_short_window(short_window, expected):
     """headroom_cpu_utilization_ratio's HELP says the analysis short window: 8 CPUs idle for 22 s, then busy for 8 s."""
@@ -436,3 +493,44 @@ def test_currency_must_be_an_iso_code(bad):
 
     with pytest.raises(ConfigError, match="ISO 4217"):
         check_config_text(f"analysis:\n  currency: '{bad}'\n", "c.yaml")
+
+
+def test_vram_reserved_by_vllm_does_not_score_gpu_memory():
+    """vLLM holds ~90 % of the card from the start: NVML's figure says nothing about its KV cache."""
+    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, rule_gpu_memory
+    from headroom.analysis.signals import GpuSignals
+
+    g = GpuSignals(index=0, uuid="GPU-0", name="H100", up=True, busy=0.9, memory_used_bytes=99,
+                   memory_total_bytes=100, memory_used_ratio=0.99)
+    assert rule_gpu_memory(g, DEFAULT_THRESHOLDS)[0] == 1.0
+    score, evidence = rule_gpu_memory(g, DEFAULT_THRESHOLDS, reserved_by_runtime=True)
+    assert score == 0.0 and "reserved up front by the runtime" in evidence
+
+
+def test_idle_gpu_time_follows_the_sample_interval_below_a_second():
+    """Idle GPU-seconds add each tick's real length: 40 ticks 250 ms apart are 9.75 s, not 39."""
+    window = [replace(s, monotonic=s.monotonic / 4) for s in build_window(Host(), [Gpu(util=0.0)], seconds=40)]
+    findings = analyse("", window)
+    assert findings.host.gpu_idle_seconds_total == pytest.approx(39 * 0.25)
+
+
+def test_a_primary_change_is_recorded_once_with_before_after_and_evidence():
+    """The bottleneck_changed log event and the record: what it was, what it is, and why."""
+    window = build_window(Host(), [Gpu(util=0.97, power=700, reasons=("sw_power_cap",))], seconds=30)
+    analysis = Analysis(check_config_text(SERVER + "\nanalysis:\n  hold: 5s\n", "c.yaml"))
+    changes = []
+    for i in range(1, len(window) + 1):
+        _, f = analysis(window[:i])
+        changes += [(c.entity, c.name, c.before, c.after, c.evidence) for c in f.changes]
+    assert [c[:4] for c in changes] == [("gpu", "0", "none", "gpu_power"), ("workload", "chat", "none", "gpu_power")]
+    assert all("power cap active 100 % of the window" in c[4] for c in changes), changes
+
+
+def test_a_gpu_that_is_down_scores_nothing_and_says_so():
+    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, RESOURCES, score_gpu
+    from headroom.analysis.signals import GpuSignals, HostSignals
+
+    v = score_gpu(GpuSignals(index=3, uuid="GPU-3", name="H100", up=False), HostSignals(cpu_busy=1.0),
+                  DEFAULT_THRESHOLDS)
+    assert v.scores == {r: 0.0 for r in RESOURCES} and v.candidate == "none"
+    assert set(v.evidence.values()) == {"GPU 3 is down"}

@@ -136,7 +136,11 @@ class Prober(threading.Thread):
         conn.close()
 
     def finish(self) -> None:
-        """Stop, then assert every scrape answered 200 within SCRAPE_BUDGET."""
+        """Stop (after at least 10 scrapes, however slow this machine is now), then assert every scrape
+        answered 200 within SCRAPE_BUDGET."""
+        deadline = time.monotonic() + 15
+        while len(self.latencies) + len(self.failures) < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
         self._halt.set()
         self.join(10)
         assert not self.failures, self.failures[:5]
@@ -155,7 +159,9 @@ class InProcess:
     ``nvml`` is the scenario's NVML driver stand-in, installed under the real pynvml the collector calls.
     """
 
-    def __init__(self, monkeypatch, scenario: str = "demo", config: str = "") -> None:
+    # a collector that takes longer than the 200 ms interval on a loaded test machine is not the fault under
+    # test: it is reported stuck only after 1 s (the NVML hang below still shows within the second)
+    def __init__(self, monkeypatch, scenario: str = "demo", config: str = "agent:\n  collector_timeout: 1s\n") -> None:
         monkeypatch.setattr(signal, "signal", lambda *a: None)  # serve() runs outside the main thread
         options = Options(paths=Paths(procfs=FIXTURES / "proc" / "modern"), sample_interval=INTERVAL,
                           simulate=scenario, listen_addresses=("127.0.0.1:0",))

@@ -49,14 +49,21 @@ def render(tmp_path: Path) -> str:
     sampler.config_reload_success_timestamp = 1_700_000_000.0
     nvml = collectors[0]
     try:
-        # With the clock frozen, reads accumulate nothing: wait (real time) for the background PCIe poller and
-        # XID thread to report, then take exactly two ticks one simulated second apart.
+        # With the clock frozen, reads accumulate nothing: wait (real time) until the background PCIe poller has
+        # dealt with every GPU (on a loaded machine GPU 1's first poll may come well after GPU 0's) and the XID
+        # thread has reported, then take exactly two ticks one simulated second apart.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            g0 = nvml.collect().gpus[0]
-            if g0.pcie_tx_bytes_per_second is not None and g0.xid_errors_total:
+            gpus = nvml.collect().gpus
+            poller = nvml._pcie
+            polled = poller is not None and all(  # every GPU read, found unsupported, or counted (not polled)
+                uuid in poller.values or uuid in poller.unsupported or uuid in poller.counted
+                for uuid, _ in poller.targets)
+            if polled and gpus[0].xid_errors_total:
                 break
             time.sleep(0.02)
+        else:
+            raise AssertionError("the PCIe poller or the XID thread never reported")
         sampler.tick()
         clock.advance(1.0)
         body = sampler.tick().exposition.decode()

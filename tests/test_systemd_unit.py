@@ -206,3 +206,54 @@ def test_the_agent_runtime_works_where_writable_executable_memory_is_refused():
     result = subprocess.run([sys.executable, "-c", MDWE_PROBE, UNDER_MDWE], capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+# --- bounds and a hostile checkout (issue 11 items 8 and 12) ---------------------------------------------
+
+
+def test_memory_and_task_bounds_cover_what_the_agent_may_use():
+    from headroom.config import WINDOW_MEMORY_BUDGET_BYTES
+    from headroom.exposition.server import MAX_CONNECTIONS
+
+    unit = settings(UNIT.read_text())
+    memory_max = unit["MemoryMax"][0]
+    assert memory_max.endswith("M")
+    assert int(memory_max[:-1]) * 2**20 >= WINDOW_MEMORY_BUDGET_BYTES + 128 * 2**20  # window + 60 MiB at rest + threads
+    assert int(unit["TasksMax"][0]) >= MAX_CONNECTIONS + 64  # a thread per connection + the agent's own
+
+
+def test_install_copies_regular_files_only(tmp_path):
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(".git", ".venv", "*.egg-info", "__pycache__"),
+                    symlinks=True)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root's secret\n")
+    secret.chmod(0o600)
+    (checkout / "docs" / "leak.md").symlink_to(secret)
+    env = dict(os.environ, ROOT=str(tmp_path / "root"), HEADROOM_INSTALL_SKIP_VENV="1")
+    result = subprocess.run(["bash", str(checkout / "systemd/install.sh"), str(checkout)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "root/opt/headroom/docs/leak.md").exists()
+    assert "leak.md: not a regular file" in result.stdout
+    assert (tmp_path / "root/opt/headroom/docs/reliability.md").is_file()
+
+    (checkout / "config.yaml").unlink()
+    (checkout / "config.yaml").symlink_to(secret)
+    result = subprocess.run(["bash", str(checkout / "systemd/install.sh"), str(checkout)],
+                            env=dict(env, ROOT=str(tmp_path / "root2")), capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "config.yaml is not a regular file" in result.stderr
+    assert not (tmp_path / "root2/etc/headroom/config.yaml").exists()
+
+
+def test_install_pins_what_it_installs_and_does_not_upgrade_pip():
+    script = (REPO / "systemd/install.sh").read_text()
+    assert "--upgrade" not in script
+    pins = [line for line in (REPO / "systemd/requirements.txt").read_text().splitlines()
+            if line and not line.startswith("#")]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", line) for line in pins), pins
+    import tomllib
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in declared}
+    assert names == {line.split("==")[0].lower().replace("_", "-") for line in pins}

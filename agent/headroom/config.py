@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from headroom import units
+from headroom.safeio import EXCERPT_CHARS, excerpt, read_config_bytes, shorten_quoted
 
 DEFAULT_PATHS = (Path("config.yaml"), Path("/etc/headroom/config.yaml"))
 
@@ -36,7 +37,8 @@ class ConfigIssue:
     def __str__(self) -> str:
         where = self.path or "(document)"
         message = " ".join(part.strip() for part in self.message.splitlines())  # one issue, one line
-        return f"{self.file}:{self.line}:{self.column}: {where}: {message}"
+        # a file that turned out to be a secret (a symlinked drop-in) must not be printed back: quote excerpts
+        return f"{self.file}:{self.line}:{self.column}: {shorten_quoted(where)}: {shorten_quoted(message)}"
 
 
 class ConfigError(Exception):
@@ -52,8 +54,8 @@ def _fmt_path(parts: Sequence[str | int]) -> str:
     for p in parts:
         if isinstance(p, int):
             out += f"[{p}]"
-        elif not p or not p.isprintable() or any(c in p for c in ".[]: "):
-            out += f"[{p!r}]"  # a key that would garble the path (empty, newline, dots, ": ")
+        elif not p or not p.isprintable() or any(c in p for c in ".[]: ") or len(p) > EXCERPT_CHARS:
+            out += f"[{excerpt(p)}]"  # a key that would garble the path (empty, newline, dots, ": ") or is long
         else:
             out += ("." if out else "") + p
     return out
@@ -190,6 +192,9 @@ class Number(Spec):
             return _INVALID
         if isinstance(value, float) and not math.isfinite(value):
             ctx.error(node, path, "must be a finite number")
+            return _INVALID
+        if isinstance(value, int) and abs(value) > 10**300:  # float() of it would raise OverflowError
+            ctx.error(node, path, f"a number of {len(str(abs(value)))} digits is too large")
             return _INVALID
         if self.integer and not (isinstance(value, int) or float(value).is_integer()):
             ctx.error(node, path, f"expected an integer, got {value}")
@@ -581,11 +586,9 @@ def compose_file(path: Path) -> yaml.Node | None:
     """Parse a YAML file into a node tree; raise ConfigError with the position of a syntax error."""
     name = str(path)
     try:
-        raw = path.read_bytes()
+        raw = read_config_bytes(path)  # regular files only, at most MAX_CONFIG_BYTES, never blocks on open
     except FileNotFoundError:
         raise ConfigError([ConfigIssue(name, 1, 1, "", "file not found")]) from None
-    except IsADirectoryError:
-        raise ConfigError([ConfigIssue(name, 1, 1, "", "is a directory, expected a YAML file")]) from None
     except OSError as exc:
         raise ConfigError([ConfigIssue(name, 1, 1, "", f"cannot read: {exc.strerror or exc}")]) from None
     return compose_text(raw, name)
@@ -602,7 +605,7 @@ def compose_text(raw: bytes | str, name: str) -> yaml.Node | None:
     else:
         text = raw
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        return bounded_expansion(yaml.compose(text, Loader=yaml.SafeLoader), name)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -617,6 +620,69 @@ def compose_text(raw: bytes | str, name: str) -> yaml.Node | None:
         raise ConfigError([ConfigIssue(name, 1, 1, "", f"YAML error: {exc}")]) from None
     except RecursionError:
         raise ConfigError([ConfigIssue(name, 1, 1, "", "YAML nesting is too deep")]) from None
+
+
+MAX_CONFIG_NODES = 100_000  # YAML nodes in a document once its aliases are expanded
+MAX_ALIAS_USES = 10_000  # alias references in a document
+
+
+def bounded_expansion(root: yaml.Node | None, name: str) -> yaml.Node | None:
+    """``root``, unless its aliases expand it past MAX_CONFIG_NODES nodes, or it uses more than
+    MAX_ALIAS_USES aliases, or an alias refers to a node that contains it: then a ConfigError at the
+    anchor that blows up. PyYAML composes an alias as a second reference to the same node, so a
+    billion-laughs document is small here; it is every later walk (validation, conversion) that would
+    expand it. One pass over the distinct nodes, sizes memoised."""
+    if root is None:
+        return None
+    size: dict[int, int] = {}
+    uses: dict[int, int] = {}
+    nodes: dict[int, yaml.Node] = {}
+    alias_uses = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    open_: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            open_.discard(key)
+            total = 1
+            for child in _children(node):
+                total = min(total + size[id(child)], MAX_CONFIG_NODES + 1)
+            size[key] = total
+            continue
+        if key in size or key in open_:
+            if key in open_:
+                raise ConfigError([ConfigIssue(name, node.start_mark.line + 1, node.start_mark.column + 1, "",
+                                               "an alias refers to a node that contains it (recursive YAML)")])
+            alias_uses += 1
+            uses[key] = uses.get(key, 0) + 1
+            if alias_uses > MAX_ALIAS_USES:
+                raise ConfigError([ConfigIssue(name, node.start_mark.line + 1, node.start_mark.column + 1, "",
+                                               f"more than {MAX_ALIAS_USES} alias references")])
+            continue
+        open_.add(key)
+        nodes[key] = node
+        stack.append((node, True))
+        for child in reversed(_children(node)):
+            if id(child) in open_:
+                raise ConfigError([ConfigIssue(name, child.start_mark.line + 1, child.start_mark.column + 1, "",
+                                               "an alias refers to a node that contains it (recursive YAML)")])
+            stack.append((child, False))
+    if size[id(root)] > MAX_CONFIG_NODES:
+        culprit = max((nodes[k] for k in uses), key=lambda n: size[id(n)], default=root)
+        mark = culprit.start_mark
+        raise ConfigError([ConfigIssue(name, mark.line + 1, mark.column + 1, "",
+                                       f"aliases expand the document past {MAX_CONFIG_NODES} nodes "
+                                       "(an alias bomb?); the anchor here is the largest one reused")])
+    return root
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
 
 
 def default_config_path() -> Path | None:
@@ -668,6 +734,7 @@ def _validate(node: yaml.Node | None, name: str, base: Path) -> Config:
                 seen[profile.name] = file
                 workloads.append(profile)
     issues += _duplicate_names(node, name)
+    issues += _window_budget(node, name, data.get("agent"))
     if issues:
         raise ConfigError(issues)
     return Config(
@@ -724,6 +791,41 @@ def _overhead(section: Mapping[str, Any]) -> Any:
     return replace(DEFAULTS, **{names[k]: v for k, v in section.items() if v is not None})
 
 
+WINDOW_MEMORY_BUDGET_BYTES = 256 * 2**20  # the sample window's share of the unit's MemoryMax (512M)
+SAMPLE_BYTES_BASE = 4096  # one Sample without GPUs (host collectors), measured: docs/reliability.md
+SAMPLE_BYTES_PER_GPU = 2048  # and per GPU (1.85 KiB measured with every NVML field set)
+ASSUMED_GPUS = 8  # what validation assumes; the agent checks again with the GPUs it finds
+
+
+def window_memory_bytes(window: float, interval: float, gpus: int) -> int:
+    """The memory the sample window needs: its samples (window / interval + 1) times a sample's size."""
+    return int((window / interval + 1) * (SAMPLE_BYTES_BASE + SAMPLE_BYTES_PER_GPU * gpus))
+
+
+def window_budget_problem(window: float, interval: float, gpus: int) -> str | None:
+    """Why ``agent.window`` at ``agent.sample_interval`` does not fit the memory budget, or None."""
+    need = window_memory_bytes(window, interval, gpus)
+    if need <= WINDOW_MEMORY_BUDGET_BYTES:
+        return None
+    fits = (WINDOW_MEMORY_BUDGET_BYTES / (SAMPLE_BYTES_BASE + SAMPLE_BYTES_PER_GPU * gpus) - 1) * interval
+    return (f"a window of {units.format_duration(window)} sampled every {units.format_duration(interval)} with "
+            f"{gpus} GPUs needs about {need / 2**20:,.0f} MiB, above the {WINDOW_MEMORY_BUDGET_BYTES // 2**20} MiB "
+            f"budget; at this interval at most {units.format_duration(max(fits, 0))} fits (or sample less often)")
+
+
+def _window_budget(node: yaml.Node, file: str, agent: Any) -> list[ConfigIssue]:
+    window, interval = (agent.get("window"), agent.get("sample_interval")) if isinstance(agent, dict) else (None, None)
+    if not isinstance(window, float) or not isinstance(interval, float):
+        return []  # already reported as invalid
+    problem = window_budget_problem(window, interval, ASSUMED_GPUS)
+    if problem is None:
+        return []
+    ctx = _Ctx(file)
+    ctx.error(_node_at(node, ["agent", "window"]), ["agent", "window"],
+              problem + f" (validation assumes {ASSUMED_GPUS} GPUs)")
+    return ctx.issues
+
+
 def _duplicate_names(node: yaml.Node, file: str) -> list[ConfigIssue]:
     """Two profiles with one name in the config file itself."""
     ctx = _Ctx(file)
@@ -742,7 +844,10 @@ def _duplicate_names(node: yaml.Node, file: str) -> list[ConfigIssue]:
 
 
 def _load_dropins(directory: Path, config_node: yaml.Node, config_name: str):
-    """Yield (profile, file, None) or (None, file, issue) for every *.yaml in the drop-in directory."""
+    """Yield (profile, file, None) or (None, file, issue) for every *.yaml in the drop-in directory.
+
+    Each file is read like the configuration itself (``headroom.safeio``): a FIFO, a device, a
+    directory named *.yaml or a file over MAX_CONFIG_BYTES is an issue for that file."""
     if not directory.is_dir():
         ctx = _Ctx(config_name)
         ctx.error(_node_at(config_node, ["workloads_dir"]), ["workloads_dir"],

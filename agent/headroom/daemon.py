@@ -23,6 +23,7 @@ log = structlog.get_logger("headroom.daemon")
 
 DEFAULT_LISTEN_ADDRESS = ":9843"
 DEFAULT_TELEMETRY_PATH = "/metrics"
+RELOAD_TIMEOUT_SECONDS = 30.0  # a SIGHUP reload still running after this is reported as stuck
 
 
 class StartupError(Exception):
@@ -139,6 +140,31 @@ def make_recorder(config: Config, options: Options, sampler: Sampler) -> Any:
     return Recorder(path, header, options.record_max_bytes or DEFAULT_MAX_BYTES)
 
 
+def cap_window(sampler: Sampler, window_seconds: float) -> int | None:
+    """After the first tick, with the GPUs actually present: shrink the sample window to the memory
+    budget (config.WINDOW_MEMORY_BUDGET_BYTES) when validation's assumption of 8 GPUs was too low.
+    Returns the new length in samples, or None when the window fits."""
+    from collections import deque
+
+    from headroom.config import (
+        SAMPLE_BYTES_BASE,
+        SAMPLE_BYTES_PER_GPU,
+        WINDOW_MEMORY_BUDGET_BYTES,
+        window_budget_problem,
+    )
+
+    snap = sampler.snapshot
+    nvml = snap.sample.data("nvml") if snap is not None else None
+    gpus = len(getattr(nvml, "gpus", ()) or ())
+    problem = window_budget_problem(window_seconds, sampler.interval, gpus)
+    if problem is None:
+        return None
+    fits = max(2, WINDOW_MEMORY_BUDGET_BYTES // (SAMPLE_BYTES_BASE + SAMPLE_BYTES_PER_GPU * gpus))
+    sampler.window = deque(sampler.window, maxlen=fits)
+    log.warning("window_capped", reason=problem, samples=fits, seconds=round(fits * sampler.interval, 1))
+    return fits
+
+
 def make_analysis(config: Config) -> Any:
     """The per-tick analysis for this configuration: window -> (derived values, findings)."""
     from headroom.analysis.pipeline import Analysis
@@ -190,6 +216,11 @@ def _web_config(options: Options, config: Config) -> Any:
         raise StartupError(str(exc)) from None
 
 
+def _watcher_of(web_config: Any) -> Any:
+    """The WebConfigWatcher behind a web_config callable (its bound ``current``), or None."""
+    return getattr(web_config, "__self__", None)
+
+
 def start_standins(scenario: Any) -> None:
     """Start a simulation scenario's stand-in workload processes; StartupError when they cannot start."""
     if scenario is None or not getattr(scenario, "workloads", ()):
@@ -227,6 +258,7 @@ class Agent:
         self.telemetry_path = options.telemetry_path or config.web.get("telemetry_path") or DEFAULT_TELEMETRY_PATH
         try:
             web_config = _web_config(options, config)
+            self.sampler.web_config_watcher = _watcher_of(web_config)
             self.servers = _listen(addresses, self.sampler, self.telemetry_path, web_config)
         except StartupError:
             self.sampler.stop()
@@ -277,11 +309,34 @@ class Agent:
         self.notifier.ready("configuration reloaded")
         return True
 
+    def _serve_signals(self) -> None:
+        """Wait for SIGTERM; run each SIGHUP's reload in a worker thread, one at a time (SIGHUPs that
+        arrive meanwhile are folded into one more reload), so that a reload stuck on a file never
+        keeps SIGTERM from stopping the agent; one stuck past RELOAD_TIMEOUT_SECONDS is reported."""
+        worker: threading.Thread | None = None
+        started = 0.0
+        reported = False
+        while not self._stop.wait(0.1):
+            if worker is not None and not worker.is_alive():
+                worker = None
+            if worker is None and self._reload.is_set():
+                self._reload.clear()
+                worker = threading.Thread(target=self.reload, name="config-reload", daemon=True)
+                started, reported = time.monotonic(), False
+                worker.start()
+            elif worker is not None and not reported and time.monotonic() - started > RELOAD_TIMEOUT_SECONDS:
+                reported = True
+                self.sampler.config_reload_ok = False
+                log.error("config_reload_stuck", config=str(self.config_path), seconds=RELOAD_TIMEOUT_SECONDS,
+                          effect="the previous configuration keeps running; SIGTERM still stops the agent")
+                self.notifier.ready("configuration reload stuck; previous configuration still running")
+
     def serve(self) -> int:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         signal.signal(signal.SIGHUP, self.request_reload)
         self.sampler.tick()  # the first sample before serving, so /metrics never starts empty
+        cap_window(self.sampler, self.config.agent["window"])
         self.sampler.start()
         for srv in self.servers:
             threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.5}, name="http",
@@ -294,10 +349,7 @@ class Agent:
                  simulate=self.sampler.scenario, workloads=[w.name for w in self.config.workloads])
         self.notifier.ready(f"sampling every {self.sampler.interval:g}s, serving {', '.join(self.addresses)}")
         self.watchdog.start()
-        while not self._stop.is_set():
-            if self._reload.wait(0.2):
-                self._reload.clear()
-                self.reload()
+        self._serve_signals()
         self.notifier.stopping("shutting down")
         self.watchdog.stop()
         for srv in self.servers:

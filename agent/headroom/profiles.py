@@ -293,19 +293,21 @@ class Lora:
 
 @dataclass(frozen=True)
 class ProcessMatch:
-    cmdline: str | None = None  # regular expression searched in the NUL-joined-by-space command line
+    cmdline: str | None = None  # RE2 regular expression searched in the first CMDLINE_MATCH_BYTES of argv
     exe: str | None = None  # executable base name (comm / basename of /proc/PID/exe)
     systemd_unit: str | None = None
     cgroup: str | None = None  # glob over cgroup v2 paths
     pid_file: str | None = None
     container_id: str | None = None
+    user: str | None = None  # the process's real user (a name); restricts the other rules
+    uid: int | None = None  # the process's real uid; restricts the other rules
 
     @property
     def empty(self) -> bool:
         """True when no rule is set."""
         return not any(
-            (self.cmdline, self.exe, self.systemd_unit, self.cgroup, self.pid_file, self.container_id)
-        )
+            (self.cmdline, self.exe, self.systemd_unit, self.cgroup, self.pid_file, self.container_id, self.user)
+        ) and self.uid is None
 
 
 @dataclass(frozen=True)
@@ -413,7 +415,8 @@ _TRAINING_KEYS = ("optimizer", "gradient_precision", "master_weights", "gradient
                   "flash_attention", "batch_size", "micro_batch", "sharding", "offload_optimizer",
                   "offload_params")  # fmt: skip
 _LORA_KEYS = ("rank", "alpha", "target_modules", "precision", "params")
-_MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "container_id")
+_MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "container_id", "user", "uid")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?$")  # what useradd accepts (NAME_REGEX, relaxed)
 _RUNTIME_KEYS = ("name", "version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_num_seqs",
                  "mem_fraction_static")  # fmt: skip
 # latency objectives a profile may set: the serving analysis's percentiles (analysis/serving.py)
@@ -887,6 +890,35 @@ def _gpus(r: _Reader, top: Mapping) -> Any:
     return _BAD if bad else tuple(out)
 
 
+def compile_cmdline_pattern(pattern: str) -> Any:
+    """Compile a ``match.cmdline`` pattern with RE2 (linear time in the text, whatever the pattern:
+    a command line from any local user must never stall the agent); ValueError says why it cannot.
+
+    RE2 has Python's syntax minus backreferences (``\\1``), lookaround (``(?=``, ``(?<!``) and
+    possessive or atomic groups: patterns that need backtracking are refused."""
+    import re2
+
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"invalid regular expression: {exc}") from None
+    except RecursionError:
+        raise ValueError("invalid regular expression: nested too deeply") from None
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ValueError(f"RE2 cannot compile this pattern ({reason}): cmdline patterns must run in linear "
+                         "time, so backreferences, lookaround and possessive groups are not supported") from None
+
+
+def _excerpt(value: str, limit: int = 40) -> str:
+    """A short quoted excerpt of a user value for error messages (never a whole file's content)."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
+
+
 def _match(r: _Reader, top: Mapping) -> Any:
     v = top.get("match")
     if v is None:
@@ -895,12 +927,17 @@ def _match(r: _Reader, top: Mapping) -> Any:
     m = r.mapping(v, p, _MATCH_KEYS)
     if m is None:
         return _BAD
-    values = {k: r.string(m, k, p) for k in _MATCH_KEYS}
+    values = {k: r.string(m, k, p) for k in _MATCH_KEYS if k != "uid"}
+    values["uid"] = r.integer(m, "uid", p, 0)
+    if _ok(values["uid"]) and values["uid"] is not None and values["uid"] > 2**32 - 2:
+        values["uid"] = r.error(p + ("uid",), f"must be <= {2**32 - 2}; got {values['uid']}")
+    if _ok(values["user"]) and values["user"] is not None and not _USER.match(values["user"]):
+        values["user"] = r.error(p + ("user",), f"not a user name: {_excerpt(values['user'])}")
     if _ok(values["cmdline"]):
         try:
-            re.compile(values["cmdline"])
-        except re.error as exc:
-            values["cmdline"] = r.error(p + ("cmdline",), f"invalid regular expression: {exc}")
+            compile_cmdline_pattern(values["cmdline"])
+        except ValueError as exc:
+            values["cmdline"] = r.error(p + ("cmdline",), str(exc))
     if _ok(values["exe"]) and "/" in values["exe"]:
         values["exe"] = r.error(
             p + ("exe",), f"exe is the executable's base name, not a path; got {values['exe']!r}"

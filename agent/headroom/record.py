@@ -9,18 +9,20 @@ recording reproduces the live verdicts (the test suite checks it).
 from __future__ import annotations
 
 import json
+import math
 import os
 import types
 import typing
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from headroom import __version__, samples
+from headroom.safeio import shorten_quoted
 from headroom.samples import Sample, SourceResult
 
 log = structlog.get_logger("headroom.record")
@@ -80,7 +82,15 @@ def encode_sample(sample: Sample, verdicts: Mapping[str, str] | None = None) -> 
 
 
 # ------------------------------------------------------------------------------------------ decode
+MAX_LINE_BYTES = 16 * 2**20  # one tick of a large host is tens of KiB; a longer line is refused, not read
+MAX_WINDOW_SAMPLES = 1_000_000  # header window / interval: the replay window's length (bounds its memory)
+MAX_INTERVAL_SECONDS = 3600.0
 _HINTS: dict[type, dict[str, Any]] = {}
+_MISSING = object()
+
+
+class _Invalid(ValueError):
+    """A value of the wrong shape; the message names the field path inside the line."""
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -89,41 +99,137 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def decode(tp: Any, value: Any) -> Any:
-    """Rebuild a value of type ``tp`` (dataclasses, tuples, mappings, optionals) from JSON data."""
-    if value is None:
-        return None
+def _what(value: Any) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the string {value[:20]!r}" + ("..." if len(value) > 20 else "")
+    return f"{type(value).__name__} {value!r}"
+
+
+def decode(tp: Any, value: Any, where: str = "data") -> Any:
+    """Rebuild a value of type ``tp`` (dataclasses, tuples, mappings, optionals) from JSON data.
+
+    Strict: a value of the wrong JSON type raises ValueError naming ``where`` (the field path); a
+    required tuple or mapping field left out (the recorder drops empty ones) decodes as empty."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return decode(args[0], value) if len(args) == 1 else value
+        if value is None:
+            return None
+        return decode(args[0], value, where) if len(args) == 1 else value
+    if value is None:
+        raise _Invalid(f"{where}: null where {getattr(tp, '__name__', tp)} belongs")
     if isinstance(tp, type) and is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise _Invalid(f"{where}: expected an object, got {_what(value)}")
         hints = _hints(tp)
-        kwargs = {k: decode(hints[k], v) for k, v in value.items() if k in hints}
+        kwargs = {k: decode(hints[k], v, f"{where}.{k}") for k, v in value.items() if k in hints}
+        for f in fields(tp):
+            if f.name in kwargs or f.default is not MISSING or f.default_factory is not MISSING:
+                continue
+            kind = typing.get_origin(hints[f.name])
+            if kind in (typing.Union, types.UnionType) and type(None) in typing.get_args(hints[f.name]):
+                kwargs[f.name] = None  # the recorder leaves None out
+            elif kind is tuple:
+                kwargs[f.name] = ()
+            elif kind is not None and isinstance(kind, type) and issubclass(kind, Mapping):
+                kwargs[f.name] = {}
+            else:
+                raise _Invalid(f"{where}.{f.name}: missing")
         return tp(**kwargs)
     if origin is tuple:
+        if not isinstance(value, list):
+            raise _Invalid(f"{where}: expected a list, got {_what(value)}")
         args = typing.get_args(tp)
         item = args[0] if args else Any
-        return tuple(decode(item, v) for v in value)
-    if origin in (Mapping, dict, typing.Mapping) or (origin is not None and issubclass(origin, Mapping)):
+        return tuple(decode(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
+        if not isinstance(value, dict):
+            raise _Invalid(f"{where}: expected an object, got {_what(value)}")
         key_t, val_t = typing.get_args(tp) or (str, Any)
-        return {decode(key_t, k) if key_t is not str else k: decode(val_t, v) for k, v in value.items()}
-    if tp is int and isinstance(value, str):
-        return int(value)
-    if tp is float and isinstance(value, int):
-        return float(value)
+        out = {}
+        for k, v in value.items():
+            key = decode(key_t, k, f"{where} key") if key_t is not str else k
+            out[key] = decode(val_t, v, f"{where}[{k!r}]")
+        return out
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise _Invalid(f"{where}: expected true or false, got {_what(value)}")
+        return value
+    if tp is int:
+        if isinstance(value, str) and value.isascii() and value.lstrip("-").isdigit() and len(value) < 40:
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid(f"{where}: expected an integer, got {_what(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _Invalid(f"{where}: expected a number, got {_what(value)}")
+        try:
+            return float(value)
+        except OverflowError:
+            raise _Invalid(f"{where}: {value} is out of range") from None
+    if tp is str:
+        if not isinstance(value, str):
+            raise _Invalid(f"{where}: expected a string, got {_what(value)}")
+        return value
     return value
 
 
+def _finite(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Invalid(f"{where}: expected a number, got {_what(value)}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise _Invalid(f"{where}: {value} is out of range") from None
+    if not math.isfinite(number):
+        raise _Invalid(f"{where}: expected a finite number, got {value}")
+    return number
+
+
 def decode_sample(line: Mapping[str, Any]) -> Sample:
+    if not isinstance(line, dict):
+        raise _Invalid(f"expected an object, got {_what(line)}")
+    if "t" not in line or "m" not in line:
+        raise _Invalid("missing 't' or 'm' (timestamps)")
+    entries = line.get("s", {})
+    if not isinstance(entries, dict):
+        raise _Invalid(f"s: expected an object, got {_what(entries)}")
+    verdicts = line.get("v", {})
+    if not isinstance(verdicts, dict) or not all(isinstance(v, str) for v in verdicts.values()):
+        raise _Invalid("v: expected an object of strings")
     sources = {}
-    for name, entry in line.get("s", {}).items():
+    for name, entry in entries.items():
+        where = f"s.{name}"
+        if not isinstance(entry, dict):
+            raise _Invalid(f"{where}: expected an object, got {_what(entry)}")
         data = entry.get("data")
         tp = SOURCE_TYPES.get(name)
         if data is not None and tp is not None:
-            data = decode(tp, data)
-        sources[name] = SourceResult(name, bool(entry.get("ok")), float(entry.get("d", 0.0)), data, entry.get("e"))
-    return Sample(timestamp=float(line["t"]), monotonic=float(line["m"]), sources=sources)
+            data = decode(tp, data, f"{where}.data")
+        error = entry.get("e")
+        if error is not None and not isinstance(error, str):
+            raise _Invalid(f"{where}.e: expected a string, got {_what(error)}")
+        sources[name] = SourceResult(name, bool(entry.get("ok")), _finite(entry.get("d", 0.0), f"{where}.d"), data,
+                                     error)
+    return Sample(timestamp=_finite(line["t"], "t"), monotonic=_finite(line["m"], "m"), sources=sources)
+
+
+def _check_header(line: Any) -> None:
+    """The header's interval and window must give a replay window of bounded length."""
+    interval = _finite(line.get("interval", 1.0) if line.get("interval") is not None else 1.0, "interval")
+    window = _finite(line.get("window", 600.0) if line.get("window") is not None else 600.0, "window")
+    if not 0 < interval <= MAX_INTERVAL_SECONDS:
+        raise _Invalid(f"interval: must be above 0 and at most {MAX_INTERVAL_SECONDS:g} s, got {interval:g}")
+    if not 0 < window or window / interval > MAX_WINDOW_SAMPLES:
+        raise _Invalid(f"window: must be above 0 and at most {MAX_WINDOW_SAMPLES} intervals, got {window:g} s")
+    for key in ("config", "config_file", "scenario", "scenario_file"):
+        if line.get(key) is not None and not isinstance(line[key], str):
+            raise _Invalid(f"{key}: expected a string, got {_what(line[key])}")
 
 
 @dataclass(frozen=True)
@@ -132,38 +238,68 @@ class Trace:
     lines: Sequence[Mapping[str, Any]]
 
 
+def _lines(handle: Any, path: Path) -> Iterator[tuple[int, bytes, bool]]:
+    """(number, line, complete) for each line, each read with a bounded buffer."""
+    number = 0
+    while True:
+        raw = handle.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise TraceError(f"{path}:{number}: line longer than {MAX_LINE_BYTES} bytes: not a headroom recording line")
+        yield number, raw, raw.endswith(b"\n")
+
+
 def read_traces(paths: Sequence[str | Path]) -> Iterator[tuple[Mapping[str, Any], Sample, Mapping[str, str]]]:
-    """(header, sample, live verdicts) for every tick of the recordings, in the order given."""
+    """(header, sample, live verdicts) for every tick of the recordings, in the order given.
+
+    Any malformed content raises TraceError "FILE:LINE: message"; lines are read with a bounded
+    buffer (MAX_LINE_BYTES), so memory does not grow with a hostile file."""
+    for _path, _number, header, sample, live in _read_located(paths):
+        yield header, sample, live
+
+
+def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, Mapping[str, Any], Sample, Mapping[str, str]]]:
     for path in paths:
         path = Path(path)
         try:
-            handle = path.open("r", encoding="utf-8")
+            handle = path.open("rb")
         except OSError as exc:
             raise TraceError(f"{path}: cannot read: {exc.strerror or exc}") from None
         with handle:
             header = None
-            for number, text in enumerate(handle, 1):
-                if not text.strip():
+            for number, raw, complete in _lines(handle, path):
+                if not raw.strip():
                     continue
                 try:
-                    line = json.loads(text)
+                    line = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError as exc:
+                    raise TraceError(f"{path}:{number}: not UTF-8 at byte {exc.start} of the line") from None
                 except json.JSONDecodeError as exc:
-                    if number > 1 and not text.endswith("\n"):
+                    if number > 1 and not complete:
                         break  # a torn last line (the agent stopped mid-write): ignore it
                     raise TraceError(f"{path}:{number}: not JSON: {exc.msg}") from None
+                except RecursionError:
+                    raise TraceError(f"{path}:{number}: JSON nested too deeply") from None
                 if header is None:
                     if not isinstance(line, dict) or line.get("format") != FORMAT:
                         raise TraceError(f"{path}:{number}: not a headroom recording (no '{FORMAT}' header)")
                     if line.get("version") != VERSION:
-                        raise TraceError(f"{path}:{number}: recording format version {line.get('version')} "
-                                         f"is not supported (this agent reads version {VERSION})")
+                        raise TraceError(f"{path}:{number}: recording format version "
+                                         f"{shorten_quoted(repr(line.get('version')))} is not supported "
+                                         f"(this agent reads version {VERSION})")
+                    try:
+                        _check_header(line)
+                    except ValueError as exc:
+                        raise TraceError(f"{path}:{number}: invalid header: {shorten_quoted(str(exc))}") from None
                     header = line
                     continue
                 try:
                     sample = decode_sample(line)
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise TraceError(f"{path}:{number}: invalid sample: {exc}") from None
-                yield header, sample, line.get("v") or {}
+                except (KeyError, TypeError, ValueError, RecursionError) as exc:
+                    raise TraceError(f"{path}:{number}: invalid sample: {shorten_quoted(str(exc))}") from None
+                yield path, number, header, sample, line.get("v") or {}
             if header is None:
                 raise TraceError(f"{path}: empty recording")
 
@@ -174,6 +310,8 @@ class Recorder:
 
     A write that fails (read-only or full disk) never stops sampling: the recorder reports
     ``ok`` False with the error, logs once, and retries on later ticks; it logs once again on recovery.
+    Every tick it also checks that the open file is still FILE (link count, device and inode): a file
+    deleted or replaced, or a directory removed, is reopened, or reported when that fails.
     """
 
     def __init__(self, path: str | Path, header: Mapping[str, Any], max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -199,9 +337,25 @@ class Recorder:
         self._size += n
         self.written_bytes_total += n
 
+    def _gone(self) -> bool:
+        """True when the open file is no longer FILE: deleted (its directory too, perhaps) or replaced.
+
+        Writing on would "succeed" into an unlinked inode until the next rotation, hours later."""
+        try:
+            st = os.fstat(self._handle.fileno())
+            if st.st_nlink == 0:
+                return True
+            now = os.stat(self.path)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != (now.st_dev, now.st_ino)
+
     def write(self, sample: Sample, verdicts: Mapping[str, str] | None = None) -> None:
         line = encode_sample(sample, verdicts) + "\n"
         good = None
+        if self._handle is not None and self._gone():
+            log.warning("record_file_gone", path=str(self.path), action="reopening it")
+            self.close()
         try:
             if self._handle is None:
                 self._open()
@@ -263,21 +417,28 @@ def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
     mismatches: list[dict[str, Any]] = []
     ticks = compared = 0
     final: dict[str, str] = {}
-    for header, sample, live in read_traces(paths):
+    for path, number, header, sample, live in _read_located(paths):
         if analysis is None:
             if config is None:
                 text = header.get("config")
                 try:
                     config = check_config_text(text, "(recorded configuration)") if text else load_config(None)
                 except ConfigError as exc:
-                    raise TraceError(f"the recorded configuration is invalid here: {exc}") from None
+                    raise TraceError(f"{path}:1: the recorded configuration is invalid here: {exc}") from None
             if header.get("scenario_profiles"):
-                config = _with_recorded_profiles(config, header)
+                try:
+                    config = _with_recorded_profiles(config, header)
+                except TraceError as exc:
+                    raise TraceError(f"{path}:1: {exc}") from None
             analysis = Analysis(config)
-            interval = float(header.get("interval") or 1.0)
+            interval = float(header.get("interval") or 1.0)  # checked by the reader: finite, bounded
             window = deque(maxlen=max(2, int(float(header.get("window") or 600.0) / interval) + 1))
         window.append(sample)
-        _, findings = analysis(window)
+        try:
+            _, findings = analysis(window)
+        except Exception as exc:  # a well-formed line whose values the analysis cannot take: still FILE:LINE
+            raise TraceError(f"{path}:{number}: the analysis cannot use this sample: "
+                             f"{type(exc).__name__}: {shorten_quoted(str(exc))}") from None
         ticks += 1
         for c in findings.changes:
             changes.append({"timestamp": sample.timestamp, "entity": c.entity, "name": c.name, "before": c.before,
@@ -298,11 +459,13 @@ def _with_recorded_profiles(config: Any, header: Mapping[str, Any]) -> Any:
 
     from headroom.config import ConfigError, with_profiles
 
-    node = yaml.compose(yaml.safe_dump(header["scenario_profiles"]))
     try:
+        node = yaml.compose(yaml.safe_dump(header["scenario_profiles"]))
         return with_profiles(config, node, str(header.get("scenario_file") or "(recorded scenario)"))
     except ConfigError as exc:
         raise TraceError(f"the recorded scenario profiles are invalid here: {exc}") from None
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
+        raise TraceError(f"the recorded scenario profiles cannot be read: {type(exc).__name__}") from None
 
 
 def format_table(result: ReplayResult) -> str:

@@ -41,6 +41,7 @@ class Snapshot:
     config_reload_success_timestamp: float | None = None  # when the configuration last loaded successfully
     record_ok: bool | None = None  # --record: the last write succeeded (None: not recording)
     record_written_bytes_total: int | None = None
+    web_config_reload_ok: bool | None = None  # the last web config (re)load succeeded (None: no web config)
     exposition: bytes = b""
     extras: Mapping[str, Any] = field(default_factory=dict)
 
@@ -180,6 +181,7 @@ class Sampler:
         self._on_snapshot = on_snapshot
         self._before_tick = before_tick  # e.g. a scenario's synthetic host tree catching up with its clock
         self.recorder = recorder  # headroom.record.Recorder when --record is given
+        self.web_config_watcher: Any = None  # headroom.exposition.webconfig.WebConfigWatcher when a web config is used
         self._ticks = 0
         self._failing: dict[str, str] = {}
         self._stop = threading.Event()
@@ -275,6 +277,7 @@ class Sampler:
             config_reload_success_timestamp=self.config_reload_success_timestamp,
             record_ok=None if self.recorder is None else self.recorder.ok,
             record_written_bytes_total=None if self.recorder is None else self.recorder.written_bytes_total,
+            web_config_reload_ok=None if self.web_config_watcher is None else self.web_config_watcher.ok,
         )
         snap = _with_exposition(snap, self._render(snap))
         self.snapshot = snap

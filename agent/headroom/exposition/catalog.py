@@ -79,6 +79,10 @@ CATALOG: tuple[MetricSpec, ...] = (
           "With --record: 1 when the last sample was written to the recording, 0 while writes fail "
           "(read-only or full disk); sampling and serving go on either way."),
     _self("headroom_record_written_bytes_total", COUNTER, "bytes", (), "Bytes written to the recording."),
+    _self("headroom_web_config_last_reload_successful", GAUGE, "", (),
+          "With a web config file: 1 when its last (re)load succeeded; 0 while a changed file is refused "
+          "(invalid, empty, or turning TLS or basic auth off, which needs a restart) and the previous "
+          "TLS and auth settings keep applying."),
     MetricSpec("headroom_agent_cpu_seconds_total", COUNTER, "seconds", ("mode",),
                "CPU time the agent process used, mode user or system.", "agent collector (sources/agent.py): psutil",
                "agent"),

@@ -32,6 +32,11 @@ class UnknownMetric(KeyError):
 
 
 def _escape(value: str) -> str:
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable bytes kept as surrogates (a mountpoint): write them escaped
+            value = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
@@ -148,6 +153,7 @@ def _render_self(w: Writer, snap: Snapshot) -> None:
     w.add("headroom_config_last_reload_success_timestamp_seconds", _r(snap.config_reload_success_timestamp))
     w.add("headroom_record_success", snap.record_ok)
     w.add("headroom_record_written_bytes_total", snap.record_written_bytes_total)
+    w.add("headroom_web_config_last_reload_successful", snap.web_config_reload_ok)
 
 
 def _render_nvml(w: Writer, data: NvmlSample | None) -> None:

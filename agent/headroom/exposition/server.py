@@ -2,6 +2,15 @@
 
 Routes: ``/`` landing page, the telemetry path (default ``/metrics``), ``/healthz``,
 ``/api/v1/status`` (JSON); anything else 404, methods other than GET and HEAD 405.
+
+Connections (docs/reliability.md, "Slow and idle clients"): a new connection must deliver its whole
+first request head (TLS handshake included) within ``REQUEST_HEAD_TIMEOUT_SECONDS``, however slowly
+it trickles; a kept-alive connection may then wait ``KEEPALIVE_TIMEOUT_SECONDS`` for its next
+request, whose head again has ``REQUEST_HEAD_TIMEOUT_SECONDS`` from its first byte. At most
+``MAX_CONNECTIONS`` are open (one thread each) and ``MAX_CONNECTIONS_PER_CLIENT`` per client address;
+at the cap a new connection takes the place of an idle one: first the oldest that has not completed
+a request yet (silent, or trickling its head), then the longest-idle kept-alive one, then the oldest
+still sending a later request's head; it is refused (503) only when every connection is busy answering.
 """
 
 from __future__ import annotations
@@ -9,6 +18,7 @@ from __future__ import annotations
 import gzip
 import socket
 import threading
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,8 +33,34 @@ from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixi
 
 log = structlog.get_logger("headroom.server")
 
-REQUEST_TIMEOUT_SECONDS = 10.0
-MAX_CONNECTIONS = 512  # open connections (one thread each) beyond which new ones get 503 and are closed
+REQUEST_HEAD_TIMEOUT_SECONDS = 10.0  # the whole request head, from accept or from its first byte
+KEEPALIVE_TIMEOUT_SECONDS = 120.0  # idle between requests: above Prometheus' scrape intervals (15 s, 1 min)
+MAX_CONNECTIONS = 512  # open connections (one thread each)
+MAX_CONNECTIONS_PER_CLIENT = 128  # open connections from one client address
+MAX_REQUEST_BODY_BYTES = 64 * 1024  # a request body up to this is read and discarded; a larger one closes
+
+_HEAD, _IDLE, _BUSY = "head", "idle", "busy"
+
+
+class _Conn:
+    """One open connection: its client address, socket and where it is in the request cycle."""
+
+    __slots__ = ("client", "sock", "state", "since", "deadline", "served")
+
+    def __init__(self, client: str, sock: Any, now: float, deadline: float) -> None:
+        self.client = client
+        self.sock = sock
+        self.state = _HEAD
+        self.since = now
+        self.deadline = deadline
+        self.served = False  # has completed a request
+
+    def drop(self) -> None:
+        """Shut the socket down from another thread: a read blocked on it returns at once."""
+        try:
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)  # the plain method, also for an SSLSocket
+        except (OSError, ValueError):
+            pass
 
 
 class State(Protocol):
@@ -54,14 +90,85 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     server_version = f"headroom/{__version__}"
     sys_version = ""
     protocol_version = "HTTP/1.1"
-    timeout = REQUEST_TIMEOUT_SECONDS  # idle and half-open connections are dropped after this
+    timeout = REQUEST_HEAD_TIMEOUT_SECONDS  # bounds each read and write; heads and idle waits have deadlines
     # headers and body go out in separate writes: without TCP_NODELAY, Nagle's algorithm and the client's
     # delayed ACK add ~40 ms to every response (docs/benchmarks.md)
     disable_nagle_algorithm = True
 
     def setup(self) -> None:
-        self.timeout = self.server.request_timeout
+        self.timeout = self.server.request_head_timeout
+        self._conn = self.server.connection_of_this_thread()
+        if self._conn is not None:
+            self._conn.sock = self.request  # the TLS socket, when wrapped
         super().setup()
+
+    # ---------------------------------------------------------------------------- connection cycle
+    def handle(self) -> None:
+        self.close_connection = True
+        self.handle_one_request()
+        while not self.close_connection and self._wait_for_next_request():
+            self.handle_one_request()
+
+    def _wait_for_next_request(self) -> bool:
+        """Idle until the next request's first byte (True) or until the client leaves or is dropped."""
+        srv, conn = self.server, self._conn
+        if conn is not None:
+            conn.served = True
+        srv.mark(conn, _IDLE, srv.keepalive_timeout)
+        try:
+            self.connection.settimeout(srv.keepalive_timeout + srv.request_head_timeout)  # a backstop only
+            data = self.rfile.peek(1)
+            self.connection.settimeout(self.timeout)
+        except (OSError, ValueError):
+            return False
+        if not data:
+            return False
+        srv.mark(conn, _HEAD, srv.request_head_timeout)
+        return True
+
+    def request_framing_ok(self) -> bool:
+        """Check Host and the body's framing before anything else (called by TLSAuthHandlerMixin).
+
+        HTTP/0.9 is refused (its answers carry no status line); HTTP/1.1 needs exactly one Host; Transfer-Encoding and an invalid or conflicting
+        Content-Length get 400 and a closed connection (a body that is not read would otherwise be
+        taken as the next request); a body up to MAX_REQUEST_BODY_BYTES is read and discarded, a
+        larger one is answered and the connection closed."""
+        if self.request_version == "HTTP/0.9":  # "GET /x" or "GET /x HTTP/0.9": a response without headers
+            self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
+            return False
+        headers = self.headers
+        hosts = headers.get_all("Host") or []
+        if self.request_version != "HTTP/1.0" and len(hosts) != 1:
+            self.send_error(HTTPStatus.BAD_REQUEST, "missing Host header" if not hosts else "more than one Host header")
+            return False
+        if headers.get_all("Transfer-Encoding"):
+            self.send_error(HTTPStatus.BAD_REQUEST, "Transfer-Encoding in a request is not supported")
+            return False
+        lengths = {v.strip() for line in headers.get_all("Content-Length") or [] for v in line.split(",")}
+        if not lengths:
+            return True
+        if len(lengths) > 1:
+            self.send_error(HTTPStatus.BAD_REQUEST, "conflicting Content-Length headers")
+            return False
+        (text,) = lengths
+        if not (text.isascii() and text.isdigit()) or len(text) > 18:
+            self.send_error(HTTPStatus.BAD_REQUEST, "invalid Content-Length")
+            return False
+        length = int(text)
+        if length > MAX_REQUEST_BODY_BYTES:
+            self.close_connection = True  # answered, then closed: the body is never read
+            return True
+        try:
+            if length and len(self.rfile.read(length)) < length:
+                self.close_connection = True
+        except (OSError, ValueError):
+            self.close_connection = True
+        return True
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self.server.mark(self._conn, _BUSY, 0.0)
+        return ok
 
     # ---------------------------------------------------------------------------------- routing
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
@@ -87,12 +194,8 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
             if snapshot is None:
                 self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"no sample yet\n", "text/plain; charset=utf-8", head=head)
                 return
-            fmt, body, content_type = exposition_for(snapshot, self.headers.get("Accept"))
-            if "gzip" in (self.headers.get("Accept-Encoding") or ""):
-                self._send(HTTPStatus.OK, srv.gzip_cache.get(snapshot, body, fmt), content_type, head=head,
-                           extra={"Content-Encoding": "gzip", "Vary": "Accept, Accept-Encoding"})
-            else:
-                self._send(HTTPStatus.OK, body, content_type, head=head, extra={"Vary": "Accept, Accept-Encoding"})
+            body, content_type, extra = self._metrics_response(snapshot)
+            self._send(HTTPStatus.OK, body, content_type, head=head, extra=extra)
         elif path in ("/healthz", "/health"):
             ok, reason = srv.state.healthy()
             degraded = _degraded(srv.state, snapshot)
@@ -107,6 +210,15 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         else:
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", head=head)
 
+    def _metrics_response(self, snapshot: Any) -> tuple[bytes, str, dict[str, str]]:
+        """The exposition in the format (Accept) and encoding (Accept-Encoding, q-values honoured) the
+        request asks for: (body, content type, extra headers)."""
+        fmt, body, content_type = exposition_for(snapshot, self.headers.get("Accept"))
+        vary = {"Vary": "Accept, Accept-Encoding"}
+        if accepts_gzip(self.headers.get_all("Accept-Encoding") or ()):
+            return self.server.gzip_cache.get(snapshot, body, fmt), content_type, {"Content-Encoding": "gzip", **vary}
+        return body, content_type, vary
+
     def _send(self, status: HTTPStatus, body: bytes, content_type: str, head: bool = False,
               extra: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -114,6 +226,8 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         for k, v in (extra or {}).items():
             self.send_header(k, v)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         if not head:
             self.wfile.write(body)
@@ -154,6 +268,35 @@ def exposition_for(snapshot: Any, accept: str | None) -> tuple[str, bytes, str]:
     return "text", snapshot.exposition, CONTENT_TYPE
 
 
+def accepts_gzip(accept_encoding: Any) -> bool:
+    """Whether Accept-Encoding header values (RFC 9110 12.5.3, q-values included) allow gzip.
+
+    ``gzip;q=0`` refuses it; ``*`` stands for gzip when gzip is not named; a malformed q counts as 0."""
+    named: float | None = None
+    star: float | None = None
+    for line in accept_encoding:
+        for item in line.split(","):
+            coding, _, params = item.partition(";")
+            coding = coding.strip().lower()
+            q = 1.0
+            for param in params.split(";"):
+                key, _, value = param.partition("=")
+                if key.strip().lower() == "q":
+                    try:
+                        q = float(value.strip())
+                    except ValueError:
+                        q = 0.0
+                    if not 0.0 <= q <= 1.0:  # also NaN
+                        q = 0.0
+            if coding in ("gzip", "x-gzip"):
+                named = q if named is None else max(named, q)
+            elif coding == "*":
+                star = q
+    if named is not None:
+        return named > 0
+    return star is not None and star > 0
+
+
 def _degraded(state: State, snapshot: Any) -> list[str]:
     """What is broken while the agent itself works: failing collectors, then GPUs that stopped answering."""
     out = [f"{k}: {v}" for k, v in sorted(getattr(state, "failing", {}).items())]
@@ -164,23 +307,31 @@ def _degraded(state: State, snapshot: Any) -> list[str]:
     return out
 
 
-_REFUSED = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            b"Content-Length: 20\r\nConnection: close\r\n\r\ntoo many connections\n")
+def _refusal(reason: bytes) -> bytes:
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s\n" % (len(reason) + 1, reason))
+
+
+_REFUSED = _refusal(b"too many connections")
+_REFUSED_CLIENT = _refusal(b"too many connections from this address")
 
 
 class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
     """The agent's listener. ``web_config`` returns the TLS/auth/headers settings to apply now
     (``WebConfigWatcher.current`` re-reads the file on change; the default is plain HTTP).
 
-    Each connection has its own thread; at most ``max_connections`` are open at once, the next ones
-    get a 503 and are closed (a connection flood costs refusals, not the host's threads). A connection
-    idle for ``request_timeout`` seconds, or stuck in a half-sent request, is dropped."""
+    Each connection has its own thread. Limits (instance attributes, module docstring): the request
+    head deadline, the keep-alive timeout, ``max_connections`` and ``max_connections_per_client``.
+    Deadlines are enforced by the accept loop (``service_actions``, every poll interval), which
+    shuts a late connection's socket down, so a client trickling one byte at a time cannot extend them."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
     max_connections = MAX_CONNECTIONS
-    request_timeout = REQUEST_TIMEOUT_SECONDS
+    max_connections_per_client = MAX_CONNECTIONS_PER_CLIENT
+    request_head_timeout = REQUEST_HEAD_TIMEOUT_SECONDS
+    keepalive_timeout = KEEPALIVE_TIMEOUT_SECONDS
 
     def __init__(self, address: tuple[str, int], state: State, telemetry_path: str = "/metrics",
                  family: int = socket.AF_INET, web_config: Callable[[], WebConfig] = WebConfig) -> None:
@@ -189,50 +340,129 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
         self.state = state
         self.telemetry_path = telemetry_path
         self.gzip_cache = _GzipCache()
-        self._connections = 0
+        self._conns: set[_Conn] = set()
+        self._per_client: dict[str, int] = {}
         self._connections_lock = threading.Lock()
+        self._local = threading.local()
         self._refusing = False
+        self._next_sweep = 0.0
+        self.connections_evicted = 0
         super().__init__(address, Handler)
 
     @property
     def open_connections(self) -> int:
         """Connections being served now."""
-        return self._connections
+        return len(self._conns)
+
+    def connection_of_this_thread(self) -> _Conn | None:
+        return getattr(self._local, "conn", None)
+
+    def connection_socket_changed(self, sock: Any) -> None:
+        """TLSAuthServerMixin: the connection is now this (TLS) socket."""
+        conn = self.connection_of_this_thread()
+        if conn is not None:
+            conn.sock = sock
+
+    def mark(self, conn: _Conn | None, state: str, timeout: float) -> None:
+        """Move a connection to ``state``, which it may keep for ``timeout`` seconds (busy: unlimited)."""
+        if conn is not None:
+            now = time.monotonic()
+            conn.state, conn.since, conn.deadline = state, now, now + timeout
+
+    def _victim(self) -> _Conn | None:
+        """The connection a new one replaces at the cap (module docstring), None when all are busy."""
+        best = None
+        best_key: tuple[int, float] = (0, 0.0)
+        for c in self._conns:
+            if c.state == _BUSY:
+                continue
+            key = (2 if not c.served else 1 if c.state == _IDLE else 0, -c.since)
+            if best is None or key > best_key:
+                best, best_key = c, key
+        return best
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        client = str(client_address[0]) if client_address else ""
+        now = time.monotonic()
+        victim = refusal = None
         with self._connections_lock:
-            full = self._connections >= self.max_connections
-            if not full:
-                self._connections += 1
+            full = len(self._conns) >= self.max_connections
+            if self._per_client.get(client, 0) >= self.max_connections_per_client:
+                refusal = _REFUSED_CLIENT
+            elif full:
+                victim = self._victim()
+                if victim is None:
+                    refusal = _REFUSED
+                else:
+                    self._forget(victim)
+                    self.connections_evicted += 1
+            conn = None
+            if refusal is None:
+                conn = _Conn(client, request, now, now + self.request_head_timeout)
+                self._conns.add(conn)
+                self._per_client[client] = self._per_client.get(client, 0) + 1
             changed, self._refusing = full != self._refusing, full
         if changed:
             if full:
-                log.warning("http_connection_limit_reached", max_connections=self.max_connections)
+                log.warning("http_connection_limit_reached", max_connections=self.max_connections,
+                            policy="replace the longest idle or slowest connection; 503 when all are busy")
             else:
                 log.info("http_connections_accepted_again", max_connections=self.max_connections)
-        if full:
+        if victim is not None:
+            victim.drop()
+        if conn is None:
             try:
                 request.setblocking(False)
-                request.send(_REFUSED)
+                request.send(refusal)
             except OSError:
                 pass
             self.shutdown_request(request)
             return
         try:
-            super().process_request(request, client_address)
+            threading.Thread(target=self._serve_connection, args=(request, client_address, conn),
+                             daemon=True).start()
         except BaseException:
-            self._connection_done()
+            self._connection_done(conn)
+            self.shutdown_request(request)
             raise
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve_connection(self, request: Any, client_address: Any, conn: _Conn) -> None:
+        self._local.conn = conn
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
         finally:
-            self._connection_done()
+            self.shutdown_request(request)
+            self._connection_done(conn)
 
-    def _connection_done(self) -> None:
+    def _forget(self, conn: _Conn) -> None:
+        """Remove conn from the books (lock held); False when it was already gone."""
+        if conn in self._conns:
+            self._conns.discard(conn)
+            left = self._per_client.get(conn.client, 1) - 1
+            if left:
+                self._per_client[conn.client] = left
+            else:
+                self._per_client.pop(conn.client, None)
+
+    def _connection_done(self, conn: _Conn) -> None:
         with self._connections_lock:
-            self._connections -= 1
+            self._forget(conn)
+
+    def service_actions(self) -> None:
+        """Called by serve_forever between accepts (at least every poll interval): drop the connections
+        whose request head or keep-alive wait is past its deadline."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + 0.05
+        with self._connections_lock:
+            late = [c for c in self._conns if c.state != _BUSY and c.deadline <= now]
+            for c in late:
+                self._forget(c)
+        for c in late:
+            c.drop()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         import sys

@@ -55,6 +55,8 @@ import structlog
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from headroom.safeio import read_config_bytes, shorten_quoted
+
 log = structlog.get_logger("headroom.webconfig")
 
 
@@ -103,6 +105,9 @@ _ALLOWED_HEADERS: dict[str, tuple[str, ...] | None] = {
 }
 
 _BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+# Each cost step doubles the work: 12 takes ~0.25 s per check, 14 ~1 s, 31 hours. Above 14 one failed
+# login (never cached) holds the single bcrypt slot, and with it every new client's scrape, for seconds.
+MAX_BCRYPT_COST = 14
 _AUTH_CACHE_SIZE = 1024
 
 _TOP_FIELDS = ("tls_server_config", "http_server_config", "basic_auth_users")
@@ -185,6 +190,7 @@ class WebConfig:
     headers: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     _context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
     _auth: _BasicAuth | None = field(default=None, compare=False, repr=False)
+    empty: bool = field(default=False, compare=False)  # the file held no document at all
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """Return the server-side SSLContext (built and checked at load time), or None for plain HTTP."""
@@ -250,7 +256,8 @@ class _Reader:
         where = str(self.path)
         if node is not None:
             where += f":{node.start_mark.line + 1}:{node.start_mark.column + 1}"
-        return WebConfigError(f"{where}: {field_path}: {message}" if field_path else f"{where}: {message}")
+        message = shorten_quoted(message)  # never print back a file that turned out to be a secret
+        return WebConfigError(f"{where}: {shorten_quoted(field_path)}: {message}" if field_path else f"{where}: {message}")
 
     @staticmethod
     def is_null(node: Node) -> bool:
@@ -316,7 +323,7 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_config_bytes(path).decode("utf-8")
     except OSError as exc:
         raise WebConfigError(f"{path}: cannot read web config: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -328,9 +335,15 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise WebConfigError(f"{where}: invalid YAML: {problem}") from None
+    from headroom.config import ConfigError, bounded_expansion
+
+    try:
+        root = bounded_expansion(root, str(path))  # an alias bomb fails here, not in a walk that expands it
+    except ConfigError as exc:
+        raise WebConfigError(str(exc.issues[0]).replace(": (document): ", ": ", 1)) from None
     reader = _Reader(path)
     if root is None or reader.is_null(root):
-        return WebConfig(path=path)
+        return WebConfig(path=path, empty=True)
     top = reader.mapping(root, "", _TOP_FIELDS)
     base = path.parent
 
@@ -354,6 +367,11 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
             hashed = reader.string(node, field_path)
             if not _BCRYPT_HASH.match(hashed):
                 raise reader.fail(node, field_path, "not a bcrypt hash (expected $2a$, $2b$ or $2y$, cost, 53 characters)")
+            cost = int(hashed[4:6])
+            if cost > MAX_BCRYPT_COST:
+                raise reader.fail(node, field_path, f"bcrypt cost {cost} is above the maximum of {MAX_BCRYPT_COST} "
+                                                    f"(each check would take about {2 ** (cost - 12) / 4:g} s); "
+                                                    f"hash the password again with a cost of 10 to {MAX_BCRYPT_COST}")
             users[user] = hashed
 
     return WebConfig(
@@ -477,9 +495,8 @@ def _load_tls(reader: _Reader, node: Node, base: Path) -> tuple[TLSSettings | No
     for name, file in (("cert_file", cert_file), ("key_file", key_file), ("client_ca_file", ca_file)):
         if file is None:
             continue
-        try:
-            with open(file, "rb"):
-                pass
+        try:  # regular files only: OpenSSL would block forever on a FIFO
+            read_config_bytes(file)
         except OSError as exc:
             raise reader.fail(present[name], f"{section}.{name}", f"cannot read {file}: {exc.strerror or exc}") from None
     try:
@@ -520,7 +537,11 @@ class WebConfigWatcher:
     """Keeps the web config current: re-reads it when the file or its certificates change.
 
     The first load happens in the constructor and raises WebConfigError (fail fast at start-up). Later,
-    a change that does not load keeps the previous good config and logs web_config_reload_failed once.
+    a change that does not load keeps the previous good config and logs web_config_reload_failed once
+    (``ok`` False, the ``headroom_web_config_last_reload_successful`` metric 0). A reload never
+    weakens the listener: an empty file, one without TLS while TLS is on, or one without users while
+    basic auth is on is such a failure too (a truncated write or ``: > web.yml`` must not turn TLS or
+    authentication off); turning them off takes a restart.
     """
 
     def __init__(
@@ -538,6 +559,8 @@ class WebConfigWatcher:
         self._seen = self._fingerprint(self._config, before)
         self._failed: tuple[object, ...] | None = None
         self._last_check = clock()
+        self.ok = True  # the last reload attempt succeeded
+        self.error: str | None = None
 
     @staticmethod
     def _stats(paths: tuple[Path, ...]) -> dict[Path, tuple[int, int, int] | None]:
@@ -564,16 +587,31 @@ class WebConfigWatcher:
                 return self._config
             try:
                 config = load_web_config(self.path)
+                _refuse_weakening(self._config, config, self.path)
             except WebConfigError as exc:
                 self._failed = fingerprint
-                log.error("web_config_reload_failed", path=str(self.path), error=str(exc))
+                self.ok, self.error = False, str(exc)
+                log.error("web_config_reload_failed", path=str(self.path), error=str(exc),
+                          kept="the previous web config")
                 return self._config
             self._config = config
             self._seen = self._fingerprint(config, before)
             self._failed = None
+            self.ok, self.error = True, None
             log.info("web_config_reloaded", path=str(self.path), tls=config.tls is not None,
                      users=len(config.users), headers=len(config.headers))
             return config
+
+
+def _refuse_weakening(old: WebConfig, new: WebConfig, path: Path) -> None:
+    """WebConfigError when reloading ``new`` over ``old`` would turn TLS or basic auth off."""
+    if new.empty:
+        raise WebConfigError(f"{path}: the web config is empty (a truncated or emptied file?): an empty file "
+                             "would mean no TLS and no users; restart the agent to serve without them")
+    if old.tls is not None and new.tls is None:
+        raise WebConfigError(f"{path}: tls_server_config is gone: turning TLS off needs a restart")
+    if old.users and not new.users:
+        raise WebConfigError(f"{path}: basic_auth_users is gone: turning authentication off needs a restart")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -592,6 +630,9 @@ class TLSAuthServerMixin:
     web_config: Callable[[], WebConfig]
     tls_handshake_timeout: float = 10.0
 
+    def connection_socket_changed(self, sock: socket.socket) -> None:
+        """Hook: the connection's socket is now ``sock`` (the TLS one); servers that track sockets override it."""
+
     def finish_request(self, request: socket.socket, client_address: Any) -> None:
         context = self.web_config().ssl_context()
         if context is None:
@@ -606,6 +647,7 @@ class TLSAuthServerMixin:
             return
         # wrap_socket took over the file descriptor: `request` is now detached, so this function
         # owns `connection` and must close it (socketserver's shutdown of `request` is a no-op).
+        self.connection_socket_changed(connection)
         try:
             try:
                 connection.do_handshake()
@@ -643,8 +685,14 @@ class TLSAuthHandlerMixin:
     def _current_web_config(self) -> WebConfig:
         return self.server.web_config()  # type: ignore[attr-defined]
 
+    def request_framing_ok(self) -> bool:
+        """Hook run before authentication: False when the request was already answered (e.g. a 400)."""
+        return True
+
     def parse_request(self) -> bool:
         if not super().parse_request():  # type: ignore[misc]
+            return False
+        if not self.request_framing_ok():
             return False
         config = self._current_web_config()
         self._headroom_web_config = config

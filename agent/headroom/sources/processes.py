@@ -1,10 +1,14 @@
 """The processes collector: finds each declared workload's processes and measures them, every tick.
 
-Matching (``match:`` in a workload profile; any rule may match): ``cmdline`` (regular expression
-searched in the argv joined by spaces), ``exe`` (comm, or the base name of argv[0]), ``systemd_unit``
+Matching (``match:`` in a workload profile; any rule may match): ``cmdline`` (an RE2 regular
+expression, linear-time, searched in the first ``CMDLINE_MATCH_BYTES`` bytes of the argv joined by
+spaces: a megabyte-long command line costs what 4 KiB does), ``exe`` (comm, or the base name of argv[0]), ``systemd_unit``
 (a component of the process's cgroup path; ``.service`` is assumed without a suffix), ``cgroup`` (a
 glob over the cgroup path, ``*`` crossing ``/``), ``container_id`` (a substring of the cgroup path, as
-docker, containerd and CRI-O name their scopes), ``pid_file`` (read every tick). Children follow their
+docker, containerd and CRI-O name their scopes), ``pid_file`` (read every tick). ``user`` / ``uid``
+restrict the other rules to processes of that real user (alone, they match all of its processes):
+any local user can name a process to match a ``cmdline`` or ``exe`` rule, so those rules alone are
+not an authentication. Children follow their
 parent: a process whose ancestor belongs to a workload belongs to it too (DataLoader workers, vLLM
 engine cores), and keeps it when the parent exits. On conflict the first declared workload wins.
 
@@ -31,7 +35,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,11 +43,14 @@ from typing import Any
 
 import structlog
 
+from headroom.profiles import compile_cmdline_pattern
 from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses
 from headroom.sources import Collector, SourceContext, procfs, register
 from headroom.sources.cpu import clock_ticks_per_second
 
 log = structlog.get_logger("headroom.sources.processes")
+
+CMDLINE_MATCH_BYTES = 4096  # the prefix of /proc/PID/cmdline that cmdline and exe rules see
 
 try:
     PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
@@ -57,8 +63,23 @@ class Rule:
     """The static match rules of one workload profile (everything but the pid file)."""
 
     def __init__(self, match: Any) -> None:
-        self.cmdline = re.compile(match.cmdline) if match.cmdline else None
+        self.cmdline = compile_cmdline_pattern(match.cmdline) if match.cmdline else None
         self.exe: str | None = match.exe
+        self.uid: int | None = match.uid
+        self.restricted = match.uid is not None or match.user is not None
+        self.others = any((match.cmdline, match.exe, match.systemd_unit, match.cgroup, match.container_id,
+                           match.pid_file))
+        if match.user is not None:
+            import pwd
+
+            try:
+                uid = pwd.getpwnam(match.user).pw_uid
+            except KeyError:
+                log.warning("workload_user_unknown", user=match.user, effect="the user rule matches no process")
+                uid = -1
+            if self.uid is not None and self.uid != uid:
+                uid = -1  # user and uid name two users: nothing can match both
+            self.uid = uid
         unit = match.systemd_unit
         self.unit: str | None = unit if not unit or "." in unit else f"{unit}.service"
         self.cgroup: str | None = match.cgroup
@@ -73,8 +94,17 @@ class Rule:
     def needs_cgroup(self) -> bool:
         return bool(self.unit or self.cgroup or self.container_id)
 
-    def matches(self, comm: str, argv: list[str], cgroup_paths: Iterable[str]) -> bool:
-        """True when any static rule matches this process (argv may be [] and paths () when unreadable)."""
+    def allows(self, uid: int | None) -> bool:
+        """False when a user/uid rule excludes a process of this real uid (None: unreadable)."""
+        return not self.restricted or (uid is not None and uid == self.uid)
+
+    def matches(self, comm: str, argv: list[str], cgroup_paths: Iterable[str], uid: int | None = None) -> bool:
+        """True when any static rule matches this process (argv may be [] and paths () when unreadable)
+        and a user/uid rule, if any, allows it; ``argv`` holds at most CMDLINE_MATCH_BYTES."""
+        if not self.allows(uid):
+            return False
+        if self.restricted and not self.others:
+            return True
         if self.cmdline is not None and argv and self.cmdline.search(" ".join(argv)):
             return True
         if self.exe is not None and (comm == self.exe[:15] or (argv and os.path.basename(argv[0]) == self.exe)):
@@ -146,6 +176,7 @@ class ProcessesCollector(Collector):
         self._rules = [Rule(w.match) for w in self._profiles]
         self._needs_cmdline = any(r.needs_cmdline for r in self._rules)
         self._needs_cgroup = any(r.needs_cgroup for r in self._rules)
+        self._needs_uid = any(r.restricted for r in self._rules)
         self._user_hz = clock_ticks_per_second()
         self._procs: dict[int, _Proc] = {}
         self._totals = [_Totals() for _ in self._profiles]
@@ -206,19 +237,22 @@ class ProcessesCollector(Collector):
         for st, inode, old in todo:
             pid = st.pid
             try:
-                argv = (procfs.read_pid_cmdline(root, pid) or []) if self._needs_cmdline else []
+                argv = ((procfs.read_pid_cmdline(root, pid, limit=CMDLINE_MATCH_BYTES) or [])
+                        if self._needs_cmdline else [])
                 groups = procfs.read_pid_cgroup(root, pid) if self._needs_cgroup else None
+                status = procfs.read_pid_status(root, pid) if self._needs_uid else None
             except procfs.ProcessGone:
                 self._forget(pid)
                 continue
             except (OSError, ValueError):
-                argv, groups = [], None
+                argv, groups, status = [], None, None
+            uid = status.uid if status is not None else None
             paths: tuple[str, ...] = ()
             if groups is not None:
                 paths = tuple(dict.fromkeys(
                     ([groups.unified] if groups.unified is not None else []) + list(groups.controllers.values())
                 ))  # fmt: skip
-            direct = frozenset(i for i, r in enumerate(self._rules) if r.matches(st.comm, argv, paths))
+            direct = frozenset(i for i, r in enumerate(self._rules) if r.matches(st.comm, argv, paths, uid))
             if old is not None and old.starttime == st.starttime_ticks:  # the one re-examination
                 old.recheck = False
                 old.inode = inode

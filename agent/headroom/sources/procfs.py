@@ -533,13 +533,15 @@ def read_vmstat(procfs: Path) -> dict[str, int]:
 
 
 def read_diskstats(procfs: Path) -> list[DiskStats]:
-    """Read and parse <procfs>/diskstats."""
-    return parse_diskstats((procfs / "diskstats").read_text())
+    """Read and parse <procfs>/diskstats. A device name that is not UTF-8 is kept with its bad bytes
+    written as ``\\xNN`` (it affects only that device)."""
+    return parse_diskstats((procfs / "diskstats").read_text(encoding="utf-8", errors="backslashreplace"))
 
 
 def read_net_dev(procfs: Path) -> list[NetDevice]:
-    """Read and parse <procfs>/net/dev (the network namespace of the reading process)."""
-    return parse_net_dev((procfs / "net" / "dev").read_text())
+    """Read and parse <procfs>/net/dev (the network namespace of the reading process). A device name
+    that is not UTF-8 is kept with its bad bytes written as ``\\xNN`` (it affects only that device)."""
+    return parse_net_dev((procfs / "net" / "dev").read_text(encoding="utf-8", errors="backslashreplace"))
 
 
 def read_net_speed(sysfs: Path, device: str) -> int | None:
@@ -563,13 +565,15 @@ def read_mounts(procfs: Path) -> list[MountEntry]:
     return parse_mounts(text)
 
 
-def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False) -> str | bytes | None:
-    """Read <procfs>/<pid>/<name>; raises ProcessGone if the pid vanished, None if access is denied."""
+def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False,
+                   limit: int = -1) -> str | bytes | None:
+    """Read <procfs>/<pid>/<name> (binary: at most ``limit`` bytes); raises ProcessGone if the pid
+    vanished, None if access is denied."""
     path = procfs / str(pid) / name
     try:
         if binary:
             with open(path, "rb") as f:
-                return f.read()
+                return f.read(limit)
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
             return f.read()
     except PermissionError:
@@ -600,9 +604,10 @@ def read_pid_io(procfs: Path, pid: int) -> PidIo | None:
     return None if text is None else parse_pid_io(str(text))
 
 
-def read_pid_cmdline(procfs: Path, pid: int) -> list[str] | None:
-    """Read /proc/PID/cmdline; returns argv, None if denied; raises ProcessGone if the pid vanished."""
-    data = _read_pid_file(procfs, pid, "cmdline", binary=True)
+def read_pid_cmdline(procfs: Path, pid: int, limit: int = -1) -> list[str] | None:
+    """Read /proc/PID/cmdline (its first ``limit`` bytes when given; the last argument may be cut);
+    returns argv, None if denied; raises ProcessGone if the pid vanished."""
+    data = _read_pid_file(procfs, pid, "cmdline", binary=True, limit=limit)
     return None if data is None else parse_pid_cmdline(bytes(data))  # type: ignore[arg-type]
 
 
