@@ -38,6 +38,7 @@ SOURCE_TYPES: dict[str, type] = {
     "disk": samples.DiskSample,
     "net": samples.NetSample,
     "processes": samples.ProcessesSample,
+    "identity": samples.IdentitySample,
     "agent": samples.AgentSample,
 }
 
