@@ -271,14 +271,14 @@ class IdentityCollector(Collector):
         self.kubernetes = bool(s.get("kubernetes", False))
         self.max_workloads = int(s.get("max_workloads") or DEFAULT_MAX_WORKLOADS)
         mapping = s.get("hpc_job_mapping_dir")
-        self.mapping_dir = ctx.paths.host(mapping) if mapping else None
+        self.mapping_dir = Path(mapping) if mapping else None  # as given, like the socket (not under --path.rootfs)
         self._mapping_error: str | None = None
         self.poller = None
         if self.kubernetes:
             from headroom.sources.kubelet import DEFAULT_SOCKET, PodResourcesPoller
 
             socket = s.get("pod_resources_socket") or DEFAULT_SOCKET
-            self.poller = PodResourcesPoller(str(ctx.paths.host(socket)), timeout=float(s.get("pod_resources_timeout") or 2.0),
+            self.poller = PodResourcesPoller(str(socket), timeout=float(s.get("pod_resources_timeout") or 2.0),
                                              refresh=float(s.get("pod_resources_refresh") or 5.0))
         self._pids: dict[int, _Pid] = {}
         self._meta: dict[str, ContainerMeta | None] = {}
