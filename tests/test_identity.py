@@ -19,6 +19,7 @@ from headroom.analysis import workloads
 from headroom.analysis.pipeline import Analysis
 from headroom.config import load_config
 from headroom.exposition import render
+from headroom.sampler import Sampler
 from headroom.samples import (
     GpuProcess,
     GpuSample,
@@ -30,7 +31,6 @@ from headroom.samples import (
     SourceResult,
     WorkloadProcesses,
 )
-from headroom.sampler import Sampler
 from headroom.simulation import ManualClock, parse_scenario
 from headroom.sources import Paths, SourceContext, procfs
 from headroom.sources.identity import (
