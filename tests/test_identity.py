@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -18,13 +19,14 @@ import pytest
 from headroom.analysis import workloads
 from headroom.analysis.pipeline import Analysis
 from headroom.config import load_config
-from headroom.exposition import render
+from headroom.exposition import landing, render
 from headroom.sampler import Sampler
 from headroom.samples import (
     GpuProcess,
     GpuSample,
     IdentityGroup,
     IdentitySample,
+    IdentitySource,
     NvmlSample,
     ProcessesSample,
     Sample,
@@ -191,6 +193,13 @@ def kubelet(tmp_path):
     server.stop(0)
 
 
+def promtool_check(text: str) -> str:
+    """promtool check metrics' complaints about an exposition ("" when it has none)."""
+    assert shutil.which("promtool"), "promtool missing: `make test` installs Debian's prometheus package"
+    r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
+    return (r.stdout + r.stderr).decode().strip()
+
+
 def _series(text: str, name: str) -> dict[str, str]:
     """{label text: value} of one metric family in an exposition."""
     out = {}
@@ -267,6 +276,37 @@ def test_pods_and_jobs_holding_gpus_become_workloads_with_labels(tmp_path, kubel
     }
     assert 'headroom_workload_identities 3' in text
     assert 'headroom_identity_unknown_devices{source="kubelet"} 0' in text
+    doc = landing.status(sampler)["identity"]
+    assert doc["sources"] == [{"name": "kubelet", "up": True, "error": None, "unknown_devices": []}]
+    chat = next(w for w in doc["workloads"] if w["name"] == "ml/chat-0")
+    assert (chat["kind"], chat["container"], chat["processes"], chat["gpu_memory_used_bytes"]) == (
+        "pod", "vllm", 7, 20 * 2**30)
+    assert promtool_check(text) == ""
+
+
+def test_identity_samples_survive_record_and_replay():
+    from headroom import record
+
+    sample = Sample(1.0, 2.0, {"identity": SourceResult("identity", True, 0.1, IdentitySample(
+        groups=(IdentityGroup("pod", "ml/a", pids=(1,), gpus=("GPU-x",), namespace="ml", pod="a"),),
+        sources=(IdentitySource("kubelet", False, "socket missing", ("d",)),), dropped_total=2, max_groups=9))})
+    assert record.decode_sample(json.loads(record.encode_sample(sample))) == sample
+
+
+def test_flags_reach_the_identity_collector(tmp_path):
+    from headroom.cli import _options, build_parser
+    from headroom.daemon import build_collectors
+
+    args = build_parser().parse_args(["run", "--kubernetes", "--kubernetes.pod-resources-socket", "/k.sock",
+                                      "--hpc-job-mapping-dir", str(tmp_path), "--workloads.auto=units,containers"])
+    (c,) = [c for c in build_collectors(load_config(None), _options(args), None) if c.name == "identity"]
+    assert (c.kubernetes, c.poller.client.socket_path, c.mapping_dir, c.auto) == (
+        True, "/k.sock", tmp_path, frozenset({"units", "containers"}))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--workloads.auto=pods,vms"])
+    (c,) = [c for c in build_collectors(load_config(None), _options(build_parser().parse_args(["run"])), None)
+            if c.name == "identity"]
+    assert (c.kubernetes, c.poller, c.auto) == (False, None, frozenset({"pods", "jobs"}))
 
 
 def _sample(gpus, identity=None, processes=None) -> Sample:

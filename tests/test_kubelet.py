@@ -260,3 +260,33 @@ def test_checked_in_code_matches_the_proto(tmp_path):
                     f"--grpc_python_out={out}", str(ROOT / "agent" / rel)], check=True, timeout=120)
     for name in ("api_pb2.py", "api_pb2_grpc.py"):
         assert (out / "headroom/sources/podresources" / name).read_text() == (PKG / name).read_text(), name
+
+
+def test_unreachable_kubelet_shows_in_metrics_status_and_log(tmp_path, capsys):
+    """Socket missing: the metric says 0, /api/v1/status says why, the log says it once; the tick goes on."""
+    from headroom.exposition import landing
+    from headroom.sampler import Sampler
+
+    holder = {}
+    c = IdentityCollector(SourceContext(
+        paths=Paths(procfs=tmp_path, sysfs=tmp_path, rootfs=Path("/")),
+        settings={"kubernetes": True, "pod_resources_socket": str(tmp_path / "absent.sock"),
+                  "pod_resources_refresh": 0.05},
+        previous=lambda: holder["s"].snapshot.sample if holder["s"].snapshot else None))
+    sampler = holder["s"] = Sampler([c], interval=1.0, collector_timeout=10.0)
+    try:
+        for _ in range(400):
+            snap = sampler.tick()
+            if c.poller.calls >= 2 and "not found" in (c.poller.state().error or ""):
+                snap = sampler.tick()
+                break
+            threading.Event().wait(0.025)
+    finally:
+        sampler.stop()
+    text = snap.exposition.decode()
+    assert 'headroom_identity_source_up{source="kubelet"} 0' in text
+    assert 'headroom_collector_success{collector="identity"} 1' in text
+    (src,) = landing.status(sampler)["identity"]["sources"]
+    assert src["up"] is False and src["error"].startswith(f"socket {tmp_path / 'absent.sock'} not found")
+    logged = capsys.readouterr()
+    assert (logged.out + logged.err).count("kubelet_pod_resources_failed") == 1

@@ -284,6 +284,7 @@ class IdentityCollector(Collector):
         self._meta: dict[str, ContainerMeta | None] = {}
         self._refused: set[tuple[str, str]] = set()
         self.dropped_total = 0
+        self._names: dict[str, str] = {}  # exported workload -> kind, to log arrivals and departures
 
     def close(self) -> None:
         if self.poller is not None:
@@ -393,6 +394,12 @@ class IdentityCollector(Collector):
                 continue
             out.append(self._finish(g))
         self._refused &= live
+        names = {g.name: g.kind for g in out}
+        for name in names.keys() - self._names.keys():
+            log.info("auto_workload_found", workload=name, kind=names[name])
+        for name in self._names.keys() - names.keys():
+            log.info("auto_workload_gone", workload=name, kind=self._names[name])
+        self._names = names
         return IdentitySample(groups=tuple(out), sources=tuple(sources), dropped_total=self.dropped_total,
                               max_groups=self.max_workloads)
 
