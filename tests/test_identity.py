@@ -375,7 +375,7 @@ def test_churn_new_pods_every_tick_leave_no_series_or_state(tmp_path):
         assert sorted(_series(text, "headroom_workload_info")) == sorted(
             f'workload="job_{p}",kind="job",model="",precision="",runtime="",source="auto"' for p in pids)
         widths.add(len(text.splitlines()))
-        assert len(c._pids) <= 2 and len(c._meta) == 0 and len(c._refused) == 0
+        assert len(c._pids) <= 2 and len(c._meta) == 0 and len(c._refused) == 0 and len(c._dirs) <= 2
     assert len(widths) == 1  # the same number of series every tick
 
 
@@ -397,10 +397,12 @@ def test_cap_drops_identities_beyond_it_and_counts_each_once(tmp_path):
     assert tick([1, 2, 3, 4, 5]).dropped_total == 3  # a new one beyond the cap
     s = tick([3, 4])  # 1 and 2 ended: 3 and 4 now fit
     assert [g.name for g in s.groups] == ["job_3", "job_4"] and s.dropped_total == 3
+    s = tick([1, 3, 4])  # a newcomer that sorts first does not push out what is exported
+    assert sorted(g.name for g in s.groups) == ["job_3", "job_4"] and s.dropped_total == 4
     w = render.Writer()
     render._render_identity(w, s, _sample([]))
     text = w.render().decode()
-    assert "headroom_workload_identities_dropped_total 3" in text and "headroom_workload_identities_max 2" in text
+    assert "headroom_workload_identities_dropped_total 4" in text and "headroom_workload_identities_max 2" in text
 
 
 def test_job_mapping_dir_labels_gpus_and_makes_job_workloads(tmp_path):

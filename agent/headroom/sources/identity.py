@@ -17,7 +17,7 @@ Per tick (docs/workload-identity.md):
    pod holds (pods with a GPU but no process on it yet are workloads too);
 4. ``--hpc-job-mapping-dir`` (dcgm-exporter's format: a file per GPU index listing job IDs, one a line)
    assigns jobs to GPUs for sites whose prolog writes those files;
-5. each identity's cgroup v2 files (cpu.stat, memory.current, pressure, pids.current) are read once.
+5. each identity's cgroup v2 files (cpu.stat, memory.current, pids.current) are read once.
 
 Identities beyond ``max_workloads`` are not exported (``headroom_workload_identities_dropped_total``
 counts each one once); the collector keeps state only for live GPU processes and live identities, so
@@ -36,7 +36,14 @@ from typing import Any
 
 import structlog
 
-from headroom.samples import CgroupIdentity, IdentityGroup, IdentitySample, IdentitySource, NvmlSample
+from headroom.samples import (
+    CgroupIdentity,
+    CgroupStats,
+    IdentityGroup,
+    IdentitySample,
+    IdentitySource,
+    NvmlSample,
+)
 from headroom.sources import Collector, SourceContext, procfs, register
 
 log = structlog.get_logger("headroom.sources.identity")
@@ -285,6 +292,9 @@ class IdentityCollector(Collector):
         self._refused: set[tuple[str, str]] = set()
         self.dropped_total = 0
         self._names: dict[str, str] = {}  # exported workload -> kind, to log arrivals and departures
+        self._exported: set[tuple[str, str]] = set()  # (kind, key) exported last tick: the cap keeps them
+        self._dirs: dict[str, str] = {}  # identity cgroup -> its v2 directory, while the identity lives
+        self._dirs_seen: set[str] = set()
 
     def close(self) -> None:
         if self.poller is not None:
@@ -382,7 +392,10 @@ class IdentityCollector(Collector):
 
         out = []
         live: set[tuple[str, str]] = set()
-        for (kind, key), g in sorted(groups.items(), key=lambda kv: kv[0]):
+        exported: set[tuple[str, str]] = set()
+        # the cap keeps what it exported before (its series go on), then takes newcomers by kind and key
+        ordered = sorted(groups.items(), key=lambda kv: (kv[0] not in self._exported, kv[0]))
+        for (kind, key), g in ordered:
             live.add((kind, key))
             if len(out) >= self.max_workloads:
                 if (kind, key) not in self._refused:
@@ -393,7 +406,12 @@ class IdentityCollector(Collector):
                                     dropped_total=self.dropped_total)
                 continue
             out.append(self._finish(g))
+            exported.add((kind, key))
+        self._exported = exported
         self._refused &= live
+        for path in [p for p in self._dirs if p not in self._dirs_seen]:
+            del self._dirs[path]
+        self._dirs_seen = set()
         names = {g.name: g.kind for g in out}
         for name in names.keys() - self._names.keys():
             log.info("auto_workload_found", workload=name, kind=names[name])
@@ -412,14 +430,23 @@ class IdentityCollector(Collector):
             name = g.name or g.key
         stats = processes = None
         if g.cgroup:
-            from headroom.sources.processes import read_cgroup
-
-            stats = read_cgroup(self.ctx.paths.sysfs, g.cgroup)
-            if stats is not None:
-                processes = _pids_current(self.ctx.paths.sysfs, g.cgroup)
+            stats, processes = self._cgroup_stats(g.cgroup)
         return IdentityGroup(kind=g.kind, name=name, pids=tuple(g.pids or ()), gpus=tuple(g.gpus or ()),
                              namespace=g.namespace, pod=g.pod, container=",".join(g.containers or ()),
                              pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes)
+
+    def _cgroup_stats(self, path: str) -> tuple[CgroupStats | None, int | None]:
+        """The identity cgroup's stats; its directory is looked up once (kept while the identity lives)."""
+        directory = self._dirs.get(path)
+        if directory is None:
+            from headroom.sources.processes import cgroup_root
+
+            found = cgroup_root(self.ctx.paths.sysfs, path)
+            if found is None:
+                return None, None
+            directory = self._dirs[path] = str(found)
+        self._dirs_seen.add(path)
+        return read_identity_cgroup(directory, path)
 
     def _kubelet(self, groups: dict, group: Any, nvml: NvmlSample | None) -> IdentitySource:
         from headroom.sources.kubelet import device_uuid
@@ -511,14 +538,39 @@ def _parent(uuid: str, nvml: NvmlSample | None) -> str:
     return uuid
 
 
-def _pids_current(sysfs: Path, path: str) -> int | None:
-    from headroom.sources.processes import cgroup_root
-
-    d = cgroup_root(sysfs, path)
-    if d is None:
-        return None
+def _small(path: str) -> str | None:
+    """A small kernel file's text (one open, one read), or None when absent or unreadable."""
     try:
-        text = (d / "pids.current").read_text().strip()
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_identity_cgroup(directory: str, path: str) -> tuple[CgroupStats | None, int | None]:
+    """(cpu.stat user/system + memory.current, pids.current) of an identity's cgroup v2 directory: three
+    reads per workload per tick (pressure, io.stat and cpu.max are left to declared workloads: cost)."""
+    from headroom.sources.processes import parse_cpu_stat
+
+    cpu = _small(f"{directory}/cpu.stat")
+    memory = _small(f"{directory}/memory.current")
+    if cpu is None and memory is None:
+        return None, None
+    user = system = None
+    if cpu is not None:
+        try:
+            values = parse_cpu_stat(cpu)
+        except ValueError:
+            values = {}
+        user = values["user_usec"] / 1e6 if "user_usec" in values else None
+        system = values["system_usec"] / 1e6 if "system_usec" in values else None
+    memory_bytes = int(memory) if memory is not None and memory.strip().isdigit() else None
+    pids = _small(f"{directory}/pids.current")
+    processes = int(pids) if pids is not None and pids.strip().isdigit() else None
+    return CgroupStats(path=path, cpu_user_seconds_total=user, cpu_system_seconds_total=system,
+                       memory_bytes=memory_bytes), processes
