@@ -13,6 +13,7 @@ import argparse
 import json
 import tempfile
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def _pod(root: Path, pid: int) -> None:
         "io.kubernetes.cri.container-name": "main"}}))
 
 
-def measure(pods: int, ticks: int) -> tuple[Spread, Spread]:
+def measure(pods: int, ticks: int, memory: bool = False) -> tuple[Spread, Spread]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         live = list(range(10_000, 10_000 + pods))
@@ -55,7 +56,13 @@ def measure(pods: int, ticks: int) -> tuple[Spread, Spread]:
         c.kubernetes = True  # pods named from containerd's bundles; no kubelet thread in the measured tick
         collect, analyse = [], []
         next_pid = live[-1] + 1
-        for _ in range(ticks):
+        warm = min(500, ticks // 4)
+        for tick in range(ticks):
+            if memory and tick == warm:
+                tracemalloc.start()  # traces allocations from here: the baseline is taken once they are live
+            if memory and tick == 2 * warm:
+                render._LABEL_TEXT.clear()  # bounded (20 000 entries, then cleared): not a leak, so not counted
+                base = tracemalloc.get_traced_memory()[0]
             gpus = tuple(GpuSample(i, f"GPU-{i}", "H100", f"0000:{i:02x}:00.0", memory_total_bytes=80 * 2**30,
                                    processes=tuple(GpuProcess(p, 2**30, sm_utilization_ratio=0.1)
                                                    for p in live[i::8])) for i in range(8))
@@ -69,13 +76,27 @@ def measure(pods: int, ticks: int) -> tuple[Spread, Spread]:
             render._render_workloads(w, workloads.attribute(full, []))
             w.render()
             t2 = time.perf_counter()
-            collect.append(t1 - t0)
-            analyse.append(t2 - t1)
+            if not memory:  # the timing lists would be the only thing growing
+                collect.append(t1 - t0)
+                analyse.append(t2 - t1)
             assert len(sample.groups) == pods, len(sample.groups)
-            live.pop(0)  # churn: the oldest pod ends, a new one starts
+            gone = live.pop(0)  # churn: the oldest pod ends, a new one starts
+            (root / "proc" / str(gone) / "cgroup").unlink()
+            (root / "proc" / str(gone)).rmdir()
             _pod(root, next_pid)
             live.append(next_pid)
             next_pid += 1
+        if memory:
+            render._LABEL_TEXT.clear()  # bounded (20 000 entries, then cleared): not a leak, so not counted
+            workloads_now = len(sample.groups)
+            del sample, full, w
+            grown = tracemalloc.get_traced_memory()[0] - base
+            tracemalloc.stop()
+            print(f"{pods} pods, {ticks - 2 * warm} replacements after warm-up: traced memory grew {grown / 1024:.1f} KiB "
+                  "(the label cache cleared first: bounded by design); "
+                  f"collector state: {len(c._pids)} pids, {len(c._meta)} containers, {len(c._dirs)} cgroups, "
+                  f"{len(c._exported)} exported; last tick {workloads_now} workloads")
+            return Spread.of([0.0]), Spread.of([0.0])
         return Spread.of(collect).scaled(1e3), Spread.of(analyse).scaled(1e3)
 
 
@@ -83,7 +104,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pods", type=int, nargs="+", default=[8, 50])
     p.add_argument("--ticks", type=int, default=300)
+    p.add_argument("--day", action="store_true",
+                   help="24 h of churn instead: a pod every 10 s (8 640 replacements), memory growth traced")
     args = p.parse_args()
+    if args.day:
+        measure(max(args.pods), 8640, memory=True)
+        return 0
     for n in args.pods:
         collect, analyse = measure(n, args.ticks)
         print(f"{n:4d} pods, 1 churning per tick, {args.ticks} ticks: collect median {collect.median:.3f} ms "

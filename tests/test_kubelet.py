@@ -179,7 +179,7 @@ def _wait(pred, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_pods_holding_gpus_become_workloads_and_unknown_devices_are_counted(kubelet, tmp_path):
+def test_pods_holding_gpus_become_workloads_and_unknown_devices_are_counted(kubelet, tmp_path, capsys):
     sock, servicer, _ = kubelet
     servicer.pods = {("ml", "trainer-0"): {"main": [("nvidia.com/gpu", [f"{GPU0}::0"])]},
                      ("ml", "tiny"): {"c": [("nvidia.com/mig-1g.10gb", [MIG])]},
@@ -199,6 +199,8 @@ def test_pods_holding_gpus_become_workloads_and_unknown_devices_are_counted(kube
     assert set(by_name) == {"ml/trainer-0", "ml/tiny"}
     assert by_name["ml/trainer-0"].gpus == (GPU0,) and by_name["ml/trainer-0"].container == "main"
     assert by_name["ml/tiny"].gpus == (MIG,) and by_name["ml/tiny"].kind == "pod"
+    logged = capsys.readouterr()
+    assert (logged.out + logged.err).count("identity_unknown_devices") == 1  # once, not every tick
 
 
 def test_hung_kubelet_never_stalls_the_tick(kubelet, tmp_path):

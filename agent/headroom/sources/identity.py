@@ -295,6 +295,7 @@ class IdentityCollector(Collector):
         self._exported: set[tuple[str, str]] = set()  # (kind, key) exported last tick: the cap keeps them
         self._dirs: dict[str, str] = {}  # identity cgroup -> its v2 directory, while the identity lives
         self._dirs_seen: set[str] = set()
+        self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
 
     def close(self) -> None:
         if self.poller is not None:
@@ -472,8 +473,7 @@ class IdentityCollector(Collector):
                 holders.setdefault(_parent(uuid, nvml), set()).add((c.namespace, c.pod))
                 pods.setdefault((c.namespace, c.pod), {})[c.container] = None
                 devices.setdefault((c.namespace, c.pod), {})[uuid] = None
-        if unknown and known is not None:
-            log.debug("kubelet_unknown_devices", devices=list(unknown))
+        self._log_unknown("kubelet", tuple(unknown))
         if "pods" in self.auto:
             named = {(g.namespace, g.pod) for g in groups.values() if g.kind == "pod" and g.pod}
             # a pod UID without on-disk names: the only pod the kubelet gave the GPUs its processes use
@@ -516,7 +516,16 @@ class IdentityCollector(Collector):
                 g = group("job", job)
                 g.job_id = job
                 g.gpus[uuid] = None
+        self._log_unknown("hpc_job_mapping", tuple(unknown))
         return IdentitySource("hpc_job_mapping", True, None, unknown_devices=tuple(unknown))
+
+    def _log_unknown(self, source: str, unknown: tuple[str, ...]) -> None:
+        """Warn once per change about devices a source assigned that this host does not have."""
+        if unknown != self._unknown.get(source, ()):
+            if unknown:
+                log.warning("identity_unknown_devices", source=source, devices=list(unknown),
+                            hint="device IDs that match no GPU or MIG UUID (GPU index for job mapping files) here")
+            self._unknown[source] = unknown
 
 
 def _known_devices(nvml: NvmlSample | None) -> set[str] | None:
