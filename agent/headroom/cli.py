@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     snap = sub.add_parser("snapshot", help="sample a few ticks, print the exposition or JSON, and exit")
     _add_source_flags(snap)
+    _add_identity_flags(snap)
     snap.add_argument("--samples", type=_positive_int, default=2, help="ticks to take (default 2, so rates exist)")
     snap.add_argument("--format", choices=("prometheus", "json"), default="prometheus")
 
