@@ -6,20 +6,24 @@ PY := $(VENV)/bin/python
 ADDRESS ?= 127.0.0.1:9843
 SCENARIO ?= demo
 
-.PHONY: demo test venv system-deps lint docs golden bench soak accuracy install uninstall clean podresources
+.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean podresources
 
+# one line per long step; pip's own output only when it fails
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	touch $@
+	@echo "make: creating the virtual environment $(VENV) ..."
+	@$(PYTHON) -m venv $(VENV)
+	@echo "make: installing Python dependencies into $(VENV) (a minute or two the first time) ..."
+	@$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
 
 venv: $(VENV)/.installed
 
-## Start the agent on a simulated GPU host (no driver needed).
+## Start the agent on a simulated GPU host (no driver needed). Another address: make demo ADDRESS=127.0.0.1:9900
 demo: venv
-	@echo "headroom (simulated host, scenario $(SCENARIO)) on http://$(ADDRESS)/  -- metrics at http://$(ADDRESS)/metrics; Ctrl-C stops"
-	$(VENV)/bin/headroom run --config.file config.yaml --simulate $(SCENARIO) --web.listen-address $(ADDRESS)
+	@echo "make: starting headroom on a simulated GPU host (scenario $(SCENARIO)); it logs its URL (listening ... url=) once it listens. Ctrl-C stops."
+	@$(VENV)/bin/headroom run --config.file config.yaml --simulate $(SCENARIO) --web.listen-address $(ADDRESS) \
+	  || { rc=$$?; if [ $$rc = 1 ]; then echo "make: headroom did not start; if $(ADDRESS) is taken, choose another address: make demo ADDRESS=127.0.0.1:9900" >&2; fi; exit $$rc; }
 
 ## Debian packages the tests use for real components (promtool/prometheus, chromium, node_exporter).
 system-deps:
@@ -55,6 +59,19 @@ soak: venv
 ## Every built-in scenario with the default analysis settings: the accuracy table of docs/analysis.md.
 accuracy: venv
 	$(PY) -m bench.accuracy
+
+## Mutation testing of analysis/, sizing.py, exposition/render.py and config.py (mutmut; not in CI, minutes
+## to an hour on 2 cores). MUTATE=src/headroom/analysis/* narrows it. Score and survivors: docs/testing.md.
+MUTATE ?=
+mutate: venv
+	$(PY) -m pip install --quiet -e '.[mutate]'
+	rm -rf build/mutate && mkdir -p build/mutate
+	git ls-files -z | xargs -0 cp --parents -t build/mutate
+	mv build/mutate/agent build/mutate/src
+	$(if $(MUTATE),sed -i 's|^only_mutate = .*|only_mutate = ["$(MUTATE)"]|' build/mutate/pyproject.toml)
+	cd build/mutate && nice $(abspath $(VENV))/bin/mutmut run --max-children $${MUTATE_JOBS:-2}; \
+	  $(abspath $(VENV))/bin/mutmut results --all true > results.txt; \
+	  $(abspath $(VENV))/bin/python $(abspath bench/mutation_score.py) results.txt
 
 install:
 	bash systemd/install.sh

@@ -12,7 +12,7 @@ samples and keeps growing for the first 10 minutes by design). After the warm-up
 open file descriptors are read from /proc every ``--every`` seconds and printed as a table.
 
 Exit status: 0 flat; 1 growth beyond tolerance, a failed scrape, or a tick rate under 90 % of the
-asked rate; 2 the agent did not start. Tolerances (end minus start): RSS ``--rss-tolerance-mib``
+asked rate (``--min-tick-ratio``); 2 the agent did not start. Tolerances (end minus start): RSS ``--rss-tolerance-mib``
 (default 4 MiB), threads 2, fds 2 (one scrape connection may be open while we count).
 """
 
@@ -170,7 +170,7 @@ def _wait_listening(proc: subprocess.Popen, port: int, timeout: float) -> None:
 
 def soak(duration: float, warmup: float, interval: float = 0.1, gpus: int = 8, every: float = 30.0,
          window: float = 60.0, rss_tolerance: int = 4 << 20, thread_tolerance: int = 2, fd_tolerance: int = 2,
-         report=print) -> Result:
+         report=print, min_tick_ratio: float = 0.9) -> Result:
     """Run the agent for ``warmup`` + ``duration`` seconds; returns the readings and what grew too much.
 
     Raises RuntimeError when the agent does not start.
@@ -231,7 +231,7 @@ def soak(duration: float, warmup: float, interval: float = 0.1, gpus: int = 8, e
     rate = None
     if first.ticks is not None and last.ticks is not None and last.t > first.t:
         rate = (last.ticks - first.ticks) / (last.t - first.t)
-        if rate < 0.9 / interval:
+        if rate < min_tick_ratio / interval:
             problems.append(f"ticked {rate:.2f}/s, asked {1 / interval:g}/s")
     if code != 0:
         problems.append(f"agent exited {code} on SIGTERM")
@@ -250,10 +250,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, default=30.0, help="seconds between readings (30)")
     p.add_argument("--window", type=float, default=60.0, help="the agent's analysis window in seconds (60)")
     p.add_argument("--rss-tolerance-mib", type=float, default=4.0, help="allowed RSS growth, MiB (4)")
+    p.add_argument("--min-tick-ratio", type=float, default=0.9,
+                   help="the least share of the asked tick rate that passes (0.9; the test suite, on a shared "
+                        "machine, asks only that it keeps ticking)")
     args = p.parse_args(argv)
     try:
         result = soak(args.duration, args.warmup, args.interval, args.gpus, args.every, args.window,
-                      rss_tolerance=int(args.rss_tolerance_mib * 2**20))
+                      rss_tolerance=int(args.rss_tolerance_mib * 2**20), min_tick_ratio=args.min_tick_ratio)
     except RuntimeError as exc:
         print(f"soak: {exc}", file=sys.stderr)
         return 2

@@ -85,9 +85,10 @@ FLEET = (
     Panel("Idle GPU-hours (range)", "GPU-hours spent idle over the dashboard's time range, summed over all GPUs "
           "(a GPU idle for one hour adds 1).", "stat", "h",
           (t(f'sum(increase(headroom_gpu_idle_seconds_total{{{FI}}}[$__range])) / 3600'),), width=4, height=4),
-    Panel("Idle cost (range)", "Cost of the idle GPU time over the time range, in the currency of the configured "
-          "cost_per_gpu_hour. Empty when no cost is configured.", "stat", "none",
-          (t(f'sum(increase(headroom_gpu_idle_cost_total{{{FI}}}[$__range]))'),), width=4, height=4,
+    Panel("Idle cost (range)", "Cost of the idle GPU time over the time range at the configured cost_per_gpu_hour, "
+          "per currency (analysis.currency). Empty when no cost is configured.", "stat", "none",
+          (t(f'sum by (currency) (increase(headroom_gpu_idle_cost_total{{{FI}}}[$__range]))', "{{currency}}"),),
+          width=4, height=4,
           options={"decimals": 2}),
     Panel("Lost GPUs", "GPUs that stopped answering NVML (fallen off the bus, reset required). "
           "Any value above 0 needs a person.", "stat", "none",
@@ -164,7 +165,7 @@ HOST = (
     Panel("GPU memory against capacity", "Device memory used per GPU (solid) against its capacity (dashed).",
           "timeseries", "bytes",
           (t(f'headroom_gpu_memory_used_bytes{{{HG}}}', "GPU {{gpu}} used"),
-           t(f'headroom_gpu_memory_total_bytes{{{HG}}}', "GPU {{gpu}} capacity"))),
+           t(f'headroom_gpu_memory_size_bytes{{{HG}}}', "GPU {{gpu}} capacity"))),
     Panel("Power against limit", "Power draw per GPU against its enforced limit. Running at the limit means the "
           "driver caps clocks (sw_power_cap).", "timeseries", "watt",
           (t(f'headroom_gpu_power_watts{{{HG}}}', "GPU {{gpu}} draw"),
@@ -224,7 +225,7 @@ HOST = (
           (t(f'headroom_pressure_ratio{{{H}, window="10s"}}', "{{resource}} {{kind}}"),), minmax=(0, 1)),
     Panel("Memory", "Physical memory: available for new work (without swapping) against total, plus page cache "
           "and shared memory (tmpfs, /dev/shm).", "timeseries", "bytes",
-          (t(f'headroom_memory_total_bytes{{{H}}}', "total"),
+          (t(f'headroom_memory_size_bytes{{{H}}}', "total"),
            t(f'headroom_memory_available_bytes{{{H}}}', "available"),
            t(f'headroom_memory_cached_bytes{{{H}}}', "page cache"),
            t(f'headroom_memory_shmem_bytes{{{H}}}', "shmem"))),

@@ -22,6 +22,25 @@ def pytest_addoption(parser):
                      help="rewrite golden files from the current output instead of comparing")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _agent_logs_through_stdlib_logging():
+    """In-process agent code logs through the logging module while the tests run: pytest shows the records of a
+    failing test ("Captured log"), and debug events from server threads that outlive their test (a refused TLS
+    handshake) no longer print into the test report. structlog.testing.capture_logs still sees every level."""
+    import logging
+
+    import structlog
+
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.KeyValueRenderer(key_order=["event"])],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        cache_logger_on_first_use=False,
+    )
+    yield
+    structlog.reset_defaults()
+
+
 @pytest.fixture
 def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))

@@ -19,7 +19,7 @@ if [ "$(id -u)" != 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
     echo "install-system-deps: need root (or sudo) to install: ${need[*]}" >&2; exit 1; fi
 fi
-echo "install-system-deps: installing ${need[*]}"
+echo "make: installing Debian packages for the tests: ${need[*]} (apt-get, a minute or two) ..."
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -296,6 +296,42 @@ class TestHysteresis:
         h.update("cpu", 3)
         assert h.update("none", 6) == ("cpu", False)
 
+    def test_a_second_new_candidate_starts_its_own_hold(self):
+        """Two candidates that are not the primary, one after the other: the hold restarts with the second."""
+        h = Hysteresis(hold=5, primary="cpu")
+        for t in range(4):  # disk_io for 4 s
+            assert h.update("disk_io", float(t)) == ("cpu", False)
+        for t in range(4, 9):  # then network: only at 4 + 5 s does it become primary
+            assert h.update("network", float(t)) == ("cpu", False), t
+        assert h.update("network", 9.0) == ("network", True)
+
+    def test_an_interrupted_candidate_starts_its_hold_again(self):
+        h = Hysteresis(hold=5, primary="cpu")
+        h.update("disk_io", 0.0)
+        h.interrupt()  # a tick without this entity
+        assert h.update("disk_io", 6.0) == ("cpu", False)
+        assert h.update("disk_io", 11.0) == ("disk_io", True)
+        h.interrupt()
+        assert h.primary == "disk_io", "an interruption keeps the primary"
+
+    def test_a_gpu_that_was_not_seen_for_a_while_starts_its_hold_again(self):
+        """The GPU is power capped for 3 s, then NVML fails for 40 s, then the cap shows again: the candidate
+        was not seen for 40 s, so it must hold 20 s after the GPU is back, not become primary at once."""
+        window = build_window(Host(), [Gpu(util=0.9, reasons=("sw_power_cap",))], seconds=70)
+        lost = SourceResult("nvml", False, 0.001, None, "NVML_ERROR_GPU_IS_LOST")
+        window = [replace(s, sources={**s.sources, "nvml": lost}) if 3 <= t < 43 else s
+                  for t, s in enumerate(window)]
+        analysis = Analysis(check_config_text(SERVER + "\nanalysis:\n  hold: 20s\n", "c.yaml"))
+        became = None
+        for i in range(1, len(window) + 1):
+            _, f = analysis(window[:i])
+            gpu = {g.index: g for g in f.gpu_findings}.get(0)
+            if i - 1 == 43:
+                assert gpu is not None and gpu.verdict.candidate == "gpu_power", "the cap shows again at once"
+            if gpu is not None and gpu.verdict.primary == "gpu_power" and became is None:
+                became = i - 1
+        assert became == 63, f"gpu_power became primary at t={became}, expected 43 + 20 s hold"
+
     def test_through_the_analysis_a_noisy_gpu_does_not_flap(self):
         window = build_window(Host(), [Gpu(util=0.99)], seconds=40)
         # every third second the GPU looks starved by a busy CPU: never holds for 20 s
@@ -321,3 +357,82 @@ def test_docs_analysis_lists_every_threshold_with_its_default():
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "analysis.md").read_text()
     assert thresholds_markdown() in doc, "docs/analysis.md thresholds table is stale: python -m headroom.analysis.bottleneck"
+
+
+# ------------------------------------------------------------------------------ counters that reset
+def _with(sample, name, data):
+    return replace(sample, sources={**sample.sources, name: SourceResult(name, True, 0.001, data)})
+
+
+def _disk(io_time: float) -> DiskSample:
+    return DiskSample(devices=(DiskStats("nvme0n1", 0, 0, 0, 0, io_time_seconds=io_time,
+                                         weighted_io_time_seconds=0.1, in_flight=0),))
+
+
+def test_a_disk_counter_reset_loses_only_the_interval_it_fell_in():
+    """io_time_seconds restarts from 0 when a device is re-attached (or a counter wraps): the interval it went
+    down in is left out and the rest of the window still gives the rate; never a negative or diluted one."""
+    from headroom.analysis.signals import host_signals
+
+    window = build_window(Host(disk_busy=0.9), [Gpu()], seconds=10)
+    assert host_signals(window, 15.0).disk_busy == pytest.approx(0.9)
+    # re-attached at t=6: the counter restarts near 0 and grows at the same 0.9 s/s
+    window = [_with(s, "disk", _disk(0.1 + 0.9 * (t - 6))) if t >= 6 else s for t, s in enumerate(window)]
+    assert host_signals(window, 15.0).disk_busy == pytest.approx(0.9)
+    # reset in the newest interval: the older intervals still count
+    window = build_window(Host(disk_busy=0.9), [Gpu()], seconds=10)
+    window[-1] = _with(window[-1], "disk", _disk(0.5))
+    assert host_signals(window, 15.0).disk_busy == pytest.approx(0.9)
+    # nothing but a reset: no rate
+    assert host_signals(window[-2:], 15.0).disk_busy is None
+
+
+def test_a_workload_process_that_exits_does_not_make_its_cpu_rate_negative_or_diluted():
+    """A workload's CPU seconds are a sum over its processes: one exiting makes the sum drop once."""
+    from headroom.analysis.signals import workload_signals
+
+    profile = SimpleNamespace(name="trainer", dataloader_workers=None)
+    window = build_window(Host(), [Gpu()], seconds=10, extra=processes_source("trainer", 3.0))
+    assert workload_signals(window, 15.0, None, profile, 16).cores_used == pytest.approx(3.0)
+    # at t=5 a worker that had used 12 CPU seconds exits; the rest go on at 3 cores
+    after = build_window(Host(), [Gpu()], seconds=10, extra=lambda t: processes_source("trainer", 3.0)(t - 4))
+    window = [replace(s, sources={**s.sources, "processes": after[t].sources["processes"]}) if t >= 5 else s
+              for t, s in enumerate(window)]
+    assert workload_signals(window, 15.0, None, profile, 16).cores_used == pytest.approx(3.0)
+
+
+@pytest.mark.parametrize(("short_window", "expected"), [("4s", 1.0), ("16s", 0.5), ("10s", 0.8)])
+def test_cpu_utilization_ratio_covers_the_analysis_short_window(short_window, expected):
+    """headroom_cpu_utilization_ratio's HELP says the analysis short window: 8 CPUs idle for 22 s, then busy for 8 s."""
+    window = []
+    busy = 0.0
+    for t in range(31):
+        if t > 22:
+            busy += 8
+        idle = 8 * t - busy
+        cpu = CpuSample(times=CpuTimes(user=busy, nice=0.0, system=0.0, idle=idle, iowait=0.0), logical_cpus=8,
+                        load1=1, load5=1, load15=1)
+        window.append(Sample(timestamp=1e9 + t, monotonic=float(t),
+                             sources={"cpu": SourceResult("cpu", True, 0.001, cpu)}))
+    config = check_config_text(f"analysis:\n  short_window: {short_window}\n", "c.yaml")
+    derived, _ = Analysis(config)(window)
+    assert derived["cpu_utilization_ratio"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("setting", "currency"), [("", "USD"), ("  currency: EUR\n", "EUR")])
+def test_idle_cost_carries_its_currency_into_the_exposition(setting, currency):
+    from headroom.exposition.render import Writer, _render_findings
+
+    window = build_window(Host(), [Gpu(util=0.0), Gpu(util=0.9)], seconds=11)
+    findings = analyse("", window, analysis="  cost_per_gpu_hour: 3.6\n" + setting)
+    w = Writer()
+    _render_findings(w, findings)
+    assert f'headroom_gpu_idle_cost_total{{currency="{currency}"}} 0.01\n' in w.render().decode()
+
+
+@pytest.mark.parametrize("bad", ["usd", "EURO", "$", "1"])
+def test_currency_must_be_an_iso_code(bad):
+    from headroom.config import ConfigError
+
+    with pytest.raises(ConfigError, match="ISO 4217"):
+        check_config_text(f"analysis:\n  currency: '{bad}'\n", "c.yaml")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,57 @@ def test_default_config_path_is_cwd_config_yaml(tmp_path):
     r = run_cli("check-config", cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr.startswith("config.yaml:2:11: agent.window: must be >= 10s")
+
+
+@pytest.mark.parametrize("collector", ["disk", "net"])
+def test_empty_device_filters_are_accepted_and_reach_the_collector_as_drops_nothing(collector):
+    """The collectors document device_exclude: "" as "drops nothing" (like node_exporter's empty flag)."""
+    from headroom.sources import Paths, SourceContext
+    from headroom.sources.disk import DiskCollector
+
+    config = check_config_text(f'collectors:\n  {collector}:\n    device_exclude: ""\n    device_include: ""\n',
+                               "c.yaml")
+    settings = config.collectors[collector]
+    assert settings["device_exclude"] == "" and settings["device_include"] == ""
+    if collector == "disk":
+        fixture = ROOT / "tests" / "fixtures" / "proc" / "modern"
+        ctx = SourceContext(paths=Paths(procfs=fixture), settings={k: v for k, v in settings.items() if k != "enabled"})
+        names = [line.split()[2] for line in (fixture / "diskstats").read_text().splitlines()]
+        assert [d.device for d in DiskCollector(ctx).collect().devices] == names
+
+
+def test_config_yaml_quotes_the_collectors_default_filters_exactly():
+    from headroom.sources import procfs
+
+    text = (ROOT / "config.yaml").read_text()
+    quoted = {m.group(1): m.group(2) for m in re.finditer(
+        r"^  (disk|net):\n(?:    .*\n)*?    # device_exclude: '([^']*)'\s+\(the default\)", text, re.M)}
+    assert quoted == {"disk": procfs.DEFAULT_DISK_EXCLUDE, "net": procfs.DEFAULT_NET_EXCLUDE}
+
+
+@pytest.mark.parametrize(("address", "message"), [
+    (":99999", "port must be 0-65535"),
+    ("::1:9843", "write IPv6 addresses in brackets"),
+    ("localhost", "must be HOST:PORT"),
+    (":http", "is not a number"),
+])
+def test_check_config_refuses_the_listen_addresses_run_refuses(tmp_path, address, message):
+    f = tmp_path / "c.yaml"
+    f.write_text(f'agent:\n  window: 10m\nweb:\n  listen_address: ["127.0.0.1:9843", "{address}"]\n')
+    r = run_cli("check-config", "--config.file", str(f))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"{f}:4:38: web.listen_address[1]: ") and message in r.stderr, r.stderr
+    # and run refuses the same file the same way, before binding anything
+    r = run_cli("run", "--config.file", str(f), "--no-collector.nvml")
+    assert r.returncode != 0 and message in r.stderr
+
+
+def test_check_config_reads_the_web_config_file_as_run_does(tmp_path):
+    (tmp_path / "web.yml").write_text("tls_server_config:\n  cert_file: server.crt\n")
+    f = tmp_path / "c.yaml"
+    f.write_text("web:\n  config_file: web.yml\n")
+    r = run_cli("check-config", "--config.file", str(f), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"{f}:2:16: web.config_file: web.yml:2:3: tls_server_config.key_file"), r.stderr
+    (tmp_path / "web.yml").write_text("http_server_config:\n  http2: false\n")
+    assert run_cli("check-config", "--config.file", str(f), cwd=tmp_path).returncode == 0

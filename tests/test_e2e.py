@@ -42,7 +42,7 @@ def test_metrics_are_conventional_and_catalogued(demo):
     assert families["headroom_nvml_up"].samples[0].value == 1
     assert families["headroom_simulation_info"].samples[0].labels["scenario"] == "demo"
     for name in ("headroom_gpu_utilization_ratio", "headroom_gpu_memory_used_bytes", "headroom_gpu_power_watts",
-                 "headroom_cpu_seconds_total", "headroom_memory_total_bytes", "headroom_shm_size_bytes"):
+                 "headroom_cpu_seconds_total", "headroom_memory_size_bytes", "headroom_shm_size_bytes"):
         assert name.removesuffix("_total") in families, name
 
 

@@ -107,3 +107,24 @@ def test_missing_or_bad_inputs_get_clear_errors(args, message):
     r = estimate(*args, ok=False)
     assert r.returncode == 2
     assert message in r.stderr, r.stderr
+
+
+def test_help_shows_readable_metavars_and_no_collector_or_path_flags():
+    r = subprocess.run([sys.executable, "-m", "headroom", "estimate", "--help"], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    assert r.returncode == 0
+    assert "EST_" not in r.stdout, "internal dest names leak into the help"
+    assert "--collector." not in r.stdout and "--path." not in r.stdout and "--sample.interval" not in r.stdout
+    assert "--layers N" in r.stdout and "--simulate NAME|FILE" in r.stdout
+
+
+def test_a_host_without_a_driver_is_an_answer_not_an_error_log(tmp_path):
+    """estimate prints where the GPU memory came from; NVML missing is part of the answer, not an error."""
+    scenario = tmp_path / "no-driver.yaml"
+    scenario.write_text("gpus:\n  - name: NVIDIA L4\n    memory_total: 23034MiB\n    power_limit: 72\n"
+                        "faults:\n  - {call: nvmlInit, error: DRIVER_NOT_LOADED}\n")
+    r = estimate("--params", "7B", "--precision", "bf16", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
+                 "--hidden-size", "4096", "--context", "4096", "--concurrency", "4", "--simulate", str(scenario),
+                 "--log.level", "info")
+    assert "no GPU found (" in r.stdout and "DRIVER_NOT_LOADED" in r.stdout
+    assert "nvml_down" not in r.stderr, r.stderr

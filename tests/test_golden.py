@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from headroom.analysis.pipeline import Analysis
 from headroom.config import load_config
 from headroom.sampler import Sampler
@@ -27,7 +29,8 @@ VOLATILE = re.compile(
 )
 
 
-def render_golden(tmp_path: Path) -> str:
+def render(tmp_path: Path) -> str:
+    """The exposition the code renders now for the golden scenario (every series, volatile ones included)."""
     rootfs = tmp_path / "rootfs"
     (rootfs / "dev" / "shm").mkdir(parents=True)
     paths = Paths(procfs=FIXTURES / "proc" / "modern", sysfs=FIXTURES / "proc" / "modern" / "sys", rootfs=rootfs)
@@ -59,25 +62,38 @@ def render_golden(tmp_path: Path) -> str:
         body = sampler.tick().exposition.decode()
     finally:
         sampler.stop()
+    return body
+
+
+def stable(body: str) -> str:
+    """``body`` without the series that differ between machines and runs (what the golden file holds)."""
     lines = [line for line in body.splitlines() if not VOLATILE.match(line)]
     return "\n".join(lines) + "\n"
 
 
-def test_golden_exposition(tmp_path, update_golden):
-    body = render_golden(tmp_path)
-    if update_golden or not GOLDEN.exists():
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> str:
+    """Rendered once per module: the checks below read what the code renders now, not the golden file."""
+    return render(tmp_path_factory.mktemp("golden"))
+
+
+def test_golden_exposition(rendered, update_golden):
+    """Only --update-golden writes the file: a missing golden fails (deleting it must not pass)."""
+    body = stable(rendered)
+    if update_golden:
         GOLDEN.write_text(body)
+    assert GOLDEN.exists(), f"{GOLDEN} is missing: run `make golden`, review and commit it"
     assert body == GOLDEN.read_text(), "exposition changed: run `make golden` and review the diff"
 
 
-def test_promtool_accepts_the_golden_file():
+def test_promtool_accepts_the_exposition(rendered):
     assert shutil.which("promtool"), "promtool missing: `make test` installs Debian's prometheus package"
-    r = subprocess.run(["promtool", "check", "metrics"], input=GOLDEN.read_bytes(), capture_output=True, timeout=30)
+    r = subprocess.run(["promtool", "check", "metrics"], input=rendered.encode(), capture_output=True, timeout=30)
     assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
 
 
-def test_golden_shows_what_the_scenario_declares():
-    text = GOLDEN.read_text()
+def test_the_exposition_shows_what_the_scenario_declares(rendered):
+    text = rendered
     # NOT_SUPPORTED leaves series absent, never 0: GPU 1 has no fan and no memory sensor, GPU 0 no remapped rows
     assert 'headroom_gpu_fan_speed_ratio{gpu="1"' not in text
     assert 'headroom_gpu_memory_temperature_celsius{gpu="1"' not in text
@@ -85,7 +101,7 @@ def test_golden_shows_what_the_scenario_declares():
     assert 'headroom_gpu_remapped_rows{gpu="1",uuid="GPU-11111111-1111-4111-8111-111111111111",kind="correctable"} 1' in text
     assert 'headroom_gpu_clock_event_active{gpu="0",uuid="GPU-00000000-0000-4000-8000-000000000000",reason="sw_power_cap"} 1' in text
     assert 'headroom_gpu_xid_errors_total{gpu="0",uuid="GPU-00000000-0000-4000-8000-000000000000",xid="13"} 1' in text
-    assert text.count("headroom_gpu_mig_memory_total_bytes{") == 2
+    assert text.count("headroom_gpu_mig_memory_size_bytes{") == 2
     assert 'headroom_disk_read_bytes_total{device="nvme0n1"}' in text and 'device="nvme0n1p1"' not in text
     assert 'headroom_pressure_ratio{resource="io",kind="full",window="10s"}' in text
     # net: lo, docker0 and the veth are dropped by default; a link without a known speed has no speed series

@@ -18,6 +18,7 @@ import yaml
 
 from test_dashboards import FILES as DASHBOARD_FILES
 from test_dashboards import load, panels
+from test_dcgm_compat import COMPAT_RULE_FILES, compat_rules
 from test_rules import RULE_FILES, rules
 
 from conftest import Agent, free_port, http_get
@@ -66,7 +67,7 @@ class Prometheus:
         self.url = f"http://127.0.0.1:{self.port}"
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
-            "rule_files": [str(p) for p in RULE_FILES],
+            "rule_files": [str(p) for p in (*RULE_FILES, *COMPAT_RULE_FILES)],
             "scrape_configs": [{"job_name": "headroom", "static_configs": [{"targets": [target]}]}],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -162,6 +163,47 @@ def dashboard_targets() -> list[tuple[str, str, str, str]]:
             for path in DASHBOARD_FILES for p in panels(load(path)) for t in p["targets"]]
 
 
+# The queries of Grafana dashboard 12239, "NVIDIA DCGM Exporter Dashboard" (grafana/dcgm-exporter-dashboard.json in
+# NVIDIA/dcgm-exporter, as of cffaeb8): (panel title, expr). They must find data through the compatibility rules
+# (grafana/rules/compat/), except the panels listed in DCGM_NO_EQUIVALENT with the reason.
+DCGM_DASHBOARD_QUERIES = (
+    ("GPU Temperature", 'DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"}'),
+    ("GPU Avg. Temp", 'avg(DCGM_FI_DEV_GPU_TEMP{instance=~"$instance", gpu=~"$gpu"})'),
+    ("GPU Power Usage", 'DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"}'),
+    ("GPU Power Total", 'sum(DCGM_FI_DEV_POWER_USAGE{instance=~"$instance", gpu=~"$gpu"})'),
+    ("GPU SM Clocks", 'DCGM_FI_DEV_SM_CLOCK{instance=~"$instance", gpu=~"$gpu"} * 1000000'),
+    ("GPU Utilization", 'DCGM_FI_DEV_GPU_UTIL{instance=~"$instance", gpu=~"$gpu"}'),
+    ("GPU Framebuffer Mem Used", 'DCGM_FI_DEV_FB_USED{instance=~"$instance", gpu=~"$gpu"}'),
+    ("Tensor Core Utilization", 'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~"$instance", gpu=~"$gpu"}'),
+)
+DCGM_DASHBOARD_VARIABLES = ("label_values(DCGM_FI_DEV_GPU_TEMP, instance)", "label_values(DCGM_FI_DEV_GPU_TEMP, gpu)")
+DCGM_NO_EQUIVALENT = {"Tensor Core Utilization": "tensor pipe activity is a DCGM profiling metric headroom does not read "
+                                                 "(docs/migrating-from-dcgm-exporter.md)"}
+
+
+def test_dcgm_exporter_dashboard_queries_find_data_through_the_compat_rules(stack):
+    prom, instance = stack
+    for variable in DCGM_DASHBOARD_VARIABLES:
+        selector, label = variable.removeprefix("label_values(").removesuffix(")").split(", ")
+        values = {s["metric"].get(label) for s in prom.query(selector)["data"]["result"]} - {None}
+        assert values, f"dashboard variable {variable} finds no values"
+    errors, empty, stale = [], [], []
+    for title, expr in DCGM_DASHBOARD_QUERIES:
+        answer = prom.query(expr.replace("$instance", instance).replace("$gpu", ".*"))
+        if answer.get("status") != "success":
+            errors.append(f"{title}: {answer.get('error')}")
+        elif not answer["data"]["result"] and title not in DCGM_NO_EQUIVALENT:
+            empty.append(title)
+        elif answer["data"]["result"] and title in DCGM_NO_EQUIVALENT:
+            stale.append(f"{title} has data now: remove it from DCGM_NO_EQUIVALENT")
+    assert not errors and not empty and not stale, (errors, empty, stale)
+    # dcgm-exporter's units and labels, not headroom's
+    util = prom.query(f'DCGM_FI_DEV_GPU_UTIL{{instance="{instance}"}}')["data"]["result"]
+    assert all(0 <= float(s["value"][1]) <= 100 for s in util) and any(float(s["value"][1]) > 1 for s in util)
+    assert all({"gpu", "UUID", "modelName", "device", "Hostname"} <= set(s["metric"]) for s in util)
+    assert all("uuid" not in s["metric"] and s["metric"]["Hostname"] == "127.0.0.1" for s in util)
+
+
 def test_every_dashboard_query_returns_data(stack):
     prom, instance = stack
     errors, empty, stale_exceptions = [], [], []
@@ -203,7 +245,7 @@ def test_prometheus_loaded_every_rule_and_evaluates_it_without_error(stack):
     prom, _ = stack
     groups = prom.api("/api/v1/rules")["data"]["groups"]
     loaded = {(r.get("name")): r for g in groups for r in g["rules"]}
-    expected = {r.get("alert") or r["record"] for r in rules()}
+    expected = {r.get("alert") or r["record"] for r in (*rules(), *compat_rules())}
     assert set(loaded) == expected
     unhealthy = {name: r.get("lastError") for name, r in loaded.items() if r["health"] != "ok"}
     assert not unhealthy
@@ -212,7 +254,7 @@ def test_prometheus_loaded_every_rule_and_evaluates_it_without_error(stack):
 def test_every_rule_expression_evaluates_and_recording_rules_have_data(stack):
     prom, _ = stack
     errors, empty = [], []
-    for rule in rules():
+    for rule in (*rules(), *compat_rules()):
         name = rule.get("alert") or rule["record"]
         answer = prom.query(rule["expr"])
         if answer.get("status") != "success":
@@ -233,3 +275,12 @@ def test_the_showcase_fires_the_alerts_it_should(stack):
     assert MUST_FIRE <= firing, f"firing: {sorted(firing)}"
     healthy_only = {"HeadroomNvmlDown", "HeadroomAgentDown", "HeadroomSamplesStale", "HeadroomConfigReloadFailed"}
     assert not firing & healthy_only, "alerts for a healthy agent fired"
+
+
+def test_prometheus_scraped_openmetrics(stack):
+    """Prometheus asks for OpenMetrics first; its metadata then names counter families without `_total`
+    (with the text format it would list `headroom_samples_total`)."""
+    prom, _ = stack
+    meta = prom.api("/api/v1/targets/metadata", metric="headroom_samples")["data"]
+    assert [m["type"] for m in meta] == ["counter"], meta
+    assert not prom.api("/api/v1/targets/metadata", metric="headroom_samples_total")["data"]

@@ -68,7 +68,7 @@ def test_a_failing_collector_does_not_break_the_tick():
     assert 'headroom_collector_success{collector="memory"} 1' in text
     assert 'headroom_collector_success{collector="disk"} 0' in text
     assert 'headroom_collector_success{collector="shm"} 0' in text
-    assert "headroom_memory_total_bytes 100" in text
+    assert "headroom_memory_size_bytes 100" in text
     assert snap.sample.sources["disk"].error == "cannot read /proc/diskstats: No such file or directory"
     # unexpected exceptions keep their type in the message so a bug report says what happened
     assert snap.sample.sources["shm"].error == "ZeroDivisionError: division by zero"
@@ -107,6 +107,57 @@ def test_a_stuck_collector_is_reported_and_not_called_again_while_stuck():
     finally:
         hanging.release.set()
         s.stop()
+
+
+class Counting(Collector):
+    """Answers at once and counts its calls."""
+
+    def __init__(self, ctx, name):
+        super().__init__(ctx)
+        self.name = name
+        self.calls = 0
+
+    def collect(self):
+        from headroom.samples import DiskSample
+
+        self.calls += 1
+        if self.name == "disk":
+            return DiskSample(devices=())
+        return MemorySample(total_bytes=100, available_bytes=60, free_bytes=50)
+
+
+def test_collectors_that_answered_before_a_stuck_one_keep_running_in_later_ticks():
+    """A collector that hangs between others: those before it already answered this tick, those after it
+    move to a fresh lane. Neither group may be lost: every later tick still runs (and reports) them, once."""
+    before, after = Counting(SourceContext(), "memory"), Counting(SourceContext(), "disk")
+    hanging = Hanging(SourceContext())
+    s = Sampler([before, hanging, after], interval=0.2, collector_timeout=0.2)
+    try:
+        ticks = [s.tick() for _ in range(3)]
+        for snap in ticks:
+            assert set(snap.sample.sources) == {"memory", "cpu", "disk"}, snap.sample.sources.keys()
+            assert snap.sample.sources["memory"].ok and snap.sample.sources["disk"].ok
+            assert not snap.sample.sources["cpu"].ok
+        assert (before.calls, after.calls, hanging.calls) == (3, 3, 1), "one call per tick, none lost"
+        assert sorted(s.collector_names) == ["cpu", "disk", "memory"]
+    finally:
+        hanging.release.set()
+        s.stop()
+
+
+def test_collector_order_does_not_depend_on_which_module_was_imported_first():
+    """The registry fills in import order; a program (or test module) that imports one collector module
+    before the others must still get the documented order, which the lanes and the exposition follow."""
+    import subprocess
+    import sys
+
+    program = ("import headroom.sources.shm, headroom.sources.cpu\n"
+               "from headroom.sources import load_all, _MODULES\n"
+               "print(','.join(load_all()))\n"
+               "print(','.join(_MODULES))\n")
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout
+    order, modules = out.split()
+    assert order == modules
 
 
 def test_scrapes_keep_answering_while_a_collector_hangs():

@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headroom.profiles import Optimizer, Precision, Quantization, QuantizationSpec, profile_from_dict
@@ -368,6 +368,11 @@ loads = st.fixed_dictionaries(
 )
 
 
+# inference loads generated as such, not filtered out of ``loads`` (assume() discarded 3 in 4 draws and
+# tripped Hypothesis' filter_too_much health check about one run in six)
+inference_loads = loads.map(lambda x: x | {"kind": "inference"})
+
+
 def load_profile(x: dict, **over):
     kind = x["kind"]
     d = {"kind": kind, "params": "8B", "architecture": LLAMA3_8B, "context": x["context"]}
@@ -399,9 +404,8 @@ def test_memory_never_decreases_with_more_concurrency(x, more):
 
 
 @settings(max_examples=40, deadline=None)
-@given(loads, st.integers(min_value=0, max_value=2), st.integers(min_value=1, max_value=3))
+@given(inference_loads, st.integers(min_value=0, max_value=2), st.integers(min_value=1, max_value=3))
 def test_memory_never_decreases_with_more_bytes_per_weight(x, lo, step):
-    assume(x["kind"] in ("inference",))
     hi = min(lo + step, 3)
     small = estimate(load_profile(x, precision=PRECISIONS_BY_SIZE[lo]))
     large = estimate(load_profile(x, precision=PRECISIONS_BY_SIZE[hi]))
@@ -410,9 +414,8 @@ def test_memory_never_decreases_with_more_bytes_per_weight(x, lo, step):
 
 
 @settings(max_examples=40, deadline=None)
-@given(loads, st.sampled_from([("int4", "int8"), ("fp8", "bf16"), ("bf16", "fp32"), ("int8", "fp32")]))
+@given(inference_loads, st.sampled_from([("int4", "int8"), ("fp8", "bf16"), ("bf16", "fp32"), ("int8", "fp32")]))
 def test_kv_cache_never_decreases_with_more_bytes_per_element(x, pair):
-    assume(x["kind"] == "inference")
     small = estimate(load_profile(x, kv_cache_precision=pair[0]))
     large = estimate(load_profile(x, kv_cache_precision=pair[1]))
     assert large.component("kv_cache") >= small.component("kv_cache")

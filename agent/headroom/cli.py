@@ -13,6 +13,7 @@ from pathlib import Path
 
 from headroom import __version__, units
 from headroom.config import ConfigError, load_config
+from headroom.logs import FORMATS
 from headroom.sources import Paths, load_all
 
 
@@ -62,6 +63,8 @@ def _add_source_flags(p: argparse.ArgumentParser) -> None:
                    help="sampling interval (default 1s, or agent.sample_interval in the configuration)")
     p.add_argument("--simulate", metavar="NAME|FILE",
                    help="simulate GPUs from a built-in scenario (e.g. demo) or a scenario file instead of NVML")
+    p.add_argument("--collector.disable-defaults", dest="collector_disable_defaults", action="store_true",
+                   help="run only the collectors enabled with --collector.NAME (as node_exporter's flag)")
     for name, cls in load_all().items():
         what = cls.description or f"the {name} collector"
         state = "on" if cls.default_enabled else "off"
@@ -99,8 +102,17 @@ def _add_identity_flags(p: argparse.ArgumentParser) -> None:
 def _add_log_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log.level", dest="log_level", default=None, choices=("debug", "info", "warn", "error"),
                    help="log level (default: info for run, warn for one-shot commands)")
-    p.add_argument("--log.format", dest="log_format", default=None, choices=("json", "console"),
-                   help="log format (default: console on a terminal, json otherwise)")
+    p.add_argument("--log.format", dest="log_format", default=None, choices=FORMATS,
+                   help="log format: logfmt or json (node_exporter's values) or console (default: console on a "
+                        "terminal, json otherwise)")
+
+
+def _add_estimate_flags(p: argparse.ArgumentParser) -> None:
+    """estimate reads the configuration and at most one NVML sample: no collector or path flags."""
+    _add_config_flag(p)
+    p.add_argument("--simulate", metavar="NAME|FILE",
+                   help="find the GPUs of a built-in scenario (e.g. demo) or a scenario file instead of NVML's")
+    _add_log_flags(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,14 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_flags(snap)
     _add_identity_flags(snap)
     snap.add_argument("--samples", type=_positive_int, default=2, help="ticks to take (default 2, so rates exist)")
-    snap.add_argument("--format", choices=("prometheus", "json"), default="prometheus")
+    snap.add_argument("--format", choices=("prometheus", "json"), default="prometheus",
+                      help="prometheus: the exposition a scrape gets (text format); json: the raw samples, derived "
+                           "values and analysis findings (default prometheus)")
 
     check = sub.add_parser("check-config", help="validate a configuration file; exit 0 when valid, 2 when not")
     _add_config_flag(check)
 
     from headroom import estimate
 
-    estimate.add_parser(sub, _add_source_flags)
+    estimate.add_parser(sub, _add_estimate_flags)
     return parser
 
 
@@ -156,10 +170,13 @@ def _options(args: argparse.Namespace):
         value = getattr(args, f"collector_{name}", None)
         if value is not None:
             collectors[name] = value
+        elif getattr(args, "collector_disable_defaults", False):
+            collectors[name] = False
     return Options(
-        paths=Paths(procfs=Path(args.procfs), sysfs=Path(args.sysfs), rootfs=Path(args.rootfs)),
+        paths=Paths(procfs=Path(getattr(args, "procfs", "/proc")), sysfs=Path(getattr(args, "sysfs", "/sys")),
+                    rootfs=Path(getattr(args, "rootfs", "/"))),
         collectors=collectors,
-        sample_interval=args.sample_interval,
+        sample_interval=getattr(args, "sample_interval", None),
         simulate=args.simulate,
         listen_addresses=tuple(getattr(args, "listen_addresses", ()) or ()),
         telemetry_path=getattr(args, "telemetry_path", None),
@@ -203,6 +220,23 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_config(config) -> int:
+    """check-config: the configuration is valid (load_config checked it), and so is what `run` reads next."""
+    web_config_file = config.web.get("config_file")
+    if web_config_file:
+        from headroom.exposition.webconfig import WebConfigError, load_web_config
+
+        try:
+            load_web_config(web_config_file)
+        except WebConfigError as exc:
+            from headroom.config import issue_at
+
+            print(issue_at(config.source, ["web", "config_file"], str(exc)), file=sys.stderr)
+            return 2
+    print(f"{config.source or '(built-in defaults)'}: configuration is valid")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -219,8 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     if args.command == "check-config":
-        print(f"{config.source or '(built-in defaults)'}: configuration is valid")
-        return 0
+        return _check_config(config)
     options = _options(args)
     try:
         if args.command == "run":

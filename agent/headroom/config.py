@@ -473,6 +473,7 @@ def _analysis_spec() -> Map:
             "idle_busy_ratio": (Number(minimum=0.0, maximum=1.0), None),
             "gpu_slowdown_celsius": (Number(minimum=0, maximum=150), None),
             "cost_per_gpu_hour": (Number(minimum=0, maximum=1e6), None),
+            "currency": (Str(validate=_currency), None),
             "thresholds": (Map({name: (_threshold_spec(name), None) for name in THRESHOLDS}), dict),
         }
     )
@@ -489,6 +490,23 @@ def _url_path(value: str) -> str | None:
     return None
 
 
+def _currency(value: str) -> str | None:
+    if not re.fullmatch(r"[A-Z]{3}", value):
+        return f"must be an ISO 4217 currency code such as USD or EUR; got {value!r}"
+    return None
+
+
+def _listen_address(value: str) -> str | None:
+    """The check `run` applies before binding, so check-config refuses what run would (with FILE:LINE)."""
+    from headroom.exposition.server import parse_listen_address
+
+    try:
+        parse_listen_address(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _schema() -> Map:
     collectors = {
         "nvml": (_collector_spec({"pcie_poll_interval": (Duration(minimum=0.1), 5.0)}), dict),
@@ -497,7 +515,8 @@ def _schema() -> Map:
         "shm": (_collector_spec({"mountpoints": (Seq(Str(), min_items=1), lambda: ["/dev/shm"])}), dict),
         "disk": (
             _collector_spec(
-                {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}
+                {"device_exclude": (Str(pattern="regex", nonempty=False), None),
+                 "device_include": (Str(pattern="regex", nonempty=False), None)}
             ),
             dict,
         ),
@@ -518,7 +537,8 @@ def _schema() -> Map:
         ),
         "net": (
             _collector_spec(
-                {"device_exclude": (Str(pattern="regex"), None), "device_include": (Str(pattern="regex"), None)}
+                {"device_exclude": (Str(pattern="regex", nonempty=False), None),
+                 "device_include": (Str(pattern="regex", nonempty=False), None)}
             ),
             dict,
         ),
@@ -537,7 +557,7 @@ def _schema() -> Map:
         "web": (
             Map(
                 {
-                    "listen_address": (Seq(Str(), min_items=1), None),
+                    "listen_address": (Seq(Str(validate=_listen_address), min_items=1), None),
                     "telemetry_path": (Str(validate=_url_path), None),
                     "config_file": (Str(), None),
                 }
@@ -685,6 +705,18 @@ def with_profiles(config: Config, node: yaml.Node | None, source: str) -> Config
     from dataclasses import replace
 
     return replace(config, workloads=tuple(config.workloads) + extra)
+
+
+def issue_at(file: str, path: Sequence[str | int], message: str) -> ConfigIssue:
+    """A ConfigIssue at the position of ``path`` in ``file`` (for checks made after loading, e.g. check-config
+    reading web.config_file); line 1 when the file cannot be read again."""
+    ctx = _Ctx(file)
+    try:
+        node = compose_file(Path(file))
+    except ConfigError:
+        node = None
+    ctx.error(_node_at(node, path) if node is not None else None, path, message)
+    return ctx.issues[0]
 
 
 def _overhead(section: Mapping[str, Any]) -> Any:

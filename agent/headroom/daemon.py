@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import threading
 import time
@@ -180,8 +181,19 @@ def _listen(addresses: Sequence[str], sampler: Sampler, telemetry_path: str,
         except OSError as exc:
             for s in servers:
                 s.server_close()
-            raise StartupError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+            hint = ("; another process uses it: choose another with --web.listen-address HOST:PORT"
+                    if exc.errno == errno.EADDRINUSE else "")
+            raise StartupError(f"cannot listen on {address}: {exc.strerror or exc}{hint}") from None
     return servers
+
+
+def listening_url(host: str, port: int) -> str:
+    """The URL to open for a listener: wildcard addresses as localhost, IPv6 in brackets."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "localhost"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
 
 
 def _web_config(options: Options, config: Config) -> Any:
@@ -294,7 +306,8 @@ class Agent:
             threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.5}, name="http",
                              daemon=True).start()
             host, port = srv.server_address[:2]
-            log.info("listening", address=f"{host}:{port}", telemetry_path=self.telemetry_path)
+            log.info("listening", address=f"{host}:{port}", telemetry_path=self.telemetry_path,
+                     url=listening_url(host, port))
         log.info("started", version=__version__, collectors=self.sampler.collector_names,
                  interval_seconds=self.sampler.interval, config=self.config.source or "(defaults)",
                  simulate=self.sampler.scenario, workloads=[w.name for w in self.config.workloads])

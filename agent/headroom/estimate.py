@@ -53,13 +53,15 @@ def add_parser(sub: Any, add_source_flags: Any) -> None:
         description="Estimate the GPU memory a workload needs, from flags or from a profile in the configuration, "
                     "against --gpu-memory or the GPUs NVML finds (--simulate works too).",
     )
-    for flag, (_, _typ, help_) in _FLAGS.items():
-        p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), type=str, help=help_)
+    for flag, (path, typ, help_) in _FLAGS.items():
+        metavar = {int: "N", float: "RATIO"}.get(typ) or path[-1].upper()
+        p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), type=str, metavar=metavar, help=help_)
     for flag in _BOOL_FLAGS:
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), action="store_true", default=None,
                        help="recompute activations in the backward pass")
     for flag in _LIST_FLAGS:
-        p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), help="comma-separated, e.g. q_proj,v_proj")
+        p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), metavar="MODULES",
+                       help="comma-separated, e.g. q_proj,v_proj")
     p.add_argument("--workload", metavar="NAME", help="take the profile NAME from the configuration instead of flags")
     p.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB (default: the GPUs NVML finds)")
     p.add_argument("--gpus", metavar="N", type=int, help="GPUs available (default: as many as the layout needs)")
@@ -140,15 +142,18 @@ def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str]:
     if not collectors:
         return None, None, "no NVML collector"
     nvml = collectors[0]
+    from headroom import logs
+
     try:
-        data = nvml.collect()
+        with logs.expected("nvml_down"):  # no driver is an answer here, printed below, not an error
+            data = nvml.collect()
     except (CollectorError, OSError) as exc:
         return None, None, f"no GPU found ({exc})"
     finally:
         nvml.close()
     totals = [g.memory_total_bytes for g in data.gpus if g.up and g.memory_total_bytes]
     if not totals:
-        return None, None, "no GPU found"
+        return None, None, "no GPU found" + (f" ({data.error})" if data.error else "")
     where = f"{len(totals)} x {data.gpus[0].name} found by NVML" + (" (simulated)" if data.simulated else "")
     return min(totals), len(totals), where
 

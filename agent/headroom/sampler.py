@@ -60,6 +60,7 @@ class _Lane:
         self._cv = threading.Condition()
         self._pending = False  # a run was requested and has not finished
         self._requested = False
+        self._skip: frozenset[str] = frozenset()  # collectors this run leaves out (already ran this tick)
         self._stop = False
         self._results: dict[str, tuple[bool, Any, str | None, float]] = {}
         self.current: Collector | None = None  # the collector being called now
@@ -75,7 +76,7 @@ class _Lane:
                 if self._stop:
                     return
                 self._requested = False
-                plan = list(self.collectors)
+                plan = [c for c in self.collectors if c.name not in self._skip]
             for c in plan:
                 with self._cv:
                     if self._stop or c not in self.collectors:  # moved to another lane meanwhile
@@ -89,13 +90,15 @@ class _Lane:
                 self._pending = False
                 self._cv.notify_all()
 
-    def submit(self) -> bool:
-        """Ask for one run; False when the previous run has not finished (a collector is stuck)."""
+    def submit(self, skip: Iterable[str] = ()) -> bool:
+        """Ask for one run (of every collector but ``skip``); False when the previous run has not finished
+        (a collector is stuck)."""
         with self._cv:
             if self._pending:
                 return False
             self._pending = True
             self._requested = True
+            self._skip = frozenset(skip)
             self._results = {}
             self._cv.notify_all()
             return True
@@ -300,12 +303,15 @@ class Sampler:
             stuck_for = self._clock() - (started if started is not None else start)
             results[stuck.name] = SourceResult(stuck.name, False, stuck_for, None,
                                                f"stuck: collect() has not returned for {stuck_for:.1f}s")
-            rest = [c for c in lane.collectors if c is not stuck and (not submitted or c.name not in partial)]
-            if rest:  # the others must not wait behind it: they move to a lane of their own
+            # the others must not wait behind it: they move to a lane of their own, all of them, also
+            # those that already answered in this run (they are not called twice in one tick)
+            others = [c for c in lane.collectors if c is not stuck]
+            if others:
                 lane.keep_only(stuck)
-                log.info("collector_isolated", collector=stuck.name, others=[c.name for c in rest])
-                fresh = _Lane(rest, self._clock)
-                queue.append((fresh, fresh.submit(), self._clock() + self.collector_timeout))
+                log.info("collector_isolated", collector=stuck.name, others=[c.name for c in others])
+                fresh = _Lane(others, self._clock)
+                answered = partial.keys() if submitted else ()
+                queue.append((fresh, fresh.submit(skip=answered), self._clock() + self.collector_timeout))
         self._lanes = lanes
         return {name: results[name] for name in order if name in results}
 

@@ -335,6 +335,11 @@ class Hysteresis:
             return self.primary, True
         return self.primary, False
 
+    def interrupt(self) -> None:
+        """A tick without a verdict (the GPU or workload was not seen): a pending candidate must start its
+        hold again when it comes back; the primary stays."""
+        self.candidate, self.since = self.primary, None
+
 
 def thresholds_markdown() -> str:
     """The thresholds table of docs/analysis.md (a test keeps them equal)."""

@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "idle_busy_ratio": 0.05,  # a GPU below this utilization counts as idle
     "gpu_slowdown_celsius": 87.0,  # for thermal headroom where NVML gives no slowdown threshold
     "cost_per_gpu_hour": None,  # for GPUs no workload claims (a workload's own cost_per_gpu_hour wins)
+    "currency": "USD",  # of every cost_per_gpu_hour; the `currency` label of headroom_gpu_idle_cost_total
 }
 
 
@@ -51,6 +52,7 @@ class HostFinding:
     gpus_idle: int = 0
     gpu_idle_seconds_total: float = 0.0
     gpu_idle_cost_total: float | None = None  # None when no cost per GPU-hour is configured
+    currency: str = "USD"  # ISO 4217 code of the cost
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,7 @@ class Analysis:
                                                              if v is not None}}
         self.profiles = tuple(getattr(config, "workloads", ()) or ())
         self._hysteresis: dict[str, Hysteresis] = {}
+        self._settled: set[str] = set()  # hysteresis keys updated in the current tick
         self._last_monotonic: float | None = None
         self._idle_seconds = 0.0
         self._idle_cost = 0.0
@@ -117,7 +120,7 @@ class Analysis:
         return workloads.attribute(sample, self.profiles, getattr(self.config, "sizing", None))
 
     def __call__(self, window: Sequence[Sample]) -> tuple[Mapping[str, Any], Findings]:
-        derived = rates.derive(window)
+        derived = rates.derive(window, self.settings["short_window"])
         if not window:
             return derived, Findings()
         sample = window[-1]
@@ -137,6 +140,7 @@ class Analysis:
             host_long = signals.host_signals(window, s["long_window"])
             gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"])}
         changes: list[Change] = []
+        self._settled = set()
 
         gpu_findings = []
         for g in gpus:
@@ -166,6 +170,9 @@ class Analysis:
             room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
             workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices)))
 
+        for key, h in self._hysteresis.items():
+            if key not in self._settled:  # not seen this tick: its pending candidate was interrupted
+                h.interrupt()
         idle = [g for g in gpu_findings if g.idle]
         costs = _gpu_costs(self.profiles, workload_findings)
         default_cost = s["cost_per_gpu_hour"]
@@ -174,7 +181,7 @@ class Analysis:
         priced = default_cost is not None or bool(costs)
         host_finding = HostFinding(
             gpus_idle=len(idle), gpu_idle_seconds_total=round(self._idle_seconds, 6),
-            gpu_idle_cost_total=round(self._idle_cost, 6) if priced else None,
+            gpu_idle_cost_total=round(self._idle_cost, 6) if priced else None, currency=s["currency"],
         )
         return derived, Findings(tuple(statuses), tuple(gpu_findings), tuple(workload_findings), host_finding,
                                  tuple(changes))
@@ -182,6 +189,7 @@ class Analysis:
     def _settle(self, v: Verdict, long_scores: Mapping[str, float], key: str, entity: str, name: str, now: float,
                 changes: list[Change]) -> Verdict:
         h = self._hold(key)
+        self._settled.add(key)
         before = h.primary
         primary, changed = h.update(v.candidate, now)
         if changed:

@@ -1,18 +1,19 @@
 """Rates from the window: pure functions of consecutive Samples' counters.
 
 The window holds one Sample per tick; a rate is (last - first) / elapsed over the newest samples that
-span at most ``seconds``. Counter resets (a value going down, e.g. a driver reload) yield None for
-that span rather than a negative rate.
+span at most ``seconds``. The counter rates the bottleneck rules read (disk, network, a workload's CPU
+time, major faults) are in signals.py (``_rate``: a counter that went down yields no rate, never a
+negative one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from headroom.samples import CpuSample, Sample
 
-SHORT_WINDOW_SECONDS = 10.0
+SHORT_WINDOW_SECONDS = 15.0  # analysis.short_window's default; the analysis passes the configured one
 
 
 def span(window: Sequence[Sample], seconds: float) -> tuple[Sample, Sample] | None:
@@ -28,21 +29,6 @@ def span(window: Sequence[Sample], seconds: float) -> tuple[Sample, Sample] | No
     if first is None or first is last:
         first = window[-2]
     return first, last
-
-
-def counter_rate(
-    window: Sequence[Sample], seconds: float, read: Callable[[Sample], float | None]
-) -> float | None:
-    """Per-second increase of the counter ``read(sample)`` over the span, None when unknown or reset."""
-    pair = span(window, seconds)
-    if pair is None:
-        return None
-    first, last = pair
-    a, b = read(first), read(last)
-    dt = last.monotonic - first.monotonic
-    if a is None or b is None or dt <= 0 or b < a:
-        return None
-    return (b - a) / dt
 
 
 def cpu_utilization(window: Sequence[Sample], seconds: float = SHORT_WINDOW_SECONDS) -> float | None:
@@ -62,6 +48,6 @@ def cpu_utilization(window: Sequence[Sample], seconds: float = SHORT_WINDOW_SECO
     return min(1.0, max(0.0, (total - idle) / total))
 
 
-def derive(window: Sequence[Sample]) -> Mapping[str, Any]:
-    """The derived values the exposition needs every tick."""
-    return {"cpu_utilization_ratio": cpu_utilization(window)}
+def derive(window: Sequence[Sample], seconds: float = SHORT_WINDOW_SECONDS) -> Mapping[str, Any]:
+    """The derived values the exposition needs every tick, over the analysis short window."""
+    return {"cpu_utilization_ratio": cpu_utilization(window, seconds)}

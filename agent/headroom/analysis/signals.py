@@ -41,17 +41,22 @@ def _stdev(values: Sequence[float]) -> float | None:
 
 
 def _rate(samples: Sequence[Sample], read: Callable[[Sample], float | None]) -> float | None:
-    """Per-second increase of a counter between the first and last sample that have it.
+    """Per-second increase of a counter over the samples that have it.
 
-    Searches from both ends, so a counter present throughout costs two reads, not one per sample."""
-    first = next(((s.monotonic, v) for s in samples if (v := read(s)) is not None), None)
-    last = next(((s.monotonic, v) for s in reversed(samples) if (v := read(s)) is not None), None)
-    if first is None or last is None:
-        return None
-    (t0, a), (t1, b) = first, last
-    if t1 <= t0 or b < a:
-        return None
-    return (b - a) / (t1 - t0)
+    A counter that goes down was reset (a device re-attached, a driver reloaded, a /proc counter that
+    wrapped, a workload process that exited): the interval it went down in is left out, increase and
+    time alike, and the rest of the window still counts. None with no interval left."""
+    increase = elapsed = 0.0
+    previous = None
+    for s in samples:
+        v = read(s)
+        if v is None:
+            continue
+        if previous is not None and s.monotonic > previous[0] and v >= previous[1]:
+            increase += v - previous[1]
+            elapsed += s.monotonic - previous[0]
+        previous = (s.monotonic, v)
+    return increase / elapsed if elapsed > 0 else None
 
 
 # ---------------------------------------------------------------------------------------------- GPU

@@ -100,7 +100,7 @@ CATALOG: tuple[MetricSpec, ...] = (
          "Share of the last NVML sample period in which device memory was read or written."),
     _gpu("headroom_gpu_busy_seconds_total", COUNTER, "seconds", G,
          "Seconds the GPU was busy, integrated from utilization at every tick; rate() gives exact busy ratio."),
-    _gpu("headroom_gpu_memory_total_bytes", GAUGE, "bytes", G, "Device memory capacity."),
+    _gpu("headroom_gpu_memory_size_bytes", GAUGE, "bytes", G, "Device memory capacity."),
     _gpu("headroom_gpu_memory_used_bytes", GAUGE, "bytes", G, "Device memory in use (allocated by processes and the driver)."),
     _gpu("headroom_gpu_memory_free_bytes", GAUGE, "bytes", G, "Device memory free."),
     _gpu("headroom_gpu_memory_reserved_bytes", GAUGE, "bytes", G,
@@ -135,7 +135,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _gpu("headroom_gpu_mig_enabled", GAUGE, "", G, "1 when MIG mode is enabled."),
     _gpu("headroom_gpu_mig_memory_used_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
          "Device memory used by a MIG instance."),
-    _gpu("headroom_gpu_mig_memory_total_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
+    _gpu("headroom_gpu_mig_memory_size_bytes", GAUGE, "bytes", (*G, "gpu_instance", "mig_uuid"),
          "Device memory of a MIG instance."),
     _gpu("headroom_gpu_xid_errors_total", COUNTER, "", (*G, "xid"),
          "XID errors reported by the driver since the agent started, per XID code."),
@@ -159,9 +159,10 @@ CATALOG: tuple[MetricSpec, ...] = (
     _ana("headroom_gpus_idle", GAUGE, "", (), "GPUs idle over the short window."),
     _ana("headroom_gpu_idle_seconds_total", COUNTER, "seconds", (),
          "GPU-seconds spent idle, summed over all GPUs (a GPU idle for 1 s adds 1)."),
-    _ana("headroom_gpu_idle_cost_total", COUNTER, "", (),
-         "Cost of idle GPU time in the currency of the configured cost_per_gpu_hour (workload profiles, "
-         "else analysis.cost_per_gpu_hour); absent when no cost is configured."),
+    _ana("headroom_gpu_idle_cost_total", COUNTER, "", ("currency",),
+         "Cost of idle GPU time at the configured cost_per_gpu_hour (workload profiles, else "
+         "analysis.cost_per_gpu_hour), in the currency the label names (analysis.currency, an ISO 4217 code, "
+         "default USD); absent when no cost is configured."),
     _ana("headroom_workload_bottleneck_score", GAUGE, "", (*W, "resource"),
          "How sure the analysis is (0-1) that the resource limits the workload now, over the short window "
          "(analysis.short_window, default 15s). Rules and evidence: docs/analysis.md, /api/v1/status."),
@@ -202,7 +203,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _cpu("headroom_pressure_ratio", GAUGE, "ratio", ("resource", "kind", "window"),
          "PSI: share of time stalled, averaged by the kernel over the window (10s, 60s, 300s)."),
     # --- memory
-    _mem("headroom_memory_total_bytes", GAUGE, "bytes", (), "Physical memory (MemTotal)."),
+    _mem("headroom_memory_size_bytes", GAUGE, "bytes", (), "Physical memory (MemTotal)."),
     _mem("headroom_memory_available_bytes", GAUGE, "bytes", (),
          "Memory available for new work without swapping (MemAvailable)."),
     _mem("headroom_memory_free_bytes", GAUGE, "bytes", (), "Unused memory (MemFree)."),
@@ -211,7 +212,7 @@ CATALOG: tuple[MetricSpec, ...] = (
     _mem("headroom_memory_shmem_bytes", GAUGE, "bytes", (), "Shared memory and tmpfs pages (Shmem), incl. /dev/shm."),
     _mem("headroom_memory_dirty_bytes", GAUGE, "bytes", (), "Dirty pages waiting to be written."),
     _mem("headroom_memory_writeback_bytes", GAUGE, "bytes", (), "Pages being written back."),
-    _mem("headroom_memory_swap_total_bytes", GAUGE, "bytes", (), "Swap space."),
+    _mem("headroom_memory_swap_size_bytes", GAUGE, "bytes", (), "Swap space."),
     _mem("headroom_memory_swap_free_bytes", GAUGE, "bytes", (), "Unused swap space."),
     _mem("headroom_memory_major_faults_total", COUNTER, "", (), "Major page faults (pages read from disk)."),
     # --- shared memory
@@ -304,6 +305,21 @@ CATALOG += (
 # or a Slurm job: several holders are joined with "," (docs/workload-identity.md).
 GPU_IDENTITY_LABELS = ("namespace", "pod", "container", "hpc_job")
 
+# Series that equal node_exporter's (same kernel file and field, same unit; tests/test_node_exporter_parity.py
+# compares them with a running node_exporter), so users can join them or drop one side. (headroom series, its
+# labels, node_exporter series)
+NODE_EXPORTER_EQUIVALENTS: tuple[tuple[str, str, str], ...] = (
+    ("headroom_pressure_stalled_seconds_total", 'resource="cpu",kind="some"', "node_pressure_cpu_waiting_seconds_total"),
+    ("headroom_pressure_stalled_seconds_total", 'resource="memory",kind="some"',
+     "node_pressure_memory_waiting_seconds_total"),
+    ("headroom_pressure_stalled_seconds_total", 'resource="memory",kind="full"',
+     "node_pressure_memory_stalled_seconds_total"),
+    ("headroom_pressure_stalled_seconds_total", 'resource="io",kind="some"', "node_pressure_io_waiting_seconds_total"),
+    ("headroom_pressure_stalled_seconds_total", 'resource="io",kind="full"', "node_pressure_io_stalled_seconds_total"),
+    ("headroom_memory_size_bytes", "", "node_memory_MemTotal_bytes"),
+    ("headroom_memory_swap_size_bytes", "", "node_memory_SwapTotal_bytes"),
+)
+
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 if len(BY_NAME) != len(CATALOG):  # pragma: no cover - guarded by a test too
     raise RuntimeError("duplicate metric name in catalogue")
@@ -335,6 +351,21 @@ def markdown() -> str:
         nxt = CATALOG.index(m) + 1
         if nxt == len(CATALOG) or CATALOG[nxt].group != group:
             lines.append("")
+    lines += [
+        "## Same as node_exporter",
+        "",
+        "These series carry the same value as node_exporter's (the same kernel file and field, the same unit), so",
+        "where both run you can join on them or drop one side with `metric_relabel_configs`. headroom keeps its",
+        "own names (one `headroom_pressure_stalled_seconds_total` family with `resource` and `kind` labels, where",
+        "node_exporter has one name per resource and kind). node_exporter exports no PSI averages:",
+        "`headroom_pressure_ratio` is headroom's alone.",
+        "",
+        "| headroom | node_exporter |",
+        "|---|---|",
+    ]
+    lines += [f"| `{name}{{{labels}}}` | `{node}` |" if labels else f"| `{name}` | `{node}` |"
+              for name, labels, node in NODE_EXPORTER_EQUIVALENTS]
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -46,7 +46,7 @@ def status(state: Any) -> dict[str, Any]:
     out["workloads"] = [_workload_status(wf, statuses.get(wf.name)) for wf in getattr(f, "workload_findings", ())]
     if f is not None and getattr(f, "gpu_findings", ()):
         out["host"] = {"gpus_idle": f.host.gpus_idle, "gpu_idle_seconds_total": f.host.gpu_idle_seconds_total,
-                       "gpu_idle_cost_total": f.host.gpu_idle_cost_total}
+                       "gpu_idle_cost_total": f.host.gpu_idle_cost_total, "currency": f.host.currency}
     identity = snap.sample.data("identity")
     if identity is not None:
         out["identity"] = _identity_status(identity, getattr(f, "workloads", ()) or ())
@@ -177,6 +177,8 @@ th{background:#edf2f7}.warn{color:#b7791f}.bad{color:#c53030}.muted{color:#71809
 .pill.none{background:#c6f6d5;color:#22543d}.pill.hot{background:#fed7d7;color:#822727}
 .card{border:1px solid #e2e8f0;border-radius:.5em;padding:.8em 1em;margin:.8em 0}
 .evidence{margin:.3em 0}.scores td{padding:.1em .5em}.spark{vertical-align:middle}
+@media (max-width:48em){.charts tr:first-child{display:none}.charts td{display:block;border:0}
+.charts td::before{content:attr(data-label);display:block;font-weight:600}}
 """
 
 
@@ -241,10 +243,10 @@ def _gpu_card(g: dict[str, Any], window: Sequence[Sample]) -> str:
     return (f'<div class="card gpu" id="gpu-{g["index"]}"><h3>GPU {g["index"]} {e(g["name"])} {_pill(primary)}'
             f"{' <span class=muted>(idle)</span>' if g.get('idle') else ''}</h3>"
             + (f'<p class="evidence">{e(evidence)}</p>' if evidence else "")
-            + "<table><tr><th>busy</th><th>memory</th><th>power</th></tr>"
-            f"<tr><td>{util} {_fmt_pct(g['utilization_ratio'])}</td>"
-            f"<td>{mem} {_fmt_gib(g['memory_used_bytes'])} / {_fmt_gib(g['memory_total_bytes'])}</td>"
-            f"<td>{power} {power_text}</td></tr></table>"
+            + '<table class="charts"><tr><th>busy</th><th>memory</th><th>power</th></tr>'
+            f"<tr><td data-label=busy>{util} {_fmt_pct(g['utilization_ratio'])}</td>"
+            f"<td data-label=memory>{mem} {_fmt_gib(g['memory_used_bytes'])} / {_fmt_gib(g['memory_total_bytes'])}</td>"
+            f"<td data-label=power>{power} {power_text}</td></tr></table>"
             + (_scores_table(g) if "scores" in g else "") + "</div>")
 
 
@@ -261,7 +263,7 @@ def page(state: Any, telemetry_path: str) -> bytes:
     if host:
         host_line = (f"<p>{host['gpus_idle']} of {len(s['gpus'])} GPUs idle now; "
                      f"{host['gpu_idle_seconds_total'] / 3600:.2f} idle GPU-hours since start"
-                     + (f", costing {cost:.2f}" if cost is not None else "") + ".</p>")
+                     + (f", costing {cost:.2f} {e(host.get('currency') or '')}" if cost is not None else "") + ".</p>")
     workloads = "".join(_workload_card(w) for w in s["workloads"]) or (
         '<p class="muted">No workload declared. Declare one under <code>workloads:</code> in config.yaml to see '
         "what limits it and how much room is left.</p>")
@@ -269,6 +271,7 @@ def page(state: Any, telemetry_path: str) -> bytes:
     body = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>headroom</title>
 <meta http-equiv="refresh" content="5"><meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
 <style>{_STYLE}</style></head>
 <body><h1>headroom</h1>
 <p class="muted">version {e(__version__)} &middot; health: <b>{e(s['health'])}</b> &middot;

@@ -170,7 +170,7 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
         ids = (str(g.index), g.uuid)
         w.add("headroom_gpu_info", 1, str(g.index), g.uuid, g.name, g.pci_bus_id, driver)
         w.add("headroom_gpu_up", g.up, *ids)
-        w.add("headroom_gpu_memory_total_bytes", g.memory_total_bytes, *ids)
+        w.add("headroom_gpu_memory_size_bytes", g.memory_total_bytes, *ids)
         if not g.up:
             continue
         w.add("headroom_gpu_utilization_ratio", g.utilization_ratio, *ids)
@@ -208,7 +208,7 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
         for mig in g.mig_instances:
             mids = (*ids, str(mig.gpu_instance_id), mig.uuid)
             w.add("headroom_gpu_mig_memory_used_bytes", mig.memory_used_bytes, *mids)
-            w.add("headroom_gpu_mig_memory_total_bytes", mig.memory_total_bytes, *mids)
+            w.add("headroom_gpu_mig_memory_size_bytes", mig.memory_total_bytes, *mids)
         for xid, count in sorted(g.xid_errors_total.items()):
             w.add("headroom_gpu_xid_errors_total", count, *ids, str(xid))
         w.add("headroom_gpu_ecc_uncorrected_errors_total", g.ecc_uncorrected_volatile_total, *ids, "volatile")
@@ -299,7 +299,7 @@ def _render_findings(w: Writer, f: Any) -> None:
     if f.gpu_findings:
         w.add("headroom_gpus_idle", f.host.gpus_idle)
         w.add("headroom_gpu_idle_seconds_total", _r(f.host.gpu_idle_seconds_total))
-        w.add("headroom_gpu_idle_cost_total", _r(f.host.gpu_idle_cost_total, 6))
+        w.add("headroom_gpu_idle_cost_total", _r(f.host.gpu_idle_cost_total, 6), f.host.currency)
     for wf in f.workload_findings:
         ids = (wf.name,)
         _render_verdict(w, "headroom_workload", ids, wf.verdict)
@@ -334,7 +334,7 @@ def _render_cpu(w: Writer, cpu: CpuSample, snap: Snapshot) -> None:
 
 
 def _render_memory(w: Writer, m: MemorySample, snap: Snapshot) -> None:
-    w.add("headroom_memory_total_bytes", m.total_bytes)
+    w.add("headroom_memory_size_bytes", m.total_bytes)
     w.add("headroom_memory_available_bytes", m.available_bytes)
     w.add("headroom_memory_free_bytes", m.free_bytes)
     w.add("headroom_memory_buffers_bytes", m.buffers_bytes)
@@ -342,7 +342,7 @@ def _render_memory(w: Writer, m: MemorySample, snap: Snapshot) -> None:
     w.add("headroom_memory_shmem_bytes", m.shmem_bytes)
     w.add("headroom_memory_dirty_bytes", m.dirty_bytes)
     w.add("headroom_memory_writeback_bytes", m.writeback_bytes)
-    w.add("headroom_memory_swap_total_bytes", m.swap_total_bytes)
+    w.add("headroom_memory_swap_size_bytes", m.swap_total_bytes)
     w.add("headroom_memory_swap_free_bytes", m.swap_free_bytes)
     w.add("headroom_memory_major_faults_total", m.major_faults_total)
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import structlog
 
 from headroom import __version__
-from headroom.exposition import landing
+from headroom.exposition import landing, openmetrics
 from headroom.exposition.render import CONTENT_TYPE
 from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
 
@@ -34,20 +34,19 @@ class State(Protocol):
 
 
 class _GzipCache:
-    """Compresses each snapshot's exposition at most once, on the first scrape that asks for gzip."""
+    """Compresses each snapshot's exposition at most once per format, on the first scrape that asks for gzip."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._key: int | None = None
-        self._body = b""
+        self._entries: dict[str, tuple[Any, bytes]] = {}  # format -> (snapshot, compressed body)
 
-    def get(self, snapshot: Any) -> bytes:
-        key = id(snapshot)
+    def get(self, snapshot: Any, body: bytes | None = None, fmt: str = "text") -> bytes:
         with self._lock:
-            if self._key != key:
-                self._body = gzip.compress(snapshot.exposition, compresslevel=1, mtime=0)
-                self._key = key
-            return self._body
+            cached = self._entries.get(fmt)
+            if cached is None or cached[0] is not snapshot:
+                data = snapshot.exposition if body is None else body
+                cached = self._entries[fmt] = (snapshot, gzip.compress(data, compresslevel=1, mtime=0))
+            return cached[1]
 
 
 class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
@@ -88,12 +87,12 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
             if snapshot is None:
                 self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"no sample yet\n", "text/plain; charset=utf-8", head=head)
                 return
+            fmt, body, content_type = exposition_for(snapshot, self.headers.get("Accept"))
             if "gzip" in (self.headers.get("Accept-Encoding") or ""):
-                self._send(HTTPStatus.OK, srv.gzip_cache.get(snapshot), CONTENT_TYPE, head=head,
-                           extra={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+                self._send(HTTPStatus.OK, srv.gzip_cache.get(snapshot, body, fmt), content_type, head=head,
+                           extra={"Content-Encoding": "gzip", "Vary": "Accept, Accept-Encoding"})
             else:
-                self._send(HTTPStatus.OK, snapshot.exposition, CONTENT_TYPE, head=head,
-                           extra={"Vary": "Accept-Encoding"})
+                self._send(HTTPStatus.OK, body, content_type, head=head, extra={"Vary": "Accept, Accept-Encoding"})
         elif path in ("/healthz", "/health"):
             ok, reason = srv.state.healthy()
             degraded = _degraded(srv.state, snapshot)
@@ -142,6 +141,17 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
 
     def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
         log.debug("http_request_error", client=self.client_address[0], detail=format % args)
+
+
+_OPENMETRICS = openmetrics.Converter()
+
+
+def exposition_for(snapshot: Any, accept: str | None) -> tuple[str, bytes, str]:
+    """(format, body, content type) for a scrape: OpenMetrics when its Accept header prefers it (Prometheus
+    does by default), the text format 0.0.4 otherwise. Both come from the bytes rendered at the tick."""
+    if openmetrics.prefers_openmetrics(accept):
+        return "openmetrics", _OPENMETRICS.get(snapshot), openmetrics.CONTENT_TYPE
+    return "text", snapshot.exposition, CONTENT_TYPE
 
 
 def _degraded(state: State, snapshot: Any) -> list[str]:

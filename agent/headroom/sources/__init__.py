@@ -120,7 +120,15 @@ def register(cls: type[Collector]) -> type[Collector]:
 
 
 def load_all() -> dict[str, type[Collector]]:
-    """Import every collector module (idempotent) and return the registry."""
+    """Import every collector module (idempotent) and return the registry, in ``_MODULES`` order.
+
+    Registration order is import order, and what imported which collector module first (a test module,
+    a benchmark) must not change the order collectors run and render in: the registry is re-sorted.
+    """
     for module in _MODULES:
         importlib.import_module(f"headroom.sources.{module}")
+    rank = {f"{__name__}.{module}": i for i, module in enumerate(_MODULES)}
+    ordered = sorted(REGISTRY.items(), key=lambda item: rank.get(item[1].__module__, len(rank)))
+    REGISTRY.clear()
+    REGISTRY.update(ordered)
     return REGISTRY

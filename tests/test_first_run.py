@@ -1,0 +1,192 @@
+"""A newcomer's first ten minutes: `make demo` tells the truth about its address, the install is quiet,
+the README's commands run as written and its claims match the measurements."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import structlog
+
+from conftest import ROOT, free_port, http_get
+
+README = ROOT / "README.md"
+VENV = Path(sys.prefix)
+SUBCOMMANDS = ("run", "snapshot", "check-config", "estimate", "replay")
+
+
+def make_demo(address: str) -> subprocess.Popen:
+    """`make demo` with the virtual environment the tests run in (never reinstalled: -o)."""
+    assert (VENV / "bin" / "headroom").exists(), f"run the tests from the project's virtual environment, not {VENV}"
+    return subprocess.Popen(["make", "-s", "-o", f"{VENV}/.installed", "demo", f"VENV={VENV}", f"ADDRESS={address}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def test_make_demo_on_a_taken_port_suggests_another_address_and_announces_no_url():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        address = f"127.0.0.1:{busy.getsockname()[1]}"
+        proc = make_demo(address)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert f"cannot listen on {address}: Address already in use" in err
+    assert "make demo ADDRESS=" in err
+    assert f"http://{address}" not in out + err, "a URL was announced although nothing listens there"
+    assert "Traceback" not in err
+
+
+def test_make_demo_logs_its_url_once_it_listens():
+    address = f"127.0.0.1:{free_port()}"
+    proc = make_demo(address)
+    try:
+        url = None
+        deadline = time.monotonic() + 60
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            assert line or proc.poll() is None, "make demo exited: " + (proc.stderr.read() or "")
+            if '"listening"' in line:
+                url = json.loads(line)["url"]
+        assert url == f"http://{address}/"
+        status, headers, body = http_get(url + "metrics")
+        assert status == 200 and b"headroom_simulation_info" in body
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches make and the agent, as in a terminal
+        try:
+            rest = proc.communicate(timeout=20)[1]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            rest = proc.communicate()[1]
+    assert '"stopped"' in rest and "Traceback" not in rest, "Ctrl-C stops the agent cleanly"
+
+
+def test_install_steps_print_one_line_each():
+    """pip's own output only on failure: every command of the venv recipe is silent (@, --quiet) after an echo."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^\$\(VENV\)/\.installed:.*\n((?:\t.*\n)+)", text, re.M).group(1).splitlines()
+    assert all(line.startswith("\t@") for line in recipe), recipe
+    pip = [line for line in recipe if "pip install" in line]
+    assert pip and all("--quiet" in line for line in pip)
+    assert sum(line.startswith("\t@echo") for line in recipe) >= 2
+    deps = (ROOT / "tests" / "install-system-deps.sh").read_text()
+    assert re.search(r'^echo "make: installing Debian packages for the tests: ', deps, re.M)
+    assert "apt-get install -y -qq" in deps
+
+
+def test_building_the_package_prints_no_deprecation_warning(tmp_path):
+    """The SPDX license string (PEP 639): the first install used to print setuptools' license-table warning 3x."""
+    src = tmp_path / "src"  # pip builds in-tree: a copy keeps build/ out of the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "agent", src / "agent", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--disable-pip-version-check",
+                        "-w", str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "Deprecat" not in r.stdout + r.stderr, [line for line in (r.stdout + r.stderr).splitlines()
+                                                   if "eprecat" in line][:5]
+    wheel = next(tmp_path.glob("headroom-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        metadata = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata
+
+
+def test_debug_events_of_in_process_code_stay_out_of_the_test_output(capfd, caplog):
+    """A server thread's debug event (tls_handshake_failed) used to print into the test report."""
+    caplog.set_level("DEBUG")
+    structlog.get_logger("headroom.server").debug("tls_handshake_failed", client="127.0.0.1", error="UNSUPPORTED")
+    out, err = capfd.readouterr()
+    assert "tls_handshake_failed" not in out + err
+    assert any("tls_handshake_failed" in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------------------ README
+def readme_commands() -> list[str]:
+    """Every `.venv/bin/headroom ...` command of the README's shell blocks, continuation lines joined, comments cut."""
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", README.read_text(), re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line.startswith(".venv/bin/headroom"):
+                commands.append(line)
+    return commands
+
+
+def test_readme_has_commands_to_check():
+    subcommands = {shlex.split(c)[1] for c in readme_commands()}
+    assert {"run", "snapshot", "check-config", "estimate"} <= subcommands
+
+
+@pytest.mark.parametrize("command", readme_commands())
+def test_readme_command_runs_as_written(command):
+    """Every README command works after `make demo` (services are checked with --help)."""
+    args = shlex.split(command)[1:]
+    if args[0] == "run":
+        args = ["run", "--help"]  # a service: that it parses is what can be checked here
+    r = subprocess.run([sys.executable, "-m", "headroom", *args], capture_output=True, text=True, timeout=120,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+    assert r.stdout.strip()
+
+
+def test_readme_names_commands_by_the_path_that_exists_after_make_demo():
+    bare = re.findall(rf"(?<![\w/.-])headroom (?:{'|'.join(SUBCOMMANDS)})\b", README.read_text())
+    assert not bare, f"write .venv/bin/headroom: {bare}"
+
+
+def _bench_row(after: str, gpus: int, processes: int, workloads: int) -> dict[str, str]:
+    """The docs/benchmarks.md table row for that host size in the first table after ``after``: column -> cell
+    (a repeated column name, like the processes collector after the processes count, gets a ``#2`` suffix)."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    lines = [line for line in text[text.index(after):].splitlines() if line.startswith("|")]
+    header = []
+    for cell in (c.strip() for c in lines[0].strip("|").split("|")):
+        header.append(cell + "#2" if cell in header else cell)
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[:3] == [str(gpus), str(processes), str(workloads)]:
+            return dict(zip(header, cells, strict=True))
+    raise AssertionError(f"no row {gpus}/{processes}/{workloads} after {after!r} in docs/benchmarks.md")
+
+
+def test_readme_tick_cost_matches_docs_benchmarks():
+    readme = " ".join(README.read_text().split())
+    m = re.search(r"with 1 000 processes on the host the processes collector costs about ([\d.]+) ms of CPU per "
+                  r"tick and the whole tick about ([\d.]+) ms with 8 GPUs and 3 workloads", readme)
+    assert m, "the README states the tick cost at 1 000 processes"
+    collector_ms, tick_ms = float(m.group(1)), float(m.group(2))
+    measured_collector = float(_bench_row("CPU per `collect()` by collector", 8, 1000, 3)["processes#2"])
+    measured_tick = float(_bench_row("## CPU per tick", 8, 1000, 3)["CPU per tick ms"].split()[0])
+    assert abs(collector_ms - measured_collector) <= 0.15 * measured_collector, (collector_ms, measured_collector)
+    assert abs(tick_ms - measured_tick) <= 0.15 * measured_tick, (tick_ms, measured_tick)
+
+
+DOCS = [README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_docs_cite_only_files_inside_the_repository(doc):
+    """Relative links land on a file of the repository; no path leaves it (`../shared/...` did)."""
+    text = doc.read_text()
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:|#", target):
+            continue
+        path = (doc.parent / target.split("#", 1)[0]).resolve()
+        if not path.is_relative_to(ROOT) or not path.exists():
+            bad.append(target)
+    bad += re.findall(r"`(\.\./[^`]*|/work/[^`]*)`", text)
+    assert not bad, bad
