@@ -267,7 +267,7 @@ def test_pods_and_jobs_holding_gpus_become_workloads_with_labels(tmp_path, kubel
                                                              'workload="ml/embed-1"': "1",
                                                              'workload="job_4242"': "3"}
     assert _series(text, "headroom_workload_cgroup_cpu_seconds_total")['workload="ml/chat-0",mode="user"'] == "4"
-    total = _series(text, "headroom_gpu_memory_total_bytes")
+    total = _series(text, "headroom_gpu_memory_size_bytes")
     assert set(total) == {
         f'gpu="0",uuid="{gpu0}",namespace="ml",pod="chat-0,embed-1",container="vllm,tei"',
         next(k for k in total if k.startswith('gpu="1"') and k.endswith(',hpc_job="4242"')),
