@@ -399,10 +399,12 @@ def test_cap_drops_identities_beyond_it_and_counts_each_once(tmp_path):
     assert [g.name for g in s.groups] == ["job_3", "job_4"] and s.dropped_total == 3
     s = tick([1, 3, 4])  # a newcomer that sorts first does not push out what is exported
     assert sorted(g.name for g in s.groups) == ["job_3", "job_4"] and s.dropped_total == 4
+    s = tick([3, 4, 5])  # job 5 left and came back: a new refusal, counted again
+    assert s.dropped_total == 5
     w = render.Writer()
     render._render_identity(w, s, _sample([]))
     text = w.render().decode()
-    assert "headroom_workload_identities_dropped_total 4" in text and "headroom_workload_identities_max 2" in text
+    assert "headroom_workload_identities_dropped_total 5" in text and "headroom_workload_identities_max 2" in text
 
 
 def test_job_mapping_dir_labels_gpus_and_makes_job_workloads(tmp_path):
