@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ADDRESS ?= 127.0.0.1:9843
 SCENARIO ?= demo
 
-.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean podresources
+.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean sizing-table podresources
 
 # one line per long step; pip's own output only when it fails
 $(VENV)/.installed: pyproject.toml
@@ -40,6 +40,10 @@ lint: venv
 ## Regenerate the generated docs and the golden exposition after an intended change.
 docs: venv
 	$(PY) -m headroom.exposition.catalog > docs/metrics.md
+
+## The model/GPU table of docs/sizing.md, computed by the memory model.
+sizing-table: venv
+	$(PY) -m headroom.sizing_table --write docs/sizing.md
 
 golden: venv
 	$(PY) -m pytest tests/test_golden.py --update-golden

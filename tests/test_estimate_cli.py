@@ -109,6 +109,79 @@ def test_missing_or_bad_inputs_get_clear_errors(args, message):
     assert message in r.stderr, r.stderr
 
 
+def test_the_minimal_command_answers_with_its_assumptions_stated():
+    r = estimate("--params", "7B", "--precision", "bf16", "--kind", "inference", "--layers", "32", "--kv-heads", "8",
+                 "--head-dim", "128", "--context", "8192", "--concurrency", "16", "--gpu-memory", "80GiB",
+                 "--format", "json")
+    doc, c = components(r)
+    assert c["weights"] == 14_000_000_000 and c["kv_cache"] == 16 * GIB
+    assert c["activations"] < 2 * GIB  # one 8192-token prefill, not 16 x 8192 tokens at once
+    assert any("hidden_size not given: assuming" in n for n in doc["notes"])
+
+
+def test_model_config_fills_the_architecture_and_flags_override():
+    cfg = str(ROOT / "tests" / "fixtures" / "hf" / "llama-3-8b")
+    r = estimate("--model-config", cfg, "--context", "8192", "--runtime", "vllm", "--runtime-version", "0.8.5",
+                 "--gpu-memory", "79.19GiB", "--format", "json")
+    doc, c = components(r)
+    assert c["weights"] == 8_030_261_248 * 2 and doc["kv_bytes_per_token"] == 131_072
+    assert doc["runtime_report"]["kv_tokens"] > 0 and doc["max_concurrency"] > 1
+    r = estimate("--model-config", cfg, "--context", "8192", "--kv-heads", "4", "--gpu-memory", "80GiB",
+                 "--format", "json")
+    assert json.loads(r.stdout)["kv_bytes_per_token"] == 65_536
+    table = estimate("--model-config", cfg, "--context", "8192", "--runtime", "vllm", "--gpu-memory", "79.19GiB")
+    assert "GPU KV cache size:" in table.stdout and "Maximum concurrency for 8,192 tokens per request:" in table.stdout
+
+
+def test_an_encoder_model_is_sized_without_kv_cache():
+    cfg = str(ROOT / "tests" / "fixtures" / "hf" / "bert-base")
+    doc, c = components(estimate("--model-config", cfg, "--context", "512", "--concurrency", "32",
+                                 "--gpu-memory", "16GiB", "--format", "json"))
+    assert doc["kind"] == "embedding" and "kv_cache" not in c
+    r = estimate("--model-config", cfg, "--kind", "inference", "--context", "512", "--gpu-memory", "16GiB", ok=False)
+    assert r.returncode == 2 and "--kind embedding" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--params", "7B", "--precision", "fp6"), "--precision"),
+        (("--params", "7B", "--quantization", "hqq"), "--quantization"),
+        (("--params", "7B", "--precision", "bf16", "--layers", "32", "--heads", "32", "--kv-heads", "5"), "--kv-heads"),
+        (("--model-config", "/nonexistent/dir"), "no config.json"),
+        (("--model", "meta-llama/Not-Cached"), "not in the local Hugging Face cache"),
+        (("--params", "7B", "--precision", "bf16", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
+          "--runtime", "vllm", "--runtime-version", "newest"), "--runtime-version"),
+        (("--params", "7B", "--precision", "bf16", "--mem-fraction-static", "0.8", "--runtime", "vllm"),
+         "mem_fraction_static"),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_2_naming_the_field(args, fragment, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    r = estimate(*args, "--context", "4096", "--gpu-memory", "80GiB", ok=False)
+    assert r.returncode == 2 and fragment in r.stderr, r.stderr
+
+
+def test_zero3_with_offload_from_flags():
+    arch = ("--layers", "32", "--heads", "32", "--hidden-size", "4096", "--vocab-size", "32000", "--intermediate-size",
+            "11008", "--context", "4096")
+    doc, c = components(estimate("--kind", "training", "--params", "7B", "--precision", "fp16", *arch, "--data-parallel",
+                                 "8", "--sharding", "zero3", "--offload-optimizer", "--gpu-memory", "80GiB", "--gpus", "8",
+                                 "--format", "json"))  # fmt: skip
+    assert c["weights"] == 2 * 7_000_000_000 // 8 + 4 * 32000 * 4096 and c["optimizer_state"] == 0
+    assert any("host memory per rank" in n for n in doc["notes"])
+    r = estimate("--kind", "training", "--params", "7B", "--precision", "fp16", "--sharding", "zero2", "--offload-params",
+                 *arch, "--gpu-memory", "80GiB", ok=False)  # fmt: skip
+    assert r.returncode == 2 and "--offload-params" in r.stderr and "zero3" in r.stderr, r.stderr
+
+
+def test_model_config_without_context_uses_max_position_embeddings_like_vllm():
+    cfg = str(ROOT / "tests" / "fixtures" / "hf" / "llama-3-8b")
+    doc, _ = components(estimate("--model-config", cfg, "--runtime", "vllm", "--gpu-memory", "79.19GiB",
+                                 "--format", "json"))  # fmt: skip
+    assert doc["context"] == 8192 and any("max_position_embeddings" in n for n in doc["notes"])
+
+
 def test_help_shows_readable_metavars_and_no_collector_or_path_flags():
     r = subprocess.run([sys.executable, "-m", "headroom", "estimate", "--help"], capture_output=True, text=True,
                        timeout=60, cwd=ROOT)

@@ -202,9 +202,17 @@ IMPOSSIBLE = [
      {"architecture": {"layers": 32, "heads": 8, "kv_heads": 32}}, ("architecture", "kv_heads"), "exceeds heads 8"),
     ("heads not a multiple of KV heads", SERVING,
      {"architecture": {"layers": 32, "heads": 32, "kv_heads": 5}}, ("architecture", "kv_heads"), "multiple of kv_heads"),
-    ("head_dim x heads != hidden size", SERVING,
-     {"architecture": {"heads": 32, "head_dim": 128, "hidden_size": 5120}}, ("architecture", "hidden_size"),
-     "4096, not hidden_size 5120"),
+    ("MLA half declared", SERVING,
+     {"architecture": {"layers": 61, "heads": 128, "kv_lora_rank": 512}}, ("architecture", "qk_rope_head_dim"),
+     "needs both kv_lora_rank and qk_rope_head_dim"),
+    ("sliding-window layers without a window", SERVING,
+     {"architecture": {"layers": 32, "heads": 32, "sliding_window_layers": 16}}, ("architecture", "sliding_window"),
+     "window size is not"),
+    ("more KV layers than layers", SERVING,
+     {"architecture": {"layers": 32, "heads": 32, "kv_layers": 40}}, ("architecture", "kv_layers"),
+     "exceeds layers 32"),
+    ("SGLang setting on vLLM", SERVING, {"runtime": {"name": "vllm", "mem_fraction_static": 0.8}},
+     ("runtime", "mem_fraction_static"), "an SGLang setting"),
     ("typical context above max", SERVING, {"context": {"typical": 9000, "max": 8192}}, ("context", "typical"),
      "exceeds max"),
     ("output as long as the context", SERVING, {"output_tokens": 8192}, ("output_tokens",), "below context.max"),
@@ -329,3 +337,10 @@ def test_published_key_lists_match_what_the_loader_accepts():
             )  # a value no key accepts: the error must be a value error, not "unknown key"
             messages = [e.message for e in errors_of(d)]
             assert not any("unknown key" in m for m in messages), (section, key, messages)
+
+
+def test_head_dim_is_kept_when_heads_times_head_dim_differs_from_hidden_size():
+    """Gemma 7B: 16 heads x 256 = 4096 attention width against hidden 3072; Qwen3 likewise."""
+    d = with_(SERVING, architecture={"layers": 28, "heads": 16, "kv_heads": 16, "head_dim": 256, "hidden_size": 3072})
+    arch = profile_from_dict(d).architecture
+    assert (arch.effective_head_dim, arch.effective_hidden_size) == (256, 3072)

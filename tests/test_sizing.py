@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headroom.profiles import Optimizer, Precision, Quantization, QuantizationSpec, profile_from_dict
+from headroom.profiles import (
+    Optimizer,
+    Precision,
+    ProfileErrors,
+    Quantization,
+    QuantizationSpec,
+    profile_from_dict,
+)
 from headroom.sizing import (
     DEFAULTS,
     OverheadConstants,
@@ -276,8 +283,15 @@ def test_fp32_compute_doubles_activations():
 
 
 def test_inference_activations_are_one_layers_mlp_live_set():
-    assert inference_activation_bytes(8192, 1, 4096, 14336) == 8192 * (2 * 4096 + 3 * 14336) * 2
-    assert inference_activation_bytes(100, 2, 4096, None, vocab=1000) == 100 * 14 * 4096 * 2 + 2 * 1000 * 4
+    assert inference_activation_bytes(8192, 1, 4096, 14336) == 8192 * (3 * 4096 + 3 * 14336) * 2
+    assert inference_activation_bytes(100, 2, 4096, None, vocab=1000) == 100 * 15 * 4096 * 2 + 2 * 1000 * 4
+
+
+@pytest.mark.parametrize(("tokens", "measured_gib"), [(20000, 2.07), (29000, 2.99)])
+def test_inference_activations_match_vllms_measured_profile_peak(tokens, measured_gib):
+    """vllm#10517 (V0 0.6.4, RTX 3090, Llama 3.1 8B): peak_torch_memory minus the 14.99 GiB of weights."""
+    got = inference_activation_bytes(tokens, 0, 4096, 14336) / GIB
+    assert abs(got - measured_gib) / measured_gib < 0.02
 
 
 # ------------------------------------------------------------------------------- missing inputs
@@ -289,14 +303,13 @@ def test_inference_activations_are_one_layers_mlp_live_set():
          ["KV cache needs architecture.layers, architecture.kv_heads, architecture.head_dim; "
           "missing: architecture.kv_heads"], ("architecture.kv_heads",)),
         ("weights without params", {"kind": "inference", "precision": "bf16", "context": 4096,
-                                    "architecture": LLAMA3_8B},
+                                    "architecture": {**LLAMA3_8B, "vocab_size": None}},
          ["weights needs params, precision; missing: params"], ("params",)),
         ("everything at once", {"kind": "inference", "match": {"exe": "x"}, "gpus": None},
          ["missing: params, precision", "missing: context.max",
-          "missing: architecture.layers, architecture.kv_heads, architecture.head_dim",
-          "missing: architecture.hidden_size"],
+          "missing: architecture.layers, architecture.kv_heads, architecture.head_dim"],
          ("params", "precision", "context.max", "architecture.layers", "architecture.kv_heads",
-          "architecture.head_dim", "architecture.hidden_size")),
+          "architecture.head_dim")),
         ("LoRA without a rank", {"kind": "finetune-lora", "params": "7B", "precision": "bf16", "context": 2048,
                                  "architecture": LLAMA2_7B, "lora": {"alpha": 16}},
          ["LoRA adapter size needs lora.rank"], ("lora.rank",)),
@@ -443,3 +456,56 @@ def test_capacities_are_the_edge_of_what_fits(x, gib):
 @given(st.integers(min_value=1, max_value=10**12), st.sampled_from(list(Precision)))
 def test_dense_weights_are_params_times_bits_over_8_rounded_up(params, precision):
     assert weight_bytes(params, precision) == math.ceil(params * precision.bits / 8)
+
+
+# ------------------------------------------------------------------------------- ZeRO / FSDP
+def _zero(sharding, data=8, gradient_precision="fp32", **training):
+    d = {"name": "t", "kind": "training", "params": "7B", "precision": "fp16", "context": 2048,
+         "architecture": LLAMA2_70B | {"layers": 32, "hidden_size": 4096, "heads": 32, "kv_heads": 32,
+                                       "intermediate_size": 11008, "vocab_size": 32000},
+         "parallel": {"data": data}, "gpus": list(range(data)), "match": {"exe": "python"},
+         "training": {"gradient_precision": gradient_precision, "sharding": sharding, **training}}  # fmt: skip
+    e = estimate(profile_from_dict(d), gpu_memory_bytes=80 * GIB)
+    return sum(e.component(n) for n in ("weights", "gradients", "optimizer_state", "master_weights"))
+
+
+P, N, LARGEST = 7_000_000_000, 8, 4096 * 32000  # the embedding is the largest module
+
+
+def test_zero3_matches_deepspeeds_estimator():
+    """DeepSpeed 0.15.4 deepspeed/runtime/zero/stage3.py:2998-3017 (estimate_zero3_model_states_mem_needs):
+    largest_layer_memory = 4 x largest layer params; GPU = that + 18 x params / GPUs; with optimizer
+    offload + 2 x params / GPUs; with parameter offload too, the largest layer only."""
+    assert _zero("zero3") == 4 * LARGEST + 18 * P // N
+    assert _zero("fsdp-full-shard") == 4 * LARGEST + 18 * P // N
+    assert _zero("zero3", offload_optimizer=True) == 4 * LARGEST + 2 * P // N
+    assert _zero("zero3", offload_optimizer=True, offload_params=True) == 4 * LARGEST
+
+
+def test_zero2_with_offload_matches_deepspeed_and_without_differs_by_the_16_bit_gradient_partition():
+    """DeepSpeed 0.15.4 deepspeed/runtime/zero/stage_1_and_2.py:2435/2440: offload 2 x params; without,
+    2 x params + 18 x params / GPUs (a 16-bit gradient partition next to the FP32 one, 2 B/param / GPUs
+    more than our FP32-gradient count; docs/sizing.md says so)."""
+    assert _zero("zero2", offload_optimizer=True) == 2 * P
+    assert _zero("fsdp-shard-grad-op") == _zero("zero2") == 2 * P + 16 * P // N
+    assert (2 * P + 18 * P // N) - _zero("zero2") == 2 * P // N
+
+
+def test_zero1_shards_optimizer_state_only_and_no_sharding_is_the_16_byte_rule():
+    assert _zero("none", gradient_precision="fp16") == 16 * P
+    assert _zero("zero1", gradient_precision="fp16") == 4 * P + 12 * P // N
+
+
+def test_parameter_offload_needs_stage_3():
+    with pytest.raises(ProfileErrors, match="parameter offload needs"):
+        profile_from_dict({"name": "t", "kind": "training", "match": {"exe": "x"},
+                           "training": {"sharding": "zero2", "offload_params": True}})
+
+
+@pytest.mark.parametrize("precision", ["fp8", "int8"])
+def test_fp8_and_int8_checkpoints_keep_embeddings_and_lm_head_in_16_bits(precision):
+    """As vLLM loads FP8 (e.g. Meta-Llama-3-8B-Instruct-FP8) and W8A8 int8 checkpoints."""
+    p = profile(kind="inference", params=8_030_261_248, precision=precision, compute_precision="bf16",
+                architecture=LLAMA3_8B, context=8192)
+    embeddings = 2 * 128256 * 4096
+    assert estimate(p).component("weights") == (8_030_261_248 - embeddings) + embeddings * 2

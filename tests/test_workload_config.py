@@ -35,7 +35,7 @@ def test_a_valid_profile_is_loaded():
     ("edit", "expected"),
     [
         (("kv_heads: 8", "kv_heads: 48"), "c.yaml:6:53: workloads[0].architecture.kv_heads: kv_heads 48 exceeds heads 32"),
-        (("hidden_size: 4096", "hidden_size: 4000"), "c.yaml:6:84: workloads[0].architecture.hidden_size: head_dim 128 x heads 32"),
+        (("hidden_size: 4096", "hidden_size: 4096, kv_layers: 40"), "c.yaml:6:101: workloads[0].architecture.kv_layers: kv_layers 40 exceeds layers 32"),
         (("kind: inference", "kind: inference\n    lora: {rank: 8}"), "c.yaml:4:11: workloads[0].lora:"),
         (("params: 8B", "params: lots"), "c.yaml:4:13: workloads[0].params:"),
         (("precision: bf16", "precision: fp12"), "c.yaml:5:16: workloads[0].precision:"),

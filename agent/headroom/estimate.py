@@ -32,17 +32,31 @@ _FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "--vocab-size": (("architecture", "vocab_size"), int, "vocabulary size"),
     "--context": (("context", "max"), int, "maximum tokens per sequence (prompt + output)"),
     "--concurrency": (("concurrency",), int, "concurrent sequences (inference)"),
-    "--runtime": (("runtime", "name"), str, "serving runtime, e.g. vllm (applies its memory reservation)"),
+    "--runtime": (("runtime", "name"), str, "serving runtime: vllm, sglang or tgi apply their own start-up accounting"),
+    "--runtime-version": (("runtime", "version"), str, "runtime version, e.g. 0.6.3, 0.8.5, 0.10.1 (vLLM's accounting "
+                                                        "differs by version; default: the newest documented)"),
     "--gpu-memory-utilization": (("runtime", "gpu_memory_utilization"), float, "vLLM's reservation ratio"),
+    "--mem-fraction-static": (("runtime", "mem_fraction_static"), float, "SGLang's weights + KV share of the card"),
+    "--max-num-batched-tokens": (("runtime", "max_num_batched_tokens"), int, "tokens per forward pass (chunked "
+                                                                              "prefill budget; bounds activations)"),
+    "--max-num-seqs": (("runtime", "max_num_seqs"), int, "sequences per step (vLLM profiles its sampler with it)"),
+    "--block-size": (("runtime", "block_size"), int, "tokens per KV block (vLLM 16)"),
     "--tensor-parallel": (("parallel", "tensor"), int, "tensor parallel degree"),
     "--pipeline-parallel": (("parallel", "pipeline"), int, "pipeline parallel degree"),
     "--data-parallel": (("parallel", "data"), int, "data parallel degree"),
     "--optimizer": (("training", "optimizer"), str, f"one of {', '.join(OPTIMIZERS)}"),
     "--gradient-precision": (("training", "gradient_precision"), str, "fp16 (16 B/param) or fp32 (18 B/param)"),
     "--micro-batch": (("training", "micro_batch"), int, "sequences per GPU per step (training)"),
+    "--sharding": (("training", "sharding"), str, "none, zero1, zero2, zero3, fsdp-no-shard, fsdp-shard-grad-op, "
+                                                  "fsdp-full-shard (over --data-parallel ranks)"),
     "--lora-rank": (("lora", "rank"), int, "LoRA rank"),
 }
-_BOOL_FLAGS = {"--gradient-checkpointing": ("training", "gradient_checkpointing")}
+_BOOL_FLAGS = {"--gradient-checkpointing": ("training", "gradient_checkpointing"),
+               "--offload-optimizer": ("training", "offload_optimizer"),
+               "--offload-params": ("training", "offload_params")}  # fmt: skip
+_BOOL_HELP = {"--gradient-checkpointing": "recompute activations in the backward pass",
+              "--offload-optimizer": "optimizer state, master weights and gradients in host memory (ZeRO-Offload)",
+              "--offload-params": "weights in host memory too (zero3 / fsdp-full-shard)"}  # fmt: skip
 _LIST_FLAGS = {"--lora-target-modules": ("lora", "target_modules")}
 
 
@@ -58,12 +72,18 @@ def add_parser(sub: Any, add_source_flags: Any) -> None:
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), type=str, metavar=metavar, help=help_)
     for flag in _BOOL_FLAGS:
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), action="store_true", default=None,
-                       help="recompute activations in the backward pass")
+                       help=_BOOL_HELP[flag])
     for flag in _LIST_FLAGS:
         p.add_argument(flag, dest="est_" + flag[2:].replace("-", "_"), metavar="MODULES",
                        help="comma-separated, e.g. q_proj,v_proj")
     p.add_argument("--workload", metavar="NAME", help="take the profile NAME from the configuration instead of flags")
-    p.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU, e.g. 80GiB (default: the GPUs NVML finds)")
+    p.add_argument("--model-config", metavar="PATH", help="a Hugging Face config.json (or its directory): architecture, "
+                   "precision, quantization and (from safetensors headers) params; flags override")
+    p.add_argument("--model", metavar="ORG/NAME", help="like --model-config, from the local Hugging Face cache (offline)")
+    p.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU as the framework sees it (torch.cuda.mem_get_info "
+                   "total, e.g. 79.19GiB for an H100 80GB; default: the GPUs NVML finds)")
+    p.add_argument("--gpu-name", metavar="NAME", help="GPU model as NVML names it, e.g. 'NVIDIA A100-SXM4-80GB' (vLLM's "
+                   "defaults depend on it; default: the name NVML reports)")
     p.add_argument("--gpus", metavar="N", type=int, help="GPUs available (default: as many as the layout needs)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_source_flags(p)
@@ -71,6 +91,50 @@ def add_parser(sub: Any, add_source_flags: Any) -> None:
 
 class EstimateError(Exception):
     """A user error in the estimate's inputs; the message is printed as is."""
+
+
+def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The profile fields --model-config / --model read (empty without them), and notes on where from."""
+    from headroom import modelconfig
+
+    path = getattr(args, "model_config", None)
+    name = getattr(args, "model", None)
+    if not path and not name:
+        return {}, []
+    if path and name:
+        raise EstimateError("--model and --model-config: give one of them")
+    try:
+        if name:
+            path = str(modelconfig.find_cached_model(name))
+        mc = modelconfig.read_model_config(path)
+    except modelconfig.ModelConfigError as exc:
+        where = "" if exc.field.startswith(("--", "/")) else f"{path}: "
+        raise EstimateError(f"{where}{exc}") from None
+    fields = dict(mc.fields)
+    notes_extra = []
+    runtime = (getattr(args, "est_runtime", None) or "").lower()
+    if runtime in ("vllm", "sglang", "tgi") and fields.get("precision") == "fp32":
+        fields["precision"] = fields["compute_precision"] = "bf16"  # dtype "auto" serves FP32 checkpoints in 16 bits
+        fields.pop("weight_bytes", None)
+        notes_extra.append(f"{runtime} serves an FP32 checkpoint in 16 bits (dtype auto): bf16 assumed")
+    if name:
+        fields["model"] = {"name": name}
+    if mc.encoder_only:
+        fields["kind"] = "embedding"
+    if mc.max_context and getattr(args, "est_context", None) is None:
+        fields["context"] = {"max": mc.max_context}  # vLLM's default max_model_len
+        notes_extra.append(f"--context not given: {mc.max_context} tokens (max_position_embeddings, vLLM's default "
+                           "max_model_len)")  # fmt: skip
+    notes = [f"model config {mc.source}: {mc.model_type or 'unknown type'}, layout {mc.layout}, params from "
+             f"{mc.params_from}", *mc.notes, *notes_extra]  # fmt: skip
+    return fields, notes
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def _flag_profile(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,21 +179,35 @@ def _flag_for(path: tuple[str | int, ...]) -> str:
 
 def build_profile(args: argparse.Namespace, config: Any) -> Any:
     if args.workload:
+        if getattr(args, "model_config", None) or getattr(args, "model", None):
+            raise EstimateError("--workload takes the whole profile from the configuration; --model-config and "
+                                "--model build one from flags instead: give one or the other")  # fmt: skip
         profile = config.workload(args.workload)
         if profile is None:
             names = ", ".join(w.name for w in config.workloads) or "none"
             raise EstimateError(f"no workload named {args.workload!r} in {config.source or 'the configuration'} "
                                 f"(declared: {names})")
         return profile
-    d = _flag_profile(args)
+    fields, _ = _model_fields(args)
+    flags = _flag_profile(args)
+    if fields.get("kind") == "embedding" and getattr(args, "est_kind", None) not in (None, "embedding"):
+        raise EstimateError(f"--kind {args.est_kind}: the model config is an encoder-only model (no KV cache); "
+                            "use --kind embedding")  # fmt: skip
+    if "quantization" in fields and getattr(args, "est_precision", None) and not getattr(args, "est_quantization", None):
+        fields.pop("quantization")  # an explicit --precision replaces the checkpoint's quantized storage
+    if getattr(args, "est_precision", None) or getattr(args, "est_quantization", None) or getattr(args, "est_params", None):
+        fields.pop("weight_bytes", None)  # the checkpoint's stored bytes no longer describe the weights
+    d = _merge(fields, flags) if fields else flags
+    if fields.get("kind") and not getattr(args, "est_kind", None):
+        d["kind"] = fields["kind"]
     try:
         return profile_from_dict(d, attributable=False)
     except ProfileErrors as exc:
         raise EstimateError("\n".join(f"{_flag_for(e.path)}: {e.message}" for e in exc.errors)) from None
 
 
-def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str]:
-    """(memory per GPU, GPU count, where from) from one NVML read (real or simulated)."""
+def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str, str]:
+    """(memory per GPU, GPU count, where from, GPU name) from one NVML read (real or simulated)."""
     from headroom.daemon import build_collectors, load_scenario
     from headroom.sources import CollectorError, load_all
 
@@ -140,7 +218,7 @@ def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str]:
     collectors = [c for c in build_collectors(config, replace(options, collectors={"nvml": True}), scenario)
                   if c.name == "nvml"]
     if not collectors:
-        return None, None, "no NVML collector"
+        return None, None, "no NVML collector", ""
     nvml = collectors[0]
     from headroom import logs
 
@@ -148,14 +226,14 @@ def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str]:
         with logs.expected("nvml_down"):  # no driver is an answer here, printed below, not an error
             data = nvml.collect()
     except (CollectorError, OSError) as exc:
-        return None, None, f"no GPU found ({exc})"
+        return None, None, f"no GPU found ({exc})", ""
     finally:
         nvml.close()
     totals = [g.memory_total_bytes for g in data.gpus if g.up and g.memory_total_bytes]
     if not totals:
-        return None, None, "no GPU found" + (f" ({data.error})" if data.error else "")
+        return None, None, "no GPU found" + (f" ({data.error})" if data.error else ""), ""
     where = f"{len(totals)} x {data.gpus[0].name} found by NVML" + (" (simulated)" if data.simulated else "")
-    return min(totals), len(totals), where
+    return min(totals), len(totals), where, data.gpus[0].name or ""
 
 
 def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
@@ -164,6 +242,7 @@ def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
 
     profile = build_profile(args, config)
     where = "given"
+    gpu_name = getattr(args, "gpu_name", None) or ""
     gpus = args.gpus
     if args.gpus is not None and args.gpus < 1:
         raise EstimateError("--gpus must be at least 1")
@@ -178,16 +257,24 @@ def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
     elif profile.kind.value == "cpu-inference":
         memory, where = None, "host RAM not given (use --gpu-memory for the RAM budget)"
     else:
-        memory, found, where = found_gpus(config, options)
+        memory, found, where, name = found_gpus(config, options)
+        gpu_name = gpu_name or name
         gpus = gpus if gpus is not None else found
     try:
-        est = sizing.estimate(profile, gpu_memory_bytes=memory, gpus=gpus, overhead=config.sizing or sizing.DEFAULTS)
+        est = sizing.estimate(profile, gpu_memory_bytes=memory, gpus=gpus, overhead=config.sizing or sizing.DEFAULTS,
+                              gpu_name=gpu_name)
     except sizing.SizingError as exc:
         message = str(exc)
         if not args.workload:  # name the flags to add, not the profile keys
             for flag, (path, _, _) in sorted(_FLAGS.items(), key=lambda kv: -len(".".join(kv[1][0]))):
                 message = message.replace(".".join(path), flag)
         raise EstimateError(message) from None
+    if not args.workload:
+        _, model_notes = _model_fields(args)
+        if model_notes:
+            from dataclasses import replace
+
+            est = replace(est, notes=(*model_notes, *est.notes))
     if args.format == "json":
         doc: Mapping[str, Any] = {"workload": profile.name, "memory_source": where, **est.to_dict()}
         return 0, json.dumps(doc, indent=1) + "\n"

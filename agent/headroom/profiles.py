@@ -12,10 +12,12 @@ attribution is optional; the memory model in ``headroom.sizing`` says which inpu
 |------------------------------------|---------------------------------------------------|-----------------------------------------|
 | name                               | string [A-Za-z0-9][A-Za-z0-9_.-]*, <= 64 chars    | required; the ``workload`` label        |
 | kind                               | inference, training, finetune-full,               | required                                |
-|                                    | finetune-lora, finetune-qlora, cpu-inference      |                                         |
+|                                    | finetune-lora, finetune-qlora, cpu-inference,     |                                         |
+|                                    | embedding                                         | embedding: no KV cache                  |
 | model                              | {name, version} or a string (the name)            | versions are strings: quote "1.10"      |
-| runtime                            | {name, version, gpu_memory_utilization,           | last three only for name ``vllm``       |
-|                                    | block_size, max_num_batched_tokens} or a string   |                                         |
+| runtime                            | {name, version, gpu_memory_utilization,           | gpu_memory_utilization: vllm only;      |
+|                                    | block_size, max_num_batched_tokens, max_num_seqs, | mem_fraction_static: sglang only        |
+|                                    | mem_fraction_static} or a string                  |                                         |
 | params                             | 7B, 7e9, 70000000000                              | parameter count                         |
 | precision                          | fp32, fp16, bf16, fp8, int8, int4                 | how the weights are stored              |
 | quantization                       | none, gptq, awq, nf4, or {method, group_size,     | group_size: gptq/awq (128);             |
@@ -24,14 +26,18 @@ attribution is optional; the memory model in ``headroom.sizing`` says which inpu
 |                                    |                                                   | 16/32-bit, else bf16                    |
 | kv_cache_precision                 | fp32, fp16, bf16, fp8, int8, int4                 | inference only; default compute_prec.   |
 | architecture                       | {layers, heads, kv_heads, head_dim, hidden_size,  | kv_heads defaults to heads (as in HF    |
-|                                    | intermediate_size, vocab_size, tie_embeddings}    | configs); head_dim to hidden/heads      |
+|                                    | intermediate_size, vocab_size, tie_embeddings,    | configs); head_dim to hidden/heads;     |
+|                                    | sliding_window, sliding_window_layers, kv_layers, | the rest describe sliding-window, MLA,  |
+|                                    | kv_lora_rank, qk_rope_head_dim, experts,          | hybrid and MoE models (docs/sizing.md)  |
+|                                    | experts_per_token, moe_intermediate_size}         |                                         |
 | context                            | {typical, max} or an int (= max)                  | tokens per sequence, prompt + output    |
 | output_tokens                      | int                                               | expected output length; < context.max   |
 | concurrency                        | int >= 1                                          | inference: concurrent sequences per     |
 |                                    |                                                   | replica                                 |
-| training                           | {optimizer, gradient_precision, master_weights,   | training and fine-tuning kinds only     |
-|                                    | gradient_checkpointing, flash_attention,          |                                         |
-|                                    | batch_size, micro_batch}                          |                                         |
+| training                           | {optimizer, gradient_precision, master_weights,   | training and fine-tuning kinds only;    |
+|                                    | gradient_checkpointing, flash_attention,          | sharding: none, zero1-3, fsdp-*;        |
+|                                    | batch_size, micro_batch, sharding,                | offload_params needs stage 3            |
+|                                    | offload_optimizer, offload_params}                |                                         |
 | lora                               | {rank, alpha, target_modules, precision, params}  | finetune-lora / finetune-qlora only     |
 | dataloader_workers                 | int >= 0                                          |                                         |
 | parallel                           | {tensor, pipeline, data}                          | ints >= 1, default 1                    |
@@ -40,6 +46,7 @@ attribution is optional; the memory model in ``headroom.sizing`` says which inpu
 |                                    | container_id}                                     | cgroup a glob, pid_file absolute        |
 | endpoint                           | http(s) URL of the serving /metrics               |                                         |
 | cost_per_gpu_hour                  | number >= 0                                       | in the operator's currency              |
+| weight_bytes                       | int                                               | weights as stored (safetensors headers) |
 
 Attribution rule: a profile needs at least one ``match`` rule or an explicit ``gpus`` list; without
 either no process and no GPU could ever be attributed to it, so it is rejected.
@@ -66,10 +73,16 @@ class Kind(StrEnum):
     FINETUNE_LORA = "finetune-lora"
     FINETUNE_QLORA = "finetune-qlora"
     CPU_INFERENCE = "cpu-inference"
+    EMBEDDING = "embedding"  # encoder / embedding serving: a forward pass per request, no KV cache
 
     @property
     def is_inference(self) -> bool:
-        """True for kinds that generate (and so hold a KV cache)."""
+        """True for kinds that serve requests (concurrency applies)."""
+        return self in (Kind.INFERENCE, Kind.CPU_INFERENCE, Kind.EMBEDDING)
+
+    @property
+    def has_kv_cache(self) -> bool:
+        """True for kinds that generate token by token and so hold a KV cache."""
         return self in (Kind.INFERENCE, Kind.CPU_INFERENCE)
 
     @property
@@ -153,8 +166,10 @@ class Runtime:
     name: str | None = None  # lower-cased: vllm, tgi, sglang, transformers, llama.cpp ...
     version: str | None = None
     gpu_memory_utilization: float | None = None  # vLLM only; ratio 0-1 of the card vLLM reserves
-    block_size: int | None = None  # vLLM only; tokens per KV block
-    max_num_batched_tokens: int | None = None  # vLLM only; tokens per forward pass
+    block_size: int | None = None  # tokens per KV block (vLLM 16, TGI 16 or 1)
+    max_num_batched_tokens: int | None = None  # tokens per forward pass (chunked-prefill budget)
+    max_num_seqs: int | None = None  # sequences per step (vLLM's sampler profile uses it)
+    mem_fraction_static: float | None = None  # SGLang only; weights + KV share of the card
 
     @property
     def is_vllm(self) -> bool:
@@ -172,6 +187,15 @@ class Architecture:
     intermediate_size: int | None = None
     vocab_size: int | None = None
     tie_embeddings: bool = False
+    # KV layouts beyond plain multi-head / grouped-query attention (docs/sizing.md "KV layouts")
+    sliding_window: int | None = None  # tokens a sliding-window layer attends to
+    sliding_window_layers: int | None = None  # how many layers use it (default: all, when a window is set)
+    kv_layers: int | None = None  # layers that hold a KV cache (hybrid models: attention layers only)
+    kv_lora_rank: int | None = None  # MLA (DeepSeek V2/V3): latent KV width; K and V share one vector
+    qk_rope_head_dim: int | None = None  # MLA: the decoupled RoPE key, cached next to the latent
+    experts: int | None = None  # mixture of experts: routed experts per MoE layer (all are loaded)
+    experts_per_token: int | None = None
+    moe_intermediate_size: int | None = None
 
     @property
     def effective_kv_heads(self) -> int | None:
@@ -231,6 +255,27 @@ class Training:
     flash_attention: bool = True  # attention scores are never materialised (no s^2 activation term)
     batch_size: int | None = None  # global batch (sequences per optimizer step)
     micro_batch: int | None = None  # sequences per GPU per forward/backward pass
+    sharding: Sharding = field(default_factory=lambda: Sharding())  # ZeRO / FSDP over the data-parallel ranks
+    offload_optimizer: bool = False  # optimizer state and FP32 master weights kept in host memory
+    offload_params: bool = False  # ZeRO-3 / FSDP full shard only: the 16-bit weights kept in host memory too
+
+
+class Sharding(StrEnum):
+    """What is sharded over the data-parallel ranks (ZeRO stage; FSDP strategies map onto them)."""
+
+    NONE = "none"  # DDP, FSDP NO_SHARD
+    ZERO1 = "zero1"  # optimizer state (and master weights)
+    ZERO2 = "zero2"  # + gradients; FSDP SHARD_GRAD_OP
+    ZERO3 = "zero3"  # + parameters; FSDP FULL_SHARD
+    FSDP_FULL_SHARD = "fsdp-full-shard"
+    FSDP_SHARD_GRAD_OP = "fsdp-shard-grad-op"
+    FSDP_NO_SHARD = "fsdp-no-shard"
+
+    @property
+    def stage(self) -> int:
+        """The ZeRO stage it amounts to: 0-3."""
+        return {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp-full-shard": 3, "fsdp-shard-grad-op": 2,
+                "fsdp-no-shard": 0}[self.value]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -282,6 +327,7 @@ class WorkloadProfile:
     match: ProcessMatch = field(default_factory=ProcessMatch)
     endpoint: str | None = None
     cost_per_gpu_hour: float | None = None
+    weight_bytes: int | None = None  # the checkpoint's tensor bytes as loaded (safetensors headers); wins over params
 
     @property
     def effective_quantization(self) -> QuantizationSpec:
@@ -351,14 +397,18 @@ _CONTAINER_ID = re.compile(r"^[0-9a-f]{12,64}$")
 
 _TOP_KEYS = ("name", "kind", "model", "runtime", "params", "precision", "quantization", "compute_precision",
              "kv_cache_precision", "architecture", "context", "output_tokens", "concurrency", "training", "lora",
-             "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour")  # fmt: skip
+             "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour",
+             "weight_bytes")  # fmt: skip
 _ARCH_KEYS = ("layers", "heads", "kv_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
-              "tie_embeddings")  # fmt: skip
+              "tie_embeddings", "sliding_window", "sliding_window_layers", "kv_layers", "kv_lora_rank",
+              "qk_rope_head_dim", "experts", "experts_per_token", "moe_intermediate_size")  # fmt: skip
 _TRAINING_KEYS = ("optimizer", "gradient_precision", "master_weights", "gradient_checkpointing",
-                  "flash_attention", "batch_size", "micro_batch")  # fmt: skip
+                  "flash_attention", "batch_size", "micro_batch", "sharding", "offload_optimizer",
+                  "offload_params")  # fmt: skip
 _LORA_KEYS = ("rank", "alpha", "target_modules", "precision", "params")
 _MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "container_id")
-_RUNTIME_KEYS = ("name", "version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens")
+_RUNTIME_KEYS = ("name", "version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_num_seqs",
+                 "mem_fraction_static")  # fmt: skip
 
 # the keys each section accepts, for the config loader and docs (the tables in the module docstring)
 PROFILE_KEYS = {
@@ -527,6 +577,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
     match = _match(r, top)
     endpoint = _endpoint(r, top)
     cost = r.number(top, "cost_per_gpu_hour", (), 0.0)
+    weight_total = r.integer(top, "weight_bytes", (), 1)
 
     # --------------------------------------------------------------------- impossible combinations
     if _ok(kind):
@@ -581,7 +632,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
         quantization=quant, compute_precision=compute, kv_cache_precision=kv_precision, architecture=arch,
         context=context, output_tokens=output_tokens, concurrency=concurrency, training=training, lora=lora,
         dataloader_workers=workers, parallel=parallel, gpus=gpus, match=match, endpoint=endpoint,
-        cost_per_gpu_hour=cost,
+        cost_per_gpu_hour=cost, weight_bytes=weight_total,
     )  # fmt: skip
 
 
@@ -622,11 +673,12 @@ def _runtime(r: _Reader, top: Mapping) -> Any:
         ),
         block_size=_val(r.integer(m, "block_size", p, 1)),
         max_num_batched_tokens=_val(r.integer(m, "max_num_batched_tokens", p, 1)),
+        max_num_seqs=_val(r.integer(m, "max_num_seqs", p, 1)),
+        mem_fraction_static=_val(r.number(m, "mem_fraction_static", p, 0.0, 1.0, exclusive_minimum=True)),
     )
-    if not rt.is_vllm:
-        for key in ("gpu_memory_utilization", "block_size", "max_num_batched_tokens"):
-            if m.get(key) is not None:
-                r.error(p + (key,), f"{key} is a vLLM setting; runtime.name is {rt.name or 'not set'}")
+    for key, owner, label in (("gpu_memory_utilization", "vllm", "a vLLM"), ("mem_fraction_static", "sglang", "an SGLang")):
+        if m.get(key) is not None and rt.name != owner:
+            r.error(p + (key,), f"{key} is {label} setting; runtime.name is {rt.name or 'not set'}")
     return rt
 
 
@@ -678,10 +730,18 @@ def _check_architecture(r: _Reader, a: Architecture) -> None:
         elif a.heads % a.kv_heads:
             r.error(("architecture", "kv_heads"), f"heads {a.heads} must be a multiple of kv_heads {a.kv_heads} "
                                                   "(grouped-query attention)")  # fmt: skip
-    if a.heads is not None and a.head_dim is not None and a.hidden_size is not None:
-        if a.heads * a.head_dim != a.hidden_size:
-            r.error(("architecture", "hidden_size"), f"head_dim {a.head_dim} x heads {a.heads} = "
-                                                     f"{a.head_dim * a.heads}, not hidden_size {a.hidden_size}")  # fmt: skip
+    # heads x head_dim may differ from hidden_size (Gemma 7B: 16 x 256 vs 3072; Qwen3): both are kept as given
+    for key in ("sliding_window_layers", "kv_layers"):
+        if getattr(a, key) is not None and a.layers is not None and getattr(a, key) > a.layers:
+            r.error(("architecture", key), f"{key} {getattr(a, key)} exceeds layers {a.layers}")
+    if a.sliding_window_layers is not None and a.sliding_window is None:
+        r.error(("architecture", "sliding_window"), "sliding_window_layers is set but the window size is not")
+    if (a.kv_lora_rank is None) != (a.qk_rope_head_dim is None):
+        missing = "qk_rope_head_dim" if a.qk_rope_head_dim is None else "kv_lora_rank"
+        r.error(("architecture", missing), "MLA (latent KV) needs both kv_lora_rank and qk_rope_head_dim")
+    if a.experts is not None and a.experts_per_token is not None and a.experts_per_token > a.experts:
+        r.error(("architecture", "experts_per_token"), f"experts_per_token {a.experts_per_token} exceeds experts "
+                                                      f"{a.experts}")  # fmt: skip
 
 
 def _context(r: _Reader, top: Mapping) -> Any:
@@ -718,10 +778,20 @@ def _training(r: _Reader, top: Mapping) -> Any:
         flash_attention=r.boolean(m, "flash_attention", p),
         batch_size=r.integer(m, "batch_size", p, 1),
         micro_batch=r.integer(m, "micro_batch", p, 1),
+        sharding=r.choice(m, "sharding", p, Sharding),
+        offload_optimizer=r.boolean(m, "offload_optimizer", p),
+        offload_params=r.boolean(m, "offload_params", p),
     )
+    if fields["offload_params"] and fields["sharding"] not in (None, _BAD) and fields["sharding"].stage != 3:
+        fields["offload_params"] = r.error(p + ("offload_params",), "parameter offload needs sharded parameters "
+                                                                   "(sharding zero3 or fsdp-full-shard)")  # fmt: skip
+    elif fields["offload_params"] and fields["sharding"] is None:
+        fields["offload_params"] = r.error(p + ("offload_params",), "parameter offload needs sharding zero3 or "
+                                                                   "fsdp-full-shard")  # fmt: skip
     if any(x is _BAD for x in fields.values()):
         return _BAD
-    defaults = {"gradient_checkpointing": False, "flash_attention": True}
+    defaults = {"gradient_checkpointing": False, "flash_attention": True, "sharding": Sharding.NONE,
+                "offload_optimizer": False, "offload_params": False}  # fmt: skip
     return Training(**{k: (defaults.get(k) if x is None else x) for k, x in fields.items()})
 
 
@@ -853,7 +923,7 @@ def _check_kind(r: _Reader, top: Mapping, kind: Kind, precision: Any, quant: Any
         r.error(
             ("concurrency",), f"concurrency applies to inference; for {kind.value} set training.micro_batch"
         )
-    if kv_precision is not None and not kind.is_inference:
+    if kv_precision is not None and not kind.has_kv_cache:
         r.error(("kv_cache_precision",), f"a KV cache is held by inference; kind is {kind.value}")
     method = quant.method if _ok(quant) else None
     if kind.is_full_training:

@@ -14,10 +14,13 @@ Every constant and approximation is documented in docs/sizing.md, with its sourc
                gradients, optimizer state and master copy.
 - activations  training: Korthikanti et al. 2022 per layer s*b*h*(10 + 24/t + 5*a*s/(h*t)) bytes
                (no s^2 term with FlashAttention), or 2*s*b*h per layer plus one full layer with
-               gradient checkpointing, plus FP32 logits; inference: one decoder layer's live set.
+               gradient checkpointing, plus FP32 logits; inference: one decoder layer's live set over
+               the batched-token budget (chunked prefill), not concurrency x context.
 - overhead     CUDA context and runtime overhead per GPU (OverheadConstants, configurable).
-- vLLM         reserves gpu_memory_utilization x card memory; KV gets what is left after weights,
-               activation peak and overhead; capacities use that reservation as the budget.
+- runtimes     vLLM (per version), SGLang, TGI: their own start-up accounting (serving_memory): budget,
+               weights, profile-run activation peak, non-torch memory, KV blocks, KV tokens and the
+               fractional maximum concurrency they print.
+- sharding     ZeRO 1-3 / FSDP over the data-parallel ranks, optimizer and parameter offload.
 
 ``estimate(profile, gpu_memory_bytes, gpus)`` returns an ``Estimate``: per-GPU components, whether it
 fits, the margin, the largest concurrency at max context and the largest context at the declared
@@ -38,8 +41,21 @@ from headroom.profiles import (
     Precision,
     Quantization,
     QuantizationSpec,
+    Sharding,
     Training,
     WorkloadProfile,
+)
+from headroom.serving_memory import (
+    KVLayout,
+    RuntimeReport,
+    RuntimeSettingError,
+    kv_layout,
+    sglang_chunked_prefill,
+    sglang_mem_fraction,
+    vllm_defaults,
+    vllm_kv,
+    vllm_request_bytes,
+    vllm_rules,
 )
 from headroom.units import GIB, format_bytes
 
@@ -64,8 +80,15 @@ class OverheadConstants:
     cpu_runtime_overhead_bytes: int = 512 * MIB  # host runtime for cpu-inference
     vllm_gpu_memory_utilization: float = 0.9  # vLLM's default
     vllm_block_size: int = 16  # vLLM's default KV block, tokens
-    vllm_min_batched_tokens: int = 2048  # vLLM: max_num_batched_tokens = max(max_model_len, 2048)
-    vllm_max_num_seqs: int = 256  # vLLM's default; its start-up profile samples logits for this many
+    # runtime accounting (docs/sizing.md "Runtime accounting": the evidence for each value)
+    vllm_cuda_context_bytes: int = 330 * MIB  # non-torch memory present before the worker's first snapshot
+    vllm_non_torch_bytes: int = 32 * MIB  # non-torch growth during load and profile at TP 1 (cuBLAS workspace)
+    nccl_bytes: int = 512 * MIB  # NCCL and custom all-reduce buffers per GPU at tensor parallel > 1
+    cuda_graph_bytes: int = 512 * MIB  # graph pools captured after the KV cache is sized (outside the budget)
+    sampler_bytes_per_logit: int = 4  # the profile's sampler: FP32 logits of max_num_seqs x vocabulary
+    tgi_max_batch_prefill_tokens: int = 4096  # TGI's default warm-up prefill
+    tgi_block_size: int = 16
+    tgi_wiggle_room: float = 0.95  # TGI leaves 5 % of the free memory (later versions: TGI_WIGGLE_ROOM)
     gptq_awq_group_size: int = 128
     nf4_block_size: int = 64  # weights per absmax constant (bitsandbytes)
     nf4_double_quant_block_size: int = 256  # first-level constants per second-level FP32 constant
@@ -105,6 +128,8 @@ class Estimate:
     kv_bytes_per_token: int | None  # per GPU, for one token of one sequence
     kv_capacity_tokens: int | None  # tokens the KV budget holds (vLLM's "GPU KV cache size")
     notes: tuple[str, ...] = ()
+    max_concurrency: float | None = None  # the runtime's "Maximum concurrency for N tokens per request" (x)
+    runtime_report: dict[str, Any] | None = None  # serving_memory.RuntimeReport.to_dict(): the runtime's own figures
 
     @property
     def total_bytes(self) -> int:
@@ -145,10 +170,10 @@ def weight_bytes(
     """Bytes of the model weights: the quantized part at ``precision`` plus its quantization constants,
     plus ``unquantized_params`` (embeddings, LM head) at ``unquantized_precision``."""
     method = quantization.method
-    if method == Quantization.NONE:
-        return dense_bytes(params, precision)
     quantized = max(params - unquantized_params, 0)
     data = dense_bytes(quantized, precision)
+    if method == Quantization.NONE:  # plain fp8 / int8 checkpoints (per-tensor or per-channel scales only)
+        return data + dense_bytes(min(unquantized_params, params), unquantized_precision)
     if method in (Quantization.GPTQ, Quantization.AWQ):
         groups = _ceil_div(quantized, quantization.group_size or constants.gptq_awq_group_size)
         consts = _ceil_div(groups * (16 + precision.bits), 8)  # FP16 scale + packed zero point per group
@@ -298,14 +323,203 @@ def inference_activation_bytes(
 ) -> int:
     """Peak temporary memory of one forward pass over ``tokens`` tokens (our approximation).
 
-    The largest live set of one decoder layer is the MLP step: residual and normed input (2 x hidden)
-    plus gate, up and their product (3 x intermediate / tensor) per token, in the compute precision;
-    plus FP32 logits for the last token of each sequence. intermediate defaults to 4 x hidden.
+    The largest live set of one decoder layer is at the MLP's down projection: the residual, the normed
+    input and the down projection's output (3 x hidden) plus the gate/up output and its activated
+    product (3 x intermediate / tensor) per token, in the compute precision; plus FP32 logits for the
+    last token of each sequence. intermediate defaults to 4 x hidden. Checked against vLLM's measured
+    profile peaks (docs/sizing.md: 2.07 and 2.99 GiB for Llama 3.1 8B at 20 000 and 29 000 tokens).
     """
     ffn = intermediate if intermediate is not None else 4 * hidden
-    per_token = 2 * hidden + _ceil_div(3 * ffn, tensor)
+    per_token = 3 * hidden + _ceil_div(3 * ffn, tensor)
     logits = sequences * vocab * logits_bytes if vocab else 0
     return dense_bytes(tokens * per_token, compute) + logits
+
+
+# ------------------------------------------------------------------------------ ZeRO / FSDP
+def _largest_layer_params(arch: Architecture, params: int) -> int:
+    """Parameters of the largest single module (what ZeRO-3 / FSDP gathers at once): the embedding or LM
+    head, or the largest linear layer; params / layers when the shapes are unknown."""
+    h = arch.effective_hidden_size
+    sizes = []
+    if h is not None:
+        if arch.vocab_size:
+            sizes.append(arch.vocab_size * h)
+        if arch.intermediate_size:
+            sizes.append(h * arch.intermediate_size)
+        if arch.heads and arch.effective_head_dim:
+            sizes.append(h * arch.heads * arch.effective_head_dim)
+    if sizes:
+        return max(sizes)
+    return params // arch.layers if arch.layers else 0
+
+
+def sharded_training_state(params: int, per: dict[str, int], data: int, split: int, tr: Training | None,
+                           wprec: Precision, gprec: Precision, optimizer: Optimizer, largest_layer: int,
+                           notes: list[str]) -> list[Component]:  # fmt: skip
+    """Per-GPU weights, gradients, optimizer state and master weights under ZeRO 1-3 / FSDP over ``data``
+    ranks (after the tensor x pipeline ``split``), with optimizer (and parameter) offload to host memory.
+
+    ZeRO-1 shards optimizer state and master weights, ZeRO-2 also gradients, ZeRO-3 / FSDP full shard also
+    the weights, which are gathered one module at a time: 2 x the largest module's 16-bit weights stay
+    resident (current and prefetched; DeepSpeed's estimator counts the same 4 B x largest layer).
+    Optimizer offload moves optimizer state, master weights and gradient partitions to host memory.
+    """
+    sharding = tr.sharding if tr else Sharding.NONE
+    stage = sharding.stage
+    offload_opt = bool(tr and tr.offload_optimizer)
+    offload_params = bool(tr and tr.offload_params)
+
+    def part(key: str, from_stage: int) -> int:
+        total = _ceil_div(params * per[key], split)
+        return _ceil_div(total, data) if stage >= from_stage else total
+
+    out = []
+    host = 0
+    weights = part("weights", 3)
+    if stage == 3:
+        gathered = 2 * largest_layer * per["weights"]
+        if offload_params:
+            host += weights
+            weights = 0
+        out.append(Component("weights", weights + gathered, f"{wprec.value}, sharded over {data} + "
+                                                            f"{format_bytes(gathered)} gathered"))  # fmt: skip
+    else:
+        out.append(Component("weights", weights, wprec.value))
+    grads = part("gradients", 2)
+    opt, mw = part("optimizer_state", 1), part("master_weights", 1)
+    if offload_opt:  # ZeRO-Offload: gradient partitions go to the host optimizer as they are reduced
+        host += opt + mw + grads
+        opt = mw = grads = 0
+    out.append(Component("gradients", grads, gprec.value + (" (offloaded)" if offload_opt else
+                                                            f", / {data}" if stage >= 2 else "")))  # fmt: skip
+    out.append(Component("optimizer_state", opt, optimizer.value + (" (offloaded)" if offload_opt else
+                                                                  f", / {data}" if stage >= 1 else "")))  # fmt: skip
+    if per["master_weights"]:
+        out.append(Component("master_weights", mw, "fp32 copy" + (" (offloaded)" if offload_opt else "")))
+    if stage and data == 1:
+        notes.append(f"sharding {sharding.value} over data parallel 1 shards nothing: set parallel.data")
+    if host:
+        notes.append(f"host memory per rank for offloaded state: {format_bytes(host)}")
+    return out
+
+
+# ------------------------------------------------------------------------- inference helpers
+_RUNTIMES = ("vllm", "sglang", "tgi")  # runtimes whose own start-up accounting is modelled
+
+
+def architecture_params(arch: Architecture) -> int | None:
+    """Parameters implied by a Llama-style architecture (attention, gated MLP or all experts, norms,
+    embeddings); None when a dimension is missing or the layout is MLA (give params then)."""
+    h, hd, heads, kv = arch.effective_hidden_size, arch.effective_head_dim, arch.heads, arch.effective_kv_heads
+    if None in (arch.layers, h, hd, heads, kv, arch.vocab_size) or arch.kv_lora_rank is not None:
+        return None
+    attn = h * heads * hd * 2 + 2 * h * kv * hd
+    if arch.experts:
+        mlp = arch.experts * (3 * h * arch.moe_intermediate_size + h)
+    elif arch.intermediate_size is not None:
+        mlp = 3 * h * arch.intermediate_size
+    else:
+        return None
+    return arch.layers * (attn + mlp + 2 * h) + h + arch.vocab_size * h * (1 if arch.tie_embeddings else 2)
+
+
+def _ffn_per_token(arch: Architecture, tensor: int) -> int | None:
+    """The MLP width a token passes through: the dense intermediate, or experts_per_token x expert width
+    plus the expert outputs before they are summed (fused MoE); None when unknown (4 x hidden assumed)."""
+    dense = arch.intermediate_size
+    if arch.experts and arch.moe_intermediate_size:
+        k = arch.experts_per_token or 1
+        moe = k * arch.moe_intermediate_size + _ceil_div(k * (arch.effective_hidden_size or 0) * tensor, 3)
+        return max(dense or 0, moe)
+    return dense
+
+
+def _assumed_hidden(p: WorkloadProfile, notes: list[str]) -> int | None:
+    """hidden_size when neither it nor heads x head_dim is given: ~sqrt(params / (12 x layers)) (a dense
+    transformer has ~12 h^2 parameters per layer), rounded to a multiple of 128, stated as an assumption."""
+    arch = p.architecture
+    if p.params is None or not arch.layers:
+        return None
+    h = max(128, round((p.params / (12 * arch.layers)) ** 0.5 / 128) * 128)
+    notes.append(f"hidden_size not given: assuming {h} (~sqrt(params / (12 x layers))) for activations only")
+    return h
+
+
+def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Callable[..., bool]) -> KVLayout | None:
+    arch, par = p.architecture, p.parallel
+    mla = arch.kv_lora_rank is not None
+    kv_heads, hd = arch.effective_kv_heads, arch.effective_head_dim
+    fields: dict[str, Any] = {"architecture.layers": arch.layers}
+    if not mla:
+        fields |= {"architecture.kv_heads": kv_heads, "architecture.head_dim": hd}
+    if not need("KV cache", fields):
+        return None
+    bits = p.effective_kv_cache_precision.bits
+    replicate = "ceil"
+    mla_width = arch.kv_lora_rank + arch.qk_rope_head_dim if mla else None
+    sliding = arch.sliding_window
+    if rt == "vllm":
+        rules, _ = vllm_rules(p.runtime.version)
+        replicate = "floor"
+        if arch.kv_layers is not None and arch.kv_layers < arch.layers:
+            raise SizingError(f"cannot size workload {p.name!r} for vLLM: hybrid layout (only {arch.kv_layers} of "
+                              f"{arch.layers} layers hold a KV cache, the rest keep recurrent state): vLLM's state "
+                              "pages are not modelled; drop runtime vllm for the plain estimate",
+                              ("architecture.kv_layers",))  # fmt: skip
+        if mla and not rules.mla_latent:  # V0 before 0.7 cached DeepSeek's K/V in full, head size padded to 256
+            mla_width, hd, kv_heads = None, 256, kv_heads or arch.heads
+            notes.append(f"vLLM {rules.name} caches MLA models as full K/V (head size 256), not the latent")
+        if sliding and not rules.hybrid_groups:
+            notes.append(f"vLLM {rules.name} allocates sliding-window layers like full-attention ones")
+            sliding = None
+    elif rt in ("sglang", "tgi") and (sliding or (arch.kv_layers is not None and arch.kv_layers < arch.layers)):
+        if arch.kv_layers is not None and arch.kv_layers < arch.layers:
+            raise SizingError(f"cannot size workload {p.name!r} for {rt}: hybrid layout (attention + recurrent "
+                              "layers) is not modelled for this runtime", ("architecture.kv_layers",))  # fmt: skip
+        notes.append(f"{rt}: sliding-window layers counted like full-attention ones")
+        sliding = None
+    layout = kv_layout(arch.layers, kv_heads or 1, hd or 0, bits, par.tensor, par.pipeline, sliding,
+                       arch.sliding_window_layers, arch.kv_layers, mla_width, replicate)  # fmt: skip
+    if mla_width or sliding or arch.kv_layers is not None:
+        notes.append(f"KV layout: {layout.description}")
+    return layout
+
+
+def _runtime_non_torch(p: WorkloadProfile, rt: str, c: OverheadConstants) -> tuple[int, str]:
+    """Non-torch memory the runtime subtracts inside its budget: (bytes, what it is)."""
+    context = True
+    if rt == "vllm":
+        rules, _ = vllm_rules(p.runtime.version)
+        context = rules.counts_cuda_context
+    total = c.vllm_non_torch_bytes + (c.vllm_cuda_context_bytes if context else 0)
+    what = ["CUDA context"] if context else []
+    what.append("cuBLAS workspace")
+    if p.parallel.tensor > 1 or p.parallel.pipeline > 1:
+        total += c.nccl_bytes
+        what.append("NCCL/all-reduce buffers")
+    return total, ", ".join(what) + " (counted by the runtime)"
+
+
+def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None, concurrency: int, context: int,
+                       device_memory: int, device_name: str = "") -> tuple[int, int, str]:  # fmt: skip
+    """(tokens in one forward pass, sequences whose logits are sampled, why): the batched-token budget of
+    chunked prefill, not concurrency x context."""
+    r = p.runtime
+    if rt == "vllm":
+        rules, _ = vllm_rules(r.version)
+        d_tokens, d_seqs, why = vllm_defaults(rules, p.context.max or context, device_memory, device_name)
+        tokens = r.max_num_batched_tokens or d_tokens
+        seqs = min(r.max_num_seqs or d_seqs, tokens)
+        return tokens, seqs, "max_num_batched_tokens" if r.max_num_batched_tokens else why
+    if rt == "sglang":
+        return r.max_num_batched_tokens or sglang_chunked_prefill(device_memory), 0, "chunked_prefill_size"
+    if rt == "tgi":
+        return r.max_num_batched_tokens or c.tgi_max_batch_prefill_tokens, 0, "max_batch_prefill_tokens"
+    if r.max_num_batched_tokens:
+        return r.max_num_batched_tokens, concurrency, "max_num_batched_tokens"
+    if not p.kind.has_kv_cache:  # embedding: every request in one batch
+        return context * concurrency, 0, f"{concurrency} x {context} tokens per batch"
+    return context, concurrency, "one sequence prefilled at a time; set max_num_batched_tokens for chunked prefill"
 
 
 # ------------------------------------------------------------------------------------- estimation
@@ -320,9 +534,12 @@ class _Plan:
     kv_per_token: int | None  # per GPU
     block_size: int | None
     notes: tuple[str, ...]
+    layout: KVLayout | None = None  # the KV cache per GPU, by groups of layers
+    runtime: str | None = None  # vllm, sglang or tgi when its own accounting applies
+    device_name: str = ""  # the GPU model, where a runtime's defaults depend on it
 
 
-def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
+def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, device_name: str = "") -> _Plan:
     arch, par = p.architecture, p.parallel
     notes: list[str] = []
     missing: list[str] = []
@@ -342,9 +559,14 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
     static: list[Component] = []
 
     # weights
-    if need("weights", {"params": p.params, "precision": wprec}):
+    params = p.params
+    if params is None and wprec is not None:
+        params = architecture_params(arch)
+        if params is not None:
+            notes.append(f"params not given: {params} derived from the architecture")
+    if need("weights", {"params": params, "precision": wprec}):
         unquantized = 0
-        if quant.method != Quantization.NONE:
+        if quant.method != Quantization.NONE or wprec.bits < compute.bits:  # embeddings stay 16-bit
             h, v = arch.effective_hidden_size, arch.vocab_size
             if h is not None and v is not None:
                 unquantized = v * h * (1 if arch.tie_embeddings else 2)
@@ -352,8 +574,10 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
                 notes.append(
                     "vocab_size or hidden_size unknown: embeddings counted as quantized (lower bound)"
                 )
-        total = weight_bytes(p.params, wprec, quant, unquantized, compute, c)
+        total = weight_bytes(params, wprec, quant, unquantized, compute, c)
         label = wprec.value if quant.method == Quantization.NONE else f"{quant.method.value} {wprec.value}"
+        if p.weight_bytes is not None and p.kind != Kind.FINETUNE_QLORA:  # the checkpoint's own tensor bytes
+            total, label = p.weight_bytes, label + ", as stored"
         if p.kind.is_adapter:
             label += ", frozen"
         static.append(Component("weights", _ceil_div(total, split), label))
@@ -363,18 +587,13 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
     optimizer = tr.optimizer if tr and tr.optimizer else Optimizer.ADAMW
     if (p.kind.is_full_training or p.kind.is_adapter) and not (tr and tr.optimizer):
         notes.append("training.optimizer not declared: assuming adamw")
-    if p.kind.is_full_training and p.params is not None and wprec is not None:
+    if p.kind.is_full_training and params is not None and wprec is not None:
         gprec = tr.gradient_precision if tr and tr.gradient_precision else wprec
         master = tr.master_weights if tr and tr.master_weights is not None else wprec not in (Precision.FP32,)
         per = training_state_bytes_per_param(wprec, gprec, optimizer, master)
-        static.append(Component("gradients", _ceil_div(p.params * per["gradients"], split), gprec.value))
-        static.append(
-            Component("optimizer_state", _ceil_div(p.params * per["optimizer_state"], split), optimizer.value)
-        )
-        if master:
-            static.append(
-                Component("master_weights", _ceil_div(p.params * per["master_weights"], split), "fp32 copy")
-            )
+        static[:] = [x for x in static if x.name != "weights"]
+        static.extend(sharded_training_state(params, per, par.data, split, tr, wprec, gprec, optimizer,
+                                             _largest_layer_params(arch, params), notes))  # fmt: skip
     if p.kind.is_adapter:
         lora = p.lora
         adapter_params = None
@@ -404,34 +623,38 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
                 )
             )
 
-    # overhead
+    # overhead: a serving runtime's own accounting replaces the generic allowances (serving_memory)
+    rt = p.runtime.name if p.kind == Kind.INFERENCE and p.runtime.name in _RUNTIMES else None
     if p.kind == Kind.CPU_INFERENCE:
         static.append(Component("runtime_overhead", c.cpu_runtime_overhead_bytes, "host runtime"))
-    else:
+    elif rt is None:
         static.append(Component("cuda_context", c.cuda_context_bytes, "per process"))
         static.append(Component("runtime_overhead", c.runtime_overhead_bytes, "allocator, workspaces"))
+    else:
+        counted, parts = _runtime_non_torch(p, rt, c)
+        static.append(Component("non_torch", counted, parts))
 
     # variable part: KV cache and activations
-    kv_per_token = None
+    layout = None
     block = None
-    vllm = p.runtime.is_vllm
     hidden = arch.effective_hidden_size
     if p.kind.is_inference:
-        need("KV cache", {"context.max": p.context.max})
-        kv_heads, hd = arch.effective_kv_heads, arch.effective_head_dim
-        if need("KV cache", {"architecture.layers": arch.layers, "architecture.kv_heads": kv_heads,
-                             "architecture.head_dim": hd}):  # fmt: skip
-            kv_per_token = kv_bytes_per_token(
-                _ceil_div(arch.layers, par.pipeline),
-                max(1, _ceil_div(kv_heads, par.tensor)),
-                hd,
-                p.effective_kv_cache_precision,
-            )
-        need("activations", {"architecture.hidden_size": hidden})
-        if arch.intermediate_size is None:
+        if p.kind.has_kv_cache:
+            need("KV cache", {"context.max": p.context.max})
+            layout = _kv_layout(p, rt, notes, need)
+        elif p.context.max is None:
+            need("activations", {"context.max": p.context.max})
+        if hidden is None:
+            hidden = _assumed_hidden(p, notes)
+        if hidden is None:
+            notes.append("activations left out: hidden_size unknown (give hidden_size, or heads with head_dim, "
+                         "or params with layers)")  # fmt: skip
+        elif arch.intermediate_size is None and arch.moe_intermediate_size is None:
             notes.append("intermediate_size unknown: activations assume 4 x hidden_size")
-        if vllm:
+        if rt == "vllm":
             block = p.runtime.block_size or c.vllm_block_size
+        elif rt == "tgi":
+            block = p.runtime.block_size or c.tgi_block_size
         if p.concurrency is None:
             notes.append("concurrency not declared: assuming 1 sequence")
     else:
@@ -448,28 +671,28 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
     if reasons:
         raise SizingError(f"cannot size workload {p.name!r}: " + "; ".join(reasons), tuple(missing))
 
+    ffn = _ffn_per_token(arch, par.tensor)
+
     def variable(concurrency: int, context: int) -> tuple[Component, ...]:
         if p.kind.is_inference:
-            kv = kv_cache_bytes(kv_per_token, context, concurrency, block)
-            if p.runtime.max_num_batched_tokens:
-                tokens = p.runtime.max_num_batched_tokens
-            elif vllm:
-                tokens = max(context, c.vllm_min_batched_tokens)
-            else:
-                tokens = context * concurrency
-            # vLLM measures its activation peak once at start-up, independent of the load it then serves
-            act = inference_activation_bytes(
-                tokens, c.vllm_max_num_seqs if vllm else concurrency, hidden, arch.intermediate_size, par.tensor, compute, arch.vocab_size,
-                c.logits_bytes,
-            )  # fmt: skip
-            return (
-                Component(
-                    "kv_cache",
-                    kv,
-                    f"{p.effective_kv_cache_precision.value}, {concurrency} x {context} tokens",
-                ),
-                Component("activations", act, f"forward pass over {tokens} tokens"),
-            )
+            out = []
+            if layout is not None and rt == "vllm":
+                rules, _ = vllm_rules(p.runtime.version)
+                batched = _activation_tokens(p, c, rt, concurrency, context, device_memory, device_name)[0]
+                kv = vllm_request_bytes(rules, layout, block, context, batched) * concurrency
+            elif layout is not None:
+                kv = layout.sequence_bytes(context, block) * concurrency
+            if layout is not None:
+                out.append(Component("kv_cache", kv, f"{p.effective_kv_cache_precision.value}, {concurrency} x "
+                                                     f"{context} tokens"))  # fmt: skip
+            if hidden is not None:
+                tokens, seqs, how = _activation_tokens(p, c, rt, concurrency, context, device_memory, device_name)
+                forward = inference_activation_bytes(tokens, 0, hidden, ffn, par.tensor, compute)
+                sampler = seqs * (arch.vocab_size or 0) * (c.sampler_bytes_per_logit if rt else c.logits_bytes)
+                out.append(Component("activations", max(forward, sampler),
+                                     f"forward pass over {tokens} tokens ({how})" if forward >= sampler
+                                     else f"sampler over {seqs} x {arch.vocab_size} logits"))  # fmt: skip
+            return tuple(out)
         act = training_activation_bytes(
             arch.layers, hidden, arch.heads or 1, context, concurrency, par.tensor,
             bool(tr and tr.gradient_checkpointing), tr.flash_attention if tr else True, compute,
@@ -478,7 +701,8 @@ def _plan(p: WorkloadProfile, c: OverheadConstants) -> _Plan:
         how = "checkpointed" if tr and tr.gradient_checkpointing else "stored"
         return (Component("activations", act, f"{how}, micro-batch {concurrency} x {context} tokens"),)
 
-    return _Plan(p, c, tuple(static), variable, kv_per_token, block, tuple(notes))
+    return _Plan(p, c, tuple(static), variable, layout.bytes_per_token if layout else None, block, tuple(notes),
+                 layout, rt, device_name)  # fmt: skip
 
 
 def _needed(plan: _Plan, concurrency: int, context: int) -> int:
@@ -505,6 +729,7 @@ def estimate(
     gpu_memory_bytes: int | None = None,
     gpus: int | None = None,
     overhead: OverheadConstants = DEFAULTS,
+    gpu_name: str | None = None,
 ) -> Estimate:
     """Return the per-GPU memory estimate of ``profile`` and what fits in ``gpu_memory_bytes`` per GPU.
 
@@ -513,8 +738,15 @@ def estimate(
     declared concurrency (inference) or training.micro_batch at context.max, 1 when not declared.
     Raises SizingError when inputs a component needs are missing.
     """
-    p = profile
-    plan = _plan(p, overhead)
+    try:
+        return _estimate(profile, gpu_memory_bytes, gpus, overhead, gpu_name or "")
+    except RuntimeSettingError as exc:
+        raise SizingError(f"cannot size workload {profile.name!r}: {exc}", (exc.field,)) from None
+
+
+def _estimate(p: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None, overhead: OverheadConstants,
+              gpu_name: str) -> Estimate:  # fmt: skip
+    plan = _plan(p, overhead, gpu_memory_bytes or 0, gpu_name)
     if p.kind.is_inference:
         concurrency, label = p.concurrency or 1, "concurrent sequences"
     else:
@@ -525,7 +757,7 @@ def estimate(
     context = p.context.max
     components = plan.static + plan.variable(concurrency, context)
     order = ("weights", "kv_cache", "gradients", "optimizer_state", "master_weights", "adapter", "activations",
-             "cuda_context", "runtime_overhead")  # fmt: skip
+             "non_torch", "cuda_context", "runtime_overhead")  # fmt: skip
     components = tuple(sorted(components, key=lambda x: order.index(x.name)))
     needed = sum(x.bytes for x in components)
     notes = list(plan.notes)
@@ -534,13 +766,17 @@ def estimate(
     gpus_needed = p.parallel.gpus if p.kind != Kind.CPU_INFERENCE else 0
     reservation = None
     budget = gpu_memory_bytes
-    if p.runtime.is_vllm and p.kind == Kind.INFERENCE:
+    report = None
+    if plan.runtime == "vllm":
         util = p.runtime.gpu_memory_utilization or overhead.vllm_gpu_memory_utilization
         if gpu_memory_bytes is not None:
             reservation = int(gpu_memory_bytes * util)
             budget = reservation
         else:
             notes.append("GPU memory unknown: the vLLM reservation cannot be computed")
+    if plan.runtime and gpu_memory_bytes is not None and plan.layout is not None:
+        report = _runtime_report(plan, components, gpu_memory_bytes, context, overhead)
+        notes.extend(report.notes)
     expected = reservation if reservation is not None else needed
 
     fits = margin = max_conc = max_ctx = kv_capacity = None
@@ -552,7 +788,12 @@ def estimate(
             notes.append(f"needs {gpus_needed} GPUs (tensor x pipeline x data) but has {available}")
         max_conc = _largest(lambda n: _needed(plan, n, context) <= budget)
         max_ctx = _largest(lambda s: _needed(plan, concurrency, s) <= budget)
-        if plan.kv_per_token:
+        if report is not None:
+            kv_capacity = report.kv_tokens
+            if report.max_concurrency < concurrency:
+                notes.append(f"{report.runtime} reports a maximum concurrency of {report.max_concurrency:.2f} for "
+                             f"{context} tokens, below the {concurrency} sequences declared")  # fmt: skip
+        elif plan.kv_per_token:
             free = budget - _needed(plan, 0, context)
             unit = plan.kv_per_token * (plan.block_size or 1)
             kv_capacity = max(free, 0) // unit * (plan.block_size or 1)
@@ -564,7 +805,55 @@ def estimate(
         concurrency=concurrency, context=context, concurrency_label=label,
         max_concurrency_at_max_context=max_conc, max_context_at_concurrency=max_ctx,
         kv_bytes_per_token=plan.kv_per_token, kv_capacity_tokens=kv_capacity, notes=tuple(notes),
+        max_concurrency=report.max_concurrency if report else None, runtime_report=report.to_dict() if report else None,
     )  # fmt: skip
+
+
+def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, max_model_len: int,
+                    c: OverheadConstants) -> RuntimeReport:  # fmt: skip
+    """The runtime's own start-up figures (docs/sizing.md, "Runtime accounting")."""
+    p, layout = plan.profile, plan.layout
+    get = {x.name: x.bytes for x in components}
+    weights, act, non_torch = get.get("weights", 0), get.get("activations", 0), get.get("non_torch", 0)
+    notes: list[str] = []
+    if plan.runtime == "vllm":
+        rules, note = vllm_rules(p.runtime.version)
+        if note:
+            notes.append(note)
+        budget = int(total * (p.runtime.gpu_memory_utilization or c.vllm_gpu_memory_utilization))
+        available = budget - weights - act - non_torch
+        tokens_budget = _activation_tokens(p, c, "vllm", 1, max_model_len, total, plan.device_name)[0]
+        blocks, tokens, conc = vllm_kv(rules, layout, available, plan.block_size, max_model_len, tokens_budget)
+        outside = [f"CUDA graphs ~{format_bytes(c.cuda_graph_bytes)} (captured after the KV cache is sized)"]
+        if not rules.counts_cuda_context:
+            outside.insert(0, f"CUDA context ~{format_bytes(c.vllm_cuda_context_bytes)}")
+        notes.append(f"vLLM {rules.name}: NVML will show the reservation plus what it does not count: "
+                     + ", ".join(outside))  # fmt: skip
+        name, block = f"vLLM {rules.name}", plan.block_size
+    elif plan.runtime == "sglang":
+        frac = p.runtime.mem_fraction_static or sglang_mem_fraction(p.parallel.tensor * p.parallel.pipeline, total)
+        budget = int(total * frac)
+        # profile_max_num_token: (free after load) - (free before load) x (1 - fraction); free before load
+        # is the card less the CUDA context and NCCL (model_runner.py:470, 816-819)
+        available = max(int((total - non_torch) * frac) - weights, 0)
+        act = 0  # SGLang keeps activations and CUDA graphs in the (1 - mem_fraction_static) remainder
+        blocks = tokens = available // layout.bytes_per_token
+        conc, name, block = tokens / max_model_len, f"SGLang (mem_fraction_static {frac:.3g})", 1
+    else:
+        budget = total  # CUDA_MEMORY_FRACTION 1.0
+        available = max(budget - weights - act - non_torch, 0)
+        # warmup: free memory after a max_batch_prefill_tokens prefill x wiggle room // block bytes, plus the
+        # blocks that prefill batch already holds (flash_causal_lm.py, warmup)
+        prefill = _activation_tokens(p, c, "tgi", 1, max_model_len, total)[0]
+        held = _ceil_div(prefill, plan.block_size)
+        block_bytes = layout.bytes_per_token * plan.block_size
+        blocks = int(max(available - held * block_bytes, 0) * c.tgi_wiggle_room) // block_bytes + held
+        tokens = blocks * plan.block_size
+        conc, name, block = tokens / max_model_len, "TGI", plan.block_size
+    if available <= 0:
+        notes.append(f"{name}: nothing left for the KV cache ({format_bytes(available)} after weights and profiling)")
+    return RuntimeReport(name, budget, weights, act, non_torch, available, block, blocks, tokens, max_model_len,
+                         conc, tuple(notes))  # fmt: skip
 
 
 def with_load(
@@ -632,7 +921,14 @@ def format_table(e: Estimate) -> str:
         lines.append(
             f"largest context at {e.concurrency} {e.concurrency_label}: {e.max_context_at_concurrency} tokens"
         )
-    if e.kv_capacity_tokens is not None:
+    r = e.runtime_report
+    if r is not None:
+        lines.append(f"{r['runtime']}: budget {format_bytes(r['budget_bytes'])} - weights {format_bytes(r['weights_bytes'])}"
+                     f" - activation peak {format_bytes(r['activation_bytes'])} - non-torch "
+                     f"{format_bytes(r['non_torch_bytes'])} = KV {format_bytes(r['kv_available_bytes'])}")  # fmt: skip
+        lines.append(f"GPU KV cache size: {r['kv_tokens']:,} tokens ({r['blocks']} blocks of {r['block_size']})")
+        lines.append(f"Maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")
+    elif e.kv_capacity_tokens is not None:
         lines.append(
             f"KV cache capacity: {e.kv_capacity_tokens} tokens ({e.kv_bytes_per_token} B/token per GPU)"
         )

@@ -1,0 +1,249 @@
+"""How serving runtimes size their KV cache at start-up: vLLM (per version), SGLang, TGI.
+
+Pure functions; the arithmetic follows each runtime's own start-up accounting, step by step, as read in
+its source (file and line of every rule and constant: docs/sizing.md, "Runtime accounting"). Figures
+the source cannot give (CUDA context, NCCL buffers, the sampler's live set) are named constants in
+``sizing.OverheadConstants`` with the evidence for their values.
+
+``kv_layout`` describes the KV cache per token per GPU as groups of layers; ``vllm_kv`` turns the KV
+memory into vLLM's blocks, "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per
+request: X.XXx"; ``vllm_request_bytes`` is what one request takes under the same rules. The budget
+arithmetic per runtime (``RuntimeReport``) is in ``sizing._runtime_report``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+GIB = 1024**3
+
+
+class RuntimeSettingError(ValueError):
+    """A runtime setting or model layout the accounting cannot follow; ``field`` names the profile key."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ------------------------------------------------------------------------------------- KV layout
+@dataclass(frozen=True)
+class KVGroup:
+    layers: int  # layers of this kind on one GPU (pipeline stage)
+    bytes_per_token: int  # per layer per GPU: 2 x kv_heads x head_dim x bytes (MLA: 1 x latent width)
+    window: int | None = None  # sliding-window layers: tokens attended to
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    groups: tuple[KVGroup, ...]
+    description: str
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Every KV layer, one token, one GPU: what a full-context token costs."""
+        return sum(g.layers * g.bytes_per_token for g in self.groups)
+
+    def sequence_bytes(self, tokens: int, block_size: int | None = None) -> int:
+        """KV bytes one sequence of ``tokens`` holds: sliding-window layers keep at most the window."""
+        total = 0
+        for g in self.groups:
+            t = min(tokens, g.window) if g.window else tokens
+            if block_size:
+                t = _cdiv(t, block_size) * block_size
+            total += g.layers * g.bytes_per_token * t
+        return total
+
+
+def kv_layout(layers: int, kv_heads: int, head_dim: int, element_bits: int, tensor: int = 1, pipeline: int = 1,
+              sliding_window: int | None = None, sliding_layers: int | None = None, kv_layers: int | None = None,
+              mla_width: int | None = None, replicate_heads: str = "ceil") -> KVLayout:  # fmt: skip
+    """The KV cache of one GPU as groups of layers.
+
+    kv_heads per GPU: ceil(kv_heads / tensor), at least 1 (``replicate_heads="floor"``: vLLM's
+    max(1, kv_heads // tensor)); layers per GPU: ceil(layers / pipeline). MLA (``mla_width`` = kv_lora_rank
+    + qk_rope_head_dim) caches one latent vector per token per layer, the same on every tensor rank.
+    """
+    stage = _cdiv(kv_layers if kv_layers is not None else layers, pipeline)
+    if mla_width:
+        per = _cdiv(mla_width * element_bits, 8)
+        what = f"MLA latent {mla_width} x {element_bits // 8 or 0.5} B"
+    else:
+        heads = max(1, kv_heads // tensor) if replicate_heads == "floor" else max(1, _cdiv(kv_heads, tensor))
+        per = _cdiv(2 * heads * head_dim * element_bits, 8)
+        what = f"2 x {heads} KV heads x {head_dim}"
+    sliding = 0
+    if sliding_window:
+        sliding = min(stage, _cdiv(sliding_layers if sliding_layers is not None else layers, pipeline))
+    groups = []
+    if stage - sliding:
+        groups.append(KVGroup(stage - sliding, per))
+    if sliding:
+        groups.append(KVGroup(sliding, per, sliding_window))
+    desc = f"{stage} KV layers per GPU, {what} per layer"
+    if sliding:
+        desc += f", {sliding} of them with a {sliding_window}-token window"
+    return KVLayout(tuple(groups), desc)
+
+
+# ------------------------------------------------------------------------------------ versions
+def parse_version(text: str, field: str = "runtime.version") -> tuple[int, ...]:
+    m = re.match(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", text or "")
+    if not m:
+        raise RuntimeSettingError(field, f"{field}: cannot read version {text!r}; expected e.g. 0.8.5")
+    return tuple(int(x) for x in m.groups() if x is not None)
+
+
+@dataclass(frozen=True)
+class VllmRules:
+    """One range of vLLM versions whose start-up accounting is the same (docs/sizing.md lists the source)."""
+
+    name: str  # the range, e.g. "0.9-0.11 (V1)"
+    first: tuple[int, ...]
+    engine: str  # V0 or V1
+    counts_cuda_context: bool  # is the CUDA context inside the non-KV memory subtracted from the budget?
+    mla_latent: bool  # DeepSeek MLA cached as one latent vector (else as full K/V of head size 256)
+    hybrid_groups: bool  # full + sliding-window layers in separate KV groups (the 0.9+ hybrid allocator)
+    window_in_concurrency: bool  # the printed max concurrency accounts for sliding windows
+    a100_small_defaults: bool = False  # A100s keep the < 70 GiB serve defaults
+
+
+VLLM_RULES = (
+    VllmRules("0.5-0.6.3 (V0)", (0, 5), "V0", False, False, False, False),
+    VllmRules("0.6.4-0.6.6 (V0)", (0, 6, 4), "V0", True, False, False, False),
+    VllmRules("0.7 (V0)", (0, 7), "V0", False, True, False, False),
+    VllmRules("0.8 (V1)", (0, 8), "V1", True, True, False, False),
+    VllmRules("0.9-0.11 (V1)", (0, 9), "V1", False, True, True, True, True),
+)
+
+
+VLLM_LAST_READ = (0, 11)  # the newest release whose source the rules were checked against
+
+
+def vllm_rules(version: str | None) -> tuple[VllmRules, str | None]:
+    """(the rules for ``version``, a note when the version is outside the documented ranges)."""
+    if not version:
+        return VLLM_RULES[-1], f"runtime.version not given: vLLM {VLLM_RULES[-1].name} accounting assumed"
+    v = parse_version(version)
+    if v < VLLM_RULES[0].first:
+        raise RuntimeSettingError("runtime.version", f"runtime.version: vLLM {version} predates the documented "
+                                               f"accounting (from {'.'.join(map(str, VLLM_RULES[0].first))})")  # fmt: skip
+    rules = [r for r in VLLM_RULES if r.first <= v][-1]
+    if v[:2] > VLLM_LAST_READ:
+        return rules, (f"vLLM {version} is newer than the versions read (up to "
+                       f"{'.'.join(map(str, VLLM_LAST_READ))}): {rules.name} accounting assumed")  # fmt: skip
+    return rules, None
+
+
+def vllm_defaults(rules: VllmRules, max_model_len: int, device_memory: int,
+                  device_name: str = "") -> tuple[int, int, str]:  # fmt: skip
+    """(max_num_batched_tokens, max_num_seqs, why) as the version chooses them for `vllm serve`."""
+    if rules.engine == "V0":
+        if max_model_len > 32768:  # chunked prefill on by default for long contexts
+            return 512, 256, "V0, chunked prefill (max_model_len > 32768): 512 tokens, 256 sequences"
+        return max(max_model_len, 2048), 256, "V0: max(max_model_len, 2048) tokens, 256 sequences"
+    if rules.a100_small_defaults and "a100" in device_name.lower():
+        return 2048, 256, "V1 serve on an A100: 2048 tokens, 256 sequences"
+    if device_memory >= 70 * GIB:
+        return 8192, 1024, "V1 serve on a >= 70 GiB GPU: 8192 tokens, 1024 sequences"
+    return 2048, 256, "V1 serve on a < 70 GiB GPU: 2048 tokens, 256 sequences"
+
+
+SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  # (tp x pp at least, fraction)
+MIB = 1024**2
+
+
+def sglang_mem_fraction(parallel_size: int, device_memory: int) -> float:
+    """SGLang 0.4.6's default mem_fraction_static (server_args.py:247-267): by tp x pp on GPUs up to 80 GiB,
+    0.88 above; above 96 GiB raised towards leaving 18 GiB for activations and CUDA graphs."""
+    gpu_mem = device_memory / MIB
+    if device_memory and gpu_mem > 81920:
+        frac = 0.88
+    else:
+        frac = next(f for n, f in SGLANG_MEM_FRACTION if parallel_size >= n)
+    if gpu_mem > 96 * 1024:
+        frac = min(frac + 48 * 1024 * (1 - frac) / gpu_mem, (gpu_mem - 1024 * 18) / gpu_mem)
+    return frac
+
+
+def sglang_chunked_prefill(device_memory: int) -> int:
+    """SGLang 0.4.6's default chunked_prefill_size (server_args.py:270-277)."""
+    return 2048 if device_memory and device_memory / MIB < 25_000 else 8192
+
+
+# ------------------------------------------------------------------------------------- report
+@dataclass(frozen=True)
+class RuntimeReport:
+    runtime: str  # e.g. "vLLM 0.9-0.11 (V1)"
+    budget_bytes: int  # what the runtime lets weights + non-KV + KV take
+    weights_bytes: int
+    activation_bytes: int  # counted inside the budget (vLLM's profile-run peak; 0 for SGLang)
+    non_torch_bytes: int  # counted inside the budget
+    kv_available_bytes: int
+    block_size: int
+    blocks: int
+    kv_tokens: int  # the runtime's "GPU KV cache size: N tokens"
+    max_model_len: int
+    max_concurrency: float  # the runtime's "Maximum concurrency for L tokens per request: X.XXx"
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "notes"} | {"notes": list(self.notes)}
+
+
+def vllm_request_bytes(rules: VllmRules, layout: KVLayout, block_size: int, tokens: int,
+                       max_num_batched_tokens: int) -> int:  # fmt: skip
+    """KV bytes vLLM sets aside for one request of ``tokens`` tokens: whole blocks on every layer; under the
+    0.9+ hybrid allocator a sliding-window layer holds cdiv(min(window - 1 + batched, tokens), block) + 1
+    blocks and the groups are padded to the same number of layers (as ``vllm_kv`` counts them)."""
+    page = layout.groups[0].bytes_per_token * block_size if layout.groups else 0
+    full = sum(g.layers for g in layout.groups if not g.window)
+    sliding = [g for g in layout.groups if g.window]
+    n_sliding = sum(g.layers for g in sliding)
+    full_blocks = _cdiv(tokens, block_size)
+    if not rules.hybrid_groups or not n_sliding:
+        return full_blocks * page * (full + n_sliding)
+    window = sliding[0].window
+    sw_blocks = _cdiv(min(window - 1 + max_num_batched_tokens, tokens), block_size) + 1
+    if not full:
+        return sw_blocks * page * n_sliding
+    group = min(full, n_sliding)
+    return (_cdiv(full, group) * full_blocks + _cdiv(n_sliding, group) * sw_blocks) * page * group
+
+
+def vllm_kv(rules: VllmRules, layout: KVLayout, available: int, block_size: int, max_model_len: int,
+            max_num_batched_tokens: int) -> tuple[int, int, float]:  # fmt: skip
+    """(blocks, KV tokens, max concurrency) as the version computes them from the available memory."""
+    available = max(available, 0)
+    page = {g.bytes_per_token * block_size for g in layout.groups}
+    if len(page) != 1:
+        raise RuntimeSettingError("architecture", "layers with different KV sizes per token are not modelled for vLLM")
+    page_size = page.pop()
+    full = sum(g.layers for g in layout.groups if not g.window)
+    sliding = [g for g in layout.groups if g.window]
+    n_sliding = sum(g.layers for g in sliding)
+    window = sliding[0].window if sliding else None
+
+    def sliding_blocks() -> int:  # blocks one request can hold on a sliding-window layer (0.9+ SlidingWindowSpec)
+        return _cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1
+
+    if not rules.hybrid_groups or not (full and n_sliding):
+        layers = full + n_sliding
+        blocks = available // page_size // layers
+        tokens = blocks * block_size
+        if rules.window_in_concurrency and n_sliding and not full:
+            return blocks, tokens, blocks / sliding_blocks()
+        if rules.window_in_concurrency:
+            return blocks, tokens, blocks / _cdiv(max_model_len, block_size)
+        return blocks, tokens, tokens / max_model_len
+    group = min(full, n_sliding)  # hybrid allocator: layers grouped so every group has `group` layers
+    n_full, n_sw = _cdiv(full, group), _cdiv(n_sliding, group)
+    blocks = available // page_size // group
+    tokens = blocks // (n_full + n_sw) * block_size
+    per_request = n_full * _cdiv(max_model_len, block_size) + n_sw * sliding_blocks()
+    return blocks, tokens, blocks / per_request

@@ -1,0 +1,183 @@
+"""Serving runtimes' own KV-cache accounting, step by step as each version's source does it
+(docs/sizing.md, "Runtime accounting"), and against figures the runtimes printed in public issues."""
+
+from __future__ import annotations
+
+import pytest
+
+from headroom.profiles import profile_from_dict
+from headroom.serving_memory import kv_layout, vllm_kv, vllm_rules
+from headroom.sizing import DEFAULTS, SizingError, estimate, inference_activation_bytes
+
+GIB = 2**30
+MIB = 2**20
+LLAMA31_8B = {"layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128, "hidden_size": 4096,
+              "intermediate_size": 14336, "vocab_size": 128256}  # fmt: skip
+
+
+def serve(version, context, arch=LLAMA31_8B, **runtime):
+    return profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
+                              "architecture": arch, "context": context,
+                              "runtime": {"name": "vllm", "version": version, **runtime}}, attributable=False)  # fmt: skip
+
+
+# version, max_model_len, GPU memory -> (batched tokens, sequences sampled, CUDA context counted)
+@pytest.mark.parametrize(
+    ("version", "context", "memory", "tokens", "seqs", "context_counted"),
+    [
+        ("0.6.3", 8192, 80 * GIB, 8192, 256, False),     # V0: max(max_model_len, 2048); init free after the context
+        ("0.6.3", 40000, 80 * GIB, 512, 256, False),     # V0: chunked prefill above 32768 -> 512
+        ("0.6.4", 4096, 24 * GIB, 4096, 256, True),      # memory_profiling counts the context as non-torch
+        ("0.7.3", 1024, 24 * GIB, 2048, 256, False),     # non-torch growth since the baseline snapshot
+        ("0.8.5", 8192, 80 * GIB, 8192, 1024, True),     # V1: >= 70 GiB serve defaults; total - torch allocated
+        ("0.8.5", 8192, 24 * GIB, 2048, 256, True),      # V1: < 70 GiB
+        ("0.9.2", 8192, 80 * GIB, 8192, 1024, False),    # V1: non-torch increase since the init snapshot
+        ("0.10.1", 8192, 80 * GIB, 8192, 1024, False),
+        ("0.10.1", 8200, 80 * GIB, 8192, 1024, False),   # concurrency = blocks / cdiv(8200, 16), not tokens / 8200
+    ],
+)  # fmt: skip
+def test_vllm_accounting_per_version(version, context, memory, tokens, seqs, context_counted):
+    e = estimate(serve(version, context), gpu_memory_bytes=memory)
+    r = e.runtime_report
+    budget = int(memory * 0.9)
+    weights = 8_030_261_248 * 2
+    forward = inference_activation_bytes(tokens, 0, 4096, 14336)
+    sampler = seqs * 128256 * DEFAULTS.sampler_bytes_per_logit
+    non_torch = DEFAULTS.vllm_non_torch_bytes + (DEFAULTS.vllm_cuda_context_bytes if context_counted else 0)
+    available = budget - weights - max(forward, sampler) - non_torch
+    page = 16 * 2 * 8 * 128 * 2  # block x K,V x KV heads x head_dim x bf16, one layer
+    blocks = max(available, 0) // page // 32
+    assert (r["budget_bytes"], r["activation_bytes"], r["non_torch_bytes"]) == (budget, max(forward, sampler), non_torch)
+    assert (r["blocks"], r["kv_tokens"]) == (blocks, blocks * 16)
+    v1_blocks = version.startswith(("0.9", "0.10"))  # 0.9+: blocks / blocks per request
+    printed = blocks / -(-context // 16) if v1_blocks else blocks * 16 / context
+    assert r["max_concurrency"] == pytest.approx(printed)
+
+
+def test_vllm_0_10_hybrid_allocator_groups_sliding_and_full_layers():
+    """Gemma 2 9B: 21 full + 21 sliding layers -> 2 groups of 21; tokens = blocks // 2 x 16; a request needs
+    cdiv(8192, 16) blocks in the full group plus cdiv(min(4095 + 8192, 8192), 16) + 1 in the sliding one."""
+    layout = kv_layout(42, 8, 256, 16, sliding_window=4096, sliding_layers=21)
+    rules, _ = vllm_rules("0.10.1")
+    page = 16 * 2 * 8 * 256 * 2
+    blocks, tokens, conc = vllm_kv(rules, layout, 20 * GIB, 16, 8192, 8192)
+    assert blocks == 20 * GIB // page // 21 and tokens == blocks // 2 * 16
+    assert conc == pytest.approx(blocks / (512 + 513))
+    old, _ = vllm_rules("0.8.5")  # before: every layer allocated as full attention
+    assert vllm_kv(old, kv_layout(42, 8, 256, 16), 20 * GIB, 16, 8192, 8192)[1] == 20 * GIB // page // 42 * 16
+
+
+def test_tensor_parallel_splits_kv_heads_and_adds_nccl_buffers():
+    p = profile_from_dict({"name": "s", "kind": "inference", "params": "70B", "precision": "bf16", "context": 8192,
+                           "architecture": {**LLAMA31_8B, "layers": 80, "heads": 64, "hidden_size": 8192,
+                                            "intermediate_size": 28672},
+                           "parallel": {"tensor": 4}, "runtime": {"name": "vllm", "version": "0.8.5"}},
+                          attributable=False)  # fmt: skip
+    e = estimate(p, gpu_memory_bytes=80 * GIB)
+    assert e.kv_bytes_per_token == 80 * 2 * 2 * 128 * 2
+    assert e.runtime_report["non_torch_bytes"] == DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes + \
+        DEFAULTS.nccl_bytes
+
+
+@pytest.mark.parametrize(("context", "printed_blocks", "printed_conc"), [(20000, 1952, 1.56), (29000, 1478, 0.82)])
+def test_within_10_percent_of_what_vllm_printed(context, printed_blocks, printed_conc):
+    """vllm-project/vllm#10517: V0 0.6.4, RTX 3090 (total_gpu_memory=23.58GiB), Llama-3.1-8B-Instruct BF16."""
+    e = estimate(serve("0.6.4", context), gpu_memory_bytes=int(23.58 * GIB))
+    r = e.runtime_report
+    assert abs(r["blocks"] - printed_blocks) / printed_blocks < 0.10
+    assert abs(r["max_concurrency"] - printed_conc) / printed_conc < 0.10
+
+
+def test_kv_tokens_from_available_memory_match_vllm_v1_for_an_fp8_moe_at_tp4():
+    """vllm-project/vllm#21348: Qwen3-235B-A22B-FP8, TP 4, H100: 'Available KV cache memory: 8.11 GiB',
+    'GPU KV cache size: 178,880 tokens' (94 layers, 4 KV heads of 128 -> 1 per GPU, BF16 cache)."""
+    rules, _ = vllm_rules("0.9.2")
+    _, tokens, _ = vllm_kv(rules, kv_layout(94, 4, 128, 16, tensor=4), int(8.11 * GIB), 16, 40960, 8192)
+    assert abs(tokens - 178_880) / 178_880 < 0.02
+
+
+def test_sglang_counts_weights_and_kv_inside_mem_fraction_static():
+    p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
+                           "architecture": LLAMA31_8B, "context": 8192, "runtime": "sglang"}, attributable=False)
+    r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
+    non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
+    available = int((80 * GIB - non_torch) * 0.88) - 8_030_261_248 * 2  # SGLang 0.4.6 model_runner.py:816-819
+    assert r["kv_tokens"] == available // (32 * 2 * 8 * 128 * 2) and r["activation_bytes"] == 0
+
+
+def test_unknown_runtime_version_is_an_error_naming_the_field():
+    with pytest.raises(SizingError) as exc:
+        estimate(serve("latest", 8192), gpu_memory_bytes=80 * GIB)
+    assert "runtime.version" in str(exc.value) and exc.value.missing == ("runtime.version",)
+
+
+def test_docs_sizing_table_is_the_generated_one():
+    """docs/sizing.md's model/GPU table is what `make sizing-table` writes (regenerate after a model change)."""
+    from headroom.sizing_table import BEGIN, END, render
+
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "sizing.md").read_text(encoding="utf-8")
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert block == "\n" + render()
+
+
+@pytest.mark.parametrize(("parallel", "memory_gib", "fraction"),
+                         [(1, 80, 0.88), (2, 80, 0.87), (4, 40, 0.85), (8, 80, 0.81), (16, 80, 0.79), (8, 94, 0.88)])
+def test_sglang_default_mem_fraction_static(parallel, memory_gib, fraction):
+    from headroom.serving_memory import sglang_mem_fraction
+
+    assert sglang_mem_fraction(parallel, memory_gib * GIB) == fraction
+
+
+def test_sglang_default_on_a_large_gpu_leaves_18_gib():
+    from headroom.serving_memory import sglang_mem_fraction
+
+    frac = sglang_mem_fraction(1, 140 * GIB)  # min(0.88 + 48 GiB x 0.12 / 140 GiB, (140 - 18) / 140)
+    assert frac == pytest.approx(min(0.88 + 48 * 0.12 / 140, 122 / 140))
+
+
+def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks():
+    p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
+                           "architecture": LLAMA31_8B, "context": 8192, "runtime": "tgi"}, attributable=False)
+    r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
+    forward = inference_activation_bytes(4096, 0, 4096, 14336)
+    non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
+    block = 32 * 16 * 2 * 8 * 128 * 2
+    held = 4096 // 16
+    free = 80 * GIB - 8_030_261_248 * 2 - forward - non_torch - held * block
+    assert r["blocks"] == int(free * 0.95) // block + held and r["kv_tokens"] == r["blocks"] * 16
+
+
+@pytest.mark.parametrize(("fixture", "version", "context"), [("gemma-3-27b", "0.10.1", 32768), ("gemma-2-9b", "0.10.1", 8192),
+                                                            ("mistral-7b-v0.1", "0.10.1", 16384), ("llama-3-8b", "0.10.1", 8200),
+                                                            ("llama-3-8b", "0.8.5", 8192), ("qwen2.5-7b", "0.6.3", 4096)])  # fmt: skip
+def test_fits_agrees_with_the_concurrency_vllm_reports(fixture, version, context):
+    """The declared load is sized the way vLLM sets KV blocks aside per request (sliding-window blocks,
+    hybrid groups), so the largest concurrency that fits is the whole part of what vLLM prints."""
+    from headroom.modelconfig import read_model_config
+
+    from conftest import ROOT
+
+    fields = read_model_config(ROOT / "tests" / "fixtures" / "hf" / fixture).fields
+    fields |= {"precision": "bf16", "compute_precision": "bf16"}
+    p = profile_from_dict({"name": "s", "kind": "inference", "context": context, **fields,
+                           "runtime": {"name": "vllm", "version": version}}, attributable=False)  # fmt: skip
+    e = estimate(p, gpu_memory_bytes=int(79.19 * GIB))
+    assert e.max_concurrency_at_max_context == int(e.max_concurrency)
+
+
+def test_a100s_keep_the_small_serve_defaults_from_0_9():
+    """vllm 0.10.1 engine/arg_utils.py:1638: `device_memory >= 70 GiB and "a100" not in device_name`."""
+    a100 = estimate(serve("0.10.1", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA A100-SXM4-80GB")
+    h100 = estimate(serve("0.10.1", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA H100 80GB HBM3")
+    old = estimate(serve("0.8.5", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA A100-SXM4-80GB")
+    assert a100.runtime_report["activation_bytes"] == max(inference_activation_bytes(2048, 0, 4096, 14336),
+                                                          256 * 128256 * 4)  # fmt: skip
+    assert h100.runtime_report["activation_bytes"] == old.runtime_report["activation_bytes"] == max(
+        inference_activation_bytes(8192, 0, 4096, 14336), 1024 * 128256 * 4)
+
+
+def test_a_newer_vllm_than_the_ones_read_is_sized_with_a_note():
+    e = estimate(serve("0.14.0", 8192), gpu_memory_bytes=80 * GIB)
+    assert any("newer than the versions read" in n for n in e.notes)
