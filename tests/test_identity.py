@@ -422,3 +422,44 @@ def test_job_mapping_dir_labels_gpus_and_makes_job_workloads(tmp_path):
     shutil.rmtree(mapping)
     s = c.collect()
     assert s.groups == () and not s.sources[0].up and "cannot read" in s.sources[0].error
+
+
+def test_headroom_run_with_kubernetes_flags_end_to_end(tmp_path, kubelet, agent_factory):
+    """The agent as a real process: `headroom run --kubernetes --kubernetes.pod-resources-socket ...` with the
+    NVML stand-in listing a pod's process (a fixture /proc) and a real gRPC kubelet: the pod is a workload,
+    GPU 0's series carry its labels, /api/v1/status shows the kubelet up; then the kubelet stops answering
+    (socket removed): the status says why, and the agent keeps ticking."""
+    from conftest import http_get
+
+    sock, servicer = kubelet
+    proc = tmp_path / "proc"
+    _proc(proc, 4242, f"0::{SYSTEMD_POD}/cri-containerd-{CID}.scope")
+    scenario = tmp_path / "pods.yaml"
+    scenario.write_text("gpus:\n  - name: NVIDIA H100 80GB HBM3\n    memory_total: 80GiB\n    power_limit: 700\n"
+                        "    processes:\n      - {pid: 4242, used_memory: 20GiB}\n")
+    config = tmp_path / "config.yaml"
+    config.write_text("collectors:\n  identity:\n    pod_resources_refresh: 200ms\n")
+    agent = agent_factory("--config.file", str(config), "--simulate", str(scenario), "--sample.interval", "200ms",
+                          "--path.procfs", str(proc), "--kubernetes", "--kubernetes.pod-resources-socket", str(sock))
+    status = json.loads(http_get(f"{agent.url}/api/v1/status")[2])
+    gpu0 = status["gpus"][0]["uuid"]
+    servicer.pods = {("ml", "chat-0"): {"vllm": [("nvidia.com/gpu", [gpu0])]}}
+    text = ""
+    for _ in range(200):
+        text = http_get(f"{agent.url}/metrics")[2].decode()
+        if 'workload="ml/chat-0"' in text:
+            break
+        threading.Event().wait(0.1)
+    assert 'headroom_workload_info{workload="ml/chat-0",kind="pod",model="",precision="",runtime="",source="auto"} 1' \
+        in text
+    assert f'headroom_gpu_up{{gpu="0",uuid="{gpu0}",namespace="ml",pod="chat-0",container="vllm"}} 1' in text
+    assert _series(text, "headroom_workload_gpu_memory_used_bytes") == {'workload="ml/chat-0",gpu="0"': str(20 * 2**30)}
+    sock.unlink()  # the kubelet goes away
+    for _ in range(200):
+        doc = json.loads(http_get(f"{agent.url}/api/v1/status")[2])
+        src = doc["identity"]["sources"][0]
+        if not src["up"]:
+            break
+        threading.Event().wait(0.1)
+    assert src["up"] is False and "not found" in src["error"]
+    assert doc["healthy"] is True

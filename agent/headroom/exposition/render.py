@@ -241,7 +241,7 @@ def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
 
     for src in identity.sources:
         w.add("headroom_identity_source_up", src.up, src.name)
-        if src.up:
+        if src.up or src.unknown_devices:
             w.add("headroom_identity_unknown_devices", len(src.unknown_devices), src.name)
     w.add("headroom_workload_identities", len(identity.groups))
     w.add("headroom_workload_identities_max", identity.max_groups)

@@ -489,7 +489,8 @@ class IdentityCollector(Collector):
                 g.namespace, g.pod = ref
                 g.containers.update(containers)
                 g.gpus.update(devices[ref])
-        return IdentitySource("kubelet", True, None, unknown_devices=tuple(unknown))
+        # up: the last call answered; after a failure the last answer is still used for a while (kubelet.py)
+        return IdentitySource("kubelet", state.error is None, state.error, unknown_devices=tuple(unknown))
 
     def _job_mapping(self, group: Any, nvml: NvmlSample | None) -> IdentitySource:
         assert self.mapping_dir is not None
