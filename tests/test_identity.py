@@ -98,6 +98,8 @@ def test_paths_that_only_look_like_identities_are_not():
     assert parse_cgroup_path(f"/system.slice/pod{UID}.service/x").kind == "unit"
     assert parse_cgroup_path("/system.slice/myjob_12.service").kind == "unit"
     assert parse_cgroup_path("/user.slice/job_x/step_1") is None
+    assert parse_cgroup_path("/user.slice/job_12/step_1") is None  # not under Slurm's cgroups
+    assert parse_cgroup_path("/slurm_node07/uid_5/job_12/step_1").job_id == "12"  # multiple-slurmd
     assert parse_cgroup_path(f"/kubepods.slice/kubepods-besteffort.slice/crio-conmon-{CID}.scope") is None
 
 

@@ -89,7 +89,7 @@ def parse_cgroup_path(path: str) -> CgroupIdentity | None:
                 runtime = "docker"
             continue
         m = _JOB.match(comp)
-        if m is not None:
+        if m is not None and "slurm" in path:  # slurmstepd.scope (v2), /slurm or /slurm_<node> (v1)
             job, job_at = m.group(1), i
             continue
         m = _STEP.match(comp)
