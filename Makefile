@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ADDRESS ?= 127.0.0.1:9843
 SCENARIO ?= demo
 
-.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean sizing-table podresources
+.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean sizing-table fleet fleet-bench podresources
 
 # one line per long step; pip's own output only when it fails
 $(VENV)/.installed: pyproject.toml
@@ -59,6 +59,16 @@ bench: venv
 ## 10-minute soak at 10 ticks/s with 8 simulated GPUs: RSS, threads and fds must stay flat (docs/reliability.md).
 soak: venv
 	$(PY) bench/soak.py
+
+## N simulated GPU hosts (default 20), one agent each, and a real Prometheus scraping them via file_sd with the
+## rules loaded; prints its URL and runs until Ctrl-C (docs/fleet.md). HOSTS=100 for a large fleet.
+HOSTS ?= 20
+fleet: venv system-deps
+	$(PY) -m bench.fleet --hosts $(HOSTS)
+
+## The fleet benchmark (not in CI): 100 hosts, 5 minutes, rewrites the fleet section of docs/benchmarks.md.
+fleet-bench: venv system-deps
+	$(PY) -m bench.fleet --hosts 100 --scrape-interval 15s --measure 300 --write-docs
 
 ## Every built-in scenario with the default analysis settings: the accuracy table of docs/analysis.md.
 accuracy: venv

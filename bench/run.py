@@ -24,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/run.py`: make `bench` and `headroom` importable
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "agent")]
 
-from bench import fixtures, gpu, host, report, scrape, ticks  # noqa: E402
+from bench import fixtures, fleet, gpu, host, report, scrape, ticks  # noqa: E402
 from headroom import logs  # noqa: E402
 from headroom.config import check_config_text  # noqa: E402
 
@@ -120,7 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     results.gpu = gpu.measure()
     results.duration_seconds = time.monotonic() - started
     text = report.markdown(results)
-    Path(args.output).write_text(text)
+    out = Path(args.output)
+    old = out.read_text() if out.exists() else ""
+    if fleet.BEGIN in old and fleet.END in old:  # `make fleet-bench` owns that section: keep it
+        text = text.rstrip("\n") + "\n\n" + old[old.index(fleet.BEGIN):old.index(fleet.END) + len(fleet.END)] + "\n"
+    out.write_text(text)
     _log(f"wrote {args.output} ({results.duration_seconds:.0f} s)")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(report.jsonable(results), indent=1) + "\n")

@@ -151,6 +151,36 @@ FLEET = (
              instant=True),),
           needs=("headroom_workload_headroom_gpu_memory_bytes",),
           options={"orientation": "horizontal", "displayMode": "basic"}),
+    Row("Idle cost and training jobs"),
+    Panel("Idle cost per team (24 h)", "What idle GPUs cost each team over the last day (recording rule "
+          "instance_team_workload:headroom_gpu_idle_cost:increase1d; team from the workload profile's team key, GPUs no workload "
+          "holds under workload unclaimed). Needs cost_per_gpu_hour configured.", "bargauge", "none",
+          (t(f'sort_desc(sum by (team, currency) (instance_team_workload:headroom_gpu_idle_cost:increase1d{{{FI}}}))',
+             "{{team}} ({{currency}})", instant=True),),
+          needs=("headroom_gpu_cost_per_hour", "headroom_workload_fleet_info"),
+          options={"orientation": "horizontal", "displayMode": "basic", "decimals": 2}),
+    Panel("Idle cost per workload (7 days)", "What idle GPUs cost per team and workload over the last week "
+          "(instance_team_workload:headroom_gpu_idle_cost:increase1w). `headroom fleet-report` lists the GPUs behind it.",
+          "table", "none",
+          (t(f'sort_desc(sum by (team, workload, currency) (instance_team_workload:headroom_gpu_idle_cost:increase1w{{{FI}}}))',
+             instant=True),),
+          needs=("headroom_gpu_cost_per_hour", "headroom_workload_fleet_info"), options={"decimals": 2}),
+    Panel("Idle cost rate per team", "Money per hour that idle GPUs waste right now, per team (5-minute average).",
+          "timeseries", "none",
+          (t(f'sum by (team) (instance_team_workload:headroom_gpu_idle_cost_per_hour:sum{{{FI}}})', "{{team}}"),),
+          needs=("headroom_gpu_cost_per_hour", "headroom_workload_fleet_info"), custom=STACKED),
+    Panel("Training jobs: GPUs against the job's median", "For each job spanning hosts (profile key job), every "
+          "GPU's effective speed (busy share x SM clock against max) divided by the job's median GPU. A GPU well "
+          "below 1 holds back every synchronous step: HeadroomTrainingJobStraggler fires under 0.8 for 10 minutes.",
+          "timeseries", "percentunit",
+          (t(f'training_job_instance_gpu:headroom_gpu_relative_speed:ratio5m{{{FI}}}',
+             "{{training_job}} {{instance}} GPU {{gpu}}"),),
+          needs=("headroom_workload_fleet_info",), minmax=(0, 1.2)),
+    Panel("Slowest GPU per training job", "The GPU with the lowest speed against its job's median, per job, "
+          "and the host it is on.", "table", "percentunit",
+          (t(f'bottomk by (training_job) (1, training_job_instance_gpu:headroom_gpu_relative_speed:ratio5m{{{FI}}})',
+             instant=True),),
+          needs=("headroom_workload_fleet_info",)),
 )
 
 # ---------------------------------------------------------------- Host

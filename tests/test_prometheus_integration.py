@@ -25,7 +25,13 @@ from conftest import Agent, free_port, http_get
 
 # (dashboard file, panel title, refId) -> why it has no data in this run; a listed query that returns data fails
 # the test, so the list shrinks as the missing pieces land.
-NO_DATA_YET: dict[tuple[str, str, str], str] = {}
+_ONE_HOST = "one host's job whose GPUs run under 5 % of full speed; tests/test_fleet.py has the multi-host job"
+NO_DATA_YET: dict[tuple[str, str, str], str] = {
+    ("fleet.json", "Training jobs: GPUs against the job's median", "A"): _ONE_HOST,
+    ("fleet.json", "Slowest GPU per training job", "A"): _ONE_HOST,
+}
+# recording rules without data in this run, with the reason (tests/test_fleet.py evaluates them with data)
+RULES_WITHOUT_DATA = {"training_job_instance_gpu:headroom_gpu_relative_speed:ratio5m": _ONE_HOST}
 # a real process for workload chat (cmdline match), so its process panels have data
 STANDIN = ["-c", "import time; time.sleep(600)", "headroom-showcase-chat-server"]
 # alerts the showcase scenario makes fire at once (no `for:`): XID 79 at 3 s, a failed row remap from the start
@@ -49,11 +55,15 @@ workloads:
     concurrency: 16
     gpus: [0]
     match: {cmdline: "headroom-showcase-chat-server"}
+    team: ml
+    job: showcase-job
   - name: trainer
     kind: finetune-lora
     params: 7B
     precision: bf16
     gpus: [1]
+    team: ml
+    job: showcase-job
 """
 RANGE_S = 30
 
@@ -61,11 +71,11 @@ RANGE_S = 30
 class Prometheus:
     """A real `prometheus` on a free loopback port, storing into a temporary directory."""
 
-    def __init__(self, tmp: Path, target: str) -> None:
+    def __init__(self, tmp: Path, target: str, config: dict | None = None) -> None:
         assert shutil.which("prometheus"), "prometheus missing: `make test` installs Debian's prometheus package"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = {
+        config = config or {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
             "rule_files": [str(p) for p in (*RULE_FILES, *COMPAT_RULE_FILES)],
             "scrape_configs": [{"job_name": "headroom", "static_configs": [{"targets": [target]}]}],
@@ -262,10 +272,11 @@ def test_every_rule_expression_evaluates_and_recording_rules_have_data(stack):
             continue
         if "record" in rule:
             recorded = prom.query(rule["record"])
-            if not answer["data"]["result"] or not recorded["data"]["result"]:
+            has_data = bool(answer["data"]["result"] and recorded["data"]["result"])
+            if has_data == (name in RULES_WITHOUT_DATA):
                 empty.append(name)
     assert not errors, errors
-    assert not empty, f"recording rules without data: {empty}"
+    assert not empty, f"recording rules without data, or listed in RULES_WITHOUT_DATA with data: {empty}"
 
 
 def test_the_showcase_fires_the_alerts_it_should(stack):

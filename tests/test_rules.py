@@ -25,6 +25,7 @@ ALERT_NAME = re.compile(r"^Headroom(?:[A-Z][a-z0-9]*)+$")
 # identifiers in PromQL: metric names (may hold colons: recording rules), label names, functions, keywords
 _TOKEN = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+_RANGE = re.compile(r"\[[0-9a-z:]+\]")  # [5m], and subquery ranges [1d:5m], whose colon is no rule name
 
 
 def rules() -> list[dict]:
@@ -53,7 +54,7 @@ def unknown_names(expr: str, recorded: set[str]) -> list[str]:
     must be a catalogue name and every identifier with a colon must be a recording rule.
     """
     bad = []
-    for token in _TOKEN.findall(_STRING.sub('""', expr)):
+    for token in _TOKEN.findall(_RANGE.sub("", _STRING.sub('""', expr))):
         if ":" in token:
             if token not in recorded:
                 bad.append(token)

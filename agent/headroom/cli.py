@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     from headroom import estimate
 
     estimate.add_parser(sub, _add_estimate_flags)
+    from headroom.fleet import report
+
+    report.add_parser(sub)
     return parser
 
 
@@ -246,6 +249,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(level, getattr(args, "log_format", None))
     if args.command == "replay":
         return _replay(args)
+    if args.command == "fleet-report":
+        from headroom.fleet import report
+
+        try:
+            code, text = report.run(args)
+        except report.ReportError as exc:
+            return _error(str(exc), 2)
+        sys.stdout.write(text)
+        return code
     config_path = daemon.resolve_config_path(args.config_file)
     try:
         config = load_config(config_path)

@@ -47,6 +47,8 @@ attribution is optional; the memory model in ``headroom.sizing`` says which inpu
 | endpoint                           | http(s) URL of the serving /metrics               |                                         |
 | cost_per_gpu_hour                  | number >= 0                                       | in the operator's currency              |
 | weight_bytes                       | int                                               | weights as stored (safetensors headers) |
+| job                                | name, like ``name``                               | a job spanning hosts (the same on each) |
+| team                               | name, like ``name``                               | who runs it (fleet cost rules)          |
 
 Attribution rule: a profile needs at least one ``match`` rule or an explicit ``gpus`` list; without
 either no process and no GPU could ever be attributed to it, so it is rejected.
@@ -328,6 +330,8 @@ class WorkloadProfile:
     endpoint: str | None = None
     cost_per_gpu_hour: float | None = None
     weight_bytes: int | None = None  # the checkpoint's tensor bytes as loaded (safetensors headers); wins over params
+    job: str | None = None  # a (training) job spanning hosts: every host's profile names the same job
+    team: str | None = None  # who runs and pays for it: fleet idle cost is summed per team
 
     @property
     def effective_quantization(self) -> QuantizationSpec:
@@ -398,7 +402,7 @@ _CONTAINER_ID = re.compile(r"^[0-9a-f]{12,64}$")
 _TOP_KEYS = ("name", "kind", "model", "runtime", "params", "precision", "quantization", "compute_precision",
              "kv_cache_precision", "architecture", "context", "output_tokens", "concurrency", "training", "lora",
              "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour",
-             "weight_bytes")  # fmt: skip
+             "weight_bytes", "job", "team")  # fmt: skip
 _ARCH_KEYS = ("layers", "heads", "kv_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
               "tie_embeddings", "sliding_window", "sliding_window_layers", "kv_layers", "kv_lora_rank",
               "qk_rope_head_dim", "experts", "experts_per_token", "moe_intermediate_size")  # fmt: skip
@@ -578,6 +582,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
     endpoint = _endpoint(r, top)
     cost = r.number(top, "cost_per_gpu_hour", (), 0.0)
     weight_total = r.integer(top, "weight_bytes", (), 1)
+    job, team = _group_name(r, top, "job"), _group_name(r, top, "team")
 
     # --------------------------------------------------------------------- impossible combinations
     if _ok(kind):
@@ -632,7 +637,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
         quantization=quant, compute_precision=compute, kv_cache_precision=kv_precision, architecture=arch,
         context=context, output_tokens=output_tokens, concurrency=concurrency, training=training, lora=lora,
         dataloader_workers=workers, parallel=parallel, gpus=gpus, match=match, endpoint=endpoint,
-        cost_per_gpu_hour=cost, weight_bytes=weight_total,
+        cost_per_gpu_hour=cost, weight_bytes=weight_total, job=job, team=team,
     )  # fmt: skip
 
 
@@ -900,6 +905,15 @@ def _match(r: _Reader, top: Mapping) -> Any:
     if _BAD in values.values():
         return _BAD
     return ProcessMatch(**values)
+
+
+def _group_name(r: _Reader, top: Mapping, key: str) -> Any:
+    """``job`` / ``team``: a name with the rules of ``name`` (it becomes a label value across the fleet)."""
+    value = r.string(top, key, ())
+    if value is not None and value is not _BAD and not _NAME.match(value):
+        r.error((key,), f"{value!r} must match [A-Za-z0-9][A-Za-z0-9_.-]* and be at most 64 characters")
+        return _BAD
+    return value
 
 
 def _endpoint(r: _Reader, top: Mapping) -> Any:

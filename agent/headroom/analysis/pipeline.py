@@ -52,6 +52,7 @@ class HostFinding:
     gpus_idle: int = 0
     gpu_idle_seconds_total: float = 0.0
     gpu_idle_cost_total: float | None = None  # None when no cost per GPU-hour is configured
+    gpu_cost_per_hour: Mapping[int, float] = field(default_factory=dict)  # GPU index -> price, where one is set
     currency: str = "USD"  # ISO 4217 code of the cost
 
 
@@ -182,6 +183,8 @@ class Analysis:
         host_finding = HostFinding(
             gpus_idle=len(idle), gpu_idle_seconds_total=round(self._idle_seconds, 6),
             gpu_idle_cost_total=round(self._idle_cost, 6) if priced else None, currency=s["currency"],
+            gpu_cost_per_hour={g.index: c for g in gpu_findings
+                               if (c := costs.get(g.index, default_cost)) is not None},
         )
         return derived, Findings(tuple(statuses), tuple(gpu_findings), tuple(workload_findings), host_finding,
                                  tuple(changes))

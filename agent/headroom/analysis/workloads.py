@@ -74,6 +74,8 @@ class WorkloadStatus:
     dataloader_workers: int | None = None  # children of the main process, when the profile declares workers
     source: str = "declared"  # "declared" (a profile) | "auto" (a pod, job, container or unit holding a GPU)
     cgroup: CgroupStats | None = None  # auto workloads: their cgroup's v2 files (declared: in ``measured``)
+    job: str = ""  # the profile's job (a job spanning hosts) and team, "" when it names none
+    team: str = ""
 
     @property
     def gpu_indices(self) -> tuple[int, ...]:
@@ -186,7 +188,7 @@ def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[
         runtime=p.runtime.name or "", processes=procs.processes if procs is not None else None, measured=procs,
         gpus=used, gpu_memory_used_bytes=sum(known_used) if known_used else None, gpu_memory_capacity_bytes=capacity,
         estimate=est, expected_components=components, expected_per_gpu_bytes=per_gpu, expected_peak_bytes=peak,
-        estimate_error=error, dataloader_workers=workers,
+        estimate_error=error, dataloader_workers=workers, job=p.job or "", team=p.team or "",
     )  # fmt: skip
 
 

@@ -163,6 +163,10 @@ CATALOG: tuple[MetricSpec, ...] = (
          "Cost of idle GPU time at the configured cost_per_gpu_hour (workload profiles, else "
          "analysis.cost_per_gpu_hour), in the currency the label names (analysis.currency, an ISO 4217 code, "
          "default USD); absent when no cost is configured."),
+    _ana("headroom_gpu_cost_per_hour", GAUGE, "", G,
+         "What an hour of this GPU costs (the cost_per_gpu_hour of the workload profile on it, else "
+         "analysis.cost_per_gpu_hour), in the currency of headroom_gpu_idle_cost_total; absent when no cost is "
+         "configured. The fleet idle-cost rules use it."),
     _ana("headroom_workload_bottleneck_score", GAUGE, "", (*W, "resource"),
          "How sure the analysis is (0-1) that the resource limits the workload now, over the short window "
          "(analysis.short_window, default 15s). Rules and evidence: docs/analysis.md, /api/v1/status."),
@@ -246,6 +250,9 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Always 1 per workload; labels carry its profile (empty when the profile does not say); source is declared "
         "(a profile) or auto (a pod, Slurm job, container or systemd unit holding a GPU: kind pod, job, container, "
         "unit; docs/workload-identity.md)."),
+    _wl("headroom_workload_fleet_info", GAUGE, "", ("workload", "team", "training_job"),
+        "Always 1 for a workload whose profile names a team or a job (a job spanning hosts; label training_job, "
+        "as job is Prometheus' scrape job). The fleet rules group GPUs by these across hosts."),
     _wl("headroom_workload_processes", GAUGE, "", ("workload",),
         "Live processes of the workload: its match rules, plus their descendants (DataLoader workers)."),
     _wl("headroom_workload_threads", GAUGE, "", ("workload",), "Threads of the workload's processes."),

@@ -257,6 +257,8 @@ def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
         name = st.name
         w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime,
               getattr(st, "source", "declared"))
+        if st.job or st.team:
+            w.add("headroom_workload_fleet_info", 1, name, st.team, st.job)
         m = st.measured
         auto_cgroup = getattr(st, "cgroup", None)
         if m is None and getattr(st, "source", "declared") == "auto":
@@ -296,6 +298,7 @@ def _render_findings(w: Writer, f: Any) -> None:
         ids = (str(g.index), g.uuid)
         _render_verdict(w, "headroom_gpu", ids, g.verdict)
         w.add("headroom_gpu_idle", g.idle, *ids)
+        w.add("headroom_gpu_cost_per_hour", f.host.gpu_cost_per_hour.get(g.index), *ids)
     if f.gpu_findings:
         w.add("headroom_gpus_idle", f.host.gpus_idle)
         w.add("headroom_gpu_idle_seconds_total", _r(f.host.gpu_idle_seconds_total))

@@ -1,0 +1,321 @@
+"""`headroom fleet-report --prometheus URL [--since 7d]`: a right-sizing report for a fleet, from the Prometheus
+HTTP API (instant queries over the period, nothing else: it works against Prometheus, Thanos Query or Mimir).
+
+Three answers:
+
+- **Right-sizing**: per host and workload, the measured peak GPU memory over the period (the largest per-GPU
+  peak, and the per-GPU peaks summed, an upper bound of the whole workload's peak) with a safety margin, against
+  the GPUs it holds: it fits fewer GPUs of the same kind, and/or a GPU class with less memory. By memory only:
+  a job may need its GPUs for compute; the report says what the memory allows.
+- **Idle GPUs**: GPUs idle (below the agent's analysis.idle_busy_ratio) more than --idle-threshold of the
+  period, with idle hours and cost. Hours and cost split each host's own counters
+  (headroom_gpu_idle_seconds_total, headroom_gpu_idle_cost_total) by the GPUs' idle share and price, so they add
+  up to what the agents counted.
+- **Host-bound hosts**: hosts whose GPUs had a host resource (CPU, host memory, shared memory, disk, network) as
+  primary bottleneck more than --host-bound-threshold of the period: better GPUs would not help them.
+
+A bad URL, an unreachable Prometheus or one that answers with an error ends with a one-line message and exit
+status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GIB = 2**30
+# memory classes a workload can move to (smallest first): label, usable bytes per GPU
+GPU_CLASSES: tuple[tuple[str, int], ...] = (
+    ("16 GB (T4, A2)", 15 * GIB), ("24 GB (L4, A10G)", 22 * GIB), ("40 GB (A100 40GB)", 39 * GIB),
+    ("48 GB (L40S, RTX 6000 Ada)", 44 * GIB), ("80 GB (A100 80GB, H100)", 79 * GIB), ("94 GB (H100 NVL)", 93 * GIB),
+    ("141 GB (H200)", 139 * GIB),
+)
+HOST_RESOURCES = ("cpu", "host_memory", "shared_memory", "disk_io", "network")
+_DURATION = re.compile(r"^[1-9][0-9]*[smhdw]$")
+
+
+class ReportError(Exception):
+    """Why the report could not be made; printed as one line, exit status 2."""
+
+
+@dataclass(frozen=True)
+class RightSizing:
+    instance: str
+    workload: str
+    team: str
+    gpu_model: str
+    gpus: int
+    memory_per_gpu_bytes: int
+    peak_per_gpu_bytes: int
+    peak_total_bytes: int
+    fits_gpus: int | None  # fewer GPUs of the same kind that hold the peak with the margin, None: not fewer
+    fits_class: str | None  # a smaller memory class that holds the per-GPU peak with the margin
+
+
+@dataclass(frozen=True)
+class IdleGpu:
+    instance: str
+    gpu: str
+    gpu_model: str
+    workload: str
+    team: str
+    idle_ratio: float
+    idle_hours: float
+    cost: float | None
+    currency: str = ""  # of cost: analysis.currency of the host (label of headroom_gpu_idle_cost_total)
+
+
+@dataclass(frozen=True)
+class HostBound:
+    instance: str
+    resource: str
+    share: float  # of the period, on its most affected GPU
+    gpus: int  # GPUs that had it as primary bottleneck at some point
+
+
+@dataclass
+class Report:
+    prometheus: str
+    since: str
+    right_sizing: list[RightSizing] = field(default_factory=list)
+    idle: list[IdleGpu] = field(default_factory=list)
+    host_bound: list[HostBound] = field(default_factory=list)
+    hosts: int = 0
+    gpus: int = 0
+
+
+class Prometheus:
+    """Instant queries against the HTTP API; every failure becomes a ReportError with the reason."""
+
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ReportError(f"--prometheus must be an http(s) URL such as http://prometheus:9090, got {url!r}")
+        try:
+            parts.port  # noqa: B018 - raises on a bad port
+        except ValueError:
+            raise ReportError(f"--prometheus has an invalid port: {url!r}") from None
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
+                body = resp.read()
+        except urllib.error.HTTPError as exc:
+            body = exc.read()
+            try:
+                doc = json.loads(body)
+            except ValueError:
+                raise ReportError(f"{self.url} answered HTTP {exc.code} to the query API: is it Prometheus?") from None
+            raise ReportError(f"Prometheus at {self.url} rejected a query ({doc.get('error', exc.code)}): {expr}") \
+                from None
+        except (urllib.error.URLError, socket.timeout, ConnectionError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ReportError(f"cannot reach Prometheus at {self.url}: {reason}") from None
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise ReportError(f"{self.url} did not answer with Prometheus API JSON: is it Prometheus?") from None
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            raise ReportError(f"Prometheus at {self.url} failed a query: {doc.get('error') if isinstance(doc, dict) else doc}")
+        data = doc.get("data") or {}
+        if data.get("resultType") != "vector":
+            raise ReportError(f"unexpected answer from {self.url}: resultType {data.get('resultType')}")
+        return data["result"]
+
+
+def _value(r: dict[str, Any]) -> float:
+    return float(r["value"][1])
+
+
+def _by(results: list[dict[str, Any]], *labels: str) -> dict[tuple[str, ...], float]:
+    out = {}
+    for r in results:
+        v = _value(r)
+        if math.isfinite(v):
+            out[tuple(r["metric"].get(label, "") for label in labels)] = v
+    return out
+
+
+def build(prom: Prometheus, since: str, idle_threshold: float, host_bound_threshold: float,
+          margin: float) -> Report:
+    """Runs the queries and assembles the report."""
+    if not _DURATION.match(since):
+        raise ReportError(f"--since must be a Prometheus duration such as 7d, 24h or 90m, got {since!r}")
+    report = Report(prometheus=prom.url, since=since)
+    models = _by(prom.query("max by (instance, gpu, name) (headroom_gpu_info)"), "instance", "gpu", "name")
+    model_of = {(i, g): n for (i, g, n) in models}
+    report.hosts = len({i for i, _ in model_of})
+    report.gpus = len(model_of)
+    teams = {(i, w): t for (i, w, t) in _by(prom.query("max by (instance, workload, team) (headroom_workload_fleet_info)"),
+                                            "instance", "workload", "team")}
+    holders: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for (i, w, g) in _by(prom.query("max by (instance, workload, gpu) (headroom_workload_gpu_memory_used_bytes)"),
+                         "instance", "workload", "gpu"):
+        holders[(i, g)].append(w)
+
+    # ---- right-sizing
+    peaks = _by(prom.query(f"max by (instance, workload, gpu) "
+                           f"(max_over_time(headroom_workload_gpu_memory_used_bytes[{since}]))"),
+                "instance", "workload", "gpu")
+    capacity = _by(prom.query(f"max by (instance, workload) "
+                              f"(max_over_time(headroom_workload_gpu_memory_capacity_bytes[{since}]))"),
+                   "instance", "workload")
+    per_workload: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
+    for (i, w, g), v in peaks.items():
+        per_workload[(i, w)].append((g, v))
+    for (i, w), gpus in sorted(per_workload.items()):
+        n = len(gpus)
+        cap = capacity.get((i, w))
+        if not n or not cap:
+            continue
+        per_gpu_cap = int(cap / n)
+        peak_gpu = int(max(v for _, v in gpus))
+        peak_total = int(sum(v for _, v in gpus))
+        need = max(1, math.ceil(peak_total * (1 + margin) / per_gpu_cap))
+        fits = need if need < n else None
+        smaller = next((label for label, size in GPU_CLASSES
+                        if size < per_gpu_cap * 0.95 and peak_gpu * (1 + margin) <= size), None)
+        model = model_of.get((i, gpus[0][0]), "")
+        report.right_sizing.append(RightSizing(i, w, teams.get((i, w), ""), model, n, per_gpu_cap, peak_gpu,
+                                               peak_total, fits, smaller))
+
+    # ---- idle GPUs
+    idle = _by(prom.query(f"avg_over_time(headroom_gpu_idle[{since}])"), "instance", "gpu")
+    price = _by(prom.query(f"avg_over_time(headroom_gpu_cost_per_hour[{since}])"), "instance", "gpu")
+    idle_seconds = _by(prom.query(f"increase(headroom_gpu_idle_seconds_total[{since}])"), "instance")
+    idle_cost_results = prom.query(f"increase(headroom_gpu_idle_cost_total[{since}])")
+    idle_cost = _by(idle_cost_results, "instance")
+    currency = {i: c for (i, c) in _by(idle_cost_results, "instance", "currency")}
+    share_sum: dict[str, float] = defaultdict(float)
+    priced_sum: dict[str, float] = defaultdict(float)
+    for (i, g), r in idle.items():
+        share_sum[i] += r
+        priced_sum[i] += r * price.get((i, g), 0.0)
+    for (i, g), r in sorted(idle.items(), key=lambda kv: (-kv[1], kv[0])):
+        if r <= idle_threshold:
+            continue
+        hours = idle_seconds.get((i,), 0.0) * r / share_sum[i] / 3600 if share_sum[i] else 0.0
+        cost = None
+        if (i, g) in price and (i,) in idle_cost:
+            cost = idle_cost[(i,)] * r * price[(i, g)] / priced_sum[i] if priced_sum[i] else 0.0
+        workloads = holders.get((i, g), [])
+        report.idle.append(IdleGpu(i, g, model_of.get((i, g), ""), ",".join(sorted(workloads)) or "(none)",
+                                   ",".join(sorted({teams.get((i, w), "") for w in workloads} - {""})), r,
+                                   round(hours, 3), None if cost is None else round(cost, 2), currency.get(i, "")))
+
+    # ---- host-bound hosts
+    bound = _by(prom.query(f'max by (instance, gpu, resource) (avg_over_time(headroom_gpu_bottleneck'
+                           f'{{resource=~"{"|".join(HOST_RESOURCES)}"}}[{since}]))'), "instance", "gpu", "resource")
+    worst: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for (i, _g, res), share in bound.items():
+        if share > 0:
+            worst[(i, res)].append(share)
+    for (i, res), shares in sorted(worst.items(), key=lambda kv: (-max(kv[1]), kv[0])):
+        if max(shares) > host_bound_threshold:
+            report.host_bound.append(HostBound(i, res, max(shares), len(shares)))
+    return report
+
+
+# ------------------------------------------------------------------------------------------------ output
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _rows(report: Report) -> dict[str, tuple[list[str], list[list[str]]]]:
+    sizing = [[r.instance, r.workload, r.team or "-", f"{r.gpus} x {r.gpu_model or '?'} ({_gib(r.memory_per_gpu_bytes)})",
+               _gib(r.peak_per_gpu_bytes), _gib(r.peak_total_bytes),
+               str(r.fits_gpus) if r.fits_gpus else "-", r.fits_class or "-"]
+              for r in report.right_sizing if r.fits_gpus or r.fits_class]
+    idle = [[r.instance, r.gpu, r.gpu_model, r.workload, r.team or "-", f"{r.idle_ratio * 100:.0f} %",
+             f"{r.idle_hours:.2f}", "-" if r.cost is None else f"{r.cost:.2f} {r.currency}".rstrip()]
+            for r in report.idle]
+    bound = [[r.instance, r.resource, f"{r.share * 100:.0f} %", str(r.gpus)] for r in report.host_bound]
+    return {
+        "Workloads that fit less GPU": (["host", "workload", "team", "GPUs now", "peak per GPU", "peak, all GPUs",
+                                         "fits GPUs", "fits a smaller GPU"], sizing),
+        "GPUs idle most of the period": (["host", "GPU", "model", "workload", "team", "idle", "idle hours", "cost"],
+                                         idle),
+        "Hosts whose bottleneck is the host": (["host", "resource", "share of the period", "GPUs"], bound),
+    }
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(asdict(report), indent=1) + "\n"
+
+
+def to_markdown(report: Report) -> str:
+    out = [f"# Fleet report: {report.hosts} hosts, {report.gpus} GPUs, last {report.since}", ""]
+    for title, (head, rows) in _rows(report).items():
+        out += [f"## {title}", ""]
+        if not rows:
+            out += ["None.", ""]
+            continue
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        out.append("")
+    totals: dict[str, float] = defaultdict(float)
+    for r in report.idle:
+        totals[r.currency] += r.cost or 0.0
+    spent = ", ".join(f"{v:.2f} {c}".rstrip() for c, v in sorted(totals.items())) or "nothing"
+    out.append(f"Idle GPUs above the threshold cost {spent} over the period.")
+    return "\n".join(out) + "\n"
+
+
+def to_table(report: Report) -> str:
+    out = [f"Fleet report: {report.hosts} hosts, {report.gpus} GPUs, last {report.since} ({report.prometheus})", ""]
+    for title, (head, rows) in _rows(report).items():
+        out.append(f"{title}:")
+        if not rows:
+            out += ["  none", ""]
+            continue
+        widths = [max(len(str(c)) for c in col) for col in zip(head, *rows, strict=True)]
+        for row in (head, *rows):
+            out.append("  " + "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        out.append("")
+    return "\n".join(out)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("fleet-report", help="right-sizing report for a fleet from Prometheus (idle GPUs, "
+                                            "oversized workloads, host-bound hosts)",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus (or Thanos/Mimir query) base URL")
+    p.add_argument("--since", default="7d", metavar="DURATION", help="period to look back (default 7d)")
+    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("--idle-threshold", type=_ratio, default=0.5, metavar="RATIO",
+                   help="list GPUs idle more than this share of the period (default 0.5)")
+    p.add_argument("--host-bound-threshold", type=_ratio, default=0.25, metavar="RATIO",
+                   help="list hosts whose host resource was the GPUs' bottleneck more than this share (default 0.25)")
+    p.add_argument("--margin", type=_ratio, default=0.2, metavar="RATIO",
+                   help="headroom kept above the measured peak when right-sizing (default 0.2)")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="per query (default 30)")
+
+
+def _ratio(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return v
+
+
+def run(args: argparse.Namespace) -> tuple[int, str]:
+    """(exit status, text); raises ReportError."""
+    prom = Prometheus(args.prometheus, args.timeout)
+    report = build(prom, args.since, args.idle_threshold, args.host_bound_threshold, args.margin)
+    text = {"json": to_json, "markdown": to_markdown, "table": to_table}[args.format](report)
+    return 0, text
