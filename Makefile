@@ -29,10 +29,20 @@ demo: venv
 system-deps:
 	@bash tests/install-system-deps.sh
 
-## Run every test (installs what the tests need first).
-test: venv system-deps
+# The oldest nvidia-ml-py pyproject.toml accepts: the GPU tests run again on it (the newest is the venv's).
+MIN_NVML := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproject.toml)
+NVML_TESTS := tests/test_nvml_driver.py tests/test_nvml_collector.py tests/test_nvml_binding.py tests/test_gpm_nvlink.py
+
+.binding/$(MIN_NVML)/pynvml.py: pyproject.toml | venv
+	rm -rf .binding/$(MIN_NVML) && mkdir -p .binding/$(MIN_NVML)
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: nvidia-ml-py==$(MIN_NVML) -d .binding/wheels
+	$(PY) -m zipfile -e .binding/wheels/nvidia_ml_py-$(MIN_NVML)-py3-none-any.whl .binding/$(MIN_NVML)
+
+## Run every test (installs what the tests need first), then the GPU tests on the oldest supported binding.
+test: venv system-deps .binding/$(MIN_NVML)/pynvml.py
 	$(VENV)/bin/ruff check agent tests
 	$(PY) -m pytest
+	PYTHONPATH=.binding/$(MIN_NVML) HEADROOM_EXPECT_NVML_BINDING=$(MIN_NVML) $(PY) -m pytest -q $(NVML_TESTS)
 
 lint: venv
 	$(VENV)/bin/ruff check agent tests
@@ -94,4 +104,4 @@ uninstall:
 	bash systemd/uninstall.sh
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .binding

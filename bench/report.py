@@ -168,7 +168,7 @@ def markdown(results: Results) -> str:
     w("## What is measured, and how\n")
     w("- **Host**: real idle processes (`sleep`, argv[0] renamed) are spawned to reach 100 / 1 000 / 5 000 "
       "processes on the host; 40 of them belong to the ten bench workloads (4 each, matched by a `cmdline` "
-      "rule); 1, 3 or 10 workloads are declared. GPUs are simulated (`--simulate`, fake NVML): 1, 8 or 16, "
+      "rule); 1, 3 or 10 workloads are declared. GPUs are simulated (`--simulate`, the NVML driver stand-in under the real pynvml binding): 1, 8 or 16, "
       "H100s with every fourth GPU (indices 3, 7, 11, 15) an A100 split into two MIG instances; each GPU "
       "lists two compute processes whose pids are real workload processes.")
     w("- **CPU per tick**: the product's `Sampler` with the product's collectors, analysis and renderer, "
@@ -231,7 +231,7 @@ def _ticks_section(results: Results, w: Any) -> None:
         w("\nWall time per collector inside the reference ticks (`headroom_collector_duration_seconds`, "
           "median ms): " + ", ".join(f"{n} {s.median * 1e3:.2f}" for n, s in
                                      sorted(ref.collector_wall.items(), key=lambda x: _collector_order(x[0]))) + ".")
-        w(f"Helper threads between ticks (PCIe poller, XID watcher on the fake library): "
+        w(f"Helper threads between ticks (PCIe poller, XID watcher on the driver stand-in): "
           f"{ref.background_cpu_per_second * 100:.2f} % of a core.\n")
     w("How cost grows (tick CPU, median):\n")
     g, p, wl = 8, 1000, 3
@@ -307,7 +307,7 @@ def _scrape_section(results: Results, w: Any) -> None:
             w(f"| {other} | {enc} | {cpu} | {o.p50 / h.p50:.1f}x | {o.p99 / h.p99:.1f}x |")
     w("\nnode_exporter serves its own (different) samples; the prometheus-client exporter serves headroom's "
       "exact samples. Idle CPU of headroom is the whole agent sampling at 1 Hz with nobody scraping (every "
-      "thread, incl. the fake library's XID polling every 20 ms, which the real driver does in the kernel), "
+      "thread, incl. the driver stand-in's XID polling every 20 ms, which the real driver does in the kernel), "
       "measured in the server's first minute, before its window is full: the steady-state tick cost is the "
       "tick table's.\n")
     if results.scale_scrapes:

@@ -216,8 +216,22 @@ HOST = (
              "GPU {{gpu}} {{reason}}"),), mappings=ACTIVE,
           options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8}),
     Panel("PCIe throughput", "Host-GPU traffic per GPU: rx is host to GPU (inputs, weights), tx GPU to host. "
-          "Polled every few seconds outside the sampling tick.", "timeseries", "Bps",
+          "Exact per tick where the GPU counts PCIe bytes; otherwise a 20 ms sample polled every few seconds "
+          "outside the sampling tick (bursts can be missed).", "timeseries", "Bps",
           (t(f'headroom_gpu_pcie_throughput_bytes_per_second{{{HG}}}', "GPU {{gpu}} {{direction}}"),)),
+    Panel("SM activity (GPM)", "What utilization hides (Hopper and later): the share of SMs busy, warp occupancy, "
+          "tensor-core and DRAM-bandwidth activity, against busy. Busy near 100 % with low SM activity is a "
+          "launch- or latency-bound workload, not a compute-bound one. Empty on GPUs without GPM.",
+          "timeseries", "percentunit",
+          (t(f'headroom_gpu_sm_active_ratio{{{HG}}}', "GPU {{gpu}} SM active"),
+           t(f'headroom_gpu_sm_occupancy_ratio{{{HG}}}', "GPU {{gpu}} SM occupancy"),
+           t(f'headroom_gpu_tensor_active_ratio{{{HG}}}', "GPU {{gpu}} tensor active"),
+           t(f'headroom_gpu_dram_active_ratio{{{HG}}}', "GPU {{gpu}} DRAM active"),
+           t(f'rate(headroom_gpu_busy_seconds_total{{{HG}}}[$__rate_interval])', "GPU {{gpu}} busy")), minmax=(0, 1)),
+    Panel("NVLink throughput", "GPU-to-GPU traffic over NVLink per GPU and direction, summed over its active "
+          "links (a link that is down raises HeadroomGpuNvlinkDown). Empty without NVLink.", "timeseries", "Bps",
+          (t(f'sum by (gpu, direction) (rate(headroom_gpu_nvlink_bytes_total{{{HG}}}[$__rate_interval]))',
+             "GPU {{gpu}} {{direction}}"),)),
     Panel("PCIe link", "Current PCIe link width and generation against the maximum the GPU and slot support. A "
           "narrower or older link than the maximum caps host-GPU bandwidth.", "table", "none",
           (t(f'headroom_gpu_pcie_link_width{{{HG}}}', "width", instant=True),

@@ -30,7 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from headroom.config import check_config_text
 from headroom.daemon import Agent as DaemonAgent
 from headroom.daemon import Options
-from headroom.simulation.fake_nvml import FakeNvml
+from headroom.simulation import load_scenario
+from headroom.simulation.nvml_driver import NvmlDriver
 from headroom.sources import Paths
 from headroom.sources import nvml as nvml_module
 
@@ -151,7 +152,7 @@ def count(events: list[dict], event: str, **fields) -> int:
 class InProcess:
     """The daemon's Agent (real sampler, collectors and HTTP server) serving in a thread of this process.
 
-    ``nvml`` is the scenario's fake NVML library: the same object the NVML collector calls.
+    ``nvml`` is the scenario's NVML driver stand-in, installed under the real pynvml the collector calls.
     """
 
     def __init__(self, monkeypatch, scenario: str = "demo", config: str = "") -> None:
@@ -159,7 +160,7 @@ class InProcess:
         options = Options(paths=Paths(procfs=FIXTURES / "proc" / "modern"), sample_interval=INTERVAL,
                           simulate=scenario, listen_addresses=("127.0.0.1:0",))
         self.agent = DaemonAgent(check_config_text(config), options, None)
-        self.nvml: FakeNvml = self.agent.sampler.scenario_object.nvml_library()
+        self.nvml: NvmlDriver = self.agent.sampler.scenario_object.nvml_library()
         host, port = self.agent.servers[0].server_address[:2]
         self.url = f"http://{host}:{port}"
         self.thread = threading.Thread(target=self.agent.serve, name="agent", daemon=True)
@@ -275,10 +276,11 @@ def test_a_gpu_is_lost_mid_run_and_comes_back(live):
     survived(fault)
 
 
-IDENTITY_CALLS = {"nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByUUID",
-                  "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetPciInfo", "nvmlDeviceGetIndex"}
-OPTIONAL_CALLS = sorted(n for n in dir(FakeNvml) if n.startswith("nvmlDevice") and n not in IDENTITY_CALLS)
-OPTIONAL_CALLS.append("nvmlDeviceGetMemoryInfo_v2")  # the fake names the versioned call apart
+IDENTITY_CALLS = {"nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByUUID",
+                  "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetIndex"}
+# every device entry point the driver stand-in exports, as the binding resolves them
+OPTIONAL_CALLS = sorted(n for n in NvmlDriver(load_scenario("demo")).entry_points
+                        if n.startswith("nvmlDevice") and n not in IDENTITY_CALLS)
 OPTIONAL_GAUGES = ("headroom_gpu_utilization_ratio", "headroom_gpu_memory_used_bytes", "headroom_gpu_power_watts",
                    "headroom_gpu_temperature_celsius", "headroom_gpu_sm_clock_hertz",
                    "headroom_gpu_performance_state", "headroom_gpu_pcie_link_generation")

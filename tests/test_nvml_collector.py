@@ -1,4 +1,4 @@
-"""The NVML collector, driven through the fake library exactly as the product runs it.
+"""The NVML collector over the real pynvml binding and the driver stand-in, exactly as the product runs it.
 
 Every call site the collector uses gets every error class it handles; fallbacks, accumulators, the XID
 and PCIe threads, backoff and recovery are checked against a controlled clock.
@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from headroom.samples import GpuSample, NvmlSample
 from headroom.simulation import ManualClock, Scenario, load_scenario, parse_scenario
-from headroom.simulation.fake_nvml import FakeNvml
+from headroom.simulation.nvml_driver import NvmlDriver
 from headroom.sources import CollectorError, SourceContext, load_all, nvml
 from headroom.sources.nvml import NvmlCollector
 
@@ -31,7 +31,7 @@ IDENTITY = {"index", "uuid", "name", "pci_bus_id", "up", "error"}
 class Rig:
     scenario: Scenario
     clock: ManualClock
-    lib: FakeNvml
+    lib: NvmlDriver
     collector: NvmlCollector
 
     def tick(self, advance: float = 1.0) -> NvmlSample:
@@ -89,18 +89,27 @@ def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> object:
 
 # (calls failing together, gpu, fields that must go absent). Golden GPU 0: workstation card with fan,
 # memory temperature and clock events; GPU 1: MIG-enabled A100.
+def _binding_calls(*names: str) -> tuple[str, ...]:
+    """The entry points among ``names`` that this binding version calls at all (older nvidia-ml-py has no
+    nvmlDeviceGetTemperatureV and no nvmlDeviceGetComputeRunningProcesses_v2 function)."""
+    optional = {"nvmlDeviceGetTemperatureV", "nvmlDeviceGetComputeRunningProcesses_v2"}
+    return tuple(n for n in names if n not in optional or hasattr(pynvml, n))
+
+
 CALL_SITES = [
     (("nvmlDeviceGetUtilizationRates",), 0, {"utilization_ratio", "memory_utilization_ratio", "busy_seconds_total"}),
     (("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"), 0,
      {"memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes"}),
     (("nvmlDeviceGetPowerUsage",), 0, {"power_watts"}),
     (("nvmlDeviceGetEnforcedPowerLimit",), 0, {"power_limit_watts"}),
-    (("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"), 0, {"temperature_celsius"}),
+    (_binding_calls("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature"), 0, {"temperature_celsius"}),
     (("nvmlDeviceGetFieldValues",), 0,
-     {"memory_temperature_celsius", "energy_joules_total", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total"}),
+     {"memory_temperature_celsius", "energy_joules_total", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total",
+      "pcie_tx_bytes_total", "pcie_rx_bytes_total"}),
     (("nvmlDeviceGetFieldValues",), 1,
      {"energy_joules_total", "ecc_uncorrected_volatile_total", "ecc_uncorrected_aggregate_total", "remapped_rows_correctable",
-      "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure"}),
+      "remapped_rows_uncorrectable", "remapped_rows_pending", "remapped_rows_failure", "pcie_tx_bytes_total", "pcie_rx_bytes_total",
+      "nvlink_links", "nvlink_version"}),  # the NVLink link count and counters are field values too
     (("nvmlDeviceGetClockInfo",), 0, {"sm_clock_hertz", "memory_clock_hertz"}),
     (("nvmlDeviceGetMaxClockInfo",), 0, {"sm_clock_max_hertz", "memory_clock_max_hertz"}),
     (("nvmlDeviceGetPerformanceState",), 0, {"performance_state"}),
@@ -112,8 +121,8 @@ CALL_SITES = [
     (("nvmlDeviceGetCurrPcieLinkWidth",), 0, {"pcie_link_width"}),
     (("nvmlDeviceGetMaxPcieLinkGeneration",), 0, {"pcie_link_max_generation"}),
     (("nvmlDeviceGetMaxPcieLinkWidth",), 0, {"pcie_link_max_width"}),
-    (("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
-      "nvmlDeviceGetComputeRunningProcesses"), 0, {"processes"}),
+    (_binding_calls("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"), 0,
+     {"processes", "processes_stale"}),
     (("nvmlDeviceGetMigMode",), 1, {"mig_enabled", "mig_instances"}),
     (("nvmlDeviceGetMaxMigDeviceCount",), 1, {"mig_instances"}),
     (("nvmlDeviceGetMigDeviceHandleByIndex",), 1, {"mig_instances"}),
@@ -222,20 +231,34 @@ def test_a_transient_error_is_none_this_tick_and_retried_next(make):
     [
         ((), "nvmlDeviceGetComputeRunningProcesses_v3"),
         (("nvmlDeviceGetComputeRunningProcesses_v3",), "nvmlDeviceGetComputeRunningProcesses_v2"),
-        (("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
-         "nvmlDeviceGetComputeRunningProcesses"),
     ],
 )
-def test_processes_fall_back_from_v3_to_v2_to_v1(make, missing, used, error):
+def test_processes_fall_back_from_v3_to_v2(make, missing, used, error):
     rig = make()
     for call in missing:
         rig.lib.inject(call, error=error)
     rig.collector.collect()
     first = rig.calls_on(0, *missing)
+    calls = rig.lib.calls[(used, 0)]
     sample = rig.tick()
-    assert [p.pid for p in sample.gpus[0].processes] == [1001, 1002]
-    assert rig.lib.calls[(used, 0)] == 2
+    if _binding_calls(used):
+        assert [p.pid for p in sample.gpus[0].processes] == [1001, 1002]
+        assert rig.lib.calls[(used, 0)] - calls == 2  # the binding's two calls: the size, then the list
+    else:  # a binding without the _v2 function: nothing to fall back to
+        assert sample.gpus[0].processes == () and rig.lib.calls[(used, 0)] == 0
     assert not missing or rig.calls_on(0, *missing) == first  # the missing versions are not tried every tick
+
+
+def test_a_driver_without_the_v2_and_v3_process_calls_has_no_process_list(make):
+    """The binding's unversioned nvmlDeviceGetComputeRunningProcesses calls the _v3 entry point: there is
+    no v1 fallback through nvidia-ml-py, so such a driver reports no processes rather than wrong ones."""
+    rig = make()
+    for call in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"):
+        rig.lib.inject(call, error="FUNCTION_NOT_FOUND")
+    sample = rig.tick()
+    assert sample.gpus[0].processes == ()
+    assert rig.lib.calls[("nvmlDeviceGetComputeRunningProcesses", 0)] == 0
+    assert sample.gpus[0].memory_used_bytes is not None  # the rest of the GPU reads on
 
 
 def test_memory_falls_back_from_v2_to_v1_without_reserved(make):
@@ -462,6 +485,13 @@ def test_xids_are_not_counted_twice_across_a_reinit(make):
     sample = rig.tick(1.0)
     time.sleep(0.3)
     assert rig.tick(0).gpus[0].xid_errors_total == {13: 1} and sample.up
+    # the driver delivers each XID to every event set registered for the GPU (as libnvidia-ml does): an
+    # event set or watcher left over from the first session would count the next XID twice
+    rig.lib.inject_xid(0, 79)
+    wait_for(lambda: rig.tick(0).gpus[0].xid_errors_total.get(79))
+    time.sleep(0.2)
+    assert rig.tick(0).gpus[0].xid_errors_total == {13: 1, 79: 1}
+    assert len(rig.lib._event_sets) == 1  # the first session's set was freed
 
 
 def test_the_mig_layout_is_cached_and_refreshed(make):
@@ -476,8 +506,14 @@ def test_the_mig_layout_is_cached_and_refreshed(make):
     assert rig.lib.calls[("nvmlDeviceGetMigDeviceHandleByIndex", 1)] == 2 * layout_calls
 
 
-def test_pcie_throughput_is_polled_off_the_tick(make):
+def without_pcie_counters(rig: Rig) -> None:
+    for field in ("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "NVML_FI_DEV_PCIE_COUNT_RX_BYTES"):
+        rig.lib.inject(field, error="NOT_SUPPORTED")
+
+
+def test_pcie_throughput_is_polled_off_the_tick_where_the_gpu_has_no_byte_counters(make):
     rig = make(pcie_poll_interval=0.05)
+    without_pcie_counters(rig)
     rig.lib.inject("nvmlDeviceGetPcieThroughput", hang=0.2)
     slowest = 0.0
     for _ in range(5):
@@ -492,6 +528,7 @@ def test_pcie_throughput_is_polled_off_the_tick(make):
 
 def test_pcie_throughput_is_absent_where_unsupported(make):
     rig = make(pcie_poll_interval=0.01)
+    without_pcie_counters(rig)
     rig.lib.inject("nvmlDeviceGetPcieThroughput", gpu=1, error="NOT_SUPPORTED")
     wait_for(lambda: rig.tick(0).gpus[0].pcie_rx_bytes_per_second)
     time.sleep(0.1)
@@ -499,29 +536,117 @@ def test_pcie_throughput_is_absent_where_unsupported(make):
     assert g1.pcie_tx_bytes_per_second is None and g1.pcie_rx_bytes_per_second is None
 
 
-def test_a_steady_tick_costs_at_most_fifteen_nvml_calls_per_gpu(make):
+BURST = """
+gpus:
+  - name: H100
+    memory_total: 80GiB
+    power_limit: 700
+    pcie_tx: {steps: [[0s, 0], [1.5s, 4GiB], [1.6s, 0]]}
+    pcie_rx: 1GiB
+"""
+
+
+def test_pcie_rates_come_from_the_byte_counters_and_see_a_burst_between_two_reads(make):
+    """A 100 ms burst at 4 GiB/s between two ticks moves 0.4 GiB: the cumulative counters give exactly that
+    average over the tick; a 20 ms sample every few seconds (the old reading) misses it or blows it up."""
+    rig = make(BURST, pcie_poll_interval=0.05)
+    first = rig.tick()  # t = 1: counters read, no rate yet
+    assert first.gpus[0].pcie_tx_bytes_per_second is None and first.gpus[0].pcie_tx_bytes_total is not None
+    second = rig.tick()  # t = 2
+    g = second.gpus[0]
+    assert g.pcie_tx_bytes_per_second == pytest.approx(0.4 * GIB, rel=0.01)
+    assert g.pcie_rx_bytes_per_second == pytest.approx(1 * GIB, rel=0.001)
+    assert g.pcie_tx_bytes_total - first.gpus[0].pcie_tx_bytes_total == pytest.approx(0.4 * GIB, rel=0.01)
+    time.sleep(0.1)  # a poll that started before the first tick found the counters finishes
+    polls = rig.lib.calls[("nvmlDeviceGetPcieThroughput", 0)]
+    time.sleep(0.3)
+    rig.tick(0)
+    assert rig.lib.calls[("nvmlDeviceGetPcieThroughput", 0)] == polls  # a GPU with counters is not polled
+
+
+def test_memory_temperature_zero_is_a_missing_sensor_not_zero_degrees(make):
+    rig = make(BURST.replace("pcie_rx: 1GiB", "pcie_rx: 1GiB\n    memory_temperature: 0"))
+    assert rig.tick().gpus[0].memory_temperature_celsius is None
+    assert make().tick().gpus[0].memory_temperature_celsius == 78  # golden: a real reading stays
+
+
+@pytest.mark.parametrize("error", ["INSUFFICIENT_SIZE", "NO_DATA", "TIMEOUT"])
+def test_a_failed_process_query_keeps_the_last_list_marked_stale(make, error):
+    """INSUFFICIENT_SIZE on the binding's second call (processes doubled between its two calls) or any
+    transient error must not read as "no processes": the last list stays, marked stale, until a read works."""
+    rig = make()
+    fresh = rig.tick().gpus[0]
+    assert [p.pid for p in fresh.processes] == [1001, 1002] and fresh.processes_stale is False
+    # INSUFFICIENT_SIZE twice: the size query as usual, then the list query again (the list outgrew it)
+    rig.lib.inject("nvmlDeviceGetComputeRunningProcesses_v3", gpu=0, error=error, calls=2 if error == "INSUFFICIENT_SIZE" else 1)
+    stale = rig.tick().gpus[0]
+    assert stale.up and stale.processes == fresh.processes and stale.processes_stale is True
+    again = rig.tick().gpus[0]
+    assert again.processes == fresh.processes and again.processes_stale is False
+
+
+def test_mig_instances_list_their_own_processes_when_the_whole_gpu_list_is_denied(make):
+    """With MIG enabled, the device-level process list needs privileges the service user may lack
+    (NO_PERMISSION): each MIG device handle lists its own processes, so workloads are attributed per
+    instance and the GPU's process figures are their union."""
+    rig = make()
+    for call in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"):
+        rig.lib.inject(call, gpu=1, error="NO_PERMISSION", mig=False)
+    g1 = rig.tick().gpus[1]
+    per_instance = {m.gpu_instance_id: [(p.pid, p.used_memory_bytes) for p in m.processes] for m in g1.mig_instances}
+    assert per_instance == {1: [(2001, 20 * GIB)], 2: [(2002, 10 * GIB)]}
+    assert sorted(p.pid for p in g1.processes) == [2001, 2002]
+    assert rig.tick().gpus[1].mig_instances[0].processes == g1.mig_instances[0].processes
+
+
+def test_an_unknown_error_at_event_registration_rebuilds_the_event_set(make):
+    """nvml.h: NVML_ERROR_UNKNOWN from nvmlDeviceRegisterEvents leaves the set in an undefined state: it is
+    freed and a new one built, and every GPU (the failing one included, on the retry) gets its XIDs."""
+    rig = make()
+    rig.lib.inject("nvmlDeviceRegisterEvents", gpu=1, error="UNKNOWN", calls=1)  # before the session starts
+    wait_for(lambda: rig.tick(0).gpus[0].xid_errors_total)
+    assert len(rig.lib._event_sets) == 1 and rig.lib.calls[("nvmlEventSetFree", None)] == 1
+    rig.lib.inject_xid(1, 31)
+    sample = wait_for(lambda: (s := rig.tick(0)).gpus[1].xid_errors_total and s)
+    assert sample.gpus[1].xid_errors_total == {31: 1} and sample.gpus[0].xid_errors_total == {13: 1}
+
+
+def test_a_steady_tick_costs_at_most_sixteen_nvml_entry_point_calls_per_gpu(make):
+    """Counted at the driver's entry points, where the binding makes two calls per list query (the size,
+    then the list): 14 binding functions per GPU, 16 calls into libnvidia-ml."""
     rig = make()
     rig.collector.collect()
     rig.tick()
     before = [rig.calls_on(0), rig.calls_on(1)]
     rig.tick()
     per_gpu = [rig.calls_on(0) - before[0], rig.calls_on(1) - before[1]]
-    assert max(per_gpu) <= 15, per_gpu
+    # GPU 1 has two MIG instances: two more calls each for their own process lists
+    assert per_gpu[0] <= 16 and per_gpu[1] <= 16 + 2 * 2, per_gpu
 
 
-def test_close_stops_threads_and_frees_a_call_stuck_in_nvml(make):
+def test_close_returns_and_stops_its_threads_while_a_call_is_stuck_in_nvml(make):
+    """NVML has no way to cancel a call, and nvmlShutdown does not end one blocked in another thread (the
+    stand-in behaves so; docs/reliability.md states it as an assumption about the real library). So close()
+    must not wait for the stuck call: it returns within its bound, its own helper threads stop, and the
+    stuck caller stays stuck until the driver answers; it then gets an error, not a crash."""
     rig = make(pcie_poll_interval=0.01)
     rig.collector.collect()
     rig.lib.inject("nvmlDeviceGetPowerUsage", gpu=0, hang=30)
     outcome: list[object] = []
     worker = threading.Thread(target=lambda: outcome.append(_collect_or_error(rig.collector)))
     worker.start()
-    time.sleep(0.1)
+    wait_for(lambda: rig.lib.calls[("nvmlDeviceGetPowerUsage", 0)] >= 2)
+    time.sleep(0.05)
     started = time.monotonic()
     rig.collector.close()
-    worker.join(3)
-    assert time.monotonic() - started < 3 and not worker.is_alive()
+    assert time.monotonic() - started < 3
     assert not any(t.name.startswith("headroom-nvml") and t.is_alive() for t in threading.enumerate())
+    worker.join(0.3)
+    assert worker.is_alive() and not outcome  # shutdown did not free it: only the driver answering does
+    rig.lib.release()
+    worker.join(3)
+    assert not worker.is_alive() and len(outcome) == 1
+    assert isinstance(outcome[0], (CollectorError, NvmlSample)), outcome
 
 
 def _collect_or_error(collector: NvmlCollector) -> object:

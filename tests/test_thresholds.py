@@ -136,6 +136,20 @@ def p_net(x):  # a distributed workload's busiest NIC at x of its link speed, it
     return bottleneck.rule_network(1.0, "GPU 0 busy 0 %", h, T, distributed=True)[0]
 
 
+def p_sm_active(x):  # a fully busy GPU whose SMs (GPM) are active x of the time
+    return score_gpu(gpu(busy=1.0, sm_active=x), HostSignals(), T).scores["gpu_compute"]
+
+
+def p_nvlink(x):  # NVLink at x of its capability, SMs barely active
+    return score_gpu(gpu(busy=1.0, sm_active=0.1, nvlink_ratio=x, nvlink_bytes_per_second=x * 450e9,
+                         nvlink_capability_bytes_per_second=450e9), HostSignals(), T).scores["nvlink"]
+
+
+def p_nvlink_compute(x):  # NVLink saturated while the SMs are active x of the time: compute, not the links
+    return score_gpu(gpu(busy=1.0, sm_active=x, nvlink_ratio=1.0, nvlink_bytes_per_second=450e9,
+                         nvlink_capability_bytes_per_second=450e9), HostSignals(), T).scores["nvlink"]
+
+
 # ------------------------------------------------------------------------------------------- table
 ZERO, SOME, FULL, PARTIAL = "scores 0", "scores above 0", "scores 1", "scores below 1"
 EXPECT: dict[str, Callable[[float], bool]] = {
@@ -208,6 +222,15 @@ ROWS = [
     # a weight, not a boundary: the probe divides iowait's best score by x, which is 1 only at the weight
     Row("iowait_weight", 0.3, "iowait alone scores disk_io at most this (probe: that score / x)",
         p_iowait_weight, SOME, FULL, PARTIAL),
+    Row("sm_active_low", 0.50, "a busy GPU's gpu_compute starts to score above this SM activity (GPM)",
+        p_sm_active, ZERO, ZERO, SOME),
+    Row("sm_active_low", 0.50, "nvlink saturated scores in full while SM activity is at or below it",
+        p_nvlink_compute, FULL, FULL, PARTIAL),
+    Row("sm_active_high", 0.80, "gpu_compute scores 1 from this SM activity on (GPM)", p_sm_active, PARTIAL, FULL, FULL),
+    Row("sm_active_high", 0.80, "from this SM activity on, saturated NVLink is compute's doing: nvlink scores 0",
+        p_nvlink_compute, SOME, ZERO, ZERO),
+    Row("nvlink_low", 0.6, "nvlink starts to score above it", p_nvlink, ZERO, ZERO, SOME),
+    Row("nvlink_high", 0.85, "nvlink scores 1 from it on", p_nvlink, PARTIAL, FULL, FULL),
     Row("net_low", 0.70, "network starts to score above it (distributed workload)", p_net, ZERO, ZERO, SOME),
     Row("net_high", 0.90, "network scores 1 from it on (distributed workload)", p_net, PARTIAL, FULL, FULL),
 ]

@@ -222,12 +222,24 @@ class GpuProcess:
 
 
 @dataclass(frozen=True, slots=True)
+class NvLink:
+    """One NVLink link of a GPU: state and cumulative data bytes (NVML field values, per link)."""
+
+    link: int
+    up: bool
+    tx_bytes_total: int | None = None
+    rx_bytes_total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MigInstance:
     gpu_instance_id: int
     compute_instance_id: int | None
     uuid: str
     memory_used_bytes: int | None
     memory_total_bytes: int | None
+    # compute processes in this instance (queried through the MIG device handle), with their memory
+    processes: tuple[GpuProcess, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,11 +276,24 @@ class GpuSample:
     clock_events_seconds_total: Mapping[str, float] = field(default_factory=dict)
     pcie_tx_bytes_per_second: float | None = None
     pcie_rx_bytes_per_second: float | None = None
+    # cumulative PCIe bytes (NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES) where the GPU counts them; the rates above
+    # are then exact averages over the last tick instead of a polled 20 ms sample
+    pcie_tx_bytes_total: int | None = None
+    pcie_rx_bytes_total: int | None = None
     pcie_link_generation: int | None = None
     pcie_link_width: int | None = None
     pcie_link_max_generation: int | None = None
     pcie_link_max_width: int | None = None
+    # GPM (Hopper and later), averaged over the last tick; None where the GPU has no GPM
+    sm_active_ratio: float | None = None  # share of SMs busy: what "utilization" does not say
+    sm_occupancy_ratio: float | None = None  # resident warps / the SMs' maximum
+    tensor_active_ratio: float | None = None  # share of time tensor cores were busy
+    dram_active_ratio: float | None = None  # memory bandwidth used / peak
+    nvlink_links: tuple[NvLink, ...] = ()  # empty without NVLink
+    nvlink_version: int | None = None  # NVLink generation (sets the per-link bandwidth)
     processes: tuple[GpuProcess, ...] = ()
+    # True when this tick's process query failed and ``processes`` is the last list read (None: no list)
+    processes_stale: bool | None = None
     mig_enabled: bool | None = None
     mig_instances: tuple[MigInstance, ...] = ()
     xid_errors_total: Mapping[int, int] = field(default_factory=dict)  # XID code -> count since the agent started
@@ -290,7 +315,7 @@ class NvmlSample:
     nvml_version: str | None = None
     cuda_driver_version: int | None = None
     error: str | None = None  # why NVML is down
-    simulated: bool = False  # True when the fake library (a scenario) stands in for the driver
+    simulated: bool = False  # True when a scenario's driver stand-in is under the binding
 
 
 # ---------------------------------------------------------------------------------------- identity

@@ -17,7 +17,7 @@ from typing import Any
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
 
 RESOURCES = ("gpu_compute", "gpu_memory", "cpu", "host_memory", "shared_memory", "disk_io", "pcie",
-             "gpu_thermal", "gpu_power", "network")  # fmt: skip
+             "gpu_thermal", "gpu_power", "network", "nvlink")  # fmt: skip
 NONE = "none"
 
 # name -> (default, meaning). Ramps go from 0 at *_low to 1 at *_high.
@@ -54,6 +54,11 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "psi_io_low": (0.20, "PSI io some avg10 where disk_io starts to score"),
     "psi_io_high": (0.60, "PSI io some avg10 where disk_io scores 1"),
     "iowait_weight": (0.3, "the most iowait alone can contribute to disk_io (iowait is unreliable)"),
+    "sm_active_low": (0.50, "GPM SM activity below which a busy GPU counts as launch- or latency-bound, not "
+                            "compute-bound (gpu_compute scales down to 0 here; GPUs with GPM only)"),
+    "sm_active_high": (0.80, "GPM SM activity at or above which gpu_compute is not scaled down"),
+    "nvlink_low": (0.6, "NVLink throughput / capability of the active links where nvlink starts to score"),
+    "nvlink_high": (0.85, "NVLink throughput / capability of the active links where nvlink scores 1"),
     "net_low": (0.70, "busiest NIC's throughput / link speed where network starts to score"),
     "net_high": (0.90, "busiest NIC's throughput / link speed where network scores 1"),
 }
@@ -99,7 +104,14 @@ def rule_gpu_compute(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]
     throttled = max(g.thermal_share, g.power_cap_share)
     score = busy * (1.0 - throttled)
     clocks = "" if g.sm_clock_ratio is None else f", SM clock {pct(g.sm_clock_ratio)} of max"
-    return score, f"GPU {g.index} busy {pct(g.busy)}{clocks}, not throttled {pct(1 - throttled)} of the time"
+    text = f"GPU {g.index} busy {pct(g.busy)}{clocks}, not throttled {pct(1 - throttled)} of the time"
+    if g.sm_active is not None:  # GPM: how much of the GPU the kernels used, not just that one ran
+        score *= ramp(g.sm_active, t["sm_active_low"], t["sm_active_high"])
+        text += f", SMs active {pct(g.sm_active)}"
+        if busy > 0 and g.sm_active < t["sm_active_low"]:
+            text += (": launch- or latency-bound (small kernels, synchronisation, or waits on the host, memory "
+                     "or the interconnect), not compute-bound")
+    return score, text
 
 
 def rule_gpu_memory(g: GpuSignals, t: Mapping[str, float], expected_peak: float | None = None,
@@ -150,6 +162,21 @@ def rule_pcie(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
         return 0.0, f"GPU {g.index} PCIe throughput unknown"
     return score, (f"GPU {g.index} PCIe {g.pcie_bytes_per_second / 1e9:.1f} of "
                    f"{g.pcie_capability_bytes_per_second / 1e9:.1f} GB/s ({pct(g.pcie_ratio)}) while busy {pct(g.busy)}")
+
+
+def rule_nvlink(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
+    """The GPU-to-GPU interconnect near its capacity. Where GPM says the SMs are busy anyway, compute is
+    the limit, not the links: the score is scaled down by SM activity (tensor-parallel all-reduce time
+    shows as "utilization" too, so busy alone cannot say that)."""
+    if g.nvlink_bytes_per_second is None or not g.nvlink_capability_bytes_per_second:
+        return 0.0, f"GPU {g.index} NVLink throughput unknown (no NVLink, or not yet two samples)"
+    score = ramp(g.nvlink_ratio, t["nvlink_low"], t["nvlink_high"])
+    text = (f"GPU {g.index} NVLink {g.nvlink_bytes_per_second / 1e9:.1f} of "
+            f"{g.nvlink_capability_bytes_per_second / 1e9:.0f} GB/s ({pct(g.nvlink_ratio)})")
+    if g.sm_active is not None:
+        score *= 1.0 - ramp(g.sm_active, t["sm_active_low"], t["sm_active_high"])
+        text += f" while SMs active {pct(g.sm_active)}"
+    return score, text
 
 
 # --------------------------------------------------------------------------- starvation rules
@@ -260,6 +287,7 @@ def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float]) -> Verdict:
         "gpu_thermal": rule_gpu_thermal(g, t),
         "gpu_power": rule_gpu_power(g, t),
         "pcie": rule_pcie(g, t),
+        "nvlink": rule_nvlink(g, t),
         "cpu": rule_cpu(starved, busy_text, h, None, t),
         "host_memory": rule_host_memory(starved, busy_text, h, t),
         "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=False),
@@ -298,6 +326,7 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
         "gpu_thermal": best(rule_gpu_thermal),
         "gpu_power": best(rule_gpu_power),
         "pcie": best(rule_pcie),
+        "nvlink": best(rule_nvlink),
         "cpu": rule_cpu(starved, busy_text, h, w, t, cpu_is_compute=cpu_only),
         "host_memory": rule_host_memory(starved, busy_text, h, t),
         "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=workers),

@@ -18,6 +18,8 @@ THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown")
 POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
 # PCIe bytes/s per lane per direction after line coding, by generation
 PCIE_LANE_BYTES_PER_SECOND = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6, 6: 7877e6}
+# NVLink data bandwidth per link and direction, by NVLink generation (bytes/s): NVLink 2-4 25 GB/s, 5 50 GB/s
+NVLINK_LINK_BYTES_PER_SECOND = {1: 20e9, 2: 25e9, 3: 25e9, 4: 25e9, 5: 50e9}
 
 
 def recent(window: Sequence[Sample], seconds: float) -> list[Sample]:
@@ -83,6 +85,10 @@ class GpuSignals:
     pcie_bytes_per_second: float | None = None
     pcie_capability_bytes_per_second: float | None = None
     samples: int = 0
+    sm_active: float | None = None  # mean GPM SM activity over the window (Hopper+); None without GPM
+    nvlink_bytes_per_second: float | None = None  # max(tx, rx) over all active links, over the window
+    nvlink_capability_bytes_per_second: float | None = None  # active links x per-link bandwidth
+    nvlink_ratio: float | None = None
 
 
 def _gpus_by_uuid(sample: Sample) -> dict[str, GpuSample]:
@@ -90,6 +96,32 @@ def _gpus_by_uuid(sample: Sample) -> dict[str, GpuSample]:
     if not isinstance(nvml, NvmlSample):
         return {}
     return {g.uuid: g for g in nvml.gpus}
+
+
+def _nvlink(timed: Sequence[tuple[float, GpuSample]], g: GpuSample) -> tuple[float | None, float | None]:
+    """(max of tx and rx bytes/s summed over the newest sample's active links, their capability)."""
+    active = [link.link for link in g.nvlink_links if link.up]
+    per_link = NVLINK_LINK_BYTES_PER_SECOND.get(g.nvlink_version or 0)
+    if not active:
+        return None, None
+
+    def total(direction: str) -> Callable[[tuple[float, GpuSample]], float | None]:
+        def read(point: tuple[float, GpuSample]) -> float | None:
+            values = {link.link: getattr(link, f"{direction}_bytes_total") for link in point[1].nvlink_links}
+            if any(values.get(n) is None for n in active):
+                return None
+            return float(sum(values[n] for n in active))
+
+        return read
+
+    rates = []
+    for direction in ("tx", "rx"):
+        read = total(direction)
+        first = next(((t, v) for t, gs in timed if (v := read((t, gs))) is not None), None)
+        last = next(((t, v) for t, gs in reversed(timed) if (v := read((t, gs))) is not None), None)
+        if first and last and last[0] > first[0] and last[1] >= first[1]:
+            rates.append((last[1] - first[1]) / (last[0] - first[0]))
+    return (max(rates) if rates else None), (per_link * len(active) if per_link else None)
 
 
 def gpu_signals(window: Sequence[Sample], seconds: float) -> list[GpuSignals]:
@@ -123,6 +155,8 @@ def gpu_signals(window: Sequence[Sample], seconds: float) -> list[GpuSignals]:
             capability = lane * g.pcie_link_width if lane else None
         pcie = max((v for v in (g.pcie_tx_bytes_per_second, g.pcie_rx_bytes_per_second) if v is not None),
                    default=None)
+        sm_active = [x.sm_active_ratio for x in series if x.sm_active_ratio is not None]
+        nvlink, nvlink_capability = _nvlink(timed, g)
         out.append(GpuSignals(
             index=g.index, uuid=uuid, name=g.name, up=True,
             busy=_mean(utils), busy_stdev=_stdev(utils), sm_clock_ratio=_mean(clocks),
@@ -135,6 +169,9 @@ def gpu_signals(window: Sequence[Sample], seconds: float) -> list[GpuSignals]:
             pcie_ratio=(pcie / capability) if pcie is not None and capability else None,
             pcie_bytes_per_second=pcie, pcie_capability_bytes_per_second=capability,
             samples=len(series),
+            sm_active=_mean(sm_active),
+            nvlink_bytes_per_second=nvlink, nvlink_capability_bytes_per_second=nvlink_capability,
+            nvlink_ratio=(nvlink / nvlink_capability) if nvlink is not None and nvlink_capability else None,
         ))  # fmt: skip
     return sorted(out, key=lambda s: s.index)
 

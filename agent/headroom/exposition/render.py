@@ -196,19 +196,34 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
             w.add("headroom_gpu_clock_event_seconds_total", _r(seconds), *ids, reason)
         w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_tx_bytes_per_second, *ids, "tx")
         w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_rx_bytes_per_second, *ids, "rx")
+        w.add("headroom_gpu_pcie_bytes_total", g.pcie_tx_bytes_total, *ids, "tx")
+        w.add("headroom_gpu_pcie_bytes_total", g.pcie_rx_bytes_total, *ids, "rx")
         w.add("headroom_gpu_pcie_link_generation", g.pcie_link_generation, *ids)
         w.add("headroom_gpu_pcie_link_max_generation", g.pcie_link_max_generation, *ids)
         w.add("headroom_gpu_pcie_link_width", g.pcie_link_width, *ids)
         w.add("headroom_gpu_pcie_link_max_width", g.pcie_link_max_width, *ids)
+        w.add("headroom_gpu_sm_active_ratio", g.sm_active_ratio, *ids)
+        w.add("headroom_gpu_sm_occupancy_ratio", g.sm_occupancy_ratio, *ids)
+        w.add("headroom_gpu_tensor_active_ratio", g.tensor_active_ratio, *ids)
+        w.add("headroom_gpu_dram_active_ratio", g.dram_active_ratio, *ids)
+        for link in g.nvlink_links:
+            w.add("headroom_gpu_nvlink_link_up", link.up, *ids, str(link.link))
+            w.add("headroom_gpu_nvlink_bytes_total", link.tx_bytes_total, *ids, str(link.link), "tx")
+            w.add("headroom_gpu_nvlink_bytes_total", link.rx_bytes_total, *ids, str(link.link), "rx")
         w.add("headroom_gpu_processes", len(g.processes), *ids)
         known = [p.used_memory_bytes for p in g.processes if p.used_memory_bytes is not None]
         w.add("headroom_gpu_process_memory_used_bytes", sum(known) if known or not g.processes else None, *ids)
+        if g.processes_stale is not None:
+            w.add("headroom_gpu_processes_stale", g.processes_stale, *ids)
         if g.mig_enabled is not None:
             w.add("headroom_gpu_mig_enabled", g.mig_enabled, *ids)
         for mig in g.mig_instances:
             mids = (*ids, str(mig.gpu_instance_id), mig.uuid)
             w.add("headroom_gpu_mig_memory_used_bytes", mig.memory_used_bytes, *mids)
             w.add("headroom_gpu_mig_memory_size_bytes", mig.memory_total_bytes, *mids)
+            w.add("headroom_gpu_mig_processes", len(mig.processes), *mids)
+            mig_known = [p.used_memory_bytes for p in mig.processes if p.used_memory_bytes is not None]
+            w.add("headroom_gpu_mig_process_memory_used_bytes", sum(mig_known) if mig_known or not mig.processes else None, *mids)
         for xid, count in sorted(g.xid_errors_total.items()):
             w.add("headroom_gpu_xid_errors_total", count, *ids, str(xid))
         w.add("headroom_gpu_ecc_uncorrected_errors_total", g.ecc_uncorrected_volatile_total, *ids, "volatile")

@@ -2,7 +2,7 @@
 
 - ``scenario``: scenario files (docs/scenario-format.md) and the time-varying signals they describe;
 - ``host``: the synthetic procfs/sysfs tree the real host collectors read;
-- ``fake_nvml``: the GPU driver stand-in handed to the NVML collector;
+- ``nvml_driver``: the GPU driver stand-in (libnvidia-ml's C entry points) beneath the real pynvml binding;
 - ``standin``: the stand-in processes a scenario starts (run as scripts, standard library only);
 - ``scenarios/``: the built-in scenarios.
 """

@@ -2,8 +2,9 @@
 
 A scenario (YAML, documented in docs/scenario-format.md) declares GPUs, how their readings move over
 time, processes, MIG instances, XIDs and injected NVML faults. ``Scenario.nvml_library()`` hands out a
-pynvml-compatible fake (``headroom.simulation.fake_nvml``) bound to it, so the real NVML collector runs
-unchanged on a laptop, in CI and in ``--simulate demo``.
+stand-in for the driver's libnvidia-ml (``headroom.simulation.nvml_driver``) installed beneath the real
+pynvml binding, so the real NVML collector and binding run unchanged on a laptop, in CI and in
+``--simulate demo``.
 
 Loading is strict: an unknown key, a wrong type or a bad unit fails with
 ``ScenarioError("FILE:LINE:COLUMN: field.path: message")``.
@@ -47,6 +48,7 @@ UNSUPPORTABLE_QUERIES: frozenset[str] = frozenset({
     "utilization", "memory_info", "power", "power_limit", "energy", "temperature", "memory_temperature",
     "clocks", "performance_state", "fan_speed", "clock_events", "pcie_link", "pcie_throughput",
     "processes", "process_utilization", "mig", "ecc", "remapped_rows", "xid_events",
+    "pcie_counters",  # cumulative PCIe byte counters (field values); without them the 20 ms sample is polled
 })  # fmt: skip
 
 # GPU signal name -> unit kind (see _parse_unit)
@@ -63,7 +65,16 @@ GPU_SIGNALS: dict[str, str] = {
     "fan_speed": "ratio",
     "pcie_tx": "size",
     "pcie_rx": "size",
+    # GPM (Hopper and later): the GPU answers GPM queries only when it declares one of these
+    "sm_active": "ratio",
+    "sm_occupancy": "ratio",
+    "tensor_active": "ratio",
+    "dram_active": "ratio",
+    # NVLink bytes per second over all active links (spread evenly); needs ``nvlink: {links: N}``
+    "nvlink_tx": "size",
+    "nvlink_rx": "size",
 }
+GPM_SIGNALS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
 _SIGNAL_BOUNDS = {"ratio": (0.0, 1.0), "bool": (0.0, 1.0), "size": (0.0, None), "frequency": (0.0, None)}
 
 _SCENARIO_DIR = "scenarios"
@@ -207,6 +218,7 @@ class MigInstanceSpec:
     uuid: str
     memory_total: int
     memory_used: Signal
+    processes: tuple[int, ...] = ()  # pids (of the GPU's processes) running in this instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +253,9 @@ class GpuSpec:
     ecc_uncorrected_aggregate: int
     remapped_rows: tuple[int, int, bool, bool]  # correctable, uncorrectable, pending, failure
     unsupported: frozenset[str]  # UNSUPPORTABLE_QUERIES answered NOT_SUPPORTED
+    nvlink_links: int = 0  # NVLink links (0: no NVLink)
+    nvlink_version: int = 4
+    nvlink_down: tuple[int, ...] = ()  # links that are not active
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,20 +334,21 @@ class Scenario:
             host.close()
 
     def nvml_library(self, clock: Callable[[], float] | None = None) -> Any:
-        """The pynvml-compatible fake bound to this scenario (one per Scenario, created on first use).
+        """The NVML driver stand-in of this scenario (``headroom.simulation.nvml_driver.NvmlDriver``, one per
+        Scenario, created on first use), installed as the real pynvml binding's library.
 
         ``clock`` returns seconds since the scenario started; by default the wall time since creation.
         Passing a clock to a later call replaces the library's clock.
         """
-        from headroom.simulation.fake_nvml import FakeNvml
+        from headroom.simulation.nvml_driver import NvmlDriver
 
         with self._lock:
             lib = self._cache.get("nvml")
             if lib is None:
-                lib = self._cache["nvml"] = FakeNvml(self, clock=clock)
+                lib = self._cache["nvml"] = NvmlDriver(self, clock=clock)
             elif clock is not None:
                 lib.clock = clock
-            return lib
+            return lib.install()
 
     # -- stand-in processes
     def start_processes(self, timeout: float = 20.0) -> dict[str, tuple[int, ...]]:
@@ -447,7 +463,7 @@ _TOP_KEYS = {
 _GPU_KEYS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "sm_clock_max",
     "memory_clock_max", "pcie", "clock_events", "supported_clock_events", "processes", "mig", "xids",
-    "ecc", "remapped_rows", "unsupported", *GPU_SIGNALS,
+    "ecc", "remapped_rows", "unsupported", "nvlink", *GPU_SIGNALS,
 }  # fmt: skip
 _FREQ_UNITS = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
 _STANDIN_KEYS = ("cmdline", "cpu", "rss", "gpus", "children")
@@ -739,6 +755,20 @@ class _Parser:
             for key, n in p.items():
                 pcie[key] = self.integer(n, f"{path}.pcie.{key}", minimum=1)
 
+        nvlink = {"links": 0, "version": 4, "down": ()}
+        if "nvlink" in g:
+            nl = self.mapping(g["nvlink"], f"{path}.nvlink", {"links", "version", "down"}, ("links",))
+            nvlink["links"] = self.integer(nl["links"], f"{path}.nvlink.links", minimum=1)
+            if "version" in nl:
+                nvlink["version"] = self.integer(nl["version"], f"{path}.nvlink.version", minimum=1)
+            down = []
+            for j, n in enumerate(self.sequence(nl["down"], f"{path}.nvlink.down") if "down" in nl else []):
+                link = self.integer(n, f"{path}.nvlink.down[{j}]")
+                if link >= nvlink["links"]:
+                    raise self.error(n, f"{path}.nvlink.down[{j}]", f"no such link (the GPU has {nvlink['links']})")
+                down.append(link)
+            nvlink["down"] = tuple(down)
+
         clock_events: dict[str, Signal] = {}
         if "clock_events" in g:
             ce = self.mapping(g["clock_events"], f"{path}.clock_events", set(CLOCK_EVENT_REASONS))
@@ -771,13 +801,20 @@ class _Parser:
             mig_enabled = self.boolean(m["enabled"], f"{path}.mig.enabled")
             for i, item in enumerate(self.sequence(m["instances"], f"{path}.mig.instances") if "instances" in m else []):
                 ipath = f"{path}.mig.instances[{i}]"
-                mi = self.mapping(item, ipath, {"gpu_instance_id", "compute_instance_id", "uuid", "memory_total", "memory_used"}, ("gpu_instance_id", "memory_total"))
+                mi = self.mapping(item, ipath, {"gpu_instance_id", "compute_instance_id", "uuid", "memory_total", "memory_used", "processes"}, ("gpu_instance_id", "memory_total"))
+                mig_pids = []
+                for j, pid_node in enumerate(self.sequence(mi["processes"], f"{ipath}.processes") if "processes" in mi else []):
+                    pid = self.integer(pid_node, f"{ipath}.processes[{j}]", minimum=1)
+                    if pid not in {p.pid for p in processes}:
+                        raise self.error(pid_node, f"{ipath}.processes[{j}]", f"pid {pid} is not one of this GPU's processes")
+                    mig_pids.append(pid)
                 mig_instances.append(MigInstanceSpec(
                     gpu_instance_id=self.integer(mi["gpu_instance_id"], f"{ipath}.gpu_instance_id"),
                     compute_instance_id=self.integer(mi["compute_instance_id"], f"{ipath}.compute_instance_id") if "compute_instance_id" in mi else 0,
                     uuid=self.string(mi["uuid"], f"{ipath}.uuid") if "uuid" in mi else _fake_uuid("MIG", self.seed, index, i),
                     memory_total=int(self.unit(mi["memory_total"], f"{ipath}.memory_total", "size")),
                     memory_used=self.signal(mi["memory_used"], f"{ipath}.memory_used", "size") if "memory_used" in mi else constant(0),
+                    processes=tuple(mig_pids),
                 ))  # fmt: skip
             if mig_instances and not mig_enabled:
                 raise self.error(m["instances"], f"{path}.mig.instances", "instances need enabled: true")
@@ -825,6 +862,9 @@ class _Parser:
             ecc_uncorrected_aggregate=ecc["uncorrected_aggregate"],
             remapped_rows=(rows["correctable"], rows["uncorrectable"], rows["pending"], rows["failure"]),
             unsupported=frozenset(unsupported),
+            nvlink_links=nvlink["links"],
+            nvlink_version=nvlink["version"],
+            nvlink_down=nvlink["down"],
         )
 
     def fault(self, node: yaml.Node, path: str, gpu_count: int) -> FaultSpec:
@@ -839,7 +879,7 @@ class _Parser:
                 raise self.error(f["gpu"], f"{path}.gpu", f"no such GPU (the scenario has {gpu_count})")
         error = None
         if "error" in f:
-            from headroom.simulation.fake_nvml import error_code
+            from headroom.simulation.nvml_driver import error_code
 
             error = self.string(f["error"], f"{path}.error")
             try:

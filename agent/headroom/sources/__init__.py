@@ -119,16 +119,42 @@ def register(cls: type[Collector]) -> type[Collector]:
     return cls
 
 
+# module -> why it failed to import (its collector then reports that reason on every tick)
+IMPORT_ERRORS: dict[str, str] = {}
+
+
+def _unloadable(module: str, reason: str) -> type[Collector]:
+    """A stand-in collector for a module that failed to import: it fails every tick with ``reason``."""
+
+    class Unloadable(Collector):
+        name = module
+        default_enabled = True
+        description = f"(failed to load: {reason})"
+
+        def collect(self) -> Any:
+            raise CollectorError(f"collector failed to load: {reason}")
+
+    return Unloadable
+
+
 def load_all() -> dict[str, type[Collector]]:
     """Import every collector module (idempotent) and return the registry, in ``_MODULES`` order.
 
     Registration order is import order, and what imported which collector module first (a test module,
     a benchmark) must not change the order collectors run and render in: the registry is re-sorted.
+    A module that fails to import takes down only its own collector: it is registered as one that fails
+    every tick with the reason (collector_success 0, /healthz degraded, logged once), never the agent.
     """
     for module in _MODULES:
-        importlib.import_module(f"headroom.sources.{module}")
+        try:
+            importlib.import_module(f"{__name__}.{module}")
+        except Exception as exc:
+            IMPORT_ERRORS[module] = f"{type(exc).__name__}: {exc}"
+            REGISTRY.setdefault(module, _unloadable(module, IMPORT_ERRORS[module]))
     rank = {f"{__name__}.{module}": i for i, module in enumerate(_MODULES)}
-    ordered = sorted(REGISTRY.items(), key=lambda item: rank.get(item[1].__module__, len(rank)))
+    by_name = {module: i for i, module in enumerate(_MODULES)}  # an unloadable module's stand-in collector
+    ordered = sorted(REGISTRY.items(),
+                     key=lambda item: rank.get(item[1].__module__, by_name.get(item[0], len(rank))))  # fmt: skip
     REGISTRY.clear()
     REGISTRY.update(ordered)
     return REGISTRY

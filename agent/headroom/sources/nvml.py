@@ -5,18 +5,22 @@ One read of each quantity per GPU per tick, through ``_Gpu.query`` which maps er
 - NOT_SUPPORTED / NO_PERMISSION / FUNCTION_NOT_FOUND / NOT_FOUND / ARGUMENT_VERSION_MISMATCH (and a
   function the binding lacks): the field is None (series absent, never 0) and the query is remembered as
   unsupported on that GPU, re-probed every ``_REPROBE_UNSUPPORTED`` seconds; fallbacks (processes
-  v3 -> v2 -> v1, memory v2 -> v1, clock-event -> throttle reasons, temperature V -> legacy) move on;
+  v3 -> v2 (the binding's unversioned call is v3 too), memory v2 -> v1, clock-event -> throttle reasons, temperature V -> legacy) move on;
 - GPU_IS_LOST / GPU_NOT_FOUND / RESET_REQUIRED / UNKNOWN: that GPU is down (``up=False`` + error), the
   others go on; it is re-probed (handle by UUID, else index) with backoff and comes back when it answers;
 - UNINITIALIZED / DRIVER_NOT_LOADED / LIB_RM_VERSION_MISMATCH / LIBRARY_NOT_FOUND: NVML is down:
   nvmlShutdown, ``collect`` raises CollectorError, nvmlInit is retried with backoff (1 s .. 60 s);
 - anything else (TIMEOUT, NO_DATA, ...): the field is None this tick and retried next tick.
 
-Identity, max clocks, PCIe max link, the supported clock-event mask and the MIG layout are cached.
-Slow or blocking calls stay off the tick: a daemon thread polls nvmlDeviceGetPcieThroughput (~20 ms
-each) round-robin and the tick reads its last value; another waits on an NVML event set for XIDs.
-The library is the real ``pynvml`` module, or ``ctx.scenario.nvml_library()`` under simulation; the
-same code runs on both.
+Identity, max clocks, PCIe max link, the supported clock-event mask and the MIG layout are cached;
+NVLink link count, state and version are re-read every 30 s. Per tick and GPU: one field-values call
+(health counters, energy, PCIe byte counters, NVLink data counters per active link), and where the GPU
+has GPM one nvmlGpmSampleGet plus one nvmlGpmMetricsGet (SM activity, occupancy, tensor and DRAM
+activity between this tick's sample and the last). Slow or blocking calls stay off the tick: for GPUs
+without PCIe byte counters a daemon thread polls nvmlDeviceGetPcieThroughput (~20 ms each)
+round-robin and the tick reads its last value; another waits on an NVML event set for XIDs.
+The library is always the real ``pynvml`` binding; under simulation the scenario's stand-in for
+libnvidia-ml (``headroom.simulation.nvml_driver``) is installed beneath it, so the same code runs on both.
 """
 
 from __future__ import annotations
@@ -28,13 +32,45 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pynvml
 import structlog
 
 from headroom import samples
 from headroom.sources import Collector, CollectorError, SourceContext, register
 
 log = structlog.get_logger("headroom.sources.nvml")
+
+# The oldest nvidia-ml-py this collector is tested against (pyproject.toml; the GPU tests run on it and
+# on the newest). 12.535.77 and older read process lists with a struct that does not match the driver's.
+MIN_BINDING = "12.535.108"
+
+
+def _legacy_shadow() -> str | None:
+    """Why ``import pynvml`` would not give nvidia-ml-py's module: the legacy ``pynvml`` 11.x distribution
+    (gpuopenanalytics) installs a package of the same name that shadows it. None when all is well."""
+    from importlib import metadata
+
+    try:
+        legacy = metadata.version("pynvml")
+    except metadata.PackageNotFoundError:
+        return None
+    try:
+        major = int(legacy.split(".")[0])
+    except ValueError:
+        major = 0
+    if major >= 12:  # pynvml 12+ is a shim that installs nvidia-ml-py and no module of its own
+        return None
+    return (f"the legacy 'pynvml' {legacy} package is installed and shadows nvidia-ml-py's pynvml module "
+            f"(an old copy of the binding): remove it (pip uninstall pynvml) and keep nvidia-ml-py>={MIN_BINDING}")
+
+
+BINDING_ERROR: str | None = _legacy_shadow()
+try:
+    import pynvml
+except Exception as exc:  # not installed, or a broken module: this collector fails, the others go on
+    pynvml = None  # type: ignore[assignment]
+    BINDING_ERROR = BINDING_ERROR or f"cannot import pynvml (install nvidia-ml-py>={MIN_BINDING}): {type(exc).__name__}: {exc}"
+if BINDING_ERROR is None and not hasattr(pynvml, "NVMLError"):
+    BINDING_ERROR = f"the pynvml module at {getattr(pynvml, '__file__', '?')} is not nvidia-ml-py's binding"
 
 # Clock-event ("throttle") reasons by NVML bit.
 CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
@@ -50,48 +86,72 @@ CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
 )
 _ALL_REASONS = sum(bit for _, bit in CLOCK_EVENT_REASONS)
 
-_ABSENT_CODES = frozenset({
-    pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-    pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
-})  # fmt: skip
-_DEVICE_CODES = frozenset({
-    pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_GPU_NOT_FOUND, pynvml.NVML_ERROR_RESET_REQUIRED,
-    pynvml.NVML_ERROR_UNKNOWN,
-})  # fmt: skip
-_LIBRARY_CODES = frozenset({
-    pynvml.NVML_ERROR_UNINITIALIZED, pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
-})  # fmt: skip
-_HINTS = {
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: "is the NVIDIA driver installed and loaded? use --simulate demo for a simulated host",
-    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: "libnvidia-ml.so.1 not found: is the NVIDIA driver installed? use --simulate demo for a simulated host",
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: "the driver was upgraded without reloading the kernel module or rebooting",
-    pynvml.NVML_ERROR_NO_PERMISSION: "no access to /dev/nvidiactl: check the user's groups or the unit's DeviceAllow",
-}  # fmt: skip
-_ERROR_NAMES = {getattr(pynvml, n): n.removeprefix("NVML_ERROR_") for n in dir(pynvml) if n.startswith("NVML_ERROR_")}
+def _const(name: str, fallback: int) -> int:
+    """A pynvml constant, or its nvml.h value when this binding version lacks it (or has no binding):
+    constants that newer bindings added (GPU_NOT_FOUND, VALUE_TYPE_UNSIGNED_SHORT ...) are ABI numbers."""
+    value = getattr(pynvml, name, None) if pynvml is not None else None
+    return value if isinstance(value, int) else fallback
 
-# Field values read in one nvmlDeviceGetFieldValues call per GPU per tick.
-_FIELDS = (
-    pynvml.NVML_FI_DEV_MEMORY_TEMP,
-    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
-    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
-    pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
-    pynvml.NVML_FI_DEV_REMAPPED_COR,
-    pynvml.NVML_FI_DEV_REMAPPED_UNC,
-    pynvml.NVML_FI_DEV_REMAPPED_PENDING,
-    pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+
+# nvmlReturn_t (nvml.h)
+_SUCCESS = 0
+_ERR = {name: _const(f"NVML_ERROR_{name}", code) for name, code in {
+    "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NO_PERMISSION": 4, "NOT_FOUND": 6,
+    "INSUFFICIENT_SIZE": 7, "DRIVER_NOT_LOADED": 9, "TIMEOUT": 10, "LIBRARY_NOT_FOUND": 12,
+    "FUNCTION_NOT_FOUND": 13, "GPU_IS_LOST": 15, "RESET_REQUIRED": 16, "LIB_RM_VERSION_MISMATCH": 18,
+    "ARGUMENT_VERSION_MISMATCH": 25, "GPU_NOT_FOUND": 28, "UNKNOWN": 999,
+}.items()}  # fmt: skip
+_ABSENT_CODES = frozenset(_ERR[n] for n in ("NOT_SUPPORTED", "NO_PERMISSION", "FUNCTION_NOT_FOUND", "NOT_FOUND", "ARGUMENT_VERSION_MISMATCH"))
+_DEVICE_CODES = frozenset(_ERR[n] for n in ("GPU_IS_LOST", "GPU_NOT_FOUND", "RESET_REQUIRED", "UNKNOWN"))
+_LIBRARY_CODES = frozenset(_ERR[n] for n in ("UNINITIALIZED", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH", "LIBRARY_NOT_FOUND"))
+_HINTS = {
+    _ERR["DRIVER_NOT_LOADED"]: "is the NVIDIA driver installed and loaded? use --simulate demo for a simulated host",
+    _ERR["LIBRARY_NOT_FOUND"]: "libnvidia-ml.so.1 not found: is the NVIDIA driver installed? use --simulate demo for a simulated host",
+    _ERR["LIB_RM_VERSION_MISMATCH"]: "the driver was upgraded without reloading the kernel module or rebooting",
+    _ERR["NO_PERMISSION"]: "no access to /dev/nvidiactl: check the user's groups or the unit's DeviceAllow",
+}  # fmt: skip
+_ERROR_NAMES = {code: name for name, code in _ERR.items()}
+_MISMATCH_ERRORS: tuple[type[BaseException], ...] = tuple(
+    c for c in (getattr(pynvml, "NVMLLibraryMismatchError", None),) if isinstance(c, type)
 )
-VALUE_MEMBER = {  # nvmlFieldValue_t: the union member that holds each value type (the fake uses it too)
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-}
-_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value
+if pynvml is not None:
+    _ERROR_NAMES.update({getattr(pynvml, n): n.removeprefix("NVML_ERROR_") for n in dir(pynvml)
+                         if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int)})  # fmt: skip
+
+# nvmlFieldId (nvml.h NVML_FI_DEV_*); read in one nvmlDeviceGetFieldValues call per GPU per tick
+FI_MEMORY_TEMP = 82
+FI_TOTAL_ENERGY_CONSUMPTION = 83
+FI_ECC_DBE_VOL_TOTAL, FI_ECC_DBE_AGG_TOTAL = 4, 6
+FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 142, 143, 144, 145
+FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES = 197, 198  # cumulative PCIe bytes (not in bindings < 12.560)
+FI_NVLINK_LINK_COUNT = 91
+FI_NVLINK_TX, FI_NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX: KiB per link (scope id)
+# GPM metrics (nvml.h NVML_GPM_METRIC_*, percentages) -> GpuSample field
+_GPM_METRICS = ((2, "sm_active_ratio"), (3, "sm_occupancy_ratio"), (5, "tensor_active_ratio"), (10, "dram_active_ratio"))
+_GPM_METRICS_GET_VERSION = _GPM_SUPPORT_VERSION = 1
+_NVLINK_REFRESH = 30.0  # seconds between NVLink link-state re-reads
+_FIELDS = (
+    FI_MEMORY_TEMP,
+    FI_TOTAL_ENERGY_CONSUMPTION,
+    FI_ECC_DBE_VOL_TOTAL,
+    FI_ECC_DBE_AGG_TOTAL,
+    FI_REMAPPED_COR,
+    FI_REMAPPED_UNC,
+    FI_REMAPPED_PENDING,
+    FI_REMAPPED_FAILURE,
+    FI_PCIE_COUNT_TX_BYTES,
+    FI_PCIE_COUNT_RX_BYTES,
+)
+# nvmlFieldValue_t: the union member that holds each nvmlValueType_t (nvml.h; UNSIGNED_SHORT is 6 even where
+# the binding lacks the constant)
+VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
 _PSTATE_UNKNOWN = 32
+_XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
+_CLOCK_SM, _CLOCK_MEM = 1, 2
+_TEMPERATURE_GPU = 0
+_PCIE_UTIL_TX, _PCIE_UTIL_RX = 0, 1
+_MIG_ENABLE = 1
 
 _REPROBE_UNSUPPORTED = 600.0  # seconds before an unsupported query is tried again
 _MIG_REFRESH = 30.0  # seconds between MIG layout re-reads
@@ -114,7 +174,7 @@ def describe(err: BaseException) -> str:
     """Readable text for an NVML error: "GPU is lost (GPU_IS_LOST)"."""
     code = getattr(err, "value", None)
     name = _ERROR_NAMES.get(code) if isinstance(code, int) else None
-    text = pynvml.NVMLError._errcode_to_string.get(code) if name else None
+    text = pynvml.NVMLError._errcode_to_string.get(code) if name and pynvml is not None else None
     if name is None:
         return str(err) or type(err).__name__
     return f"{text} ({name})" if text else name
@@ -132,6 +192,18 @@ def _address(handle: Any) -> int | None:
         return ctypes.cast(handle, ctypes.c_void_p).value
     except (TypeError, ctypes.ArgumentError):
         return None
+
+
+_raw = ctypes.Structure.__getattribute__  # a struct field without the binding's per-read decoding
+
+
+def _kib(value: int | None) -> int | None:
+    return None if value is None else int(value) * 1024
+
+
+def _memory_of(process: Any) -> int | None:
+    used = getattr(process, "usedGpuMemory", None)
+    return None if used is None or used == _NOT_AVAILABLE else int(used)
 
 
 def _text(value: Any) -> str:
@@ -199,10 +271,10 @@ class _Gpu:
         fn = getattr(self.lib, function, None)
         try:
             if fn is None:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+                raise pynvml.NVMLError(_ERR["FUNCTION_NOT_FOUND"])
             return fn(*args)
-        except pynvml.NVMLLibraryMismatchError:
-            code = pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
+        except _MISMATCH_ERRORS:  # an unversioned function the driver lacks (bindings >= 12.550 only)
+            code = _ERR["FUNCTION_NOT_FOUND"]
             err: BaseException = pynvml.NVMLError(code)
         except pynvml.NVMLError as exc:
             code, err = exc.value, exc
@@ -256,6 +328,7 @@ class _PciePoller(threading.Thread):
         self.lib, self.targets, self.interval, self.stop = lib, targets, interval, stop
         self.values: dict[str, tuple[float | None, float | None]] = {}
         self.unsupported: set[str] = set()
+        self.counted: set[str] = set()  # GPUs with cumulative PCIe counters: not polled
 
     def _read(self, handle: Any, counter: int) -> float | None:
         try:
@@ -267,7 +340,7 @@ class _PciePoller(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            targets = [t for t in self.targets if t[0] not in self.unsupported]
+            targets = [t for t in self.targets if t[0] not in self.unsupported and t[0] not in self.counted]
             if not targets:
                 self.stop.wait(self.interval)
                 continue
@@ -275,8 +348,8 @@ class _PciePoller(threading.Thread):
                 if self.stop.is_set():
                     return
                 try:
-                    tx = self._read(handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-                    rx = self._read(handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+                    tx = self._read(handle, _PCIE_UTIL_TX)
+                    rx = self._read(handle, _PCIE_UTIL_RX)
                 except (pynvml.NVMLError, AttributeError):
                     self.unsupported.add(uuid)
                     self.values.pop(uuid, None)
@@ -300,24 +373,52 @@ class _XidWatcher(threading.Thread):
         finally:
             self.ready.set()
 
-    def _run(self) -> None:
-        try:
-            event_set = self.lib.nvmlEventSetCreate()
-        except (pynvml.NVMLError, AttributeError) as exc:
-            log.info("nvml_xid_events_unavailable", error=describe(exc))
-            return
-        try:
+    def _register(self) -> tuple[Any, dict[int | None, str]] | None:
+        """A new event set with every target registered for XIDs; (set, handle address -> uuid), or None.
+
+        NVML_ERROR_UNKNOWN from nvmlDeviceRegisterEvents leaves the event set undefined (nvml.h): it is
+        freed and a new one built, once; a GPU that fails again is left without XIDs.
+        """
+        for attempt in range(2):
+            try:
+                event_set = self.lib.nvmlEventSetCreate()
+            except (pynvml.NVMLError, AttributeError) as exc:
+                log.info("nvml_xid_events_unavailable", error=describe(exc))
+                return None
             by_address: dict[int | None, str] = {}
+            self.registered.clear()
+            rebuild = False
             for uuid, handle in self.targets:
                 try:
-                    self.lib.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                    self.lib.nvmlDeviceRegisterEvents(handle, _XID_EVENT, event_set)
                 except pynvml.NVMLError as exc:
+                    if exc.value == _ERR["UNKNOWN"] and attempt == 0:
+                        rebuild = True
+                        log.warning("nvml_xid_event_set_rebuilt", uuid=uuid, error=describe(exc))
+                        break
                     log.debug("nvml_xid_events_unsupported", uuid=uuid, error=describe(exc))
                     continue
                 by_address[_address(handle)] = uuid
                 with self.lock:
                     self.counts.setdefault(uuid, {})
                 self.registered.add(uuid)
+            if not rebuild:
+                return event_set, by_address
+            self._free(event_set)
+        return None
+
+    def _free(self, event_set: Any) -> None:
+        try:
+            self.lib.nvmlEventSetFree(event_set)
+        except pynvml.NVMLError:
+            pass
+
+    def _run(self) -> None:
+        made = self._register()
+        if made is None:
+            return
+        event_set, by_address = made
+        try:
             self.ready.set()
             if not self.registered:
                 return
@@ -325,13 +426,13 @@ class _XidWatcher(threading.Thread):
                 try:
                     data = self.lib.nvmlEventSetWait(event_set, _EVENT_WAIT_MS)
                 except pynvml.NVMLError as exc:
-                    if exc.value == pynvml.NVML_ERROR_TIMEOUT:
+                    if exc.value == _ERR["TIMEOUT"]:
                         continue
                     if exc.value in _LIBRARY_CODES:
                         return
                     self.stop.wait(1.0)
                     continue
-                if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+                if not data.eventType & _XID_EVENT:
                     continue
                 uuid = by_address.get(_address(data.device)) or self._uuid_of(data.device)
                 if uuid is None:
@@ -365,7 +466,11 @@ class NvmlCollector(Collector):
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
-        self.lib: Any = ctx.scenario.nvml_library() if ctx.scenario is not None else pynvml
+        # always the real binding; under simulation the scenario's driver stand-in is its library (made and
+        # installed here, at start-up, so its construction does not land on the first tick)
+        self.lib: Any = pynvml
+        if ctx.scenario is not None and BINDING_ERROR is None:
+            ctx.scenario.nvml_library()
         self._clock: Callable[[], float] = ctx.monotonic or time.monotonic
         self._pcie_interval = float(ctx.settings.get("pcie_poll_interval", 5.0))
         self._session = False
@@ -381,6 +486,7 @@ class NvmlCollector(Collector):
         self._xid: _XidWatcher | None = None
         # accumulators, keyed by uuid so they survive index changes and re-init
         self._last_read: dict[str, float] = {}
+        self._pcie_last: dict[str, tuple[float, int, int]] = {}  # uuid -> (read at, tx bytes, rx bytes)
         self._busy: dict[str, float] = {}
         self._clock_event_seconds: dict[str, dict[str, float]] = {}
         self._xid_counts: dict[str, dict[int, int]] = {}
@@ -390,6 +496,8 @@ class NvmlCollector(Collector):
     def collect(self) -> samples.NvmlSample:
         """One NvmlSample; raises CollectorError while NVML is down."""
         now = self._clock()
+        if BINDING_ERROR is not None:
+            raise CollectorError(f"NVML binding unusable: {BINDING_ERROR}")
         if not self._session:
             if not self._init_backoff.due(now):
                 raise CollectorError(f"NVML unavailable: {self._down_error}")
@@ -419,6 +527,8 @@ class NvmlCollector(Collector):
 
     def _start(self, now: float) -> None:
         """nvmlInit, read the system and enumerate GPUs; raises CollectorError when NVML is down."""
+        if self.ctx.scenario is not None:
+            self.ctx.scenario.nvml_library().install()  # the simulated driver under the binding (again: the last installed wins)
         try:
             self.lib.nvmlInit()
         except pynvml.NVMLError as exc:
@@ -455,6 +565,7 @@ class NvmlCollector(Collector):
         """NVML is unusable: stop threads, shut down, schedule re-init, log once."""
         self._stop_threads()
         if initialised:
+            self._release_gpm()
             try:
                 self.lib.nvmlShutdown()
             except pynvml.NVMLError:
@@ -462,6 +573,7 @@ class NvmlCollector(Collector):
         self._session = False
         self._gpus = []
         self._last_read.clear()
+        self._pcie_last.clear()
         self._init_backoff.failed(now)
         if self._down_error is None:
             log.error("nvml_down", error=reason)
@@ -508,9 +620,12 @@ class NvmlCollector(Collector):
 
     def close(self) -> None:
         """Stop the helper threads and shut NVML down."""
+        if pynvml is None:
+            return
         self._stop_threads(timeout=_EVENT_WAIT_MS / 1000 + 0.5)
         if self._session:
             self._session = False
+            self._release_gpm()
             try:
                 self.lib.nvmlShutdown()
             except pynvml.NVMLError:
@@ -523,6 +638,7 @@ class NvmlCollector(Collector):
         gpu.up, gpu.error = False, error
         gpu.backoff.failed(now)
         self._last_read.pop(gpu.uuid or f"index:{gpu.index}", None)
+        self._pcie_last.pop(gpu.uuid or f"index:{gpu.index}", None)
 
     def _read(self, gpu: _Gpu, now: float) -> samples.GpuSample:
         """One GpuSample: a full read when up, a re-probe with backoff when down."""
@@ -557,20 +673,23 @@ class NvmlCollector(Collector):
         h = gpu.handle
         util = gpu.value("utilization", "nvmlDeviceGetUtilizationRates", h)
         mem = gpu.first((
-            ("memory_v2", "nvmlDeviceGetMemoryInfo", (h, pynvml.nvmlMemory_v2)),
+            ("memory_v2", "nvmlDeviceGetMemoryInfo", (h, _const("nvmlMemory_v2", 0x02000028))),
             ("memory_v1", "nvmlDeviceGetMemoryInfo", (h,)),
         ))  # fmt: skip
         power = gpu.value("power", "nvmlDeviceGetPowerUsage", h)
         limit = gpu.value("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
         temperature = gpu.first((
-            ("temperature_v", "nvmlDeviceGetTemperatureV", (h, pynvml.NVML_TEMPERATURE_GPU)),
-            ("temperature", "nvmlDeviceGetTemperature", (h, pynvml.NVML_TEMPERATURE_GPU)),
+            ("temperature_v", "nvmlDeviceGetTemperatureV", (h, _TEMPERATURE_GPU)),
+            ("temperature", "nvmlDeviceGetTemperature", (h, _TEMPERATURE_GPU)),
         ))  # fmt: skip
-        fields = self._fields(gpu)
-        sm_clock = gpu.value("sm_clock", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)
-        mem_clock = gpu.value("memory_clock", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_MEM)
-        sm_max = gpu.cached("sm_clock_max", "nvmlDeviceGetMaxClockInfo", h, pynvml.NVML_CLOCK_SM)
-        mem_max = gpu.cached("memory_clock_max", "nvmlDeviceGetMaxClockInfo", h, pynvml.NVML_CLOCK_MEM)
+        links = self._nvlink_links(gpu, now)
+        fields, scoped = self._fields(gpu, [(fid, link) for link in links for fid in (FI_NVLINK_TX, FI_NVLINK_RX)])
+        nvlink = {link: (scoped.get((FI_NVLINK_TX, link)), scoped.get((FI_NVLINK_RX, link))) for link in links}
+        gpm = self._gpm(gpu)
+        sm_clock = gpu.value("sm_clock", "nvmlDeviceGetClockInfo", h, _CLOCK_SM)
+        mem_clock = gpu.value("memory_clock", "nvmlDeviceGetClockInfo", h, _CLOCK_MEM)
+        sm_max = gpu.cached("sm_clock_max", "nvmlDeviceGetMaxClockInfo", h, _CLOCK_SM)
+        mem_max = gpu.cached("memory_clock_max", "nvmlDeviceGetMaxClockInfo", h, _CLOCK_MEM)
         pstate = gpu.value("performance_state", "nvmlDeviceGetPerformanceState", h)
         fan = gpu.value("fan_speed", "nvmlDeviceGetFanSpeed", h)
         clock_events = self._clock_events(gpu)
@@ -578,14 +697,14 @@ class NvmlCollector(Collector):
         link_width = gpu.value("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", h)
         link_max_gen = gpu.cached("pcie_link_max_generation", "nvmlDeviceGetMaxPcieLinkGeneration", h)
         link_max_width = gpu.cached("pcie_link_max_width", "nvmlDeviceGetMaxPcieLinkWidth", h)
-        processes = self._processes(gpu)
         mig_enabled, mig = self._mig(gpu, now)
+        processes, processes_stale = self._processes(gpu, mig)
 
         if mem is not None and gpu.memory_total is None:
             gpu.memory_total = int(mem.total)
         utilization = util.gpu / 100 if util is not None else None
         busy, event_seconds = self._accumulate(gpu.uuid or f"index:{gpu.index}", now, utilization, clock_events)
-        tx, rx = self._pcie.values.get(gpu.uuid, (None, None)) if self._pcie is not None else (None, None)
+        tx, rx = self._pcie_rates(gpu, now, fields[8], fields[9])
         with self._xid_lock:
             xids = dict(self._xid_counts[gpu.uuid]) if gpu.uuid in self._xid_counts else {}
         return samples.GpuSample(
@@ -604,7 +723,8 @@ class NvmlCollector(Collector):
             power_limit_watts=limit / 1000 if limit is not None else None,
             energy_joules_total=fields[1] / 1000 if fields[1] is not None else None,
             temperature_celsius=float(temperature) if temperature is not None else None,
-            memory_temperature_celsius=float(fields[0]) if fields[0] is not None else None,
+            # boards without the sensor answer 0 rather than NOT_SUPPORTED: no memory is at 0 degC while powered
+            memory_temperature_celsius=float(fields[0]) if fields[0] else None,
             sm_clock_hertz=sm_clock * 1e6 if sm_clock is not None else None,
             sm_clock_max_hertz=sm_max * 1e6 if sm_max is not None else None,
             memory_clock_hertz=mem_clock * 1e6 if mem_clock is not None else None,
@@ -615,11 +735,18 @@ class NvmlCollector(Collector):
             clock_events_seconds_total=event_seconds,
             pcie_tx_bytes_per_second=tx,
             pcie_rx_bytes_per_second=rx,
+            pcie_tx_bytes_total=fields[8],
+            pcie_rx_bytes_total=fields[9],
+            nvlink_links=tuple(samples.NvLink(link=link, up=True, tx_bytes_total=_kib(tx), rx_bytes_total=_kib(rx))
+                               for link, (tx, rx) in nvlink.items()) + self._down_links(gpu),
+            nvlink_version=gpu.cache["nvlink"][3] if nvlink else None,
+            **gpm,
             pcie_link_generation=link_gen,
             pcie_link_width=link_width,
             pcie_link_max_generation=link_max_gen,
             pcie_link_max_width=link_max_width,
             processes=processes,
+            processes_stale=processes_stale,
             mig_enabled=mig_enabled,
             mig_instances=mig,
             xid_errors_total=xids,
@@ -631,25 +758,24 @@ class NvmlCollector(Collector):
             remapped_rows_failure=bool(fields[7]) if fields[7] is not None else None,
         )
 
-    def _fields(self, gpu: _Gpu) -> list[Any]:
-        """Values of _FIELDS (None where the field failed), from one nvmlDeviceGetFieldValues call."""
-        out: list[Any] = [None] * len(_FIELDS)
-        wanted = [f for f in _FIELDS if gpu.unsupported.get(f"field:{f}", 0.0) <= gpu.now]
-        if not wanted:
-            return out
-        values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, wanted)
-        if values is None:
-            return out
-        for fv in values:
-            fid, ret = int(fv.fieldId), int(fv.nvmlReturn)
-            if ret == pynvml.NVML_SUCCESS:
-                member = VALUE_MEMBER.get(int(fv.valueType))
-                out[_FIELDS.index(fid)] = getattr(fv.value, member) if member else None
+    def _fields(self, gpu: _Gpu, scoped: Sequence[tuple[int, int]] = ()) -> tuple[list[Any], dict[tuple[int, int], Any]]:
+        """Values of _FIELDS (None where the field failed) and of the ``scoped`` (field, scope id) pairs
+        (e.g. NVLink counters per link), from one nvmlDeviceGetFieldValues call."""
+        wanted = [(f, 0) for f in _FIELDS] + list(scoped)
+        wanted = [w for w in wanted if gpu.unsupported.get(f"field:{w[0]}:{w[1]}", 0.0) <= gpu.now]
+        got: dict[tuple[int, int], Any] = {}
+        values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, wanted) if wanted else None
+        for fv in values or ():
+            # the plain ctypes getter: the binding's printable struct decodes every attribute read, 10x slower
+            fid, scope, ret = _raw(fv, "fieldId"), _raw(fv, "scopeId"), _raw(fv, "nvmlReturn")
+            if ret == _SUCCESS:
+                member = VALUE_MEMBER.get(_raw(fv, "valueType"))
+                got[(fid, scope)] = getattr(_raw(fv, "value"), member) if member else None
             elif ret in _ABSENT_CODES:
-                gpu.unsupported[f"field:{fid}"] = gpu.now + _REPROBE_UNSUPPORTED
+                gpu.unsupported[f"field:{fid}:{scope}"] = gpu.now + _REPROBE_UNSUPPORTED
             elif ret in _DEVICE_CODES:
                 raise _GpuDown(f"nvmlDeviceGetFieldValues: {describe(pynvml.NVMLError(ret))}")
-        return out
+        return [got.get((f, 0)) for f in _FIELDS], got
 
     def _clock_events(self, gpu: _Gpu) -> dict[str, bool]:
         """Reason -> active, for the reasons this GPU supports; empty when it reports none."""
@@ -671,50 +797,71 @@ class NvmlCollector(Collector):
             return {}
         return {name: bool(current & bit) for name, bit in CLOCK_EVENT_REASONS if supported & bit}
 
-    def _processes(self, gpu: _Gpu) -> tuple[samples.GpuProcess, ...]:
-        procs = gpu.first((
-            ("processes_v3", "nvmlDeviceGetComputeRunningProcesses_v3", (gpu.handle,)),
-            ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2", (gpu.handle,)),
-            ("processes_v1", "nvmlDeviceGetComputeRunningProcesses", (gpu.handle,)),
-        ))  # fmt: skip
-        sm = self._process_utilization(gpu) if procs else {}
+    def _process_list(self, gpu: _Gpu, handle: Any, prefix: str = "") -> tuple[list[Any] | None, bool]:
+        """(processes on ``handle``, failed): the list, or None when this handle cannot list them
+        (unsupported, no permission); failed is True when the query failed this tick (transient)."""
+        for key, function in (("processes_v3", "nvmlDeviceGetComputeRunningProcesses_v3"),
+                              ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2")):  # fmt: skip
+            procs = gpu.query(prefix + key, function, handle)
+            if procs is _ABSENT:
+                continue
+            return procs, procs is None
+        return None, False
+
+    def _processes(self, gpu: _Gpu, mig: tuple[samples.MigInstance, ...]) -> tuple[tuple[samples.GpuProcess, ...], bool | None]:
+        """(processes, stale). A transient failure (INSUFFICIENT_SIZE when processes doubled between the
+        binding's two calls, or any error) keeps the last list, marked stale: never "no processes". On a
+        MIG-enabled GPU whose device-level list is denied (NO_PERMISSION without privileges), the processes
+        are those of its MIG instances."""
+        procs, failed = self._process_list(gpu, gpu.handle)
+        if failed:
+            last = gpu.cache.get("processes_last")
+            return (last, True) if last is not None else ((), None)
+        if procs is None:
+            merged = {p.pid: p for m in mig for p in m.processes}
+            return tuple(merged.values()), (None if not mig else False)
+        sm = self._process_utilization(gpu) if procs else None
         out = []
-        for p in procs or ():
-            used = getattr(p, "usedGpuMemory", None)
-            out.append(samples.GpuProcess(pid=int(p.pid), used_memory_bytes=None if used is None or used == _NOT_AVAILABLE else int(used),
-                                          sm_utilization_ratio=sm.get(int(p.pid))))  # fmt: skip
-        return tuple(out)
+        for p in procs:
+            pid = int(p.pid)
+            # a process on the GPU without a sample ran no kernel since the last read: 0, where sampling works
+            ratio = None if sm is None else sm.get(pid, 0.0)
+            out.append(samples.GpuProcess(pid=pid, used_memory_bytes=_memory_of(p), sm_utilization_ratio=ratio))
+        result = tuple(out)
+        gpu.cache["processes_last"] = result
+        return result, False
 
-    def _process_utilization(self, gpu: _Gpu) -> dict[int, float]:
-        """pid -> SM utilization (0-1) averaged over NVML's samples since the last tick; {} when none.
+    def _process_utilization(self, gpu: _Gpu) -> dict[int, float] | None:
+        """pid -> SM utilization (0-1) averaged over NVML's samples since the last tick; None when this GPU
+        does not sample processes (or the call failed this tick).
 
-        nvmlDeviceGetProcessUtilization answers NOT_FOUND when no process ran a kernel since the given
-        timestamp: that is "no samples", not "unsupported". NOT_SUPPORTED (and the other absent codes)
-        mark it unsupported on this GPU like any other query.
+        nvmlDeviceGetProcessUtilization returns samples only for processes that ran a kernel since the given
+        timestamp, and NOT_FOUND when none did: that is "every process idle", not "unsupported".
+        NOT_SUPPORTED (and the other absent codes) mark it unsupported on this GPU like any other query.
         """
         key = "process_utilization"
         retry_at = gpu.unsupported.get(key)
         if retry_at is not None:
             if gpu.now < retry_at:
-                return {}
+                return None
             del gpu.unsupported[key]
         last_seen = gpu.cache.get("process_utilization_seen", 0)
         try:
             found = gpu.lib.nvmlDeviceGetProcessUtilization(gpu.handle, last_seen)
         except pynvml.NVMLError as exc:
-            if exc.value in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_SUCCESS):
+            if exc.value in (_ERR["NOT_FOUND"], _SUCCESS):
                 return {}
             if exc.value in _ABSENT_CODES:
                 gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
-                return {}
+                return None
             if exc.value in _DEVICE_CODES:
                 raise _GpuDown(f"nvmlDeviceGetProcessUtilization: {describe(exc)}") from None
             if exc.value in _LIBRARY_CODES:
                 raise _LibraryDown(exc) from None
-            return {}
+            return None
         except AttributeError:  # a binding without the function
             gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
-            return {}
+            return None
         sums: dict[int, list[float]] = {}
         for s in found or ():
             sums.setdefault(int(s.pid), []).append(float(s.smUtil))
@@ -731,7 +878,7 @@ class NvmlCollector(Collector):
                 enabled = None if "mig_mode" in gpu.unsupported else (layout[1] if layout else None)
                 instances = layout[2] if layout and enabled is not None else []
             else:
-                enabled = mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+                enabled = mode[0] == _MIG_ENABLE
                 instances = self._mig_layout(gpu) if enabled else []
             layout = gpu.cache["mig"] = (now, enabled, instances)
         _, enabled, instances = layout
@@ -741,12 +888,22 @@ class NvmlCollector(Collector):
             if mem is _ABSENT:  # instance gone: re-read the layout next tick
                 gpu.cache.pop("mig", None)
                 mem = None
+            # the instance's own processes: attributed per instance, and readable without the device-level
+            # privileges a MIG-enabled GPU asks for its whole-GPU list
+            procs, failed = self._process_list(gpu, m.handle, prefix=f"mig:{m.uuid}:")
+            key = f"mig_processes:{m.uuid}"
+            if failed:
+                processes = gpu.cache.get(key, ())
+            else:
+                processes = tuple(samples.GpuProcess(pid=int(p.pid), used_memory_bytes=_memory_of(p)) for p in procs or ())
+                gpu.cache[key] = processes
             out.append(samples.MigInstance(
                 gpu_instance_id=m.gpu_instance_id,
                 compute_instance_id=m.compute_instance_id,
                 uuid=m.uuid,
                 memory_used_bytes=int(mem.used) if mem is not None else None,
                 memory_total_bytes=int(mem.total) if mem is not None else None,
+                processes=processes,
             ))  # fmt: skip
         return enabled, tuple(out)
 
@@ -764,6 +921,120 @@ class NvmlCollector(Collector):
                 continue
             out.append(_Mig(handle, _text(uuid), int(gi), None if ci in (None, _ABSENT) else int(ci)))
         return out
+
+    def _nvlink_links(self, gpu: _Gpu, now: float) -> list[int]:
+        """The active NVLink links of this GPU; the link count and states are re-read every _NVLINK_REFRESH s."""
+        layout = gpu.cache.get("nvlink")
+        if layout is not None and now - layout[0] < _NVLINK_REFRESH:
+            return layout[1]
+        active: list[int] = []
+        down: list[int] = []
+        if gpu.unsupported.get("field:91:0", 0.0) <= gpu.now:
+            _, got = self._fields_only(gpu, [(FI_NVLINK_LINK_COUNT, 0)])
+            count = got.get((FI_NVLINK_LINK_COUNT, 0)) or 0
+            for link in range(int(count)):
+                state = gpu.query("nvlink_state", "nvmlDeviceGetNvLinkState", gpu.handle, link, remember=False)
+                if state is _ABSENT or state is None:
+                    continue
+                (active if state else down).append(link)
+        version = None
+        if active:
+            v = gpu.query("nvlink_version", "nvmlDeviceGetNvLinkVersion", gpu.handle, active[0], remember=False)
+            version = None if v is None or v is _ABSENT else int(v)
+        gpu.cache["nvlink"] = (now, active, down, version)
+        return active
+
+    def _down_links(self, gpu: _Gpu) -> tuple[samples.NvLink, ...]:
+        layout = gpu.cache.get("nvlink")
+        return tuple(samples.NvLink(link=link, up=False) for link in (layout[2] if layout else ()))
+
+    def _fields_only(self, gpu: _Gpu, scoped: Sequence[tuple[int, int]]) -> tuple[None, dict[tuple[int, int], Any]]:
+        """Just the ``scoped`` fields (one nvmlDeviceGetFieldValues call), for reads off the per-tick set."""
+        values = gpu.value("field_values_extra", "nvmlDeviceGetFieldValues", gpu.handle, list(scoped))
+        got = {}
+        for fv in values or ():
+            if int(fv.nvmlReturn) == _SUCCESS:
+                member = VALUE_MEMBER.get(int(fv.valueType))
+                got[(int(fv.fieldId), int(fv.scopeId))] = getattr(fv.value, member) if member else None
+            elif int(fv.nvmlReturn) in _ABSENT_CODES:
+                gpu.unsupported[f"field:{int(fv.fieldId)}:{int(fv.scopeId)}"] = gpu.now + _REPROBE_UNSUPPORTED
+        return None, got
+
+    def _gpm(self, gpu: _Gpu) -> dict[str, float]:
+        """GPM ratios averaged over the last tick (Hopper and later): one nvmlGpmSampleGet (a non-blocking
+        snapshot) and one nvmlGpmMetricsGet per tick, between this tick's sample and the last one. {} where
+        the GPU or the binding has no GPM, and on the first tick."""
+        if not hasattr(pynvml, "c_nvmlGpmMetricsGet_t"):
+            return {}
+        state = gpu.cache.get("gpm")
+        if state is None:
+            support = gpu.query("gpm_support", "nvmlGpmQueryDeviceSupport", gpu.handle)
+            if support is None or support is _ABSENT:
+                return {}
+            if not support.isSupportedDevice:
+                gpu.unsupported["gpm_support"] = gpu.now + _REPROBE_UNSUPPORTED
+                return {}
+            pair = [gpu.query("gpm_alloc", "nvmlGpmSampleAlloc", remember=False) for _ in range(2)]
+            if any(s is None or s is _ABSENT for s in pair):
+                self._gpm_free(pair)
+                return {}
+            state = gpu.cache["gpm"] = [pair[0], pair[1], False]  # previous, next, previous holds a sample
+        previous, current, primed = state
+        got = gpu.query("gpm_sample", "nvmlGpmSampleGet", gpu.handle, current, remember=False)
+        if got is None or got is _ABSENT:
+            state[2] = False
+            return {}
+        state[0], state[1], state[2] = current, previous, True
+        if not primed:
+            return {}
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = _GPM_METRICS_GET_VERSION
+        request.numMetrics = len(_GPM_METRICS)
+        request.sample1, request.sample2 = previous, current
+        for i, (metric, _) in enumerate(_GPM_METRICS):
+            request.metrics[i].metricId = metric
+        result = gpu.query("gpm_metrics", "nvmlGpmMetricsGet", request, remember=False)
+        if result is None or result is _ABSENT:
+            return {}
+        out = {}
+        for i, (_, name) in enumerate(_GPM_METRICS):
+            m = result.metrics[i]
+            if int(m.nvmlReturn) == _SUCCESS:
+                out[name] = min(1.0, max(0.0, float(m.value) / 100))
+        return out
+
+    def _gpm_free(self, samples_: Sequence[Any]) -> None:
+        for s in samples_:
+            if s is not None and s is not _ABSENT:
+                try:
+                    self.lib.nvmlGpmSampleFree(s)
+                except pynvml.NVMLError:
+                    pass
+
+    def _release_gpm(self) -> None:
+        """Free every GPU's GPM samples (before nvmlShutdown)."""
+        for gpu in self._gpus:
+            state = gpu.cache.pop("gpm", None)
+            if state is not None:
+                self._gpm_free(state[:2])
+
+    def _pcie_rates(self, gpu: _Gpu, now: float, tx_total: int | None, rx_total: int | None) -> tuple[float | None, float | None]:
+        """PCIe bytes/s: exact averages over the last tick from the cumulative counters where the GPU has
+        them (the poller then leaves that GPU alone); otherwise the poller's last 20 ms sample."""
+        if tx_total is None or rx_total is None:
+            if self._pcie is None:
+                return None, None
+            self._pcie.counted.discard(gpu.uuid)
+            return self._pcie.values.get(gpu.uuid, (None, None))
+        if self._pcie is not None:
+            self._pcie.counted.add(gpu.uuid)
+        key = gpu.uuid or f"index:{gpu.index}"
+        last = self._pcie_last.get(key)
+        self._pcie_last[key] = (now, tx_total, rx_total)
+        if last is None or now <= last[0] or tx_total < last[1] or rx_total < last[2]:
+            return None, None  # first read, or the counters were reset (driver reload)
+        dt = now - last[0]
+        return (tx_total - last[1]) / dt, (rx_total - last[2]) / dt
 
     def _accumulate(self, uuid: str, now: float, utilization: float | None, events: dict[str, bool]) -> tuple[float | None, dict[str, float]]:
         """Add this interval to busy seconds and clock-event seconds; return the totals.
