@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ADDRESS ?= 127.0.0.1:9843
 SCENARIO ?= demo
 
-.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean sizing-table fleet fleet-bench
+.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean sizing-table fleet fleet-bench podresources
 
 # one line per long step; pip's own output only when it fails
 $(VENV)/.installed: pyproject.toml
@@ -58,6 +58,10 @@ sizing-table: venv
 golden: venv
 	$(PY) -m pytest tests/test_golden.py --update-golden
 	$(PY) -m pytest tests/test_serving.py -k golden --update-golden
+
+## Regenerate the kubelet pod-resources gRPC code (checked in) from agent/headroom/sources/podresources/api.proto.
+podresources: venv
+	cd agent && ../$(PY) -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. headroom/sources/podresources/api.proto
 
 ## Measure tick, scrape and memory cost next to node_exporter; writes docs/benchmarks.md (~9 min).
 bench: venv

@@ -75,6 +75,30 @@ def _add_source_flags(p: argparse.ArgumentParser) -> None:
     _add_log_flags(p)
 
 
+def _auto_kinds(text: str) -> list[str]:
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    allowed = ("pods", "jobs", "containers", "units")
+    bad = [k for k in kinds if k not in allowed]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown kind {bad[0]!r}; choose from {', '.join(allowed)} "
+                                         "(comma-separated, e.g. units,containers)")
+    return kinds
+
+
+def _add_identity_flags(p: argparse.ArgumentParser) -> None:
+    """Automatic workloads (docs/workload-identity.md); each overrides collectors.identity in config.yaml."""
+    p.add_argument("--kubernetes", dest="kubernetes", action="store_const", const=True, default=None,
+                   help="label GPU series with the pod holding the GPU (kubelet pod-resources API) and make "
+                        "every pod holding a GPU a workload (default off)")
+    p.add_argument("--kubernetes.pod-resources-socket", dest="pod_resources_socket", metavar="PATH",
+                   help="the kubelet's pod-resources socket (default /var/lib/kubelet/pod-resources/kubelet.sock)")
+    p.add_argument("--hpc-job-mapping-dir", dest="hpc_job_mapping_dir", metavar="DIR",
+                   help="dcgm-exporter's job mapping directory: a file per GPU index listing Slurm job IDs")
+    p.add_argument("--workloads.auto", dest="workloads_auto", type=_auto_kinds, metavar="KINDS",
+                   help="identities that become workloads when they hold a GPU: pods,jobs,containers,units "
+                        "(default pods,jobs; pods need --kubernetes)")
+
+
 def _add_log_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log.level", dest="log_level", default=None, choices=("debug", "info", "warn", "error"),
                    help="log level (default: info for run, warn for one-shot commands)")
@@ -109,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="path of the metrics endpoint (default /metrics)")
     run.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
                      help="TLS and basic-auth configuration in the exporter-toolkit web-config.yml format")
+    _add_identity_flags(run)
     run.add_argument("--record", metavar="FILE",
                      help="append every sample to FILE (JSON Lines, docs/trace-format.md) for `headroom replay`")
     run.add_argument("--record.max-size", dest="record_max_size", type=_size, default=None, metavar="SIZE",
@@ -122,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     snap = sub.add_parser("snapshot", help="sample a few ticks, print the exposition or JSON, and exit")
     _add_source_flags(snap)
+    _add_identity_flags(snap)
     snap.add_argument("--samples", type=_positive_int, default=2, help="ticks to take (default 2, so rates exist)")
     snap.add_argument("--format", choices=("prometheus", "json"), default="prometheus",
                       help="prometheus: the exposition a scrape gets (text format); json: the raw samples, derived "
@@ -160,6 +186,10 @@ def _options(args: argparse.Namespace):
         web_config_file=getattr(args, "web_config_file", None),
         record=getattr(args, "record", None),
         record_max_bytes=getattr(args, "record_max_size", None),
+        identity={"kubernetes": getattr(args, "kubernetes", None),
+                  "pod_resources_socket": getattr(args, "pod_resources_socket", None),
+                  "hpc_job_mapping_dir": getattr(args, "hpc_job_mapping_dir", None),
+                  "auto": getattr(args, "workloads_auto", None)},
     )
 
 

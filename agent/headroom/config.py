@@ -534,6 +534,19 @@ def _schema() -> Map:
                              "detect_interval": (Duration(minimum=1, maximum=3600), 30.0)}),
             dict,
         ),
+        # automatic workloads (docs/workload-identity.md); flags --kubernetes ... override these
+        "identity": (
+            _collector_spec({
+                "kubernetes": (Bool(), None),
+                "pod_resources_socket": (Str(), None),
+                "pod_resources_timeout": (Duration(minimum=0.05, maximum=60), None),
+                "pod_resources_refresh": (Duration(minimum=0.1, maximum=3600), None),
+                "hpc_job_mapping_dir": (Str(), None),
+                "auto": (Seq(Str(choices=("pods", "jobs", "containers", "units"))), None),
+                "max_workloads": (Number(minimum=1, maximum=10_000, integer=True), None),
+            }),
+            dict,
+        ),
         "net": (
             _collector_spec(
                 {"device_exclude": (Str(pattern="regex", nonempty=False), None),

@@ -43,6 +43,20 @@ class Options:
     web_config_file: str | None = None
     record: str | None = None  # --record FILE
     record_max_bytes: int | None = None
+    # --kubernetes, --kubernetes.pod-resources-socket, --hpc-job-mapping-dir, --workloads.auto: settings of
+    # the identity collector that override ``collectors.identity`` in the configuration
+    identity: Mapping[str, Any] = field(default_factory=dict)
+
+
+class LatestSample:
+    """``SourceContext.previous``: the sampler's newest Sample (None until the first tick)."""
+
+    def __init__(self, sampler: Any = None) -> None:
+        self.sampler = sampler
+
+    def __call__(self) -> Any:
+        snap = getattr(self.sampler, "snapshot", None)
+        return snap.sample if snap is not None else None
 
 
 def enabled_collectors(config: Config, options: Options) -> list[str]:
@@ -56,16 +70,19 @@ def enabled_collectors(config: Config, options: Options) -> list[str]:
     return names
 
 
-def build_collectors(config: Config, options: Options, scenario: Any) -> list[Collector]:
+def build_collectors(config: Config, options: Options, scenario: Any,
+                     previous: LatestSample | None = None) -> list[Collector]:
     registry = load_all()
     interval = options.sample_interval or config.sample_interval
     out = []
     for name in enabled_collectors(config, options):
         settings = {k: v for k, v in (config.collectors.get(name) or {}).items() if v is not None and k != "enabled"}
+        if name == "identity":
+            settings.update({k: v for k, v in options.identity.items() if v is not None})
         # a scenario with a host: section hands the host collectors its synthetic /proc and /sys tree
         paths = (scenario.host_paths(name) if scenario is not None else None) or options.paths
         ctx = SourceContext(paths=paths, settings=settings, scenario=scenario, interval=interval,
-                            workloads=tuple(config.workloads))
+                            workloads=tuple(config.workloads), previous=previous)
         out.append(registry[name](ctx))
     return out
 
@@ -97,7 +114,8 @@ def build_sampler(config: Config, options: Options) -> Sampler:
     scenario = load_scenario(options.simulate)
     config = with_scenario_profiles(config, scenario)
     interval = options.sample_interval or config.sample_interval
-    collectors = build_collectors(config, options, scenario)
+    latest = LatestSample()
+    collectors = build_collectors(config, options, scenario, latest)
     sampler = Sampler(
         collectors,
         interval=interval,
@@ -107,6 +125,7 @@ def build_sampler(config: Config, options: Options) -> Sampler:
         analyse=make_analysis(config),
         before_tick=scenario.update_host if scenario is not None and scenario.host is not None else None,
     )
+    latest.sampler = sampler
     sampler.scenario_object = scenario
     if options.record:
         sampler.recorder = make_recorder(config, options, sampler)
@@ -299,7 +318,7 @@ class Agent:
             log.error("config_reload_failed", config=str(self.config_path), errors=[str(exc)])
             self.sampler.config_reload_ok = False
             return False
-        collectors = build_collectors(merged, self.options, self._scenario)
+        collectors = build_collectors(merged, self.options, self._scenario, LatestSample(self.sampler))
         self.sampler.reconfigure(collectors, analyse=make_analysis(merged))
         self.config = config
         self.sampler.config_reload_ok = True

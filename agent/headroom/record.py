@@ -41,6 +41,7 @@ SOURCE_TYPES: dict[str, type] = {
     "net": samples.NetSample,
     "processes": samples.ProcessesSample,
     "serving": samples.ServingSample,
+    "identity": samples.IdentitySample,
     "agent": samples.AgentSample,
 }
 

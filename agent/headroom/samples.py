@@ -362,6 +362,58 @@ class ServingSample:
     endpoints: tuple[ServingEndpoint, ...] = ()
 
 
+# ---------------------------------------------------------------------------------------- identity
+@dataclass(frozen=True, slots=True)
+class CgroupIdentity:
+    """Who a process belongs to, read from its cgroup path (sources/identity.py); "" = not applicable."""
+
+    kind: str  # "pod" | "job" | "container" | "unit"
+    cgroup: str  # the identity's own cgroup (a prefix of the process's path): the pod, job, container or unit
+    pod_uid: str = ""
+    container_id: str = ""  # 64 hex digits
+    runtime: str = ""  # containerd | cri-o | docker | podman | "" (unknown)
+    job_id: str = ""  # Slurm job
+    step: str = ""  # Slurm step (batch, extern, 0, 1 ...)
+    unit: str = ""  # innermost systemd unit (foo.service)
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityGroup:
+    """One identity that holds a GPU (an automatic workload): a pod, a Slurm job, a container or a unit."""
+
+    kind: str  # pod | job | container | unit
+    name: str  # the workload name: "<namespace>/<pod>", "job_<id>", the container's name, the unit
+    pids: tuple[int, ...] = ()  # its processes that NVML lists on a GPU (never exported)
+    gpus: tuple[str, ...] = ()  # GPU or MIG UUIDs (and "index:N" from a job mapping file) assigned to it
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""  # Kubernetes container name(s), "," joined; or the Docker/Podman container name
+    pod_uid: str = ""
+    job_id: str = ""
+    cgroup: CgroupStats | None = None  # its cgroup's v2 files, when the cgroup is known and readable
+    processes: int | None = None  # pids.current of its cgroup (all its processes, not only the GPU ones)
+
+
+@dataclass(frozen=True, slots=True)
+class IdentitySource:
+    """The state of one identity source (the kubelet pod-resources API, the job mapping directory)."""
+
+    name: str  # "kubelet" | "hpc_job_mapping"
+    up: bool
+    error: str | None = None
+    unknown_devices: tuple[str, ...] = ()  # device IDs it assigned that no GPU or MIG instance here has
+
+
+@dataclass(frozen=True, slots=True)
+class IdentitySample:
+    """Automatic workloads this tick (only identities that hold a GPU) and the state of their sources."""
+
+    groups: tuple[IdentityGroup, ...] = ()
+    sources: tuple[IdentitySource, ...] = ()
+    dropped_total: int = 0  # identities not exported because of the cap (counter)
+    max_groups: int = 0
+
+
 # -------------------------------------------------------------------------------------------- tick
 @dataclass(frozen=True, slots=True)
 class SourceResult:

@@ -28,7 +28,16 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from headroom.profiles import Kind, WorkloadProfile
-from headroom.samples import EMPTY, GpuSample, NvmlSample, Sample, WorkloadProcesses
+from headroom.samples import (
+    EMPTY,
+    CgroupStats,
+    GpuSample,
+    IdentityGroup,
+    IdentitySample,
+    NvmlSample,
+    Sample,
+    WorkloadProcesses,
+)
 from headroom.sizing import DEFAULTS, Estimate, OverheadConstants, SizingError, estimate
 
 
@@ -63,6 +72,8 @@ class WorkloadStatus:
     expected_peak_bytes: int | None = None  # expected_per_gpu_bytes x its GPU count
     estimate_error: str | None = None  # why there is no estimate
     dataloader_workers: int | None = None  # children of the main process, when the profile declares workers
+    source: str = "declared"  # "declared" (a profile) | "auto" (a pod, job, container or unit holding a GPU)
+    cgroup: CgroupStats | None = None  # auto workloads: their cgroup's v2 files (declared: in ``measured``)
     job: str = ""  # the profile's job (a job spanning hosts) and team, "" when it names none
     team: str = ""
 
@@ -89,7 +100,58 @@ def attribute(
     gpus = nvml.gpus if nvml is not None else ()
     memory = sample.data("memory")
     host_memory = getattr(memory, "total_bytes", None)
-    return tuple(_status(p, by_name.get(p.name), gpus, host_memory, constants) for p in profiles)
+    declared = tuple(_status(p, by_name.get(p.name), gpus, host_memory, constants) for p in profiles)
+    identity = sample.data("identity")
+    if not isinstance(identity, IdentitySample) or not identity.groups:
+        return declared
+    claimed = {pid for w in by_name.values() for pid in w.pids}
+    names = {p.name for p in profiles}
+    return declared + tuple(st for g in identity.groups
+                            if (st := _auto_status(g, claimed, names, gpus)) is not None)
+
+
+def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str],
+                 gpus: Sequence[GpuSample]) -> WorkloadStatus | None:
+    """An automatic workload (a pod, job, container or unit holding a GPU); None when a declared profile
+    already matches its GPU processes (the declared profile wins) or carries the same name."""
+    pids = [pid for pid in g.pids if pid not in claimed]
+    if (g.pids and not pids) or g.name in names:
+        return None
+    used = _gpus_of(set(pids), set(g.gpus), gpus)
+    known_used = [x.memory_used_bytes for x in used if x.memory_used_bytes is not None]
+    totals = [x.memory_total_bytes for x in used if x.memory_total_bytes is not None]
+    processes = g.processes if g.processes is not None else (len(pids) if pids else None)
+    return WorkloadStatus(
+        name=g.name, kind=g.kind, model="", precision="", runtime="", processes=processes, measured=None,
+        gpus=used, gpu_memory_used_bytes=sum(known_used) if known_used else None,
+        gpu_memory_capacity_bytes=sum(totals) if used and len(totals) == len(used) else None,
+        estimate_error="automatic workload: no profile to size it", source="auto", cgroup=g.cgroup,
+    )
+
+
+def gpu_identity_labels(sample: Sample) -> dict[str, tuple[str, str, str, str]]:
+    """GPU UUID -> (namespace, pod, container, hpc_job) of the pods and jobs holding it (a MIG device counts
+    for its GPU); several holders (time-slicing, MPS, MIG) are joined with ",", sorted."""
+    identity = sample.data("identity")
+    if not isinstance(identity, IdentitySample) or not identity.groups:
+        return {}
+    nvml = sample.data("nvml")
+    parent = {m.uuid: g.uuid for g in nvml.gpus for m in g.mig_instances} if isinstance(nvml, NvmlSample) else {}
+    pods: dict[str, dict[tuple[str, str, str], None]] = {}
+    jobs: dict[str, dict[str, None]] = {}
+    for g in identity.groups:
+        for ref in g.gpus:
+            uuid = parent.get(ref, ref)
+            if g.kind == "pod" and g.pod:
+                pods.setdefault(uuid, {})[(g.namespace, g.pod, g.container)] = None
+            elif g.kind == "job":
+                jobs.setdefault(uuid, {})[g.job_id] = None
+    out = {}
+    for uuid in set(pods) | set(jobs):
+        held = sorted(pods.get(uuid, {}))
+        out[uuid] = (",".join(sorted({h[0] for h in held})), ",".join(h[1] for h in held),
+                     ",".join(h[2] for h in held if h[2]), ",".join(sorted(jobs.get(uuid, {}))))
+    return out
 
 
 def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample],
@@ -132,8 +194,11 @@ def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[
 
 def _gpus(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
     """The GPUs the workload uses: where NVML lists its processes, plus the declared ones."""
-    pids = set(getattr(procs, "pids", ()))
-    declared = set(p.gpus)
+    return _gpus_of(set(getattr(procs, "pids", ())), set(p.gpus), gpus)
+
+
+def _gpus_of(pids: set[int], declared: set, gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
+    """The GPUs where NVML lists one of ``pids``, plus the ``declared`` ones (index, GPU or MIG UUID)."""
     out = []
     for g in gpus:
         mine = [x for x in g.processes if x.pid in pids]

@@ -277,8 +277,10 @@ CATALOG: tuple[MetricSpec, ...] = (
          "Negotiated link speed in bytes per second (sysfs speed in Mb/s x 125000); absent when unknown "
          "(virtual interfaces, link down)."),
     # --- declared workloads: measured against expected
-    _wl("headroom_workload_info", GAUGE, "", ("workload", "kind", "model", "precision", "runtime"),
-        "Always 1 per declared workload; labels carry its profile (empty when the profile does not say)."),
+    _wl("headroom_workload_info", GAUGE, "", ("workload", "kind", "model", "precision", "runtime", "source"),
+        "Always 1 per workload; labels carry its profile (empty when the profile does not say); source is declared "
+        "(a profile) or auto (a pod, Slurm job, container or systemd unit holding a GPU: kind pod, job, container, "
+        "unit; docs/workload-identity.md)."),
     _wl("headroom_workload_fleet_info", GAUGE, "", ("workload", "team", "training_job"),
         "Always 1 for a workload whose profile names a team or a job (a job spanning hosts; label training_job, "
         "as job is Prometheus' scrape job). The fleet rules group GPUs by these across hosts."),
@@ -364,6 +366,27 @@ CATALOG: tuple[MetricSpec, ...] = (
           "sequence holds now, basis max_context at the profile's context.max."),
 )
 
+_id = _m("identity", "identity collector (sources/identity.py): cgroup paths of GPU processes, the kubelet's "
+         "pod-resources API (sources/kubelet.py), the HPC job mapping directory")
+CATALOG += (
+    _id("headroom_identity_source_up", GAUGE, "", ("source",),
+        "1 when the identity source answered its last call, 0 when it failed (source kubelet: the pod-resources "
+        "API, with --kubernetes; hpc_job_mapping: --hpc-job-mapping-dir); the reason is logged and in /api/v1/status."),
+    _id("headroom_identity_unknown_devices", GAUGE, "", ("source",),
+        "Devices the source assigned that match no GPU or MIG instance on this host (kubelet: device IDs; "
+        "hpc_job_mapping: GPU indices)."),
+    _id("headroom_workload_identities", GAUGE, "", (),
+        "Automatic workloads (pods, jobs, containers, units holding a GPU) exported this tick."),
+    _id("headroom_workload_identities_max", GAUGE, "", (),
+        "The cap on automatic workloads (collectors.identity.max_workloads); identities beyond it are not exported."),
+    _id("headroom_workload_identities_dropped_total", COUNTER, "", (),
+        "Identities not exported because the cap was reached, each counted once while it lasts."),
+)
+
+# Labels added to every series whose labels start with gpu, uuid, when the GPU is held by a pod (--kubernetes)
+# or a Slurm job: several holders are joined with "," (docs/workload-identity.md).
+GPU_IDENTITY_LABELS = ("namespace", "pod", "container", "hpc_job")
+
 # Series that equal node_exporter's (same kernel file and field, same unit; tests/test_node_exporter_parity.py
 # compares them with a running node_exporter), so users can join them or drop one side. (headroom series, its
 # labels, node_exporter series)
@@ -393,6 +416,10 @@ def markdown() -> str:
         "`python -m headroom.exposition.catalog > docs/metrics.md`; do not edit by hand (a test compares them).",
         "",
         "Series whose source cannot answer (NVML NOT_SUPPORTED, a kernel without PSI ...) are absent, never 0.",
+        "",
+        "Series labelled gpu, uuid also carry " + ", ".join(GPU_IDENTITY_LABELS) + " when a Kubernetes pod "
+        "(--kubernetes) or a Slurm job holds the GPU (several holders joined with \",\"); "
+        "see docs/workload-identity.md.",
         "",
     ]
     group = None

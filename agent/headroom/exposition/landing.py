@@ -47,6 +47,9 @@ def status(state: Any) -> dict[str, Any]:
     if f is not None and getattr(f, "gpu_findings", ()):
         out["host"] = {"gpus_idle": f.host.gpus_idle, "gpu_idle_seconds_total": f.host.gpu_idle_seconds_total,
                        "gpu_idle_cost_total": f.host.gpu_idle_cost_total, "currency": f.host.currency}
+    identity = snap.sample.data("identity")
+    if identity is not None:
+        out["identity"] = _identity_status(identity, getattr(f, "workloads", ()) or ())
     nvml = snap.sample.data("nvml")
     if isinstance(nvml, NvmlSample):
         out["driver_version"] = nvml.driver_version
@@ -61,6 +64,24 @@ def status(state: Any) -> dict[str, Any]:
                 **({"idle": verdicts[g.index].idle} if g.index in verdicts else {}),
             })  # fmt: skip
     return out
+
+
+def _identity_status(identity: Any, statuses: Any) -> dict[str, Any]:
+    """Identity sources (kubelet, job mapping) with their errors, the cap, and the automatic workloads."""
+    auto = {st.name: st for st in statuses if getattr(st, "source", "declared") == "auto"}
+    return {
+        "sources": [{"name": s.name, "up": s.up, "error": s.error, "unknown_devices": list(s.unknown_devices)}
+                    for s in identity.sources],
+        "max_workloads": identity.max_groups,
+        "dropped_total": identity.dropped_total,
+        "workloads": [{
+            "name": g.name, "kind": g.kind, "namespace": g.namespace, "pod": g.pod, "container": g.container,
+            "pod_uid": g.pod_uid, "hpc_job": g.job_id, "devices": list(g.gpus),
+            "processes": auto[g.name].processes if g.name in auto else g.processes,
+            "gpu_memory_used_bytes": auto[g.name].gpu_memory_used_bytes if g.name in auto else None,
+            "declared_profile_wins": g.name not in auto,
+        } for g in identity.groups],
+    }  # fmt: skip
 
 
 def _verdict(v: Any) -> dict[str, Any]:

@@ -80,10 +80,12 @@ def format_value(value: float | int | bool) -> str:
 class Writer:
     """Collects series per family; ``add`` takes label values in the catalogue's label order."""
 
-    __slots__ = ("_families",)
+    __slots__ = ("_families", "gpu_extra")
 
     def __init__(self) -> None:
         self._families: dict[str, list[str]] = {}
+        # GPU UUID -> ',namespace="..",pod=".."': appended to every series labelled gpu, uuid (identity labels)
+        self.gpu_extra: dict[str, str] = {}
 
     def add(self, name: str, value: float | int | bool | None, *label_values: Any) -> None:
         if value is None:
@@ -98,7 +100,10 @@ class Writer:
         if len(label_values) != len(names):
             raise ValueError(f"{name} takes labels {names}, got {len(label_values)} values")
         if label_values:
-            lines.append(f"{name}{{{_label_text(names, label_values)}}} {format_value(value)}")
+            text = _label_text(names, label_values)
+            if self.gpu_extra and names[:2] == _GPU_IDS:
+                text += self.gpu_extra.get(label_values[1], "")
+            lines.append(f"{name}{{{text}}} {format_value(value)}")
         else:
             lines.append(f"{name} {format_value(value)}")
 
@@ -123,9 +128,15 @@ def render(snapshot: Snapshot) -> bytes:
     return w.render()
 
 
+_GPU_IDS = ("gpu", "uuid")
+
+
 def render_into(w: Writer, snapshot: Snapshot) -> None:
     sample = snapshot.sample
     _render_self(w, snapshot)
+    identity = sample.data("identity")
+    if identity is not None:
+        _render_identity(w, identity, sample)
     nvml = sample.sources.get("nvml")
     if nvml is not None:
         _render_nvml(w, nvml.data if nvml.ok else None)
@@ -246,14 +257,37 @@ def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Any) 
         w.add(f"{prefix}_bottleneck", resource == verdict.primary, *ids, resource)
 
 
+def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
+    """Identity sources, the cap, and the pod / job labels of the GPUs they hold (sources/identity.py)."""
+    from headroom.analysis.workloads import gpu_identity_labels
+    from headroom.exposition.catalog import GPU_IDENTITY_LABELS
+
+    for src in identity.sources:
+        w.add("headroom_identity_source_up", src.up, src.name)
+        if src.up or src.unknown_devices:
+            w.add("headroom_identity_unknown_devices", len(src.unknown_devices), src.name)
+    w.add("headroom_workload_identities", len(identity.groups))
+    w.add("headroom_workload_identities_max", identity.max_groups)
+    w.add("headroom_workload_identities_dropped_total", identity.dropped_total)
+    for uuid, values in gpu_identity_labels(sample).items():
+        w.gpu_extra[uuid] = "".join(f',{k}="{_escape(v)}"' for k, v in zip(GPU_IDENTITY_LABELS, values, strict=True)
+                                    if v)
+
+
 def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
-    """Measured against expected per declared workload (analysis.workloads.WorkloadStatus)."""
+    """Measured against expected per workload (analysis.workloads.WorkloadStatus), declared and automatic."""
     for st in statuses:
         name = st.name
-        w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime)
+        w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime,
+              getattr(st, "source", "declared"))
         if st.job or st.team:
             w.add("headroom_workload_fleet_info", 1, name, st.team, st.job)
         m = st.measured
+        auto_cgroup = getattr(st, "cgroup", None)
+        if m is None and getattr(st, "source", "declared") == "auto":
+            w.add("headroom_workload_processes", st.processes, name)
+            if auto_cgroup is not None:
+                _render_cgroup(w, name, auto_cgroup)
         if m is not None:
             w.add("headroom_workload_processes", m.processes, name)
             w.add("headroom_workload_threads", m.threads, name)
@@ -262,13 +296,8 @@ def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
             w.add("headroom_workload_resident_memory_bytes", m.resident_memory_bytes, name)
             w.add("headroom_workload_read_bytes_total", m.read_bytes_total, name)
             w.add("headroom_workload_written_bytes_total", m.written_bytes_total, name)
-            cg = m.cgroup
-            if cg is not None:
-                w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_user_seconds_total, 6), name, "user")
-                w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_system_seconds_total, 6), name, "system")
-                w.add("headroom_workload_cgroup_memory_bytes", cg.memory_bytes, name)
-                for resource, ratio in sorted(cg.pressure_some_avg10.items()):
-                    w.add("headroom_workload_cgroup_pressure_ratio", ratio, name, resource)
+            if m.cgroup is not None:
+                _render_cgroup(w, name, m.cgroup)
         w.add("headroom_workload_dataloader_workers", st.dataloader_workers, name)
         for g in st.gpus:
             w.add("headroom_workload_gpu_memory_used_bytes", g.memory_used_bytes, name, str(g.index))
@@ -277,6 +306,14 @@ def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
             w.add("headroom_workload_memory_expected_bytes", value, name, component)
         w.add("headroom_workload_gpu_memory_expected_peak_bytes", st.expected_peak_bytes, name)
         w.add("headroom_workload_gpu_memory_capacity_bytes", st.gpu_memory_capacity_bytes, name)
+
+
+def _render_cgroup(w: Writer, name: str, cg: Any) -> None:
+    w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_user_seconds_total, 6), name, "user")
+    w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_system_seconds_total, 6), name, "system")
+    w.add("headroom_workload_cgroup_memory_bytes", cg.memory_bytes, name)
+    for resource, ratio in sorted(cg.pressure_some_avg10.items()):
+        w.add("headroom_workload_cgroup_pressure_ratio", ratio, name, resource)
 
 
 def _render_findings(w: Writer, f: Any) -> None:

@@ -52,6 +52,9 @@ class SourceContext:
     # the declared workload profiles (headroom.profiles.WorkloadProfile), config file then drop-ins
     workloads: tuple[Any, ...] = ()
     monotonic: Callable[[], float] | None = None
+    # the newest Sample before this tick (None before the first), for collectors that follow another
+    # collector's findings (the identity collector reads the GPU processes NVML listed)
+    previous: Callable[[], Any] | None = None
 
 
 class Collector:
@@ -106,7 +109,7 @@ class DeviceFilter:
 REGISTRY: dict[str, type[Collector]] = {}
 
 # Modules that define collectors, in exposition order.
-_MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net", "processes", "serving", "agent")
+_MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net", "processes", "serving", "identity", "agent")
 
 
 def register(cls: type[Collector]) -> type[Collector]:

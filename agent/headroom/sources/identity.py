@@ -1,0 +1,586 @@
+"""The identity collector: automatic workloads for the pods, Slurm jobs, containers and systemd units
+that hold a GPU, without a hand-written profile.
+
+Per tick (docs/workload-identity.md):
+
+1. the GPU processes are the pids NVML listed in the previous tick (``SourceContext.previous``; this
+   collector never calls NVML, so an identity appears one tick after its first process on a GPU);
+2. each one's /proc/PID/cgroup is read once (again only when /proc/PID changes inode: pid reuse) and
+   ``parse_cgroup_path`` turns the path into an identity: Kubernetes pod UID + container ID (cgroup v1
+   and v2, cgroupfs and systemd drivers, containerd / CRI-O / Docker naming), Slurm job and step
+   (``/slurm/uid_U/job_J/step_S`` in v1, ``.../job_J/step_S/...`` in v2), Docker / Podman container
+   ID, or the innermost systemd unit;
+3. names come from on-disk state only, read once per container (no daemon API): the OCI bundle's
+   annotations (containerd, CRI-O: namespace, pod, container), Docker's ``config.v2.json``, Podman's
+   ``containers.json``; and, with --kubernetes, from the kubelet's pod-resources API
+   (``sources/kubelet.py``, polled in its own thread), which also says which GPU or MIG device each
+   pod holds (pods with a GPU but no process on it yet are workloads too);
+4. ``--hpc-job-mapping-dir`` (dcgm-exporter's format: a file per GPU index listing job IDs, one a line)
+   assigns jobs to GPUs for sites whose prolog writes those files;
+5. each identity's cgroup v2 files (cpu.stat, memory.current, pids.current) are read once.
+
+Identities beyond ``max_workloads`` are not exported (``headroom_workload_identities_dropped_total``
+counts each one once); the collector keeps state only for live GPU processes and live identities, so
+pods and jobs that end leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from headroom.samples import (
+    CgroupIdentity,
+    CgroupStats,
+    IdentityGroup,
+    IdentitySample,
+    IdentitySource,
+    NvmlSample,
+)
+from headroom.sources import Collector, SourceContext, procfs, register
+
+log = structlog.get_logger("headroom.sources.identity")
+
+KINDS = ("pods", "jobs", "containers", "units")  # --workloads.auto values
+DEFAULT_AUTO = ("pods", "jobs")  # pods need --kubernetes too
+DEFAULT_MAX_WORKLOADS = 100
+
+# ------------------------------------------------------------------------------------------ parsing
+_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
+# cgroupfs: "pod<uid>"; systemd: "kubepods-pod<uid>.slice", "kubepods-burstable-pod<uid_with_underscores>.slice";
+# containerd's systemd driver inside its own unit: "kubepods-burstable-pod<uid>.slice:cri-containerd:<id>"
+_POD = re.compile(rf"^(?:kubepods-(?:besteffort-|burstable-|guaranteed-)?)?pod({_UID})(?:\.slice)?"
+                  r"(?::([a-z-]+):([0-9a-f]{64}))?$")
+# "<id>" (cgroupfs), "cri-containerd-<id>.scope", "crio-<id>.scope", "docker-<id>.scope", "libpod-<id>.scope"
+_CONTAINER = re.compile(r"^(?:(cri-containerd|crio|docker|libpod)-)?([0-9a-f]{64})(?:\.scope)?$")
+_RUNTIMES = {"cri-containerd": "containerd", "crio": "cri-o", "docker": "docker", "libpod": "podman", None: ""}
+_JOB = re.compile(r"^job_(\d+)$")
+_STEP = re.compile(r"^step_([A-Za-z0-9_.-]+)$")
+
+
+def parse_cgroup_path(path: str) -> CgroupIdentity | None:
+    """The identity a cgroup path names (pod > Slurm job > container > systemd unit), or None."""
+    parts = path.split("/")
+    pod_uid = container = runtime = job = step = unit = ""
+    pod_at = container_at = job_at = unit_at = -1
+    colon_form = False
+    for i, comp in enumerate(parts):
+        if not comp:
+            continue
+        m = _POD.match(comp)
+        if m is not None and "kubepods" in path:
+            pod_uid, pod_at = m.group(1).replace("_", "-"), i
+            if m.group(3):
+                colon_form = True
+                container, container_at = m.group(3), i
+                runtime = _RUNTIMES.get(m.group(2), m.group(2))
+            continue
+        m = _CONTAINER.match(comp)
+        if m is not None:
+            container, container_at, runtime = m.group(2), i, _RUNTIMES[m.group(1)]
+            if runtime == "" and parts[i - 1] == "docker":  # cgroupfs Docker: /docker/<id>
+                runtime = "docker"
+            continue
+        m = _JOB.match(comp)
+        if m is not None and "slurm" in path:  # slurmstepd.scope (v2), /slurm or /slurm_<node> (v1)
+            job, job_at = m.group(1), i
+            continue
+        m = _STEP.match(comp)
+        if m is not None and job:
+            step = m.group(1)
+            continue
+        if comp.endswith(".service"):
+            unit, unit_at = comp, i
+    if pod_uid:
+        cgroup = "" if colon_form else "/".join(parts[: pod_at + 1])
+        return CgroupIdentity("pod", cgroup, pod_uid=pod_uid, container_id=container, runtime=runtime)
+    if job:
+        return CgroupIdentity("job", "/".join(parts[: job_at + 1]), job_id=job, step=step)
+    if container:
+        return CgroupIdentity("container", "/".join(parts[: container_at + 1]), container_id=container,
+                              runtime=runtime)
+    if unit and unit_at > 0:
+        return CgroupIdentity("unit", "/".join(parts[: unit_at + 1]), unit=unit)
+    return None
+
+
+_V1_ORDER = ("memory", "cpu,cpuacct", "cpuacct,cpu", "cpu", "pids", "name=systemd")
+
+
+def identity_of(groups: procfs.PidCgroups) -> CgroupIdentity | None:
+    """The identity of a process from its /proc/PID/cgroup: the v2 path first, then the v1 paths."""
+    paths = []
+    if groups.unified not in (None, "", "/"):
+        paths.append(groups.unified)
+    paths += [groups.controllers[c] for c in _V1_ORDER if c in groups.controllers]
+    paths += [p for c, p in sorted(groups.controllers.items()) if c not in _V1_ORDER]
+    for path in paths:
+        ident = parse_cgroup_path(path)
+        if ident is not None:
+            # the v1 path of a v1-only host is not a cgroup v2 path: no stats from it
+            return ident if path == groups.unified else _no_stats(ident)
+    return None
+
+
+def _no_stats(ident: CgroupIdentity) -> CgroupIdentity:
+    from dataclasses import replace
+
+    return replace(ident, cgroup="")
+
+
+# ------------------------------------------------------------------------- container on-disk state
+@dataclass(frozen=True, slots=True)
+class ContainerMeta:
+    name: str = ""  # Docker / Podman container name
+    namespace: str = ""  # Kubernetes pod namespace
+    pod: str = ""
+    container: str = ""  # Kubernetes container name
+    pod_uid: str = ""
+
+
+_CRI_KEYS = (  # (namespace, pod, container, pod uid) annotations: containerd's CRI plugin, then CRI-O / Docker labels
+    ("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name", "io.kubernetes.cri.container-name",
+     "io.kubernetes.cri.sandbox-uid"),
+    ("io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name", "io.kubernetes.pod.uid"),
+)
+
+
+def _from_annotations(annotations: Mapping[str, Any], name: str = "") -> ContainerMeta:
+    for ns, pod, container, uid in _CRI_KEYS:
+        if annotations.get(pod):
+            return ContainerMeta(name=name, namespace=str(annotations.get(ns, "")), pod=str(annotations[pod]),
+                                 container=str(annotations.get(container, "")), pod_uid=str(annotations.get(uid, "")))
+    return ContainerMeta(name=name)
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        with path.open("rb") as f:
+            return json.loads(f.read(4 * 2**20))
+    except (OSError, ValueError):
+        return None
+
+
+def container_meta(rootfs: Path, container_id: str, runtime: str) -> ContainerMeta | None:
+    """Names of a container from its runtime's on-disk state under ``rootfs``; None when none is readable."""
+    root = rootfs
+    candidates: list[tuple[str, Path]] = []
+    if runtime in ("containerd", ""):
+        for ns in ("k8s.io", "moby", "default"):
+            candidates.append(("oci", root / "run/containerd/io.containerd.runtime.v2.task" / ns / container_id
+                               / "config.json"))
+    if runtime in ("cri-o", "podman", ""):
+        for base in ("run/containers/storage", "var/lib/containers/storage"):
+            candidates.append(("oci", root / base / "overlay-containers" / container_id / "userdata/config.json"))
+    if runtime in ("docker", ""):
+        candidates.append(("docker", root / "var/lib/docker/containers" / container_id / "config.v2.json"))
+    for kind, path in candidates:
+        doc = _load_json(path)
+        if not isinstance(doc, dict):
+            continue
+        if kind == "docker":
+            config = doc.get("Config") if isinstance(doc.get("Config"), dict) else {}
+            labels = config.get("Labels") if isinstance(config.get("Labels"), dict) else {}
+            return _from_annotations(labels, str(doc.get("Name", "")).lstrip("/"))
+        annotations = doc.get("annotations") if isinstance(doc.get("annotations"), dict) else {}
+        meta = _from_annotations(annotations)
+        if runtime == "podman" or (not meta.pod and runtime == ""):
+            name = _podman_name(root, container_id)
+            if name:
+                meta = ContainerMeta(name, meta.namespace, meta.pod, meta.container, meta.pod_uid)
+        return meta
+    if runtime == "podman":
+        name = _podman_name(root, container_id)
+        return ContainerMeta(name=name) if name else None
+    return None
+
+
+def _podman_name(rootfs: Path, container_id: str) -> str:
+    for base in ("var/lib/containers/storage", "run/containers/storage"):
+        doc = _load_json(rootfs / base / "overlay-containers/containers.json")
+        if isinstance(doc, list):
+            for c in doc:
+                if isinstance(c, dict) and c.get("id") == container_id and c.get("names"):
+                    return str(c["names"][0])
+    return ""
+
+
+# --------------------------------------------------------------------------------- job mapping dir
+def read_job_mapping(directory: Path) -> dict[int, tuple[str, ...]]:
+    """dcgm-exporter's HPC job mapping directory: a file per GPU index (its name) listing job IDs, one a
+    line. Other names and directories are ignored; raises OSError when the directory cannot be listed."""
+    out: dict[int, tuple[str, ...]] = {}
+    for entry in os.scandir(directory):
+        if not entry.name.isdigit() or not entry.is_file():
+            continue
+        try:
+            text = Path(entry.path).read_text(errors="replace")
+        except OSError:
+            continue  # removed by the epilog meanwhile, or unreadable: no job there
+        jobs = tuple(dict.fromkeys(line.strip() for line in text.splitlines() if line.strip()))
+        if jobs:
+            out[int(entry.name)] = jobs
+    return out
+
+
+# ---------------------------------------------------------------------------------------- collector
+@dataclass(slots=True)
+class _Pid:
+    inode: int
+    identity: CgroupIdentity | None
+
+
+@dataclass(slots=True)
+class _Group:
+    kind: str
+    key: str
+    name: str = ""
+    pids: list[int] | None = None
+    gpus: dict[str, None] | None = None
+    namespace: str = ""
+    pod: str = ""
+    containers: dict[str, None] | None = None
+    pod_uid: str = ""
+    job_id: str = ""
+    cgroup: str = ""
+
+
+def _auto_setting(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return DEFAULT_AUTO
+    items = [v.strip() for v in (value.split(",") if isinstance(value, str) else value)]
+    return tuple(v for v in items if v)
+
+
+@register
+class IdentityCollector(Collector):
+    name = "identity"
+    default_enabled = True
+    description = "Automatic workloads: the pods, Slurm jobs, containers and systemd units that hold a GPU"
+
+    def __init__(self, ctx: SourceContext) -> None:
+        super().__init__(ctx)
+        s = ctx.settings
+        self.auto = frozenset(_auto_setting(s.get("auto")))
+        unknown = self.auto - set(KINDS)
+        if unknown:
+            from headroom.sources import CollectorError
+
+            raise CollectorError(f"workloads.auto: unknown kind(s) {', '.join(sorted(unknown))}; "
+                                 f"choose from {', '.join(KINDS)}")
+        self.kubernetes = bool(s.get("kubernetes", False))
+        self.max_workloads = int(s.get("max_workloads") or DEFAULT_MAX_WORKLOADS)
+        mapping = s.get("hpc_job_mapping_dir")
+        self.mapping_dir = Path(mapping) if mapping else None  # as given, like the socket (not under --path.rootfs)
+        self._mapping_error: str | None = None
+        self.poller = None
+        if self.kubernetes:
+            from headroom.sources.kubelet import DEFAULT_SOCKET, PodResourcesPoller
+
+            socket = s.get("pod_resources_socket") or DEFAULT_SOCKET
+            self.poller = PodResourcesPoller(str(socket), timeout=float(s.get("pod_resources_timeout") or 2.0),
+                                             refresh=float(s.get("pod_resources_refresh") or 5.0))
+        self._pids: dict[int, _Pid] = {}
+        self._meta: dict[str, ContainerMeta | None] = {}
+        self._refused: set[tuple[str, str]] = set()
+        self.dropped_total = 0
+        self._names: dict[str, str] = {}  # exported workload -> kind, to log arrivals and departures
+        self._exported: set[tuple[str, str]] = set()  # (kind, key) exported last tick: the cap keeps them
+        self._dirs: dict[str, str] = {}  # identity cgroup -> its v2 directory, while the identity lives
+        self._dirs_seen: set[str] = set()
+        self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
+
+    def close(self) -> None:
+        if self.poller is not None:
+            self.poller.close()
+
+    # -- inputs
+    def _gpu_processes(self) -> tuple[dict[int, list[str]], NvmlSample | None]:
+        previous = self.ctx.previous() if self.ctx.previous is not None else None
+        nvml = previous.data("nvml") if previous is not None else None
+        if not isinstance(nvml, NvmlSample):
+            return {}, None
+        out: dict[int, list[str]] = {}
+        for g in nvml.gpus:
+            for p in g.processes:
+                out.setdefault(p.pid, []).append(g.uuid)
+        return out, nvml
+
+    def _identity(self, pid: int) -> CgroupIdentity | None:
+        root = self.ctx.paths.procfs
+        try:
+            inode = os.stat(root / str(pid)).st_ino
+        except OSError:
+            self._pids.pop(pid, None)
+            return None
+        known = self._pids.get(pid)
+        if known is not None and known.inode == inode:
+            return known.identity
+        try:
+            groups = procfs.read_pid_cgroup(root, pid)
+        except (procfs.ProcessGone, OSError, ValueError):
+            groups = None
+        ident = identity_of(groups) if groups is not None else None
+        self._pids[pid] = _Pid(inode, ident)
+        return ident
+
+    def _container_meta(self, ident: CgroupIdentity) -> ContainerMeta | None:
+        cid = ident.container_id
+        if not cid:
+            return None
+        if cid not in self._meta:
+            self._meta[cid] = container_meta(self.ctx.paths.rootfs, cid, ident.runtime)
+        return self._meta[cid]
+
+    # -- the tick
+    def collect(self) -> IdentitySample:
+        on_gpu, nvml = self._gpu_processes()
+        for pid in [p for p in self._pids if p not in on_gpu]:
+            del self._pids[pid]
+        groups: dict[tuple[str, str], _Group] = {}
+        seen_containers: set[str] = set()
+
+        def group(kind: str, key: str) -> _Group:
+            g = groups.get((kind, key))
+            if g is None:
+                g = groups[(kind, key)] = _Group(kind, key, pids=[], gpus={}, containers={})
+            return g
+
+        for pid in sorted(on_gpu):
+            ident = self._identity(pid)
+            if ident is None:
+                continue
+            meta = self._container_meta(ident)
+            if ident.container_id:
+                seen_containers.add(ident.container_id)
+            if ident.kind == "pod" and self.kubernetes and "pods" in self.auto:
+                g = group("pod", ident.pod_uid)
+                g.pod_uid = ident.pod_uid
+                if meta is not None and meta.pod:
+                    g.namespace, g.pod = meta.namespace, meta.pod
+                    if meta.container:
+                        g.containers[meta.container] = None
+            elif ident.kind == "job" and "jobs" in self.auto:
+                g = group("job", ident.job_id)
+                g.job_id = ident.job_id
+            elif ident.kind == "container" and "containers" in self.auto:
+                g = group("container", ident.container_id)
+                g.name = (meta.name if meta is not None else "") or ident.container_id[:12]
+            elif ident.kind == "unit" and "units" in self.auto:
+                g = group("unit", ident.unit)
+                g.name = ident.unit
+            else:
+                continue
+            g.pids.append(pid)
+            g.gpus.update(dict.fromkeys(on_gpu[pid]))
+            if ident.cgroup and not g.cgroup:
+                g.cgroup = ident.cgroup
+        for cid in [c for c in self._meta if c not in seen_containers]:
+            del self._meta[cid]
+
+        sources = []
+        if self.poller is not None:
+            sources.append(self._kubelet(groups, group, nvml))
+        if self.mapping_dir is not None:
+            sources.append(self._job_mapping(group, nvml))
+
+        out = []
+        live: set[tuple[str, str]] = set()
+        exported: set[tuple[str, str]] = set()
+        # the cap keeps what it exported before (its series go on), then takes newcomers by kind and key
+        ordered = sorted(groups.items(), key=lambda kv: (kv[0] not in self._exported, kv[0]))
+        for (kind, key), g in ordered:
+            live.add((kind, key))
+            if len(out) >= self.max_workloads:
+                if (kind, key) not in self._refused:
+                    self._refused.add((kind, key))
+                    self.dropped_total += 1
+                    if self.dropped_total == 1 or self.dropped_total % 100 == 0:
+                        log.warning("workload_identities_dropped", cap=self.max_workloads,
+                                    dropped_total=self.dropped_total)
+                continue
+            out.append(self._finish(g))
+            exported.add((kind, key))
+        self._exported = exported
+        self._refused &= live
+        for path in [p for p in self._dirs if p not in self._dirs_seen]:
+            del self._dirs[path]
+        self._dirs_seen = set()
+        names = {g.name: g.kind for g in out}
+        for name in names.keys() - self._names.keys():
+            log.info("auto_workload_found", workload=name, kind=names[name])
+        for name in self._names.keys() - names.keys():
+            log.info("auto_workload_gone", workload=name, kind=self._names[name])
+        self._names = names
+        return IdentitySample(groups=tuple(out), sources=tuple(sources), dropped_total=self.dropped_total,
+                              max_groups=self.max_workloads)
+
+    def _finish(self, g: _Group) -> IdentityGroup:
+        if g.kind == "pod":
+            name = f"{g.namespace}/{g.pod}" if g.pod else g.pod_uid
+        elif g.kind == "job":
+            name = f"job_{g.job_id}"
+        else:
+            name = g.name or g.key
+        stats = processes = None
+        if g.cgroup:
+            stats, processes = self._cgroup_stats(g.cgroup)
+        return IdentityGroup(kind=g.kind, name=name, pids=tuple(g.pids or ()), gpus=tuple(g.gpus or ()),
+                             namespace=g.namespace, pod=g.pod, container=",".join(g.containers or ()),
+                             pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes)
+
+    def _cgroup_stats(self, path: str) -> tuple[CgroupStats | None, int | None]:
+        """The identity cgroup's stats; its directory is looked up once (kept while the identity lives)."""
+        directory = self._dirs.get(path)
+        if directory is None:
+            from headroom.sources.processes import cgroup_root
+
+            found = cgroup_root(self.ctx.paths.sysfs, path)
+            if found is None:
+                return None, None
+            directory = self._dirs[path] = str(found)
+        self._dirs_seen.add(path)
+        return read_identity_cgroup(directory, path)
+
+    def _kubelet(self, groups: dict, group: Any, nvml: NvmlSample | None) -> IdentitySource:
+        from headroom.sources.kubelet import device_uuid
+
+        assert self.poller is not None
+        self.poller.start()
+        state = self.poller.state()
+        if state.devices is None:
+            return IdentitySource("kubelet", False, state.error)
+        known = _known_devices(nvml)
+        holders: dict[str, set[tuple[str, str]]] = {}  # GPU or MIG UUID -> pods (namespace, name)
+        pods: dict[tuple[str, str], dict[str, None]] = {}
+        devices: dict[tuple[str, str], dict[str, None]] = {}
+        unknown: dict[str, None] = {}
+        for c in state.devices:
+            if not c.resource.startswith("nvidia.com/"):
+                continue
+            for raw in c.device_ids:
+                uuid = device_uuid(raw)
+                if known is not None and uuid not in known:
+                    unknown[raw] = None
+                    continue
+                holders.setdefault(_parent(uuid, nvml), set()).add((c.namespace, c.pod))
+                pods.setdefault((c.namespace, c.pod), {})[c.container] = None
+                devices.setdefault((c.namespace, c.pod), {})[uuid] = None
+        self._log_unknown("kubelet", tuple(unknown))
+        if "pods" in self.auto:
+            named = {(g.namespace, g.pod) for g in groups.values() if g.kind == "pod" and g.pod}
+            # a pod UID without on-disk names: the only pod the kubelet gave the GPUs its processes use
+            for g in [g for g in groups.values() if g.kind == "pod" and not g.pod]:
+                candidates = set.intersection(*[holders.get(u, set()) for u in g.gpus]) if g.gpus else set()
+                candidates -= named
+                if len(candidates) == 1:
+                    g.namespace, g.pod = next(iter(candidates))
+                    named.add((g.namespace, g.pod))
+            by_name = {(g.namespace, g.pod): g for g in groups.values() if g.kind == "pod" and g.pod}
+            for ref, containers in pods.items():
+                g = by_name.get(ref) or group("pod", f"{ref[0]}/{ref[1]}")
+                g.namespace, g.pod = ref
+                g.containers.update(containers)
+                g.gpus.update(devices[ref])
+        # up: the last call answered; after a failure the last answer is still used for a while (kubelet.py)
+        return IdentitySource("kubelet", state.error is None, state.error, unknown_devices=tuple(unknown))
+
+    def _job_mapping(self, group: Any, nvml: NvmlSample | None) -> IdentitySource:
+        assert self.mapping_dir is not None
+        try:
+            mapping = read_job_mapping(self.mapping_dir)
+        except OSError as exc:
+            error = f"cannot read {self.mapping_dir}: {exc.strerror or exc}"
+            if error != self._mapping_error:
+                log.warning("hpc_job_mapping_unreadable", directory=str(self.mapping_dir), error=error)
+            self._mapping_error = error
+            return IdentitySource("hpc_job_mapping", False, error)
+        self._mapping_error = None
+        by_index = {g.index: g.uuid for g in nvml.gpus} if nvml is not None else {}
+        unknown = []
+        for index, jobs in sorted(mapping.items()):
+            uuid = by_index.get(index)
+            if uuid is None:
+                if nvml is not None:
+                    unknown.append(str(index))
+                continue
+            if "jobs" not in self.auto:
+                continue
+            for job in jobs:
+                g = group("job", job)
+                g.job_id = job
+                g.gpus[uuid] = None
+        self._log_unknown("hpc_job_mapping", tuple(unknown))
+        return IdentitySource("hpc_job_mapping", True, None, unknown_devices=tuple(unknown))
+
+    def _log_unknown(self, source: str, unknown: tuple[str, ...]) -> None:
+        """Warn once per change about devices a source assigned that this host does not have."""
+        if unknown != self._unknown.get(source, ()):
+            if unknown:
+                log.warning("identity_unknown_devices", source=source, devices=list(unknown),
+                            hint="device IDs that match no GPU or MIG UUID (GPU index for job mapping files) here")
+            self._unknown[source] = unknown
+
+
+def _known_devices(nvml: NvmlSample | None) -> set[str] | None:
+    if nvml is None:
+        return None
+    out = set()
+    for g in nvml.gpus:
+        out.add(g.uuid)
+        out.update(m.uuid for m in g.mig_instances)
+    return out
+
+
+def _parent(uuid: str, nvml: NvmlSample | None) -> str:
+    """The GPU UUID of a MIG UUID (itself for a GPU UUID)."""
+    if nvml is not None and uuid.startswith("MIG-"):
+        for g in nvml.gpus:
+            if any(m.uuid == uuid for m in g.mig_instances):
+                return g.uuid
+    return uuid
+
+
+def _small(path: str) -> str | None:
+    """A small kernel file's text (one open, one read), or None when absent or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_identity_cgroup(directory: str, path: str) -> tuple[CgroupStats | None, int | None]:
+    """(cpu.stat user/system + memory.current, pids.current) of an identity's cgroup v2 directory: three
+    reads per workload per tick (pressure, io.stat and cpu.max are left to declared workloads: cost)."""
+    from headroom.sources.processes import parse_cpu_stat
+
+    cpu = _small(f"{directory}/cpu.stat")
+    memory = _small(f"{directory}/memory.current")
+    if cpu is None and memory is None:
+        return None, None
+    user = system = None
+    if cpu is not None:
+        try:
+            values = parse_cpu_stat(cpu)
+        except ValueError:
+            values = {}
+        user = values["user_usec"] / 1e6 if "user_usec" in values else None
+        system = values["system_usec"] / 1e6 if "system_usec" in values else None
+    memory_bytes = int(memory) if memory is not None and memory.strip().isdigit() else None
+    pids = _small(f"{directory}/pids.current")
+    processes = int(pids) if pids is not None and pids.strip().isdigit() else None
+    return CgroupStats(path=path, cpu_user_seconds_total=user, cpu_system_seconds_total=system,
+                       memory_bytes=memory_bytes), processes

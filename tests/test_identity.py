@@ -1,0 +1,467 @@
+"""Automatic workload identity: cgroup paths of every driver and runtime, container names from on-disk
+state, the HPC job mapping directory, pods / jobs / containers / units as workloads end to end (the NVML
+stand-in below pynvml, a real gRPC kubelet on a unix socket, fixture /proc and cgroup trees), churn and
+the cardinality cap."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import threading
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+
+from headroom.analysis import workloads
+from headroom.analysis.pipeline import Analysis
+from headroom.config import load_config
+from headroom.exposition import landing, render
+from headroom.sampler import Sampler
+from headroom.samples import (
+    GpuProcess,
+    GpuSample,
+    IdentityGroup,
+    IdentitySample,
+    IdentitySource,
+    NvmlSample,
+    ProcessesSample,
+    Sample,
+    SourceResult,
+    WorkloadProcesses,
+)
+from headroom.simulation import ManualClock, parse_scenario
+from headroom.sources import Paths, SourceContext, procfs
+from headroom.sources.identity import (
+    IdentityCollector,
+    container_meta,
+    identity_of,
+    parse_cgroup_path,
+    read_job_mapping,
+)
+from headroom.sources.nvml import NvmlCollector
+from headroom.sources.podresources import api_pb2_grpc
+from test_kubelet import Lister
+
+CGROUPS = Path(__file__).resolve().parent / "fixtures" / "cgroup"
+UID = "8f1d5e2a-3b4c-4d5e-9f60-718293a4b5c6"
+CID = "4a7c1e0f9b2d3c5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6"
+SYSTEMD_POD = f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice"
+
+# case -> (kind, pod uid, container id, runtime, job, step, unit, cgroup used for stats ("" = none: v1 only))
+CASES = {
+    "k8s-v2-systemd-containerd": ("pod", UID, CID, "containerd", "", "", "", SYSTEMD_POD),
+    "k8s-v2-systemd-crio-guaranteed": ("pod", UID, CID, "cri-o", "", "", "",
+                                       f"/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice"),
+    "k8s-v2-cgroupfs-containerd": ("pod", UID, CID, "", "", "", "", f"/kubepods/besteffort/pod{UID}"),
+    "k8s-v2-containerd-in-unit": ("pod", UID, CID, "containerd", "", "", "", ""),
+    "k8s-v1-cgroupfs-docker": ("pod", UID, CID, "", "", "", "", ""),
+    "k8s-v1-systemd-docker": ("pod", UID, CID, "docker", "", "", "", ""),
+    "k8s-hybrid-systemd-crio": ("pod", UID, CID, "cri-o", "", "", "", ""),
+    "slurm-v2": ("job", "", "", "", "4242", "0", "", "/system.slice/slurmstepd.scope/job_4242"),
+    "slurm-v1": ("job", "", "", "", "77", "batch", "", ""),
+    "docker-v2-systemd": ("container", "", CID, "docker", "", "", "", f"/system.slice/docker-{CID}.scope"),
+    "docker-v1-cgroupfs": ("container", "", CID, "docker", "", "", "", ""),
+    "podman-v2-rootful": ("container", "", CID, "podman", "", "", "", f"/machine.slice/libpod-{CID}.scope"),
+    "podman-v2-rootless": ("container", "", CID, "podman", "", "", "",
+                           f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope"),
+    "unit-v2": ("unit", "", "", "", "", "", "vllm.service", "/system.slice/vllm.service"),
+    "unit-v2-user": ("unit", "", "", "", "", "", "train.service",
+                     "/user.slice/user-1000.slice/user@1000.service/app.slice/train.service"),
+    "session-v2": None,
+    "root-v2": None,
+}
+
+
+def test_every_fixture_has_an_expectation():
+    assert {p.name for p in CGROUPS.iterdir() if p.name != "README.md"} == set(CASES)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_identity_from_proc_pid_cgroup(case):
+    ident = identity_of(procfs.parse_pid_cgroup((CGROUPS / case).read_text()))
+    expected = CASES[case]
+    if expected is None:
+        assert ident is None
+        return
+    assert ident is not None, case
+    got = (ident.kind, ident.pod_uid, ident.container_id, ident.runtime, ident.job_id, ident.step, ident.unit,
+           ident.cgroup)
+    assert got == expected, case
+
+
+def test_paths_that_only_look_like_identities_are_not():
+    assert parse_cgroup_path(f"/system.slice/pod{UID}.service/x") is not None  # a unit, not a pod (no kubepods)
+    assert parse_cgroup_path(f"/system.slice/pod{UID}.service/x").kind == "unit"
+    assert parse_cgroup_path("/system.slice/myjob_12.service").kind == "unit"
+    assert parse_cgroup_path("/user.slice/job_x/step_1") is None
+    assert parse_cgroup_path("/user.slice/job_12/step_1") is None  # not under Slurm's cgroups
+    assert parse_cgroup_path("/slurm_node07/uid_5/job_12/step_1").job_id == "12"  # multiple-slurmd
+    assert parse_cgroup_path(f"/kubepods.slice/kubepods-besteffort.slice/crio-conmon-{CID}.scope") is None
+
+
+# ------------------------------------------------------------------------------ on-disk container state
+def _write_json(path: Path, doc) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+
+
+def test_container_names_from_each_runtimes_on_disk_state(tmp_path):
+    root = tmp_path
+    _write_json(root / f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{'a' * 64}/config.json",
+                {"annotations": {"io.kubernetes.cri.sandbox-namespace": "ml", "io.kubernetes.cri.sandbox-name": "chat-0",
+                                 "io.kubernetes.cri.container-name": "vllm", "io.kubernetes.cri.sandbox-uid": UID}})
+    _write_json(root / f"run/containers/storage/overlay-containers/{'b' * 64}/userdata/config.json",
+                {"annotations": {"io.kubernetes.pod.namespace": "batch", "io.kubernetes.pod.name": "train-7",
+                                 "io.kubernetes.container.name": "torch", "io.kubernetes.pod.uid": UID}})
+    _write_json(root / f"var/lib/docker/containers/{'c' * 64}/config.v2.json",
+                {"Name": "/sd-webui", "Config": {"Labels": {"com.docker.compose.service": "webui"}}})
+    _write_json(root / "var/lib/containers/storage/overlay-containers/containers.json",
+                [{"id": "d" * 64, "names": ["jupyter"]}, {"id": "e" * 64, "names": []}])
+    (root / f"var/lib/docker/containers/{'f' * 64}").mkdir(parents=True)
+    (root / f"var/lib/docker/containers/{'f' * 64}/config.v2.json").write_text("{not json")
+
+    k8s = container_meta(root, "a" * 64, "containerd")
+    assert (k8s.namespace, k8s.pod, k8s.container, k8s.pod_uid) == ("ml", "chat-0", "vllm", UID)
+    crio = container_meta(root, "b" * 64, "cri-o")
+    assert (crio.namespace, crio.pod, crio.container) == ("batch", "train-7", "torch")
+    assert container_meta(root, "c" * 64, "docker").name == "sd-webui"
+    assert container_meta(root, "d" * 64, "podman").name == "jupyter"
+    assert container_meta(root, "e" * 64, "podman") is None
+    assert container_meta(root, "f" * 64, "docker") is None  # garbled: no name, no exception
+    assert container_meta(root, "9" * 64, "") is None
+
+
+# ----------------------------------------------------------------------------------- job mapping dir
+def test_job_mapping_directory_in_dcgm_exporters_format(tmp_path):
+    (tmp_path / "0").write_text("4242\n4242\n\n")
+    (tmp_path / "1").write_text("77\n78\n")
+    (tmp_path / "notes").write_text("ignored\n")
+    (tmp_path / "2").mkdir()
+    (tmp_path / "3").write_text("")
+    assert read_job_mapping(tmp_path) == {0: ("4242",), 1: ("77", "78")}
+    with pytest.raises(OSError):
+        read_job_mapping(tmp_path / "absent")
+
+
+# ---------------------------------------------------------------------------------------- end to end
+SCENARIO = """gpus:
+  - name: NVIDIA H100 80GB HBM3
+    memory_total: 80GiB
+    power_limit: 700
+    processes:
+      - {pid: 4242, used_memory: 20GiB, sm_utilization: 0.5}
+      - {pid: 4343, used_memory: 10GiB, sm_utilization: 0.25}
+  - name: NVIDIA H100 80GB HBM3
+    memory_total: 80GiB
+    power_limit: 700
+    processes:
+      - {pid: 4444, used_memory: 30GiB}
+  - name: NVIDIA H100 80GB HBM3
+    memory_total: 80GiB
+    power_limit: 700
+"""
+POD_B = "0c0c0c0c-1111-2222-3333-444455556666"
+CID_B = "b" * 64
+
+
+def _proc(root: Path, pid: int, cgroup_line: str) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "cgroup").write_text(cgroup_line + "\n")
+
+
+def _cgroup(sysfs: Path, path: str, memory: int, pids: int) -> None:
+    d = sysfs / "fs" / "cgroup" / path.lstrip("/")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "cgroup.procs").write_text("")
+    (d / "cpu.stat").write_text("usage_usec 5000000\nuser_usec 4000000\nsystem_usec 1000000\n")
+    (d / "memory.current").write_text(f"{memory}\n")
+    (d / "pids.current").write_text(f"{pids}\n")
+
+
+@pytest.fixture
+def kubelet(tmp_path):
+    sock = tmp_path / "kubelet.sock"
+    servicer = Lister()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix://{sock}")
+    server.start()
+    yield sock, servicer
+    server.stop(0)
+
+
+def promtool_check(text: str) -> str:
+    """promtool check metrics' complaints about an exposition ("" when it has none)."""
+    assert shutil.which("promtool"), "promtool missing: `make test` installs Debian's prometheus package"
+    r = subprocess.run(["promtool", "check", "metrics"], input=text.encode(), capture_output=True, timeout=30)
+    return (r.stdout + r.stderr).decode().strip()
+
+
+def _series(text: str, name: str) -> dict[str, str]:
+    """{label text: value} of one metric family in an exposition."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def test_pods_and_jobs_holding_gpus_become_workloads_with_labels(tmp_path, kubelet):
+    """Two pods time-slice GPU 0 (one named from containerd's annotations, one only by the kubelet), a Slurm
+    job runs on GPU 1: per-pod GPU memory and utilization split by process, cgroup CPU and memory, pod
+    labels on GPU 0's series, hpc_job on GPU 1's, and GPU 2 unlabelled."""
+    sock, servicer = kubelet
+    proc, sysfs, rootfs = tmp_path / "proc", tmp_path / "sys", tmp_path / "root"
+    _proc(proc, 4242, f"0::{SYSTEMD_POD}/cri-containerd-{CID}.scope")
+    _proc(proc, 4343, f"0::/kubepods/burstable/pod{POD_B}/{CID_B}")
+    _proc(proc, 4444, "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0")
+    _cgroup(sysfs, SYSTEMD_POD, memory=3 * 2**30, pids=7)
+    _cgroup(sysfs, "/system.slice/slurmstepd.scope/job_4242", memory=2**30, pids=3)
+    _write_json(rootfs / f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{CID}/config.json",
+                {"annotations": {"io.kubernetes.cri.sandbox-namespace": "ml", "io.kubernetes.cri.sandbox-name": "chat-0",
+                                 "io.kubernetes.cri.container-name": "vllm"}})
+    scenario = parse_scenario(SCENARIO)
+    clock = ManualClock(1000.0)
+    scenario.nvml_library(clock=lambda: clock() - 1000.0)
+    paths = Paths(procfs=proc, sysfs=sysfs, rootfs=rootfs)
+    holder = {}
+    nvml = NvmlCollector(SourceContext(paths=paths, scenario=scenario, monotonic=clock,
+                                       settings={"pcie_poll_interval": 60.0}))
+    ident = IdentityCollector(SourceContext(
+        paths=paths, previous=lambda: holder["s"].snapshot.sample if holder["s"].snapshot else None,
+        settings={"kubernetes": True, "pod_resources_socket": str(sock), "pod_resources_refresh": 0.05}))
+    sampler = holder["s"] = Sampler([nvml, ident], interval=1.0, collector_timeout=10.0,
+                                    analyse=Analysis(load_config(None)), clock=clock)
+    try:
+        gpu0 = sampler.tick().sample.data("nvml").gpus[0].uuid
+        servicer.pods = {("ml", "chat-0"): {"vllm": [("nvidia.com/gpu", [f"{gpu0}::0"])]},
+                         ("ml", "embed-1"): {"tei": [("nvidia.com/gpu", [f"{gpu0}::1"])]}}
+        text = ""
+        for _ in range(200):
+            clock.advance(1.0)
+            text = sampler.tick().exposition.decode()
+            if 'headroom_identity_source_up{source="kubelet"} 1' in text and "ml/embed-1" in text:
+                break
+            threading.Event().wait(0.02)
+    finally:
+        sampler.stop()
+    info = _series(text, "headroom_workload_info")
+    assert set(info) == {
+        'workload="ml/chat-0",kind="pod",model="",precision="",runtime="",source="auto"',
+        'workload="ml/embed-1",kind="pod",model="",precision="",runtime="",source="auto"',
+        'workload="job_4242",kind="job",model="",precision="",runtime="",source="auto"',
+    }
+    used = _series(text, "headroom_workload_gpu_memory_used_bytes")
+    assert used['workload="ml/chat-0",gpu="0"'] == str(20 * 2**30)
+    assert used['workload="ml/embed-1",gpu="0"'] == str(10 * 2**30)
+    assert used['workload="job_4242",gpu="1"'] == str(30 * 2**30)
+    util = _series(text, "headroom_workload_gpu_utilization_ratio")
+    assert util['workload="ml/chat-0",gpu="0"'] == "0.5" and util['workload="ml/embed-1",gpu="0"'] == "0.25"
+    assert _series(text, "headroom_workload_cgroup_memory_bytes") == {
+        'workload="ml/chat-0"': str(3 * 2**30), 'workload="job_4242"': str(2**30)}
+    assert _series(text, "headroom_workload_processes") == {'workload="ml/chat-0"': "7",
+                                                             'workload="ml/embed-1"': "1",
+                                                             'workload="job_4242"': "3"}
+    assert _series(text, "headroom_workload_cgroup_cpu_seconds_total")['workload="ml/chat-0",mode="user"'] == "4"
+    total = _series(text, "headroom_gpu_memory_size_bytes")
+    assert set(total) == {
+        f'gpu="0",uuid="{gpu0}",namespace="ml",pod="chat-0,embed-1",container="vllm,tei"',
+        next(k for k in total if k.startswith('gpu="1"') and k.endswith(',hpc_job="4242"')),
+        next(k for k in total if k.startswith('gpu="2"') and k.endswith('"') and "hpc_job" not in k
+             and "pod=" not in k),
+    }
+    assert 'headroom_workload_identities 3' in text
+    assert 'headroom_identity_unknown_devices{source="kubelet"} 0' in text
+    doc = landing.status(sampler)["identity"]
+    assert doc["sources"] == [{"name": "kubelet", "up": True, "error": None, "unknown_devices": []}]
+    chat = next(w for w in doc["workloads"] if w["name"] == "ml/chat-0")
+    assert (chat["kind"], chat["container"], chat["processes"], chat["gpu_memory_used_bytes"]) == (
+        "pod", "vllm", 7, 20 * 2**30)
+    assert promtool_check(text) == ""
+
+
+def test_identity_samples_survive_record_and_replay():
+    from headroom import record
+
+    sample = Sample(1.0, 2.0, {"identity": SourceResult("identity", True, 0.1, IdentitySample(
+        groups=(IdentityGroup("pod", "ml/a", pids=(1,), gpus=("GPU-x",), namespace="ml", pod="a"),),
+        sources=(IdentitySource("kubelet", False, "socket missing", ("d",)),), dropped_total=2, max_groups=9))})
+    assert record.decode_sample(json.loads(record.encode_sample(sample))) == sample
+
+
+def test_flags_reach_the_identity_collector(tmp_path):
+    from headroom.cli import _options, build_parser
+    from headroom.daemon import build_collectors
+
+    args = build_parser().parse_args(["run", "--kubernetes", "--kubernetes.pod-resources-socket", "/k.sock",
+                                      "--hpc-job-mapping-dir", str(tmp_path), "--workloads.auto=units,containers"])
+    (c,) = [c for c in build_collectors(load_config(None), _options(args), None) if c.name == "identity"]
+    assert (c.kubernetes, c.poller.client.socket_path, c.mapping_dir, c.auto) == (
+        True, "/k.sock", tmp_path, frozenset({"units", "containers"}))
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--workloads.auto=pods,vms"])
+    (c,) = [c for c in build_collectors(load_config(None), _options(build_parser().parse_args(["run"])), None)
+            if c.name == "identity"]
+    assert (c.kubernetes, c.poller, c.auto) == (False, None, frozenset({"pods", "jobs"}))
+
+
+def _sample(gpus, identity=None, processes=None) -> Sample:
+    sources = {"nvml": SourceResult("nvml", True, 0.0, NvmlSample(up=True, gpus=tuple(gpus)))}
+    if identity is not None:
+        sources["identity"] = SourceResult("identity", True, 0.0, identity)
+    if processes is not None:
+        sources["processes"] = SourceResult("processes", True, 0.0, processes)
+    return Sample(1.0, 1.0, sources)
+
+
+def test_a_declared_profile_matching_the_same_processes_wins():
+    from headroom.profiles import profile_from_dict
+
+    gpu = GpuSample(0, "GPU-a", "x", "0", memory_total_bytes=80 * 2**30,
+                    processes=(GpuProcess(10, 2**30), GpuProcess(11, 2**30)))
+    identity = IdentitySample(groups=(IdentityGroup("unit", "vllm.service", pids=(10,), gpus=("GPU-a",)),
+                                      IdentityGroup("container", "jupyter", pids=(11,), gpus=("GPU-a",))))
+    declared = WorkloadProcesses("chat", pids=(10,), threads=1, cpu_user_seconds_total=0.0,
+                                 cpu_system_seconds_total=0.0, resident_memory_bytes=0)
+    profile = profile_from_dict({"name": "chat", "kind": "inference", "match": {"systemd_unit": "vllm"}})
+    statuses = workloads.attribute(_sample([gpu], identity, ProcessesSample((declared,))), [profile])
+    assert [(s.name, s.source) for s in statuses] == [("chat", "declared"), ("jupyter", "auto")]
+
+
+def test_units_and_containers_only_when_asked(tmp_path):
+    proc = tmp_path / "proc"
+    _proc(proc, 10, "0::/system.slice/vllm.service")
+    _proc(proc, 11, f"0::/system.slice/docker-{CID}.scope")
+    previous = _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(10, 1), GpuProcess(11, 1)))])
+
+    def names(**settings):
+        c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
+                                            settings=settings, previous=lambda: previous))
+        return sorted((g.kind, g.name) for g in c.collect().groups)
+
+    assert names() == []  # default: pods (with --kubernetes) and jobs only
+    assert names(auto=["units", "containers"]) == [("container", CID[:12]), ("unit", "vllm.service")]
+
+
+# ---------------------------------------------------------------------------------------- churn, cap
+def test_churn_new_pods_every_tick_leave_no_series_or_state(tmp_path):
+    """A new pod (new pid, new pod UID) on the GPU every tick for 600 ticks: each tick shows exactly the
+    live pods, an ended pod's series are gone at once, and the collector's state stays bounded."""
+    proc = tmp_path / "proc"
+    current = {}
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
+                                        settings={"auto": ["jobs", "units"]},
+                                        previous=lambda: current.get("previous")))
+    widths = set()
+    for tick in range(600):
+        pids = (100_000 + tick, 100_000 + tick + 1)  # two live jobs, one replaced per tick
+        for pid in pids:
+            _proc(proc, pid, f"0::/system.slice/slurmstepd.scope/job_{pid}/step_0")
+        gone = proc / str(100_000 + tick - 1)
+        if gone.exists():
+            shutil.rmtree(gone)
+        current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=tuple(GpuProcess(p, 1) for p in pids))])
+        identity = c.collect()
+        sample = _sample(current["previous"].data("nvml").gpus, identity)
+        statuses = workloads.attribute(sample, [])
+        w = render.Writer()
+        render._render_identity(w, identity, sample)
+        render._render_workloads(w, statuses)
+        text = w.render().decode()
+        assert sorted(_series(text, "headroom_workload_info")) == sorted(
+            f'workload="job_{p}",kind="job",model="",precision="",runtime="",source="auto"' for p in pids)
+        widths.add(len(text.splitlines()))
+        assert len(c._pids) <= 2 and len(c._meta) == 0 and len(c._refused) == 0 and len(c._dirs) <= 2
+    assert len(widths) == 1  # the same number of series every tick
+
+
+def test_cap_drops_identities_beyond_it_and_counts_each_once(tmp_path):
+    proc = tmp_path / "proc"
+    current = {}
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
+                                        settings={"max_workloads": 2}, previous=lambda: current["previous"]))
+
+    def tick(jobs):
+        for j in jobs:
+            _proc(proc, j, f"0::/slurm/job_{j}/step_0")
+        current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=tuple(GpuProcess(j, 1) for j in jobs))])
+        return c.collect()
+
+    s = tick([1, 2, 3, 4])
+    assert [g.name for g in s.groups] == ["job_1", "job_2"] and s.dropped_total == 2
+    assert tick([1, 2, 3, 4]).dropped_total == 2  # the same identities: not counted again
+    assert tick([1, 2, 3, 4, 5]).dropped_total == 3  # a new one beyond the cap
+    s = tick([3, 4])  # 1 and 2 ended: 3 and 4 now fit
+    assert [g.name for g in s.groups] == ["job_3", "job_4"] and s.dropped_total == 3
+    s = tick([1, 3, 4])  # a newcomer that sorts first does not push out what is exported
+    assert sorted(g.name for g in s.groups) == ["job_3", "job_4"] and s.dropped_total == 4
+    s = tick([3, 4, 5])  # job 5 left and came back: a new refusal, counted again
+    assert s.dropped_total == 5
+    w = render.Writer()
+    render._render_identity(w, s, _sample([]))
+    text = w.render().decode()
+    assert "headroom_workload_identities_dropped_total 5" in text and "headroom_workload_identities_max 2" in text
+
+
+def test_job_mapping_dir_labels_gpus_and_makes_job_workloads(tmp_path):
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (mapping / "1").write_text("9001\n")
+    (mapping / "7").write_text("9002\n")  # no GPU 7 here
+    previous = _sample([GpuSample(0, "GPU-a", "x", "0"), GpuSample(1, "GPU-b", "x", "1")])
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path, sysfs=tmp_path, rootfs=Path("/")),
+                                        settings={"hpc_job_mapping_dir": str(mapping)}, previous=lambda: previous))
+    s = c.collect()
+    assert [(g.name, g.gpus) for g in s.groups] == [("job_9001", ("GPU-b",))]
+    assert s.sources[0].up and s.sources[0].unknown_devices == ("7",)
+    assert workloads.gpu_identity_labels(_sample(previous.data("nvml").gpus, s)) == {"GPU-b": ("", "", "", "9001")}
+    shutil.rmtree(mapping)
+    s = c.collect()
+    assert s.groups == () and not s.sources[0].up and "cannot read" in s.sources[0].error
+
+
+def test_headroom_run_with_kubernetes_flags_end_to_end(tmp_path, kubelet, agent_factory):
+    """The agent as a real process: `headroom run --kubernetes --kubernetes.pod-resources-socket ...` with the
+    NVML stand-in listing a pod's process (a fixture /proc) and a real gRPC kubelet: the pod is a workload,
+    GPU 0's series carry its labels, /api/v1/status shows the kubelet up; then the kubelet stops answering
+    (socket removed): the status says why, and the agent keeps ticking."""
+    from conftest import http_get
+
+    sock, servicer = kubelet
+    proc = tmp_path / "proc"
+    _proc(proc, 4242, f"0::{SYSTEMD_POD}/cri-containerd-{CID}.scope")
+    scenario = tmp_path / "pods.yaml"
+    scenario.write_text("gpus:\n  - name: NVIDIA H100 80GB HBM3\n    memory_total: 80GiB\n    power_limit: 700\n"
+                        "    processes:\n      - {pid: 4242, used_memory: 20GiB}\n")
+    config = tmp_path / "config.yaml"
+    config.write_text("collectors:\n  identity:\n    pod_resources_refresh: 200ms\n")
+    agent = agent_factory("--config.file", str(config), "--simulate", str(scenario), "--sample.interval", "200ms",
+                          "--path.procfs", str(proc), "--kubernetes", "--kubernetes.pod-resources-socket", str(sock))
+    status = json.loads(http_get(f"{agent.url}/api/v1/status")[2])
+    gpu0 = status["gpus"][0]["uuid"]
+    servicer.pods = {("ml", "chat-0"): {"vllm": [("nvidia.com/gpu", [gpu0])]}}
+    text = ""
+    for _ in range(200):
+        text = http_get(f"{agent.url}/metrics")[2].decode()
+        if 'workload="ml/chat-0"' in text:
+            break
+        threading.Event().wait(0.1)
+    assert 'headroom_workload_info{workload="ml/chat-0",kind="pod",model="",precision="",runtime="",source="auto"} 1' \
+        in text
+    assert f'headroom_gpu_up{{gpu="0",uuid="{gpu0}",namespace="ml",pod="chat-0",container="vllm"}} 1' in text
+    assert _series(text, "headroom_workload_gpu_memory_used_bytes") == {'workload="ml/chat-0",gpu="0"': str(20 * 2**30)}
+    sock.unlink()  # the kubelet goes away
+    for _ in range(200):
+        doc = json.loads(http_get(f"{agent.url}/api/v1/status")[2])
+        src = doc["identity"]["sources"][0]
+        if not src["up"]:
+            break
+        threading.Event().wait(0.1)
+    assert src["up"] is False and "not found" in src["error"]
+    assert doc["healthy"] is True
