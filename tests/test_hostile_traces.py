@@ -145,9 +145,12 @@ def test_a_1_gib_single_line_trace_is_refused_with_bounded_memory(tmp_path):
     with path.open("wb") as f:  # sparse: 1 GiB of NUL bytes that take no disk
         f.write(json.dumps(HEADER).encode() + b"\n")
         f.truncate(2**30)
-    r = subprocess.run([sys.executable, "-c", "import resource, sys\nfrom headroom.cli import main\n"
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child forked from a large pytest
+    # process would report the parent's size (a full-suite run measured ~305 MiB that way)
+    r = subprocess.run([sys.executable, "-c", "import sys\nfrom headroom.cli import main\n"
                         "code = main(['replay', sys.argv[1]])\n"
-                        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\nsys.exit(code)", str(path)],
+                        "hwm = [line for line in open('/proc/self/status') if line.startswith('VmHWM:')]\n"
+                        "print(hwm[0].split()[1])\nsys.exit(code)", str(path)],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2 and f"{path}:2: line longer than" in r.stderr, r.stderr[-2000:]
     peak_kib = int(r.stdout.split()[-1])
