@@ -53,7 +53,7 @@ docs: venv
 
 ## The model/GPU table of docs/sizing.md, computed by the memory model.
 sizing-table: venv
-	$(PY) -m headroom.sizing_table --write docs/sizing.md
+	$(PY) -m headroom.workload.sizing_table --write docs/sizing.md
 
 golden: venv
 	$(PY) -m pytest tests/test_golden.py --update-golden

@@ -18,11 +18,11 @@ import uuid
 from pathlib import Path
 
 from bench.stats import Spread
-from headroom.analysis import workloads
 from headroom.exposition import render
 from headroom.samples import GpuProcess, GpuSample, NvmlSample, Sample, SourceResult
 from headroom.sources import Paths, SourceContext
 from headroom.sources.identity import IdentityCollector
+from headroom.workload import attribution
 
 
 def _pod(root: Path, pid: int) -> None:
@@ -73,7 +73,7 @@ def measure(pods: int, ticks: int, memory: bool = False) -> tuple[Spread, Spread
             full = Sample(0.0, 0.0, {**state["s"].sources, "identity": SourceResult("identity", True, 0.0, sample)})
             w = render.Writer()
             render._render_identity(w, sample, full)
-            render._render_workloads(w, workloads.attribute(full, []))
+            render._render_workloads(w, attribution.attribute(full, []))
             w.render()
             t2 = time.perf_counter()
             if not memory:  # the timing lists would be the only thing growing

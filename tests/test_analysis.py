@@ -7,7 +7,7 @@ hysteresis has its own tests below).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -20,199 +20,41 @@ from headroom.samples import (
     CpuTimes,
     DiskSample,
     DiskStats,
-    GpuSample,
-    MemorySample,
-    MountUsage,
-    NvmlSample,
-    Pressure,
-    PressureLine,
     Sample,
-    ShmSample,
     SourceResult,
 )
-
-GIB = 2**30
-
-
-@dataclass
-class Host:
-    """Per-second rates and levels the synthetic window is built from."""
-
-    cpus: int = 16
-    cpu_busy: float = 0.2  # share of all CPU time
-    iowait: float = 0.0
-    psi: dict = field(default_factory=dict)  # "cpu.some" -> avg10
-    mem_total: int = 256 * GIB
-    mem_available: int = 200 * GIB
-    shm_size: int = 64 * GIB
-    shm_used: int = 1 * GIB
-    disk_busy: float = 0.05  # share of time with I/O in flight
-    disk_queue: float = 0.1
+from headroom.simulation.situations import (  # noqa: F401 (re-exported for the other analysis tests)
+    ALL,
+    DISTRIBUTED,
+    GIB,
+    SERVER,
+    TRAINER,
+    Gpu,
+    Host,
+    analyse,
+    build_window,
+    pressure,
+    processes_source,
+)
 
 
-@dataclass
-class Gpu:
-    util: float = 0.9
-    mem_used: int = 30 * GIB
-    mem_total: int = 80 * GIB
-    power: float = 400.0
-    power_limit: float = 700.0
-    temperature: float = 60.0
-    sm_clock_ratio: float = 1.0
-    reasons: tuple = ()
-    pcie: float | None = None  # bytes/s
-    processes: tuple = ()
-    util_alternates: float | None = None  # every other tick, for variance
-
-
-def pressure(avg10: float) -> Pressure:
-    line = PressureLine(avg10, avg10, avg10, 0.0)
-    return Pressure(some=line, full=line)
-
-
-def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> list[Sample]:
-    window = []
-    for t in range(seconds):
-        total = host.cpus * t
-        busy = total * host.cpu_busy
-        iowait = total * host.iowait
-        times = CpuTimes(user=busy, nice=0.0, system=0.0, idle=total - busy - iowait, iowait=iowait)
-        psi = {}
-        for key, value in host.psi.items():
-            resource, kind = key.split(".")
-            line = PressureLine(value, value, value, 0.0)
-            p = psi.get(resource) or Pressure(some=PressureLine(0, 0, 0, 0), full=PressureLine(0, 0, 0, 0))
-            psi[resource] = replace(p, **{kind: line})
-        cpu = CpuSample(times=times, logical_cpus=host.cpus, load1=1, load5=1, load15=1, pressure=psi)
-        mem = MemorySample(total_bytes=host.mem_total, available_bytes=host.mem_available, free_bytes=host.mem_available,
-                           major_faults_total=0)
-        shm = ShmSample(mounts=(MountUsage("/dev/shm", "tmpfs", host.shm_size, host.shm_used,
-                                           host.shm_size - host.shm_used),))
-        disk = DiskSample(devices=(DiskStats("nvme0n1", 0, 0, 0, 0, io_time_seconds=host.disk_busy * t,
-                                             weighted_io_time_seconds=host.disk_queue * t, in_flight=0),))
-        gpu_samples = []
-        for i, g in enumerate(gpus):
-            util = g.util if (g.util_alternates is None or t % 2 == 0) else g.util_alternates
-            gpu_samples.append(GpuSample(
-                index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3", pci_bus_id=f"0000:{i:02x}:00.0",
-                memory_total_bytes=g.mem_total, memory_used_bytes=g.mem_used,
-                utilization_ratio=util, power_watts=g.power, power_limit_watts=g.power_limit,
-                temperature_celsius=g.temperature, sm_clock_hertz=1.98e9 * g.sm_clock_ratio, sm_clock_max_hertz=1.98e9,
-                clock_events_active={r: (r in g.reasons) for r in ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown",
-                                                                   "hw_thermal_slowdown", "hw_power_brake_slowdown")},
-                pcie_tx_bytes_per_second=g.pcie, pcie_rx_bytes_per_second=g.pcie,
-                pcie_link_generation=4, pcie_link_width=16, processes=g.processes,
-            ))  # fmt: skip
-        sources = {
-            "nvml": SourceResult("nvml", True, 0.001, NvmlSample(up=True, gpus=tuple(gpu_samples))),
-            "cpu": SourceResult("cpu", True, 0.001, cpu),
-            "memory": SourceResult("memory", True, 0.001, mem),
-            "shm": SourceResult("shm", True, 0.001, shm),
-            "disk": SourceResult("disk", True, 0.001, disk),
-        }
-        if extra:
-            sources.update(extra(t))
-        window.append(Sample(timestamp=1e9 + t, monotonic=float(t), sources=sources))
-    return window
-
-
-def processes_source(name: str, cores: float):
-    """A 'processes' source whose workload burns ``cores`` CPU cores."""
-    def make(t: int):
-        w = SimpleNamespace(name=name, processes=5, cpu_user_seconds_total=cores * t, cpu_system_seconds_total=0.0)
-        return {"processes": SourceResult("processes", True, 0.001, SimpleNamespace(workloads=(w,)))}
-    return make
-
-
-TRAINER = """
-workloads:
-  - name: trainer
-    kind: finetune-lora
-    params: 7B
-    precision: bf16
-    lora: {rank: 16}
-    dataloader_workers: 4
-    gpus: [0]
-"""
-SERVER = """
-workloads:
-  - name: chat
-    kind: inference
-    params: 8B
-    precision: bf16
-    runtime: {name: tgi}
-    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
-    context: {max: 8192}
-    concurrency: 8
-    gpus: [0]
-"""
-DISTRIBUTED = TRAINER.replace("gpus: [0]", "match: {cmdline: train.py}\n    parallel: {data: 8}")
-
-
-def analyse(config_text: str, window: list[Sample], hold: float = 0.0, analysis: str = "", gpus_of=None):
-    """Run the Analysis over the window; ``gpus_of`` {workload: (gpu indices)} stands in for attribution."""
-    config = check_config_text(config_text + f"\nanalysis:\n  hold: {hold}s\n{analysis}", "c.yaml")
-    analysis = Analysis(config)
-    if gpus_of:
-        analysis._attribute = lambda sample: tuple(
-            SimpleNamespace(name=n, gpu_indices=g, processes=1, estimate=None, expected_peak_bytes=None)
-            for n, g in gpus_of.items())
-    findings = None
-    for i in range(1, len(window) + 1):
-        _, findings = analysis(window[:i])
-    return findings
-
-
-@dataclass
-class Case:
-    situation: str
-    config: str
-    host: Host
-    gpus: list
-    expected: str
-    extra: object = None
-
-
-CASES = [
-    Case("DataLoader starves the GPU", TRAINER, Host(cpus=16, cpu_busy=0.3, psi={"cpu.some": 0.42}),
-         [Gpu(util=0.31, util_alternates=0.05)], "cpu", extra=processes_source("trainer", 3.97)),
-    Case("KV cache fills VRAM", SERVER, Host(), [Gpu(util=0.7, mem_used=int(79 * GIB))], "gpu_memory"),
-    Case("thermal throttling under full load", SERVER, Host(),
-         [Gpu(util=0.97, temperature=89, sm_clock_ratio=0.6, reasons=("hw_thermal_slowdown", "sw_thermal_slowdown"))],
-         "gpu_thermal"),
-    Case("power cap holds the clocks down", SERVER, Host(),
-         [Gpu(util=0.95, power=699, sm_clock_ratio=0.7, reasons=("sw_power_cap",))], "gpu_power"),
-    Case("idle serving at night is not a bottleneck", SERVER, Host(cpu_busy=0.02), [Gpu(util=0.0, mem_used=70 * GIB)],
-         "none"),
-    Case("iowait without a slow GPU is not disk_io", SERVER, Host(iowait=0.4, psi={"io.some": 0.1}), [Gpu(util=0.96)],
-         "gpu_compute"),
-    Case("checkpoint writes while the GPU computes are not disk_io", TRAINER,
-         Host(disk_busy=0.98, disk_queue=8, psi={"io.some": 0.6}), [Gpu(util=0.97)], "gpu_compute"),
-    Case("a busy host CPU beside a busy GPU is not cpu", SERVER, Host(cpu_busy=0.99, psi={"cpu.some": 0.5}),
-         [Gpu(util=0.97)], "gpu_compute"),
-    Case("a busy, well-fed GPU is compute bound", SERVER, Host(), [Gpu(util=0.99)], "gpu_compute"),
-    Case("a full /dev/shm starves DataLoader workers", TRAINER, Host(shm_used=int(63.8 * GIB)), [Gpu(util=0.2)],
-         "shared_memory"),
-    Case("slow storage starves the GPU", TRAINER, Host(disk_busy=0.98, disk_queue=12, psi={"io.some": 0.6}),
-         [Gpu(util=0.25)], "disk_io"),
-    Case("memory pressure on the host", TRAINER,
-         Host(mem_available=3 * GIB, psi={"memory.full": 0.25, "memory.some": 0.5}), [Gpu(util=0.4)], "host_memory"),
-    Case("host-to-GPU copies saturate PCIe", SERVER, Host(), [Gpu(util=0.5, pcie=28e9)], "pcie"),
-]
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.situation)
-def test_situations(case: Case):
-    window = build_window(case.host, case.gpus, extra=case.extra)
-    findings = analyse(case.config, window)
-    (wf,) = findings.workload_findings
-    assert wf.verdict.primary == case.expected, (wf.verdict.scores, wf.verdict.evidence)
-    for resource in RESOURCES:
-        if resource != case.expected:
-            assert wf.verdict.scores[resource] < 0.5, (resource, wf.verdict.scores, wf.verdict.evidence[resource])
-    if case.expected != "none":
-        assert wf.verdict.scores[case.expected] >= 0.5
-        assert wf.verdict.evidence[case.expected]
+@pytest.mark.parametrize("case", ALL, ids=lambda c: c.name)
+def test_situations(case):
+    findings = analyse(case.config, case.window(), gpus_of=case.gpus_of)
+    by_name = {wf.name: wf for wf in findings.workload_findings}
+    for workload, expected in case.expectations().items():
+        if workload == "*":
+            (wf,) = findings.workload_findings
+        else:
+            wf = by_name[workload]
+        assert wf.verdict.primary == expected, (wf.name, wf.verdict.scores, wf.verdict.evidence)
+        for resource in RESOURCES:
+            if resource != expected:
+                assert wf.verdict.scores[resource] < 0.5, (wf.name, resource, wf.verdict.scores,
+                                                           wf.verdict.evidence[resource])
+        if expected != "none":
+            assert wf.verdict.scores[expected] >= 0.5
+            assert wf.verdict.evidence[expected]
 
 
 def test_network_limits_a_distributed_trainer_only():
@@ -261,7 +103,7 @@ def test_headroom_sequences_and_context_from_measured_free_vram():
 
     class WithEstimate(Analysis):
         def _attribute(self, sample):
-            from headroom import sizing
+            from headroom.workload import sizing
             est = sizing.estimate(self.profiles[0], gpu_memory_bytes=80 * GIB, gpus=1)
             return (SimpleNamespace(name="chat", gpu_indices=(0,), processes=1, estimate=est,
                                     expected_peak_bytes=est.expected_usage_bytes),)

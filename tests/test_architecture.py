@@ -64,3 +64,24 @@ def test_the_simulation_is_one_package():
     stray = {p.name for p in PKG.glob("*.py")} & {"simulation.py", "simulation_host.py", "standin.py"}
     assert not stray, stray
     assert not (PKG / "sources" / "fake_nvml.py").exists()
+
+
+def test_the_sampler_does_not_know_the_exposition():
+    """sampler.py ticks collectors and analysis; the daemon hands it the renderer, so sampler and
+    exposition do not import each other (the Snapshot they share lives in samples.py)."""
+    for m in imports(PKG / "sampler.py"):
+        assert not m.startswith("headroom.exposition"), m
+
+
+def test_workload_modelling_is_one_pure_package():
+    """Profiles, the memory model, runtime accounting, the estimate CLI and attribution live in
+    headroom/workload/ and read neither the host, NVML, the network nor the simulation."""
+    stray = {p.name for p in PKG.glob("*.py")} & {"profiles.py", "sizing.py", "estimate.py", "serving_memory.py",
+                                                  "modelconfig.py", "sizing_table.py"}
+    assert not stray, stray
+    assert not (PKG / "analysis" / "workloads.py").exists()
+    banned = ("pynvml", "headroom.sources", "headroom.exposition", "headroom.simulation", "headroom.sampler",
+              "http", "socket", "psutil")
+    for p in (PKG / "workload").rglob("*.py"):
+        for m in imports(p):
+            assert not m.startswith(banned), f"workload/{p.name} imports {m}"

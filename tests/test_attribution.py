@@ -1,4 +1,4 @@
-"""Workload attribution (analysis/workloads.py): NVML process lists joined with the workload's pids, and
+"""Workload attribution (workload/attribution.py): NVML process lists joined with the workload's pids, and
 the memory model's expectation against it. Pure: Samples are built here, nothing reads the host."""
 
 from __future__ import annotations
@@ -7,8 +7,6 @@ from types import MappingProxyType
 
 import pytest
 
-from headroom.analysis.workloads import attribute
-from headroom.profiles import profile_from_dict
 from headroom.samples import (
     GpuProcess,
     GpuSample,
@@ -20,7 +18,9 @@ from headroom.samples import (
     SourceResult,
     WorkloadProcesses,
 )
-from headroom.sizing import estimate
+from headroom.workload.attribution import attribute
+from headroom.workload.profiles import profile_from_dict
+from headroom.workload.sizing import estimate
 
 GIB = 1 << 30
 H100 = 81559 * (1 << 20)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from headroom.config import ConfigError, check_config_text
-from headroom.profiles import ProfileErrors, profile_from_dict
 from headroom.simulation.fleet import fleet
+from headroom.workload.profiles import ProfileErrors, profile_from_dict
 
 BASE = {"name": "pretrain", "kind": "training", "gpus": [0]}
 

@@ -16,6 +16,7 @@ import pytest
 
 from headroom.analysis.pipeline import Analysis
 from headroom.config import load_config
+from headroom.exposition.render import render as render_exposition
 from headroom.sampler import Sampler
 from headroom.simulation import ManualClock, load_scenario
 from headroom.sources import Paths, SourceContext, load_all
@@ -44,7 +45,7 @@ def render(tmp_path: Path) -> str:
         collectors.append(registry[name](SourceContext(paths=paths, settings=settings, scenario=scenario,
                                                        interval=1.0, monotonic=clock)))
     scenario.nvml_library(clock=lambda: clock() - 1000.0)
-    sampler = Sampler(collectors, interval=1.0, collector_timeout=5.0, scenario="golden",
+    sampler = Sampler(render=render_exposition, collectors=collectors, interval=1.0, collector_timeout=5.0, scenario="golden",
                       analyse=Analysis(config), clock=clock, wall_clock=lambda: 1_700_000_000.0 + clock() - 1000.0)
     sampler.config_reload_success_timestamp = 1_700_000_000.0
     nvml = collectors[0]

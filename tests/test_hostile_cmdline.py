@@ -15,9 +15,9 @@ import textwrap
 
 import pytest
 
-from headroom.profiles import ProfileErrors, compile_cmdline_pattern, profile_from_dict
 from headroom.sources import Paths, SourceContext
 from headroom.sources.processes import ProcessesCollector
+from headroom.workload.profiles import ProfileErrors, compile_cmdline_pattern, profile_from_dict
 
 from conftest import ROOT
 
@@ -28,7 +28,7 @@ AS_OTHER_USER = {"user": NOBODY} if os.geteuid() == 0 else {}
 # failure of that case (it is what made two scrapes take 50 s before).
 _CHILD = textwrap.dedent("""
     import json, os, subprocess, sys, time
-    from headroom.profiles import profile_from_dict
+    from headroom.workload.profiles import profile_from_dict
     from headroom.sources import Paths, SourceContext
     from headroom.sources.processes import ProcessesCollector
 

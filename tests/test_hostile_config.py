@@ -385,6 +385,7 @@ def test_windows_within_the_budget_pass(tmp_path, agent):
 
 def test_the_agent_caps_the_window_when_the_host_has_more_gpus_than_validation_assumed():
     from headroom.daemon import cap_window
+    from headroom.exposition.render import render as render_exposition
     from headroom.sampler import Sampler
     from headroom.samples import GpuSample, NvmlSample
     from headroom.sources import Collector, SourceContext
@@ -396,7 +397,7 @@ def test_the_agent_caps_the_window_when_the_host_has_more_gpus_than_validation_a
             return NvmlSample(up=True, gpus=tuple(GpuSample(index=i, uuid=f"GPU-{i}", name="H100", pci_bus_id=str(i))
                                                   for i in range(64)))
 
-    sampler = Sampler([ManyGpus(SourceContext())], interval=0.05, window_seconds=600)
+    sampler = Sampler(render=render_exposition, collectors=[ManyGpus(SourceContext())], interval=0.05, window_seconds=600)
     try:
         sampler.tick()
         with capture_logs() as logs:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from headroom.exposition.render import render as render_exposition
 from headroom.exposition.server import HeadroomHTTPServer, accepts_gzip
 from headroom.sampler import Sampler
 from headroom.samples import MemorySample
@@ -33,7 +34,7 @@ class _Memory(Collector):
 
 def _real_state() -> Sampler:
     """A real Sampler that has ticked once: every route (landing page, status JSON) has what it reads."""
-    sampler = Sampler([_Memory(SourceContext())], interval=1.0)
+    sampler = Sampler(render=render_exposition, collectors=[_Memory(SourceContext())], interval=1.0)
     sampler.tick()
     sampler.stop()
     return sampler

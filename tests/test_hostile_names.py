@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from headroom.exposition.render import render as render_exposition
 from headroom.sampler import Sampler
 from headroom.sources import Paths, SourceContext
 from headroom.sources.disk import DiskCollector
@@ -45,7 +46,7 @@ def test_a_non_utf8_interface_name_affects_only_that_interface(tmp_path):
 
 def test_the_exposition_stays_valid_with_such_names(tmp_path):
     ctx = SourceContext(paths=Paths(procfs=_procfs(tmp_path), sysfs=tmp_path / "sys"))
-    sampler = Sampler([DiskCollector(ctx), NetCollector(ctx)], interval=1.0)
+    sampler = Sampler(render=render_exposition, collectors=[DiskCollector(ctx), NetCollector(ctx)], interval=1.0)
     try:
         snap = sampler.tick()
     finally:

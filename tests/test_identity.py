@@ -16,10 +16,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from headroom.analysis import workloads
 from headroom.analysis.pipeline import Analysis
 from headroom.config import load_config
 from headroom.exposition import landing, render
+from headroom.exposition.render import render as render_exposition
 from headroom.sampler import Sampler
 from headroom.samples import (
     GpuProcess,
@@ -44,6 +44,7 @@ from headroom.sources.identity import (
 )
 from headroom.sources.nvml import NvmlCollector
 from headroom.sources.podresources import api_pb2_grpc
+from headroom.workload import attribution
 from test_kubelet import Lister
 
 CGROUPS = Path(__file__).resolve().parent / "fixtures" / "cgroup"
@@ -236,7 +237,7 @@ def test_pods_and_jobs_holding_gpus_become_workloads_with_labels(tmp_path, kubel
     ident = IdentityCollector(SourceContext(
         paths=paths, previous=lambda: holder["s"].snapshot.sample if holder["s"].snapshot else None,
         settings={"kubernetes": True, "pod_resources_socket": str(sock), "pod_resources_refresh": 0.05}))
-    sampler = holder["s"] = Sampler([nvml, ident], interval=1.0, collector_timeout=10.0,
+    sampler = holder["s"] = Sampler(render=render_exposition, collectors=[nvml, ident], interval=1.0, collector_timeout=10.0,
                                     analyse=Analysis(load_config(None)), clock=clock)
     try:
         gpu0 = sampler.tick().sample.data("nvml").gpus[0].uuid
@@ -321,7 +322,7 @@ def _sample(gpus, identity=None, processes=None) -> Sample:
 
 
 def test_a_declared_profile_matching_the_same_processes_wins():
-    from headroom.profiles import profile_from_dict
+    from headroom.workload.profiles import profile_from_dict
 
     gpu = GpuSample(0, "GPU-a", "x", "0", memory_total_bytes=80 * 2**30,
                     processes=(GpuProcess(10, 2**30), GpuProcess(11, 2**30)))
@@ -330,7 +331,7 @@ def test_a_declared_profile_matching_the_same_processes_wins():
     declared = WorkloadProcesses("chat", pids=(10,), threads=1, cpu_user_seconds_total=0.0,
                                  cpu_system_seconds_total=0.0, resident_memory_bytes=0)
     profile = profile_from_dict({"name": "chat", "kind": "inference", "match": {"systemd_unit": "vllm"}})
-    statuses = workloads.attribute(_sample([gpu], identity, ProcessesSample((declared,))), [profile])
+    statuses = attribution.attribute(_sample([gpu], identity, ProcessesSample((declared,))), [profile])
     assert [(s.name, s.source) for s in statuses] == [("chat", "declared"), ("jupyter", "auto")]
 
 
@@ -369,7 +370,7 @@ def test_churn_new_pods_every_tick_leave_no_series_or_state(tmp_path):
         current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=tuple(GpuProcess(p, 1) for p in pids))])
         identity = c.collect()
         sample = _sample(current["previous"].data("nvml").gpus, identity)
-        statuses = workloads.attribute(sample, [])
+        statuses = attribution.attribute(sample, [])
         w = render.Writer()
         render._render_identity(w, identity, sample)
         render._render_workloads(w, statuses)
@@ -420,7 +421,7 @@ def test_job_mapping_dir_labels_gpus_and_makes_job_workloads(tmp_path):
     s = c.collect()
     assert [(g.name, g.gpus) for g in s.groups] == [("job_9001", ("GPU-b",))]
     assert s.sources[0].up and s.sources[0].unknown_devices == ("7",)
-    assert workloads.gpu_identity_labels(_sample(previous.data("nvml").gpus, s)) == {"GPU-b": ("", "", "", "9001")}
+    assert attribution.gpu_identity_labels(_sample(previous.data("nvml").gpus, s)) == {"GPU-b": ("", "", "", "9001")}
     shutil.rmtree(mapping)
     s = c.collect()
     assert s.groups == () and not s.sources[0].up and "cannot read" in s.sources[0].error

@@ -272,6 +272,7 @@ def test_checked_in_code_matches_the_proto(tmp_path):
 def test_unreachable_kubelet_shows_in_metrics_status_and_log(tmp_path, capsys, caplog):
     """Socket missing: the metric says 0, /api/v1/status says why, the log says it once; the tick goes on."""
     from headroom.exposition import landing
+    from headroom.exposition.render import render as render_exposition
     from headroom.sampler import Sampler
 
     holder = {}
@@ -280,7 +281,7 @@ def test_unreachable_kubelet_shows_in_metrics_status_and_log(tmp_path, capsys, c
         settings={"kubernetes": True, "pod_resources_socket": str(tmp_path / "absent.sock"),
                   "pod_resources_refresh": 0.05},
         previous=lambda: holder["s"].snapshot.sample if holder["s"].snapshot else None))
-    sampler = holder["s"] = Sampler([c], interval=1.0, collector_timeout=10.0)
+    sampler = holder["s"] = Sampler(render=render_exposition, collectors=[c], interval=1.0, collector_timeout=10.0)
     try:
         for _ in range(400):
             snap = sampler.tick()

@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from headroom.modelconfig import ModelConfigError, find_cached_model, read_model_config
-from headroom.profiles import profile_from_dict
-from headroom.sizing import architecture_params, estimate
+from headroom.workload.modelconfig import ModelConfigError, find_cached_model, read_model_config
+from headroom.workload.profiles import profile_from_dict
+from headroom.workload.sizing import architecture_params, estimate
 
 from conftest import ROOT
 
@@ -167,7 +167,7 @@ def test_a_hybrid_model_counts_its_attention_layers_and_vllm_accounting_refuses_
     e = estimate(jamba, gpu_memory_bytes=80 * GIB)
     assert e.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2  # 4 attention layers of 32
     assert any("KV layout: 4 KV layers" in n for n in e.notes)
-    from headroom.sizing import SizingError
+    from headroom.workload.sizing import SizingError
 
     with pytest.raises(SizingError, match="hybrid layout") as exc:
         estimate(profile("jamba-v0.1", params="52B", runtime="vllm"), gpu_memory_bytes=80 * GIB)

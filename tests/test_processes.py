@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from headroom.profiles import profile_from_dict
 from headroom.sources import Paths, SourceContext, procfs
 from headroom.sources.processes import PAGE_SIZE, ProcessesCollector, parse_cpu_max, parse_io_stat
+from headroom.workload.profiles import profile_from_dict
 
 from conftest import FIXTURES
 

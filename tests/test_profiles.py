@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from headroom.profiles import (
+from headroom.workload.profiles import (
     KINDS,
     Kind,
     Optimizer,
@@ -326,7 +326,7 @@ def test_every_kind_is_accepted_with_a_minimal_profile():
 
 
 def test_published_key_lists_match_what_the_loader_accepts():
-    from headroom.profiles import PROFILE_KEYS
+    from headroom.workload.profiles import PROFILE_KEYS
 
     for section, keys in PROFILE_KEYS.items():
         for key in keys:

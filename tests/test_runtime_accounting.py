@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from headroom.profiles import profile_from_dict
-from headroom.serving_memory import kv_layout, vllm_kv, vllm_rules
-from headroom.sizing import DEFAULTS, SizingError, estimate, inference_activation_bytes
+from headroom.workload.profiles import profile_from_dict
+from headroom.workload.serving_memory import kv_layout, vllm_kv, vllm_rules
+from headroom.workload.sizing import DEFAULTS, SizingError, estimate, inference_activation_bytes
 
 GIB = 2**30
 MIB = 2**20
@@ -113,7 +113,7 @@ def test_unknown_runtime_version_is_an_error_naming_the_field():
 
 def test_docs_sizing_table_is_the_generated_one():
     """docs/sizing.md's model/GPU table is what `make sizing-table` writes (regenerate after a model change)."""
-    from headroom.sizing_table import BEGIN, END, render
+    from headroom.workload.sizing_table import BEGIN, END, render
 
     from conftest import ROOT
 
@@ -125,13 +125,13 @@ def test_docs_sizing_table_is_the_generated_one():
 @pytest.mark.parametrize(("parallel", "memory_gib", "fraction"),
                          [(1, 80, 0.88), (2, 80, 0.87), (4, 40, 0.85), (8, 80, 0.81), (16, 80, 0.79), (8, 94, 0.88)])
 def test_sglang_default_mem_fraction_static(parallel, memory_gib, fraction):
-    from headroom.serving_memory import sglang_mem_fraction
+    from headroom.workload.serving_memory import sglang_mem_fraction
 
     assert sglang_mem_fraction(parallel, memory_gib * GIB) == fraction
 
 
 def test_sglang_default_on_a_large_gpu_leaves_18_gib():
-    from headroom.serving_memory import sglang_mem_fraction
+    from headroom.workload.serving_memory import sglang_mem_fraction
 
     frac = sglang_mem_fraction(1, 140 * GIB)  # min(0.88 + 48 GiB x 0.12 / 140 GiB, (140 - 18) / 140)
     assert frac == pytest.approx(min(0.88 + 48 * 0.12 / 140, 122 / 140))
@@ -155,7 +155,7 @@ def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks():
 def test_fits_agrees_with_the_concurrency_vllm_reports(fixture, version, context):
     """The declared load is sized the way vLLM sets KV blocks aside per request (sliding-window blocks,
     hybrid groups), so the largest concurrency that fits is the whole part of what vLLM prints."""
-    from headroom.modelconfig import read_model_config
+    from headroom.workload.modelconfig import read_model_config
 
     from conftest import ROOT
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+from headroom.exposition.render import render as render_exposition
 from headroom.exposition.server import HeadroomHTTPServer
 from headroom.sampler import Sampler
 from headroom.samples import MemorySample
@@ -59,7 +60,7 @@ class Crashing(Collector):
 
 
 def test_a_failing_collector_does_not_break_the_tick():
-    s = Sampler([Steady(SourceContext()), Broken(SourceContext()), Crashing(SourceContext())], interval=0.2)
+    s = Sampler(render=render_exposition, collectors=[Steady(SourceContext()), Broken(SourceContext()), Crashing(SourceContext())], interval=0.2)
     try:
         snap = s.tick()
     finally:
@@ -76,7 +77,7 @@ def test_a_failing_collector_does_not_break_the_tick():
 
 def test_a_collector_recovers_when_its_fault_clears():
     broken = Broken(SourceContext())
-    s = Sampler([broken], interval=0.2)
+    s = Sampler(render=render_exposition, collectors=[broken], interval=0.2)
     try:
         assert not s.tick().sample.sources["disk"].ok
         assert "disk" in s.failing
@@ -89,7 +90,7 @@ def test_a_collector_recovers_when_its_fault_clears():
 
 def test_a_stuck_collector_is_reported_and_not_called_again_while_stuck():
     hanging = Hanging(SourceContext())
-    s = Sampler([Steady(SourceContext()), hanging], interval=0.2, collector_timeout=0.2)
+    s = Sampler(render=render_exposition, collectors=[Steady(SourceContext()), hanging], interval=0.2, collector_timeout=0.2)
     try:
         t0 = time.monotonic()
         first = s.tick()
@@ -131,7 +132,7 @@ def test_collectors_that_answered_before_a_stuck_one_keep_running_in_later_ticks
     move to a fresh lane. Neither group may be lost: every later tick still runs (and reports) them, once."""
     before, after = Counting(SourceContext(), "memory"), Counting(SourceContext(), "disk")
     hanging = Hanging(SourceContext())
-    s = Sampler([before, hanging, after], interval=0.2, collector_timeout=0.2)
+    s = Sampler(render=render_exposition, collectors=[before, hanging, after], interval=0.2, collector_timeout=0.2)
     try:
         ticks = [s.tick() for _ in range(3)]
         for snap in ticks:
@@ -162,7 +163,7 @@ def test_collector_order_does_not_depend_on_which_module_was_imported_first():
 
 def test_scrapes_keep_answering_while_a_collector_hangs():
     hanging = Hanging(SourceContext())
-    s = Sampler([Steady(SourceContext()), hanging], interval=0.1, collector_timeout=0.1)
+    s = Sampler(render=render_exposition, collectors=[Steady(SourceContext()), hanging], interval=0.1, collector_timeout=0.1)
     s.tick()
     s.start()
     srv = HeadroomHTTPServer(("127.0.0.1", 0), s)
@@ -187,7 +188,7 @@ def test_scrapes_keep_answering_while_a_collector_hangs():
 
 def test_health_turns_503_when_ticks_stop():
     now = [100.0]
-    s = Sampler([Steady(SourceContext())], interval=1.0, clock=lambda: now[0])
+    s = Sampler(render=render_exposition, collectors=[Steady(SourceContext())], interval=1.0, clock=lambda: now[0])
     try:
         assert s.healthy() == (False, "no sample yet")
         s.tick()
@@ -200,7 +201,7 @@ def test_health_turns_503_when_ticks_stop():
 
 
 def test_window_is_bounded_by_its_duration():
-    s = Sampler([Steady(SourceContext())], interval=0.5, window_seconds=10)
+    s = Sampler(render=render_exposition, collectors=[Steady(SourceContext())], interval=0.5, window_seconds=10)
     try:
         for _ in range(40):
             s.tick()

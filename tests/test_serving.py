@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import structlog
 
-from headroom.profiles import profile_from_dict
 from headroom.samples import ServingEndpoint
 from headroom.simulation.runtime_metrics import VERSIONS, ServingState, exposition
 from headroom.sources import SourceContext
 from headroom.sources.serving import ServingCollector, read_exposition
+from headroom.workload.profiles import profile_from_dict
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "serving"
 CASES = [(r, v) for r, versions in VERSIONS.items() for v in versions]
@@ -252,12 +252,13 @@ def test_collect_never_waits_for_a_scrape(served):
 
 
 def test_a_sampler_tick_stays_healthy_with_a_hanging_endpoint(served):
+    from headroom.exposition.render import render as render_exposition
     from headroom.sampler import Sampler
 
     gate = threading.Event()
     s = served(RawServer, lambda conn, stop: gate.wait(30))
     c = collector(s.url, timeout=10.0)
-    sampler = Sampler([c], interval=0.2, collector_timeout=5.0)
+    sampler = Sampler(render=render_exposition, collectors=[c], interval=0.2, collector_timeout=5.0)
     try:
         for _ in range(3):
             snap = sampler.tick()
@@ -467,6 +468,7 @@ def render_serving_golden(served) -> str:
     renderer: the workload's serving families (durations filtered) as they appear in /metrics."""
     from headroom.analysis.pipeline import Analysis
     from headroom.config import check_config_text
+    from headroom.exposition.render import render as render_exposition
     from headroom.sampler import Sampler
     from headroom.simulation import ManualClock
 
@@ -476,7 +478,7 @@ def render_serving_golden(served) -> str:
     config = check_config_text(SERVING_CONFIG.replace("URL", s.url), "c.yaml")
     c = ServingCollector(SourceContext(workloads=tuple(config.workloads)))
     clock = ManualClock(1000.0)
-    sampler = Sampler([c], interval=1.0, collector_timeout=5.0, analyse=Analysis(config), clock=clock,
+    sampler = Sampler(render=render_exposition, collectors=[c], interval=1.0, collector_timeout=5.0, analyse=Analysis(config), clock=clock,
                       wall_clock=lambda: 1_700_000_000.0 + clock() - 1000.0)
     try:
         sampler.tick()  # wakes the first scrape
@@ -530,7 +532,7 @@ def test_promtool_accepts_the_serving_golden_file():
     ({"ttft_p95": 0}, "slo.ttft_p95: must be more than 0"),
 ])
 def test_bad_latency_objectives_are_named(slo, message):
-    from headroom.profiles import ProfileErrors
+    from headroom.workload.profiles import ProfileErrors
 
     with pytest.raises(ProfileErrors) as err:
         profile_from_dict({"name": "chat", "kind": "inference", "gpus": [0], "endpoint": "http://h:8000/metrics",
@@ -539,7 +541,7 @@ def test_bad_latency_objectives_are_named(slo, message):
 
 
 def test_objectives_need_an_endpoint_and_parse_to_seconds():
-    from headroom.profiles import ProfileErrors
+    from headroom.workload.profiles import ProfileErrors
 
     p = profile_from_dict({"name": "chat", "kind": "inference", "gpus": [0], "endpoint": "http://h:8000/metrics",
                            "slo": {"ttft_p95": "500ms", "itl_p99": 0.05}})

@@ -9,7 +9,7 @@ import pytest
 
 from headroom.analysis.serving import histogram_quantile, window_delta
 from headroom.samples import Histogram, ServingEndpoint, ServingSample, SourceResult
-from test_analysis import Gpu, Host, analyse, build_window
+from headroom.simulation.situations import Gpu, Host, analyse, build_window
 
 VLLM = """
 workloads:

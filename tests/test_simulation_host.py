@@ -9,6 +9,7 @@ import pytest
 from headroom.analysis import rates
 from headroom.config import load_config
 from headroom.daemon import Options, build_collectors
+from headroom.exposition.render import render as render_exposition
 from headroom.sampler import Sampler
 from headroom.simulation import ManualClock, ScenarioError, list_scenarios, load_scenario, parse_scenario
 from headroom.simulation.host import parse_link_speed
@@ -42,7 +43,7 @@ class Host:
         registry = load_all()
         self.collectors = [registry[n](SourceContext(paths=self.scenario.host_paths(n), scenario=self.scenario))
                            for n in names]
-        self.sampler = Sampler(self.collectors, interval=1.0, collector_timeout=5.0, clock=self.clock,
+        self.sampler = Sampler(render=render_exposition, collectors=self.collectors, interval=1.0, collector_timeout=5.0, clock=self.clock,
                                before_tick=self.scenario.update_host)
         self.sampler.scenario_object = self.scenario
 
@@ -199,7 +200,7 @@ def test_only_host_collectors_get_the_synthetic_tree_and_stop_removes_it(tmp_pat
     for name in set(collectors) - {"cpu", "memory", "disk", "net", "shm"}:  # nvml, processes: the real host
         assert collectors[name].ctx.paths == Options().paths
         assert scenario.host_paths(name) is None
-    sampler = Sampler(list(collectors.values()), before_tick=scenario.update_host)
+    sampler = Sampler(render=render_exposition, collectors=list(collectors.values()), before_tick=scenario.update_host)
     sampler.scenario_object = scenario
     assert (tree.procfs / "stat").is_file()
     sampler.stop()
@@ -265,7 +266,7 @@ def test_builtin_scenario_hosts_are_readable_by_the_real_collectors(name):
     registry = load_all()
     collectors = [registry[n](SourceContext(paths=scenario.host_paths(n), scenario=scenario))
                   for n in ("cpu", "memory", "disk", "net", "shm")]
-    host.sampler = Sampler(collectors, collector_timeout=5.0, clock=host.clock, before_tick=scenario.update_host)
+    host.sampler = Sampler(render=render_exposition, collectors=collectors, collector_timeout=5.0, clock=host.clock, before_tick=scenario.update_host)
     host.sampler.scenario_object = scenario
     try:
         host.tick()
@@ -276,7 +277,7 @@ def test_builtin_scenario_hosts_are_readable_by_the_real_collectors(name):
 
 
 def test_builtin_scenario_profiles_are_valid_workload_profiles():
-    from headroom.profiles import profile_from_dict
+    from headroom.workload.profiles import profile_from_dict
 
     for name in list_scenarios():
         for raw in load_scenario(name).profiles or ():

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headroom.profiles import (
+from headroom.units import GIB, format_bytes
+from headroom.workload.profiles import (
     Optimizer,
     Precision,
     ProfileErrors,
@@ -18,7 +19,7 @@ from headroom.profiles import (
     QuantizationSpec,
     profile_from_dict,
 )
-from headroom.sizing import (
+from headroom.workload.sizing import (
     DEFAULTS,
     OverheadConstants,
     SizingError,
@@ -33,7 +34,6 @@ from headroom.sizing import (
     weight_bytes,
     with_load,
 )
-from headroom.units import GIB, format_bytes
 
 LLAMA2_7B = {"layers": 32, "heads": 32, "kv_heads": 32, "head_dim": 128, "hidden_size": 4096,
              "intermediate_size": 11008, "vocab_size": 32000}  # fmt: skip

@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a configuration file; exit 0 when valid, 2 when not")
     _add_config_flag(check)
 
-    from headroom import estimate
+    from headroom.workload import estimate
 
     estimate.add_parser(sub, _add_estimate_flags)
     from headroom.fleet import report
@@ -271,10 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return daemon.run(config, options, config_path)
         if args.command == "estimate":
-            from headroom import estimate
+            from headroom.workload import estimate
 
             try:
-                code, text = estimate.run(args, config, options)
+                code, text = estimate.run(args, config, lambda: daemon.found_gpus(config, options))
             except estimate.EstimateError as exc:
                 return _error(str(exc).replace("\n", "\nheadroom: "), 2)
             sys.stdout.write(text)

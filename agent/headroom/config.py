@@ -5,7 +5,7 @@ schema (``Map``, ``Seq``, ``Str`` ...). Validation collects every error before f
 a file in one pass; the agent never starts on a half-valid configuration.
 
 Workload profiles (``workloads:`` and the drop-in directory) are checked by
-``headroom.profiles.profile_from_dict``; its field paths are mapped back to YAML positions here.
+``headroom.workload.profiles.profile_from_dict``; its field paths are mapped back to YAML positions here.
 """
 
 from __future__ import annotations
@@ -357,7 +357,7 @@ class Raw(Spec):
 
 
 class Profiles(Spec):
-    """``workloads:``: a list of workload profiles, each checked by headroom.profiles.profile_from_dict."""
+    """``workloads:``: a list of workload profiles, each checked by headroom.workload.profiles.profile_from_dict."""
 
     def check(self, node, path, ctx):
         if not isinstance(node, yaml.SequenceNode):
@@ -369,7 +369,7 @@ class Profiles(Spec):
 
 def check_profile(node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Any:
     """One workload profile from its YAML node; errors are placed at the offending field's position."""
-    from headroom.profiles import ProfileErrors, profile_from_dict
+    from headroom.workload.profiles import ProfileErrors, profile_from_dict
 
     if not isinstance(node, yaml.MappingNode):
         ctx.error(node, path, "expected a workload profile (a mapping with at least name and kind)")
@@ -442,8 +442,8 @@ class Config:
     agent: Mapping[str, Any]
     web: Mapping[str, Any]
     collectors: Mapping[str, Mapping[str, Any]]
-    workloads: tuple[Any, ...] = ()  # headroom.profiles.WorkloadProfile, config file first, then drop-ins
-    sizing: Any = None  # headroom.sizing.OverheadConstants
+    workloads: tuple[Any, ...] = ()  # headroom.workload.profiles.WorkloadProfile, config file first, then drop-ins
+    sizing: Any = None  # headroom.workload.sizing.OverheadConstants
     analysis: Mapping[str, Any] = field(default_factory=dict)
     workloads_dir: str | None = None
 
@@ -796,7 +796,7 @@ def issue_at(file: str, path: Sequence[str | int], message: str) -> ConfigIssue:
 def _overhead(section: Mapping[str, Any]) -> Any:
     from dataclasses import replace
 
-    from headroom.sizing import DEFAULTS
+    from headroom.workload.sizing import DEFAULTS
 
     names = {"cuda_context": "cuda_context_bytes", "runtime_overhead": "runtime_overhead_bytes",
              "cpu_runtime_overhead": "cpu_runtime_overhead_bytes",

@@ -15,6 +15,7 @@ import structlog
 
 from headroom import __version__
 from headroom.config import Config
+from headroom.exposition import render
 from headroom.exposition.server import HeadroomHTTPServer, parse_listen_address
 from headroom.sampler import Sampler
 from headroom.sources import Collector, Paths, SourceContext, load_all
@@ -123,6 +124,7 @@ def build_sampler(config: Config, options: Options) -> Sampler:
         collector_timeout=config.agent.get("collector_timeout"),
         scenario=getattr(scenario, "name", options.simulate) if scenario is not None else None,
         analyse=make_analysis(config),
+        render=render.render,
         before_tick=scenario.update_host if scenario is not None and scenario.host is not None else None,
     )
     latest.sampler = sampler
@@ -421,3 +423,32 @@ def resolve_config_path(flag: str | None) -> Path | None:
     from headroom.config import default_config_path
 
     return Path(flag) if flag else default_config_path()
+
+
+def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str, str]:
+    """(memory per GPU, GPU count, where from, GPU name) from one NVML read (real or simulated)."""
+    from headroom.sources import CollectorError, load_all
+
+    load_all()
+    scenario = load_scenario(options.simulate)
+    from dataclasses import replace
+
+    collectors = [c for c in build_collectors(config, replace(options, collectors={"nvml": True}), scenario)
+                  if c.name == "nvml"]
+    if not collectors:
+        return None, None, "no NVML collector", ""
+    nvml = collectors[0]
+    from headroom import logs
+
+    try:
+        with logs.expected("nvml_down"):  # no driver is an answer here, printed below, not an error
+            data = nvml.collect()
+    except (CollectorError, OSError) as exc:
+        return None, None, f"no GPU found ({exc})", ""
+    finally:
+        nvml.close()
+    totals = [g.memory_total_bytes for g in data.gpus if g.up and g.memory_total_bytes]
+    if not totals:
+        return None, None, "no GPU found" + (f" ({data.error})" if data.error else ""), ""
+    where = f"{len(totals)} x {data.gpus[0].name} found by NVML" + (" (simulated)" if data.simulated else "")
+    return min(totals), len(totals), where, data.gpus[0].name or ""

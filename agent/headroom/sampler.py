@@ -14,36 +14,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
 from headroom.analysis import rates
-from headroom.samples import Sample, SourceResult
+from headroom.samples import Sample, Snapshot, SourceResult
 from headroom.sources import Collector
 
 log = structlog.get_logger("headroom.sampler")
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the exposition layer serves: the latest Sample, its findings and the rendered bytes."""
-
-    sample: Sample
-    ticks: int
-    interval: float
-    tick_duration_seconds: float
-    scenario: str | None = None
-    rates: Mapping[str, Any] = field(default_factory=dict)
-    findings: Any = None  # headroom.analysis results (bottlenecks, headroom) once present
-    config_reload_ok: bool = True  # the last configuration (re)load succeeded
-    config_reload_success_timestamp: float | None = None  # when the configuration last loaded successfully
-    record_ok: bool | None = None  # --record: the last write succeeded (None: not recording)
-    record_written_bytes_total: int | None = None
-    web_config_reload_ok: bool | None = None  # the last web config (re)load succeeded (None: no web config)
-    exposition: bytes = b""
-    extras: Mapping[str, Any] = field(default_factory=dict)
 
 
 class _Lane:
@@ -167,8 +146,6 @@ class Sampler:
         before_tick: Callable[[], None] | None = None,
         recorder: Any = None,
     ) -> None:
-        from headroom.exposition import render as render_module
-
         self.interval = interval
         self.collector_timeout = collector_timeout if collector_timeout is not None else interval
         self.scenario = scenario
@@ -177,7 +154,7 @@ class Sampler:
         self._lanes = [_Lane(collectors, clock)]
         self.window: deque[Sample] = deque(maxlen=max(2, int(window_seconds / interval) + 1))
         self._analyse = analyse or _default_analysis
-        self._render = render or render_module.render
+        self._render = render or _no_exposition  # the daemon passes exposition.render.render
         self._on_snapshot = on_snapshot
         self._before_tick = before_tick  # e.g. a scenario's synthetic host tree catching up with its clock
         self.recorder = recorder  # headroom.record.Recorder when --record is given
@@ -396,3 +373,7 @@ def _with_exposition(snap: Snapshot, body: bytes) -> Snapshot:
 
 def _default_analysis(window: deque[Sample]) -> tuple[Mapping[str, Any], Any]:
     return rates.derive(window), None
+
+
+def _no_exposition(snapshot: Snapshot) -> bytes:
+    return b""

@@ -453,3 +453,23 @@ def to_jsonable(obj: Any) -> Any:
     if hasattr(obj, "value") and hasattr(obj, "name"):  # enums
         return obj.value
     return str(obj)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the exposition layer serves: the latest Sample, its findings and the rendered bytes."""
+
+    sample: Sample
+    ticks: int
+    interval: float
+    tick_duration_seconds: float
+    scenario: str | None = None
+    rates: Mapping[str, Any] = field(default_factory=dict)
+    findings: Any = None  # headroom.analysis results (bottlenecks, headroom) once present
+    config_reload_ok: bool = True  # the last configuration (re)load succeeded
+    config_reload_success_timestamp: float | None = None  # when the configuration last loaded successfully
+    record_ok: bool | None = None  # --record: the last write succeeded (None: not recording)
+    record_written_bytes_total: int | None = None
+    web_config_reload_ok: bool | None = None  # the last web config (re)load succeeded (None: no web config)
+    exposition: bytes = b""
+    extras: Mapping[str, Any] = field(default_factory=dict)

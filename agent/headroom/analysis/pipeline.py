@@ -115,14 +115,14 @@ class Analysis:
         return h
 
     def _attribute(self, sample: Sample) -> tuple[Any, ...]:
-        """Workload statuses of this tick (analysis/workloads.py). The bottleneck and headroom steps read,
+        """Workload statuses of this tick (workload/attribution.py). The bottleneck and headroom steps read,
         from each status: ``name``, ``gpu_indices`` (GPUs it uses), ``processes``, ``estimate``
         (sizing.Estimate or None), ``expected_peak_bytes`` and optionally ``cpu_quota_cores``."""
         try:
-            from headroom.analysis import workloads
+            from headroom.workload import attribution
         except ImportError:
             return ()
-        return workloads.attribute(sample, self.profiles, getattr(self.config, "sizing", None))
+        return attribution.attribute(sample, self.profiles, getattr(self.config, "sizing", None))
 
     def __call__(self, window: Sequence[Sample]) -> tuple[Mapping[str, Any], Findings]:
         derived = rates.derive(window, self.settings["short_window"])

@@ -228,8 +228,8 @@ def alternatives(profile: Any, gpu_memory_bytes: int | None, gpus: int | None, m
     """What the memory model says more KV room would give: higher gpu_memory_utilization, fp8 KV, one more GPU.
 
     Gains are the model's ratios applied to the measured capacity when the runtime reports one."""
-    from headroom.profiles import Precision
-    from headroom.sizing import SizingError, estimate
+    from headroom.workload.profiles import Precision
+    from headroom.workload.sizing import SizingError, estimate
 
     try:
         base = estimate(profile, gpu_memory_bytes=gpu_memory_bytes, gpus=gpus).kv_capacity_tokens

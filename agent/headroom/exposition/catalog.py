@@ -46,7 +46,7 @@ _disk = _m("disk", "disk collector (sources/disk.py): /proc/diskstats")
 _net = _m("network", "net collector (sources/net.py): /proc/net/dev, /sys/class/net/<device>/speed")
 
 _wl = _m("workload", "processes collector (sources/processes.py) joined with NVML process lists and the memory "
-         "model (analysis/workloads.py)")
+         "model (workload/attribution.py)")
 _srv = _m("serving", "serving collector (sources/serving.py): each workload's runtime /metrics (endpoint:), "
           "normalized across vLLM, SGLang, TGI and Triton (docs/serving.md)")
 _slat = _m("serving", "analysis (analysis/serving.py) over the serving collector's histograms in the short window")

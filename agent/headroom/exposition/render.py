@@ -21,7 +21,7 @@ from headroom.exposition.catalog import BY_NAME, CATALOG
 from headroom.samples import CpuSample, DiskSample, MemorySample, NetSample, NvmlSample, ShmSample
 
 if TYPE_CHECKING:
-    from headroom.sampler import Snapshot
+    from headroom.samples import Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ORDER = {m.name: i for i, m in enumerate(CATALOG)}
@@ -259,8 +259,8 @@ def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Any) 
 
 def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
     """Identity sources, the cap, and the pod / job labels of the GPUs they hold (sources/identity.py)."""
-    from headroom.analysis.workloads import gpu_identity_labels
     from headroom.exposition.catalog import GPU_IDENTITY_LABELS
+    from headroom.workload.attribution import gpu_identity_labels
 
     for src in identity.sources:
         w.add("headroom_identity_source_up", src.up, src.name)

@@ -49,7 +49,7 @@ class SourceContext:
     scenario: Any = None
     # seconds; used by collectors that accumulate counters from instantaneous readings
     interval: float = 1.0
-    # the declared workload profiles (headroom.profiles.WorkloadProfile), config file then drop-ins
+    # the declared workload profiles (headroom.workload.profiles.WorkloadProfile), config file then drop-ins
     workloads: tuple[Any, ...] = ()
     monotonic: Callable[[], float] | None = None
     # the newest Sample before this tick (None before the first), for collectors that follow another

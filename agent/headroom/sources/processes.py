@@ -43,10 +43,10 @@ from typing import Any
 
 import structlog
 
-from headroom.profiles import compile_cmdline_pattern
 from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses
 from headroom.sources import Collector, SourceContext, procfs, register
 from headroom.sources.cpu import clock_ticks_per_second
+from headroom.workload.profiles import compile_cmdline_pattern
 
 log = structlog.get_logger("headroom.sources.processes")
 

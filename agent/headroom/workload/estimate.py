@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from headroom import units
-from headroom.profiles import KINDS, OPTIMIZERS, PRECISIONS, QUANTIZATIONS, ProfileErrors, profile_from_dict
+from headroom.workload.profiles import (
+    KINDS,
+    OPTIMIZERS,
+    PRECISIONS,
+    QUANTIZATIONS,
+    ProfileErrors,
+    profile_from_dict,
+)
 
 # flag -> (path in the profile mapping, how to parse the text, help)
 _FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
@@ -95,7 +102,7 @@ class EstimateError(Exception):
 
 def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """The profile fields --model-config / --model read (empty without them), and notes on where from."""
-    from headroom import modelconfig
+    from headroom.workload import modelconfig
 
     path = getattr(args, "model_config", None)
     name = getattr(args, "model", None)
@@ -206,39 +213,11 @@ def build_profile(args: argparse.Namespace, config: Any) -> Any:
         raise EstimateError("\n".join(f"{_flag_for(e.path)}: {e.message}" for e in exc.errors)) from None
 
 
-def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str, str]:
-    """(memory per GPU, GPU count, where from, GPU name) from one NVML read (real or simulated)."""
-    from headroom.daemon import build_collectors, load_scenario
-    from headroom.sources import CollectorError, load_all
-
-    load_all()
-    scenario = load_scenario(options.simulate)
-    from dataclasses import replace
-
-    collectors = [c for c in build_collectors(config, replace(options, collectors={"nvml": True}), scenario)
-                  if c.name == "nvml"]
-    if not collectors:
-        return None, None, "no NVML collector", ""
-    nvml = collectors[0]
-    from headroom import logs
-
-    try:
-        with logs.expected("nvml_down"):  # no driver is an answer here, printed below, not an error
-            data = nvml.collect()
-    except (CollectorError, OSError) as exc:
-        return None, None, f"no GPU found ({exc})", ""
-    finally:
-        nvml.close()
-    totals = [g.memory_total_bytes for g in data.gpus if g.up and g.memory_total_bytes]
-    if not totals:
-        return None, None, "no GPU found" + (f" ({data.error})" if data.error else ""), ""
-    where = f"{len(totals)} x {data.gpus[0].name} found by NVML" + (" (simulated)" if data.simulated else "")
-    return min(totals), len(totals), where, data.gpus[0].name or ""
-
-
-def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
-    """(exit code, text to print)."""
-    from headroom import sizing
+def run(args: argparse.Namespace, config: Any,
+        find_gpus: Callable[[], tuple[int | None, int | None, str, str]]) -> tuple[int, str]:
+    """(exit code, text to print). ``find_gpus``: (memory per GPU, GPU count, where from, GPU name), asked
+    only when --gpu-memory is not given (the CLI passes one NVML read: ``daemon.found_gpus``)."""
+    from headroom.workload import sizing
 
     profile = build_profile(args, config)
     where = "given"
@@ -257,7 +236,7 @@ def run(args: argparse.Namespace, config: Any, options: Any) -> tuple[int, str]:
     elif profile.kind.value == "cpu-inference":
         memory, where = None, "host RAM not given (use --gpu-memory for the RAM budget)"
     else:
-        memory, found, where, name = found_gpus(config, options)
+        memory, found, where, name = find_gpus()
         gpu_name = gpu_name or name
         gpus = gpus if gpus is not None else found
     try:

@@ -1,6 +1,6 @@
 """Memory model: how many bytes a declared workload needs per GPU, and how much load fits.
 
-Pure functions over ``headroom.profiles.WorkloadProfile``; bytes are ints; nothing reads the host.
+Pure functions over ``headroom.workload.profiles.WorkloadProfile``; bytes are ints; nothing reads the host.
 Every constant and approximation is documented in docs/sizing.md, with its source. In short:
 
 - weights      params x bits / 8; GPTQ/AWQ add an FP16 scale and a packed zero per group of 128;
@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from headroom.profiles import (
+from headroom.units import GIB, format_bytes
+from headroom.workload.profiles import (
     LORA_ALL_LINEAR,
     Architecture,
     Kind,
@@ -45,7 +46,7 @@ from headroom.profiles import (
     Training,
     WorkloadProfile,
 )
-from headroom.serving_memory import (
+from headroom.workload.serving_memory import (
     KVLayout,
     RuntimeReport,
     RuntimeSettingError,
@@ -57,7 +58,6 @@ from headroom.serving_memory import (
     vllm_request_bytes,
     vllm_rules,
 )
-from headroom.units import GIB, format_bytes
 
 MIB = 1024**2
 _SEARCH_LIMIT = 1 << 40  # upper bound for capacity searches (tokens or sequences)

@@ -6,7 +6,7 @@ to the profile (``("architecture", "kv_heads")``, ``("gpus", 1)``) so the config
 file, line and column. Nothing here reads files or touches the host.
 
 YAML keys (snake_case; unknown keys are errors; everything but ``name``, ``kind`` and one way of
-attribution is optional; the memory model in ``headroom.sizing`` says which inputs each estimate needs):
+attribution is optional; the memory model in ``headroom.workload.sizing`` says which inputs each estimate needs):
 
 | key                                | type / values                                     | notes                                   |
 |------------------------------------|---------------------------------------------------|-----------------------------------------|

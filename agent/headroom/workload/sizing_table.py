@@ -1,6 +1,6 @@
 """The docs/sizing.md table of common model / GPU pairs, computed by the memory model (``make sizing-table``).
 
-``python -m headroom.sizing_table`` prints the table; ``--write FILE`` replaces the block between the
+``python -m headroom.workload.sizing_table`` prints the table; ``--write FILE`` replaces the block between the
 ``<!-- sizing-table:begin -->`` and ``<!-- sizing-table:end -->`` markers in FILE. A test checks that
 docs/sizing.md holds exactly what ``render()`` returns.
 """
@@ -11,13 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from headroom.modelconfig import read_model_config
-from headroom.profiles import profile_from_dict
-from headroom.sizing import estimate
+from headroom.workload.modelconfig import read_model_config
+from headroom.workload.profiles import profile_from_dict
+from headroom.workload.sizing import estimate
 
 GIB = 1024**3
 BEGIN, END = "<!-- sizing-table:begin -->", "<!-- sizing-table:end -->"
-FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "hf"
+FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "hf"
 
 # GPU -> memory as the framework sees it (torch.cuda.mem_get_info total), GiB; docs/sizing.md says where from
 GPUS = {"RTX 3090 24GB": 23.58, "L4 24GB": 22.05, "H100 80GB": 79.19}

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from types import MappingProxyType
 
-from headroom.profiles import Kind, WorkloadProfile
 from headroom.samples import (
     EMPTY,
     CgroupStats,
@@ -38,7 +37,8 @@ from headroom.samples import (
     Sample,
     WorkloadProcesses,
 )
-from headroom.sizing import DEFAULTS, Estimate, OverheadConstants, SizingError, estimate
+from headroom.workload.profiles import Kind, WorkloadProfile
+from headroom.workload.sizing import DEFAULTS, Estimate, OverheadConstants, SizingError, estimate
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,209 @@
+"""Situations: labelled windows of Samples that the analysis must classify, the corpus of docs/analysis.md.
+
+A situation is what a user meets on a host (a starved GPU, a throttled card, an idle server beside a
+busy neighbour...), built as a window of Samples from per-second rates and levels (``Host``, ``Gpu``,
+extra sources), with the verdict a careful engineer would give and the real-world report it models
+(``source``: an issue, forum thread, postmortem or vendor document). ``tests/test_analysis.py`` runs
+every situation through the same ``Analysis`` the agent runs each tick; ``bench/accuracy.py``
+tabulates them per class. Each module of this package holds a theme; ``ALL`` gathers every module's
+``SITUATIONS`` (add a module, not an edit here).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+from typing import Any
+
+from headroom.samples import (
+    CpuSample,
+    CpuTimes,
+    DiskSample,
+    DiskStats,
+    GpuSample,
+    MemorySample,
+    MountUsage,
+    NvmlSample,
+    Pressure,
+    PressureLine,
+    Sample,
+    ShmSample,
+    SourceResult,
+)
+
+GIB = 2**30
+
+
+@dataclass
+class Host:
+    """Per-second rates and levels the synthetic window is built from."""
+
+    cpus: int = 16
+    cpu_busy: float = 0.2  # share of all CPU time
+    iowait: float = 0.0
+    psi: dict = field(default_factory=dict)  # "cpu.some" -> avg10
+    mem_total: int = 256 * GIB
+    mem_available: int = 200 * GIB
+    shm_size: int = 64 * GIB
+    shm_used: int = 1 * GIB
+    disk_busy: float = 0.05  # share of time with I/O in flight
+    disk_queue: float = 0.1
+
+
+@dataclass
+class Gpu:
+    util: float = 0.9
+    mem_used: int = 30 * GIB
+    mem_total: int = 80 * GIB
+    power: float = 400.0
+    power_limit: float = 700.0
+    temperature: float = 60.0
+    sm_clock_ratio: float = 1.0
+    reasons: tuple = ()
+    pcie: float | None = None  # bytes/s
+    processes: tuple = ()
+    util_alternates: float | None = None  # every other tick, for variance
+
+
+def pressure(avg10: float) -> Pressure:
+    line = PressureLine(avg10, avg10, avg10, 0.0)
+    return Pressure(some=line, full=line)
+
+
+def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> list[Sample]:
+    window = []
+    for t in range(seconds):
+        total = host.cpus * t
+        busy = total * host.cpu_busy
+        iowait = total * host.iowait
+        times = CpuTimes(user=busy, nice=0.0, system=0.0, idle=total - busy - iowait, iowait=iowait)
+        psi = {}
+        for key, value in host.psi.items():
+            resource, kind = key.split(".")
+            line = PressureLine(value, value, value, 0.0)
+            p = psi.get(resource) or Pressure(some=PressureLine(0, 0, 0, 0), full=PressureLine(0, 0, 0, 0))
+            psi[resource] = replace(p, **{kind: line})
+        cpu = CpuSample(times=times, logical_cpus=host.cpus, load1=1, load5=1, load15=1, pressure=psi)
+        mem = MemorySample(total_bytes=host.mem_total, available_bytes=host.mem_available, free_bytes=host.mem_available,
+                           major_faults_total=0)
+        shm = ShmSample(mounts=(MountUsage("/dev/shm", "tmpfs", host.shm_size, host.shm_used,
+                                           host.shm_size - host.shm_used),))
+        disk = DiskSample(devices=(DiskStats("nvme0n1", 0, 0, 0, 0, io_time_seconds=host.disk_busy * t,
+                                             weighted_io_time_seconds=host.disk_queue * t, in_flight=0),))
+        gpu_samples = []
+        for i, g in enumerate(gpus):
+            util = g.util if (g.util_alternates is None or t % 2 == 0) else g.util_alternates
+            gpu_samples.append(GpuSample(
+                index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3", pci_bus_id=f"0000:{i:02x}:00.0",
+                memory_total_bytes=g.mem_total, memory_used_bytes=g.mem_used,
+                utilization_ratio=util, power_watts=g.power, power_limit_watts=g.power_limit,
+                temperature_celsius=g.temperature, sm_clock_hertz=1.98e9 * g.sm_clock_ratio, sm_clock_max_hertz=1.98e9,
+                clock_events_active={r: (r in g.reasons) for r in ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown",
+                                                                   "hw_thermal_slowdown", "hw_power_brake_slowdown")},
+                pcie_tx_bytes_per_second=g.pcie, pcie_rx_bytes_per_second=g.pcie,
+                pcie_link_generation=4, pcie_link_width=16, processes=g.processes,
+            ))  # fmt: skip
+        sources = {
+            "nvml": SourceResult("nvml", True, 0.001, NvmlSample(up=True, gpus=tuple(gpu_samples))),
+            "cpu": SourceResult("cpu", True, 0.001, cpu),
+            "memory": SourceResult("memory", True, 0.001, mem),
+            "shm": SourceResult("shm", True, 0.001, shm),
+            "disk": SourceResult("disk", True, 0.001, disk),
+        }
+        if extra:
+            sources.update(extra(t))
+        window.append(Sample(timestamp=1e9 + t, monotonic=float(t), sources=sources))
+    return window
+
+
+def processes_source(name: str, cores: float):
+    """A 'processes' source whose workload burns ``cores`` CPU cores."""
+    def make(t: int):
+        w = SimpleNamespace(name=name, processes=5, cpu_user_seconds_total=cores * t, cpu_system_seconds_total=0.0)
+        return {"processes": SourceResult("processes", True, 0.001, SimpleNamespace(workloads=(w,)))}
+    return make
+
+
+TRAINER = """
+workloads:
+  - name: trainer
+    kind: finetune-lora
+    params: 7B
+    precision: bf16
+    lora: {rank: 16}
+    dataloader_workers: 4
+    gpus: [0]
+"""
+SERVER = """
+workloads:
+  - name: chat
+    kind: inference
+    params: 8B
+    precision: bf16
+    runtime: {name: tgi}
+    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
+    context: {max: 8192}
+    concurrency: 8
+    gpus: [0]
+"""
+DISTRIBUTED = TRAINER.replace("gpus: [0]", "match: {cmdline: train.py}\n    parallel: {data: 8}")
+
+
+def analyse(config_text: str, window: list[Sample], hold: float = 0.0, analysis: str = "", gpus_of=None):
+    """Run the Analysis over the window; ``gpus_of`` {workload: (gpu indices)} stands in for attribution."""
+    from headroom.analysis.pipeline import Analysis
+    from headroom.config import check_config_text
+
+    config = check_config_text(config_text + f"\nanalysis:\n  hold: {hold}s\n{analysis}", "c.yaml")
+    analysis = Analysis(config)
+    if gpus_of:
+        analysis._attribute = lambda sample: tuple(
+            SimpleNamespace(name=n, gpu_indices=g, processes=1, estimate=None, expected_peak_bytes=None)
+            for n, g in gpus_of.items())
+    findings = None
+    for i in range(1, len(window) + 1):
+        _, findings = analysis(window[:i])
+    return findings
+
+
+@dataclass
+class Situation:
+    """One labelled situation. ``expected``: the primary bottleneck of the workload (the only one, or
+    ``workload``'s), or a mapping workload -> primary when the config declares several."""
+
+    name: str
+    config: str
+    host: Host
+    gpus: list
+    expected: str | Mapping[str, str]
+    source: str = ""  # the real-world report this models (URL or document)
+    extra: Callable[[int], Mapping[str, Any]] | None = None
+    seconds: int = 20
+    gpus_of: Mapping[str, tuple[int, ...]] | None = None  # stands in for attribution (see analyse)
+    tags: tuple[str, ...] = ()  # the issue-12 classes or themes it exercises
+
+    def window(self) -> list[Sample]:
+        return build_window(self.host, self.gpus, seconds=self.seconds, extra=self.extra)
+
+    def expectations(self) -> dict[str, str]:
+        if isinstance(self.expected, str):
+            return {"*": self.expected}
+        return dict(self.expected)
+
+
+def _discover() -> list[Situation]:
+    out: list[Situation] = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        out.extend(getattr(module, "SITUATIONS", ()))
+    names = [s.name for s in out]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise ValueError(f"duplicate situation names: {sorted(dupes)}")
+    return out
+
+
+ALL: list[Situation] = _discover()

@@ -1,0 +1,34 @@
+"""The first situations (the single-workload basics of each resource)."""
+
+from __future__ import annotations
+
+from headroom.simulation.situations import GIB, SERVER, TRAINER, Gpu, Host, Situation, processes_source
+
+SITUATIONS = [
+    Situation("DataLoader starves the GPU", TRAINER, Host(cpus=16, cpu_busy=0.3, psi={"cpu.some": 0.42}),
+              [Gpu(util=0.31, util_alternates=0.05)], "cpu", extra=processes_source("trainer", 3.97)),
+    Situation("KV cache fills VRAM", SERVER, Host(), [Gpu(util=0.7, mem_used=int(79 * GIB))], "gpu_memory"),
+    Situation("thermal throttling under full load", SERVER, Host(),
+              [Gpu(util=0.97, temperature=89, sm_clock_ratio=0.6, reasons=("hw_thermal_slowdown", "sw_thermal_slowdown"))],
+              "gpu_thermal"),
+    Situation("power cap holds the clocks down", SERVER, Host(),
+              [Gpu(util=0.95, power=699, sm_clock_ratio=0.7, reasons=("sw_power_cap",))], "gpu_power"),
+    Situation("idle serving at night is not a bottleneck", SERVER, Host(cpu_busy=0.02), [Gpu(util=0.0, mem_used=70 * GIB)],
+              "none"),
+    Situation("iowait without a slow GPU is not disk_io", SERVER, Host(iowait=0.4, psi={"io.some": 0.1}), [Gpu(util=0.96)],
+              "gpu_compute"),
+    Situation("checkpoint writes while the GPU computes are not disk_io", TRAINER,
+         Host(disk_busy=0.98, disk_queue=8, psi={"io.some": 0.6}), [Gpu(util=0.97)], "gpu_compute"),
+    Situation("a busy host CPU beside a busy GPU is not cpu", SERVER, Host(cpu_busy=0.99, psi={"cpu.some": 0.5}),
+              [Gpu(util=0.97)], "gpu_compute"),
+    Situation("a busy, well-fed GPU is compute bound", SERVER, Host(), [Gpu(util=0.99)], "gpu_compute"),
+    Situation("a full /dev/shm starves DataLoader workers", TRAINER, Host(shm_used=int(63.8 * GIB)), [Gpu(util=0.2)],
+              "shared_memory"),
+    Situation("slow storage starves the GPU", TRAINER, Host(disk_busy=0.98, disk_queue=12, psi={"io.some": 0.6}),
+              [Gpu(util=0.25)], "disk_io"),
+    Situation("memory pressure on the host", TRAINER,
+         Host(mem_available=3 * GIB, psi={"memory.full": 0.25, "memory.some": 0.5}), [Gpu(util=0.4)], "host_memory"),
+    Situation("host-to-GPU copies saturate PCIe", SERVER, Host(), [Gpu(util=0.5, pcie=28e9)], "pcie"),
+]
+
+
