@@ -32,8 +32,9 @@ def gpu(**over) -> GpuSignals:
 
 
 def starved_gpu_with(host: HostSignals, resource: str) -> float:
-    """The score of a host resource for a fully starved GPU (busy 0), so the host signal alone decides."""
-    return score_gpu(gpu(busy=0.0), host, T).scores[resource]
+    """The score of a host resource for a fully starved GPU that still shows demand (busy 20 %: below busy_low,
+    above demand_busy), so the host signal alone decides."""
+    return score_gpu(gpu(busy=0.2), host, T).scores[resource]
 
 
 def ratio_host(**over) -> HostSignals:
@@ -176,6 +177,25 @@ def p_preemptions(x):  # KV cache full, nothing waiting, x preemptions per minut
     return rule_kv_cache(_serving(preemptions_per_minute=x), T, gpu_busy=0.5)[0]
 
 
+def p_demand(x):  # host CPU saturated, the GPU busy x: below demand_busy it is idle for lack of work, not starved
+    return score_gpu(gpu(busy=x), ratio_host(cpu_busy=1.0), T).scores["cpu"]
+
+
+def p_own_cpu(x):  # host CPU saturated, the starved workload's own processes use x cores (of 64: not saturated)
+    w = WorkloadSignals(name="w", processes=3, cores_used=x, cores_allowed=64.0)
+    return bottleneck.rule_cpu(1.0, "GPU 0 busy 20 %", ratio_host(cpu_busy=1.0), w, T)[0]
+
+
+def p_own_io(x):  # the busiest disk saturated, the starved workload's own block I/O x MiB/s
+    w = WorkloadSignals(name="w", io_bytes_per_second=x * 2**20)
+    h = ratio_host(disk_busy=1.0, disk_device="sda", disk_queue=4.0)
+    return bottleneck.rule_disk_io(1.0, "GPU 0 busy 20 %", h, T, w)[0]
+
+
+def p_tie(x):  # cpu at 1, host_memory (which explains cpu) x below it: 1 when the tie goes to host_memory
+    return 1.0 if candidate_of({"cpu": 1.0, "host_memory": 1.0 - x}, T) == "host_memory" else 0.0
+
+
 # ------------------------------------------------------------------------------------------- table
 ZERO, SOME, FULL, PARTIAL = "scores 0", "scores above 0", "scores 1", "scores below 1"
 EXPECT: dict[str, Callable[[float], bool]] = {
@@ -265,6 +285,14 @@ ROWS = [
         p_serving_waiting, PARTIAL, FULL, FULL),
     Row("preemptions_per_minute_high", 1.0, "with the KV cache full, this many preemptions a minute make "
         "kv_cache score 1", p_preemptions, PARTIAL, FULL, FULL),
+    Row("demand_busy", 0.05, "a GPU below it is idle for lack of work: a saturated host CPU is not its bottleneck",
+        p_demand, ZERO, FULL, FULL),
+    Row("own_cpu_cores", 0.5, "host-wide CPU saturation counts in full for a workload using this many cores itself",
+        p_own_cpu, PARTIAL, FULL, FULL),
+    Row("own_io_mib_per_second", 1.0, "a saturated disk counts in full for a workload doing this much I/O itself",
+        p_own_io, PARTIAL, FULL, FULL),
+    Row("tie_margin", 0.05, "a cause scoring this much below its effect still ties with it and wins (1: it does)",
+        p_tie, FULL, FULL, ZERO),
 ]
 
 

@@ -185,6 +185,9 @@ class WorkloadProcesses:
     main_pid: int | None = None  # the oldest member whose parent is not a member (the trainer, the server)
     children: Mapping[int, int] = field(default_factory=lambda: EMPTY)  # member pid -> member children count
     cgroup: CgroupStats | None = None  # when a systemd_unit, cgroup or container_id rule maps it to one
+    # member pid -> its own user+system CPU seconds (since it started): per-process saturation (one process
+    # pinned at one core while the workload's total looks modest: a DataLoader with 0 workers, a decoder)
+    process_cpu_seconds: Mapping[int, float] = field(default_factory=lambda: EMPTY)
 
     @property
     def processes(self) -> int:

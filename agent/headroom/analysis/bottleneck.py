@@ -66,6 +66,13 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "kv_usage_high": (0.95, "serving runtime's KV cache usage where kv_cache scores 1 (with requests waiting)"),
     "serving_waiting_high": (1.0, "mean requests waiting over the window at which queueing counts fully"),
     "preemptions_per_minute_high": (1.0, "preemptions per minute at which KV eviction counts fully"),
+    "demand_busy": (0.05, "GPU busy ratio below which the GPU shows no demand (idle for lack of work): no starvation "
+                          "rule (cpu, host_memory, shared_memory, disk_io, network) scores, whatever the host does"),
+    "own_cpu_cores": (0.5, "cores the workload's own processes use from which host-wide CPU signals (host busy, PSI "
+                           "cpu) count for it in full (in proportion below; in full when its processes are unknown)"),
+    "own_io_mib_per_second": (1.0, "MiB/s of the workload's own block I/O from which host-wide disk signals (busy, "
+                                   "PSI io, iowait) count for it in full (in proportion below; in full when unknown)"),
+    "tie_margin": (0.05, "scores within this of the top score tie: causal evidence decides (docs/analysis.md, Ties)"),
 }
 DEFAULT_THRESHOLDS: dict[str, float] = {k: v for k, (v, _) in THRESHOLDS.items()}
 
@@ -98,9 +105,48 @@ class Verdict:
     long_scores: Mapping[str, float] = field(default_factory=dict)
 
 
-def candidate_of(scores: Mapping[str, float], t: Mapping[str, float]) -> str:
-    best = max(RESOURCES, key=lambda r: scores.get(r, 0.0))
-    return best if scores.get(best, 0.0) >= t["primary_min_score"] else NONE
+# cause -> the resources whose signals it produces (docs/analysis.md, "Ties"): when a cause and its effect tie, the
+# cause is the bottleneck. Memory pressure burns CPU in reclaim (kswapd, direct reclaim) and turns into disk I/O
+# (swap, page cache refaults); a throttled GPU is slow at computing because of the throttling.
+EXPLAINS: dict[str, tuple[str, ...]] = {
+    "host_memory": ("cpu", "disk_io"),
+    "gpu_thermal": ("gpu_compute",),
+    "gpu_power": ("gpu_compute",),
+}
+
+
+def candidate_of(scores: Mapping[str, float], t: Mapping[str, float],
+                 direct: frozenset[str] | set[str] | None = None) -> str:
+    """The top-scoring resource at or above primary_min_score, else none; ties are decided by :func:`tie_break`."""
+    return decide(scores, t, direct)[0]
+
+
+def decide(scores: Mapping[str, float], t: Mapping[str, float],
+           direct: frozenset[str] | set[str] | None = None) -> tuple[str, str]:
+    """(candidate, why the tie went its way or ""). Scores within ``tie_margin`` of the top tie; among them
+    (1) a cause beats the effects it explains (EXPLAINS), (2) direct evidence (the GPU's own counters, the
+    workload's own consumption or stall) beats a host-wide correlation, (3) the higher score wins, and only
+    an exact tie left after all that falls back to the fixed order of RESOURCES."""
+    top = max(scores.get(r, 0.0) for r in RESOURCES)
+    if top < t["primary_min_score"]:
+        return NONE, ""
+    tied = [r for r in RESOURCES if scores.get(r, 0.0) >= max(top - t.get("tie_margin", 0.0), t["primary_min_score"])]
+    if len(tied) == 1:
+        return tied[0], ""
+    why = []
+    causes = [r for r in tied if not any(r in EXPLAINS.get(o, ()) for o in tied if o != r)]
+    if causes and len(causes) < len(tied):
+        explained = [r for r in tied if r not in causes]
+        why.append(f"{', '.join(causes)} explains {', '.join(explained)}")
+        tied = causes
+    if direct is not None and len(tied) > 1:
+        own = [r for r in tied if r in direct]
+        if own and len(own) < len(tied):
+            why.append(f"direct evidence for {', '.join(own)}, host-wide only for "
+                       f"{', '.join(r for r in tied if r not in own)}")
+            tied = own
+    best = max(tied, key=lambda r: scores.get(r, 0.0))  # max keeps the first (RESOURCES order) of equal scores
+    return best, "; ".join(why)
 
 
 # ------------------------------------------------------------------------------- GPU-bound rules
@@ -120,10 +166,12 @@ def rule_gpu_compute(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]
 
 
 def rule_gpu_memory(g: GpuSignals, t: Mapping[str, float], expected_peak: float | None = None,
-                    reserved_by_runtime: bool = False) -> tuple[float, str]:
+                    reserved_by_runtime: bool | str = False) -> tuple[float, str]:
+    """``reserved_by_runtime``: the serving runtime (its name, or True) that reserves the card up front."""
     if reserved_by_runtime:
+        runtime = reserved_by_runtime if isinstance(reserved_by_runtime, str) else "vLLM"
         return 0.0, (f"GPU {g.index} VRAM {pct(g.memory_used_ratio)} used, reserved up front by the runtime "
-                     "(vLLM): NVML cannot see how full its KV cache is")
+                     f"({runtime}): NVML cannot see how full its KV cache is")
     score = ramp(g.memory_used_ratio, t["vram_low"], t["vram_high"])
     growth = g.memory_growth_bytes_per_second
     text = f"GPU {g.index} VRAM {gib(g.memory_used_bytes)} of {gib(g.memory_total_bytes)} ({pct(g.memory_used_ratio)})"
@@ -192,9 +240,18 @@ def starvation(busy: float | None, t: Mapping[str, float]) -> float:
     return 1.0 - ramp(busy, t["busy_low"], t["busy_high"])
 
 
+def _involvement(own: float | None, full: float) -> float:
+    """How much a host-wide signal counts for a workload: its own use of the resource against ``full`` (1 when its
+    processes are unknown: then the verdict is the GPU's own view, as for a GPU no profile claims)."""
+    return 1.0 if own is None else ramp(own, 0.0, full)
+
+
 def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals | None,
-             t: Mapping[str, float], cpu_is_compute: bool = False) -> tuple[float, str]:
-    parts, signal = [], 0.0
+             t: Mapping[str, float], cpu_is_compute: bool = False) -> tuple[float, str, bool]:
+    """CPU starving the GPU. The workload's own saturation (all its cores, one process pinned at a core, its
+    cgroup's PSI cpu) is direct evidence; busy host CPUs and host PSI count only in proportion to the CPU the
+    workload itself uses (a compile job saturating the host does not starve a trainer that waits on storage)."""
+    parts, own = [], 0.0
     if w is not None and w.cores_used is not None:
         capacity = w.cores_allowed
         who = f"the workload's {w.processes or '?'} processes"
@@ -203,17 +260,35 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
             who = f"the workload's {w.dataloader_workers} DataLoader workers"
         if capacity:
             saturation = w.cores_used / capacity
-            signal = max(signal, ramp(saturation, t["cpu_saturation_low"], t["cpu_saturation_high"]))
+            own = max(own, ramp(saturation, t["cpu_saturation_low"], t["cpu_saturation_high"]))
             parts.append(f"{who} used {w.cores_used:.2f} of {capacity:.0f} cores")
+    if w is not None and w.busiest_process_cores is not None and w.busiest_process_cores >= t["cpu_saturation_low"]:
+        # one process at a full core: a thread that cannot go faster (the GIL of a DataLoader with 0 workers, a
+        # single-threaded decoder or tokenizer) while the host looks idle
+        single = ramp(w.busiest_process_cores, t["cpu_saturation_low"], t["cpu_saturation_high"])
+        own = max(own, single)
+        which = "its main process" if w.busiest_is_main else "its busiest process"
+        parts.append(f"{which} (pid {w.busiest_process_pid}) used {w.busiest_process_cores:.2f} cores: one core "
+                     "saturated (a single thread: data loading in the main process, a decoder, a tokenizer)")
+    cgroup_psi = w.cgroup_pressure.get("cpu") if w is not None else None
+    if cgroup_psi is not None:
+        own = max(own, ramp(cgroup_psi, t["psi_cpu_low"], t["psi_cpu_high"]))
+        parts.append(f"its cgroup's PSI cpu some avg10 {pct(cgroup_psi)}")
+    host = 0.0
     if h.cpu_busy is not None:
-        signal = max(signal, ramp(h.cpu_busy, t["host_cpu_low"], t["host_cpu_high"]))
+        host = max(host, ramp(h.cpu_busy, t["host_cpu_low"], t["host_cpu_high"]))
         parts.append(f"host CPU {pct(h.cpu_busy)} busy")
     psi = h.psi.get("cpu.some")
     if psi is not None:
-        signal = max(signal, ramp(psi, t["psi_cpu_low"], t["psi_cpu_high"]))
+        host = max(host, ramp(psi, t["psi_cpu_low"], t["psi_cpu_high"]))
         parts.append(f"PSI cpu some avg10 {pct(psi)}")
+    own_cores = w.cores_used if w is not None else None
+    involved = _involvement(own_cores, t["own_cpu_cores"])
+    if host > 0 and own_cores is not None and involved < 1.0:
+        parts.append(f"host-wide CPU counts {pct(involved)}: the workload itself uses {own_cores:.2f} cores")
+    signal = max(own, host * involved)
     factor = 1.0 if cpu_is_compute else starved
-    return factor * signal, _join(busy_text, parts, cpu_is_compute)
+    return factor * signal, _join(busy_text, parts, cpu_is_compute), own > 0 and own >= host * involved
 
 
 def rule_host_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float]) -> tuple[float, str]:
@@ -234,33 +309,51 @@ def rule_host_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[
 
 
 def rule_shared_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
-                       workers_declared: bool) -> tuple[float, str]:
+                       workers_declared: bool) -> tuple[float, str, bool]:
     fill = ramp(h.shm_fill, t["shm_low"], t["shm_high"])
     # a full /dev/shm kills DataLoader workers ("No space left on device", "Bus error"): it limits a
     # workload that declares workers even before the GPU starves
     factor = max(starved, 0.8 if workers_declared else 0.0)
     if h.shm_fill is None:
-        return 0.0, "shared memory unknown"
+        return 0.0, "shared memory unknown", False
     text = f"{h.shm_mountpoint} {pct(h.shm_fill)} full ({gib(h.shm_available_bytes)} left of {gib(h.shm_size_bytes)})"
     if workers_declared:
         text += " while the workload declares DataLoader workers"
-    return fill * factor, _join(busy_text, [text])
+    return fill * factor, _join(busy_text, [text]), workers_declared  # its workers pass batches through it
 
 
-def rule_disk_io(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float]) -> tuple[float, str]:
-    parts, signal = [], 0.0
+def rule_disk_io(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
+                 w: WorkloadSignals | None = None) -> tuple[float, str, bool]:
+    """Storage starving the GPU. Its cgroup's PSI io is direct evidence; a busy disk, host PSI io and iowait count
+    only in proportion to the block I/O the workload itself does (a backup saturating the disk does not starve a
+    trainer whose data sits in RAM)."""
+    parts, host = [], 0.0
     if h.disk_busy is not None:
-        signal = max(signal, ramp(h.disk_busy, t["disk_busy_low"], t["disk_busy_high"]))
+        host = max(host, ramp(h.disk_busy, t["disk_busy_low"], t["disk_busy_high"]))
         queue = "" if h.disk_queue is None else f", queue depth {h.disk_queue:.1f}"
         parts.append(f"{h.disk_device} busy {pct(h.disk_busy)}{queue}")
     psi = h.psi.get("io.some")
     if psi is not None:
-        signal = max(signal, ramp(psi, t["psi_io_low"], t["psi_io_high"]))
+        host = max(host, ramp(psi, t["psi_io_low"], t["psi_io_high"]))
         parts.append(f"PSI io some avg10 {pct(psi)}")
     if h.cpu_iowait is not None and h.cpu_iowait > 0.05:
-        signal = max(signal, t["iowait_weight"] * ramp(h.cpu_iowait, 0.05, 0.5))
+        host = max(host, t["iowait_weight"] * ramp(h.cpu_iowait, 0.05, 0.5))
         parts.append(f"iowait {pct(h.cpu_iowait)} (weak signal)")
-    return starved * signal, _join(busy_text, parts)
+    own_io = w.io_bytes_per_second if w is not None else None
+    involved = _involvement(None if own_io is None else own_io / 2**20, t["own_io_mib_per_second"])
+    if own_io is not None and host > 0:
+        of = ""
+        if h.disk_bytes_per_second:
+            of = f" ({pct(own_io / h.disk_bytes_per_second)} of {h.disk_device}'s {h.disk_bytes_per_second / 1e6:.0f} MB/s)"
+        note = "" if involved >= 1.0 else f": host-wide I/O counts {pct(involved)}"
+        parts.append(f"the workload's own I/O {own_io / 1e6:.1f} MB/s{of}{note}")
+    own = 0.0
+    cgroup_psi = w.cgroup_pressure.get("io") if w is not None else None
+    if cgroup_psi is not None:
+        own = ramp(cgroup_psi, t["psi_io_low"], t["psi_io_high"])
+        parts.append(f"its cgroup's PSI io some avg10 {pct(cgroup_psi)}")
+    direct = own > 0 or (own_io is not None and involved > 0)
+    return starved * max(own, host * involved), _join(busy_text, parts), direct
 
 
 def rule_network(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
@@ -280,15 +373,28 @@ def _join(busy_text: str, parts: list[str], standalone: bool = False) -> str:
 
 
 # --------------------------------------------------------------------------------------- scoring
-def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float]) -> Verdict:
-    """Scores for one GPU on its own (also for GPUs no profile claims): host rules use host signals only."""
+Result = tuple  # (score, evidence) or (score, evidence, direct): direct evidence decides ties (see decide)
+STARVATION_RULES = ("cpu", "host_memory", "shared_memory", "disk_io", "network")
+
+
+def _without_demand(results: dict[str, Result], why: str) -> dict[str, Result]:
+    """No demand (the GPU idle for lack of work): the starvation rules say what they saw but score 0."""
+    out = dict(results)
+    for r in STARVATION_RULES:
+        out[r] = (0.0, f"{results[r][1]}; not limiting: {why}", False)
+    return out
+
+
+def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float], reserved_by: str | None = None) -> Verdict:
+    """Scores for one GPU on its own (also for GPUs no profile claims): host rules use host signals only.
+    ``reserved_by``: the serving runtime on this GPU that reserves its memory up front (vLLM, SGLang)."""
     if not g.up:
         return Verdict({r: 0.0 for r in RESOURCES}, {r: f"GPU {g.index} is down" for r in RESOURCES}, NONE)
     starved = starvation(g.busy, t)
     busy_text = f"GPU {g.index} busy {pct(g.busy)}"
-    results = {
+    results: dict[str, Result] = {
         "gpu_compute": rule_gpu_compute(g, t),
-        "gpu_memory": rule_gpu_memory(g, t),
+        "gpu_memory": rule_gpu_memory(g, t, None, reserved_by or False),
         "gpu_thermal": rule_gpu_thermal(g, t),
         "gpu_power": rule_gpu_power(g, t),
         "pcie": rule_pcie(g, t),
@@ -300,7 +406,39 @@ def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float]) -> Verdict:
         "network": (0.0, "network is judged per distributed workload"),
         "kv_cache": (0.0, "the KV cache is judged per serving workload"),
     }
+    idle = _no_demand(g.busy, t)
+    if idle is not None:
+        v = _verdict(_without_demand(results, idle), t)
+        return replace(v, evidence={**v.evidence, NONE: idle})
     return _verdict(results, t)
+
+
+def _no_demand(busy: float | None, t: Mapping[str, float], names: str = "") -> str | None:
+    """The sentence for an idle GPU (busy below demand_busy), or None when it shows demand (or busy is unknown)."""
+    if busy is None or busy >= t["demand_busy"]:
+        return None
+    who = f"GPU {names} " if names else "the GPU "
+    return (f"{who}busy {pct(busy)} (below {pct(t['demand_busy'])}): idle for lack of work, not starved; "
+            "host-wide activity is not its bottleneck")
+
+
+def straggler(gpus: list[GpuSignals], t: Mapping[str, float]) -> GpuSignals | None:
+    """The slowest rank of a workload on several GPUs: the one throttled most (thermal or power reasons for at
+    least throttle_share_low of the window), else one whose SM clock is 10 points or more below the others'
+    lowest, or None. Synchronous work (data, tensor, pipeline parallel) waits for it in every collective, so
+    its cause is the workload's, however busy the waiting GPUs look."""
+    if len(gpus) < 2:
+        return None
+    worst = max(gpus, key=lambda g: max(g.thermal_share, g.power_cap_share))
+    if max(worst.thermal_share, worst.power_cap_share) >= t["throttle_share_low"]:
+        return worst
+    clocked = [g for g in gpus if g.sm_clock_ratio is not None]
+    if len(clocked) >= 2:
+        slow = min(clocked, key=lambda g: g.sm_clock_ratio or 0.0)
+        others = min(g.sm_clock_ratio or 0.0 for g in clocked if g is not slow)
+        if (slow.sm_clock_ratio or 0.0) <= others - 0.1:
+            return slow
+    return None
 
 
 def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
@@ -316,7 +454,8 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
     names = ", ".join(str(g.index) for g in up)
     busy_text = (f"GPU {names} busy {pct(busy)}" if busy is not None
                  else ("CPU inference" if cpu_only else "no GPU attributed to the workload"))
-    vllm = getattr(getattr(profile, "runtime", None), "is_vllm", False)
+    runtime = getattr(profile, "runtime", None)
+    reserved = reserving_runtime(runtime)
     workers = bool(getattr(profile, "dataloader_workers", None))
     parallel = getattr(profile, "parallel", None)
     # distributed: replicas or stages that exchange data every step (we cannot see whether peers share the host)
@@ -327,9 +466,9 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
         return max(pairs, key=lambda p: p[0]) if pairs else (0.0, "no GPU attributed to the workload")
 
     per_gpu_peak = (expected_peak / max(1, len(up))) if expected_peak else None
-    results = {
+    results: dict[str, Result] = {
         "gpu_compute": best(rule_gpu_compute),
-        "gpu_memory": best(rule_gpu_memory, per_gpu_peak, vllm),
+        "gpu_memory": best(rule_gpu_memory, per_gpu_peak, reserved or False),
         "gpu_thermal": best(rule_gpu_thermal),
         "gpu_power": best(rule_gpu_power),
         "pcie": best(rule_pcie),
@@ -337,14 +476,39 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
         "cpu": rule_cpu(starved, busy_text, h, w, t, cpu_is_compute=cpu_only),
         "host_memory": rule_host_memory(starved, busy_text, h, t),
         "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=workers),
-        "disk_io": rule_disk_io(starved, busy_text, h, t),
+        "disk_io": rule_disk_io(starved, busy_text, h, t, w),
         "network": rule_network(starved, busy_text, h, t, distributed),
         "kv_cache": serving_rules.rule_kv_cache(serving, t, busy, kv_alternatives),
     }
-    return _serving_verdict(results, t, serving, busy)
+    slow = straggler(up, t)
+    if slow is not None:  # synchronous ranks run at the pace of the slowest: its compute, and its cause, are the workload's
+        others = [g for g in up if g is not slow]
+        waiting = (f"GPU {slow.index} is the straggler: GPU {', '.join(str(g.index) for g in others)} "
+                   f"(busy {pct(sum(g.busy or 0.0 for g in others) / len(others))}) wait for it in every collective")
+        score, text = rule_gpu_compute(slow, t)
+        results["gpu_compute"] = (score, f"{text}; {waiting}")
+        for r, rule in (("gpu_thermal", rule_gpu_thermal), ("gpu_power", rule_gpu_power)):
+            score, text = rule(slow, t)
+            results[r] = (score, f"{text}; {waiting}")
+    demanded = serving is not None and getattr(serving, "up", False) and \
+        ((getattr(serving, "running", None) or 0) > 0 or (getattr(serving, "waiting", None) or 0) > 0)
+    idle = None if (cpu_only or demanded) else _no_demand(busy, t, names)
+    if idle is not None:
+        results = _without_demand(results, idle)
+    v = _serving_verdict(results, t, serving, busy)
+    if idle is not None and v.candidate == NONE and NONE not in v.evidence:
+        v = replace(v, evidence={**v.evidence, NONE: idle})
+    return v
 
 
-def _serving_verdict(results: dict[str, tuple[float, str]], t: Mapping[str, float], serving: Any,
+def reserving_runtime(runtime: Any) -> str | None:
+    """The name of a serving runtime that reserves the GPU's memory up front (vLLM's gpu_memory_utilization,
+    SGLang's mem_fraction_static), so a full card is its normal state; else None."""
+    name = getattr(runtime, "name", None)
+    return {"vllm": "vLLM", "sglang": "SGLang"}.get(name or "")
+
+
+def _serving_verdict(results: dict[str, Result], t: Mapping[str, float], serving: Any,
                      busy: float | None) -> Verdict:
     """The verdict, with what the serving runtime says about demand (analysis/serving.py): a server with
     nothing running or waiting is idle for lack of demand whatever the host does (every score 0); one
@@ -352,21 +516,25 @@ def _serving_verdict(results: dict[str, tuple[float, str]], t: Mapping[str, floa
     while KV cache and GPU have room is held back by its own limits (evidence for none)."""
     idle = serving_rules.idle_for_demand(serving)
     if idle is not None:
-        results = {r: (0.0, f"{text}; not limiting: {idle}") for r, (_, text) in results.items()}
+        results = {r: (0.0, f"{res[1]}; not limiting: {idle}") for r, res in results.items()}
         v = _verdict(results, t)
         return replace(v, evidence={**v.evidence, NONE: idle})
     if serving is not None and serving.up and (serving.waiting or 0) > 0:
-        score, text = results["gpu_compute"]
-        results["gpu_compute"] = (score, f"{text}; {serving_rules.describe(serving)}")
+        res = results["gpu_compute"]
+        results["gpu_compute"] = (res[0], f"{res[1]}; {serving_rules.describe(serving)}", *res[2:])
     v = _verdict(results, t)
     limited = serving_rules.runtime_limited(serving, t, busy)
     return replace(v, evidence={**v.evidence, NONE: limited}) if limited is not None else v
 
 
-def _verdict(results: Mapping[str, tuple[float, str]], t: Mapping[str, float]) -> Verdict:
+def _verdict(results: Mapping[str, Result], t: Mapping[str, float]) -> Verdict:
     scores = {r: round(results[r][0], 4) for r in RESOURCES}
     evidence = {r: results[r][1] for r in RESOURCES}
-    return Verdict(scores=scores, evidence=evidence, candidate=candidate_of(scores, t))
+    direct = {r for r in RESOURCES if (results[r][2] if len(results[r]) > 2 else r not in STARVATION_RULES)}
+    candidate, why = decide(scores, t, direct)
+    if why:
+        evidence[candidate] = f"{evidence[candidate]} (a tie decided by causal evidence: {why})"
+    return Verdict(scores=scores, evidence=evidence, candidate=candidate)
 
 
 # ------------------------------------------------------------------------------------- hysteresis

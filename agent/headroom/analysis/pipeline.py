@@ -147,21 +147,27 @@ class Analysis:
         changes: list[Change] = []
         self._settled = set()
 
+        status_by_name = {getattr(st, "name", None): st for st in statuses}
+        indices_of = {p.name: tuple(getattr(status_by_name.get(p.name), "gpu_indices", ()) or ())
+                      or _declared_indices(p, sample) for p in self.profiles}
+        # what runs on each GPU: a serving runtime that reserves the card up front makes a full card normal
+        reserved = {i: name for p in self.profiles
+                    if (name := bottleneck.reserving_runtime(getattr(p, "runtime", None))) for i in indices_of[p.name]}
         gpu_findings = []
         for g in gpus:
-            v = bottleneck.score_gpu(g, host, t)
+            v = bottleneck.score_gpu(g, host, t, reserved.get(g.index))
             key = f"gpu/{g.uuid}"
             if refresh:
-                self._long_scores[key] = bottleneck.score_gpu(gpus_long.get(g.uuid, g), host_long, t).scores
+                self._long_scores[key] = bottleneck.score_gpu(gpus_long.get(g.uuid, g), host_long, t,
+                                                              reserved.get(g.index)).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes)
             gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s)))
 
         by_index = {g.index: g for g in gpus}
-        status_by_name = {getattr(st, "name", None): st for st in statuses}
         workload_findings = []
         for p in self.profiles:
             st = status_by_name.get(p.name)
-            indices = tuple(getattr(st, "gpu_indices", ()) or ()) or _declared_indices(p, sample)
+            indices = indices_of[p.name]
             w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
             mine = [by_index[i] for i in indices if i in by_index]
             peak = getattr(st, "expected_peak_bytes", None)

@@ -8,7 +8,7 @@ The bottleneck rules (bottleneck.py) read only these, so each rule's inputs are 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -196,6 +196,7 @@ class HostSignals:
     net_ratio: float | None = None  # the busiest interface: max(rx, tx) / link speed
     net_device: str | None = None
     net_bytes_per_second: float | None = None
+    disk_bytes_per_second: float | None = None  # the busiest device: read + written bytes/s
 
 
 def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
@@ -236,10 +237,11 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
         for d in disk.devices:
             busy = _rate(span, _disk_reader(d.device, "io_time_seconds"))
             if busy is not None and (best is None or busy > best[0]):
-                queue = _rate(span, _disk_reader(d.device, "weighted_io_time_seconds"))
-                best = (min(1.0, busy), d.device, queue)
+                best = (min(1.0, busy), d.device)
         if best is not None:
-            out.update(disk_busy=best[0], disk_device=best[1], disk_queue=best[2])
+            out.update(disk_busy=best[0], disk_device=best[1],
+                       disk_queue=_rate(span, _disk_reader(best[1], "weighted_io_time_seconds")),
+                       disk_bytes_per_second=_rate(span, _disk_bytes(best[1])))
     net = last.data("net")
     devices = getattr(net, "devices", None)
     if devices:
@@ -271,6 +273,16 @@ def _disk_reader(device: str, field_name: str) -> Callable[[Sample], float | Non
     return read
 
 
+def _disk_bytes(device: str) -> Callable[[Sample], float | None]:
+    read, written = _disk_reader(device, "read_bytes"), _disk_reader(device, "written_bytes")
+
+    def total(s: Sample) -> float | None:
+        r, w = read(s), written(s)
+        return None if r is None or w is None else float(r + w)
+
+    return total
+
+
 def _net_reader(device: str, field_name: str) -> Callable[[Sample], float | None]:
     def read(s: Sample) -> float | None:
         for d in getattr(s.data("net"), "devices", ()) or ():
@@ -290,6 +302,12 @@ class WorkloadSignals:
     cores_allowed: float | None = None  # what it may use: cgroup quota, else logical CPUs
     dataloader_workers: int | None = None  # declared
     gpus: tuple[int, ...] = ()  # GPU indices it uses (attributed or declared)
+    # its own block I/O (/proc/PID/io read_bytes + write_bytes of its processes); None when unknown
+    io_bytes_per_second: float | None = None
+    busiest_process_cores: float | None = None  # the CPU seconds per second of its busiest process
+    busiest_process_pid: int | None = None
+    busiest_is_main: bool = False  # the busiest process is the workload's main process (the trainer, the server)
+    cgroup_pressure: Mapping[str, float] = field(default_factory=dict)  # its cgroup's PSI some avg10: cpu/memory/io
 
 
 def _workload_cpu_total(name: str) -> Callable[[Sample], float | None]:
@@ -303,11 +321,55 @@ def _workload_cpu_total(name: str) -> Callable[[Sample], float | None]:
     return read
 
 
+def _entry(s: Sample, name: str) -> Any:
+    for w in getattr(s.data("processes"), "workloads", ()) or ():
+        if w.name == name:
+            return w
+    return None
+
+
+def _workload_io_total(name: str) -> Callable[[Sample], float | None]:
+    def read(s: Sample) -> float | None:
+        w = _entry(s, name)
+        for owner in (getattr(w, "cgroup", None), w):  # the cgroup's io.stat counts what /proc/PID/io may not
+            r, wr = getattr(owner, "read_bytes_total", None), getattr(owner, "written_bytes_total", None)
+            if r is not None and wr is not None:
+                return float(r + wr)
+        return None
+
+    return read
+
+
+def _busiest_process(span: Sequence[Sample], name: str) -> tuple[float, int] | None:
+    """(cores, pid) of the workload's process with the highest CPU rate over the span: one process pinned at a
+    core is a saturated thread (Python's GIL, a single-threaded decoder) whatever the workload's sum says."""
+    entries = [(s.monotonic, e) for s in span if (e := _entry(s, name)) is not None]
+    if len(entries) < 2:
+        return None
+    per_pid: dict[int, list[tuple[float, float]]] = {}
+    for t, e in entries:
+        for pid, seconds in (getattr(e, "process_cpu_seconds", None) or {}).items():
+            per_pid.setdefault(pid, []).append((t, seconds))
+    best = None
+    for pid, points in per_pid.items():
+        increase = elapsed = 0.0
+        for (t0, v0), (t1, v1) in zip(points, points[1:]):
+            if t1 > t0 and v1 >= v0:
+                increase += v1 - v0
+                elapsed += t1 - t0
+        if elapsed > 0 and (best is None or increase / elapsed > best[0]):
+            best = (increase / elapsed, pid)
+    return best
+
+
 def workload_signals(window: Sequence[Sample], seconds: float, status: Any, profile: Any,
                      logical_cpus: int | None) -> WorkloadSignals:
     """Signals of one workload from its processes' counters and its attributed GPUs."""
     span = recent(window, seconds)
     cores = _rate(span, _workload_cpu_total(profile.name))
+    newest = _entry(span[-1], profile.name) if span else None
+    busiest = _busiest_process(span, profile.name)
+    cgroup = getattr(newest, "cgroup", None)
     quota = getattr(status, "cpu_quota_cores", None) if status is not None else None
     allowed = quota if quota else (float(logical_cpus) if logical_cpus else None)
     return WorkloadSignals(
@@ -317,4 +379,9 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
         cores_allowed=allowed,
         dataloader_workers=profile.dataloader_workers,
         gpus=tuple(getattr(status, "gpu_indices", ()) or ()),
+        io_bytes_per_second=_rate(span, _workload_io_total(profile.name)),
+        busiest_process_cores=busiest[0] if busiest else None,
+        busiest_process_pid=busiest[1] if busiest else None,
+        busiest_is_main=bool(busiest) and busiest[1] == getattr(newest, "main_pid", None),
+        cgroup_pressure=dict(getattr(cgroup, "pressure_some_avg10", None) or {}),
     )

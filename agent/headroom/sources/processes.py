@@ -23,7 +23,9 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
   on the next tick too, so a fork -> exec (or a move into its unit's cgroup) that happened just after
   discovery is not missed;
 - per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
-  time that detects pid reuse) and /proc/PID/io (skipped for good once denied);
+  time that detects pid reuse; each member's own CPU seconds are reported beside the workload's sum, for
+  per-process saturation) and /proc/PID/io (skipped for good once denied; not read under a simulation
+  whose stand-ins do not simulate their I/O: unknown, not zero);
 - a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
   files through ``--path.sysfs``: cpu.stat, cpu.max, memory.current, io.stat, {cpu,memory,io}.pressure.
 
@@ -182,6 +184,9 @@ class ProcessesCollector(Collector):
         self._totals = [_Totals() for _ in self._profiles]
         self._pid_files: list[frozenset[int]] = [frozenset() for _ in self._profiles]
         self._scanned = False  # the first full scan is done
+        # a simulation's stand-ins burn real CPU but perform none of the I/O they model: their /proc/PID/io
+        # would claim "reads nothing", so it is unknown (None) unless the scenario simulates process I/O
+        self._io_real = ctx.scenario is None or bool(getattr(ctx.scenario, "process_io", False))
 
     def collect(self) -> ProcessesSample:
         """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
@@ -329,6 +334,7 @@ class ProcessesCollector(Collector):
         root = self.ctx.paths.procfs
         t = self._totals[i]
         pids, threads, rss = [], 0, 0
+        per_process: dict[int, float] = {}
         for pid in sorted(t.members):
             p = self._procs[pid]
             try:
@@ -348,10 +354,11 @@ class ProcessesCollector(Collector):
             t.user += max(0.0, user - last_user)
             t.system += max(0.0, system - last_system)
             p.cpu = (user, system)
+            per_process[pid] = round(user + system, 2)
             pids.append(pid)
             threads += st.num_threads
             rss += st.rss_pages * PAGE_SIZE
-            if not p.io_denied:
+            if not p.io_denied and self._io_real:
                 try:
                     io = procfs.read_pid_io(root, pid)
                 except (procfs.ProcessGone, OSError, ValueError):
@@ -394,6 +401,7 @@ class ProcessesCollector(Collector):
             main_pid=main,
             children=MappingProxyType(children),
             cgroup=self._cgroup(i, pids),
+            process_cpu_seconds=MappingProxyType(per_process),
         )
 
     def _cgroup(self, i: int, pids: list[int]) -> CgroupStats | None:
