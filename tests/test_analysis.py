@@ -40,6 +40,7 @@ from headroom.simulation.situations import (  # noqa: F401 (re-exported for the 
 
 @pytest.mark.parametrize("case", ALL, ids=lambda c: c.name)
 def test_situations(case):
+    assert case.source, f"situation {case.name!r} cites no real-world report (source=)"
     findings = analyse(case.config, case.window(), gpus_of=case.gpus_of)
     by_name = {wf.name: wf for wf in findings.workload_findings}
     for workload, expected in case.expectations().items():
@@ -49,12 +50,18 @@ def test_situations(case):
             wf = by_name[workload]
         assert wf.verdict.primary == expected, (wf.name, wf.verdict.scores, wf.verdict.evidence)
         for resource in RESOURCES:
-            if resource != expected:
+            if resource != expected and resource not in case.ties:
                 assert wf.verdict.scores[resource] < 0.5, (wf.name, resource, wf.verdict.scores,
                                                            wf.verdict.evidence[resource])
         if expected != "none":
             assert wf.verdict.scores[expected] >= 0.5
             assert wf.verdict.evidence[expected]
+        text = (case.evidence or {}).get(workload)
+        if text is not None:
+            assert text in wf.verdict.evidence[expected if expected != "none" else "none"], wf.verdict.evidence
+    gpus = {g.index: g for g in findings.gpu_findings}
+    for index, expected in (case.gpu_expected or {}).items():
+        assert gpus[index].verdict.primary == expected, (index, gpus[index].verdict.scores, gpus[index].verdict.evidence)
 
 
 def test_network_limits_a_distributed_trainer_only():

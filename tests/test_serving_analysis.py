@@ -75,11 +75,15 @@ def test_no_requests_is_idle_for_lack_of_demand_whatever_the_host_does():
 
 
 def test_without_the_serving_signal_the_same_host_reads_as_cpu():
-    """The control for the test above: the demand signal is what turns cpu into none."""
+    """The control for the test above: the demand signal is what turns cpu into none. Without it, a GPU that
+    still shows work (20 % busy) beside a saturated host reads as cpu; one below demand_busy (2 %) is idle for
+    lack of work on its own showing."""
     busy_host = Host(cpu_busy=0.99, psi={"cpu.some": 0.6})
-    wf = finding(busy_host, Gpu(util=0.02), serving(up=False))
+    wf = finding(busy_host, Gpu(util=0.2), serving(up=False))
     assert wf.verdict.primary == "cpu"
     assert wf.verdict.evidence["kv_cache"] == "serving endpoint down: cannot connect: Connection refused"
+    idle = finding(busy_host, Gpu(util=0.02), serving(up=False))
+    assert idle.verdict.primary == "none" and "idle for lack of work" in idle.verdict.evidence["none"]
 
 
 def test_queueing_with_free_kv_and_a_busy_gpu_is_gpu_compute():
@@ -168,6 +172,7 @@ def test_slo_met_and_missed_from_the_windows_percentiles():
 def test_a_runtime_that_does_not_say_what_runs_is_never_called_idle():
     """Triton without the TensorRT-LLM backend reports pending requests only: 0 pending is not 'no demand'."""
     busy_host = Host(cpu_busy=0.99, psi={"cpu.some": 0.6})
-    wf = finding(busy_host, Gpu(util=0.02), serving(usage=None, running=None, waiting=0, capacity=None))
+    # the GPU still shows work (20 %: above demand_busy), so the verdict rests on what the runtime says
+    wf = finding(busy_host, Gpu(util=0.2), serving(usage=None, running=None, waiting=0, capacity=None))
     assert wf.serving.idle is False and "none" not in wf.verdict.evidence
     assert wf.verdict.primary == "cpu"

@@ -353,7 +353,7 @@ def _busiest_process(span: Sequence[Sample], name: str) -> tuple[float, int] | N
     best = None
     for pid, points in per_pid.items():
         increase = elapsed = 0.0
-        for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
             if t1 > t0 and v1 >= v0:
                 increase += v1 - v0
                 elapsed += t1 - t0

@@ -51,6 +51,8 @@ class Host:
     shm_used: int = 1 * GIB
     disk_busy: float = 0.05  # share of time with I/O in flight
     disk_queue: float = 0.1
+    disk_bytes: float = 0.0  # bytes/s read + written on the disk (all of it, whoever does it)
+    nic: tuple | None = None  # (bytes/s, link speed bytes/s) of the one NIC, when the situation has one
 
 
 @dataclass
@@ -66,6 +68,7 @@ class Gpu:
     pcie: float | None = None  # bytes/s
     processes: tuple = ()
     util_alternates: float | None = None  # every other tick, for variance
+    name: str = "NVIDIA H100 80GB HBM3"
 
 
 def pressure(avg10: float) -> Pressure:
@@ -91,13 +94,14 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
                            major_faults_total=0)
         shm = ShmSample(mounts=(MountUsage("/dev/shm", "tmpfs", host.shm_size, host.shm_used,
                                            host.shm_size - host.shm_used),))
-        disk = DiskSample(devices=(DiskStats("nvme0n1", 0, 0, 0, 0, io_time_seconds=host.disk_busy * t,
+        disk = DiskSample(devices=(DiskStats("nvme0n1", 0, int(host.disk_bytes * t), 0, 0,
+                                             io_time_seconds=host.disk_busy * t,
                                              weighted_io_time_seconds=host.disk_queue * t, in_flight=0),))
         gpu_samples = []
         for i, g in enumerate(gpus):
             util = g.util if (g.util_alternates is None or t % 2 == 0) else g.util_alternates
             gpu_samples.append(GpuSample(
-                index=i, uuid=f"GPU-{i}", name="NVIDIA H100 80GB HBM3", pci_bus_id=f"0000:{i:02x}:00.0",
+                index=i, uuid=f"GPU-{i}", name=g.name, pci_bus_id=f"0000:{i:02x}:00.0",
                 memory_total_bytes=g.mem_total, memory_used_bytes=g.mem_used,
                 utilization_ratio=util, power_watts=g.power, power_limit_watts=g.power_limit,
                 temperature_celsius=g.temperature, sm_clock_hertz=1.98e9 * g.sm_clock_ratio, sm_clock_max_hertz=1.98e9,
@@ -113,17 +117,47 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
             "shm": SourceResult("shm", True, 0.001, shm),
             "disk": SourceResult("disk", True, 0.001, disk),
         }
+        if host.nic is not None:
+            nic = SimpleNamespace(device="eth0", speed_bytes_per_second=host.nic[1], receive_bytes=int(host.nic[0] * t),
+                                  transmit_bytes=int(host.nic[0] * t / 10))
+            sources["net"] = SourceResult("net", True, 0.001, SimpleNamespace(devices=(nic,)))
         if extra:
             sources.update(extra(t))
         window.append(Sample(timestamp=1e9 + t, monotonic=float(t), sources=sources))
     return window
 
 
-def processes_source(name: str, cores: float):
-    """A 'processes' source whose workload burns ``cores`` CPU cores."""
+def processes_source(name: str, cores: float, io: float | None = None, per_process: Mapping[int, float] | None = None,
+                     main_pid: int | None = None, cgroup_pressure: Mapping[str, float] | None = None):
+    """A 'processes' source whose workload burns ``cores`` CPU cores; optionally ``io`` bytes/s of its own block
+    I/O (None: unknown, as when /proc/PID/io is denied), ``per_process`` {pid: cores} (its members' own rates),
+    ``main_pid`` and its cgroup's PSI some avg10 {"cpu"|"memory"|"io": ratio}."""
     def make(t: int):
-        w = SimpleNamespace(name=name, processes=5, cpu_user_seconds_total=cores * t, cpu_system_seconds_total=0.0)
+        cgroup = None if cgroup_pressure is None else SimpleNamespace(pressure_some_avg10=dict(cgroup_pressure))
+        w = SimpleNamespace(name=name, processes=max(1, len(per_process or {}) or 5), cpu_user_seconds_total=cores * t,
+                            cpu_system_seconds_total=0.0,
+                            read_bytes_total=None if io is None else int(io * t),
+                            written_bytes_total=None if io is None else 0,
+                            process_cpu_seconds={pid: c * t for pid, c in (per_process or {}).items()},
+                            main_pid=main_pid, cgroup=cgroup)
         return {"processes": SourceResult("processes", True, 0.001, SimpleNamespace(workloads=(w,)))}
+    return make
+
+
+def together(*makers):
+    """Several workloads' 'processes' sources (and any other extra sources) as one ``extra``."""
+    def make(t: int):
+        out: dict = {}
+        workloads: list = []
+        for m in makers:
+            part = dict(m(t))
+            procs = part.pop("processes", None)
+            if procs is not None:
+                workloads.extend(procs.data.workloads)
+            out.update(part)
+        if workloads:
+            out["processes"] = SourceResult("processes", True, 0.001, SimpleNamespace(workloads=tuple(workloads)))
+        return out
     return make
 
 
@@ -184,6 +218,9 @@ class Situation:
     seconds: int = 20
     gpus_of: Mapping[str, tuple[int, ...]] | None = None  # stands in for attribution (see analyse)
     tags: tuple[str, ...] = ()  # the issue-12 classes or themes it exercises
+    gpu_expected: Mapping[int, str] | None = None  # GPU index -> its own primary, where the situation says
+    evidence: Mapping[str, str] | None = None  # workload ("*" for the only one) -> text its primary's evidence holds
+    ties: tuple[str, ...] = ()  # resources that tie with the expected one (scoring high too): causal evidence decides
 
     def window(self) -> list[Sample]:
         return build_window(self.host, self.gpus, seconds=self.seconds, extra=self.extra)
