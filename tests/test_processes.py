@@ -158,6 +158,37 @@ def test_a_process_listed_but_gone_is_skipped_without_error():
     assert 6000 not in w.pids and 1000 in w.pids
 
 
+def test_each_members_own_cpu_seconds_are_reported_beside_the_sum(tree: Path):
+    """Per-process saturation (one member pinned at a core) needs each member's own counter, not only the sum."""
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    first = c.collect().workloads[0]
+    assert dict(first.process_cpu_seconds) == pytest.approx(
+        {1000: 540.0, 1001: 230.0, 1002: 215.0, 1003: 8.0})  # (utime + stime) / 100 of each fixture process
+    assert sum(first.process_cpu_seconds.values()) == pytest.approx(
+        first.cpu_user_seconds_total + first.cpu_system_seconds_total)
+    stat = tree / "1000" / "stat"
+    fields = stat.read_text().split(" ")
+    fields[13] = str(int(fields[13]) + 100)  # the main process: utime + 1 s
+    stat.write_text(" ".join(fields))
+    second = c.collect().workloads[0]
+    assert second.process_cpu_seconds[1000] == pytest.approx(541.0)
+    assert second.process_cpu_seconds[1001] == first.process_cpu_seconds[1001]
+
+
+def test_under_a_simulation_the_stand_ins_io_is_unknown_unless_simulated():
+    """Stand-ins burn real CPU but perform none of the I/O they model: their /proc/PID/io must not say 'reads
+    nothing' (that would rule their disk out), so it is None unless the scenario simulates process I/O."""
+    from types import SimpleNamespace
+
+    paths = Paths(procfs=PROC, sysfs=SYS, rootfs=Path("/"))
+    rule = profile("trainer", cmdline=r"train\.py")
+    for scenario, known in ((SimpleNamespace(), False), (SimpleNamespace(process_io=True), True), (None, True)):
+        c = ProcessesCollector(SourceContext(paths=paths, workloads=(rule,), scenario=scenario))
+        (w,) = c.collect().workloads
+        assert (w.read_bytes_total is not None) is known, scenario
+        assert w.cpu_user_seconds_total > 0  # CPU is real either way
+
+
 def test_a_worker_that_exits_leaves_its_cpu_time_in_the_counter(tree: Path):
     c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
     first = c.collect().workloads[0]
