@@ -342,23 +342,25 @@ def _workload_io_total(name: str) -> Callable[[Sample], float | None]:
 
 def _busiest_process(span: Sequence[Sample], name: str) -> tuple[float, int] | None:
     """(cores, pid) of the workload's process with the highest CPU rate over the span: one process pinned at a
-    core is a saturated thread (Python's GIL, a single-threaded decoder) whatever the workload's sum says."""
+    core is a saturated thread (Python's GIL, a single-threaded decoder) whatever the workload's sum says.
+    Each member's rate is its counter's growth from the oldest sample that has it to the newest (a counter
+    that went down is a reused pid: left out), so the cost is per member, not per member and sample."""
     entries = [(s.monotonic, e) for s in span if (e := _entry(s, name)) is not None]
     if len(entries) < 2:
         return None
-    per_pid: dict[int, list[tuple[float, float]]] = {}
-    for t, e in entries:
-        for pid, seconds in (getattr(e, "process_cpu_seconds", None) or {}).items():
-            per_pid.setdefault(pid, []).append((t, seconds))
+    newest_t, newest = entries[-1][0], getattr(entries[-1][1], "process_cpu_seconds", None) or {}
+    todo = dict(newest)
     best = None
-    for pid, points in per_pid.items():
-        increase = elapsed = 0.0
-        for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
-            if t1 > t0 and v1 >= v0:
-                increase += v1 - v0
-                elapsed += t1 - t0
-        if elapsed > 0 and (best is None or increase / elapsed > best[0]):
-            best = (increase / elapsed, pid)
+    for t, e in entries[:-1]:
+        if not todo:
+            break
+        seen = getattr(e, "process_cpu_seconds", None) or {}
+        for pid in [p for p in todo if p in seen]:
+            now = todo.pop(pid)
+            if newest_t > t and now >= seen[pid]:
+                rate = (now - seen[pid]) / (newest_t - t)
+                if best is None or rate > best[0]:
+                    best = (rate, pid)
     return best
 
 
