@@ -383,3 +383,37 @@ def test_a_gpu_that_is_down_scores_nothing_and_says_so():
                   DEFAULT_THRESHOLDS)
     assert v.scores == {r: 0.0 for r in RESOURCES} and v.candidate == "none"
     assert set(v.evidence.values()) == {"GPU 3 is down"}
+
+
+# ------------------------------------------------------------------------ ties and stragglers (issue 12)
+@pytest.mark.parametrize(("scores", "direct", "expected"), [
+    ({"cpu": 1.0, "host_memory": 1.0}, set(), "host_memory"),  # the cause, though cpu is listed first
+    ({"cpu": 1.0, "host_memory": 0.96}, {"cpu"}, "host_memory"),  # a cause within tie_margin beats direct evidence
+    ({"disk_io": 1.0, "host_memory": 1.0}, {"disk_io"}, "host_memory"),
+    ({"gpu_compute": 1.0, "gpu_power": 0.97}, {"gpu_compute", "gpu_power"}, "gpu_power"),
+    ({"cpu": 1.0, "shared_memory": 1.0}, {"shared_memory"}, "shared_memory"),  # cpu is listed first
+    ({"cpu": 1.0, "shared_memory": 1.0}, {"cpu"}, "cpu"),
+    ({"cpu": 1.0, "shared_memory": 0.9}, {"shared_memory"}, "cpu"),  # outside tie_margin: the score decides
+])
+def test_ties_are_decided_by_causal_evidence_not_list_order(scores, direct, expected):
+    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, decide
+
+    candidate, why = decide(scores, DEFAULT_THRESHOLDS, direct)
+    assert candidate == expected, why
+    assert bool(why) == (scores.get("shared_memory") != 0.9), why  # a decided tie says how
+
+
+def test_the_straggler_is_the_rank_throttled_clearly_more_than_the_others():
+    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, straggler
+    from headroom.analysis.signals import GpuSignals
+
+    def g(i, **kw):
+        return GpuSignals(index=i, uuid=f"GPU-{i}", name="H100", up=True, busy=0.97, **{"sm_clock_ratio": 0.98, **kw})
+
+    t = DEFAULT_THRESHOLDS
+    assert straggler([g(0), g(1, thermal_share=0.8), g(2)], t).index == 1
+    assert straggler([g(0, power_cap_share=1.0), g(1, power_cap_share=1.0)], t) is None  # all alike: none
+    assert straggler([g(0, power_cap_share=0.5), g(1, power_cap_share=0.4)], t) is None  # not clearly more
+    assert straggler([g(0), g(1), g(2, sm_clock_ratio=0.8)], t).index == 2  # clocks 18 points below the others
+    assert straggler([g(0), g(1, sm_clock_ratio=0.92)], t) is None
+    assert straggler([g(0, thermal_share=1.0)], t) is None  # one GPU: nothing waits for it

@@ -424,14 +424,19 @@ def _no_demand(busy: float | None, t: Mapping[str, float], names: str = "") -> s
 
 def straggler(gpus: list[GpuSignals], t: Mapping[str, float]) -> GpuSignals | None:
     """The slowest rank of a workload on several GPUs: the one throttled most (thermal or power reasons for at
-    least throttle_share_low of the window), else one whose SM clock is 10 points or more below the others'
-    lowest, or None. Synchronous work (data, tensor, pipeline parallel) waits for it in every collective, so
+    least throttle_share_low of the window, and that much more than any other rank), else one whose SM clock
+    is 10 points or more below the others' lowest, or None. Synchronous work (data, tensor, pipeline parallel) waits for it in every collective, so
     its cause is the workload's, however busy the waiting GPUs look."""
     if len(gpus) < 2:
         return None
-    worst = max(gpus, key=lambda g: max(g.thermal_share, g.power_cap_share))
-    if max(worst.thermal_share, worst.power_cap_share) >= t["throttle_share_low"]:
-        return worst
+
+    def throttled(g: GpuSignals) -> float:
+        return max(g.thermal_share, g.power_cap_share)
+
+    worst = max(gpus, key=throttled)
+    rest = max(throttled(g) for g in gpus if g is not worst)
+    if throttled(worst) >= t["throttle_share_low"] and throttled(worst) - rest >= t["throttle_share_low"]:
+        return worst  # throttled clearly more than any other rank (all throttled alike: no straggler)
     clocked = [g for g in gpus if g.sm_clock_ratio is not None]
     if len(clocked) >= 2:
         slow = min(clocked, key=lambda g: g.sm_clock_ratio or 0.0)

@@ -71,6 +71,10 @@ SITUATIONS = [
         source="https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html", tags=("class-4",),
         evidence={"*": "GPU 1 is the straggler"}),
     Situation(
+        "every rank power capped alike has no straggler: gpu_power without naming one", DDP4, Host(),
+        [CAPPED] * 4, "gpu_power", source="https://www.alloclabs.com/blog/training-performance-stragglers",
+        tags=("class-4",)),
+    Situation(
         "ranks waiting in NCCL look busy but a healthy job is compute bound", DDP4, Host(),
         [Gpu(util=0.97)] * 4, "gpu_compute", source="https://github.com/cupy/cupy/issues/3557",
         tags=("class-4",)),
