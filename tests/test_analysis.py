@@ -417,3 +417,16 @@ def test_the_straggler_is_the_rank_throttled_clearly_more_than_the_others():
     assert straggler([g(0), g(1), g(2, sm_clock_ratio=0.8)], t).index == 2  # clocks 18 points below the others
     assert straggler([g(0), g(1, sm_clock_ratio=0.92)], t) is None
     assert straggler([g(0, thermal_share=1.0)], t) is None  # one GPU: nothing waits for it
+
+
+def test_an_idle_gpu_says_why_nothing_limits_it_in_the_status():
+    """Per-GPU verdicts carry the sentence for none too (status API and landing page), not only workloads'."""
+    from headroom.exposition.landing import _verdict
+
+    window = build_window(Host(cpu_busy=0.99, psi={"cpu.some": 0.6}), [Gpu(util=0.0), Gpu(util=0.3)])
+    findings = analyse("", window)
+    idle, busy = (_verdict(g.verdict) for g in findings.gpu_findings)
+    assert idle["primary_bottleneck"] == "none"
+    assert idle["evidence"]["none"].startswith("GPU 0 busy 0 % (below 5 %): idle for lack of work")
+    assert "not limiting" in idle["evidence"]["cpu"]
+    assert busy["primary_bottleneck"] == "cpu" and "none" not in busy["evidence"]  # 30 %: starved, host saturated

@@ -406,7 +406,7 @@ def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float], reserved_by
         "network": (0.0, "network is judged per distributed workload"),
         "kv_cache": (0.0, "the KV cache is judged per serving workload"),
     }
-    idle = _no_demand(g.busy, t)
+    idle = _no_demand(g.busy, t, str(g.index))
     if idle is not None:
         v = _verdict(_without_demand(results, idle), t)
         return replace(v, evidence={**v.evidence, NONE: idle})

@@ -85,14 +85,18 @@ def _identity_status(identity: Any, statuses: Any) -> dict[str, Any]:
 
 
 def _verdict(v: Any) -> dict[str, Any]:
-    """Primary, candidate, scores and the evidence behind them, strongest first."""
+    """Primary, candidate, scores and the evidence behind them, strongest first; plus, under "none", what says
+    nothing limits it (idle for lack of work or demand, a serving runtime's own limits), where something does."""
     order = sorted(v.scores, key=lambda r: -v.scores[r])
+    evidence = {r: v.evidence[r] for r in order}
+    if "none" in v.evidence:
+        evidence["none"] = v.evidence["none"]
     return {
         "primary_bottleneck": v.primary,
         "candidate": v.candidate,
         "scores": {r: v.scores[r] for r in order},
         "long_window_scores": dict(v.long_scores),
-        "evidence": {r: v.evidence[r] for r in order},
+        "evidence": evidence,
     }
 
 
@@ -100,8 +104,6 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
     from headroom.samples import to_jsonable
 
     out = {"name": wf.name, "gpus": list(wf.gpus), **_verdict(wf.verdict), "headroom": to_jsonable(wf.headroom)}
-    if "none" in wf.verdict.evidence:  # what the serving runtime says when nothing limits it (idle, own limits)
-        out["evidence"]["none"] = wf.verdict.evidence["none"]
     serving = getattr(wf, "serving", None)
     if serving is not None:
         out["serving"] = {**to_jsonable(serving), "ttft": {str(q): v for q, v in serving.ttft.items()},
