@@ -240,6 +240,20 @@ def starvation(busy: float | None, t: Mapping[str, float]) -> float:
     return 1.0 - ramp(busy, t["busy_low"], t["busy_high"])
 
 
+class Scored(tuple):
+    """A rule's (score, evidence), which unpacks as the pair every caller expects, plus ``direct``: whether the
+    score rests on direct evidence (the workload's own consumption or stall) rather than a host-wide
+    correlation. Ties use it (see decide); a plain (score, evidence) pair counts as direct for the GPU's own
+    rules and host-wide for the starvation rules."""
+
+    direct: bool
+
+    def __new__(cls, score: float, text: str, direct: bool) -> Scored:
+        obj = super().__new__(cls, (score, text))
+        obj.direct = direct
+        return obj
+
+
 def _involvement(own: float | None, full: float) -> float:
     """How much a host-wide signal counts for a workload: its own use of the resource against ``full`` (1 when its
     processes are unknown: then the verdict is the GPU's own view, as for a GPU no profile claims)."""
@@ -247,7 +261,7 @@ def _involvement(own: float | None, full: float) -> float:
 
 
 def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals | None,
-             t: Mapping[str, float], cpu_is_compute: bool = False) -> tuple[float, str, bool]:
+             t: Mapping[str, float], cpu_is_compute: bool = False) -> Scored:
     """CPU starving the GPU. The workload's own saturation (all its cores, one process pinned at a core, its
     cgroup's PSI cpu) is direct evidence; busy host CPUs and host PSI count only in proportion to the CPU the
     workload itself uses (a compile job saturating the host does not starve a trainer that waits on storage)."""
@@ -288,7 +302,7 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
         parts.append(f"host-wide CPU counts {pct(involved)}: the workload itself uses {own_cores:.2f} cores")
     signal = max(own, host * involved)
     factor = 1.0 if cpu_is_compute else starved
-    return factor * signal, _join(busy_text, parts, cpu_is_compute), own > 0 and own >= host * involved
+    return Scored(factor * signal, _join(busy_text, parts, cpu_is_compute), own > 0 and own >= host * involved)
 
 
 def rule_host_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float]) -> tuple[float, str]:
@@ -309,21 +323,21 @@ def rule_host_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[
 
 
 def rule_shared_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
-                       workers_declared: bool) -> tuple[float, str, bool]:
+                       workers_declared: bool) -> Scored:
     fill = ramp(h.shm_fill, t["shm_low"], t["shm_high"])
     # a full /dev/shm kills DataLoader workers ("No space left on device", "Bus error"): it limits a
     # workload that declares workers even before the GPU starves
     factor = max(starved, 0.8 if workers_declared else 0.0)
     if h.shm_fill is None:
-        return 0.0, "shared memory unknown", False
+        return Scored(0.0, "shared memory unknown", False)
     text = f"{h.shm_mountpoint} {pct(h.shm_fill)} full ({gib(h.shm_available_bytes)} left of {gib(h.shm_size_bytes)})"
     if workers_declared:
         text += " while the workload declares DataLoader workers"
-    return fill * factor, _join(busy_text, [text]), workers_declared  # its workers pass batches through it
+    return Scored(fill * factor, _join(busy_text, [text]), workers_declared)  # its workers pass batches through it
 
 
 def rule_disk_io(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
-                 w: WorkloadSignals | None = None) -> tuple[float, str, bool]:
+                 w: WorkloadSignals | None = None) -> Scored:
     """Storage starving the GPU. Its cgroup's PSI io is direct evidence; a busy disk, host PSI io and iowait count
     only in proportion to the block I/O the workload itself does (a backup saturating the disk does not starve a
     trainer whose data sits in RAM)."""
@@ -353,7 +367,7 @@ def rule_disk_io(starved: float, busy_text: str, h: HostSignals, t: Mapping[str,
         own = ramp(cgroup_psi, t["psi_io_low"], t["psi_io_high"])
         parts.append(f"its cgroup's PSI io some avg10 {pct(cgroup_psi)}")
     direct = own > 0 or (own_io is not None and involved > 0)
-    return starved * max(own, host * involved), _join(busy_text, parts), direct
+    return Scored(starved * max(own, host * involved), _join(busy_text, parts), direct)
 
 
 def rule_network(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
@@ -373,7 +387,7 @@ def _join(busy_text: str, parts: list[str], standalone: bool = False) -> str:
 
 
 # --------------------------------------------------------------------------------------- scoring
-Result = tuple  # (score, evidence) or (score, evidence, direct): direct evidence decides ties (see decide)
+Result = tuple  # (score, evidence), a Scored where the rule tells direct evidence from host-wide (see decide)
 STARVATION_RULES = ("cpu", "host_memory", "shared_memory", "disk_io", "network")
 
 
@@ -381,7 +395,7 @@ def _without_demand(results: dict[str, Result], why: str) -> dict[str, Result]:
     """No demand (the GPU idle for lack of work): the starvation rules say what they saw but score 0."""
     out = dict(results)
     for r in STARVATION_RULES:
-        out[r] = (0.0, f"{results[r][1]}; not limiting: {why}", False)
+        out[r] = Scored(0.0, f"{results[r][1]}; not limiting: {why}", False)
     return out
 
 
@@ -526,7 +540,7 @@ def _serving_verdict(results: dict[str, Result], t: Mapping[str, float], serving
         return replace(v, evidence={**v.evidence, NONE: idle})
     if serving is not None and serving.up and (serving.waiting or 0) > 0:
         res = results["gpu_compute"]
-        results["gpu_compute"] = (res[0], f"{res[1]}; {serving_rules.describe(serving)}", *res[2:])
+        results["gpu_compute"] = (res[0], f"{res[1]}; {serving_rules.describe(serving)}")
     v = _verdict(results, t)
     limited = serving_rules.runtime_limited(serving, t, busy)
     return replace(v, evidence={**v.evidence, NONE: limited}) if limited is not None else v
@@ -535,7 +549,7 @@ def _serving_verdict(results: dict[str, Result], t: Mapping[str, float], serving
 def _verdict(results: Mapping[str, Result], t: Mapping[str, float]) -> Verdict:
     scores = {r: round(results[r][0], 4) for r in RESOURCES}
     evidence = {r: results[r][1] for r in RESOURCES}
-    direct = {r for r in RESOURCES if (results[r][2] if len(results[r]) > 2 else r not in STARVATION_RULES)}
+    direct = {r for r in RESOURCES if getattr(results[r], "direct", r not in STARVATION_RULES)}
     candidate, why = decide(scores, t, direct)
     if why:
         evidence[candidate] = f"{evidence[candidate]} (a tie decided by causal evidence: {why})"
