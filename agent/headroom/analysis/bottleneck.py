@@ -3,8 +3,9 @@
 Each rule below is a small function of the signals (signals.py) returning (score, evidence). A score
 says how sure the rule is that this resource limits the work now. Rules that explain an under-used GPU
 (cpu, shared_memory, disk_io, host_memory, network) multiply a *starvation* term (the GPU is less busy
-than it could be) by the corroborating signal, so low GPU use alone never names a culprit, and an idle
-GPU with a calm host is `none`: idle for lack of demand is not a bottleneck. docs/analysis.md documents
+than it could be) by the corroborating signal, so low GPU use alone never names a culprit, and a GPU idle for
+lack of work (below demand_busy) is `none` whatever the host does. A host-wide signal counts for a workload in
+proportion to its own use of that resource; ties between scores go to the cause, then to direct evidence. docs/analysis.md documents
 every rule, threshold, source and blind spot; thresholds come from config.yaml (analysis.thresholds).
 """
 
@@ -117,7 +118,7 @@ EXPLAINS: dict[str, tuple[str, ...]] = {
 
 def candidate_of(scores: Mapping[str, float], t: Mapping[str, float],
                  direct: frozenset[str] | set[str] | None = None) -> str:
-    """The top-scoring resource at or above primary_min_score, else none; ties are decided by :func:`tie_break`."""
+    """The top-scoring resource at or above primary_min_score, else none; ties are decided by :func:`decide`."""
     return decide(scores, t, direct)[0]
 
 
