@@ -47,6 +47,20 @@ SITUATIONS = [
         source="https://github.com/vllm-project/vllm-project.github.io/pull/300",
         extra=processes_source("trainer", 2.4, io=0.0), tags=("class-1",)),
     Situation(
+        "a trainer in a CPU-throttled container stalls while the host looks calm: its cgroup's PSI says cpu",
+        TRAINER, Host(cpus=64, cpu_busy=0.2, psi={"cpu.some": 0.02}), [Gpu(util=0.3, util_alternates=0.1)], "cpu",
+        source="https://github.com/NVIDIA/nvidia-docker/issues/757",
+        extra=processes_source("trainer", 1.9, io=0.0, cgroup_pressure={"cpu": 0.55, "io": 0.0}),
+        tags=("class-1",), evidence={"*": "its cgroup's PSI cpu some avg10 55 %"}),
+    Situation(
+        "a container whose cgroup waits on I/O is disk_io though the host's disks look moderate", TRAINER,
+        Host(disk_busy=0.5, disk_bytes=200e6, psi={"io.some": 0.1}), [Gpu(util=0.25, util_alternates=0.05)],
+        "disk_io",
+        source="https://git.cephaspad.com/AuxXxilium/linux_dsm_epyc7002/blame/commit/"
+               "da73f9b898b26fadb278a7538e5a9ceb24ea031f/Documentation/accounting/psi.rst",
+        extra=processes_source("trainer", 0.8, cgroup_pressure={"cpu": 0.0, "io": 0.6}), tags=("class-1",),
+        evidence={"*": "its cgroup's PSI io some avg10 60 %"}),
+    Situation(
         "a saturated host CPU counts little for a trainer that barely uses it", TRAINER,
         Host(cpus=32, cpu_busy=0.99, psi={"cpu.some": 0.5}), [Gpu(util=0.3, util_alternates=0.1)], "none",
         source="https://serverfault.com/questions/645541/evaluating-the-cpu-i-o-wait-on-linux/645544",
