@@ -277,9 +277,12 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
             saturation = w.cores_used / capacity
             own = max(own, ramp(saturation, t["cpu_saturation_low"], t["cpu_saturation_high"]))
             parts.append(f"{who} used {w.cores_used:.2f} of {capacity:.0f} cores")
-    if w is not None and w.busiest_process_cores is not None and w.busiest_process_cores >= t["cpu_saturation_low"]:
-        # one process at a full core: a thread that cannot go faster (the GIL of a DataLoader with 0 workers, a
-        # single-threaded decoder or tokenizer) while the host looks idle
+    # one process at a full core: a thread that cannot go faster (the GIL of a DataLoader with 0 workers, a
+    # single-threaded decoder or tokenizer) while the host looks idle. Declared DataLoader workers work in
+    # parallel, so one hot worker among idle ones is not the limit (their sum above is): there only the main
+    # process counts, the one that feeds the GPU
+    critical = w is not None and (not w.dataloader_workers or w.busiest_is_main)
+    if critical and w.busiest_process_cores is not None and w.busiest_process_cores >= t["cpu_saturation_low"]:
         single = ramp(w.busiest_process_cores, t["cpu_saturation_low"], t["cpu_saturation_high"])
         own = max(own, single)
         which = "its main process" if w.busiest_is_main else "its busiest process"

@@ -139,7 +139,7 @@ def processes_source(name: str, cores: float, io: float | None = None, per_proce
                             read_bytes_total=None if io is None else int(io * t),
                             written_bytes_total=None if io is None else 0,
                             process_cpu_seconds={pid: c * t for pid, c in (per_process or {}).items()},
-                            main_pid=main_pid, cgroup=cgroup)
+                            main_pid=main_pid, children={}, pids=tuple(per_process or ()), cgroup=cgroup)
         return {"processes": SourceResult("processes", True, 0.001, SimpleNamespace(workloads=(w,)))}
     return make
 

@@ -7,7 +7,7 @@ processes collector reports each member's own CPU seconds; one at a full core is
 
 from __future__ import annotations
 
-from headroom.simulation.situations import Gpu, Host, Situation, processes_source
+from headroom.simulation.situations import TRAINER, Gpu, Host, Situation, processes_source
 
 NO_WORKERS = """
 workloads:
@@ -57,6 +57,18 @@ SITUATIONS = [
         source="https://github.com/vllm-project/vllm/issues/16968",
         extra=processes_source("chat", 1.0, io=0.0, per_process={300: 1.0}, main_pid=300),
         tags=("class-2", "none-distracted"), gpu_expected={0: "none"}),
+    Situation(
+        "the main process pinned at one core while its 4 DataLoader workers idle is cpu", TRAINER,
+        Host(cpus=32, cpu_busy=0.05), [Gpu(util=0.3, util_alternates=0.05)], "cpu",
+        source="https://github.com/pytorch/pytorch/issues/5040",
+        extra=processes_source("trainer", 1.4, io=0.0, per_process={500: 0.97, 501: 0.1, 502: 0.1, 503: 0.1, 504: 0.1},
+                               main_pid=500), tags=("class-2",), evidence={"*": "its main process (pid 500)"}),
+    Situation(
+        "one busy DataLoader worker among idle ones is not the limit", TRAINER,
+        Host(cpus=32, cpu_busy=0.05), [Gpu(util=0.3, util_alternates=0.05)], "none",
+        source="https://github.com/facebookresearch/deit/issues/81",
+        extra=processes_source("trainer", 1.4, io=0.0, per_process={500: 0.1, 501: 0.97, 502: 0.1, 503: 0.1, 504: 0.1},
+                               main_pid=500), tags=("class-2", "none-distracted")),
     Situation(
         "one core saturated beside a fully busy GPU is not cpu", NO_WORKERS,
         Host(cpus=16, cpu_busy=0.1), [Gpu(util=0.98)], "gpu_compute",
