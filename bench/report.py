@@ -433,7 +433,7 @@ def _diagnosis_section(results: Results, w: Any) -> None:
     growth = _marginal(_growth(results, "workloads", {"gpus": 8, "processes": 1000}), "workloads", 1e3, "")
     if "faster than linear" in growth:
         notes.append(
-            "**Workloads grow tick cost faster than linearly**: `signals._workload_cpu_total(name)` looks its "
+            "**Workloads grow tick cost faster than linearly**: `signals._entry(sample, name)` looks its "
             "workload up by scanning every workload of every sample in the span, and `_rate` reads the whole "
             "span, so each tick costs O(workloads^2 x samples); reading only the first and last samples "
             "(as above) makes it O(workloads).")

@@ -8,7 +8,7 @@ The bottleneck rules (bottleneck.py) read only these, so each rule's inputs are 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,16 +48,20 @@ def _rate(samples: Sequence[Sample], read: Callable[[Sample], float | None]) -> 
     A counter that goes down was reset (a device re-attached, a driver reloaded, a /proc counter that
     wrapped, a workload process that exited): the interval it went down in is left out, increase and
     time alike, and the rest of the window still counts. None with no interval left."""
+    return _rate_of((s.monotonic, read(s)) for s in samples)
+
+
+def _rate_of(points: Iterable[tuple[float, float | None]]) -> float | None:
+    """_rate over (monotonic, counter or None) points."""
     increase = elapsed = 0.0
     previous = None
-    for s in samples:
-        v = read(s)
+    for t, v in points:
         if v is None:
             continue
-        if previous is not None and s.monotonic > previous[0] and v >= previous[1]:
+        if previous is not None and t > previous[0] and v >= previous[1]:
             increase += v - previous[1]
-            elapsed += s.monotonic - previous[0]
-        previous = (s.monotonic, v)
+            elapsed += t - previous[0]
+        previous = (t, v)
     return increase / elapsed if elapsed > 0 else None
 
 
@@ -310,15 +314,9 @@ class WorkloadSignals:
     cgroup_pressure: Mapping[str, float] = field(default_factory=dict)  # its cgroup's PSI some avg10: cpu/memory/io
 
 
-def _workload_cpu_total(name: str) -> Callable[[Sample], float | None]:
-    def read(s: Sample) -> float | None:
-        for w in getattr(s.data("processes"), "workloads", ()) or ():
-            if w.name == name:
-                user, system = getattr(w, "cpu_user_seconds_total", None), getattr(w, "cpu_system_seconds_total", None)
-                return None if user is None or system is None else user + system
-        return None
-
-    return read
+def _cpu_total(w: Any) -> float | None:
+    user, system = getattr(w, "cpu_user_seconds_total", None), getattr(w, "cpu_system_seconds_total", None)
+    return None if user is None or system is None else user + system
 
 
 def _entry(s: Sample, name: str) -> Any:
@@ -328,24 +326,19 @@ def _entry(s: Sample, name: str) -> Any:
     return None
 
 
-def _workload_io_total(name: str) -> Callable[[Sample], float | None]:
-    def read(s: Sample) -> float | None:
-        w = _entry(s, name)
-        for owner in (getattr(w, "cgroup", None), w):  # the cgroup's io.stat counts what /proc/PID/io may not
-            r, wr = getattr(owner, "read_bytes_total", None), getattr(owner, "written_bytes_total", None)
-            if r is not None and wr is not None:
-                return float(r + wr)
-        return None
-
-    return read
+def _io_total(w: Any) -> float | None:
+    for owner in (getattr(w, "cgroup", None), w):  # the cgroup's io.stat counts what /proc/PID/io may not
+        r, wr = getattr(owner, "read_bytes_total", None), getattr(owner, "written_bytes_total", None)
+        if r is not None and wr is not None:
+            return float(r + wr)
+    return None
 
 
-def _busiest_process(span: Sequence[Sample], name: str) -> tuple[float, int] | None:
+def _busiest_process(entries: Sequence[tuple[float, Any]]) -> tuple[float, int] | None:
     """(cores, pid) of the workload's process with the highest CPU rate over the span: one process pinned at a
     core is a saturated thread (Python's GIL, a single-threaded decoder) whatever the workload's sum says.
     Each member's rate is its counter's growth from the oldest sample that has it to the newest (a counter
     that went down is a reused pid: left out), so the cost is per member, not per member and sample."""
-    entries = [(s.monotonic, e) for s in span if (e := _entry(s, name)) is not None]
     if len(entries) < 2:
         return None
     newest_t, newest = entries[-1][0], getattr(entries[-1][1], "process_cpu_seconds", None) or {}
@@ -368,9 +361,10 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
                      logical_cpus: int | None) -> WorkloadSignals:
     """Signals of one workload from its processes' counters and its attributed GPUs."""
     span = recent(window, seconds)
-    cores = _rate(span, _workload_cpu_total(profile.name))
-    newest = _entry(span[-1], profile.name) if span else None
-    busiest = _busiest_process(span, profile.name)
+    entries = [(s.monotonic, e) for s in span if (e := _entry(s, profile.name)) is not None]  # one lookup a sample
+    cores = _rate_of((t, _cpu_total(e)) for t, e in entries)
+    newest = entries[-1][1] if entries and entries[-1][0] == span[-1].monotonic else None
+    busiest = _busiest_process(entries)
     cgroup = getattr(newest, "cgroup", None)
     quota = getattr(status, "cpu_quota_cores", None) if status is not None else None
     allowed = quota if quota else (float(logical_cpus) if logical_cpus else None)
@@ -381,7 +375,7 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
         cores_allowed=allowed,
         dataloader_workers=profile.dataloader_workers,
         gpus=tuple(getattr(status, "gpu_indices", ()) or ()),
-        io_bytes_per_second=_rate(span, _workload_io_total(profile.name)),
+        io_bytes_per_second=_rate_of((t, _io_total(e)) for t, e in entries),
         busiest_process_cores=busiest[0] if busiest else None,
         busiest_process_pid=busiest[1] if busiest else None,
         busiest_is_main=bool(busiest) and busiest[1] == getattr(newest, "main_pid", None),
