@@ -175,18 +175,36 @@ def test_each_members_own_cpu_seconds_are_reported_beside_the_sum(tree: Path):
     assert second.process_cpu_seconds[1001] == first.process_cpu_seconds[1001]
 
 
-def test_under_a_simulation_the_stand_ins_io_is_unknown_unless_simulated():
-    """Stand-ins burn real CPU but perform none of the I/O they model: their /proc/PID/io must not say 'reads
-    nothing' (that would rule their disk out), so it is None unless the scenario simulates process I/O."""
+def test_a_simulations_real_stand_ins_have_unknown_io_a_simulated_proc_has_its_own():
+    """Stand-ins that are real processes of this machine burn real CPU but perform none of the I/O they model:
+    their /proc/PID/io must not say 'reads nothing' (that would rule their disk out), so it is None; a
+    simulated /proc (a synthetic host's, here the fixture tree) says what its processes read, and counts."""
+    import subprocess
+    import sys
+    import time
     from types import SimpleNamespace
 
-    paths = Paths(procfs=PROC, sysfs=SYS, rootfs=Path("/"))
-    rule = profile("trainer", cmdline=r"train\.py")
-    for scenario, known in ((SimpleNamespace(), False), (SimpleNamespace(process_io=True), True), (None, True)):
-        c = ProcessesCollector(SourceContext(paths=paths, workloads=(rule,), scenario=scenario))
-        (w,) = c.collect().workloads
-        assert (w.read_bytes_total is not None) is known, scenario
-        assert w.cpu_user_seconds_total > 0  # CPU is real either way
+    marker = f"headroom-test-standin-{os.getpid()}"
+    standin = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    try:
+        real = Paths(procfs=Path("/proc"), sysfs=SYS, rootfs=Path("/"))
+        rule = profile("w", cmdline=marker)
+        deadline = time.monotonic() + 10
+        seen = {}
+        while time.monotonic() < deadline and len(seen) < 2:
+            for name, scenario in (("simulated", SimpleNamespace()), ("real", None)):
+                (w,) = ProcessesCollector(SourceContext(paths=real, workloads=(rule,), scenario=scenario)).collect().workloads
+                if w.pids:
+                    seen[name] = w
+        assert seen["simulated"].read_bytes_total is None  # a real stand-in under a simulation: unknown
+        assert seen["real"].read_bytes_total is not None  # the same process outside one: our own, readable
+    finally:
+        standin.kill()
+        standin.wait()
+    fixture = Paths(procfs=PROC, sysfs=SYS, rootfs=Path("/"))
+    (w,) = ProcessesCollector(SourceContext(paths=fixture, workloads=(profile("trainer", cmdline=r"train\.py"),),
+                                            scenario=SimpleNamespace())).collect().workloads
+    assert w.read_bytes_total == (8 << 30) + 2 * (4 << 30) + (1 << 20)  # a simulated /proc: what it declares
 
 
 def test_a_worker_that_exits_leaves_its_cpu_time_in_the_counter(tree: Path):

@@ -24,8 +24,9 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
   discovery is not missed;
 - per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
   time that detects pid reuse; each member's own CPU seconds are reported beside the workload's sum, for
-  per-process saturation) and /proc/PID/io (skipped for good once denied; not read under a simulation
-  whose stand-ins do not simulate their I/O: unknown, not zero);
+  per-process saturation) and /proc/PID/io (skipped for good once denied; not read for a simulation's
+  stand-ins that are real processes of this machine, which perform none of the I/O they model: unknown,
+  not zero);
 - a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
   files through ``--path.sysfs``: cpu.stat, cpu.max, memory.current, io.stat, {cpu,memory,io}.pressure.
 
@@ -184,9 +185,10 @@ class ProcessesCollector(Collector):
         self._totals = [_Totals() for _ in self._profiles]
         self._pid_files: list[frozenset[int]] = [frozenset() for _ in self._profiles]
         self._scanned = False  # the first full scan is done
-        # a simulation's stand-ins burn real CPU but perform none of the I/O they model: their /proc/PID/io
-        # would claim "reads nothing", so it is unknown (None) unless the scenario simulates process I/O
-        self._io_real = ctx.scenario is None or bool(getattr(ctx.scenario, "process_io", False))
+        # a simulation's stand-ins that are real processes (read from the machine's own /proc) burn real CPU but
+        # perform none of the I/O they model: their /proc/PID/io would claim "reads nothing", so it is unknown
+        # (None); a simulated /proc (a synthetic host's) declares what its processes read, so it counts
+        self._io_real = ctx.scenario is None or _resolved(ctx.paths.procfs) != _resolved(Path("/proc"))
 
     def collect(self) -> ProcessesSample:
         """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
@@ -422,6 +424,13 @@ class ProcessesCollector(Collector):
         if path is None:
             return None
         return read_cgroup(self.ctx.paths.sysfs, path)
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return Path(path).resolve()
+    except OSError:
+        return Path(path)
 
 
 # ----------------------------------------------------------------------------------------- cgroups
