@@ -172,12 +172,13 @@ def test_a100s_keep_the_small_serve_defaults_from_0_9():
     a100 = estimate(serve("0.10.1", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA A100-SXM4-80GB")
     h100 = estimate(serve("0.10.1", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA H100 80GB HBM3")
     old = estimate(serve("0.8.5", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA A100-SXM4-80GB")
+    per_logit = DEFAULTS.sampler_bytes_per_logit
     assert a100.runtime_report["activation_bytes"] == max(inference_activation_bytes(2048, 0, 4096, 14336),
-                                                          256 * 128256 * 4)  # fmt: skip
+                                                          256 * 128256 * per_logit)  # fmt: skip
     assert h100.runtime_report["activation_bytes"] == old.runtime_report["activation_bytes"] == max(
-        inference_activation_bytes(8192, 0, 4096, 14336), 1024 * 128256 * 4)
+        inference_activation_bytes(8192, 0, 4096, 14336), 1024 * 128256 * per_logit)
 
 
 def test_a_newer_vllm_than_the_ones_read_is_sized_with_a_note():
-    e = estimate(serve("0.14.0", 8192), gpu_memory_bytes=80 * GIB)
+    e = estimate(serve("0.21.0", 8192), gpu_memory_bytes=80 * GIB)
     assert any("newer than the versions read" in n for n in e.notes)

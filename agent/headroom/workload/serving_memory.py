@@ -111,6 +111,8 @@ class VllmRules:
     hybrid_groups: bool  # full + sliding-window layers in separate KV groups (the 0.9+ hybrid allocator)
     window_in_concurrency: bool  # the printed max concurrency accounts for sliding windows
     a100_small_defaults: bool = False  # A100s keep the < 70 GiB serve defaults
+    triton_sampler: bool = False  # the profile's top-k/top-p masks logits in place (Triton) instead of sorting
+    large_comm_buffers: bool = False  # the larger non-torch memory measured from 0.17 (all-reduce fusion buffers)
 
 
 VLLM_RULES = (
@@ -118,11 +120,12 @@ VLLM_RULES = (
     VllmRules("0.6.4-0.6.6 (V0)", (0, 6, 4), "V0", True, False, False, False),
     VllmRules("0.7 (V0)", (0, 7), "V0", False, True, False, False),
     VllmRules("0.8 (V1)", (0, 8), "V1", True, True, False, False),
-    VllmRules("0.9-0.11 (V1)", (0, 9), "V1", False, True, True, True, True),
+    VllmRules("0.9-0.16 (V1)", (0, 9), "V1", False, True, True, True, True),
+    VllmRules("0.17-0.19 (V1)", (0, 17), "V1", False, True, True, True, True, True, True),
 )
 
 
-VLLM_LAST_READ = (0, 11)  # the newest release whose source the rules were checked against
+VLLM_LAST_READ = (0, 19)  # the newest release whose source the rules were checked against
 
 
 def vllm_rules(version: str | None) -> tuple[VllmRules, str | None]:

@@ -85,7 +85,12 @@ class OverheadConstants:
     vllm_non_torch_bytes: int = 32 * MIB  # non-torch growth during load and profile at TP 1 (cuBLAS workspace)
     nccl_bytes: int = 512 * MIB  # NCCL and custom all-reduce buffers per GPU at tensor parallel > 1
     cuda_graph_bytes: int = 512 * MIB  # graph pools captured after the KV cache is sized (outside the budget)
-    sampler_bytes_per_logit: int = 4  # the profile's sampler: FP32 logits of max_num_seqs x vocabulary
+    # the profile run's sampler over max_num_seqs x vocabulary logits, bytes live per logit: sorted top-k/top-p
+    # (vLLM 0.5-0.16) and in-place Triton top-k/top-p (0.17+); docs/sizing.md "Runtime accounting"
+    sampler_bytes_per_logit: int = 39
+    sampler_triton_bytes_per_logit: int = 15
+    vllm_recent_non_torch_bytes: int = 256 * MIB  # non-torch growth at TP 1 measured with vLLM 0.18-0.19
+    vllm_recent_comm_bytes: int = 1894 * MIB  # its growth at tensor parallel > 1 (0.19: 2.07-2.13 GiB in all)
     tgi_max_batch_prefill_tokens: int = 4096  # TGI's default warm-up prefill
     tgi_block_size: int = 16
     tgi_wiggle_room: float = 0.95  # TGI leaves 5 % of the free memory (later versions: TGI_WIGGLE_ROOM)
@@ -487,17 +492,26 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
 
 def _runtime_non_torch(p: WorkloadProfile, rt: str, c: OverheadConstants) -> tuple[int, str]:
     """Non-torch memory the runtime subtracts inside its budget: (bytes, what it is)."""
-    context = True
+    context, recent = True, False
     if rt == "vllm":
         rules, _ = vllm_rules(p.runtime.version)
-        context = rules.counts_cuda_context
-    total = c.vllm_non_torch_bytes + (c.vllm_cuda_context_bytes if context else 0)
+        context, recent = rules.counts_cuda_context, rules.large_comm_buffers
+    total = (c.vllm_recent_non_torch_bytes if recent else c.vllm_non_torch_bytes) + \
+        (c.vllm_cuda_context_bytes if context else 0)
     what = ["CUDA context"] if context else []
     what.append("cuBLAS workspace")
     if p.parallel.tensor > 1 or p.parallel.pipeline > 1:
-        total += c.nccl_bytes
+        total += c.vllm_recent_comm_bytes if recent and p.parallel.tensor > 1 else c.nccl_bytes
         what.append("NCCL/all-reduce buffers")
     return total, ", ".join(what) + " (counted by the runtime)"
+
+
+def _sampler_bytes_per_logit(p: WorkloadProfile, rt: str | None, c: OverheadConstants) -> int:
+    """Bytes the runtime's sampler holds per logit at its peak (vLLM's profile run: docs/sizing.md)."""
+    if rt != "vllm":
+        return c.logits_bytes
+    rules, _ = vllm_rules(p.runtime.version)
+    return c.sampler_triton_bytes_per_logit if rules.triton_sampler else c.sampler_bytes_per_logit
 
 
 def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None, concurrency: int, context: int,
@@ -688,7 +702,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
             if hidden is not None:
                 tokens, seqs, how = _activation_tokens(p, c, rt, concurrency, context, device_memory, device_name)
                 forward = inference_activation_bytes(tokens, 0, hidden, ffn, par.tensor, compute)
-                sampler = seqs * (arch.vocab_size or 0) * (c.sampler_bytes_per_logit if rt else c.logits_bytes)
+                sampler = seqs * (arch.vocab_size or 0) * _sampler_bytes_per_logit(p, rt, c)
                 out.append(Component("activations", max(forward, sampler),
                                      f"forward pass over {tokens} tokens ({how})" if forward >= sampler
                                      else f"sampler over {seqs} x {arch.vocab_size} logits"))  # fmt: skip
