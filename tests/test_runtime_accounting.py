@@ -137,16 +137,23 @@ def test_sglang_default_on_a_large_gpu_leaves_18_gib():
     assert frac == pytest.approx(min(0.88 + 48 * 0.12 / 140, 122 / 140))
 
 
-def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks():
+@pytest.mark.parametrize(("version", "wiggle", "block", "logit_bytes"),
+                         [("1.0.0", 1.0, 16, 4), ("2.2.0", 0.95, 16, 2), ("2.4.0", 0.90, 1, 2), ("3.1.0", 0.93, 1, 2)])
+def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks(version, wiggle, block, logit_bytes):
+    """TGI's warmup (flash_causal_lm.py): a prefill of max_batch_prefill_tokens that returns logprobs of every
+    prompt token, then free memory x TGI_WIGGLE_ROOM (by version) // block bytes + the warm-up's own blocks."""
     p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
-                           "architecture": LLAMA31_8B, "context": 8192, "runtime": "tgi"}, attributable=False)
+                           "architecture": LLAMA31_8B, "context": 8192,
+                           "runtime": {"name": "tgi", "version": version}}, attributable=False)  # fmt: skip
     r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
     forward = inference_activation_bytes(4096, 0, 4096, 14336)
+    logits = 4096 * 128256 * logit_bytes  # 16-bit logits (and 1.x's log-softmax copy) of 4096 prompt tokens
     non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
-    block = 32 * 16 * 2 * 8 * 128 * 2
-    held = 4096 // 16
-    free = 80 * GIB - 8_030_261_248 * 2 - forward - non_torch - held * block
-    assert r["blocks"] == int(free * 0.95) // block + held and r["kv_tokens"] == r["blocks"] * 16
+    block_bytes = 32 * block * 2 * 8 * 128 * 2
+    held = 4096 // block
+    free = 80 * GIB - 8_030_261_248 * 2 - max(forward, logits) - non_torch - held * block_bytes
+    assert r["activation_bytes"] == max(forward, logits)
+    assert r["blocks"] == int(free * wiggle) // block_bytes + held and r["kv_tokens"] == r["blocks"] * block
 
 
 @pytest.mark.parametrize(("fixture", "version", "context"), [("gemma-3-27b", "0.10.1", 32768), ("gemma-2-9b", "0.10.1", 8192),

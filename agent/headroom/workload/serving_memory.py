@@ -157,6 +157,43 @@ def vllm_defaults(rules: VllmRules, max_model_len: int, device_memory: int,
     return 2048, 256, "V1 serve on a < 70 GiB GPU: 2048 tokens, 256 sequences"
 
 
+@dataclass(frozen=True)
+class TgiRules:
+    """One range of TGI versions whose warm-up accounting is the same (docs/sizing.md lists the source)."""
+
+    name: str
+    first: tuple[int, ...]
+    wiggle_room: float  # the share of the free memory after the warm-up given to blocks (TGI_WIGGLE_ROOM)
+    block_size: int  # the default attention backend's block: paged 16, flashinfer (default from 2.3) 1
+    logits_in_place: bool  # the warm-up's prefill log-softmax overwrites the logits (2.x+) or copies them (1.x)
+
+
+TGI_RULES = (
+    TgiRules("1.x", (1,), 1.0, 16, False),
+    TgiRules("2.0-2.2", (2, 0), 0.95, 16, True),
+    TgiRules("2.3", (2, 3), 0.95, 1, True),
+    TgiRules("2.4", (2, 4), 0.90, 1, True),
+    TgiRules("3.0", (3, 0), 0.95, 1, True),
+    TgiRules("3.1-3.2", (3, 1), 0.93, 1, True),
+    TgiRules("3.3", (3, 3), 0.90, 1, True),
+)
+TGI_LAST_READ = (3, 3)
+
+
+def tgi_rules(version: str | None) -> tuple[TgiRules, str | None]:
+    """(the rules for ``version``, a note when the version is not given or outside the documented ranges)."""
+    if not version:
+        return TGI_RULES[-1], f"runtime.version not given: TGI {TGI_RULES[-1].name} accounting assumed"
+    v = parse_version(version)
+    if v < TGI_RULES[0].first:
+        raise RuntimeSettingError("runtime.version", f"runtime.version: TGI {version} predates the documented "
+                                                     "accounting (from 1.0)")  # fmt: skip
+    rules = [r for r in TGI_RULES if r.first <= v][-1]
+    if v[:2] > TGI_LAST_READ:
+        return rules, f"TGI {version} is newer than the versions read (up to 3.3): {rules.name} accounting assumed"
+    return rules, None
+
+
 SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  # (tp x pp at least, fraction)
 MIB = 1024**2
 

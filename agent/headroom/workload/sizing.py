@@ -53,6 +53,7 @@ from headroom.workload.serving_memory import (
     kv_layout,
     sglang_chunked_prefill,
     sglang_mem_fraction,
+    tgi_rules,
     vllm_defaults,
     vllm_kv,
     vllm_request_bytes,
@@ -92,8 +93,7 @@ class OverheadConstants:
     vllm_recent_non_torch_bytes: int = 256 * MIB  # non-torch growth at TP 1 measured with vLLM 0.18-0.19
     vllm_recent_comm_bytes: int = 1894 * MIB  # its growth at tensor parallel > 1 (0.19: 2.07-2.13 GiB in all)
     tgi_max_batch_prefill_tokens: int = 4096  # TGI's default warm-up prefill
-    tgi_block_size: int = 16
-    tgi_wiggle_room: float = 0.95  # TGI leaves 5 % of the free memory (later versions: TGI_WIGGLE_ROOM)
+    tgi_logit_bytes: int = 2  # the warm-up prefill's 16-bit logits over every prefill token (prefill_logprobs)
     gptq_awq_group_size: int = 128
     nf4_block_size: int = 64  # weights per absmax constant (bitsandbytes)
     nf4_double_quant_block_size: int = 256  # first-level constants per second-level FP32 constant
@@ -514,6 +514,15 @@ def _sampler_bytes_per_logit(p: WorkloadProfile, rt: str | None, c: OverheadCons
     return c.sampler_triton_bytes_per_logit if rules.triton_sampler else c.sampler_bytes_per_logit
 
 
+def _tgi_warmup_logits_bytes(p: WorkloadProfile, tokens: int, vocab: int, c: OverheadConstants) -> int:
+    """TGI's warm-up prefill returns logprobs of every prompt token: the logits gathered over the vocabulary,
+    the local shard (tensor parallel) and, in 1.x, the log-softmax's copy (docs/sizing.md "TGI")."""
+    rules, _ = tgi_rules(p.runtime.version)
+    per = c.tgi_logit_bytes * (1 + (0 if rules.logits_in_place else 1)) + \
+        (_ceil_div(c.tgi_logit_bytes, p.parallel.tensor) if p.parallel.tensor > 1 else 0)
+    return tokens * vocab * per
+
+
 def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None, concurrency: int, context: int,
                        device_memory: int, device_name: str = "") -> tuple[int, int, str]:  # fmt: skip
     """(tokens in one forward pass, sequences whose logits are sampled, why): the batched-token budget of
@@ -668,7 +677,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
         if rt == "vllm":
             block = p.runtime.block_size or c.vllm_block_size
         elif rt == "tgi":
-            block = p.runtime.block_size or c.tgi_block_size
+            block = p.runtime.block_size or tgi_rules(p.runtime.version)[0].block_size
         if p.concurrency is None:
             notes.append("concurrency not declared: assuming 1 sequence")
     else:
@@ -703,6 +712,8 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
                 tokens, seqs, how = _activation_tokens(p, c, rt, concurrency, context, device_memory, device_name)
                 forward = inference_activation_bytes(tokens, 0, hidden, ffn, par.tensor, compute)
                 sampler = seqs * (arch.vocab_size or 0) * _sampler_bytes_per_logit(p, rt, c)
+                if rt == "tgi":  # the warm-up asks for prefill logprobs: logits of every prefill token
+                    seqs, sampler = tokens, _tgi_warmup_logits_bytes(p, tokens, arch.vocab_size or 0, c)
                 out.append(Component("activations", max(forward, sampler),
                                      f"forward pass over {tokens} tokens ({how})" if forward >= sampler
                                      else f"sampler over {seqs} x {arch.vocab_size} logits"))  # fmt: skip
@@ -861,9 +872,12 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
         prefill = _activation_tokens(p, c, "tgi", 1, max_model_len, total)[0]
         held = _ceil_div(prefill, plan.block_size)
         block_bytes = layout.bytes_per_token * plan.block_size
-        blocks = int(max(available - held * block_bytes, 0) * c.tgi_wiggle_room) // block_bytes + held
+        rules, note = tgi_rules(p.runtime.version)
+        if note:
+            notes.append(note)
+        blocks = int(max(available - held * block_bytes, 0) * rules.wiggle_room) // block_bytes + held
         tokens = blocks * plan.block_size
-        conc, name, block = tokens / max_model_len, "TGI", plan.block_size
+        conc, name, block = tokens / max_model_len, f"TGI {rules.name}", plan.block_size
     if available <= 0:
         notes.append(f"{name}: nothing left for the KV cache ({format_bytes(available)} after weights and profiling)")
     return RuntimeReport(name, budget, weights, act, non_torch, available, block, blocks, tokens, max_model_len,

@@ -36,6 +36,8 @@ LLMD_011 = "https://github.com/llm-d-incubation/llm-d-planner/blob/main/docs/emp
 LLMD_019 = "https://github.com/llm-d-incubation/llm-d-planner/tree/main/accuracy/results/v0.19.0/logs"
 LLMD_019_REPORT = "https://github.com/llm-d-incubation/llm-d-planner/blob/main/accuracy/accuracy_report.md"
 LMCACHE_1739 = "https://github.com/LMCache/LMCache/issues/1739"
+VLLM_13061 = "https://github.com/vllm-project/vllm/issues/13061"
+TGI_2744 = "https://github.com/huggingface/text-generation-inference/issues/2744"
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,12 @@ CASES: tuple[Case, ...] = (
     Case("llama31-8b-3090-29k", VLLM_10517, "# GPU blocks: 1478, Maximum concurrency for 29000 tokens per request: "
          "0.82x (comment of 2024-12-02)", "llama-3.1-8b", "RTX 3090", 23.58, "vllm", "0.6.4", 29000, "blocks", 1478,
          tolerance=0.02),
+    Case("r1-distill-qwen-14b-4090x2-v07", VLLM_13061, "maximum number of tokens that can be stored in KV cache "
+         "(81536) (Loading model weights took 13.9476 GB; can use ... x gpu_memory_utilization (0.98) = 23.08GiB)",
+         "deepseek-r1-distill-qwen-14b", "RTX 4090", 23.55, "vllm", "0.7.2", 131072, "kv_tokens", 81536, tensor=2,
+         flags={"gpu_memory_utilization": 0.98},
+         note="memory from the printed 23.08 GiB / 0.98; V0 gathers the logits on rank 0 only, which samples "
+              "256 x 152 064 logits and sets the block count for every rank"),
     # ---- vLLM 0.11 (V1), H100, block 128, prefix caching (llm-d's measurements, VLLM_LOGGING_LEVEL=DEBUG)
     Case("llama31-8b-h100-v011", LLMD_011, "Summary table: Llama-3.1-8B, KV Cache 51.38 GiB (weights 14.99, "
          "activation 4.76, non-torch 0.13)", "llama-3.1-8b", "H100 80GB", 79.18, "vllm", "0.11.0", 16000, "kv_gib",
@@ -104,6 +112,10 @@ CASES: tuple[Case, ...] = (
          "num_gpu_blocks is: 15269 (Actual usage is 33.88 GiB for weight, 1.96 GiB for peak activation, 2.1 GiB "
          "for non-torch memory)", "llama-3.3-70b-fp8-dynamic", "H100 80GB", 79.19, "vllm", "0.19.0", 8192, "blocks",
          15269, tensor=2, flags={"gpu_memory_utilization": 0.95}, tolerance=0.02),
+    Case("llama33-70b-fp8-h100x4-v019", f"{LLMD_019}/fp8dyn-llama-3-3-70b--h100-80gb--tp4pp1dp1--8192.log",
+         "num_gpu_blocks is: 44312 (Actual usage is 16.96 GiB for weight, 1.97 GiB for peak activation, 2.21 GiB "
+         "for non-torch memory)", "llama-3.3-70b-fp8-dynamic", "H100 80GB", 79.19, "vllm", "0.19.0", 8192, "blocks",
+         44312, tensor=4, flags={"gpu_memory_utilization": 0.95}, tolerance=0.02),
     Case("llama31-8b-runtime-fp8-h100-v019", f"{LLMD_019}/meta-llama-llama-3---h100-80gb--tp1pp1dp1--8192-qfp8.log",
          "num_gpu_blocks is: 33078 (--quantization fp8; 8.49 GiB for weight)", "llama-3.1-8b", "H100 80GB", 79.19,
          "vllm", "0.19.0", 8192, "blocks", 33078, flags={"gpu_memory_utilization": 0.95},
@@ -143,6 +155,12 @@ CASES: tuple[Case, ...] = (
          "size 4 --kv-transfer-config LMCacheConnectorV1)", "qwen3-235b-a22b-fp8", "H100 80GB", 79.19, "vllm", "0.10.0",
          40960, "kv_gib", 8.11, tensor=4, role="known miss",
          note="the LMCache KV connector's GPU buffers are allocated before the profile and are not modelled"),
+    Case("llama31-70b-tgi-a100x2", TGI_2744, "Default `max_batch_prefill_tokens` to 10049 ... Setting max batch total "
+         "tokens to 30816 (Llama 3.1 70B on 2 A100 80GB)", "llama-3-70b", "A100 80GB", 79.15, "tgi", "2.4.0", 10049,
+         "kv_tokens", 30816, tensor=2, flags={"max_num_batched_tokens": 10049}, role="known miss",
+         note="+75 %: the issue gives neither the full command (quantization, CUDA graphs) nor the memory; "
+              "candidates not modelled: the log-softmax's copy of the transposed gathered logits, NCCL and "
+              "flashinfer buffers at TP 2 (vLLM 0.19 measured 2 GiB there)"),
 )
 
 
