@@ -23,8 +23,8 @@ from typing import Any
 
 from headroom.workload.modelconfig import read_model_config
 from headroom.workload.profiles import profile_from_dict
-from headroom.workload.serving_memory import kv_layout, vllm_kv, vllm_rules
-from headroom.workload.sizing import estimate
+from headroom.workload.serving_memory import vllm_kv, vllm_request_bytes, vllm_rules
+from headroom.workload.sizing import DEFAULTS, _plan, estimate
 
 GIB = 1024**3
 FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "hf"
@@ -36,6 +36,7 @@ LLMD_011 = "https://github.com/llm-d-incubation/llm-d-planner/blob/main/docs/emp
 LLMD_019 = "https://github.com/llm-d-incubation/llm-d-planner/tree/main/accuracy/results/v0.19.0/logs"
 LLMD_019_REPORT = "https://github.com/llm-d-incubation/llm-d-planner/blob/main/accuracy/accuracy_report.md"
 LMCACHE_1739 = "https://github.com/LMCache/LMCache/issues/1739"
+VLLM_15871 = "https://github.com/vllm-project/vllm/issues/15871"
 VLLM_13061 = "https://github.com/vllm-project/vllm/issues/13061"
 TGI_2744 = "https://github.com/huggingface/text-generation-inference/issues/2744"
 
@@ -51,7 +52,7 @@ class Case:
     runtime: str  # vllm | sglang
     version: str
     context: int  # max_model_len (SGLang: context length)
-    measure: str  # blocks | kv_tokens | kv_gib
+    measure: str  # blocks | kv_tokens | kv_gib | request_gib (the KV one max_model_len request needs)
     reported: float
     tensor: int = 1
     flags: dict[str, Any] = field(default_factory=dict)  # runtime settings as logged (gpu_memory_utilization, ...)
@@ -145,6 +146,10 @@ CASES: tuple[Case, ...] = (
     Case("qwen3-235b-fp8-kvstep", VLLM_21348, "Available KV cache memory: 8.11 GiB / GPU KV cache size: 178,880 tokens",
          "qwen3-235b-a22b-fp8", "H100 80GB", 0, "vllm", "0.10.0", 40960, "kv_tokens", 178880, tensor=4,
          available_gib=8.11, role="kv step", tolerance=0.02),
+    Case("deepseek-v2-lite-mla-request", VLLM_15871, "To serve at least one request with the models's max seq len "
+         "(32768), (0.95 GiB KV cache is needed ... (V1 0.8.3.dev, comment of 2025-04-02)", "deepseek-v2-lite",
+         "2 x 22 GiB", 0, "vllm", "0.8.3", 32768, "request_gib", 0.95, role="kv step", tolerance=0.01,
+         note="MLA: one latent of kv_lora_rank + qk_rope_head_dim = 576 per token and layer; printed to 2 decimals"),
     # ---- SGLang
     Case("qwen3-235b-fp8-sglang", VLLM_21348, "KV Cache is allocated. #tokens: 367404, K size: 8.23 GB, V size: "
          "8.23 GB (--tp 4 --mem-fraction-static 0.93)", "qwen3-235b-a22b-fp8", "H100 80GB", 79.19, "sglang", "0.4.9",
@@ -174,13 +179,14 @@ def _profile(case: Case) -> dict[str, Any]:
 def evaluate(case: Case) -> float:
     """headroom's figure for ``case.measure`` (blocks, tokens, or GiB of KV memory)."""
     p = profile_from_dict(_profile(case), attributable=False)
-    if case.available_gib is not None:  # KV step: the printed KV memory through vLLM's block arithmetic
-        e = estimate(p)
+    if case.available_gib is not None or case.measure == "request_gib":
+        # KV step: the printed KV memory through vLLM's block arithmetic, or one request's KV cache, on the
+        # layout the estimate uses (MLA latent, KV heads per rank)
         rules, _ = vllm_rules(case.version)
-        arch = p.architecture
-        bits = 8 if p.effective_kv_cache_precision.value == "fp8" else 16
-        layout = kv_layout(arch.layers, arch.kv_heads or arch.heads, arch.effective_head_dim or 0, bits, case.tensor)
-        assert layout.bytes_per_token == e.kv_bytes_per_token  # the same layout the estimate uses
+        layout = _plan(p, DEFAULTS).layout
+        assert layout is not None
+        if case.measure == "request_gib":
+            return vllm_request_bytes(rules, layout, 16, case.context, 8192) / GIB
         blocks, tokens, _ = vllm_kv(rules, layout, int(case.available_gib * GIB), 16, case.context, 8192)
         return {"blocks": blocks, "kv_tokens": tokens}[case.measure]
     e = estimate(p, gpu_memory_bytes=int(case.gpu_memory_gib * GIB), gpus=case.tensor, gpu_name=case.gpu)
@@ -197,6 +203,8 @@ def error(case: Case) -> float:
 
 
 def _fmt(measure: str, value: float) -> str:
+    if measure == "request_gib":
+        return f"{value:.3f} GiB per request"
     return f"{value:.2f} GiB" if measure == "kv_gib" else f"{int(value):,} {'blocks' if measure == 'blocks' else 'tokens'}"
 
 
