@@ -98,7 +98,8 @@ def test_kv_tokens_from_available_memory_match_vllm_v1_for_an_fp8_moe_at_tp4():
 
 def test_sglang_counts_weights_and_kv_inside_mem_fraction_static():
     p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
-                           "architecture": LLAMA31_8B, "context": 8192, "runtime": "sglang"}, attributable=False)
+                           "architecture": LLAMA31_8B, "context": 8192,
+                           "runtime": {"name": "sglang", "version": "0.4.6"}}, attributable=False)  # fmt: skip
     r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
     non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
     available = int((80 * GIB - non_torch) * 0.88) - 8_030_261_248 * 2  # SGLang 0.4.6 model_runner.py:816-819
@@ -127,13 +128,26 @@ def test_docs_sizing_table_is_the_generated_one():
 def test_sglang_default_mem_fraction_static(parallel, memory_gib, fraction):
     from headroom.workload.serving_memory import sglang_mem_fraction
 
-    assert sglang_mem_fraction(parallel, memory_gib * GIB) == fraction
+    assert sglang_mem_fraction(parallel, memory_gib * GIB, "0.4.6") == fraction
+
+
+@pytest.mark.parametrize(("parallel", "memory_mib", "fraction"),
+                         [(1, 81559, round((81559 - 10 * 1024) / 81559, 3)), (4, 81559, round((81559 - 11.5 * 1024) / 81559, 3)),
+                          (1, 24564, round((24564 - 2.9 * 1024) / 24564, 3)), (8, 143771, round((143771 - 16 * 1024) / 143771, 3))])
+def test_sglang_from_0_4_8_reserves_memory_per_gpu(parallel, memory_mib, fraction):
+    """0.4.9 server_args.py:280-319: (memory - reserved) / memory, reserved by memory class and tp x pp."""
+    from headroom.workload.serving_memory import sglang_chunked_prefill, sglang_mem_fraction
+
+    assert sglang_mem_fraction(parallel, memory_mib * MIB, "0.4.9") == fraction
+    assert sglang_mem_fraction(parallel, memory_mib * MIB) == fraction  # no version: the newest rule
+    assert sglang_mem_fraction(parallel, memory_mib * MIB, "0.4.7") != fraction
+    assert sglang_chunked_prefill(memory_mib * MIB, "0.4.9") == (2048 if memory_mib < 35 * 1024 else 8192)
 
 
 def test_sglang_default_on_a_large_gpu_leaves_18_gib():
     from headroom.workload.serving_memory import sglang_mem_fraction
 
-    frac = sglang_mem_fraction(1, 140 * GIB)  # min(0.88 + 48 GiB x 0.12 / 140 GiB, (140 - 18) / 140)
+    frac = sglang_mem_fraction(1, 140 * GIB, "0.4.6")  # min(0.88 + 48 GiB x 0.12 / 140 GiB, (140 - 18) / 140)
     assert frac == pytest.approx(min(0.88 + 48 * 0.12 / 140, 122 / 140))
 
 

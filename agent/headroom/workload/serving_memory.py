@@ -198,10 +198,29 @@ SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  
 MIB = 1024**2
 
 
-def sglang_mem_fraction(parallel_size: int, device_memory: int) -> float:
-    """SGLang 0.4.6's default mem_fraction_static (server_args.py:247-267): by tp x pp on GPUs up to 80 GiB,
-    0.88 above; above 96 GiB raised towards leaving 18 GiB for activations and CUDA graphs."""
+SGLANG_RESERVED_FROM = (0, 4, 8)  # the release that sizes the default fraction by memory reserved per GPU
+
+
+def _sglang_reserved(version: str | None) -> bool:
+    return not version or parse_version(version) >= SGLANG_RESERVED_FROM
+
+
+def sglang_mem_fraction(parallel_size: int, device_memory: int, version: str | None = None) -> float:
+    """SGLang's default mem_fraction_static. 0.4.6 (server_args.py:247-267): by tp x pp on GPUs up to 80 GiB,
+    0.88 above, above 96 GiB raised towards leaving 18 GiB. From 0.4.8 (0.4.9 server_args.py:280-319):
+    (memory - reserved) / memory, rounded to 3 places, reserving (2.8 + tp x pp / 10) GiB below 35 GiB,
+    (9.5 + tp x pp / 2) below 90, (12 + tp x pp / 2) below 160, else 32 GiB. ``version`` None: the newest."""
     gpu_mem = device_memory / MIB
+    if _sglang_reserved(version):
+        if gpu_mem < 35 * 1024:
+            reserved = 2.8 + parallel_size / 10
+        elif gpu_mem < 90 * 1024:
+            reserved = 9.5 + parallel_size / 2
+        elif gpu_mem < 160 * 1024:
+            reserved = 12 + parallel_size / 2
+        else:
+            reserved = 32
+        return round((gpu_mem - reserved * 1024) / gpu_mem, 3)
     if device_memory and gpu_mem > 81920:
         frac = 0.88
     else:
@@ -211,9 +230,13 @@ def sglang_mem_fraction(parallel_size: int, device_memory: int) -> float:
     return frac
 
 
-def sglang_chunked_prefill(device_memory: int) -> int:
-    """SGLang 0.4.6's default chunked_prefill_size (server_args.py:270-277)."""
-    return 2048 if device_memory and device_memory / MIB < 25_000 else 8192
+def sglang_chunked_prefill(device_memory: int, version: str | None = None) -> int:
+    """SGLang's default chunked_prefill_size: 0.4.6 (server_args.py:270-277) 2048 below 25 000 MiB, else 8192;
+    from 0.4.8 (0.4.9 server_args.py:331-339) 2048 below 35 GiB, 8192 below 160 GiB, else 16384."""
+    gpu_mem = device_memory / MIB
+    if _sglang_reserved(version):
+        return 2048 if gpu_mem < 35 * 1024 else 8192 if gpu_mem < 160 * 1024 else 16384
+    return 2048 if device_memory and gpu_mem < 25_000 else 8192
 
 
 # ------------------------------------------------------------------------------------- report

@@ -535,7 +535,7 @@ def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None,
         seqs = min(r.max_num_seqs or d_seqs, tokens)
         return tokens, seqs, "max_num_batched_tokens" if r.max_num_batched_tokens else why
     if rt == "sglang":
-        return r.max_num_batched_tokens or sglang_chunked_prefill(device_memory), 0, "chunked_prefill_size"
+        return r.max_num_batched_tokens or sglang_chunked_prefill(device_memory, r.version), 0, "chunked_prefill_size"
     if rt == "tgi":
         return r.max_num_batched_tokens or c.tgi_max_batch_prefill_tokens, 0, "max_batch_prefill_tokens"
     if r.max_num_batched_tokens:
@@ -856,7 +856,8 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
                      + ", ".join(outside))  # fmt: skip
         name, block = f"vLLM {rules.name}", plan.block_size
     elif plan.runtime == "sglang":
-        frac = p.runtime.mem_fraction_static or sglang_mem_fraction(p.parallel.tensor * p.parallel.pipeline, total)
+        frac = p.runtime.mem_fraction_static or sglang_mem_fraction(p.parallel.tensor * p.parallel.pipeline, total,
+                                                                     p.runtime.version)
         budget = int(total * frac)
         # profile_max_num_token: (free after load) - (free before load) x (1 - fraction); free before load
         # is the card less the CUDA context and NCCL (model_runner.py:470, 816-819)
