@@ -203,3 +203,23 @@ def test_a100s_keep_the_small_serve_defaults_from_0_9():
 def test_a_newer_vllm_than_the_ones_read_is_sized_with_a_note():
     e = estimate(serve("0.21.0", 8192), gpu_memory_bytes=80 * GIB)
     assert any("newer than the versions read" in n for n in e.notes)
+
+
+def test_vllm_0_7_aligns_mla_entries_and_keeps_the_absorbed_matrices():
+    """0.7.3 worker/cache_engine.py:84-95 (entries rounded up to 256 bytes) and attention/backends/mla/utils.py
+    (W_Q x W_UK, W_UV x W_O, W_QR kept in 16 bits); 0.8's V1 does neither."""
+    arch = {"layers": 27, "heads": 16, "kv_heads": 16, "hidden_size": 2048, "intermediate_size": 10944,
+            "vocab_size": 102400, "kv_lora_rank": 512, "qk_rope_head_dim": 64}  # fmt: skip
+
+    def weights_and_kv(version):
+        p = profile_from_dict({"name": "s", "kind": "inference", "params": "15.7B", "precision": "bf16",
+                               "architecture": arch, "context": 4096,
+                               "runtime": {"name": "vllm", "version": version}}, attributable=False)  # fmt: skip
+        e = estimate(p, gpu_memory_bytes=80 * GIB)
+        return e.component("weights"), e.kv_bytes_per_token
+
+    absorbed = 27 * (2048 * 16 * 512 + 16 * 512 * 2048 + 2048 * 16 * 64) * 2
+    w07, kv07 = weights_and_kv("0.7.3")
+    w08, kv08 = weights_and_kv("0.8.5")
+    assert w07 - w08 == absorbed
+    assert (kv07, kv08) == (27 * 1280, 27 * 576 * 2)

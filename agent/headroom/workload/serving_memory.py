@@ -62,17 +62,19 @@ class KVLayout:
 
 def kv_layout(layers: int, kv_heads: int, head_dim: int, element_bits: int, tensor: int = 1, pipeline: int = 1,
               sliding_window: int | None = None, sliding_layers: int | None = None, kv_layers: int | None = None,
-              mla_width: int | None = None, replicate_heads: str = "ceil") -> KVLayout:  # fmt: skip
+              mla_width: int | None = None, replicate_heads: str = "ceil", align_bytes: int = 1) -> KVLayout:  # fmt: skip
     """The KV cache of one GPU as groups of layers.
 
     kv_heads per GPU: ceil(kv_heads / tensor), at least 1 (``replicate_heads="floor"``: vLLM's
     max(1, kv_heads // tensor)); layers per GPU: ceil(layers / pipeline). MLA (``mla_width`` = kv_lora_rank
-    + qk_rope_head_dim) caches one latent vector per token per layer, the same on every tensor rank.
+    + qk_rope_head_dim) caches one latent vector per token per layer, the same on every tensor rank;
+    ``align_bytes`` rounds that entry up (vLLM 0.7 aligns MLA entries to 256 bytes).
     """
     stage = _cdiv(kv_layers if kv_layers is not None else layers, pipeline)
     if mla_width:
-        per = _cdiv(mla_width * element_bits, 8)
-        what = f"MLA latent {mla_width} x {element_bits // 8 or 0.5} B"
+        per = _cdiv(_cdiv(mla_width * element_bits, 8), align_bytes) * align_bytes
+        what = f"MLA latent {mla_width} x {element_bits // 8 or 0.5} B" + (f" aligned to {per} B" if per * 8 !=
+                                                                           mla_width * element_bits else "")
     else:
         heads = max(1, kv_heads // tensor) if replicate_heads == "floor" else max(1, _cdiv(kv_heads, tensor))
         per = _cdiv(2 * heads * head_dim * element_bits, 8)
@@ -113,12 +115,14 @@ class VllmRules:
     a100_small_defaults: bool = False  # A100s keep the < 70 GiB serve defaults
     triton_sampler: bool = False  # the profile's top-k/top-p masks logits in place (Triton) instead of sorting
     large_comm_buffers: bool = False  # the larger non-torch memory measured from 0.17 (all-reduce fusion buffers)
+    mla_absorbed_weights: bool = False  # MLA keeps W_Q x W_UK and W_UV x W_O as 16-bit weights (0.7 V0)
+    mla_align_bytes: int = 1  # MLA cache entries rounded up to this many bytes (0.7 V0: 256)
 
 
 VLLM_RULES = (
     VllmRules("0.5-0.6.3 (V0)", (0, 5), "V0", False, False, False, False),
     VllmRules("0.6.4-0.6.6 (V0)", (0, 6, 4), "V0", True, False, False, False),
-    VllmRules("0.7 (V0)", (0, 7), "V0", False, True, False, False),
+    VllmRules("0.7 (V0)", (0, 7), "V0", False, True, False, False, mla_absorbed_weights=True, mla_align_bytes=256),
     VllmRules("0.8 (V1)", (0, 8), "V1", True, True, False, False),
     VllmRules("0.9-0.16 (V1)", (0, 9), "V1", False, True, True, True, True),
     VllmRules("0.17-0.19 (V1)", (0, 17), "V1", False, True, True, True, True, True, True),

@@ -460,12 +460,12 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
     if not need("KV cache", fields):
         return None
     bits = p.effective_kv_cache_precision.bits
-    replicate = "ceil"
+    replicate, align = "ceil", 1
     mla_width = arch.kv_lora_rank + arch.qk_rope_head_dim if mla else None
     sliding = arch.sliding_window
     if rt == "vllm":
         rules, _ = vllm_rules(p.runtime.version)
-        replicate = "floor"
+        replicate, align = "floor", rules.mla_align_bytes
         if arch.kv_layers is not None and arch.kv_layers < arch.layers:
             raise SizingError(f"cannot size workload {p.name!r} for vLLM: hybrid layout (only {arch.kv_layers} of "
                               f"{arch.layers} layers hold a KV cache, the rest keep recurrent state): vLLM's state "
@@ -484,7 +484,7 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
         notes.append(f"{rt}: sliding-window layers counted like full-attention ones")
         sliding = None
     layout = kv_layout(arch.layers, kv_heads or 1, hd or 0, bits, par.tensor, par.pipeline, sliding,
-                       arch.sliding_window_layers, arch.kv_layers, mla_width, replicate)  # fmt: skip
+                       arch.sliding_window_layers, arch.kv_layers, mla_width, replicate, align)  # fmt: skip
     if mla_width or sliding or arch.kv_layers is not None:
         notes.append(f"KV layout: {layout.description}")
     return layout
@@ -504,6 +504,25 @@ def _runtime_non_torch(p: WorkloadProfile, rt: str, c: OverheadConstants) -> tup
         total += c.vllm_recent_comm_bytes if recent and p.parallel.tensor > 1 else c.nccl_bytes
         what.append("NCCL/all-reduce buffers")
     return total, ", ".join(what) + " (counted by the runtime)"
+
+
+def _vllm_mla_absorbed_bytes(p: WorkloadProfile, rt: str | None, compute: Precision, wprec: Precision | None) -> int:
+    """vLLM 0.7's MLA matrix absorption (attention/backends/mla/utils.py:297-380, on by default): per layer and
+    rank, W_Q x W_UK (q_in x heads x kv_lora_rank), W_UV x W_O (heads x kv_lora_rank x hidden) and W_QR
+    (q_in x heads x qk_rope_head_dim), kept next to the loaded weights in the activation dtype (FP8 weights
+    are requantized to FP8); q_in is q_lora_rank, else hidden_size."""
+    a = p.architecture
+    if rt != "vllm" or not (a.kv_lora_rank and a.qk_rope_head_dim and a.heads and a.layers):
+        return 0
+    rules, _ = vllm_rules(p.runtime.version)
+    h = a.effective_hidden_size
+    if not rules.mla_absorbed_weights or h is None:
+        return 0
+    heads = _ceil_div(a.heads, p.parallel.tensor)
+    q_in = a.q_lora_rank or h
+    elements = q_in * heads * a.kv_lora_rank + heads * a.kv_lora_rank * h + q_in * heads * a.qk_rope_head_dim
+    per = 1 if wprec == Precision.FP8 else compute.bits // 8
+    return _ceil_div(a.layers, p.parallel.pipeline) * elements * per
 
 
 def _sampler_bytes_per_logit(p: WorkloadProfile, rt: str | None, c: OverheadConstants) -> int:
@@ -603,7 +622,13 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
             total, label = p.weight_bytes, label + ", as stored"
         if p.kind.is_adapter:
             label += ", frozen"
-        static.append(Component("weights", _ceil_div(total, split), label))
+        per_gpu = _ceil_div(total, split)
+        serving = p.runtime.name if p.kind == Kind.INFERENCE else None
+        absorbed = _vllm_mla_absorbed_bytes(p, serving, compute, wprec)
+        if absorbed:
+            per_gpu += absorbed
+            label += f", + {format_bytes(absorbed)} of MLA-absorbed matrices (vLLM 0.7)"
+        static.append(Component("weights", per_gpu, label))
 
     # training state
     tr = p.training

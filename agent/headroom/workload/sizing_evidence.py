@@ -36,6 +36,7 @@ LLMD_011 = "https://github.com/llm-d-incubation/llm-d-planner/blob/main/docs/emp
 LLMD_019 = "https://github.com/llm-d-incubation/llm-d-planner/tree/main/accuracy/results/v0.19.0/logs"
 LLMD_019_REPORT = "https://github.com/llm-d-incubation/llm-d-planner/blob/main/accuracy/accuracy_report.md"
 LMCACHE_1739 = "https://github.com/LMCache/LMCache/issues/1739"
+VLLM_13109 = "https://github.com/vllm-project/vllm/pull/13109"
 VLLM_15871 = "https://github.com/vllm-project/vllm/issues/15871"
 VLLM_13061 = "https://github.com/vllm-project/vllm/issues/13061"
 TGI_2744 = "https://github.com/huggingface/text-generation-inference/issues/2744"
@@ -77,6 +78,11 @@ CASES: tuple[Case, ...] = (
          flags={"gpu_memory_utilization": 0.98},
          note="memory from the printed 23.08 GiB / 0.98; V0 gathers the logits on rank 0 only, which samples "
               "256 x 152 064 logits and sets the block count for every rank"),
+    Case("deepseek-coder-v2-lite-awq-mla-v07", VLLM_13109, "model weights take 10.45GiB; non_torch_memory takes "
+         "0.16GiB; PyTorch activation peak memory takes 0.94GiB; ... # CUDA blocks: 116023 (lm_eval, description)",
+         "deepseek-coder-v2-lite-awq", "H100 80GB", 79.22, "vllm", "0.7.2", 163840, "blocks", 116023,
+         note="memory from the printed sum (71.30 GiB = 0.9 x 79.22); AWQ 4-bit MoE with MLA, latent KV; the "
+              "activation peak is the sampler's 256 x 102 400 logits x 39 B = 0.95 GiB"),
     # ---- vLLM 0.11 (V1), H100, block 128, prefix caching (llm-d's measurements, VLLM_LOGGING_LEVEL=DEBUG)
     Case("llama31-8b-h100-v011", LLMD_011, "Summary table: Llama-3.1-8B, KV Cache 51.38 GiB (weights 14.99, "
          "activation 4.76, non-torch 0.13)", "llama-3.1-8b", "H100 80GB", 79.18, "vllm", "0.11.0", 16000, "kv_gib",
