@@ -49,6 +49,7 @@ def test_the_classes_the_issue_names_have_evidence():
     assert any("fp8" in c.model or c.profile.get("precision") == "fp8" for c in checks)
     assert any(c.tensor >= 2 for c in checks)
     assert any("moe" in c.model for c in checks)
+    assert any("awq" in c.model for c in checks) and any("bnb" in c.model for c in checks)  # int4
     assert any(c.runtime == "sglang" for c in checks)
     assert any("deepseek" in c.model for c in ev.CASES if c.role == "kv step")  # MLA, KV step only
     assert len(ev.CASES) >= 12

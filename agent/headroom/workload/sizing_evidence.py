@@ -36,6 +36,7 @@ LLMD_011 = "https://github.com/llm-d-incubation/llm-d-planner/blob/main/docs/emp
 LLMD_019 = "https://github.com/llm-d-incubation/llm-d-planner/tree/main/accuracy/results/v0.19.0/logs"
 LLMD_019_REPORT = "https://github.com/llm-d-incubation/llm-d-planner/blob/main/accuracy/accuracy_report.md"
 LMCACHE_1739 = "https://github.com/LMCache/LMCache/issues/1739"
+VLLM_13882 = "https://github.com/vllm-project/vllm/issues/13882"
 VLLM_13109 = "https://github.com/vllm-project/vllm/pull/13109"
 VLLM_15871 = "https://github.com/vllm-project/vllm/issues/15871"
 VLLM_13061 = "https://github.com/vllm-project/vllm/issues/13061"
@@ -83,6 +84,12 @@ CASES: tuple[Case, ...] = (
          "deepseek-coder-v2-lite-awq", "H100 80GB", 79.22, "vllm", "0.7.2", 163840, "blocks", 116023,
          note="memory from the printed sum (71.30 GiB = 0.9 x 79.22); AWQ 4-bit MoE with MLA, latent KV; the "
               "activation peak is the sampler's 256 x 102 400 logits x 39 B = 0.95 GiB"),
+    Case("qwen25-7b-bnb-nf4-4060-v07", VLLM_13882, "model weights take 5.20GiB; non_torch_memory takes 0.03GiB; "
+         "PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB "
+         "(total_gpu_memory (8.00GiB) x gpu_memory_utilization (0.70))", "qwen2.5-7b-bnb-4bit", "RTX 4060", 8.00,
+         "vllm", "0.7.3", 4096, "kv_gib", -1.05, flags={"gpu_memory_utilization": 0.7}, tolerance=0.05,
+         note="bitsandbytes NF4 with double quantization (unsloth checkpoint); the card does not fit the model: "
+              "vLLM printed 0 blocks and a negative KV memory, headroom agrees (error relative to -1.05 GiB)"),
     # ---- vLLM 0.11 (V1), H100, block 128, prefix caching (llm-d's measurements, VLLM_LOGGING_LEVEL=DEBUG)
     Case("llama31-8b-h100-v011", LLMD_011, "Summary table: Llama-3.1-8B, KV Cache 51.38 GiB (weights 14.99, "
          "activation 4.76, non-torch 0.13)", "llama-3.1-8b", "H100 80GB", 79.18, "vllm", "0.11.0", 16000, "kv_gib",
