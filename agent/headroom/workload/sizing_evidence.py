@@ -88,7 +88,8 @@ CASES: tuple[Case, ...] = (
          "PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB "
          "(total_gpu_memory (8.00GiB) x gpu_memory_utilization (0.70))", "qwen2.5-7b-bnb-4bit", "RTX 4060", 8.00,
          "vllm", "0.7.3", 4096, "kv_gib", -1.05, flags={"gpu_memory_utilization": 0.7}, tolerance=0.05,
-         note="bitsandbytes NF4 with double quantization (unsloth checkpoint); the card does not fit the model: "
+         role="fit", note="vllm_non_torch_bytes comes from this log and it is one of sampler_bytes_per_logit's; "
+                          "bitsandbytes NF4 with double quantization (unsloth checkpoint); the card does not fit the model: "
               "vLLM printed 0 blocks and a negative KV memory, headroom agrees (error relative to -1.05 GiB)"),
     # ---- vLLM 0.11 (V1), H100, block 128, prefix caching (llm-d's measurements, VLLM_LOGGING_LEVEL=DEBUG)
     Case("llama31-8b-h100-v011", LLMD_011, "Summary table: Llama-3.1-8B, KV Cache 51.38 GiB (weights 14.99, "
