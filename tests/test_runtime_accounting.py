@@ -223,3 +223,16 @@ def test_vllm_0_7_aligns_mla_entries_and_keeps_the_absorbed_matrices():
     w08, kv08 = weights_and_kv("0.8.5")
     assert w07 - w08 == absorbed
     assert (kv07, kv08) == (27 * 1280, 27 * 576 * 2)
+
+
+def test_tgi_warmup_logits_at_tensor_parallel_add_the_local_shard():
+    """TensorParallelHead.forward: each rank computes its vocabulary shard, then all-gathers the whole logits."""
+    p = profile_from_dict({"name": "s", "kind": "inference", "params": "70B", "precision": "bf16", "context": 8192,
+                           "architecture": {**LLAMA31_8B, "layers": 80, "heads": 64, "hidden_size": 8192,
+                                            "intermediate_size": 28672},
+                           "parallel": {"tensor": 2}, "runtime": {"name": "tgi", "version": "2.4.0",
+                                                                  "max_num_batched_tokens": 10049}},
+                          attributable=False)  # fmt: skip
+    r = estimate(p, gpu_memory_bytes=80 * GIB, gpus=2).runtime_report
+    logits = 10049 * 128256 * 2
+    assert r["activation_bytes"] == logits + logits // 2

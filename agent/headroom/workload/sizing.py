@@ -537,9 +537,9 @@ def _tgi_warmup_logits_bytes(p: WorkloadProfile, tokens: int, vocab: int, c: Ove
     """TGI's warm-up prefill returns logprobs of every prompt token: the logits gathered over the vocabulary,
     the local shard (tensor parallel) and, in 1.x, the log-softmax's copy (docs/sizing.md "TGI")."""
     rules, _ = tgi_rules(p.runtime.version)
-    per = c.tgi_logit_bytes * (1 + (0 if rules.logits_in_place else 1)) + \
-        (_ceil_div(c.tgi_logit_bytes, p.parallel.tensor) if p.parallel.tensor > 1 else 0)
-    return tokens * vocab * per
+    logits = tokens * vocab * c.tgi_logit_bytes
+    shard = _ceil_div(logits, p.parallel.tensor) if p.parallel.tensor > 1 else 0
+    return logits * (1 if rules.logits_in_place else 2) + shard
 
 
 def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None, concurrency: int, context: int,
