@@ -153,6 +153,15 @@ CASES: tuple[Case, ...] = (
          "gemma-2-9b", "H100 80GB", 79.19, "vllm", "0.19.0", 8192, "blocks", 21110,
          flags={"gpu_memory_utilization": 0.95}, profile={"precision": "bf16", "compute_precision": "bf16"},
          tolerance=0.02),
+    Case("gemma2-27b-h100-v019", f"{LLMD_019}/google-gemma-2-27b-it--h100-80gb--tp1pp1dp1--8192.log",
+         "num_gpu_blocks is: 7335 (hybrid allocator, 23 + 23 layers; 50.72 GiB for weight, 3.66 GiB peak activation)",
+         "gemma-2-27b", "H100 80GB", 79.19, "vllm", "0.19.0", 8192, "blocks", 7335,
+         flags={"gpu_memory_utilization": 0.95}, profile={"precision": "bf16", "compute_precision": "bf16"},
+         tolerance=0.02),
+    Case("granite31-8b-h100-v019", f"{LLMD_019}/granite-3-1-8b--h100-80gb--tp1pp1dp1--8192.log",
+         "num_gpu_blocks is: 24027 (0.85 GiB peak activation: the forward pass beats 1 024 x 49 155 logits; "
+         "0.46 GiB non-torch)", "granite-3.1-8b", "H100 80GB", 79.19, "vllm", "0.19.0", 8192, "blocks", 24027,
+         flags={"gpu_memory_utilization": 0.95}, tolerance=0.02),
     # ---- KV step: the KV memory the runtime printed -> its blocks and tokens
     Case("qwen3-14b-kvstep", LMCACHE_1739, "Available KV cache memory: 6.51 GiB / GPU KV cache size: 42,656 tokens",
          "qwen3-14b", "not given", 0, "vllm", "0.11.0", 32768, "kv_tokens", 42656, available_gib=6.51,
