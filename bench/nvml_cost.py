@@ -1,56 +1,225 @@
-"""The NVML collector's own CPU per tick at the reference scale, the driver stand-in's time apart.
+"""The NVML collector's own CPU per tick at the reference scale, the simulated library's time apart, next to
+the collector as it was before issue 10 (the baseline), measured in the same run.
 
-``python -m bench.nvml_cost [TICKS]``: 8 simulated GPUs (every fourth an A100 with two MIG instances, as
-in the tick benchmark), the product's NvmlCollector over the real pynvml binding and the driver
-stand-in; each collect() is timed with thread CPU, and the stand-in's own CPU (its entry points, timed
-inside) is subtracted and reported apart. Median and p10/p90 over TICKS ticks (default 200), 50 ms apart.
+``python -m bench.nvml_cost [--ticks N] [--rounds R] [--gpus G] [--no-baseline]``: G simulated GPUs (default
+8; every fourth an A100 with two MIG instances, as in the tick benchmark, same scenario text for both), the
+product's ``NvmlCollector`` ticked TICKS times (default 200), 50 ms apart, with each ``collect()`` timed in
+thread CPU. The simulated library's own CPU is measured inside it and subtracted (reported apart):
+
+- now: the real ``pynvml`` binding over the driver stand-in (``headroom.simulation.nvml_driver``), whose
+  entry points time themselves (calls made by the collector's thread only);
+- baseline: the collector and module-level fake of commit ``BASELINE`` (the last one before issue 10),
+  extracted with ``git archive`` into a temporary directory; every method of the fake is wrapped to time
+  itself, so the baseline's figure is the collector alone (the fake also did what the binding now does).
+
+Each round runs the two in fresh child processes (baseline first, then now, alternating over R rounds,
+default 3), so both see the same machine load; the report gives each round's medians, the medians over
+all rounds and the ratio now / baseline. Without git or the repository's history the baseline is skipped
+and the report says so.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+from io import BytesIO
 from pathlib import Path
+from typing import Any
 
-from bench import fixtures
-from headroom.simulation import load_scenario
-from headroom.sources import SourceContext
-from headroom.sources.nvml import NvmlCollector
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = "1e68a15f85b9646579ae78bd219e99e61c066824"  # before issue 10: module-level fake, no binding underneath
+TICK_GAP = 0.05
+
+
+def _collector(scenario_path: Path) -> tuple[Any, Any, Any]:
+    """(collector, simulated library, scenario) for whichever headroom is on sys.path."""
+    from headroom.simulation import load_scenario
+    from headroom.sources import SourceContext
+    from headroom.sources.nvml import NvmlCollector
+
+    scenario = load_scenario(scenario_path)
+    collector = NvmlCollector(SourceContext(scenario=scenario, settings={"pcie_poll_interval": 5.0}))
+    return collector, scenario.nvml_library(), scenario
+
+
+class _TimedFake:
+    """The baseline: the old module-level fake with every nvml* method timing itself (this thread only)."""
+
+    def __init__(self, fake: Any) -> None:
+        import threading
+
+        self.cpu_seconds = 0.0
+        self.thread = threading.get_ident()
+        for name in dir(type(fake)):
+            if name.startswith("nvml"):
+                setattr(fake, name, self._wrap(getattr(fake, name)))
+
+    def _wrap(self, method: Any) -> Any:
+        import threading
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != self.thread:
+                return method(*args, **kwargs)
+            started = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.cpu_seconds += time.thread_time() - started
+
+        return timed
+
+
+def _ticks(collector: Any, library: Any, ticks: int) -> tuple[list[float], list[float]]:
+    for _ in range(5):
+        collector.collect()
+    own, inside = [], []
+    for _ in range(ticks):
+        s0, t0 = library.cpu_seconds, time.thread_time()
+        collector.collect()
+        spent, simulated = time.thread_time() - t0, library.cpu_seconds - s0
+        own.append(spent - simulated)
+        inside.append(simulated)
+        time.sleep(TICK_GAP)
+    return own, inside
 
 
 def measure(ticks: int = 200, gpus: int = 8) -> tuple[list[float], list[float]]:
-    """(collector + binding CPU per tick, stand-in CPU per tick), seconds."""
+    """This tree's collector in this process: (collector + binding CPU per tick, stand-in CPU per tick), s."""
+    import threading
+
+    from bench import fixtures
+
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "scenario.yaml"
         path.write_text(fixtures.scenario_yaml(gpus))
-        scenario = load_scenario(path)
-        lib = scenario.nvml_library()
-        collector = NvmlCollector(SourceContext(scenario=scenario, settings={"pcie_poll_interval": 5.0}))
+        collector, lib, _ = _collector(path)
         try:
-            for _ in range(5):
-                collector.collect()
-            lib.timing = True
-            own, inside = [], []
-            for _ in range(ticks):
-                s0, t0 = lib.cpu_seconds, time.thread_time()
-                collector.collect()
-                spent, standin = time.thread_time() - t0, lib.cpu_seconds - s0
-                own.append(spent - standin)
-                inside.append(standin)
-                time.sleep(0.05)
+            lib.timing, lib.timing_thread = True, threading.get_ident()
+            return _ticks(collector, lib, ticks)
         finally:
             collector.close()
-    return own, inside
+
+
+def _child(kind: str, scenario_path: Path, ticks: int) -> None:
+    """Run in a child process: print {"own": [...], "inside": [...], "calls": n} for one collector."""
+    import threading
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    collector, lib, _ = _collector(scenario_path)
+    if kind == "baseline":
+        library: Any = _TimedFake(collector.lib)
+    else:
+        library = lib
+        lib.timing, lib.timing_thread = True, threading.get_ident()
+    try:
+        own, inside = _ticks(collector, library, ticks)
+    finally:
+        collector.close()
+    print(json.dumps({"own": own, "inside": inside}))
+
+
+def _baseline_tree(into: Path) -> str | None:
+    """Extract the baseline's agent/ into ``into``; None when done, else why not."""
+    try:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", BASELINE, "agent"],
+                                 capture_output=True, check=False, timeout=60)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"git unavailable: {exc}"
+    if archive.returncode != 0:
+        return f"git archive {BASELINE[:10]} failed: {archive.stderr.decode(errors='replace').strip()}"
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
+    return None
+
+
+def _run_child(kind: str, agent: Path, scenario: Path, ticks: int) -> dict[str, list[float]]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(agent), str(ROOT)]))
+    done = subprocess.run([sys.executable, "-m", "bench.nvml_cost", "--child", kind, str(scenario), str(ticks)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, check=False, timeout=600)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def compare(ticks: int = 200, gpus: int = 8, rounds: int = 3, baseline: bool = True) -> dict[str, Any]:
+    """Rounds of (baseline, now) in child processes; per-tick seconds for each, and why a baseline is missing."""
+    from bench import fixtures
+
+    out: dict[str, Any] = {"now": [], "baseline": [], "baseline_missing": None, "gpus": gpus, "ticks": ticks}
+    with tempfile.TemporaryDirectory() as d:
+        scenario = Path(d) / "scenario.yaml"
+        scenario.write_text(fixtures.scenario_yaml(gpus))
+        old = Path(d) / "baseline"
+        if baseline:
+            out["baseline_missing"] = _baseline_tree(old)
+        else:
+            out["baseline_missing"] = "--no-baseline"
+        for _ in range(rounds):
+            if out["baseline_missing"] is None:
+                out["baseline"].append(_run_child("baseline", old / "agent", scenario, ticks))
+            out["now"].append(_run_child("now", ROOT / "agent", scenario, ticks))
+    return out
+
+
+def _ms(values: list[float]) -> float:
+    return statistics.median(values) * 1e3
 
 
 def _fmt(values: list[float]) -> str:
     ordered = sorted(values)
-    return (f"{statistics.median(values) * 1e3:.3f} ms (p10 {ordered[len(values) // 10] * 1e3:.3f}, "
+    return (f"{_ms(values):.3f} ms (p10 {ordered[len(values) // 10] * 1e3:.3f}, "
             f"p90 {ordered[len(values) * 9 // 10] * 1e3:.3f})")
 
 
+def report(result: dict[str, Any]) -> str:
+    gpus = result["gpus"]
+    lines = [f"NVML collector, {gpus} simulated GPUs, {result['ticks']} ticks per round, thread CPU per collect():"]
+    for kind in ("baseline", "now"):
+        runs = result[kind]
+        if not runs:
+            continue
+        label = f"baseline ({BASELINE[:7]}, module-level fake)" if kind == "baseline" else "now (real pynvml over the driver stand-in)"
+        lines.append(f"  {label}")
+        for i, run in enumerate(runs, 1):
+            lines.append(f"    round {i}: collector {_fmt(run['own'])}; simulated library {_fmt(run['inside'])}")
+        own = [v for run in runs for v in run["own"]]
+        inside = [v for run in runs for v in run["inside"]]
+        lines.append(f"    all rounds: collector {_ms(own):.3f} ms ({_ms(own) / gpus * 1e3:.1f} us per GPU); "
+                     f"simulated library {_ms(inside):.3f} ms")
+    if result["baseline"]:
+        now = _ms([v for run in result["now"] for v in run["own"]])
+        old = _ms([v for run in result["baseline"] for v in run["own"]])
+        per_round = [_ms(n["own"]) / _ms(b["own"]) for n, b in zip(result["now"], result["baseline"], strict=True)]
+        lines.append(f"  ratio now / baseline: {now / old:.3f} (rounds: {', '.join(f'{r:.3f}' for r in per_round)}); "
+                     f"allowed: 1.10")
+    else:
+        lines.append(f"  no baseline: {result['baseline_missing']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        _child(argv[1], Path(argv[2]), int(argv[3]))
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m bench.nvml_cost", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ticks", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--no-baseline", action="store_true", help="only this tree's collector")
+    args = parser.parse_args(argv)
+    print(report(compare(args.ticks, args.gpus, args.rounds, baseline=not args.no_baseline)))
+    return 0
+
+
 if __name__ == "__main__":
-    own, inside = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 200)
-    print(f"collector + binding: {_fmt(own)}; driver stand-in: {_fmt(inside)}")
+    sys.exit(main())

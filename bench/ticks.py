@@ -14,6 +14,7 @@ import cProfile
 import gzip
 import io
 import pstats
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -183,7 +184,7 @@ def _collectors_directly(config: Config, scenario_path: Path, gpus: int, window:
         cpu: dict[str, list[float]] = {c.name: [] for c in collectors}
         standin: list[float] = []
         if lib is not None:
-            lib.timing = True
+            lib.timing, lib.timing_thread = True, threading.get_ident()  # this thread's calls only
         for _ in range(ticks):
             for c in collectors:
                 s0 = lib.cpu_seconds if lib is not None else 0.0

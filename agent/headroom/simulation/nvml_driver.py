@@ -319,8 +319,10 @@ class NvmlDriver:
         self.callers: dict[str, set[str]] = {}
         self.errors: list[BaseException] = []
         # benchmarks: set ``timing`` to add each entry point's thread CPU (inside the stand-in) to cpu_seconds,
-        # so the collector's own cost can be told apart from the stand-in's (bench/ticks.py)
+        # so the collector's own cost can be told apart from the stand-in's (bench/ticks.py); with
+        # ``timing_thread`` set, only that thread's calls count (not the XID watcher's waits ending mid-tick)
         self.timing = False
+        self.timing_thread: int | None = None
         self.cpu_seconds = 0.0
         self._gpus = scenario.gpus
         self._lock = threading.Lock()
@@ -412,7 +414,8 @@ class NvmlDriver:
     # ----------------------------------------------------------------------------------- plumbing
     def _thunk(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
         def entry(*args: Any) -> int:
-            started = time.thread_time() if self.timing else None
+            timed = self.timing and (self.timing_thread is None or self.timing_thread == threading.get_ident())
+            started = time.thread_time() if timed else None
             try:
                 impl(*args)
             except _Return as r:
