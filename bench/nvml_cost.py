@@ -107,14 +107,34 @@ def measure(ticks: int = 200, gpus: int = 8) -> tuple[list[float], list[float]]:
             collector.close()
 
 
-def _child(kind: str, scenario_path: Path, ticks: int) -> None:
-    """Run in a child process: print {"own": [...], "inside": [...], "calls": n} for one collector."""
+def _old_collector_over_binding(scenario_path: Path, old_agent: Path) -> tuple[Any, Any]:
+    """The baseline's collector on the real binding over this tree's driver stand-in: the stand-in is built
+    and installed as the binding's library first, then ``headroom`` is swapped for the baseline's."""
+    from headroom.simulation import load_scenario
+
+    lib = load_scenario(scenario_path).nvml_library().install()
+    for name in [n for n in sys.modules if n == "headroom" or n.startswith("headroom.")]:
+        del sys.modules[name]
+    sys.path.insert(0, str(old_agent))
+    from headroom.sources import SourceContext
+    from headroom.sources.nvml import NvmlCollector
+
+    collector = NvmlCollector(SourceContext(scenario=None, settings={"pcie_poll_interval": 5.0}))
+    collector.lib = sys.modules["pynvml"]
+    return collector, lib
+
+
+def _child(kind: str, scenario_path: Path, ticks: int, old_agent: Path | None = None) -> None:
+    """Run in a child process: print {"own": [...], "inside": [...]} for one collector."""
     import threading
 
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
-    collector, lib, _ = _collector(scenario_path)
+    if kind == "baseline_binding" and old_agent is not None:
+        collector, lib = _old_collector_over_binding(scenario_path, old_agent)
+    else:
+        collector, lib, _ = _collector(scenario_path)
     if kind == "baseline":
         library: Any = _TimedFake(collector.lib)
     else:
@@ -141,9 +161,10 @@ def _baseline_tree(into: Path) -> str | None:
     return None
 
 
-def _run_child(kind: str, agent: Path, scenario: Path, ticks: int) -> dict[str, list[float]]:
+def _run_child(kind: str, agent: Path, scenario: Path, ticks: int, old_agent: Path | None = None) -> dict[str, list[float]]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(agent), str(ROOT)]))
-    done = subprocess.run([sys.executable, "-m", "bench.nvml_cost", "--child", kind, str(scenario), str(ticks)],
+    extra = [str(old_agent)] if old_agent is not None else []
+    done = subprocess.run([sys.executable, "-m", "bench.nvml_cost", "--child", kind, str(scenario), str(ticks), *extra],
                           capture_output=True, text=True, env=env, cwd=ROOT, check=False, timeout=600)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"{kind} child failed:\n{done.stderr[-3000:]}")
@@ -154,7 +175,8 @@ def compare(ticks: int = 200, gpus: int = 8, rounds: int = 3, baseline: bool = T
     """Rounds of (baseline, now) in child processes; per-tick seconds for each, and why a baseline is missing."""
     from bench import fixtures
 
-    out: dict[str, Any] = {"now": [], "baseline": [], "baseline_missing": None, "gpus": gpus, "ticks": ticks}
+    out: dict[str, Any] = {"now": [], "baseline": [], "baseline_binding": [], "baseline_missing": None, "gpus": gpus,
+                           "ticks": ticks}
     with tempfile.TemporaryDirectory() as d:
         scenario = Path(d) / "scenario.yaml"
         scenario.write_text(fixtures.scenario_yaml(gpus))
@@ -166,6 +188,7 @@ def compare(ticks: int = 200, gpus: int = 8, rounds: int = 3, baseline: bool = T
         for _ in range(rounds):
             if out["baseline_missing"] is None:
                 out["baseline"].append(_run_child("baseline", old / "agent", scenario, ticks))
+                out["baseline_binding"].append(_run_child("baseline_binding", ROOT / "agent", scenario, ticks, old / "agent"))
             out["now"].append(_run_child("now", ROOT / "agent", scenario, ticks))
     return out
 
@@ -183,11 +206,15 @@ def _fmt(values: list[float]) -> str:
 def report(result: dict[str, Any]) -> str:
     gpus = result["gpus"]
     lines = [f"NVML collector, {gpus} simulated GPUs, {result['ticks']} ticks per round, thread CPU per collect():"]
-    for kind in ("baseline", "now"):
+    labels = {
+        "baseline": f"baseline: the collector of {BASELINE[:7]} over its module-level fake (the fake timed apart)",
+        "baseline_binding": f"baseline over the binding: the collector of {BASELINE[:7]} on the real pynvml over this tree's stand-in",
+        "now": "now: this tree's collector on the real pynvml over the driver stand-in",
+    }
+    for kind, label in labels.items():
         runs = result[kind]
         if not runs:
             continue
-        label = f"baseline ({BASELINE[:7]}, module-level fake)" if kind == "baseline" else "now (real pynvml over the driver stand-in)"
         lines.append(f"  {label}")
         for i, run in enumerate(runs, 1):
             lines.append(f"    round {i}: collector {_fmt(run['own'])}; simulated library {_fmt(run['inside'])}")
@@ -197,10 +224,11 @@ def report(result: dict[str, Any]) -> str:
                      f"simulated library {_ms(inside):.3f} ms")
     if result["baseline"]:
         now = _ms([v for run in result["now"] for v in run["own"]])
-        old = _ms([v for run in result["baseline"] for v in run["own"]])
-        per_round = [_ms(n["own"]) / _ms(b["own"]) for n, b in zip(result["now"], result["baseline"], strict=True)]
-        lines.append(f"  ratio now / baseline: {now / old:.3f} (rounds: {', '.join(f'{r:.3f}' for r in per_round)}); "
-                     f"allowed: 1.10")
+        for kind in ("baseline", "baseline_binding"):
+            old = _ms([v for run in result[kind] for v in run["own"]])
+            per_round = [_ms(n["own"]) / _ms(b["own"]) for n, b in zip(result["now"], result[kind], strict=True)]
+            lines.append(f"  ratio now / {kind}: {now / old:.3f} (rounds: {', '.join(f'{r:.3f}' for r in per_round)}); "
+                         f"allowed: 1.10")
     else:
         lines.append(f"  no baseline: {result['baseline_missing']}")
     return "\n".join(lines)
@@ -209,7 +237,7 @@ def report(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
-        _child(argv[1], Path(argv[2]), int(argv[3]))
+        _child(argv[1], Path(argv[2]), int(argv[3]), Path(argv[4]) if len(argv) > 4 else None)
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.nvml_cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ticks", type=int, default=200)

@@ -118,3 +118,30 @@ def test_the_farm_starts_named_processes_and_kills_them_all():
     for pid in pids:
         with pytest.raises(FileNotFoundError):
             open(f"/proc/{pid}/cmdline", "rb").read()
+
+
+def test_the_gpu_section_counts_every_nvml_call_the_collector_makes_per_tick():
+    """bench.gpu counts calls by wrapping the collector's library; the per-tick field read goes through the
+    binding's function lookup, and is counted there (here over the driver stand-in, which counts too)."""
+    from bench.gpu import _CountingLibrary
+    from headroom.sources import SourceContext
+    from headroom.sources.nvml import NvmlCollector
+
+    scenario = parse_scenario(fixtures.scenario_yaml(2))
+    lib = scenario.nvml_library()
+    collector = NvmlCollector(SourceContext(scenario=scenario, settings={"pcie_poll_interval": 60.0}))
+    import pynvml  # noqa: TID251 (what bench.gpu wraps)
+
+    counting = _CountingLibrary(pynvml)
+    collector.lib = counting
+    try:
+        collector.collect()
+        counting.calls.clear()
+        before = sum(n for (name, _), n in lib.calls.items() if name == "nvmlDeviceGetFieldValues")
+        for _ in range(3):
+            collector.collect()
+        after = sum(n for (name, _), n in lib.calls.items() if name == "nvmlDeviceGetFieldValues")
+    finally:
+        collector.close()
+    assert counting.calls["nvmlDeviceGetFieldValues"] == after - before == 3 * 2
+    assert counting.calls["nvmlDeviceGetPowerUsage"] == 3 * 2
