@@ -146,6 +146,8 @@ _FIELDS = (
 # nvmlFieldValue_t: the union member that holds each nvmlValueType_t (nvml.h; UNSIGNED_SHORT is 6 even where
 # the binding lacks the constant)
 VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+# each member's C type (nvml.h), as a struct format: for a member an older binding's union lacks (usVal)
+_VALUE_FORMAT = {"dVal": "d", "uiVal": "I", "ulVal": "L", "ullVal": "Q", "sllVal": "q", "siVal": "i", "usVal": "H"}
 _NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
 _PSTATE_UNKNOWN = 32
 _XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
@@ -224,7 +226,7 @@ def _decode_fields(values: Any) -> list[tuple[int, Any]]:
     for fv in values:
         ret = _raw(fv, "nvmlReturn")
         member = VALUE_MEMBER.get(_raw(fv, "valueType")) if ret == _SUCCESS else None
-        out.append((ret, getattr(_raw(fv, "value"), member) if member else None))
+        out.append((ret, getattr(_raw(fv, "value"), member, None) if member else None))
     return out
 
 
@@ -246,7 +248,8 @@ class _FieldDecoder:
             self.ret = struct.Struct("@" + types["nvmlReturn"]._type_), entry.nvmlReturn.offset
             self.type = struct.Struct("@" + types["valueType"]._type_), entry.valueType.offset
             self.value_offset = entry.value.offset
-            self.formats = {vt: struct.Struct("@" + members[m]._type_) for vt, m in VALUE_MEMBER.items() if m in members}
+            self.formats = {vt: struct.Struct("@" + (members[m]._type_ if m in members else _VALUE_FORMAT[m]))
+                            for vt, m in VALUE_MEMBER.items()}
         except (KeyError, AttributeError, TypeError, struct.error):
             return
         self.ready = True
