@@ -130,6 +130,7 @@ FI_NVLINK_TX, FI_NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/R
 # GPM metrics (nvml.h NVML_GPM_METRIC_*, percentages) -> GpuSample field
 _GPM_METRICS = ((2, "sm_active_ratio"), (3, "sm_occupancy_ratio"), (5, "tensor_active_ratio"), (10, "dram_active_ratio"))
 _GPM_METRICS_GET_VERSION = _GPM_SUPPORT_VERSION = 1
+_BINDING_HAS_GPM = hasattr(pynvml, "c_nvmlGpmMetricsGet_t")
 _NVLINK_REFRESH = 30.0  # seconds between NVLink link-state re-reads
 _FIELDS = (
     FI_MEMORY_TEMP,
@@ -143,6 +144,7 @@ _FIELDS = (
     FI_PCIE_COUNT_TX_BYTES,
     FI_PCIE_COUNT_RX_BYTES,
 )
+_FIELD_KEYS = tuple((f, 0) for f in _FIELDS)
 # nvmlFieldValue_t: the union member that holds each nvmlValueType_t (nvml.h; UNSIGNED_SHORT is 6 even where
 # the binding lacks the constant)
 VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
@@ -277,6 +279,17 @@ def _kib(value: int | None) -> int | None:
 def _memory_of(process: Any) -> int | None:
     used = getattr(process, "usedGpuMemory", None)
     return None if used is None or used == _NOT_AVAILABLE else int(used)
+
+
+def _unchanged(last: tuple[samples.GpuProcess, ...] | None, rows: Sequence[tuple[int, int | None, float | None]]) -> tuple[samples.GpuProcess, ...] | None:
+    """``last`` when it holds exactly ``rows`` (pid, used memory, SM utilization) in order, else None: an
+    unchanged process list is the same (immutable) tuple as last tick's, built once and shared."""
+    if last is None or len(last) != len(rows):
+        return None
+    for p, (pid, used, ratio) in zip(last, rows, strict=True):
+        if p.pid != pid or p.used_memory_bytes != used or p.sm_utilization_ratio != ratio:
+            return None
+    return last
 
 
 def _text(value: Any) -> str:
@@ -873,7 +886,7 @@ class NvmlCollector(Collector):
                     raise _GpuDown(f"nvmlDeviceGetFieldValues: {describe(pynvml.NVMLError(ret))}")
             if failed:
                 gpu.fields_plan = None  # re-plan without the unsupported fields
-        return [got.get((f, 0)) for f in _FIELDS], got
+        return [got.get(k) for k in _FIELD_KEYS], got
 
     def _fields_plan(self, gpu: _Gpu, links: tuple[int, ...]) -> tuple[Any, ...]:
         """(wanted pairs, links, re-probe times of the fields left out, their array) for _fields."""
@@ -955,13 +968,14 @@ class NvmlCollector(Collector):
             merged = {p.pid: p for m in mig for p in m.processes}
             return tuple(merged.values()), (None if not mig else False)
         sm = self._process_utilization(gpu) if procs else None
-        out = []
+        rows = []
         for p in procs:
             pid = int(p.pid)
             # a process on the GPU without a sample ran no kernel since the last read: 0, where sampling works
-            ratio = None if sm is None else sm.get(pid, 0.0)
-            out.append(samples.GpuProcess(pid=pid, used_memory_bytes=_memory_of(p), sm_utilization_ratio=ratio))
-        result = tuple(out)
+            rows.append((pid, _memory_of(p), None if sm is None else sm.get(pid, 0.0)))
+        result = _unchanged(gpu.cache.get("processes_last"), rows)
+        if result is None:
+            result = tuple(samples.GpuProcess(pid=pid, used_memory_bytes=used, sm_utilization_ratio=ratio) for pid, used, ratio in rows)
         gpu.cache["processes_last"] = result
         return result, False
 
@@ -1029,7 +1043,10 @@ class NvmlCollector(Collector):
             if failed:
                 processes = gpu.cache.get(key, ())
             else:
-                processes = tuple(samples.GpuProcess(pid=int(p.pid), used_memory_bytes=_memory_of(p)) for p in procs or ())
+                rows = [(int(p.pid), _memory_of(p), None) for p in procs or ()]
+                processes = _unchanged(gpu.cache.get(key), rows)
+                if processes is None:
+                    processes = tuple(samples.GpuProcess(pid=pid, used_memory_bytes=used) for pid, used, _ in rows)
                 gpu.cache[key] = processes
             out.append(samples.MigInstance(
                 gpu_instance_id=m.gpu_instance_id,
@@ -1097,7 +1114,7 @@ class NvmlCollector(Collector):
         """GPM ratios averaged over the last tick (Hopper and later): one nvmlGpmSampleGet (a non-blocking
         snapshot) and one nvmlGpmMetricsGet per tick, between this tick's sample and the last one. {} where
         the GPU or the binding has no GPM, and on the first tick."""
-        if not hasattr(pynvml, "c_nvmlGpmMetricsGet_t"):
+        if not _BINDING_HAS_GPM:
             return {}
         state = gpu.cache.get("gpm")
         if state is None:
