@@ -16,6 +16,7 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
+from headroom.exposition.catalog import BY_NAME
 from headroom.samples import GpuSample, NvmlSample
 from headroom.simulation import ManualClock, Scenario, load_scenario, parse_scenario
 from headroom.simulation.nvml_driver import NvmlDriver
@@ -575,6 +576,7 @@ def test_a_changed_power_limit_shows_within_the_refresh_period(make):
     seen = [rig.tick().gpus[0].power_limit_watts for _ in range(int(nvml._LIMIT_REFRESH))]
     assert seen[-1] == 250 and rig.tick().gpus[1].power_limit_watts == 400
     assert rig.lib.calls[("nvmlDeviceGetEnforcedPowerLimit", 0)] - reads <= 2  # once per refresh, not per tick
+    assert f"every {nvml._LIMIT_REFRESH:g} s" in BY_NAME["headroom_gpu_power_limit_watts"].help  # HELP says so
 
 
 def test_a_power_limit_that_turns_unsupported_goes_absent_and_a_failed_re_read_keeps_it(make):
