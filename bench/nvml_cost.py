@@ -140,11 +140,60 @@ def _child(kind: str, scenario_path: Path, ticks: int, old_agent: Path | None = 
     else:
         library = lib
         lib.timing, lib.timing_thread = True, threading.get_ident()
+    tick_calls = None
+    if kind != "baseline":
+        for _ in range(5):  # start-up (nvmlInit, identity, layouts) before counting
+            collector.collect()
+        tick_calls = _TickCalls(lib)
     try:
         own, inside = _ticks(collector, library, ticks)
     finally:
         collector.close()
-    print(json.dumps({"own": own, "inside": inside}))
+    out: dict[str, Any] = {"own": own, "inside": inside}
+    if tick_calls is not None:
+        out["entry_calls_per_tick"] = tick_calls.per_tick(ticks + 5)
+        out["plumbing_per_call"] = _plumbing_per_call(lib)
+    print(json.dumps(out))
+
+
+class _TickCalls:
+    """Entry-point calls the ticks make (the helper threads' PCIe samples and event waits left out)."""
+
+    SKIP = ("nvmlDeviceGetPcieThroughput", "nvmlEventSetWait_v2")
+
+    def __init__(self, lib: Any) -> None:
+        self.lib = lib
+        self.before = self._count()
+
+    def _count(self) -> int:
+        return sum(n for (name, _), n in list(self.lib.calls.items()) if name not in self.SKIP)
+
+    def per_tick(self, ticks: int) -> float:
+        return (self._count() - self.before) / ticks
+
+
+def _plumbing_per_call(lib: Any, n: int = 20000) -> float:
+    """Seconds per entry-point call that the collector's figure carries but a real libnvidia-ml would not:
+    the ctypes callback into Python and the stand-in's bookkeeping outside its own timer (a call into the
+    stand-in, less its timed inside, less a call of the same shape into a real C function)."""
+    import ctypes
+
+    out = ctypes.c_uint()
+    entry, ref = lib.nvmlDeviceGetCount_v2, ctypes.byref(out)
+    libc = ctypes.CDLL(None)
+    c_function = libc.labs
+    c_function.argtypes, c_function.restype = [ctypes.c_void_p], ctypes.c_long
+    best = float("inf")
+    for _ in range(5):
+        s0, t0 = lib.cpu_seconds, time.thread_time()
+        for _ in range(n):
+            entry(ref)
+        through_standin = time.thread_time() - t0 - (lib.cpu_seconds - s0)
+        t0 = time.thread_time()
+        for _ in range(n):
+            c_function(ref)
+        best = min(best, (through_standin - (time.thread_time() - t0)) / n)
+    return max(0.0, best)
 
 
 def _baseline_tree(into: Path) -> str | None:
@@ -222,6 +271,12 @@ def report(result: dict[str, Any]) -> str:
         inside = [v for run in runs for v in run["inside"]]
         lines.append(f"    all rounds: collector {_ms(own):.3f} ms ({_ms(own) / gpus * 1e3:.1f} us per GPU); "
                      f"simulated library {_ms(inside):.3f} ms")
+        if runs[0].get("entry_calls_per_tick"):
+            calls = statistics.median(run["entry_calls_per_tick"] for run in runs)
+            plumbing = statistics.median(run["plumbing_per_call"] for run in runs)
+            lines.append(f"    stand-in entry-point calls per tick: {calls:.1f}; ctypes callback plumbing counted in the "
+                         f"collector's figure (a real library has none): {plumbing * 1e6:.2f} us per call, "
+                         f"{calls * plumbing * 1e3:.3f} ms per tick")
     if result["baseline"]:
         now = _ms([v for run in result["now"] for v in run["own"]])
         for kind in ("baseline", "baseline_binding"):

@@ -414,9 +414,10 @@ class NvmlDriver:
 
     # ----------------------------------------------------------------------------------- plumbing
     def _thunk(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
+        clock = time.thread_time
+
         def entry(*args: Any) -> int:
-            timed = self.timing and (self.timing_thread is None or self.timing_thread == threading.get_ident())
-            started = time.thread_time() if timed else None
+            started = clock()  # first: the stand-in's own bookkeeping below is inside its timed CPU
             try:
                 impl(*args)
             except _Return as r:
@@ -425,8 +426,8 @@ class NvmlDriver:
                 self.errors.append(exc)
                 return _E["UNKNOWN"]
             finally:
-                if started is not None:
-                    self.cpu_seconds += time.thread_time() - started
+                if self.timing and (self.timing_thread is None or self.timing_thread == threading.get_ident()):
+                    self.cpu_seconds += clock() - started
             return SUCCESS
 
         entry.__name__ = name
