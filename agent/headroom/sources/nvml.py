@@ -13,8 +13,9 @@ One read of each quantity per GPU per tick, through ``_Gpu.query`` which maps er
 - anything else (TIMEOUT, NO_DATA, ...): the field is None this tick and retried next tick.
 
 Identity, max clocks, PCIe max link, the supported clock-event mask and the MIG layout are cached;
-NVLink link count, state and version are re-read every 30 s. Per tick and GPU: one field-values call
-(health counters, energy, PCIe byte counters, NVLink data counters per active link), and where the GPU
+NVLink link count, state and version are re-read every 30 s, the enforced power limit every 10 s. Per
+tick and GPU: one field-values call (health counters, energy, PCIe byte counters, NVLink data counters
+per active link) into an array prepared once and decoded in one pass, and where the GPU
 has GPM one nvmlGpmSampleGet plus one nvmlGpmMetricsGet (SM activity, occupancy, tensor and DRAM
 activity between this tick's sample and the last). Slow or blocking calls stay off the tick: for GPUs
 without PCIe byte counters a daemon thread polls nvmlDeviceGetPcieThroughput (~20 ms each)
