@@ -3,10 +3,11 @@
 Each rule below is a small function of the signals (signals.py) returning (score, evidence). A score
 says how sure the rule is that this resource limits the work now. Rules that explain an under-used GPU
 (cpu, shared_memory, disk_io, host_memory, network) multiply a *starvation* term (the GPU is less busy
-than it could be) by the corroborating signal, so low GPU use alone never names a culprit, and a GPU idle for
-lack of work (below demand_busy) is `none` whatever the host does. A host-wide signal counts for a workload in
-proportion to its own use of that resource; ties between scores go to the cause, then to direct evidence. docs/analysis.md documents
-every rule, threshold, source and blind spot; thresholds come from config.yaml (analysis.thresholds).
+than it could be) by the corroborating signal, so low GPU use alone never names a culprit, and a GPU idle
+for lack of work (below demand_busy) is `none` whatever the host does. A host-wide signal counts for a
+workload in proportion to its own use of that resource; ties between scores go to the cause, then to direct
+evidence. docs/analysis.md documents every rule, threshold, source and blind spot; thresholds come from
+config.yaml (analysis.thresholds).
 """
 
 from __future__ import annotations
