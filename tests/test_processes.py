@@ -175,6 +175,34 @@ def test_each_members_own_cpu_seconds_are_reported_beside_the_sum(tree: Path):
     assert second.process_cpu_seconds[1001] == first.process_cpu_seconds[1001]
 
 
+def test_a_hot_main_process_gets_its_threads_read_a_calm_one_does_not(tree: Path):
+    """Per-thread saturation where cheap: the main process's /proc/PID/task/TID/stat are read only on a tick where
+    it ran at HOT_CORES or more since the previous one (a few dozen reads then, none on a calm tick)."""
+    from headroom.simulation import ManualClock
+
+    task = tree / "1000" / "task"
+    for tid, utime in ((1000, 30_000), (1010, 5_000)):  # the GIL thread and a helper, in clock ticks
+        (task / str(tid)).mkdir(parents=True)
+        (task / str(tid) / "stat").write_text(
+            f"{tid} (python3) R 1 1000 1000 0 -1 4194560 10 0 0 0 {utime} 100 0 0 20 0 1 0 "
+            "900000 1000000 10 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n")
+    clock = ManualClock(10.0)
+    c = ProcessesCollector(SourceContext(paths=Paths(procfs=tree, sysfs=SYS, rootfs=Path("/")),
+                                         workloads=(profile("trainer", cmdline=r"train\.py"),), monotonic=clock))
+    assert dict(c.collect().workloads[0].main_thread_cpu_seconds) == {}  # no previous tick: no rate yet
+
+    def advance(seconds: float, cpu_ticks: int) -> dict:
+        stat = tree / "1000" / "stat"
+        fields = stat.read_text().split(" ")
+        fields[13] = str(int(fields[13]) + cpu_ticks)
+        stat.write_text(" ".join(fields))
+        clock.advance(seconds)
+        return dict(c.collect().workloads[0].main_thread_cpu_seconds)
+
+    assert advance(1.0, 50) == {}  # 0.5 cores: calm, its threads are not read
+    assert advance(1.0, 95) == {1000: 301.0, 1010: 51.0}  # 0.95 cores: hot, each thread's utime + stime
+
+
 def test_a_simulations_real_stand_ins_have_unknown_io_a_simulated_proc_has_its_own():
     """Stand-ins that are real processes of this machine burn real CPU but perform none of the I/O they model:
     their /proc/PID/io must not say 'reads nothing' (that would rule their disk out), so it is None; a

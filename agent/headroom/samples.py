@@ -188,6 +188,9 @@ class WorkloadProcesses:
     # member pid -> its own user+system CPU seconds (since it started): per-process saturation (one process
     # pinned at one core while the workload's total looks modest: a DataLoader with 0 workers, a decoder)
     process_cpu_seconds: Mapping[int, float] = field(default_factory=lambda: EMPTY)
+    # tid -> CPU seconds of each thread of the main process, on ticks where it ran at 0.8 cores or more (its threads
+    # are read only then): one saturated thread (the GIL) or the work spread over several
+    main_thread_cpu_seconds: Mapping[int, float] = field(default_factory=lambda: EMPTY)
 
     @property
     def processes(self) -> int:

@@ -284,11 +284,18 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
     # process counts, the one that feeds the GPU
     critical = w is not None and (not w.dataloader_workers or w.busiest_is_main)
     if critical and w.busiest_process_cores is not None and w.busiest_process_cores >= t["cpu_saturation_low"]:
-        single = ramp(w.busiest_process_cores, t["cpu_saturation_low"], t["cpu_saturation_high"])
-        own = max(own, single)
         which = "its main process" if w.busiest_is_main else "its busiest process"
-        parts.append(f"{which} (pid {w.busiest_process_pid}) used {w.busiest_process_cores:.2f} cores: one core "
-                     "saturated (a single thread: data loading in the main process, a decoder, a tokenizer)")
+        used = f"{which} (pid {w.busiest_process_pid}) used {w.busiest_process_cores:.2f} cores"
+        if w.busiest_is_main and w.main_thread_cores is not None:  # its threads were read: the busiest decides
+            single = ramp(w.main_thread_cores, t["cpu_saturation_low"], t["cpu_saturation_high"])
+            used += f", its busiest thread (tid {w.main_thread_tid}) {w.main_thread_cores:.2f}"
+            parts.append(used + (": one thread saturated (data loading in the main process, a decoder, a tokenizer)"
+                                 if single > 0 else ": spread over its threads, none saturated"))
+        else:
+            single = ramp(w.busiest_process_cores, t["cpu_saturation_low"], t["cpu_saturation_high"])
+            parts.append(used + ": one core saturated (a single thread: data loading in the main process, a "
+                                "decoder, a tokenizer)")
+        own = max(own, single)
     cgroup_psi = w.cgroup_pressure.get("cpu") if w is not None else None
     if cgroup_psi is not None:
         own = max(own, ramp(cgroup_psi, t["psi_cpu_low"], t["psi_cpu_high"]))

@@ -311,6 +311,8 @@ class WorkloadSignals:
     busiest_process_cores: float | None = None  # the CPU seconds per second of its busiest process
     busiest_process_pid: int | None = None
     busiest_is_main: bool = False  # the busiest process is the workload's main process (the trainer, the server)
+    main_thread_cores: float | None = None  # the busiest thread of the main process, where its threads were read
+    main_thread_tid: int | None = None
     cgroup_pressure: Mapping[str, float] = field(default_factory=dict)  # its cgroup's PSI some avg10: cpu/memory/io
 
 
@@ -334,20 +336,21 @@ def _io_total(w: Any) -> float | None:
     return None
 
 
-def _busiest_process(entries: Sequence[tuple[float, Any]]) -> tuple[float, int] | None:
+def _busiest_process(entries: Sequence[tuple[float, Any]], field_name: str = "process_cpu_seconds"
+                     ) -> tuple[float, int] | None:
     """(cores, pid) of the workload's process with the highest CPU rate over the span: one process pinned at a
     core is a saturated thread (Python's GIL, a single-threaded decoder) whatever the workload's sum says.
     Each member's rate is its counter's growth from the oldest sample that has it to the newest (a counter
     that went down is a reused pid: left out), so the cost is per member, not per member and sample."""
     if len(entries) < 2:
         return None
-    newest_t, newest = entries[-1][0], getattr(entries[-1][1], "process_cpu_seconds", None) or {}
+    newest_t, newest = entries[-1][0], getattr(entries[-1][1], field_name, None) or {}
     todo = dict(newest)
     best = None
     for t, e in entries[:-1]:
         if not todo:
             break
-        seen = getattr(e, "process_cpu_seconds", None) or {}
+        seen = getattr(e, field_name, None) or {}
         for pid in [p for p in todo if p in seen]:
             now = todo.pop(pid)
             if newest_t > t and now >= seen[pid]:
@@ -365,6 +368,9 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
     cores = _rate_of((t, _cpu_total(e)) for t, e in entries)
     newest = entries[-1][1] if entries and entries[-1][0] == span[-1].monotonic else None
     busiest = _busiest_process(entries)
+    # the main process's threads are read only on its hot ticks: their rate between the first and last of those
+    hot = [(t, e) for t, e in entries if getattr(e, "main_thread_cpu_seconds", None)]
+    thread = _busiest_process(hot, "main_thread_cpu_seconds") if len(hot) >= 2 else None
     cgroup = getattr(newest, "cgroup", None)
     quota = getattr(status, "cpu_quota_cores", None) if status is not None else None
     allowed = quota if quota else (float(logical_cpus) if logical_cpus else None)
@@ -379,5 +385,7 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
         busiest_process_cores=busiest[0] if busiest else None,
         busiest_process_pid=busiest[1] if busiest else None,
         busiest_is_main=bool(busiest) and busiest[1] == getattr(newest, "main_pid", None),
+        main_thread_cores=thread[0] if thread else None,
+        main_thread_tid=thread[1] if thread else None,
         cgroup_pressure=dict(getattr(cgroup, "pressure_some_avg10", None) or {}),
     )

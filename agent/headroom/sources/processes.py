@@ -24,7 +24,8 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
   discovery is not missed;
 - per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
   time that detects pid reuse; each member's own CPU seconds are reported beside the workload's sum, for
-  per-process saturation) and /proc/PID/io (skipped for good once denied; not read for a simulation's
+  per-process saturation; and, while a main process runs at HOT_CORES or more, its threads'
+  /proc/PID/task/TID/stat, for per-thread saturation) and /proc/PID/io (skipped for good once denied; not read for a simulation's
   stand-ins that are real processes of this machine, which perform none of the I/O they model: unknown,
   not zero);
 - a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +56,7 @@ from headroom.workload.profiles import compile_cmdline_pattern
 log = structlog.get_logger("headroom.sources.processes")
 
 CMDLINE_MATCH_BYTES = 4096  # the prefix of /proc/PID/cmdline that cmdline and exe rules see
+HOT_CORES = 0.8  # a main process using this many cores since the previous tick gets its threads read
 
 try:
     PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
@@ -149,6 +152,7 @@ class _Proc:
     recheck: bool = False  # unmatched at discovery: examine once more on the next tick
     io_denied: bool = False
     cpu: tuple[float, float] | None = None  # (utime, stime) already added to the workload's counters
+    cpu_at: float | None = None  # monotonic time of that reading
     io: tuple[int, int] | None = None  # (read_bytes, write_bytes) already added
 
 
@@ -337,6 +341,8 @@ class ProcessesCollector(Collector):
         t = self._totals[i]
         pids, threads, rss = [], 0, 0
         per_process: dict[int, float] = {}
+        rates: dict[int, float] = {}  # cores each member used since the previous tick
+        now = (self.ctx.monotonic or time.monotonic)()
         for pid in sorted(t.members):
             p = self._procs[pid]
             try:
@@ -355,7 +361,9 @@ class ProcessesCollector(Collector):
             last_user, last_system = p.cpu or (0.0, 0.0)
             t.user += max(0.0, user - last_user)
             t.system += max(0.0, system - last_system)
-            p.cpu = (user, system)
+            if p.cpu is not None and p.cpu_at is not None and now > p.cpu_at:
+                rates[pid] = (user + system - last_user - last_system) / (now - p.cpu_at)
+            p.cpu, p.cpu_at = (user, system), now
             per_process[pid] = round(user + system, 2)
             pids.append(pid)
             threads += st.num_threads
@@ -391,6 +399,9 @@ class ProcessesCollector(Collector):
                 children[p.ppid] = children.get(p.ppid, 0) + 1
             elif main is None or (p.starttime, pid) < (self._procs[main].starttime, main):
                 main = pid
+        # the main process's threads, read only while it runs at HOT_CORES or more (a few dozen small reads
+        # then, none on a calm tick): is one thread saturated (the GIL), or is the work spread over several?
+        hot = main is not None and rates.get(main, 0.0) >= HOT_CORES
         return WorkloadProcesses(
             name=name,
             pids=tuple(pids),
@@ -404,7 +415,25 @@ class ProcessesCollector(Collector):
             children=MappingProxyType(children),
             cgroup=self._cgroup(i, pids),
             process_cpu_seconds=MappingProxyType(per_process),
+            main_thread_cpu_seconds=MappingProxyType(self._thread_seconds(main) if hot and main is not None else {}),
         )
+
+    def _thread_seconds(self, pid: int) -> dict[int, float]:
+        """tid -> user+system CPU seconds of each thread of ``pid`` (/proc/PID/task/TID/stat); {} when unreadable."""
+        task = self.ctx.paths.procfs / str(pid) / "task"
+        try:
+            tids = [int(e.name) for e in os.scandir(task) if e.name.isdigit()]
+        except OSError:
+            return {}
+        out = {}
+        for tid in tids:
+            try:
+                st = procfs.read_pid_stat(task, tid, self._user_hz)
+            except (procfs.ProcessGone, OSError, ValueError):
+                continue
+            if st is not None:
+                out[tid] = round(st.utime_seconds + st.stime_seconds, 2)
+        return out
 
     def _cgroup(self, i: int, pids: list[int]) -> CgroupStats | None:
         """The cgroup v2 stats of the cgroup workload ``i`` maps to, or None (no such rule, or not found)."""

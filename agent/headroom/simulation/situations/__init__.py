@@ -128,10 +128,12 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
 
 
 def processes_source(name: str, cores: float, io: float | None = None, per_process: Mapping[int, float] | None = None,
-                     main_pid: int | None = None, cgroup_pressure: Mapping[str, float] | None = None):
+                     main_pid: int | None = None, cgroup_pressure: Mapping[str, float] | None = None,
+                     main_threads: Mapping[int, float] | None = None):
     """A 'processes' source whose workload burns ``cores`` CPU cores; optionally ``io`` bytes/s of its own block
     I/O (None: unknown, as when /proc/PID/io is denied), ``per_process`` {pid: cores} (its members' own rates),
-    ``main_pid`` and its cgroup's PSI some avg10 {"cpu"|"memory"|"io": ratio}."""
+    ``main_pid``, its cgroup's PSI some avg10 {"cpu"|"memory"|"io": ratio} and ``main_threads`` {tid: cores}
+    (the main process's threads, as the collector reads them while it is hot)."""
     def make(t: int):
         cgroup = None if cgroup_pressure is None else SimpleNamespace(pressure_some_avg10=dict(cgroup_pressure))
         w = SimpleNamespace(name=name, processes=max(1, len(per_process or {}) or 5), cpu_user_seconds_total=cores * t,
@@ -139,6 +141,7 @@ def processes_source(name: str, cores: float, io: float | None = None, per_proce
                             read_bytes_total=None if io is None else int(io * t),
                             written_bytes_total=None if io is None else 0,
                             process_cpu_seconds={pid: c * t for pid, c in (per_process or {}).items()},
+                            main_thread_cpu_seconds={tid: c * t for tid, c in (main_threads or {}).items()},
                             main_pid=main_pid, children={}, pids=tuple(per_process or ()), cgroup=cgroup)
         return {"processes": SourceResult("processes", True, 0.001, SimpleNamespace(workloads=(w,)))}
     return make

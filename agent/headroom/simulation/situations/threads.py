@@ -70,6 +70,20 @@ SITUATIONS = [
         extra=processes_source("trainer", 1.4, io=0.0, per_process={500: 0.1, 501: 0.97, 502: 0.1, 503: 0.1, 504: 0.1},
                                main_pid=500), tags=("class-2", "none-distracted")),
     Situation(
+        "a main process at one core spread over four busy threads has no saturated thread", NO_WORKERS,
+        Host(cpus=64, cpu_busy=0.03), [Gpu(util=0.3, util_alternates=0.02)], "none",
+        source="https://github.com/THU-DA-6D-Pose-Group/GDR-Net/issues/36",
+        extra=processes_source("trainer", 1.05, io=0.0, per_process={4100: 1.0, 4150: 0.05}, main_pid=4100,
+                               main_threads={4100: 0.25, 4101: 0.25, 4102: 0.25, 4103: 0.25}),
+        tags=("class-2", "none-distracted")),
+    Situation(
+        "the GIL thread of a main process pinned at one core, its other threads idle, is cpu", NO_WORKERS,
+        Host(cpus=64, cpu_busy=0.03), [Gpu(util=0.3, util_alternates=0.02)], "cpu",
+        source="https://github.com/vllm-project/vllm/issues/14538",
+        extra=processes_source("trainer", 1.05, io=0.0, per_process={4100: 1.0, 4150: 0.05}, main_pid=4100,
+                               main_threads={4100: 0.97, 4101: 0.02, 4102: 0.01}),
+        tags=("class-2",), evidence={"*": "its busiest thread (tid 4100) 0.97: one thread saturated"}),
+    Situation(
         "one core saturated beside a fully busy GPU is not cpu", NO_WORKERS,
         Host(cpus=16, cpu_busy=0.1), [Gpu(util=0.98)], "gpu_compute",
         source="https://github.com/NVIDIA/nccl/issues/689",
