@@ -348,6 +348,7 @@ class Scenario:
     host: Any = None  # headroom.simulation.host.HostSpec: synthetic host signals, or None (the real host)
     profiles: Any = None  # raw `profiles:` data: workload profiles in the config.yaml `workloads:` format
     profiles_node: Any = field(default=None, compare=False, repr=False)  # its YAML node, for positions
+    expected: Mapping[str, str] = field(default_factory=dict)  # profile name -> the primary it demonstrates
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -622,7 +623,7 @@ def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenari
 
 _TOP_KEYS = {
     "description", "seed", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "faults",
-    "missing_functions", "workloads", "host", "profiles",
+    "missing_functions", "workloads", "host", "profiles", "expected",
 }  # fmt: skip
 _GPU_KEYS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "sm_clock_max",
@@ -828,7 +829,27 @@ class _Parser:
             host=parse_host(self, top["host"]) if "host" in top else None,
             profiles=self.plain(top["profiles"]) if "profiles" in top else None,
             profiles_node=top.get("profiles"),
+            expected=self.expected(top["expected"], self.plain(top["profiles"]) if "profiles" in top else None)
+            if "expected" in top else {},
         )
+
+    def expected(self, node: yaml.Node, profiles: Any) -> dict[str, str]:
+        """``expected:``: profile name -> the primary bottleneck the scenario demonstrates (a resource or none)."""
+        from headroom.analysis.bottleneck import NONE, RESOURCES
+
+        names = {p.get("name") for p in profiles if isinstance(p, dict)} if isinstance(profiles, list) else set()
+        out = {}
+        for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():
+            name = self.string(key_node, "expected")
+            if name not in names:
+                raise self.error(key_node, f"expected.{name}", "not a profile of this scenario (profiles:)")
+            value = self.string(value_node, f"expected.{name}")
+            if value not in (*RESOURCES, NONE):
+                raise self.error(value_node, f"expected.{name}", f"expected one of: {', '.join((*RESOURCES, NONE))}")
+            out[name] = value
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, "expected", "expected a mapping of profile name -> resource")
+        return out
 
     def workloads(self, node: yaml.Node, gpu_count: int) -> tuple[WorkloadSpec, ...]:
         out: list[WorkloadSpec] = []
