@@ -11,7 +11,11 @@ so the real cpu, memory, disk and net collectors read it unchanged through their
 Shared memory is a statvfs() result, which no tree of files can fake: ``SyntheticHost.statvfs`` is the
 documented stand-in for that one syscall (the shm collector asks ``ctx.scenario.host_statvfs``).
 
-Processes are never synthetic: workload stand-ins are real processes, read from the real /proc.
+The scenario's workload stand-ins are simulated processes of that tree (``add_processes``): /proc/PID/{stat,
+status,io,cgroup,cmdline,net/dev,task/TID/stat} and their cgroup's v2 files (cgroup.procs, cpu.max, cpu.stat,
+memory.current, io.stat) follow the cores, threads, memory, I/O, network and CPU quota the scenario declares,
+so the real processes and identity collectors read the same values on any machine under any load.
+``host: {psi: false}`` leaves /proc/pressure out, as a kernel without PSI does.
 """
 
 from __future__ import annotations

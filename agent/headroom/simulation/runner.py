@@ -10,7 +10,6 @@ Used by the tests that compare verdicts across machines and by ``make accuracy``
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,13 +30,18 @@ class Run:
     sampler: Any
     clock: ManualClock
     interval: float
-    serving_wait: float  # real seconds each tick leaves the serving scrapers (threads) to answer
+    serving_wait: float  # at most this many real seconds per tick for the serving scrapes (threads) to answer
 
     def tick(self) -> Any:
-        if self.serving_wait:
-            time.sleep(self.serving_wait)
         self.clock.advance(self.interval)
-        return self.sampler.tick()
+        snap = self.sampler.tick()
+        for c in self.serving:  # the scrapes this tick started answer before the next one
+            c.wait_idle(self.serving_wait)
+        return snap
+
+    @property
+    def serving(self) -> list[Any]:
+        return [c for c in self.sampler._collectors() if hasattr(c, "wait_idle")]
 
     @property
     def seconds(self) -> float:
@@ -47,7 +51,7 @@ class Run:
 
 @contextmanager
 def running(scenario: str | Scenario, config: Any = None, interval: float | None = None,
-            serving_wait: float = 0.05) -> Iterator[Run]:
+            serving_wait: float = 10.0) -> Iterator[Run]:
     """Start ``scenario`` (a name, a path or a Scenario) with ``config`` (a Config; None: the defaults) plus
     the scenario's profiles; yields a Run; stops the stand-ins and removes the synthetic tree on the way out."""
     from headroom.config import load_config
@@ -74,8 +78,10 @@ def running(scenario: str | Scenario, config: Any = None, interval: float | None
     sampler.scenario_object = s
     try:
         s.start_processes()
-        yield Run(s, config, sampler, clock, interval,
-                  serving_wait if any(w.serving is not None for w in s.workloads) else 0.0)
+        for c in collectors:  # endpoints of undeclared serving profiles, found now rather than by a thread later
+            if hasattr(c, "detect") and hasattr(c, "wait_idle"):
+                c.detect()
+        yield Run(s, config, sampler, clock, interval, serving_wait)
     finally:
         s.stop_processes()
         sampler.stop()  # closes the collectors and the scenario (its synthetic tree)

@@ -381,10 +381,14 @@ class Scenario:
         return None if host is None else host.statvfs(mountpoint)
 
     def update_host(self) -> None:
-        """Bring the synthetic host tree to the current simulation time (called before every tick)."""
+        """Bring the synthetic host tree, and the serving stand-ins' metrics, to the current simulation time
+        (called before every tick)."""
         host = self.synthetic_host()
         if host is not None:
             host.update()
+            for driver in self._cache.get("serving_drivers", ()):
+                with driver.lock:
+                    driver.advance(host.clock())
 
     def close(self) -> None:
         """Remove the synthetic host tree, if one was made. Idempotent."""
@@ -453,9 +457,8 @@ class Scenario:
     def _start_simulated(self, timeout: float) -> dict[str, tuple[int, ...]]:
         """With a synthetic host: the stand-ins are simulated processes in its /proc (made-up pids from
         SIMULATED_PID_BASE, in declaration order), using what the scenario declares whatever the machine does.
-        Only a workload that serves a runtime's /metrics also runs a real process: an HTTP server, no load."""
-        from headroom.simulation import standin
-
+        A workload that serves a runtime's /metrics gets a real HTTP server in this process, whose counters and
+        gauges follow the scenario clock (advanced with the host before every tick)."""
         host = self._cache["host"]
         pids = iter(range(SIMULATED_PID_BASE, SIMULATED_PID_BASE + 1_000_000))
         workloads: list[tuple[str, Any, tuple[int, ...]]] = []
@@ -469,21 +472,22 @@ class Scenario:
                 cgroup = w.process.cgroup or DEFAULT_CGROUP
                 entries.extend((pid, ppid, spec, cgroup, w.process.cpu_quota) for pid, ppid, spec in tree)
                 gpu_pids.extend((pid, use) for pid, _, spec in tree for use in spec.gpus)
-                proc = None
-                if w.serving is not None:
-                    import sys
+                server = None
+                if w.serving is not None:  # its runtime's /metrics over real HTTP, following scenario time
+                    from headroom.simulation.runtime_metrics import serve
 
-                    spec = {"argv": list(w.process.argv), "cpu": 0.0, "rss": 0, "children": [],
-                            "serving": {**w.serving.launch_spec(self._serving_port(w)), "sys_path": sys.path}}
-                    proc = standin.launch(spec, str(Path(standin.__file__).parent))
-                    started.append(proc)
-                    standin.read_ready(proc, timeout)
-                workloads.append((w.name, proc, tuple(pid for pid, _, _ in tree)))
-        except (RuntimeError, OSError, ValueError) as exc:
-            _stop(started)
-            raise ScenarioError(f"{self.source}: workloads: cannot start the serving stand-ins: {exc}") from None
+                    server, driver = serve(w.serving.launch_spec(self._serving_port(w)), Signal)
+                    started.append(server)
+                    with driver.lock:
+                        driver.advance(host.clock())
+                    self._cache.setdefault("serving_drivers", []).append(driver)
+                workloads.append((w.name, server, tuple(pid for pid, _, _ in tree)))
+        except OSError as exc:
+            _close_servers(started)
+            self._cache.pop("serving_drivers", None)
+            raise ScenarioError(f"{self.source}: workloads: cannot serve a runtime's /metrics: {exc}") from None
         host.add_processes(entries)
-        self._cache["standins"] = {"workloads": workloads, "gpus": gpu_pids}
+        self._cache["standins"] = {"workloads": workloads, "gpus": gpu_pids, "simulated": True}
         return {name: pids for name, _, pids in workloads}
 
     def standin_pids(self) -> frozenset[int] | None:
@@ -540,8 +544,12 @@ class Scenario:
         with self._lock:
             running = self._cache.pop("standins", None)
             host = self._cache.get("host")
+            self._cache.pop("serving_drivers", None)
+        if running is not None and running.get("simulated"):
+            _close_servers([server for _, server, _ in running["workloads"] if server is not None])
+        elif running is not None:
+            _stop([proc for _, proc, _ in running["workloads"]])
         if running is not None:
-            _stop([proc for _, proc, _ in running["workloads"] if proc is not None])
             if host is not None:
                 host.remove_processes([pid for _, _, pids in running["workloads"] for pid in pids])
 
@@ -567,6 +575,12 @@ def _simulated_tree(spec: StandInSpec, ppid: int, pids: Any, out: list[tuple[int
     out.append((pid, ppid, spec))
     for child in spec.children:
         _simulated_tree(child, pid, pids, out)
+
+
+def _close_servers(servers: list[Any]) -> None:
+    for server in servers:
+        server.shutdown()
+        server.server_close()
 
 
 def _stop(procs: list[Any]) -> None:
