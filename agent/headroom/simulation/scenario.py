@@ -418,9 +418,10 @@ class Scenario:
     def start_processes(self, timeout: float = 20.0) -> dict[str, tuple[int, ...]]:
         """Start every workload's stand-in processes (once; later calls return the same pids).
 
-        Returns workload name -> pids, main process first, then its children. The processes are real,
-        children of the calling thread, die with it (PR_SET_PDEATHSIG) and are stopped by
-        ``stop_processes``. Raises ScenarioError when one does not start in ``timeout`` seconds.
+        Returns workload name -> pids, main process first, then its children. With a synthetic host they are
+        simulated processes of its /proc (``_start_simulated``); without one they are real, children of the
+        calling thread, die with it (PR_SET_PDEATHSIG). ``stop_processes`` stops them. Raises ScenarioError
+        when one does not start in ``timeout`` seconds (or a serving stand-in cannot listen).
         """
         from headroom.simulation import standin
 
@@ -431,7 +432,7 @@ class Scenario:
             if running is not None:
                 return {name: pids for name, _, pids in running["workloads"]}
             if self.host is not None:
-                return self._start_simulated(timeout)
+                return self._start_simulated()
             directory = str(Path(standin.__file__).parent)
             started: list[Any] = []
             workloads: list[tuple[str, Any, tuple[int, ...]]] = []
@@ -454,7 +455,7 @@ class Scenario:
             self._cache["standins"] = {"workloads": workloads, "gpus": gpu_pids}
             return {name: pids for name, _, pids in workloads}
 
-    def _start_simulated(self, timeout: float) -> dict[str, tuple[int, ...]]:
+    def _start_simulated(self) -> dict[str, tuple[int, ...]]:
         """With a synthetic host: the stand-ins are simulated processes in its /proc (made-up pids from
         SIMULATED_PID_BASE, in declaration order), using what the scenario declares whatever the machine does.
         A workload that serves a runtime's /metrics gets a real HTTP server in this process, whose counters and
