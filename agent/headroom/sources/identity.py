@@ -42,14 +42,20 @@ from headroom.samples import (
     IdentityGroup,
     IdentitySample,
     IdentitySource,
+    Launcher,
+    ModelInfo,
     NvmlSample,
 )
 from headroom.sources import Collector, SourceContext, procfs, register
+from headroom.workload.launchers import display_name
+from headroom.workload.launchers import parse as parse_launcher
+from headroom.workload.modelconfig import ModelConfigError
 
 log = structlog.get_logger("headroom.sources.identity")
 
-KINDS = ("pods", "jobs", "containers", "units")  # --workloads.auto values
-DEFAULT_AUTO = ("pods", "jobs")  # pods need --kubernetes too
+KINDS = ("pods", "jobs", "containers", "units", "launchers")  # --workloads.auto values
+DEFAULT_AUTO = ("pods", "jobs", "launchers")  # pods need --kubernetes too
+LAUNCHER_DEPTH = 6  # ancestors of a GPU process searched for a launcher (vLLM engine cores, torchrun workers)
 DEFAULT_MAX_WORKLOADS = 100
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -235,6 +241,8 @@ def read_job_mapping(directory: Path) -> dict[int, tuple[str, ...]]:
 class _Pid:
     inode: int
     identity: CgroupIdentity | None
+    launcher_pid: int = 0  # the outermost launcher among the process and its ancestors (0: none)
+    launcher: Launcher | None = None
 
 
 @dataclass(slots=True)
@@ -250,6 +258,8 @@ class _Group:
     pod_uid: str = ""
     job_id: str = ""
     cgroup: str = ""
+    launcher_pid: int = 0
+    launcher: Launcher | None = None
 
 
 def _auto_setting(value: Any) -> tuple[str, ...]:
@@ -296,6 +306,7 @@ class IdentityCollector(Collector):
         self._dirs: dict[str, str] = {}  # identity cgroup -> its v2 directory, while the identity lives
         self._dirs_seen: set[str] = set()
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
+        self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
 
     def close(self) -> None:
         if self.poller is not None:
@@ -328,7 +339,8 @@ class IdentityCollector(Collector):
         except (procfs.ProcessGone, OSError, ValueError):
             groups = None
         ident = identity_of(groups) if groups is not None else None
-        self._pids[pid] = _Pid(inode, ident)
+        launcher_pid, launcher = find_launcher(root, pid)
+        self._pids[pid] = _Pid(inode, ident, launcher_pid, launcher)
         return ident
 
     def _container_meta(self, ident: CgroupIdentity) -> ContainerMeta | None:
@@ -355,12 +367,16 @@ class IdentityCollector(Collector):
 
         for pid in sorted(on_gpu):
             ident = self._identity(pid)
-            if ident is None:
+            known = self._pids.get(pid)
+            launcher = known.launcher if known is not None else None
+            if ident is None and launcher is None:
                 continue
-            meta = self._container_meta(ident)
-            if ident.container_id:
+            meta = self._container_meta(ident) if ident is not None else None
+            if ident is not None and ident.container_id:
                 seen_containers.add(ident.container_id)
-            if ident.kind == "pod" and self.kubernetes and "pods" in self.auto:
+            if ident is None:
+                g = None
+            elif ident.kind == "pod" and self.kubernetes and "pods" in self.auto:
                 g = group("pod", ident.pod_uid)
                 g.pod_uid = ident.pod_uid
                 if meta is not None and meta.pod:
@@ -377,11 +393,19 @@ class IdentityCollector(Collector):
                 g = group("unit", ident.unit)
                 g.name = ident.unit
             else:
-                continue
+                g = None
+            if g is None:
+                if launcher is None or "launchers" not in self.auto:
+                    continue
+                assert known is not None
+                g = group("launcher", str(known.launcher_pid))  # a launcher outside a pod, job, container or unit
+                g.name = display_name(launcher)
+            elif ident is not None and ident.cgroup and not g.cgroup:
+                g.cgroup = ident.cgroup
+            if launcher is not None and known is not None and g.launcher is None:
+                g.launcher, g.launcher_pid = launcher, known.launcher_pid
             g.pids.append(pid)
             g.gpus.update(dict.fromkeys(on_gpu[pid]))
-            if ident.cgroup and not g.cgroup:
-                g.cgroup = ident.cgroup
         for cid in [c for c in self._meta if c not in seen_containers]:
             del self._meta[cid]
 
@@ -391,6 +415,7 @@ class IdentityCollector(Collector):
         if self.mapping_dir is not None:
             sources.append(self._job_mapping(group, nvml))
 
+        _unique_names(groups)
         out = []
         live: set[tuple[str, str]] = set()
         exported: set[tuple[str, str]] = set()
@@ -413,6 +438,9 @@ class IdentityCollector(Collector):
         for path in [p for p in self._dirs if p not in self._dirs_seen]:
             del self._dirs[path]
         self._dirs_seen = set()
+        live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
+        for key in [k for k in self._models if k not in live_models]:
+            del self._models[key]
         names = {g.name: g.kind for g in out}
         for name in names.keys() - self._names.keys():
             log.info("auto_workload_found", workload=name, kind=names[name])
@@ -432,9 +460,17 @@ class IdentityCollector(Collector):
         stats = processes = None
         if g.cgroup:
             stats, processes = self._cgroup_stats(g.cgroup)
+        model = None
+        if g.launcher is not None and g.launcher.model:
+            key = (g.launcher_pid, g.launcher.model)
+            model = self._models.get(key)
+            if model is None:
+                model = self._models[key] = read_launcher_model(self.ctx.paths.procfs, g.launcher_pid,
+                                                                g.launcher.model)
         return IdentityGroup(kind=g.kind, name=name, pids=tuple(g.pids or ()), gpus=tuple(g.gpus or ()),
                              namespace=g.namespace, pod=g.pod, container=",".join(g.containers or ()),
-                             pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes)
+                             pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes,
+                             launcher=g.launcher, model=model)
 
     def _cgroup_stats(self, path: str) -> tuple[CgroupStats | None, int | None]:
         """The identity cgroup's stats; its directory is looked up once (kept while the identity lives)."""
@@ -527,6 +563,140 @@ class IdentityCollector(Collector):
                 log.warning("identity_unknown_devices", source=source, devices=list(unknown),
                             hint="device IDs that match no GPU or MIG UUID (GPU index for job mapping files) here")
             self._unknown[source] = unknown
+
+
+def _unique_names(groups: Mapping[tuple[str, str], _Group]) -> None:
+    """Two launchers of one name (two servers of a model on one port cannot be; two trainings of one
+    script can): the later ones get their launcher's pid appended."""
+    seen: set[str] = set()
+    for (kind, key), g in sorted(groups.items()):
+        if kind != "launcher":
+            continue
+        if g.name in seen:
+            g.name = f"{g.name}#{key}"
+        seen.add(g.name)
+
+
+# ------------------------------------------------------------------------------------- launchers
+def find_launcher(root: Path, pid: int) -> tuple[int, Launcher | None]:
+    """(pid, Launcher) of the outermost serving or training launcher among ``pid`` and its ancestors (up to
+    LAUNCHER_DEPTH): a vLLM engine core or a torchrun worker belongs to the server or launcher above it, and
+    a forked child with its parent's command line to the parent. (0, None) when there is none or /proc
+    denies the reads. Called once per new GPU process."""
+    found: tuple[int, Launcher | None] = (0, None)
+    current = pid
+    for _ in range(LAUNCHER_DEPTH):
+        if current <= 1:
+            break
+        try:
+            argv = procfs.read_pid_cmdline(root, current, limit=CMDLINE_BYTES)
+            stat = procfs.read_pid_stat(root, current)
+        except (procfs.ProcessGone, OSError, ValueError):
+            break
+        if argv:
+            launcher = parse_launcher(argv)
+            if launcher is not None:
+                found = (current, launcher)
+        if stat is None:
+            break
+        current = stat.ppid
+    return found
+
+
+CMDLINE_BYTES = 16384  # of a launcher's command line: its flags (a longer one is cut there)
+
+
+def _environ(procfs_root: Path, pid: int) -> dict[str, str]:
+    """The process's initial environment (/proc/PID/environ; readable by its user and root), {} if denied."""
+    try:
+        with open(procfs_root / str(pid) / "environ", "rb") as f:
+            data = f.read(256 * 1024)
+    except OSError:
+        return {}
+    out = {}
+    for item in data.split(b"\0"):
+        key, eq, value = item.partition(b"=")
+        if eq and key in (b"HF_HOME", b"HF_HUB_CACHE", b"HUGGINGFACE_HUB_CACHE", b"XDG_CACHE_HOME", b"HOME"):
+            out[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
+def _home_of(procfs_root: Path, pid: int) -> str | None:
+    """The home directory of the process's real user (passwd), when its environment does not say."""
+    import pwd
+
+    try:
+        status = procfs.read_pid_status(procfs_root, pid)
+    except (procfs.ProcessGone, OSError, ValueError):
+        return None
+    uid = getattr(status, "uid", None) if status is not None else None
+    if uid is None:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        return None
+
+
+def read_launcher_model(procfs_root: Path, pid: int, model: str) -> ModelInfo:
+    """The config.json of the model a launcher names, seen as the process sees it, offline: a path (absolute,
+    or relative to its working directory), else ``ORG/NAME`` in its user's Hugging Face cache
+    (``HF_HUB_CACHE``, ``HF_HOME/hub``, ``~/.cache/huggingface/hub`` from its environment, else its user's
+    home). Files are read through /proc/PID/root, so a containerised server's own paths work. Never raises:
+    a problem is the ModelInfo's ``error``."""
+    import json as _json
+
+    from headroom.workload import modelconfig
+
+    root = procfs_root / str(pid) / "root"
+    cwd = procfs_root / str(pid) / "cwd"
+    try:
+        local = root / model.lstrip("/") if model.startswith("/") else cwd / model
+        if model.startswith("/") or not _looks_like_hub_name(model) or (local / "config.json").exists():
+            mc = modelconfig.read_model_config(local)  # a path, as vLLM tries first
+            source = model if model.startswith("/") else f"(working directory)/{model}"
+        else:
+            snapshot = modelconfig.find_cached_model(model, _cache_env(procfs_root, pid, root))
+            mc = modelconfig.read_model_config(snapshot)
+            source = str(snapshot / "config.json").replace(str(root), "", 1)
+    except modelconfig.ModelConfigError as exc:
+        return ModelInfo(error=_readable(str(exc), str(root), str(cwd)))
+    except (OSError, ValueError, RecursionError, TypeError) as exc:  # hostile files: a reason, never a traceback
+        return ModelInfo(error=_readable(f"cannot read the model config: {type(exc).__name__}: {exc}", str(root),
+                                         str(cwd)))
+    return ModelInfo(source=source, fields_json=_json.dumps(mc.fields, sort_keys=True),
+                     max_context=mc.max_context, encoder_only=mc.encoder_only)
+
+
+def _looks_like_hub_name(model: str) -> bool:
+    parts = model.split("/")
+    return len(parts) == 2 and all(parts) and not model.startswith(("~", "."))
+
+
+def _cache_env(procfs_root: Path, pid: int, root: Path) -> dict[str, str]:
+    """The Hugging Face cache variables of the process (its environment, else its user's home), as paths
+    under /proc/PID/root."""
+    env = _environ(procfs_root, pid)
+    if not env.get("HOME"):
+        home = _home_of(procfs_root, pid)
+        if home:
+            env["HOME"] = home
+    if not env.get("XDG_CACHE_HOME") and env.get("HOME"):
+        env["XDG_CACHE_HOME"] = env["HOME"].rstrip("/") + "/.cache"
+    if env.get("HUGGINGFACE_HUB_CACHE") and not env.get("HF_HUB_CACHE"):
+        env["HF_HUB_CACHE"] = env["HUGGINGFACE_HUB_CACHE"]  # the older name huggingface_hub still reads
+    out = {k: str(root / v.lstrip("/")) for k, v in env.items()
+           if k in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME") and v.startswith("/")}
+    if not out:
+        raise ModelConfigError("--model", "no Hugging Face cache to look in: the process's environment and user "
+                                          "are unreadable (run headroom as root or as the server's user)")
+    return out
+
+
+def _readable(message: str, root: str, cwd: str) -> str:
+    """A message with paths as the process names them (no /proc/PID/root prefix), and not too long."""
+    message = message.replace(root, "").replace(cwd, "(working directory)").replace("--model: ", "")
+    return message if len(message) <= 400 else message[:397] + "..."
 
 
 def _known_devices(nvml: NvmlSample | None) -> set[str] | None:

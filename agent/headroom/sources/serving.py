@@ -463,60 +463,13 @@ def read_exposition(body: bytes, content_type: str, declared: str | None,
 
 
 # ------------------------------------------------------------------------------------- detection
-# launcher -> (runtime, host flag, port flag, default host, default port): where each serves /metrics.
-# vLLM and SGLang serve it on their API port (SGLang only with --enable-metrics); TGI v3's router on
-# --prometheus-port; Triton on --metrics-port.
-LAUNCHERS: dict[str, tuple[str, str, str, str, int]] = {
-    "vllm serve": ("vllm", "--host", "--port", "127.0.0.1", 8000),
-    "vllm.entrypoints.openai.api_server": ("vllm", "--host", "--port", "127.0.0.1", 8000),
-    "sglang.launch_server": ("sglang", "--host", "--port", "127.0.0.1", 30000),
-    "text-generation-launcher": ("tgi", "--hostname", "--prometheus-port", "127.0.0.1", 9000),
-    "text-generation-router": ("tgi", "--hostname", "--prometheus-port", "127.0.0.1", 9000),
-    "tritonserver": ("triton", "--metrics-address", "--metrics-port", "127.0.0.1", 8002),
-}
-_ANY_ADDRESS = {"", "0.0.0.0", "::", "[::]", "*"}
-
-
-def launcher_of(argv: list[str]) -> str | None:
-    """The LAUNCHERS key a command line starts, or None."""
-    names = [a.rsplit("/", 1)[-1] for a in argv[:4]]
-    if "vllm" in names and "serve" in argv[names.index("vllm") + 1:names.index("vllm") + 2]:
-        return "vllm serve"
-    for i, a in enumerate(argv[:6]):
-        if a == "-m" and i + 1 < len(argv) and argv[i + 1] in LAUNCHERS:
-            return argv[i + 1]
-    return next((n for n in names if n in LAUNCHERS), None)
-
-
-def _flag(argv: list[str], flag: str) -> str | None:
-    for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(flag + "="):
-            return a[len(flag) + 1:]
-    return None
-
-
 def endpoint_from_argv(argv: list[str]) -> tuple[str, str] | None:
     """(runtime, /metrics URL) of a serving runtime's command line (``--host``/``--port`` and their
-    equivalents, else the runtime's defaults); None when it is not one. A wildcard bind address is
-    reached on 127.0.0.1."""
-    launcher = launcher_of(argv)
-    if launcher is None:
-        return None
-    runtime, host_flag, port_flag, default_host, default_port = LAUNCHERS[launcher]
-    host = _flag(argv, host_flag)
-    host = default_host if host is None or host in _ANY_ADDRESS else host
-    port_text = _flag(argv, port_flag)
-    try:
-        port = int(port_text) if port_text is not None else default_port
-    except ValueError:
-        return None
-    if not 0 < port < 65536:
-        return None
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return runtime, f"http://{host}:{port}/metrics"
+    equivalents, else the runtime's defaults); None when it is not one. The one launcher matcher, shared
+    with automatic workloads: workload/launchers.py."""
+    from headroom.workload.launchers import metrics_endpoint
+
+    return metrics_endpoint(argv)
 
 
 def discover(procfs: Any, profiles: list[Any]) -> dict[str, str]:
