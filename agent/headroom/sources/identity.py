@@ -661,7 +661,9 @@ def read_launcher_model(procfs_root: Path, pid: int, model: str) -> ModelInfo:
             source = str(snapshot / "config.json").replace(str(root), "", 1)
     except modelconfig.ModelConfigError as exc:
         return ModelInfo(error=_readable(str(exc), str(root), str(cwd)))
-    except (OSError, ValueError, RecursionError, TypeError) as exc:  # hostile files: a reason, never a traceback
+    except RecursionError:
+        return ModelInfo(error=f"{model}: config.json is nested too deeply to read")
+    except (OSError, ValueError, TypeError) as exc:  # hostile files: a reason, never a traceback
         return ModelInfo(error=_readable(f"cannot read the model config: {type(exc).__name__}: {exc}", str(root),
                                          str(cwd)))
     return ModelInfo(source=source, fields_json=_json.dumps(mc.fields, sort_keys=True),

@@ -40,6 +40,7 @@ _SERVING_EXES = {"text-generation-launcher": "tgi", "text-generation-router": "t
 _TRAINING_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun"}
 _TRAINING_EXES = {"torchrun": "torchrun", "deepspeed": "deepspeed"}
 _PYTHON = re.compile(r"^python[0-9.]*$")
+_WRAPPERS = {"uv", "run", "env", "exec", "nice", "numactl", "taskset", "chrt", "ionice", "stdbuf", "nohup"}
 
 # Where each serving runtime exposes /metrics: (host flag, metrics port flag, default port).
 # vLLM and SGLang serve it on the API port (vLLM's default 8000, SGLang's 30000; SGLang only with
@@ -174,7 +175,7 @@ def _find(argv: Sequence[str]) -> tuple[str, int] | None:
         if name == "-c":
             i += 2  # the code string; its argv follows
             continue
-        if not (i == 0 or _PYTHON.match(name) or name in ("uv", "run", "env", "exec") or name.startswith("-")):
+        if not (_PYTHON.match(name) or name in _WRAPPERS or name.startswith("-")):
             return None  # a script or program that is not a launcher
         i += 1
     return None
