@@ -40,7 +40,7 @@ def given(argv: str) -> dict:
     """The settings a command line gave (defaults and empty values left out)."""
     launcher = parse(argv.split())
     assert launcher is not None, argv
-    return {k: getattr(launcher, k) for k in launcher.__slots__ if getattr(launcher, k) not in (None, "", ())}
+    return {k: getattr(launcher, k) for k in launcher.__slots__ if getattr(launcher, k) not in (None, "", (), False)}
 
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -78,7 +78,7 @@ def given(argv: str) -> dict:
      {"runtime": "torchrun", "role": "training", "script": "train.py", "nnodes": 1}),
     ("deepspeed --num_gpus 4 finetune.py --deepspeed ds.json",
      {"runtime": "deepspeed", "role": "training", "script": "finetune.py", "nproc_per_node": 4, "nnodes": 1,
-      "world_size": 4}),
+      "world_size": 4, "sharding_unknown": "the DeepSpeed config (ZeRO stage)"}),
     ("accelerate launch --num_processes=8 --num_machines 1 --mixed_precision bf16 sft.py --model Qwen/Qwen3-0.6B",
      {"runtime": "accelerate", "role": "training", "script": "sft.py", "model": "Qwen/Qwen3-0.6B", "dtype": "bf16",
       "nproc_per_node": 8, "nnodes": 1, "world_size": 8}),
@@ -356,3 +356,35 @@ def test_the_identity_collector_makes_a_workload_of_a_launcher_outside_any_pod(t
                                                                                (51,), 8001)]
     assert s.groups[0].model.source.endswith("/hub/models--Qwen--Qwen3-0.6B/snapshots/0123abcd/config.json")
     assert collect(auto=["pods", "jobs"]).groups == ()  # launchers off
+
+
+LLAMA3_8B = FIXTURES / "llama-3-8b" / "config.json"
+
+
+@pytest.mark.parametrize(("argv", "sized", "check"), [
+    # a plain torchrun is DDP: the script's own flags give context, micro-batch and checkpointing
+    ("torchrun --nproc_per_node 8 train.py --model_name_or_path o/m --max_seq_length 4096 "
+     "--per_device_train_batch_size 2 --gradient_checkpointing --bf16", True,
+     lambda p: (p.parallel.data, p.context.max, p.training.micro_batch, p.training.gradient_checkpointing,
+                p.training.sharding.value) == (8, 4096, 2, True, "none")),
+    ("torchrun train.py --model o/m --max_seq_length 2048 --gradient_checkpointing false", True,
+     lambda p: p.training is None or not p.training.gradient_checkpointing),
+    ("accelerate launch --use_deepspeed --zero_stage 3 --num_processes 4 sft.py --model o/m --max_seq_length 1024",
+     True, lambda p: (p.training.sharding.value, p.parallel.data) == ("zero3", 4)),
+    ("accelerate launch --use_fsdp --fsdp_sharding_strategy SHARD_GRAD_OP sft.py --model o/m --max_seq_length 1024",
+     True, lambda p: p.training.sharding.value == "fsdp-shard-grad-op"),
+    # the sharding lives in a config file headroom does not read: nothing expected, and the reason says where
+    ("deepspeed --num_gpus 8 train.py --model o/m --max_seq_length 1024", False, "the DeepSpeed config"),
+    ("torchrun train.py --model o/m --deepspeed ds.json --max_seq_length 1024", False, "the script's --deepspeed"),
+    ("accelerate launch --config_file fsdp.yaml sft.py --model o/m --max_seq_length 1024", False, "--config_file"),
+])
+def test_training_launchers_are_sized_only_from_what_their_command_line_says(argv, sized, check):
+    profile, reason = auto_profile(parse(argv.split()), model_info(LLAMA3_8B), "t")
+    assert profile.kind.value == "training"
+    if sized:
+        assert reason is None and check(profile), (reason, profile)
+        from headroom.workload.sizing import estimate
+
+        assert estimate(profile, gpu_memory_bytes=80 * GIB, gpus=8).expected_usage_bytes > 0
+    else:
+        assert check in reason and "not read" in reason, reason

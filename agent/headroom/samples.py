@@ -403,6 +403,10 @@ class Launcher:
     nproc_per_node: int | None = None  # training launchers
     nnodes: int | None = None
     world_size: int | None = None
+    micro_batch: int | None = None  # training scripts' --per_device_train_batch_size
+    gradient_checkpointing: bool = False  # training scripts' --gradient_checkpointing
+    sharding: str = ""  # training: a profile sharding value (zero1..3, fsdp-*) read from the command line
+    sharding_unknown: str = ""  # training: where the sharding is set when it is not on the command line
     problems: tuple[str, ...] = ()  # flags whose values could not be read (ignored, named here)
 
 

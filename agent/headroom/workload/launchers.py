@@ -108,6 +108,9 @@ for _runtime, (_host, _port, _) in _METRICS.items():
 # a training script's own flags that name its model (Hugging Face Trainer examples and the like)
 _SCRIPT_MODEL_FLAGS = ("--model-name-or-path", "--pretrained-model-name-or-path", "--model-name", "--model-id",
                        "--model-path", "--model")
+# ... and its sequence length and per-GPU batch (Hugging Face Trainer / TRL names)
+_SCRIPT_LENGTH_FLAGS = ("--max-seq-length", "--model-max-length", "--max-length", "--seq-length")
+_SCRIPT_BATCH_FLAGS = ("--per-device-train-batch-size", "--micro-batch-size", "--train-micro-batch-size-per-gpu")
 # the training launchers' own flags that take a value (the first bare word after them is the script)
 _TRAINING_VALUE_FLAGS = {
     "torchrun": {"--nnodes", "--nproc-per-node", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",
@@ -264,8 +267,19 @@ def parse(argv: Sequence[str]) -> Launcher | None:
             script = values.get("-m", "")
         rest = argv[start:]
         after = rest[rest.index(script) + 1:] if script and script in rest else []
-        script_values, _ = _options(after, set(_SCRIPT_MODEL_FLAGS), stop_at_positional=False)
+        script_values, _ = _options(after, {*_SCRIPT_MODEL_FLAGS, *_SCRIPT_LENGTH_FLAGS, *_SCRIPT_BATCH_FLAGS},
+                                    stop_at_positional=False)
         model = next((script_values[f] for f in _SCRIPT_MODEL_FLAGS if script_values.get(f)), "")
+        for key, flags in (("max_model_len", _SCRIPT_LENGTH_FLAGS), ("micro_batch", _SCRIPT_BATCH_FLAGS)):
+            flag = next((f for f in flags if script_values.get(f)), None)
+            if flag is not None:
+                text = script_values[flag]
+                if text.isdigit() and 0 < int(text) <= 10**8:
+                    settings[key] = int(text)
+                else:
+                    problems.append(f"{flag} {text!r}: not a positive integer; ignored")
+        settings["gradient_checkpointing"] = _switch(after, "--gradient-checkpointing")
+        settings["sharding"], settings["sharding_unknown"] = _sharding(runtime, values, after)
         settings["nproc_per_node"], settings["nnodes"], settings["world_size"] = _world(runtime, settings, problems)
     host = str(settings.pop("host", "") or "")
     metrics_url = ""
@@ -280,6 +294,48 @@ def parse(argv: Sequence[str]) -> Launcher | None:
         settings.setdefault("port", _API_PORT[runtime][1])
     return Launcher(runtime=runtime, role="training" if training else "serving", model=model, script=script,
                     host=host, metrics_url=metrics_url, problems=tuple(problems), **settings)
+
+
+def _switch(args: Sequence[str], flag: str) -> bool:
+    """A boolean flag as Hugging Face's argument parser reads it: present (``--flag``, ``--flag true``)
+    or explicitly off (``--flag false``, ``--flag=0``)."""
+    on = False
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if _flag_name(name) != flag:
+            continue
+        if not eq and i + 1 < len(args) and args[i + 1].lower() in ("true", "false", "1", "0", "yes", "no"):
+            value = args[i + 1]
+        on = value.lower() not in ("false", "0", "no")
+    return on
+
+
+_FSDP = {"full_shard": "fsdp-full-shard", "1": "fsdp-full-shard", "shard_grad_op": "fsdp-shard-grad-op",
+         "2": "fsdp-shard-grad-op", "no_shard": "fsdp-no-shard", "3": "fsdp-no-shard",
+         "hybrid_shard": "fsdp-full-shard", "4": "fsdp-full-shard"}  # fmt: skip
+
+
+def _sharding(runtime: str, own: Mapping[str, str], script: Sequence[str]) -> tuple[str, str]:
+    """(profile sharding, "") when the command line says how parameters, gradients and optimizer state are
+    sharded; ("", where it is set) when a config file says it (not read: nothing is guessed); ("", "") for
+    a plain launch (DDP)."""
+    if runtime == "deepspeed":
+        return "", "the DeepSpeed config (ZeRO stage)"
+    if runtime == "accelerate":
+        if "--use-deepspeed" in own:
+            stage = own.get("--zero-stage", "")
+            return (f"zero{stage}", "") if stage in ("1", "2", "3") else ("", "accelerate's DeepSpeed config")
+        if "--use-fsdp" in own:
+            strategy = own.get("--fsdp-sharding-strategy", "").lower()
+            return (_FSDP[strategy], "") if strategy in _FSDP else ("", "accelerate's FSDP config")
+        if "--config-file" in own:
+            return "", "accelerate's --config_file"
+    names = {_flag_name(a.partition("=")[0]) for a in script}
+    if "--deepspeed" in names:
+        return "", "the script's --deepspeed config"
+    if "--fsdp" in names or "--fsdp-config" in names:
+        return "", "the script's --fsdp settings"
+    return "", ""
 
 
 def _flags_for(runtime: str, key: str) -> str:
@@ -396,7 +452,10 @@ def auto_profile(launcher: Launcher, model: ModelInfo | None, name: str) -> tupl
 def _unsized_reason(launcher: Launcher, model: ModelInfo | None, fields: Mapping[str, Any]) -> str | None:
     if launcher.role == "training":
         if not fields:
-            return _model_reason(launcher, model) or "training launcher: no model config found"
+            return _model_reason(launcher, model)
+        if launcher.sharding_unknown:
+            return (f"{launcher.runtime}: sharding is set in {launcher.sharding_unknown}, which is not read; "
+                    "nothing expected rather than a guess")
         return None
     if launcher.runtime not in _SIZED_RUNTIMES:
         return f"{launcher.runtime}: the memory model does not size this runtime's models"
@@ -440,6 +499,14 @@ def _base_profile(launcher: Launcher, model: ModelInfo | None, fields: Mapping[s
     else:
         d["runtime"] = {"name": launcher.runtime}
         parallel = {"data": launcher.world_size} if launcher.world_size else {}
+        if launcher.max_model_len:
+            d["context"] = {"max": launcher.max_model_len}
+        training = {k: v for k, v in (("micro_batch", launcher.micro_batch),
+                                      ("gradient_checkpointing", launcher.gradient_checkpointing or None)) if v}
+        if launcher.sharding:
+            training["sharding"] = launcher.sharding
+        if training:
+            d["training"] = training
     if parallel:
         d["parallel"] = parallel
     _precision(launcher, d, notes, serving)
