@@ -194,6 +194,7 @@ class ProcessesCollector(Collector):
         # a live procfs of our own pid namespace: /proc/loadavg's last pid is the one its pids count from
         self._live = is_live_procfs(ctx.paths.procfs)
         self._last_pid: int | None = None
+        self._recheck: set[int] = set()  # pids due a second look (the ``recheck`` flag), kept aside: cheap to list
         self._listed_at: float | None = None
         self.listings = 0  # full /proc listings so far (bench/processes.py reports them)
 
@@ -230,8 +231,7 @@ class ProcessesCollector(Collector):
                 and 0 <= now - self._listed_at < FULL_SCAN_SECONDS
                 and 0 <= last - previous <= max(MIN_LISTING_WORTH, len(self._procs) // 8)):
             listing: dict[int, int] = {}
-            recheck = [pid for pid, p in self._procs.items() if p.recheck]
-            for pid in (*range(previous + 1, last + 1), *recheck):
+            for pid in (*range(previous + 1, last + 1), *self._recheck):
                 try:
                     inode = os.stat(f"{root}/{pid}").st_ino
                 except OSError:
@@ -295,6 +295,7 @@ class ProcessesCollector(Collector):
             direct = frozenset(i for i, r in enumerate(self._rules) if r.matches(st.comm, argv, paths, uid))
             if old is not None and old.starttime == st.starttime_ticks:  # the one re-examination
                 old.recheck = False
+                self._recheck.discard(pid)
                 old.inode = inode
                 if direct != old.direct:
                     old.direct, old.cgroups = direct, paths
@@ -305,10 +306,13 @@ class ProcessesCollector(Collector):
             # processes found by the first scan are old: only later arrivals may still be between fork and exec
             self._procs[pid] = _Proc(inode=inode, starttime=st.starttime_ticks, ppid=st.ppid, direct=direct,
                                      cgroups=paths, recheck=not direct and self._scanned)
+            if not direct and self._scanned:
+                self._recheck.add(pid)
             changed.append(pid)
         return None if verdict_changed else changed
 
     def _forget(self, pid: int) -> None:
+        self._recheck.discard(pid)
         p = self._procs.pop(pid, None)
         if p is not None and p.workload is not None:
             self._totals[p.workload].members.discard(pid)
@@ -469,8 +473,11 @@ def is_live_procfs(root: Path) -> bool:
 def read_last_pid(root: Path) -> int | None:
     """The newest pid the kernel allocated (last field of /proc/loadavg), or None when unreadable."""
     try:
-        with open(os.path.join(root, "loadavg"), "rb") as f:
-            return int(f.read(256).split()[4])
+        fd = os.open(f"{root}/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return int(os.read(fd, 256).split()[4])
+        finally:
+            os.close(fd)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -479,10 +486,15 @@ def is_thread_group_leader(root: Path, pid: int) -> bool:
     """False when /proc/PID is a thread of another process (its Tgid differs); True when it is a process,
     or when its status cannot be read (then it is examined like a process, as a listing would)."""
     try:
-        with open(os.path.join(root, str(pid), "status"), "rb") as f:
-            head = f.read(512)
+        fd = os.open(f"{root}/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return True
+    try:
+        head = os.read(fd, 512)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
     for line in head.split(b"\n"):
         if line.startswith(b"Tgid:"):
             try:
