@@ -118,3 +118,12 @@ def test_the_farm_starts_named_processes_and_kills_them_all():
     for pid in pids:
         with pytest.raises(FileNotFoundError):
             open(f"/proc/{pid}/cmdline", "rb").read()
+
+
+def test_the_processes_bench_lists_proc_only_in_the_listing_way():
+    """bench/processes.py on a small tree: both ways find every member each tick (it asserts so), and only
+    the listing way lists /proc every tick."""
+    from bench.processes import fixture
+
+    result = fixture(processes=60, ticks=6, forks=2)
+    assert result["listing"][2] == 7 and result["allocated"][2] == 1
