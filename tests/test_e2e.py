@@ -85,7 +85,8 @@ def test_the_demo_shows_an_auto_detected_server_beside_the_declared_one(demo):
     deadline = time.monotonic() + 30
     while True:  # an identity appears one tick after its process reaches a GPU
         text = http_get(demo.url + "/metrics")[2].decode()
-        if f'headroom_workload_bottleneck{{workload="{name}",resource="none"}}' in text or time.monotonic() > deadline:
+        if f'headroom_workload_gpu_memory_expected_peak_bytes{{workload="{name}"}}' in text \
+                or time.monotonic() > deadline:  # its model config is read off the tick: a tick or two later
             break
         time.sleep(0.2)
     families = {f.name: f for f in text_string_to_metric_families(text)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -351,9 +352,18 @@ def test_the_identity_collector_makes_a_workload_of_a_launcher_outside_any_pod(t
         return IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
                                                previous=lambda: previous, settings=settings)).collect()
 
-    s = collect()
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
+                                        previous=lambda: previous))
+    s = c.collect()
     assert [(g.kind, g.name, g.pids, g.launcher.port) for g in s.groups] == [("launcher", "vllm/Qwen3-0.6B:8001",
                                                                                (51,), 8001)]
+    # the model files are read off the tick: meanwhile the status says so
+    assert s.groups[0].model.error in ("", "reading its config.json (in the background)")
+    deadline = time.monotonic() + 10
+    while s.groups[0].model.error and time.monotonic() < deadline:
+        time.sleep(0.01)
+        s = c.collect()
+    c.close()
     assert s.groups[0].model.source.endswith("/hub/models--Qwen--Qwen3-0.6B/snapshots/0123abcd/config.json")
     assert collect(auto=["pods", "jobs"]).groups == ()  # launchers off
 

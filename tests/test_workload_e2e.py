@@ -210,10 +210,10 @@ def test_demo_shows_the_stand_in_vllm_under_its_workload_with_gpu_memory_from_th
     assert len(set(on_gpu) & set(chat["measured"]["pids"])) == 2  # joined through the parent's workload
     # the undeclared `vllm serve Qwen/Qwen3-0.6B --gpu-memory-utilization 0.08` on GPU 1: found by its command
     # line, sized from the config.json in its HF_HOME: vLLM reserves 0.08 of the card
+    # (its expected memory, once its config.json is read off the tick: tests/test_e2e.py)
     (auto,) = [w for w in doc["findings"]["workloads"] if w["source"] == "auto"]
-    assert (auto["name"], auto["model"], auto["runtime"], auto["estimate_error"]) == (
-        "vllm/Qwen3-0.6B:8001", "Qwen/Qwen3-0.6B", "vllm", None)
-    assert auto["expected_peak_bytes"] == int(81559 * (1 << 20) * 0.08)
+    assert (auto["name"], auto["model"], auto["runtime"]) == ("vllm/Qwen3-0.6B:8001", "Qwen/Qwen3-0.6B", "vllm")
+    assert auto["expected_peak_bytes"] in (None, int(81559 * (1 << 20) * 0.08))
     assert {g["index"]: g["memory_used_bytes"] for g in auto["gpus"]} == {1: int(parse_bytes("6.3GiB"))}
     assert chat["processes"] >= 3
     per_gpu = {g["index"]: g["memory_used_bytes"] for g in chat["gpus"]}

@@ -30,6 +30,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -307,10 +308,37 @@ class IdentityCollector(Collector):
         self._dirs_seen: set[str] = set()
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
         self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
+        # config.json and safetensors headers are read off the tick, in one worker thread (a big checkpoint
+        # has hundreds of shards; a hostile header can be large): the tick never waits for model files
+        self._reading: dict[tuple[int, str], Future[ModelInfo]] = {}
+        self._reader: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
         if self.poller is not None:
             self.poller.close()
+        if self._reader is not None:
+            self._reader.shutdown(wait=False, cancel_futures=True)
+
+    def _model(self, pid: int, model: str) -> ModelInfo:
+        """The launcher's model config once read; while it is being read, a ModelInfo saying so."""
+        key = (pid, model)
+        known = self._models.get(key)
+        if known is not None:
+            return known
+        future = self._reading.get(key)
+        if future is None:
+            if self._reader is None:
+                self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="identity-model")
+            future = self._reading[key] = self._reader.submit(read_launcher_model, self.ctx.paths.procfs, pid, model)
+        if not future.done():
+            return ModelInfo(error="reading its config.json (in the background)")
+        del self._reading[key]
+        try:
+            info = future.result()
+        except Exception as exc:  # read_launcher_model turns file problems into reasons; this is a bug's
+            info = ModelInfo(error=f"cannot read the model config: {type(exc).__name__}: {exc}")
+        self._models[key] = info
+        return info
 
     # -- inputs
     def _gpu_processes(self) -> tuple[dict[int, list[str]], NvmlSample | None]:
@@ -441,6 +469,8 @@ class IdentityCollector(Collector):
         live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
         for key in [k for k in self._models if k not in live_models]:
             del self._models[key]
+        for key in [k for k in self._reading if k not in live_models]:
+            self._reading.pop(key).cancel()
         names = {g.name: g.kind for g in out}
         for name in names.keys() - self._names.keys():
             log.info("auto_workload_found", workload=name, kind=names[name])
@@ -462,11 +492,7 @@ class IdentityCollector(Collector):
             stats, processes = self._cgroup_stats(g.cgroup)
         model = None
         if g.launcher is not None and g.launcher.model:
-            key = (g.launcher_pid, g.launcher.model)
-            model = self._models.get(key)
-            if model is None:
-                model = self._models[key] = read_launcher_model(self.ctx.paths.procfs, g.launcher_pid,
-                                                                g.launcher.model)
+            model = self._model(g.launcher_pid, g.launcher.model)
         return IdentityGroup(kind=g.kind, name=name, pids=tuple(g.pids or ()), gpus=tuple(g.gpus or ()),
                              namespace=g.namespace, pod=g.pod, container=",".join(g.containers or ()),
                              pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes,
