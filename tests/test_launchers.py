@@ -398,3 +398,49 @@ def test_training_launchers_are_sized_only_from_what_their_command_line_says(arg
         assert estimate(profile, gpu_memory_bytes=80 * GIB, gpus=8).expected_usage_bytes > 0
     else:
         assert check in reason and "not read" in reason, reason
+
+
+def test_an_automatic_servers_metrics_are_scraped_where_its_command_line_says(tmp_path):
+    """A real process whose command line is `vllm serve MODEL --port P` and that serves vLLM's exposition on
+    P: the serving collector scrapes it for the automatic workload (no profile, no endpoint written
+    anywhere), and the analysis reads it as that workload's runtime view; a declared profile claiming the
+    same process takes the endpoint instead."""
+    import subprocess
+    import sys
+
+    from conftest import free_port
+    from headroom.samples import WorkloadProcesses
+    from headroom.sources.serving import ServingCollector
+    from test_serving import SERVE_FILE, body_of
+
+    port = free_port()
+    body = tmp_path / "metrics.prom"
+    body.write_bytes(body_of("vllm"))
+    argv = ["vllm", "serve", "Qwen/Qwen3-0.6B", "--port", str(port), "--body", str(body)]
+    proc = subprocess.Popen([sys.executable, "-c", SERVE_FILE, *argv])
+    g = _group(proc.pid, " ".join(argv), model_info())
+    holder = {"s": _sample(1.0, (g,))}
+    c = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: holder["s"]))
+    try:
+        deadline = time.monotonic() + 20
+        served = c.collect()
+        while not (served.endpoints and served.endpoints[0].up) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until its server listens and a scrape finished
+            served = c.collect()
+        (e,) = served.endpoints
+        assert (e.workload, e.endpoint, e.up, e.runtime) == (g.name, f"http://127.0.0.1:{port}/metrics", True, "vllm")
+        assert e.kv_cache_usage_ratio is not None
+        sample = Sample(2.0, 2.0, {**holder["s"].sources, "serving": SourceResult("serving", True, 0.0, served)})
+        _, findings = Analysis(load_config(None))([sample])
+        (wf,) = findings.workload_findings
+        assert wf.name == g.name and wf.serving is not None and wf.serving.up
+        # a declared profile's processes: not scraped a second time under the automatic name
+        procs = ProcessesSample(workloads=(WorkloadProcesses(name="chat", pids=(proc.pid,), threads=1,
+                                                             cpu_user_seconds_total=0.0, cpu_system_seconds_total=0.0,
+                                                             resident_memory_bytes=0),))
+        holder["s"] = Sample(3.0, 3.0, {**holder["s"].sources, "processes": SourceResult("processes", True, 0.0, procs)})
+        assert c.collect().endpoints == ()
+    finally:
+        c.close()
+        proc.kill()
+        proc.wait()

@@ -357,7 +357,8 @@ class ServingEndpoint:
 
 @dataclass(frozen=True, slots=True)
 class ServingSample:
-    """What the serving collector saw: one entry per workload profile with an endpoint, in declaration order."""
+    """What the serving collector saw: one entry per workload profile with an endpoint, in declaration order,
+    then one per automatic server (a serving launcher the identity collector found), by name."""
 
     endpoints: tuple[ServingEndpoint, ...] = ()
 

@@ -603,7 +603,7 @@ def declared_runtime(profile: Any) -> str | None:
 class ServingCollector(Collector):
     name = "serving"
     default_enabled = True
-    description = "serving runtimes' /metrics (vLLM, SGLang, TGI, Triton) of workloads with an endpoint"
+    description = "serving runtimes' /metrics (vLLM, SGLang, TGI, Triton) of workloads with an endpoint, and of automatic servers"
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
@@ -617,6 +617,7 @@ class ServingCollector(Collector):
         # stand-in's URL); training kinds serve nothing, so they cost no /proc search
         self._undeclared = [p for p in self._profiles if not getattr(p, "endpoint", None)
                             and getattr(getattr(p, "kind", None), "is_inference", False)]
+        self._auto: dict[str, _Endpoint] = {}  # automatic servers (identity collector's launchers), by workload
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._detector: threading.Thread | None = None
@@ -655,10 +656,35 @@ class ServingCollector(Collector):
                     current.stop()
         return {name: url for name, url in found.items() if any(p.name == name for p in self._undeclared)}
 
+    def _auto_endpoints(self) -> list[_Endpoint]:
+        """Endpoints of the serving launchers the identity collector found in the previous tick (the URL
+        their command line names: workload/launchers.py), for those no declared profile claims. Not in a
+        simulation: a stand-in's command line names a port it does not serve on."""
+        previous = self.ctx.previous() if self.ctx.previous is not None and self.ctx.scenario is None else None
+        identity = previous.data("identity") if previous is not None else None
+        wanted: dict[str, tuple[str, str]] = {}
+        if identity is not None:
+            processes = previous.data("processes")
+            claimed = {pid for w in getattr(processes, "workloads", ()) for pid in w.pids}
+            declared = {p.name for p in self._profiles}
+            for g in getattr(identity, "groups", ()):
+                launcher = getattr(g, "launcher", None)
+                if (launcher is None or not launcher.metrics_url or g.name in declared
+                        or (g.pids and all(pid in claimed for pid in g.pids))):
+                    continue
+                wanted[g.name] = (launcher.metrics_url, RUNTIME_ALIASES.get(launcher.runtime, ""))
+        for name in [n for n, e in self._auto.items() if wanted.get(n, ("",))[0] != e.url]:
+            self._auto.pop(name).stop()  # gone, or now on another port
+        for name, (url, runtime) in wanted.items():
+            if name not in self._auto:
+                self._auto[name] = _Endpoint(name, url, runtime or None, self._timeout, self._max_body)
+        return [self._auto[name] for name in sorted(wanted)]
+
     def collect(self) -> ServingSample:
         out = []
         with self._lock:
             endpoints = [self._endpoints[p.name] for p in self._profiles if p.name in self._endpoints]
+            endpoints += self._auto_endpoints()
         for e in endpoints:
             out.append(e.latest)
             e.kick()
@@ -667,5 +693,5 @@ class ServingCollector(Collector):
     def close(self) -> None:
         self._stop.set()
         with self._lock:
-            for e in self._endpoints.values():
+            for e in [*self._endpoints.values(), *self._auto.values()]:
                 e.stop()
