@@ -194,6 +194,7 @@ def fake_proc(tmp_path: Path, pid: int, ppid: int, argv: list[str], environ: dic
     (d / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in argv))
     (d / "environ").write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in (environ or {}).items()))
     (d / "cgroup").write_text("0::/\n")
+    (d / "status").write_text("Name:\tp\nUid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nGroups:\t27 1000\n")
     (tmp_path / "rootfs").mkdir(exist_ok=True)
     (tmp_path / "rootfs" / "srv").mkdir(exist_ok=True)
     os.symlink(tmp_path / "rootfs", d / "root")
@@ -256,6 +257,24 @@ def test_an_unreadable_cache_or_environment_is_a_reason(tmp_path):
     os.symlink("loop", tmp_path / "rootfs" / "loop")
     (proc / "43" / "environ").write_bytes(b"HF_HUB_CACHE=/loop\0")
     assert read_launcher_model(proc, 43, "o/m").error  # a symlink loop: a reason
+
+
+def test_a_model_file_its_own_user_cannot_read_is_not_read_on_its_behalf(tmp_path):
+    """The agent reads as root: `vllm serve /secret` by uid 1000 must not make it read a file uid 1000
+    cannot (a confused deputy); the same file readable by its group is read."""
+    proc = fake_proc(tmp_path, 44, 1, ["vllm", "serve", "/secret"])
+    secret = tmp_path / "rootfs" / "secret"
+    secret.mkdir()
+    (secret / "config.json").write_text(QWEN3.read_text())
+    if os.getuid() == 0:
+        os.chown(secret / "config.json", 0, 0)
+    os.chmod(secret / "config.json", 0o600)
+    info = read_launcher_model(proc, 44, "/secret")
+    assert info.fields_json == "" and "not readable by the process's user (uid 1000)" in info.error
+    if os.getuid() == 0:
+        os.chown(secret / "config.json", 0, 27)  # a group of the process (Groups: 27 1000)
+        os.chmod(secret / "config.json", 0o640)
+        assert read_launcher_model(proc, 44, "/secret").error == ""
 
 
 def test_the_launcher_is_the_outermost_one_above_a_gpu_process(tmp_path):
@@ -408,10 +427,11 @@ def test_an_automatic_servers_metrics_are_scraped_where_its_command_line_says(tm
     import subprocess
     import sys
 
-    from conftest import free_port
     from headroom.samples import WorkloadProcesses
     from headroom.sources.serving import ServingCollector
     from test_serving import SERVE_FILE, body_of
+
+    from conftest import free_port
 
     port = free_port()
     body = tmp_path / "metrics.prom"

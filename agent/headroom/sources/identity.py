@@ -679,12 +679,16 @@ def read_launcher_model(procfs_root: Path, pid: int, model: str) -> ModelInfo:
     try:
         local = root / model.lstrip("/") if model.startswith("/") else cwd / model
         if model.startswith("/") or not _looks_like_hub_name(model) or (local / "config.json").exists():
-            mc = modelconfig.read_model_config(local)  # a path, as vLLM tries first
+            directory = local  # a path, as vLLM tries first
             source = model if model.startswith("/") else f"(working directory)/{model}"
         else:
-            snapshot = modelconfig.find_cached_model(model, _cache_env(procfs_root, pid, root))
-            mc = modelconfig.read_model_config(snapshot)
-            source = str(snapshot / "config.json").replace(str(root), "", 1)
+            directory = modelconfig.find_cached_model(model, _cache_env(procfs_root, pid, root))
+            source = str(directory / "config.json").replace(str(root), "", 1)
+        config = directory / "config.json" if directory.is_dir() else directory
+        denied = _not_readable_by_owner(procfs_root, pid, config)
+        if denied:
+            return ModelInfo(error=_readable(denied, str(root), str(cwd)))
+        mc = modelconfig.read_model_config(directory)
     except modelconfig.ModelConfigError as exc:
         return ModelInfo(error=_readable(str(exc), str(root), str(cwd)))
     except RecursionError:
@@ -694,6 +698,35 @@ def read_launcher_model(procfs_root: Path, pid: int, model: str) -> ModelInfo:
                                          str(cwd)))
     return ModelInfo(source=source, fields_json=_json.dumps(mc.fields, sort_keys=True),
                      max_context=mc.max_context, encoder_only=mc.encoder_only)
+
+
+def _not_readable_by_owner(procfs_root: Path, pid: int, path: Path) -> str:
+    """Why the agent must not read ``path`` for this process ("" when it may): it reads model files as root
+    would, so a command line naming a file its own user cannot read (another user's, or root's) is not
+    followed. Owner, group (the process's groups) and other read bits against the process's uids."""
+    import stat as stat_module
+
+    try:
+        status = (procfs_root / str(pid) / "status").read_text(errors="replace")
+    except OSError:
+        return "the process's credentials are unreadable: its model files are not read"
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    try:
+        uid = int(fields["Uid"].split()[1])  # effective: what opening a file checks
+        gids = {int(fields["Gid"].split()[1]), *(int(g) for g in fields.get("Groups", "").split())}
+    except (KeyError, ValueError, IndexError):
+        return "the process's credentials are unreadable: its model files are not read"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""  # missing: the reader says so
+    if uid == 0:
+        return ""
+    mode = st.st_mode
+    if (st.st_uid == uid and mode & stat_module.S_IRUSR) or (st.st_gid in gids and mode & stat_module.S_IRGRP) \
+            or mode & stat_module.S_IROTH:
+        return ""
+    return f"{path.name} is not readable by the process's user (uid {uid}): not read on its behalf"
 
 
 def _looks_like_hub_name(model: str) -> bool:
