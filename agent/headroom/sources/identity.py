@@ -1,5 +1,5 @@
-"""The identity collector: automatic workloads for the pods, Slurm jobs, containers and systemd units
-that hold a GPU, without a hand-written profile.
+"""The identity collector: automatic workloads for the pods, Slurm jobs, containers, systemd units and
+serving or training launchers that hold a GPU, without a hand-written profile.
 
 Per tick (docs/workload-identity.md):
 
@@ -17,7 +17,12 @@ Per tick (docs/workload-identity.md):
    pod holds (pods with a GPU but no process on it yet are workloads too);
 4. ``--hpc-job-mapping-dir`` (dcgm-exporter's format: a file per GPU index listing job IDs, one a line)
    assigns jobs to GPUs for sites whose prolog writes those files;
-5. each identity's cgroup v2 files (cpu.stat, memory.current, pids.current) are read once.
+5. each identity's cgroup v2 files (cpu.stat, memory.current, pids.current) are read once;
+6. the command lines of each new GPU process and its ancestors name its serving or training launcher
+   (``vllm serve``, ``torchrun`` ...: workload/launchers.py), once per process: a launcher outside the
+   identities above is a workload of its own, and its model's config.json, found as the process sees it
+   (a path, or its Hugging Face cache, through /proc/PID/root) and read in a worker thread, lets
+   attribution size it like a declared profile (``read_launcher_model``).
 
 Identities beyond ``max_workloads`` are not exported (``headroom_workload_identities_dropped_total``
 counts each one once); the collector keeps state only for live GPU processes and live identities, so
@@ -274,7 +279,7 @@ def _auto_setting(value: Any) -> tuple[str, ...]:
 class IdentityCollector(Collector):
     name = "identity"
     default_enabled = True
-    description = "Automatic workloads: the pods, Slurm jobs, containers and systemd units that hold a GPU"
+    description = "Automatic workloads: the pods, Slurm jobs, containers, units and launchers that hold a GPU"
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
