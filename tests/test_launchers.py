@@ -385,6 +385,21 @@ def test_the_identity_collector_makes_a_workload_of_a_launcher_outside_any_pod(t
     c.close()
     assert s.groups[0].model.source.endswith("/hub/models--Qwen--Qwen3-0.6B/snapshots/0123abcd/config.json")
     assert collect(auto=["pods", "jobs"]).groups == ()  # launchers off
+    # its network namespace is not known to be ours: its --port is not reached on our loopback
+    assert s.groups[0].launcher.metrics_url == "" and "network namespace" in s.groups[0].launcher.problems[-1]
+
+
+def test_only_a_server_in_our_network_namespace_is_reached_on_our_loopback(tmp_path):
+    from headroom.sources.identity import same_network_namespace
+
+    proc = fake_proc(tmp_path, 60, 1, ["vllm", "serve", "m"])
+    (proc / "60" / "ns").mkdir()
+    assert not same_network_namespace(proc, 60)  # unreadable: not assumed
+    os.symlink("net:[4026531999]", proc / "60" / "ns" / "net")  # a pod's
+    assert not same_network_namespace(proc, 60)
+    os.unlink(proc / "60" / "ns" / "net")
+    os.symlink(os.readlink("/proc/self/ns/net"), proc / "60" / "ns" / "net")
+    assert same_network_namespace(proc, 60)
 
 
 LLAMA3_8B = FIXTURES / "llama-3-8b" / "config.json"

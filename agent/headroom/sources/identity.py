@@ -36,7 +36,7 @@ import os
 import re
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -373,6 +373,11 @@ class IdentityCollector(Collector):
             groups = None
         ident = identity_of(groups) if groups is not None else None
         launcher_pid, launcher = find_launcher(root, pid)
+        if launcher is not None and launcher.metrics_url and not same_network_namespace(root, launcher_pid):
+            # its --host/--port are in a pod's or container's network: 127.0.0.1 here is another host's
+            launcher = replace(launcher, metrics_url="", problems=(
+                *launcher.problems, "its /metrics is in another network namespace (a pod or container) or one "
+                "headroom cannot see: not scraped; a profile with endpoint: reads it"))
         self._pids[pid] = _Pid(inode, ident, launcher_pid, launcher)
         return ident
 
@@ -632,6 +637,15 @@ def find_launcher(root: Path, pid: int) -> tuple[int, Launcher | None]:
             break
         current = stat.ppid
     return found
+
+
+def same_network_namespace(root: Path, pid: int) -> bool:
+    """True when the process shares the agent's network namespace (its loopback is ours); False when it does
+    not or that cannot be read (another user's process without CAP_SYS_PTRACE)."""
+    try:
+        return os.readlink(f"{root}/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
+    except OSError:
+        return False
 
 
 CMDLINE_BYTES = 16384  # of a launcher's command line: its flags (a longer one is cut there)
