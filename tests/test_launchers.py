@@ -65,7 +65,7 @@ def given(argv: str) -> dict:
       "max_model_len": 4096, "mem_fraction_static": 0.8, "max_num_seqs": 48, "max_num_batched_tokens": 4096,
       "port": 30000, "metrics_url": "http://127.0.0.1:30000/metrics"}),
     ("text-generation-launcher --model-id bigscience/bloom --num-shard 2 --quantize gptq --max-total-tokens 4096 "
-     "--max-batch-prefill-tokens 8192 --port 80 --prometheus-port 9100",
+     "--max-batch-prefill-tokens 8192 -p 80 --prometheus-port 9100",
      {"runtime": "tgi", "role": "serving", "model": "bigscience/bloom", "tensor_parallel": 2, "quantization": "gptq",
       "max_model_len": 4096, "max_num_batched_tokens": 8192, "port": 80, "metrics_url": "http://127.0.0.1:9100/metrics"}),
     ("tritonserver --model-repository=/models --http-port 8100",

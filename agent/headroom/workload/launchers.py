@@ -102,7 +102,7 @@ _FLAGS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
 }
 for _runtime, (_host, _port, _) in _METRICS.items():
     _FLAGS[_runtime]["host"] = (_STR, (_host,))
-    _FLAGS[_runtime]["port"] = (_INT, (_API_PORT[_runtime][0],))
+    _FLAGS[_runtime]["port"] = (_INT, (_API_PORT[_runtime][0], *(("-p",) if _runtime == "tgi" else ())))
     if _port != _API_PORT[_runtime][0]:
         _FLAGS[_runtime]["metrics_port"] = (_INT, (_port,))
 # a training script's own flags that name its model (Hugging Face Trainer examples and the like)
