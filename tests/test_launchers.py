@@ -389,6 +389,17 @@ def test_the_identity_collector_makes_a_workload_of_a_launcher_outside_any_pod(t
     assert s.groups[0].launcher.metrics_url == "" and "network namespace" in s.groups[0].launcher.problems[-1]
 
 
+@pytest.mark.parametrize(("url", "local"), [
+    ("http://127.0.0.1:8000/metrics", True), ("http://[::1]:8000/metrics", True),
+    ("http://169.254.169.254:80/metrics", False),  # a cloud metadata service, named on a command line
+    ("http://10.255.255.254:8000/metrics", False), ("http://example.com:8000/metrics", False),
+])
+def test_only_this_hosts_addresses_are_scraped_for_an_automatic_server(url, local):
+    from headroom.sources.identity import is_local_address
+
+    assert is_local_address(url) is local
+
+
 def test_only_a_server_in_our_network_namespace_is_reached_on_our_loopback(tmp_path):
     from headroom.sources.identity import same_network_namespace
 

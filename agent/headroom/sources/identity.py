@@ -378,6 +378,11 @@ class IdentityCollector(Collector):
             launcher = replace(launcher, metrics_url="", problems=(
                 *launcher.problems, "its /metrics is in another network namespace (a pod or container) or one "
                 "headroom cannot see: not scraped; a profile with endpoint: reads it"))
+        if launcher is not None and launcher.metrics_url and not is_local_address(launcher.metrics_url):
+            # a command line is anyone's to write: it must not point the agent's requests at other machines
+            launcher = replace(launcher, metrics_url="", problems=(
+                *launcher.problems, "its metrics address is not one of this host's: not scraped; a profile with "
+                "endpoint: reads it"))
         self._pids[pid] = _Pid(inode, ident, launcher_pid, launcher)
         return ident
 
@@ -646,6 +651,28 @@ def same_network_namespace(root: Path, pid: int) -> bool:
         return os.readlink(f"{root}/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
     except OSError:
         return False
+
+
+def is_local_address(url: str) -> bool:
+    """True when the URL's host is an address of this host (loopback, or one a socket can bind here)."""
+    import ipaddress
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(url).hostname or ""
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name: resolving it would be a request of its own
+    if address.is_loopback:
+        return True
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))  # only an address of this host's interfaces binds
+    except OSError:
+        return False
+    return True
 
 
 CMDLINE_BYTES = 16384  # of a launcher's command line: its flags (a longer one is cut there)
