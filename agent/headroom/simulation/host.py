@@ -336,12 +336,14 @@ class SyntheticHost:
         """Remove the tree (idempotent)."""
         self._tmp.cleanup()
 
-    def add_processes(self, processes: list[tuple[int, int, Any, str, float | None]]) -> None:
+    def add_processes(self, processes: list[tuple[int, int, Any, str, float | None, dict[str, str]]]) -> None:
         """Simulate these processes from now on: (pid, ppid, StandInSpec, cgroup path, cgroup CPU quota in
-        cores or None), parents before their children. Their /proc/PID files appear at once."""
+        cores or None, environment), parents before their children. Their /proc/PID files appear at once;
+        /proc/PID/root and cwd point at this machine's / (the files a process names, e.g. a model cache in
+        HF_HOME, are real)."""
         with self._lock:
             t = self._t if self._t is not None else 0.0
-            for order, (pid, ppid, spec, cgroup, quota) in enumerate(processes):
+            for order, (pid, ppid, spec, cgroup, quota, env) in enumerate(processes):
                 start = round((BOOT_UPTIME_SECONDS + t) * self.user_hz) + order
                 proc = self._procs[pid] = _Process(pid, ppid, spec, cgroup, start)
                 group = self._cgroups.setdefault(cgroup, _Cgroup(cgroup, quota))
@@ -355,6 +357,9 @@ class SyntheticHost:
                 self._put(f"{base}/cmdline", _cmdline(spec.argv))
                 self._put(f"{base}/comm", proc.comm + "\n")
                 self._put(f"{base}/cgroup", f"0::{cgroup}\n")
+                self._put(f"{base}/environ", "".join(f"{k}={v}\0" for k, v in env.items()))
+                for link in ("root", "cwd"):
+                    (Path(self._tmp.name) / base / link).symlink_to("/")
             self._write(t)
 
     def remove_processes(self, pids: Any) -> None:
