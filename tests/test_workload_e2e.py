@@ -127,7 +127,7 @@ def scenario_text(marker: str) -> str:
 def test_scenario_workloads_parse_with_children_and_gpu_uses():
     (w,) = parse_scenario(scenario_text("m")).workloads
     assert w.process.argv == ("python3", "serve.py", "--marker", "m", "--label", "two words")
-    assert w.process.cpu == 0.05 and w.process.rss == 8 << 20
+    assert w.process.cpu.at(0) == 0.05 and w.process.rss.at(0) == 8 << 20
     first, second = w.process.children
     assert first.argv == ("worker-m", "rank=0") and second.argv == w.process.argv  # default: the parent's
     assert [(u.gpu, u.memory.at(0), u.utilization.at(0) if u.utilization else None) for u in first.gpus] == [
@@ -141,7 +141,13 @@ def test_scenario_workloads_parse_with_children_and_gpu_uses():
     ("  - {name: w, cmdline: 'short'}", r"workloads\[0\]\.cmdline: a stand-in command line needs at least 12"),
     ("  - {name: w, cmdline: 'unterminated \"quote here'}", r"workloads\[0\]\.cmdline: cannot split like a shell"),
     ("  - {name: w, cmdline: 'long enough command', pids: [1]}", r"workloads\[0\]\.pids: unknown key"),
-    ("  - {name: w, cmdline: 'long enough command', cpu: 2}", r"workloads\[0\]\.cpu: expected a ratio"),
+    ("  - {name: w, cmdline: 'long enough command', cpu: -1}", r"workloads\[0\]\.cpu: expected a number of cores >= 0"),
+    ("  - {name: w, cmdline: 'long enough command', cpu: 1, threads: [1, 0.2]}",
+     r"workloads\[0\]\.cpu: give cpu or per-thread cores in threads, not both"),
+    ("  - {name: w, cmdline: 'long enough command', children: [{cpu_quota: 2}]}",
+     r"workloads\[0\]\.children\[0\]\.cpu_quota: only the workload's main process has a cgroup of its own"),
+    ("  - {name: w, cmdline: 'long enough command', cgroup: relative/path}",
+     r"workloads\[0\]\.cgroup: expected an absolute cgroup path"),
     ("  - {cmdline: 'long enough command'}", r"workloads\[0\]: missing required key 'name'"),
     ("  - {name: w, cmdline: 'long enough command', children: [{children: 1}]}",
      r"workloads\[0\]\.children\[0\]\.children: unknown key"),
@@ -206,9 +212,17 @@ def test_demo_shows_the_stand_in_vllm_under_its_workload_with_gpu_memory_from_th
     doc = json.loads(r.stdout)
     gpus = doc["sources"]["nvml"]["data"]["gpus"]
     on_gpu = [p["pid"] for g in gpus for p in g["processes"]]
-    assert len(on_gpu) == 2  # the two tensor-parallel worker stand-ins, with their real pids
+    # the two tensor-parallel worker stand-ins and the undeclared server's engine core, with their real pids
+    assert len(on_gpu) == 3
     (chat,) = [w for w in doc["findings"]["workloads"] if w["name"] == "chat"]
-    assert set(on_gpu) <= set(chat["measured"]["pids"])  # joined through the parent's workload
+    assert len(set(on_gpu) & set(chat["measured"]["pids"])) == 2  # joined through the parent's workload
+    # the undeclared `vllm serve Qwen/Qwen3-0.6B --gpu-memory-utilization 0.08` on GPU 1: found by its command
+    # line, sized from the config.json in its HF_HOME: vLLM reserves 0.08 of the card
+    # (its expected memory, once its config.json is read off the tick: tests/test_e2e.py)
+    (auto,) = [w for w in doc["findings"]["workloads"] if w["source"] == "auto"]
+    assert (auto["name"], auto["model"], auto["runtime"]) == ("vllm/Qwen3-0.6B:8001", "Qwen/Qwen3-0.6B", "vllm")
+    assert auto["expected_peak_bytes"] in (None, int(81559 * (1 << 20) * 0.08))
+    assert {g["index"]: g["memory_used_bytes"] for g in auto["gpus"]} == {1: int(parse_bytes("6.3GiB"))}
     assert chat["processes"] >= 3
     per_gpu = {g["index"]: g["memory_used_bytes"] for g in chat["gpus"]}
     assert per_gpu == {0: int(parse_bytes("70.4GiB")), 1: int(parse_bytes("70.4GiB"))}
