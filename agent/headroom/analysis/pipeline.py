@@ -148,10 +148,15 @@ class Analysis:
         self._settled = set()
 
         status_by_name = {getattr(st, "name", None): st for st in statuses}
+        # declared profiles, then the automatic workloads that a launcher's command line gave a profile
+        # (workload/launchers.py): both get verdicts and headroom the same way
+        auto = tuple(st.profile for st in statuses
+                     if getattr(st, "source", "declared") == "auto" and getattr(st, "profile", None) is not None)
+        profiles = self.profiles + auto
         indices_of = {p.name: tuple(getattr(status_by_name.get(p.name), "gpu_indices", ()) or ())
-                      or _declared_indices(p, sample) for p in self.profiles}
+                      or _declared_indices(p, sample) for p in profiles}
         # what runs on each GPU: a serving runtime that reserves the card up front makes a full card normal
-        reserved = {i: name for p in self.profiles
+        reserved = {i: name for p in profiles
                     if (name := bottleneck.reserving_runtime(getattr(p, "runtime", None))) for i in indices_of[p.name]}
         gpu_findings = []
         for g in gpus:
@@ -165,11 +170,7 @@ class Analysis:
 
         by_index = {g.index: g for g in gpus}
         workload_findings = []
-        # declared profiles, then the automatic workloads that a launcher's command line gave a profile
-        # (workload/launchers.py): both get verdicts and headroom the same way
-        auto = tuple(st.profile for st in statuses
-                     if getattr(st, "source", "declared") == "auto" and getattr(st, "profile", None) is not None)
-        for p in self.profiles + auto:
+        for p in profiles:
             st = status_by_name.get(p.name)
             indices = indices_of[p.name]
             w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
