@@ -8,7 +8,7 @@ rootfs with /dev/shm) that the test mutates while the agent runs.
 Every case checks, while the fault lasts: /metrics keeps answering within 1 s (scraped every 50 ms
 throughout), what the affected collector reports, one log event for the change (never one per tick),
 what /healthz says; and that the agent recovers by itself once the fault clears. The module prints
-"faults injected: N, survived: M" at the end (docs/reliability.md, "Faults").
+"faults injected: N, survived: M" in the run's summary (docs/reliability.md, "Faults").
 """
 
 from __future__ import annotations
@@ -48,16 +48,14 @@ INJECTED: list[str] = []
 SURVIVED: list[str] = []
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def fault_tally(request):
+    """Each test's injected and survived faults go to the run's summary ("faults injected: N, survived: M",
+    tests/conftest.py), from whichever pytest-xdist worker ran it."""
+    injected, survived_ = len(INJECTED), len(SURVIVED)
     yield
-    line = f"faults injected: {len(INJECTED)}, survived: {len(SURVIVED)}"
-    lost = [f for f in INJECTED if f not in SURVIVED]
-    if lost:
-        line += f" (not survived: {', '.join(lost)})"
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print("\n" + line)
+    request.node.user_properties.extend([("fault_injected", f) for f in INJECTED[injected:]]
+                                        + [("fault_survived", f) for f in SURVIVED[survived_:]])
 
 
 def inject(name: str) -> None:
