@@ -77,7 +77,7 @@ def present(gpu: GpuSample) -> set[str]:
     return out
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> object:
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
