@@ -317,3 +317,48 @@ def test_the_window_must_fit_the_memory_budget_at_its_interval():
         "c.yaml:3:11: agent.window: a window of 1d sampled every 50ms with 8 GPUs needs about 33,750 MiB, above "
         "the 256 MiB budget; at this interval at most 655.31s fits (or sample less often) (validation assumes 8 GPUs)"]
     _ok("agent:\n  sample_interval: 100ms\n  window: 1310s\n")  # twice the interval, twice the window
+
+
+# ------------------------------------------------------------------------------- unreadable YAML, positioned
+@pytest.mark.parametrize(("raw", "expected"), [
+    (b"\xffagent: {}\n", "c.yaml:1:1: (document): file is not valid UTF-8"),
+    (b"a: 1\nb: 2\nc: x\xff\n", "c.yaml:3:5: (document): file is not valid UTF-8"),
+    ("a: 1\nb: 2\n\x07c: 3\n", "c.yaml:3:1: (document): YAML error: character #x0007 is not allowed: "
+                               "special characters are not allowed"),
+    ('agent: "\x00"\n', "c.yaml:1:9: (document): YAML error: character #x0000 is not allowed: "
+                        "special characters are not allowed"),
+    ("agent: [\n", "c.yaml:2:1: (document): YAML syntax error: expected the node content, but found "
+                   "'<stream end>' (while parsing a flow node)"),
+    ('agent:\n  window: "x\n', "c.yaml:3:1: (document): YAML syntax error: found unexpected end of stream "
+                               "(while scanning a quoted scalar)"),
+    ("x: &a\n  - *b\n", "c.yaml:2:5: (document): YAML syntax error: found undefined alias 'b'"),
+    ("[" * 5000, "c.yaml:1:1: (document): YAML nesting is too deep"),
+], ids=["bad UTF-8 on line 1", "bad UTF-8 on line 3", "control character", "NUL in a string", "unclosed list",
+        "unclosed quote", "undefined alias", "nesting"])
+def test_unreadable_yaml_is_one_positioned_issue(raw, expected):
+    with pytest.raises(ConfigError) as exc:
+        check_config_text(raw, "c.yaml")
+    assert [str(i) for i in exc.value.issues] == [expected]
+
+
+# ------------------------------------------------------------------------------- the wrong kind of value
+@pytest.mark.parametrize(("text", "expected"), [
+    ("agent:\n  sample_interval: [1]\n", "c.yaml:2:20: agent.sample_interval: expected a duration, got a list"),
+    ("analysis:\n  idle_busy_ratio: {a: 1}\n", "c.yaml:2:20: analysis.idle_busy_ratio: expected a number, got a mapping"),
+    ("web:\n  telemetry_path: [x]\n", "c.yaml:2:19: web.telemetry_path: expected a string, got a list"),
+    ("collectors:\n  nvml:\n    enabled: [x]\n", "c.yaml:3:14: collectors.nvml.enabled: expected true or false, got a list"),
+    ("collectors:\n  identity:\n    max_workloads: 1" + "0" * 400 + "\n",
+     "c.yaml:3:20: collectors.identity.max_workloads: a number of 401 digits is too large"),
+    ("analysis:\n  idle_busy_ratio: .nan\n", "c.yaml:2:20: analysis.idle_busy_ratio: must be a finite number"),
+    ('collectors:\n  disk:\n    device_include: "(["\n', "c.yaml:3:21: collectors.disk.device_include: invalid "
+                                                         "regular expression: unterminated character set at position 1"),
+    ('collectors:\n  net:\n    device_include: "(["\n', "c.yaml:3:21: collectors.net.device_include: invalid "
+                                                        "regular expression: unterminated character set at position 1"),
+    ('collectors:\n  net:\n    device_exclude: "(["\n', "c.yaml:3:21: collectors.net.device_exclude: invalid "
+                                                        "regular expression: unterminated character set at position 1"),
+    ("collectors:\n  identity:\n    auto: [pods, vms]\n",
+     "c.yaml:3:18: collectors.identity.auto[1]: must be one of pods, jobs, containers, units; got 'vms'"),
+], ids=["duration", "number", "string", "bool", "huge integer", "nan", "disk include regex", "net include regex",
+        "net exclude regex", "choice"])
+def test_the_wrong_kind_of_value_is_one_positioned_issue(text, expected):
+    assert issues(text) == [expected]
