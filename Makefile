@@ -45,7 +45,7 @@ PARALLEL := $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS) --dist loa
 test: venv system-deps .binding/$(MIN_NVML)/pynvml.py
 	$(VENV)/bin/ruff check agent tests
 	$(PY) -m pytest $(PARALLEL) $(PYTEST_ARGS)
-	PYTHONPATH=.binding/$(MIN_NVML) HEADROOM_EXPECT_NVML_BINDING=$(MIN_NVML) $(PY) -m pytest -q $(PARALLEL) $(NVML_TESTS)
+	PYTHONPATH=.binding/$(MIN_NVML) HEADROOM_EXPECT_NVML_BINDING=$(MIN_NVML) $(PY) -m pytest $(PARALLEL) $(NVML_TESTS)
 
 lint: venv
 	$(VENV)/bin/ruff check agent tests
