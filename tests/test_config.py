@@ -357,7 +357,7 @@ def test_unreadable_yaml_is_one_positioned_issue(raw, expected):
     ('collectors:\n  net:\n    device_exclude: "(["\n', "c.yaml:3:21: collectors.net.device_exclude: invalid "
                                                         "regular expression: unterminated character set at position 1"),
     ("collectors:\n  identity:\n    auto: [pods, vms]\n",
-     "c.yaml:3:18: collectors.identity.auto[1]: must be one of pods, jobs, containers, units; got 'vms'"),
+     "c.yaml:3:18: collectors.identity.auto[1]: must be one of pods, jobs, containers, units, launchers; got 'vms'"),
 ], ids=["duration", "number", "string", "bool", "huge integer", "nan", "disk include regex", "net include regex",
         "net exclude regex", "choice"])
 def test_the_wrong_kind_of_value_is_one_positioned_issue(text, expected):

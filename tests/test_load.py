@@ -122,15 +122,19 @@ def test_half_open_connections_do_not_block_scrapes_and_are_dropped(demo, reques
         s.sendall(b"GET /metr")  # never finished
         idle.append(s)
     opened = time.monotonic()
-    time.sleep(0.5)
-    assert threads_of(demo.proc.pid) >= base_threads + 100  # each holds a handler thread
+    deadline = opened + 30  # each holds a handler thread, however long this machine takes to start them
+    while threads_of(demo.proc.pid) < base_threads + 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threads_of(demo.proc.pid) >= base_threads + 100
 
     start = time.perf_counter()
     status, _, body = http_get(demo.url + "/metrics", timeout=5)
     alone = time.perf_counter() - start
-    assert status == 200 and b"headroom_build_info" in body and alone < 1.0
+    # a scrape held up by the half-open connections would wait for their 10 s head timeout; a loaded machine
+    # (other test workers) slows a free one to at most a second or two
+    assert status == 200 and b"headroom_build_info" in body and alone < REQUEST_HEAD_TIMEOUT_SECONDS / 2
     latencies, errors, _ = scrape_concurrently(demo.port, clients=200, seconds=5)  # 300 connections at once
-    assert errors == [] and percentile(latencies, 99) < 1.0
+    assert errors == [] and percentile(latencies, 99) < REQUEST_HEAD_TIMEOUT_SECONDS / 2
 
     for s in idle:  # each is closed by the agent after the handler timeout, without an answer
         s.settimeout(max(0.1, opened + REQUEST_HEAD_TIMEOUT_SECONDS + 5 - time.monotonic()))
