@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from headroom.config import check_config_text
@@ -483,8 +484,18 @@ workloads:
 """
 
 
+def gpus_only(tmp: Path) -> Path:
+    """The demo scenario's GPUs alone: no synthetic host and no stand-ins, so the host collectors read the
+    --path.* roots given (the fixture tree) and the processes collector counts the fixture's processes."""
+    doc = yaml.safe_load(Path(load_scenario("demo").source).read_text())
+    path = tmp / "gpus.yaml"
+    path.write_text(yaml.safe_dump({k: v for k, v in doc.items() if k not in ("host", "workloads", "profiles",
+                                                                              "expected")}))
+    return path
+
+
 class HostAgent(Agent):
-    """`headroom run --simulate demo` over a private copy of the modern /proc fixture and a rootfs with
+    """`headroom run --simulate` (demo's GPUs) over a private copy of the modern /proc fixture and a rootfs with
     /dev/shm, both free to mutate; its JSON log lines are collected as they come."""
 
     def __init__(self, tmp: Path) -> None:
@@ -492,7 +503,7 @@ class HostAgent(Agent):
         shutil.copytree(FIXTURES / "proc" / "modern", self.proc_root, symlinks=True)
         (self.rootfs / "dev" / "shm").mkdir(parents=True)
         (tmp / "config.yaml").write_text(HOST_CONFIG)
-        super().__init__("--config.file", str(tmp / "config.yaml"), "--simulate", "demo",
+        super().__init__("--config.file", str(tmp / "config.yaml"), "--simulate", str(gpus_only(tmp)),
                          "--path.procfs", str(self.proc_root), "--path.rootfs", str(self.rootfs))
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read_log, daemon=True)

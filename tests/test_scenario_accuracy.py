@@ -4,8 +4,8 @@ Each scenario runs as a user would run it (`headroom run --simulate bottleneck-<
 configuration that only speeds the analysis up (250 ms samples, 4 s short window, 1 s hold) so the
 whole table takes about a minute; the scenario's own workload profile is checked, and `healthy` must
 stay `none`. The table (expected, classified, time to detection) is written to
-artifacts/accuracy.md; docs/analysis.md carries the same table measured with the default settings
-(`python -m bench.accuracy`).
+artifacts/accuracy.md; docs/analysis.md carries the per-class table measured with the default settings, in
+process on a manual clock (`make accuracy`, pinned by tests/test_simulation_machine.py).
 """
 
 from __future__ import annotations

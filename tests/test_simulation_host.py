@@ -195,9 +195,10 @@ def test_only_host_collectors_get_the_synthetic_tree_and_stop_removes_it(tmp_pat
     config = load_config(None)
     collectors = {c.name: c for c in build_collectors(config, Options(simulate=str(path)), scenario)}
     tree = scenario.host_paths("cpu")
-    for name in ("cpu", "memory", "disk", "net", "shm"):
+    synthetic = {"cpu", "memory", "disk", "net", "shm", "processes", "identity"}
+    for name in synthetic:
         assert collectors[name].ctx.paths == tree
-    for name in set(collectors) - {"cpu", "memory", "disk", "net", "shm"}:  # nvml, processes: the real host
+    for name in set(collectors) - synthetic:  # nvml (its driver stand-in), serving (HTTP), agent (itself)
         assert collectors[name].ctx.paths == Options().paths
         assert scenario.host_paths(name) is None
     sampler = Sampler(render=render_exposition, collectors=list(collectors.values()), before_tick=scenario.update_host)

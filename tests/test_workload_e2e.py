@@ -127,7 +127,7 @@ def scenario_text(marker: str) -> str:
 def test_scenario_workloads_parse_with_children_and_gpu_uses():
     (w,) = parse_scenario(scenario_text("m")).workloads
     assert w.process.argv == ("python3", "serve.py", "--marker", "m", "--label", "two words")
-    assert w.process.cpu == 0.05 and w.process.rss == 8 << 20
+    assert w.process.cpu.at(0) == 0.05 and w.process.rss.at(0) == 8 << 20
     first, second = w.process.children
     assert first.argv == ("worker-m", "rank=0") and second.argv == w.process.argv  # default: the parent's
     assert [(u.gpu, u.memory.at(0), u.utilization.at(0) if u.utilization else None) for u in first.gpus] == [
@@ -141,7 +141,13 @@ def test_scenario_workloads_parse_with_children_and_gpu_uses():
     ("  - {name: w, cmdline: 'short'}", r"workloads\[0\]\.cmdline: a stand-in command line needs at least 12"),
     ("  - {name: w, cmdline: 'unterminated \"quote here'}", r"workloads\[0\]\.cmdline: cannot split like a shell"),
     ("  - {name: w, cmdline: 'long enough command', pids: [1]}", r"workloads\[0\]\.pids: unknown key"),
-    ("  - {name: w, cmdline: 'long enough command', cpu: 2}", r"workloads\[0\]\.cpu: expected a ratio"),
+    ("  - {name: w, cmdline: 'long enough command', cpu: -1}", r"workloads\[0\]\.cpu: expected a number of cores >= 0"),
+    ("  - {name: w, cmdline: 'long enough command', cpu: 1, threads: [1, 0.2]}",
+     r"workloads\[0\]\.cpu: give cpu or per-thread cores in threads, not both"),
+    ("  - {name: w, cmdline: 'long enough command', children: [{cpu_quota: 2}]}",
+     r"workloads\[0\]\.children\[0\]\.cpu_quota: only the workload's main process has a cgroup of its own"),
+    ("  - {name: w, cmdline: 'long enough command', cgroup: relative/path}",
+     r"workloads\[0\]\.cgroup: expected an absolute cgroup path"),
     ("  - {cmdline: 'long enough command'}", r"workloads\[0\]: missing required key 'name'"),
     ("  - {name: w, cmdline: 'long enough command', children: [{children: 1}]}",
      r"workloads\[0\]\.children\[0\]\.children: unknown key"),

@@ -274,6 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "estimate":
             from headroom.workload import estimate
 
+            if options.simulate:  # a scenario's profiles can be sized too, as `run --simulate` adds them
+                config = daemon.with_scenario_profiles(config, daemon.load_scenario(options.simulate))
             try:
                 code, text = estimate.run(args, config, lambda: daemon.found_gpus(config, options))
             except estimate.EstimateError as exc:

@@ -72,7 +72,9 @@ def enabled_collectors(config: Config, options: Options) -> list[str]:
 
 
 def build_collectors(config: Config, options: Options, scenario: Any,
-                     previous: LatestSample | None = None) -> list[Collector]:
+                     previous: LatestSample | None = None, monotonic: Any = None) -> list[Collector]:
+    """The enabled collectors; ``monotonic``: their clock (None: time.monotonic; a simulation on a manual clock
+    passes that clock, so rates the collectors compute follow scenario time)."""
     registry = load_all()
     interval = options.sample_interval or config.sample_interval
     out = []
@@ -83,7 +85,7 @@ def build_collectors(config: Config, options: Options, scenario: Any,
         # a scenario with a host: section hands the host collectors its synthetic /proc and /sys tree
         paths = (scenario.host_paths(name) if scenario is not None else None) or options.paths
         ctx = SourceContext(paths=paths, settings=settings, scenario=scenario, interval=interval,
-                            workloads=tuple(config.workloads), previous=previous)
+                            workloads=tuple(config.workloads), previous=previous, monotonic=monotonic)
         out.append(registry[name](ctx))
     return out
 

@@ -3,7 +3,9 @@
 - ``scenario``: scenario files (docs/scenario-format.md) and the time-varying signals they describe;
 - ``host``: the synthetic procfs/sysfs tree the real host collectors read;
 - ``nvml_driver``: the GPU driver stand-in (libnvidia-ml's C entry points) beneath the real pynvml binding;
-- ``standin``: the stand-in processes a scenario starts (run as scripts, standard library only);
+- ``standin``: the real stand-in processes of a scenario without a synthetic host, and the HTTP servers of
+  serving stand-ins (run as scripts, standard library only);
+- ``runner``: a scenario run in process on a manual clock (tests, ``make accuracy``);
 - ``scenarios/``: the built-in scenarios.
 """
 

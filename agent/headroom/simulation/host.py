@@ -11,7 +11,11 @@ so the real cpu, memory, disk and net collectors read it unchanged through their
 Shared memory is a statvfs() result, which no tree of files can fake: ``SyntheticHost.statvfs`` is the
 documented stand-in for that one syscall (the shm collector asks ``ctx.scenario.host_statvfs``).
 
-Processes are never synthetic: workload stand-ins are real processes, read from the real /proc.
+The scenario's workload stand-ins are simulated processes of that tree (``add_processes``): /proc/PID/{stat,
+status,io,cgroup,cmdline,net/dev,task/TID/stat} and their cgroup's v2 files (cgroup.procs, cpu.max, cpu.stat,
+memory.current, io.stat) follow the cores, threads, memory, I/O, network and CPU quota the scenario declares,
+so the real processes and identity collectors read the same values on any machine under any load.
+``host: {psi: false}`` leaves /proc/pressure out, as a kernel without PSI does.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ if TYPE_CHECKING:  # the parser lives in simulation.py, which imports this modul
 
 log = structlog.get_logger("headroom.simulation.host")
 
-# Collectors that read the synthetic tree (shm through host_statvfs); every other collector keeps its paths.
-HOST_COLLECTORS = frozenset({"cpu", "memory", "disk", "net", "shm"})
+# Collectors that read the synthetic tree (shm through host_statvfs); every other collector keeps its paths
+# (nvml has its driver stand-in, serving scrapes the stand-ins' HTTP, agent measures the agent itself).
+HOST_COLLECTORS = frozenset({"cpu", "memory", "disk", "net", "shm", "processes", "identity"})
 
 BOOT_UPTIME_SECONDS = 86_400.0  # counters start as if the host had run a day at the t=0 rates
 USER_HZ = 100
@@ -102,10 +107,11 @@ class HostSpec:
     disks: tuple[DiskSpec, ...]
     network: tuple[NicSpec, ...]
     shm: tuple[ShmSpec, ...]
+    psi: bool = True  # False: a kernel without PSI (built without CONFIG_PSI or booted psi=0): no pressure files
 
 
 # --------------------------------------------------------------------------------------- parsing
-_HOST_KEYS = {"cpu", "pressure", "memory", "disks", "network", "shm"}
+_HOST_KEYS = {"cpu", "pressure", "memory", "disks", "network", "shm", "psi"}
 _CPU_KEYS = {"logical_cpus", "utilization", "iowait", "load"}
 _MEMORY_SIZES = ("available", "free", "cached", "buffers", "shmem", "dirty", "writeback", "swap_free")
 _MEMORY_KEYS = {"total", "swap_total", "major_faults", *_MEMORY_SIZES}
@@ -156,6 +162,10 @@ def parse_host(p: _Parser, node: yaml.Node, path: str = "host") -> HostSpec:
         full = _psi_line(p, kinds["full"], f"{rpath}.full") if "full" in kinds else None
         pressure[resource] = (some, full)
 
+    psi_enabled = p.boolean(top["psi"], f"{path}.psi") if "psi" in top else True
+    if not psi_enabled and "pressure" in top:
+        raise p.error(top["pressure"], f"{path}.pressure", "a host with psi: false has no pressure to declare")
+
     mem = p.mapping(top["memory"], f"{path}.memory", _MEMORY_KEYS) if "memory" in top else {}
     mpath = f"{path}.memory"
     total = int(p.unit(mem["total"], f"{mpath}.total", "size")) if "total" in mem else 256 * 2**30
@@ -188,6 +198,7 @@ def parse_host(p: _Parser, node: yaml.Node, path: str = "host") -> HostSpec:
         disks=disks,
         network=network,
         shm=shm,
+        psi=psi_enabled,
     )
 
 
@@ -291,11 +302,16 @@ class SyntheticHost:
         self.clock = clock
         self.user_hz = user_hz
         self._lock = threading.Lock()
-        self._tmp = tempfile.TemporaryDirectory(prefix="headroom-host-")
+        # in memory where the machine has a tmpfs (a procfs lives in memory too): rewriting ~40 files a tick
+        # on a disk-backed /tmp costs a millisecond each
+        memory = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self._tmp = tempfile.TemporaryDirectory(prefix="headroom-host-", dir=memory)
         root = Path(self._tmp.name)
         self.paths = Paths(procfs=root / "proc", sysfs=root / "sys", rootfs=root / "rootfs")
         self._t: float | None = None
         self._c = _Counters()
+        self._procs: dict[int, _Process] = {}  # simulated processes (workload stand-ins), by pid
+        self._cgroups: dict[str, _Cgroup] = {}
         self._write_static()
         self.update()
         log.info("synthetic_host_started", root=str(root), disks=[d.name for d in spec.disks],
@@ -319,6 +335,48 @@ class SyntheticHost:
     def close(self) -> None:
         """Remove the tree (idempotent)."""
         self._tmp.cleanup()
+
+    def add_processes(self, processes: list[tuple[int, int, Any, str, float | None, dict[str, str]]]) -> None:
+        """Simulate these processes from now on: (pid, ppid, StandInSpec, cgroup path, cgroup CPU quota in
+        cores or None, environment), parents before their children. Their /proc/PID files appear at once;
+        /proc/PID/root and cwd point at this machine's / (the files a process names, e.g. a model cache in
+        HF_HOME, are real)."""
+        with self._lock:
+            t = self._t if self._t is not None else 0.0
+            for order, (pid, ppid, spec, cgroup, quota, env) in enumerate(processes):
+                start = round((BOOT_UPTIME_SECONDS + t) * self.user_hz) + order
+                proc = self._procs[pid] = _Process(pid, ppid, spec, cgroup, start)
+                group = self._cgroups.setdefault(cgroup, _Cgroup(cgroup, quota))
+                group.quota = quota if quota is not None else group.quota
+                group.pids.append(pid)
+                base = f"proc/{pid}"
+                (Path(self._tmp.name) / base / "net").mkdir(parents=True, exist_ok=True)
+                for tid in proc.tids:
+                    (Path(self._tmp.name) / base / "task" / str(tid)).mkdir(parents=True, exist_ok=True)
+                (Path(self._tmp.name) / "sys/fs/cgroup" / cgroup.lstrip("/")).mkdir(parents=True, exist_ok=True)
+                self._put(f"{base}/cmdline", _cmdline(spec.argv))
+                self._put(f"{base}/comm", proc.comm + "\n")
+                self._put(f"{base}/cgroup", f"0::{cgroup}\n")
+                self._put(f"{base}/environ", "".join(f"{k}={v}\0" for k, v in env.items()))
+                for link in ("root", "cwd"):
+                    (Path(self._tmp.name) / base / link).symlink_to("/")
+            self._write(t)
+
+    def remove_processes(self, pids: Any) -> None:
+        """Stop simulating these pids: their /proc/PID directories go, as when a process exits."""
+        import shutil
+
+        with self._lock:
+            for pid in pids:
+                proc = self._procs.pop(pid, None)
+                if proc is None:
+                    continue
+                group = self._cgroups.get(proc.cgroup)
+                if group is not None and pid in group.pids:
+                    group.pids.remove(pid)
+                shutil.rmtree(Path(self._tmp.name) / "proc" / str(pid), ignore_errors=True)
+            if self._t is not None:
+                self._write(self._t)
 
     def update(self) -> None:
         """Integrate counters up to the clock's time and rewrite every file."""
@@ -404,6 +462,10 @@ class SyntheticHost:
             acc = c.nics.setdefault(n.name, dict.fromkeys(("rx", "tx"), 0.0))
             acc["rx"] += max(0.0, n.rx.at(t)) * dt
             acc["tx"] += max(0.0, n.tx.at(t)) * dt
+        for proc in self._procs.values():
+            proc.accumulate(t, dt)
+        for group in self._cgroups.values():
+            group.accumulate(t, dt, [self._procs[pid] for pid in group.pids if pid in self._procs])
 
     # -- instantaneous values
     def _cpu_shares(self, t: float) -> tuple[float, float]:
@@ -461,6 +523,53 @@ class SyntheticHost:
             "SwapFree": min(spec.swap_total, value("swap_free", spec.swap_total)),
         }
 
+    def _write_processes(self, t: float, host_net_dev: str) -> None:
+        """/proc/PID/{stat,status,io,net/dev,task/TID/stat} of every simulated process, and the cgroup v2
+        files (cgroup.procs, cpu.max, cpu.stat, memory.current, io.stat) of their cgroups."""
+        hz = self.user_hz
+        for proc in self._procs.values():
+            base = f"proc/{proc.pid}"
+            cores = proc.spec.cores(t)
+            state = "R" if cores >= 0.5 else "S"
+            rss = proc.rss(t)
+            cpu = sum(proc.thread_seconds)
+            threads = len(proc.tids)
+            self._put(f"{base}/stat", _pid_stat(proc.pid, proc.comm, state, proc.ppid, round(cpu * _USER * hz),
+                                                round(cpu * (1 - _USER) * hz), threads, proc.starttime, rss))
+            for tid, seconds, share in zip(proc.tids, proc.thread_seconds, proc.spec.thread_cores(t), strict=True):
+                self._put(f"{base}/task/{tid}/stat", _pid_stat(
+                    tid, proc.comm, "R" if share >= 0.5 else "S", proc.ppid, round(seconds * _USER * hz),
+                    round(seconds * (1 - _USER) * hz), threads, proc.starttime, rss))
+            self._put(f"{base}/status", (
+                f"Name:\t{proc.comm}\nState:\t{state}\nTgid:\t{proc.pid}\nPid:\t{proc.pid}\nPPid:\t{proc.ppid}\n"
+                f"Uid:\t{_UID}\t{_UID}\t{_UID}\t{_UID}\nGid:\t{_GID}\t{_GID}\t{_GID}\t{_GID}\n"
+                f"VmRSS:\t{rss // 1024} kB\nVmSwap:\t0 kB\nThreads:\t{threads}\n"))
+            read, written = round(proc.read), round(proc.written)
+            self._put(f"{base}/io", (
+                f"rchar: {read + 4096 * round(cpu)}\nwchar: {written}\nsyscr: {read // 65536}\nsyscw: {written // 65536}\n"
+                f"read_bytes: {read}\nwrite_bytes: {written}\ncancelled_write_bytes: 0\n"))
+            if proc.spec.network is None:  # the host's network namespace
+                self._put(f"{base}/net/dev", host_net_dev)
+            else:
+                rx, tx = round(proc.rx), round(proc.tx)
+                self._put(f"{base}/net/dev", host_net_dev.split("\n", 2)[0] + "\n" + host_net_dev.split("\n", 2)[1] + (
+                    f"\n    lo: 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n  eth0: {rx} {rx // PACKET_BYTES} 0 0 0 0 0 0 "
+                    f"{tx} {tx // PACKET_BYTES} 0 0 0 0 0 0\n"))
+        for group in self._cgroups.values():
+            members = [self._procs[pid] for pid in group.pids if pid in self._procs]
+            base = "sys/fs/cgroup/" + group.path.lstrip("/")
+            cpu = sum(sum(m.thread_seconds) for m in members)
+            quota = "max" if group.quota is None else str(round(group.quota * 100_000))
+            self._put(f"{base}/cgroup.procs", "".join(f"{m.pid}\n" for m in members))
+            self._put(f"{base}/cpu.max", f"{quota} 100000\n")
+            self._put(f"{base}/cpu.stat", (
+                f"usage_usec {round(cpu * 1e6)}\nuser_usec {round(cpu * _USER * 1e6)}\n"
+                f"system_usec {round(cpu * (1 - _USER) * 1e6)}\nnr_periods {round(group.periods)}\n"
+                f"nr_throttled {round(group.throttled_periods)}\nthrottled_usec {round(group.throttled * 1e6)}\n"))
+            self._put(f"{base}/memory.current", f"{sum(m.rss(t) for m in members)}\n")
+            self._put(f"{base}/io.stat", (f"259:0 rbytes={round(sum(m.read for m in members))} "
+                                          f"wbytes={round(sum(m.written for m in members))} rios=0 wios=0 dbytes=0 dios=0\n"))
+
     # -- files
     def _put(self, relative: str, text: str) -> None:
         """Write one file atomically (a reader sees the old or the new text, never half)."""
@@ -471,8 +580,10 @@ class SyntheticHost:
 
     def _write_static(self) -> None:
         spec, paths = self.spec, self.paths
-        for folder in (paths.procfs / "pressure", paths.procfs / "self", paths.procfs / "net"):
+        for folder in (paths.procfs / "self", paths.procfs / "net", paths.sysfs / "fs" / "cgroup"):
             folder.mkdir(parents=True, exist_ok=True)
+        if spec.psi:
+            (paths.procfs / "pressure").mkdir()
         for nic in spec.network:
             (paths.sysfs / "class" / "net" / nic.name).mkdir(parents=True, exist_ok=True)
             speed = -1 if nic.speed_bytes_per_second is None else nic.speed_bytes_per_second // 125_000
@@ -505,7 +616,7 @@ class SyntheticHost:
         self._put("proc/stat", "\n".join(stat) + "\n")
         load1 = self._load1(t)
         self._put("proc/loadavg", f"{load1:.2f} {c.load[0]:.2f} {c.load[1]:.2f} {max(1, round(busy * n))}/1234 {40_000 + int(t)}\n")
-        for resource in _PSI:
+        for resource in _PSI if spec.psi else ():
             lines = []
             for kind in ("some", "full"):
                 avg10 = self._psi10(resource, kind, t)
@@ -542,3 +653,69 @@ class SyntheticHost:
             rx, tx = round(a["rx"]), round(a["tx"])
             net.append(f"{nic.name:>6}: {rx} {rx // PACKET_BYTES} 0 0 0 0 0 0 {tx} {tx // PACKET_BYTES} 0 0 0 0 0 0")
         self._put("proc/net/dev", "\n".join(net) + "\n")
+        self._write_processes(t, "\n".join(net) + "\n")
+
+
+# ------------------------------------------------------------------------------- simulated processes
+_USER = 0.85  # share of a process's CPU time in user mode (the rest: system)
+_UID = os.getuid()  # simulated processes belong to the agent's user (so ``user:``/``uid:`` rules behave)
+_GID = os.getgid()
+try:
+    _PAGE = int(os.sysconf("SC_PAGE_SIZE"))
+except (ValueError, OSError, AttributeError):  # pragma: no cover - every Linux has it
+    _PAGE = 4096
+
+
+def _cmdline(argv: tuple[str, ...]) -> str:
+    return "".join(a + "\0" for a in argv)
+
+
+def _pid_stat(pid: int, comm: str, state: str, ppid: int, utime: int, stime: int, threads: int, starttime: int,
+              rss: int) -> str:
+    """A /proc/PID/stat line (52 fields) with the given values and zeros (or plausible constants) elsewhere."""
+    rest = [state, ppid, pid, pid, 0, -1, 4194560, 1000, 0, 0, 0, utime, stime, 0, 0, 20, 0, threads, 0, starttime,
+            rss * 2 + 2**30, rss // _PAGE, 2**64 - 1]
+    rest += [0] * (50 - len(rest))
+    return f"{pid} ({comm}) " + " ".join(str(v) for v in rest) + "\n"
+
+
+class _Process:
+    """One simulated process: its spec (cores, rss, I/O, network, threads) and what it has used so far."""
+
+    def __init__(self, pid: int, ppid: int, spec: Any, cgroup: str, starttime: int) -> None:
+        self.pid, self.ppid, self.spec, self.cgroup, self.starttime = pid, ppid, spec, cgroup, starttime
+        self.comm = (os.path.basename(spec.argv[0]) or spec.argv[0])[:15]
+        count = len(spec.thread_cores(0.0))
+        self.tids = (pid, *(pid * 100 + i for i in range(1, count)))  # made-up thread ids, unique per process
+        self.thread_seconds = [0.0] * count
+        self.read = self.written = self.rx = self.tx = 0.0
+
+    def rss(self, t: float) -> int:
+        return max(0, int(self.spec.rss.at(t)))
+
+    def accumulate(self, t: float, dt: float) -> None:
+        for i, cores in enumerate(self.spec.thread_cores(t)):
+            self.thread_seconds[i] += cores * dt
+        self.read += max(0.0, self.spec.read.at(t)) * dt
+        self.written += max(0.0, self.spec.write.at(t)) * dt
+        if self.spec.network is not None:
+            self.rx += max(0.0, self.spec.network[0].at(t)) * dt
+            self.tx += max(0.0, self.spec.network[1].at(t)) * dt
+
+
+class _Cgroup:
+    """A cgroup v2 group of simulated processes: its CPU quota and throttling counters."""
+
+    def __init__(self, path: str, quota: float | None) -> None:
+        self.path, self.quota = path, quota
+        self.pids: list[int] = []
+        self.periods = self.throttled_periods = self.throttled = 0.0
+
+    def accumulate(self, t: float, dt: float, members: list[_Process]) -> None:
+        if self.quota is None or not members:
+            return
+        used = sum(sum(m.spec.thread_cores(t)) for m in members)
+        self.periods += dt * 10  # 100 ms periods
+        if used >= 0.95 * self.quota:  # at its quota: throttled in every period, a few ms each
+            self.throttled_periods += dt * 10
+            self.throttled += dt * 0.05

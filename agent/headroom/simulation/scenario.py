@@ -75,9 +75,12 @@ GPU_SIGNALS: dict[str, str] = {
     "nvlink_rx": "size",
 }
 GPM_SIGNALS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
-_SIGNAL_BOUNDS = {"ratio": (0.0, 1.0), "bool": (0.0, 1.0), "size": (0.0, None), "frequency": (0.0, None)}
+_SIGNAL_BOUNDS = {"ratio": (0.0, 1.0), "bool": (0.0, 1.0), "size": (0.0, None), "frequency": (0.0, None),
+                  "cores": (0.0, None)}
 
 _SCENARIO_DIR = "scenarios"
+SIMULATED_PID_BASE = 4101  # the first made-up pid of a synthetic host's stand-ins
+DEFAULT_CGROUP = "/user.slice/user-1000.slice/session-1.scope"  # a stand-in's cgroup unless declared: a login shell
 
 
 class ScenarioError(ValueError):
@@ -189,17 +192,43 @@ class StandInGpu:
 
 @dataclass(frozen=True, slots=True)
 class StandInSpec:
-    """One stand-in process: its exact argv, CPU share of one core, resident bytes, GPUs and children."""
+    """One stand-in process: its exact argv, what it uses (CPU, memory, I/O, network, threads), its GPUs and
+    children.
+
+    With a synthetic host (``host:``) these are simulated values the collectors read from the synthetic
+    /proc (``headroom.simulation.host``); without one the stand-in is a real process that burns ``cpu`` (at
+    most one core) and holds ``rss`` for real, and the rest is not simulated.
+    """
 
     argv: tuple[str, ...]
-    cpu: float = 0.0
-    rss: int = 0
+    cpu: Signal = field(default_factory=lambda: constant(0.0))  # cores used (CPU seconds per second)
+    rss: Signal = field(default_factory=lambda: constant(0.0))  # resident bytes
     gpus: tuple[StandInGpu, ...] = ()
     children: tuple[StandInSpec, ...] = ()
+    read: Signal = field(default_factory=lambda: constant(0.0))  # bytes/s read from block devices
+    write: Signal = field(default_factory=lambda: constant(0.0))  # bytes/s written
+    network: tuple[Signal, Signal] | None = None  # (rx, tx) bytes/s in a network namespace of its own; None: the host's
+    threads: tuple[Signal, ...] | None = None  # per-thread cores (explicit); None: ``thread_count`` threads share cpu
+    thread_count: int = 1
+    cgroup: str | None = None  # cgroup v2 path (main process only; children inherit it)
+    cpu_quota: float | None = None  # cores the cgroup may use (cpu.max); None: "max"
+
+    def cores(self, t: float) -> float:
+        """Cores used at scenario time ``t``: the sum of the declared threads, else ``cpu``."""
+        if self.threads is not None:
+            return sum(max(0.0, s.at(t)) for s in self.threads)
+        return max(0.0, self.cpu.at(t))
+
+    def thread_cores(self, t: float) -> list[float]:
+        """Cores per thread at ``t`` (main thread first): declared, else ``cpu`` spread evenly."""
+        if self.threads is not None:
+            return [min(1.0, max(0.0, s.at(t))) for s in self.threads]
+        n = max(1, self.thread_count)
+        return [min(1.0, self.cores(t) / n)] * n
 
     def launch_spec(self) -> dict[str, Any]:
-        """The JSON-able spec ``headroom.standin`` runs."""
-        return {"argv": list(self.argv), "cpu": self.cpu, "rss": self.rss,
+        """The JSON-able spec ``headroom.standin`` runs as a real process (real load: at most one core)."""
+        return {"argv": list(self.argv), "cpu": min(1.0, self.cores(0.0)), "rss": int(self.rss.at(0.0)),
                 "children": [c.launch_spec() for c in self.children]}
 
 
@@ -320,6 +349,7 @@ class Scenario:
     host: Any = None  # headroom.simulation.host.HostSpec: synthetic host signals, or None (the real host)
     profiles: Any = None  # raw `profiles:` data: workload profiles in the config.yaml `workloads:` format
     profiles_node: Any = field(default=None, compare=False, repr=False)  # its YAML node, for positions
+    expected: Mapping[str, str] = field(default_factory=dict)  # profile name -> the primary it demonstrates
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -352,10 +382,14 @@ class Scenario:
         return None if host is None else host.statvfs(mountpoint)
 
     def update_host(self) -> None:
-        """Bring the synthetic host tree to the current simulation time (called before every tick)."""
+        """Bring the synthetic host tree, and the serving stand-ins' metrics, to the current simulation time
+        (called before every tick)."""
         host = self.synthetic_host()
         if host is not None:
             host.update()
+            for driver in self._cache.get("serving_drivers", ()):
+                with driver.lock:
+                    driver.advance(host.clock())
 
     def close(self) -> None:
         """Remove the synthetic host tree, if one was made. Idempotent."""
@@ -385,16 +419,21 @@ class Scenario:
     def start_processes(self, timeout: float = 20.0) -> dict[str, tuple[int, ...]]:
         """Start every workload's stand-in processes (once; later calls return the same pids).
 
-        Returns workload name -> pids, main process first, then its children. The processes are real,
-        children of the calling thread, die with it (PR_SET_PDEATHSIG) and are stopped by
-        ``stop_processes``. Raises ScenarioError when one does not start in ``timeout`` seconds.
+        Returns workload name -> pids, main process first, then its children. With a synthetic host they are
+        simulated processes of its /proc (``_start_simulated``); without one they are real, children of the
+        calling thread, die with it (PR_SET_PDEATHSIG). ``stop_processes`` stops them. Raises ScenarioError
+        when one does not start in ``timeout`` seconds (or a serving stand-in cannot listen).
         """
         from headroom.simulation import standin
 
+        if self.host is not None:
+            self.synthetic_host()  # made outside the lock (it takes it)
         with self._lock:
             running = self._cache.get("standins")
             if running is not None:
                 return {name: pids for name, _, pids in running["workloads"]}
+            if self.host is not None:
+                return self._start_simulated()
             directory = str(Path(standin.__file__).parent)
             started: list[Any] = []
             workloads: list[tuple[str, Any, tuple[int, ...]]] = []
@@ -418,6 +457,50 @@ class Scenario:
                 raise ScenarioError(f"{self.source}: workloads: cannot start stand-in processes: {exc}") from None
             self._cache["standins"] = {"workloads": workloads, "gpus": gpu_pids}
             return {name: pids for name, _, pids in workloads}
+
+    def _start_simulated(self) -> dict[str, tuple[int, ...]]:
+        """With a synthetic host: the stand-ins are simulated processes in its /proc (made-up pids from
+        SIMULATED_PID_BASE, in declaration order), using what the scenario declares whatever the machine does.
+        A workload that serves a runtime's /metrics gets a real HTTP server in this process, whose counters and
+        gauges follow the scenario clock (advanced with the host before every tick)."""
+        host = self._cache["host"]
+        pids = iter(range(SIMULATED_PID_BASE, SIMULATED_PID_BASE + 1_000_000))
+        workloads: list[tuple[str, Any, tuple[int, ...]]] = []
+        gpu_pids: list[tuple[int, StandInGpu]] = []
+        entries: list[tuple[int, int, StandInSpec, str, float | None, dict[str, str]]] = []
+        started: list[Any] = []
+        try:
+            for w in self.workloads:
+                tree: list[tuple[int, int, StandInSpec]] = []
+                _simulated_tree(w.process, 1, pids, tree)
+                cgroup = w.process.cgroup or DEFAULT_CGROUP
+                entries.extend((pid, ppid, spec, cgroup, w.process.cpu_quota, dict(w.env)) for pid, ppid, spec in tree)
+                gpu_pids.extend((pid, use) for pid, _, spec in tree for use in spec.gpus)
+                server = None
+                if w.serving is not None:  # its runtime's /metrics over real HTTP, following scenario time
+                    from headroom.simulation.runtime_metrics import serve
+
+                    server, driver = serve(w.serving.launch_spec(self._serving_port(w)), Signal)
+                    started.append(server)
+                    with driver.lock:
+                        driver.advance(host.clock())
+                    self._cache.setdefault("serving_drivers", []).append(driver)
+                workloads.append((w.name, server, tuple(pid for pid, _, _ in tree)))
+        except OSError as exc:
+            _close_servers(started)
+            self._cache.pop("serving_drivers", None)
+            raise ScenarioError(f"{self.source}: workloads: cannot serve a runtime's /metrics: {exc}") from None
+        host.add_processes(entries)
+        self._cache["standins"] = {"workloads": workloads, "gpus": gpu_pids, "simulated": True}
+        return {name: pids for name, _, pids in workloads}
+
+    def standin_pids(self) -> frozenset[int] | None:
+        """The pids of the running stand-ins (empty before start_processes), or None for a scenario that
+        declares no workloads. The processes collector counts no other process under a scenario that has some."""
+        if not self.workloads:
+            return None
+        running = self._cache.get("standins")
+        return frozenset() if running is None else frozenset(p for _, _, pids in running["workloads"] for p in pids)
 
     def _serving_port(self, w: WorkloadSpec) -> int:
         """The port workload ``w`` serves on: declared, or a free one chosen once (callers hold no lock)."""
@@ -464,8 +547,15 @@ class Scenario:
         """Stop the stand-ins started by start_processes (SIGTERM, then SIGKILL after 2 s). Idempotent."""
         with self._lock:
             running = self._cache.pop("standins", None)
-        if running is not None:
+            host = self._cache.get("host")
+            self._cache.pop("serving_drivers", None)
+        if running is not None and running.get("simulated"):
+            _close_servers([server for _, server, _ in running["workloads"] if server is not None])
+        elif running is not None:
             _stop([proc for _, proc, _ in running["workloads"]])
+        if running is not None:
+            if host is not None:
+                host.remove_processes([pid for _, _, pids in running["workloads"] for pid in pids])
 
     def standin_processes(self, gpu: int) -> list[tuple[int, StandInGpu]]:
         """(pid, use) of the running stand-ins on GPU index ``gpu``; empty when none run."""
@@ -481,6 +571,20 @@ def _pair_pids(spec: StandInSpec, ready: Mapping[str, Any], gpu_pids: list[tuple
     for child, child_ready in zip(spec.children, ready["children"], strict=True):
         out.extend(_pair_pids(child, child_ready, gpu_pids))
     return out
+
+
+def _simulated_tree(spec: StandInSpec, ppid: int, pids: Any, out: list[tuple[int, int, StandInSpec]]) -> None:
+    """(pid, ppid, spec) of a simulated stand-in and its children, depth first, parent first."""
+    pid = next(pids)
+    out.append((pid, ppid, spec))
+    for child in spec.children:
+        _simulated_tree(child, pid, pids, out)
+
+
+def _close_servers(servers: list[Any]) -> None:
+    for server in servers:
+        server.shutdown()
+        server.server_close()
 
 
 def _stop(procs: list[Any]) -> None:
@@ -537,7 +641,7 @@ def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenari
 
 _TOP_KEYS = {
     "description", "seed", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "faults",
-    "missing_functions", "workloads", "host", "profiles",
+    "missing_functions", "workloads", "host", "profiles", "expected",
 }  # fmt: skip
 _GPU_KEYS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "sm_clock_max",
@@ -545,7 +649,8 @@ _GPU_KEYS = {
     "ecc", "remapped_rows", "unsupported", "nvlink", *GPU_SIGNALS,
 }  # fmt: skip
 _FREQ_UNITS = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
-_STANDIN_KEYS = ("cmdline", "cpu", "rss", "gpus", "children")
+_STANDIN_KEYS = ("cmdline", "cpu", "rss", "gpus", "children", "read", "write", "network", "threads", "cgroup",
+                 "cpu_quota")
 
 
 class _Parser:
@@ -637,6 +742,8 @@ class _Parser:
                 raise ValueError(f"expected a number, got {value!r}")
             if kind in ("ratio", "bool") and not 0.0 <= value <= 1.0:
                 raise ValueError(f"expected a ratio between 0 and 1, got {value!r}")
+            if kind == "cores" and value < 0:
+                raise ValueError(f"expected a number of cores >= 0, got {value!r}")
             return float(value)
         except ValueError as exc:
             raise self.error(node, path, str(exc)) from None
@@ -740,7 +847,27 @@ class _Parser:
             host=parse_host(self, top["host"]) if "host" in top else None,
             profiles=self.plain(top["profiles"]) if "profiles" in top else None,
             profiles_node=top.get("profiles"),
+            expected=self.expected(top["expected"], self.plain(top["profiles"]) if "profiles" in top else None)
+            if "expected" in top else {},
         )
+
+    def expected(self, node: yaml.Node, profiles: Any) -> dict[str, str]:
+        """``expected:``: profile name -> the primary bottleneck the scenario demonstrates (a resource or none)."""
+        from headroom.analysis.bottleneck import NONE, RESOURCES
+
+        names = {p.get("name") for p in profiles if isinstance(p, dict)} if isinstance(profiles, list) else set()
+        out = {}
+        for key_node, value_node in node.value if isinstance(node, yaml.MappingNode) else ():
+            name = self.string(key_node, "expected")
+            if name not in names:
+                raise self.error(key_node, f"expected.{name}", "not a profile of this scenario (profiles:)")
+            value = self.string(value_node, f"expected.{name}")
+            if value not in (*RESOURCES, NONE):
+                raise self.error(value_node, f"expected.{name}", f"expected one of: {', '.join((*RESOURCES, NONE))}")
+            out[name] = value
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, "expected", "expected a mapping of profile name -> resource")
+        return out
 
     def workloads(self, node: yaml.Node, gpu_count: int) -> tuple[WorkloadSpec, ...]:
         out: list[WorkloadSpec] = []
@@ -841,12 +968,58 @@ class _Parser:
                 for j, child in enumerate(self.sequence(c, cpath)):
                     ck = self.mapping(child, f"{cpath}[{j}]", set(_STANDIN_KEYS) - {"children"})
                     children.append(self.standin(child, ck, f"{cpath}[{j}]", gpu_count, argv))
+        threads: tuple[Signal, ...] | None = None
+        thread_count = 1
+        if "threads" in keys:
+            tnode = keys["threads"]
+            tpath = f"{path}.threads"
+            if isinstance(tnode, yaml.SequenceNode):
+                threads = tuple(self.signal(n, f"{tpath}[{j}]", "cores") for j, n in enumerate(tnode.value))
+                if not threads:
+                    raise self.error(tnode, tpath, "needs at least one thread")
+                if "cpu" in keys:
+                    raise self.error(keys["cpu"], f"{path}.cpu", "give cpu or per-thread cores in threads, not both")
+                thread_count = len(threads)
+            else:
+                thread_count = self.integer(tnode, tpath, minimum=1)
+        network = None
+        if "network" in keys:
+            n = self.mapping(keys["network"], f"{path}.network", {"rx", "tx"})
+            network = tuple(self.signal(n[k], f"{path}.network.{k}", "size") if k in n else constant(0.0)
+                            for k in ("rx", "tx"))
+        cgroup = None
+        cpu_quota = None
+        for key in ("cgroup", "cpu_quota"):
+            if key in keys and parent_argv is not None:
+                raise self.error(keys[key], f"{path}.{key}", "only the workload's main process has a cgroup of its own")
+        if "cgroup" in keys:
+            cgroup = self.string(keys["cgroup"], f"{path}.cgroup")
+            if not cgroup.startswith("/") or ".." in cgroup.split("/") or any(c.isspace() for c in cgroup):
+                raise self.error(keys["cgroup"], f"{path}.cgroup", f"expected an absolute cgroup path, got {cgroup!r}")
+        if "cpu_quota" in keys:
+            cpu_quota = self.unit(keys["cpu_quota"], f"{path}.cpu_quota", "cores")
+            if cpu_quota <= 0:
+                raise self.error(keys["cpu_quota"], f"{path}.cpu_quota", "must be > 0 cores")
+
+        def sig(key: str, kind: str) -> Signal:
+            return self.signal(keys[key], f"{path}.{key}", kind) if key in keys else constant(0.0)
+
+        if "threads" not in keys:  # enough threads for the cores it uses at the start (one thread uses one core)
+            thread_count = max(1, math.ceil(sig("cpu", "cores").at(0.0) - 1e-9))
+
         return StandInSpec(
             argv=argv,
-            cpu=self.unit(keys["cpu"], f"{path}.cpu", "ratio") if "cpu" in keys else 0.0,
-            rss=int(self.unit(keys["rss"], f"{path}.rss", "size")) if "rss" in keys else 0,
+            cpu=sig("cpu", "cores"),
+            rss=sig("rss", "size"),
             gpus=tuple(gpus),
             children=tuple(children),
+            read=sig("read", "size"),
+            write=sig("write", "size"),
+            network=network,  # type: ignore[arg-type]
+            threads=threads,
+            thread_count=thread_count,
+            cgroup=cgroup,
+            cpu_quota=cpu_quota,
         )
 
     def gpu(self, node: yaml.Node, index: int) -> GpuSpec:

@@ -1,7 +1,8 @@
 """A simulated workload process (``headroom --simulate``): a real, lightweight process whose
 /proc/PID/cmdline reads exactly as a scenario declares, e.g. ``vllm serve meta-llama/... --port 8000``.
 
-Started by ``headroom.simulation.Scenario.start_processes``. Only the standard library is imported (it
+Started by ``headroom.simulation.Scenario.start_processes`` for a scenario WITHOUT a synthetic host (``real-load``):
+with one, stand-ins are simulated processes in the synthetic /proc (``headroom.simulation.host``) and none of this runs. Only the standard library is imported (it
 runs as a top-level module with this directory on PYTHONPATH, so the launcher's own argv stays short).
 
 How the command line is made exact without new dependencies: the launcher execs the Python interpreter

@@ -33,6 +33,9 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
 - a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
   files through ``--path.sysfs``: cpu.stat, cpu.max, memory.current, io.stat, {cpu,memory,io}.pressure.
 
+Under a simulation scenario that declares workloads, only the scenario's stand-ins count (never a real
+process of the machine that happens to match a rule).
+
 Processes that vanish mid-read, entries the kernel denies (hidepid, other users' io) and pid reuse
 never fail the collector: they are skipped or re-examined silently.
 """
@@ -204,6 +207,10 @@ class ProcessesCollector(Collector):
             return ProcessesSample()
         root = self.ctx.paths.procfs
         listing, complete = self._listing(root)
+        standins = getattr(self.ctx.scenario, "standin_pids", None)  # simulated: the scenario's stand-ins only
+        allowed = standins() if standins is not None else None
+        if allowed is not None:
+            listing = {pid: inode for pid, inode in listing.items() if pid in allowed}
         full = False
         if complete:
             for pid in [p for p in self._procs if p not in listing]:

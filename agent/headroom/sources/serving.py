@@ -557,6 +557,7 @@ class _Endpoint:
             with self._cv:
                 self.latest = result
                 self._busy = False
+                self._cv.notify_all()  # wakes ServingCollector.wait_idle
 
     def scrape(self) -> ServingEndpoint:
         assert self._target is not None
@@ -689,6 +690,19 @@ class ServingCollector(Collector):
             out.append(e.latest)
             e.kick()
         return ServingSample(tuple(out))
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no scrape is wanted or in flight; False at the timeout. A simulation on a manual clock
+        calls it between ticks, so every tick hands out the scrape the tick before started."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            endpoints = list(self._endpoints.values())
+        for e in endpoints:
+            with e._cv:
+                if not e._cv.wait_for(lambda e=e: not (e._wanted or e._busy),
+                                      timeout=max(0.0, deadline - time.monotonic())):
+                    return False
+        return True
 
     def close(self) -> None:
         self._stop.set()
