@@ -39,10 +39,13 @@ NVML_TESTS := tests/test_nvml_driver.py tests/test_nvml_collector.py tests/test_
 	$(PY) -m zipfile -e .binding/wheels/nvidia_ml_py-$(MIN_NVML)-py3-none-any.whl .binding/$(MIN_NVML)
 
 ## Run every test (installs what the tests need first), then the GPU tests on the oldest supported binding.
+## The files run in TEST_JOBS worker processes (pytest-xdist; TEST_JOBS=0: one process), in random order.
+TEST_JOBS ?= 4
+PARALLEL := $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS) --dist loadfile)
 test: venv system-deps .binding/$(MIN_NVML)/pynvml.py
 	$(VENV)/bin/ruff check agent tests
-	$(PY) -m pytest
-	PYTHONPATH=.binding/$(MIN_NVML) HEADROOM_EXPECT_NVML_BINDING=$(MIN_NVML) $(PY) -m pytest -q $(NVML_TESTS)
+	$(PY) -m pytest $(PARALLEL) $(PYTEST_ARGS)
+	PYTHONPATH=.binding/$(MIN_NVML) HEADROOM_EXPECT_NVML_BINDING=$(MIN_NVML) $(PY) -m pytest $(PARALLEL) $(NVML_TESTS)
 
 lint: venv
 	$(VENV)/bin/ruff check agent tests

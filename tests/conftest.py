@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -46,7 +47,40 @@ def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))
 
 
+def _port_block() -> range:
+    """Ports this test process hands out: a block below the kernel's ephemeral range, one block per
+    pytest-xdist worker. A port the kernel picked (bind to 0) is only free until something else needs a
+    port: between free_port() closing it and a child process binding it, a client socket of another
+    worker (the load tests open a thousand connections) can be given the same ephemeral port. Outside
+    that range only free_port() hands ports out, and workers never share a block."""
+    low = 32768
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    if low < 12000:
+        return range(0)  # no room below the ephemeral range: let the kernel choose
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    size = (low - 10000) // 8
+    start = 10000 + (int(worker) % 8 if worker.isdigit() else 0) * size
+    return range(start, start + size)
+
+
+_PORTS = _port_block()
+_next_port = [random.Random(os.getpid()).randrange(len(_PORTS))] if _PORTS else [0]
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on now, for a server this test starts (see _port_block)."""
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port[0] % len(_PORTS)]
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -115,3 +149,37 @@ def agent_factory():
     yield start
     for a in agents:
         a.stop()
+
+
+# ------------------------------------------------------------------ lines for the end of the run
+# A test's figures (load test latencies, the fault tally) travel as user properties of its report, so
+# they reach the summary from pytest-xdist workers too, whose own output pytest does not show.
+_REPORTS: list[str] = []
+_FAULTS: dict[str, list[str]] = {"injected": [], "survived": []}
+
+
+def report(request, line: str) -> None:
+    """Print ``line`` in the "reports" section at the end of the run."""
+    request.node.user_properties.append(("report", line))
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "teardown":
+        return
+    for key, value in report.user_properties:
+        if key == "report":
+            _REPORTS.append(value)
+        elif key in ("fault_injected", "fault_survived"):
+            _FAULTS[key.removeprefix("fault_")].append(value)
+
+
+def pytest_terminal_summary(terminalreporter):
+    lines = list(_REPORTS)
+    if _FAULTS["injected"]:  # tests/test_faults.py (docs/reliability.md, "Faults")
+        line = f"faults injected: {len(_FAULTS['injected'])}, survived: {len(_FAULTS['survived'])}"
+        lost = [f for f in _FAULTS["injected"] if f not in _FAULTS["survived"]]
+        lines.append(line + (f" (not survived: {', '.join(lost)})" if lost else ""))
+    if lines:
+        terminalreporter.section("reports")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -19,7 +19,7 @@ from headroom.sources import Paths, SourceContext
 from headroom.sources.processes import ProcessesCollector
 from headroom.workload.profiles import ProfileErrors, compile_cmdline_pattern, profile_from_dict
 
-from conftest import ROOT
+from conftest import ROOT, report
 
 NOBODY = 65534
 AS_OTHER_USER = {"user": NOBODY} if os.geteuid() == 0 else {}
@@ -73,10 +73,8 @@ def test_a_1_mb_command_line_from_another_user_delays_no_tick_by_more_than_50_ms
     assert out["size"] >= 1_000_000
     baseline = sorted(out["before"])[len(out["before"]) // 2]
     delay = out["discovery_cpu"] - baseline
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print(f"\n1 MB argv: discovery tick {out['discovery_cpu'] * 1000:.2f} ms CPU ({out['discovery_wall'] * 1000:.2f} ms "
-              f"wall), median tick before {baseline * 1000:.2f} ms, delay {delay * 1000:.2f} ms")
+    report(request, f"1 MB argv: discovery tick {out['discovery_cpu'] * 1000:.2f} ms CPU ({out['discovery_wall'] * 1000:.2f}"
+           f" ms wall), median tick before {baseline * 1000:.2f} ms, delay {delay * 1000:.2f} ms")
     assert delay < 0.050
     assert max(out["after"]) - baseline < 0.050
     assert out["pid"] not in out["matched"]  # the pattern's last word is not in the command line

@@ -26,7 +26,7 @@ import pytest
 
 from headroom.exposition.server import REQUEST_HEAD_TIMEOUT_SECONDS
 
-from conftest import ROOT, Agent, http_get
+from conftest import ROOT, Agent, http_get, report
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: load-test\r\n\r\n"
 _LENGTH = re.compile(rb"(?im)^content-length:\s*(\d+)\s*$")
@@ -40,12 +40,6 @@ def demo():
     code, err = a.stop()
     assert code == 0, err[-3000:]
     assert "Traceback" not in err and "http_handler_error" not in err, err[-3000:]
-
-
-def report(line: str, request) -> None:
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print("\n" + line)
 
 
 def threads_of(pid: int) -> int:
@@ -108,12 +102,14 @@ def percentile(values: list[float], q: float) -> float:
 def test_200_concurrent_scrapers_for_30_seconds(demo, request):
     latencies, errors, elapsed = scrape_concurrently(demo.port, clients=200, seconds=30)
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
-    report(f"load: 200 concurrent keep-alive scrapers for {elapsed:.1f}s: {len(latencies)} scrapes, "
+    report(request, f"load: 200 concurrent keep-alive scrapers for {elapsed:.1f}s: {len(latencies)} scrapes, "
            f"{len(latencies) / elapsed:.0f} req/s, p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
-           f"max {max(latencies) * 1000:.1f} ms, {len(errors)} errors", request)
+           f"max {max(latencies) * 1000:.1f} ms, {len(errors)} errors")
     assert errors == [], errors[:5]
     assert len(latencies) >= 200 * 10  # every client got answers the whole time, not just once
-    assert p99 < 2.0  # Prometheus' default scrape timeout is 10 s; 200 at once stay far inside it
+    # Prometheus' default scrape timeout is 10 s: 200 at once stay inside half of it even on a machine loaded by
+    # other test workers (p99 ~1.2 s seen there; a few ms when idle)
+    assert p99 < 5.0
     status, _, _ = http_get(demo.url + "/healthz")
     assert status == 200
 
@@ -126,15 +122,19 @@ def test_half_open_connections_do_not_block_scrapes_and_are_dropped(demo, reques
         s.sendall(b"GET /metr")  # never finished
         idle.append(s)
     opened = time.monotonic()
-    time.sleep(0.5)
-    assert threads_of(demo.proc.pid) >= base_threads + 100  # each holds a handler thread
+    deadline = opened + 30  # each holds a handler thread, however long this machine takes to start them
+    while threads_of(demo.proc.pid) < base_threads + 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threads_of(demo.proc.pid) >= base_threads + 100
 
     start = time.perf_counter()
     status, _, body = http_get(demo.url + "/metrics", timeout=5)
     alone = time.perf_counter() - start
-    assert status == 200 and b"headroom_build_info" in body and alone < 1.0
+    # a scrape held up by the half-open connections would wait for their 10 s head timeout; a loaded machine
+    # (other test workers) slows a free one to at most a second or two
+    assert status == 200 and b"headroom_build_info" in body and alone < REQUEST_HEAD_TIMEOUT_SECONDS / 2
     latencies, errors, _ = scrape_concurrently(demo.port, clients=200, seconds=5)  # 300 connections at once
-    assert errors == [] and percentile(latencies, 99) < 1.0
+    assert errors == [] and percentile(latencies, 99) < REQUEST_HEAD_TIMEOUT_SECONDS / 2
 
     for s in idle:  # each is closed by the agent after the handler timeout, without an answer
         s.settimeout(max(0.1, opened + REQUEST_HEAD_TIMEOUT_SECONDS + 5 - time.monotonic()))
@@ -145,9 +145,9 @@ def test_half_open_connections_do_not_block_scrapes_and_are_dropped(demo, reques
     deadline = time.monotonic() + 5
     while threads_of(demo.proc.pid) > base_threads + 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    report(f"half-open: 100 idle + 200 active connections, scrape alone {alone * 1000:.1f} ms, p99 under load "
+    report(request, f"half-open: 100 idle + 200 active connections, scrape alone {alone * 1000:.1f} ms, p99 under load "
            f"{percentile(latencies, 99) * 1000:.1f} ms; all 100 dropped after {dropped_after:.1f}s; "
-           f"threads {base_threads} -> {threads_of(demo.proc.pid)}", request)
+           f"threads {base_threads} -> {threads_of(demo.proc.pid)}")
     assert threads_of(demo.proc.pid) <= base_threads + 2
 
 
@@ -242,9 +242,9 @@ def test_scrapes_are_served_while_1000_slow_connections_are_held(demo, request):
         await asyncio.wait_for(asyncio.gather(*slow, scraper), 60)
 
     asyncio.run(main())
-    report(f"slow clients: 1000 slow connections held for 15 s, {len(latencies)} scrapes from another address, "
+    report(request, f"slow clients: 1000 slow connections held for 15 s, {len(latencies)} scrapes from another address, "
            f"p50 {percentile(latencies, 50) * 1000:.1f} ms, max {max(latencies) * 1000:.1f} ms, {len(errors)} errors, "
-           f"{len(cuts)} slow connections cut or replaced", request)
+           f"{len(cuts)} slow connections cut or replaced")
     assert errors == [], errors[:5]
     assert len(latencies) >= 10
     assert percentile(latencies, 50) < 1.0

@@ -156,44 +156,57 @@ def pings_between(listener: Listener, start: float, end: float) -> int:
     return sum(1 for at, text in listener.messages if text == "WATCHDOG=1" and start <= at < end)
 
 
+def until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
+    """Wait for ``predicate`` (however slow this machine is now); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
 def test_watchdog_pings_at_half_the_timeout(path_listener):
     listener, address = path_listener
     env = {"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "400000", "WATCHDOG_PID": str(os.getpid())}
     watchdog = Watchdog(Notifier(env), lambda: True, environ=env)
     assert watchdog.interval == 0.2
-    start = time.monotonic()
     assert watchdog.start()
-    time.sleep(1.05)
-    end = time.monotonic()
+    until(lambda: len(listener.messages) >= 8, what="8 pings")
     watchdog.stop()
-    count = pings_between(listener, start, end)
-    # 1.05 s at one ping per 0.2 s (the first one immediately) is 6; allow for a slow CI machine.
-    assert 4 <= count <= 7, listener.texts()
+    times = [at for at, text in listener.messages if text == "WATCHDOG=1"]
+    gap = (times[-1] - times[0]) / (len(times) - 1)
+    # every 0.2 s: a loaded machine only delays a ping (each waits 0.2 s after the last), so the mean gap is
+    # at least that; and well inside the 0.4 s timeout, or systemd would kill a healthy agent
+    assert 0.18 <= gap < 0.4, [round(b - a, 3) for a, b in zip(times, times[1:], strict=False)]
 
 
 def test_watchdog_pings_stop_while_unhealthy_and_resume_after(path_listener):
+    """Counted by the watchdog's evaluations of health rather than by sleeping, so a slow machine cannot
+    put a ping sent before the switch into the silent period."""
     listener, address = path_listener
     env = {"NOTIFY_SOCKET": address, "WATCHDOG_USEC": "200000"}
     healthy = threading.Event()
     healthy.set()
-    watchdog = Watchdog(Notifier(env), healthy.is_set, environ=env)
+    unhealthy_checks = []
+
+    def health() -> bool:
+        if not healthy.is_set():
+            unhealthy_checks.append(time.monotonic())
+        return healthy.is_set()
+
+    watchdog = Watchdog(Notifier(env), health, environ=env)
     assert watchdog.interval == 0.1
     watchdog.start()
-    t0 = time.monotonic()
-    time.sleep(0.5)
+    until(lambda: watchdog.pings >= 3, what="3 pings while healthy")
     healthy.clear()
-    t1 = time.monotonic()
-    time.sleep(0.15)  # a ping already in flight may still land just after the switch
-    t2 = time.monotonic()
-    time.sleep(0.6)
-    t3 = time.monotonic()
+    until(lambda: len(unhealthy_checks) >= 1, what="a check while unhealthy")
+    withheld_from = watchdog.pings  # counted before the thread checks health again
+    until(lambda: len(unhealthy_checks) >= 6, what="5 more checks while unhealthy")
+    assert watchdog.pings == withheld_from  # five intervals without a ping
     healthy.set()
-    time.sleep(0.5)
-    t4 = time.monotonic()
+    until(lambda: watchdog.pings >= withheld_from + 3, what="pings resumed")
     watchdog.stop()
-    assert pings_between(listener, t0, t1) >= 3
-    assert pings_between(listener, t2, t3) == 0
-    assert pings_between(listener, t3, t4) >= 3
+    until(lambda: len(listener.messages) == watchdog.pings, what="every ping received")
+    assert set(listener.texts()) == {"WATCHDOG=1"}
 
 
 def test_a_health_check_that_raises_withholds_pings(path_listener):

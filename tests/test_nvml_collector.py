@@ -43,7 +43,8 @@ class Rig:
     def calls_on(self, gpu: int, *names: str) -> int:
         """NVML calls made for ``gpu`` (only ``names`` if given), leaving out the helper threads' calls."""
         skip = {"nvmlDeviceGetPcieThroughput", "nvmlDeviceRegisterEvents"}
-        return sum(n for (name, g), n in self.lib.calls.items() if g == gpu and name not in skip and (not names or name in names))
+        calls = dict(self.lib.calls)  # one copy under the GIL: the XID and PCIe threads count calls meanwhile
+        return sum(n for (name, g), n in calls.items() if g == gpu and name not in skip and (not names or name in names))
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def present(gpu: GpuSample) -> set[str]:
     return out
 
 
-def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> object:
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

@@ -416,3 +416,42 @@ def test_the_real_proc_finds_a_new_process_and_not_its_threads():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_process_that_execs_seconds_after_discovery_is_still_found_and_rechecks_end(tree: Path, monkeypatch):
+    """A launcher script (or a loaded host) may exec the workload's program seconds after the fork: the
+    unmatched newcomer is looked at again at doubling intervals, then left to the 30 s listing."""
+    from headroom.simulation import ManualClock
+    from headroom.sources.processes import RECHECKS
+
+    clock = ManualClock(100.0)
+    live(tree, 6000)
+    c = ProcessesCollector(SourceContext(paths=Paths(procfs=tree, sysfs=SYS), monotonic=clock,
+                                         workloads=(profile("trainer", cmdline=r"train\.py"),)))
+    c.collect()
+    write_proc(tree, 6001, "bash", 1, ["bash", "launch.sh"], "/user.slice", starttime=990_000)
+    write_proc(tree, 6002, "bash", 1, ["bash", "other.sh"], "/user.slice", starttime=990_000)
+    live(tree, 6002)
+    for _ in range(4):  # discovered, then 3 s pass: the one next-tick look of old would be spent
+        clock.advance(1.0)
+        assert 6001 not in c.collect().workloads[0].pids
+    (tree / "6001" / "cmdline").write_bytes(b"python3\0train.py\0")  # the exec, 4 s after the fork
+    found_after = None
+    for second in range(1, 12):
+        clock.advance(1.0)
+        if 6001 in c.collect().workloads[0].pids:
+            found_after = second
+            break
+    assert found_after is not None and found_after <= 4, found_after  # the look due 7 s after discovery
+    reads: list[int] = []
+    real = procfs.read_pid_cmdline
+
+    def spy(root, pid, *args, **kwargs):
+        reads.append(pid)
+        return real(root, pid, *args, **kwargs)
+
+    monkeypatch.setattr(procfs, "read_pid_cmdline", spy)
+    for _ in range(20):  # 6002 never matches: its looks end (before the 30 s listing)
+        clock.advance(1.0)
+        c.collect()
+    assert reads.count(6002) <= RECHECKS - 2, reads

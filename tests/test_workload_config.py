@@ -91,3 +91,38 @@ def test_sizing_constants_are_configurable():
     assert config.sizing.vllm_gpu_memory_utilization == 0.8
     found = errors("sizing:\n  cuda_context: -1GiB\n")
     assert found and found[0].startswith("c.yaml:2:17: sizing.cuda_context:")
+
+
+def test_a_scenarios_profiles_join_the_configuration_which_wins_on_a_name():
+    """with_profiles: what `--simulate` and `replay` do with a scenario's profiles (in-process here)."""
+    import yaml
+
+    from headroom.config import ConfigError, check_config_text, with_profiles
+
+    config = check_config_text(GOOD)
+    scenario = yaml.compose("- {name: chat, kind: training, params: 1B, precision: bf16, gpus: [0]}\n"
+                            "- {name: batch, kind: training, params: 1B, precision: bf16, gpus: [1]}\n")
+    merged = with_profiles(config, scenario, "s.yaml")
+    assert [w.name for w in merged.workloads] == ["chat", "batch"]
+    assert merged.workload("chat") == config.workload("chat")  # the configuration's chat, not the scenario's
+    assert merged.workload("batch").kind == "training" and merged.workload("nope") is None
+    assert with_profiles(config, None, "s.yaml") is config
+    with pytest.raises(ConfigError) as info:
+        with_profiles(config, yaml.compose("- {name: x, kind: inference, params: lots}\n"), "s.yaml")
+    assert str(info.value.issues[0]).startswith("s.yaml:1:"), info.value.issues
+    assert "profiles[0].params" in str(info.value.issues[0])
+    with pytest.raises(ConfigError) as info:
+        with_profiles(config, yaml.compose("name: x\n"), "s.yaml")
+    assert str(info.value.issues[0]) == "s.yaml:1:1: profiles: expected a list of workload profiles"
+
+
+def test_an_issue_found_after_loading_points_at_its_key(tmp_path):
+    """issue_at: check-config's checks after loading (web.config_file) name the key's line and column."""
+    from headroom.config import issue_at
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("agent:\n  sample_interval: 1s\nweb:\n  config_file: web.yml\n")
+    assert str(issue_at(str(cfg), ["web", "config_file"], "cannot read it")) == \
+        f"{cfg}:4:16: web.config_file: cannot read it"
+    assert str(issue_at(str(tmp_path / "gone.yaml"), ["web", "config_file"], "x")).startswith(
+        f"{tmp_path / 'gone.yaml'}:1:1: web.config_file: x")

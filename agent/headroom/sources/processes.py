@@ -26,8 +26,10 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
   time in /proc/PID/stat decides whether the pid was reused);
 - a new process costs one read each of stat, cmdline (only when a rule needs it) and cgroup (only
   when a rule needs it), once; one that appeared after the first scan and matched nothing is re-read
-  on the next tick too, so a fork -> exec (or a move into its unit's cgroup) that happened just after
-  discovery is not missed;
+  ``RECHECKS`` more times at doubling intervals (the next tick, then about 3, 7 and 15 s after discovery), so a fork ->
+  exec (or a move into its unit's cgroup) that happened after discovery is not missed even when a
+  loaded host or a launcher script delays the exec past one tick; later changes are seen by the
+  ``FULL_SCAN_SECONDS`` listing. The cost grows with the fork rate, not the process count;
 - per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
   time that detects pid reuse; each member's own CPU seconds are reported beside the workload's sum, for
   per-process saturation; and, while a main process runs at HOT_CORES or more, its threads'
@@ -68,6 +70,7 @@ CMDLINE_MATCH_BYTES = 4096  # the prefix of /proc/PID/cmdline that cmdline and e
 HOT_CORES = 0.8  # a main process using this many cores since the previous tick gets its threads read
 FULL_SCAN_SECONDS = 30.0  # /proc is listed at least this often (exits of non-members, a safety net)
 MIN_LISTING_WORTH = 64  # new pids a tick stats one by one before listing /proc instead (and 1/8 of the known)
+RECHECKS = 4  # an unmatched newcomer is examined again at the next tick, then about 3, 7 and 15 s after discovery
 
 try:
     PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
@@ -160,7 +163,8 @@ class _Proc:
     cgroups: tuple[str, ...] = ()  # unified path first, then the v1 controller paths
     workload: int | None = None  # resolved membership
     inherited: int | None = None  # workload taken from an ancestor (kept when the parent exits)
-    recheck: bool = False  # unmatched at discovery: examine once more on the next tick
+    recheck: bool = False  # unmatched at discovery: due more looks (``rechecks`` taken so far)
+    rechecks: int = 0
     io_denied: bool = False
     cpu: tuple[float, float] | None = None  # (utime, stime) already added to the workload's counters
     cpu_at: float | None = None  # monotonic time of that reading
@@ -207,7 +211,8 @@ class ProcessesCollector(Collector):
         # a live procfs of our own pid namespace: /proc/loadavg's last pid is the one its pids count from
         self._live = is_live_procfs(ctx.paths.procfs)
         self._last_pid: int | None = None
-        self._recheck: set[int] = set()  # pids due a second look (the ``recheck`` flag), kept aside: cheap to list
+        self._recheck: dict[int, float] = {}  # pid -> when its next look is due (the ``recheck`` flag), kept aside
+        self._now = 0.0  # this tick's monotonic time (set by _listing)
         self._listed_at: float | None = None
         self.listings = 0  # full /proc listings so far (bench/processes.py reports them)
 
@@ -241,14 +246,15 @@ class ProcessesCollector(Collector):
     def _listing(self, root: Path) -> tuple[dict[int, int], bool]:
         """(pid -> /proc/PID inode, complete): every pid (complete) or only those that may be new since the
         last tick (the pids allocated since, and the ones due a second look)."""
-        now = self.ctx.monotonic() if self.ctx.monotonic is not None else time.monotonic()
+        now = self._now = self.ctx.monotonic() if self.ctx.monotonic is not None else time.monotonic()
         last = read_last_pid(root) if self._live else None
         previous, self._last_pid = self._last_pid, last
         if (last is not None and previous is not None and self._listed_at is not None
                 and 0 <= now - self._listed_at < FULL_SCAN_SECONDS
                 and 0 <= last - previous <= max(MIN_LISTING_WORTH, len(self._procs) // 8)):
             listing: dict[int, int] = {}
-            for pid in (*range(previous + 1, last + 1), *self._recheck):
+            due = [pid for pid, at in self._recheck.items() if at <= now]
+            for pid in (*range(previous + 1, last + 1), *due):
                 try:
                     inode = os.stat(f"{root}/{pid}").st_ino
                 except OSError:
@@ -272,7 +278,7 @@ class ProcessesCollector(Collector):
         todo = []
         for pid, inode in listing.items():
             p = self._procs.get(pid)
-            if p is not None and p.inode == inode and not p.recheck:
+            if p is not None and p.inode == inode and not self._due(p, pid):
                 continue
             try:
                 st = procfs.read_pid_stat(root, pid, self._user_hz)
@@ -284,7 +290,7 @@ class ProcessesCollector(Collector):
                 self._forget(pid)
                 self._procs[pid] = _Proc(inode=inode, starttime=-1, ppid=-1)
                 continue
-            if p is not None and p.starttime == st.starttime_ticks and not p.recheck:
+            if p is not None and p.starttime == st.starttime_ticks and not self._due(p, pid):
                 p.inode = inode  # same process, its dentry was evicted
                 continue
             todo.append((st, inode, p))
@@ -310,9 +316,13 @@ class ProcessesCollector(Collector):
                     ([groups.unified] if groups.unified is not None else []) + list(groups.controllers.values())
                 ))  # fmt: skip
             direct = frozenset(i for i, r in enumerate(self._rules) if r.matches(st.comm, argv, paths, uid))
-            if old is not None and old.starttime == st.starttime_ticks:  # the one re-examination
-                old.recheck = False
-                self._recheck.discard(pid)
+            if old is not None and old.starttime == st.starttime_ticks:  # a re-examination
+                old.rechecks += 1
+                if direct or old.rechecks >= RECHECKS:
+                    old.recheck = False
+                    self._recheck.pop(pid, None)
+                else:
+                    self._recheck[pid] = self._now + 2.0 ** old.rechecks - 0.5  # half a tick early: ticks jitter
                 old.inode = inode
                 if direct != old.direct:
                     old.direct, old.cgroups = direct, paths
@@ -324,12 +334,15 @@ class ProcessesCollector(Collector):
             self._procs[pid] = _Proc(inode=inode, starttime=st.starttime_ticks, ppid=st.ppid, direct=direct,
                                      cgroups=paths, recheck=not direct and self._scanned)
             if not direct and self._scanned:
-                self._recheck.add(pid)
+                self._recheck[pid] = self._now  # due at the next tick
             changed.append(pid)
         return None if verdict_changed else changed
 
+    def _due(self, p: _Proc, pid: int) -> bool:
+        return p.recheck and self._recheck.get(pid, float("inf")) <= self._now
+
     def _forget(self, pid: int) -> None:
-        self._recheck.discard(pid)
+        self._recheck.pop(pid, None)
         p = self._procs.pop(pid, None)
         if p is not None and p.workload is not None:
             self._totals[p.workload].members.discard(pid)
