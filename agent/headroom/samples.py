@@ -303,6 +303,12 @@ class GpuSample:
     remapped_rows_uncorrectable: int | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
+    # the GPU's own temperature thresholds (nvmlDeviceGetTemperatureThreshold, read once); None where NVML
+    # gives none: max operating (software thermal slowdown starts), slowdown (hardware), shutdown, memory max
+    temperature_max_operating_celsius: float | None = None
+    temperature_slowdown_celsius: float | None = None
+    temperature_shutdown_celsius: float | None = None
+    memory_temperature_max_operating_celsius: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,7 +135,7 @@ class Analysis:
         t, s = self.thresholds, self.settings
         statuses = self._attribute(sample)
         host = signals.host_signals(window, s["short_window"])
-        gpus = signals.gpu_signals(window, s["short_window"])
+        gpus = signals.gpu_signals(window, s["short_window"], s["gpu_slowdown_celsius"])
         # the long window (minutes of samples) changes slowly: its scores are refreshed every
         # LONG_REFRESH_SECONDS of sample time, not every tick (a full pass costs ~20x a short one)
         refresh = self._long_at is None or not 0 <= now - self._long_at < LONG_REFRESH_SECONDS
@@ -143,7 +143,7 @@ class Analysis:
             self._long_at = now
             self._long_scores = {}
             host_long = signals.host_signals(window, s["long_window"])
-            gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"])}
+            gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"], s["gpu_slowdown_celsius"])}
         changes: list[Change] = []
         self._settled = set()
 

@@ -213,7 +213,7 @@ def _workload_card(w: dict[str, Any]) -> str:
         ("spare CPU cores", "-" if h.get("cpu_cores") is None else f"{h['cpu_cores']:.1f}"),
         ("host RAM available", _fmt_gib(h.get("host_memory_bytes"))),
         ("shared memory left", _fmt_gib(h.get("shared_memory_bytes"))),
-        ("power margin", "-" if h.get("power_watts") is None else f"{h['power_watts']:.0f} W"),
+        ("power margin", _power_margin(h)),
         ("thermal margin", "-" if h.get("thermal_celsius") is None else f"{h['thermal_celsius']:.0f} C"),
     ]
     room_html = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in room)
@@ -233,6 +233,15 @@ def _workload_card(w: dict[str, Any]) -> str:
                f'<p class="evidence muted">{e(none_why or "Nothing limits this workload now.")}</p>')
             + _serving_line(w.get("serving")) + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
             + _scores_table(w) + "</div>")
+
+
+def _power_margin(h: dict[str, Any]) -> str:
+    """'412 W (GPU 0: 400 W, GPU 1: 12 W)': the sum hides a card at its cap beside an idle one."""
+    if h.get("power_watts") is None:
+        return "-"
+    per_gpu = h.get("power_watts_by_gpu") or {}
+    detail = ", ".join(f"GPU {i}: {w:.0f} W" for i, w in per_gpu.items())
+    return f"{h['power_watts']:.0f} W" + (f" ({detail})" if len(per_gpu) > 1 else "")
 
 
 def _serving_line(s: dict[str, Any] | None) -> str:
@@ -288,7 +297,7 @@ def page(state: Any, telemetry_path: str) -> bytes:
     cost = host.get("gpu_idle_cost_total")
     host_line = ""
     if host:
-        host_line = (f"<p>{host['gpus_idle']} of {len(s['gpus'])} GPUs idle now; "
+        host_line = (f"<p>{host['gpus_idle']} of {len(s['gpus'])} {'GPU' if len(s['gpus']) == 1 else 'GPUs'} idle now; "
                      f"{host['gpu_idle_seconds_total'] / 3600:.2f} idle GPU-hours since start"
                      + (f", costing {cost:.2f} {e(host.get('currency') or '')}" if cost is not None else "") + ".</p>")
     workloads = "".join(_workload_card(w) for w in s["workloads"]) or (
