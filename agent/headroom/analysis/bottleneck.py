@@ -160,8 +160,16 @@ def rule_gpu_memory(g: GpuSignals, t: Mapping[str, float], expected_peak: float 
     return score, text
 
 
+# power draw / limit that says a GPU works when NVML gives no utilization (MIG mode): an idle H100 draws
+# 10-15 % of its limit, one running kernels well over 40 %
+WORK_POWER_RATIO = (0.2, 0.4)
+
+
 def _work(g: GpuSignals, t: Mapping[str, float]) -> float:
-    """1 when the GPU has work to do (throttling then costs throughput), 0 when it is idle."""
+    """1 when the GPU has work to do (throttling then costs throughput), 0 when it is idle. With MIG on,
+    NVML reports no utilization for the GPU: its power draw stands in, so a throttled MIG GPU still counts."""
+    if g.busy is None and g.power_ratio is not None:
+        return ramp(g.power_ratio, *WORK_POWER_RATIO)
     return ramp(g.busy, t["work_busy"] * 0.5, t["work_busy"])
 
 
