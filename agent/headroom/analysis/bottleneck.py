@@ -356,6 +356,46 @@ def rule_network(starved: float, busy_text: str, h: HostSignals, t: Mapping[str,
     return starved * ramp(h.net_ratio, t["net_low"], t["net_high"]), _join(busy_text, [text])
 
 
+# resource -> (what a neighbour uses of it, its share, how to say it): the evidence names who else presses
+NEIGHBOUR_RESOURCES: dict[str, tuple[str, str, str]] = {
+    "cpu": ("cpu_cores", "cpu_share", "of the CPUs"),
+    "disk_io": ("io_bytes_per_second", "io_share", "of the processes' disk I/O"),
+    "host_memory": ("rss_bytes", "memory_share", "of RAM"),
+}
+NEIGHBOUR_MIN = {"cpu": 0.1, "disk_io": 1e6, "host_memory": 256 * 2**20}  # as sources/neighbours.py names them
+
+
+def neighbours_of(h: HostSignals, resource: str, workload: str | None) -> list[Any]:
+    """The top 3 processes outside ``workload`` pressing on ``resource``, largest first (issue 12, class 8):
+    what sources/neighbours.py found while the host was under pressure; empty on a calm host."""
+    amount, _, _ = NEIGHBOUR_RESOURCES[resource]
+    found = [n for n in h.neighbours if n.workload is None or n.workload != workload]
+    found = [n for n in found if (getattr(n, amount) or 0) >= NEIGHBOUR_MIN[resource]]
+    return sorted(found, key=lambda n: -(getattr(n, amount) or 0))[:3]
+
+
+def neighbour_text(resource: str, found: list[Any]) -> str:
+    """'outside the workload: stress-ng (user bob, pid 4242) 7.90 cores, 49 % of the CPUs; ...'."""
+    amount, share, of = NEIGHBOUR_RESOURCES[resource]
+    parts = []
+    for n in found:
+        value = getattr(n, amount)
+        used = {"cpu": f"{value:.2f} {'core' if value == 1 else 'cores'}", "disk_io": f"{value / 1e6:.0f} MB/s",
+                "host_memory": gib(value)}[resource]
+        owner = f"workload {n.workload}, " if n.workload else ""
+        ratio = getattr(n, share)
+        parts.append(f"{n.name} ({owner}user {n.user}, pid {n.pid}) {used}" + (f", {pct(ratio)} {of}" if ratio is not None else ""))
+    return "outside the workload: " + "; ".join(parts)
+
+
+def _name_neighbours(results: dict[str, tuple[float, str]], h: HostSignals, workload: str) -> None:
+    for resource in NEIGHBOUR_RESOURCES:
+        found = neighbours_of(h, resource, workload)
+        if found:
+            score, text = results[resource]
+            results[resource] = (score, f"{text}; {neighbour_text(resource, found)}")
+
+
 def _join(busy_text: str, parts: list[str], standalone: bool = False) -> str:
     if not parts:
         return f"{busy_text}; no corroborating signal"
@@ -424,6 +464,7 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
         "network": rule_network(starved, busy_text, h, t, distributed),
         "kv_cache": serving_rules.rule_kv_cache(serving, t, busy, kv_alternatives),
     }
+    _name_neighbours(results, h, profile.name)
     return _serving_verdict(results, t, serving, busy)
 
 

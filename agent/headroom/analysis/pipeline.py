@@ -49,6 +49,8 @@ class WorkloadFinding:
     serving: serving_analysis.ServingSignals | None = None  # the runtime's view (profiles with an endpoint)
     serving_headroom: serving_analysis.ServingHeadroom | None = None
     slos: tuple[serving_analysis.SloStatus, ...] = ()  # the profile's latency objectives (slo:)
+    # resource -> the top processes outside the workload pressing on it (samples.Neighbour), where any do
+    neighbours: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,8 @@ class Analysis:
             room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
             workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices), srv,
                                                      serving_analysis.serving_headroom(srv, p, est),
-                                                     serving_analysis.slo_status(p, srv)))
+                                                     serving_analysis.slo_status(p, srv),
+                                                     _neighbours(host, p.name)))
 
         for key, h in self._hysteresis.items():
             if key not in self._settled:  # not seen this tick: its pending candidate was interrupted
@@ -214,6 +217,11 @@ class Analysis:
             changes.append(Change(entity, name, before, primary, evidence))
         return Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
                        long_scores=long_scores)
+
+
+def _neighbours(host: signals.HostSignals, workload: str) -> dict[str, tuple[Any, ...]]:
+    found = {r: tuple(bottleneck.neighbours_of(host, r, workload)) for r in bottleneck.NEIGHBOUR_RESOURCES}
+    return {r: n for r, n in found.items() if n}
 
 
 def _is_idle(g: signals.GpuSignals, s: Mapping[str, Any]) -> bool:

@@ -296,6 +296,8 @@ class HostSignals:
     net_ratio: float | None = None  # the busiest interface: max(rx, tx) / link speed
     net_device: str | None = None
     net_bytes_per_second: float | None = None
+    # the host's top consumers of CPU, disk I/O and memory (samples.Neighbour), newest scan; empty on a calm host
+    neighbours: tuple[Any, ...] = ()
 
 
 def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
@@ -340,6 +342,7 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
                 best = (min(1.0, busy), d.device, queue)
         if best is not None:
             out.update(disk_busy=best[0], disk_device=best[1], disk_queue=best[2])
+    out["neighbours"] = tuple(getattr(last.data("processes"), "neighbours", ()) or ())
     net = last.data("net")
     devices = getattr(net, "devices", None)
     if devices:

@@ -102,6 +102,13 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
     out = {"name": wf.name, "gpus": list(wf.gpus), **_verdict(wf.verdict), "headroom": to_jsonable(wf.headroom)}
     if "none" in wf.verdict.evidence:  # what the serving runtime says when nothing limits it (idle, own limits)
         out["evidence"]["none"] = wf.verdict.evidence["none"]
+    neighbours = getattr(wf, "neighbours", None)
+    if neighbours:  # who else presses on the host's CPU, disks or memory (never a metric label)
+        out["neighbours"] = {r: [{"pid": n.pid, "name": n.name, "user": n.user, "workload": n.workload,
+                                  "cpu_cores": n.cpu_cores, "cpu_share": n.cpu_share,
+                                  "io_bytes_per_second": n.io_bytes_per_second, "io_share": n.io_share,
+                                  "rss_bytes": n.rss_bytes, "memory_share": n.memory_share} for n in found]
+                             for r, found in neighbours.items()}
     serving = getattr(wf, "serving", None)
     if serving is not None:
         out["serving"] = {**to_jsonable(serving), "ttft": {str(q): v for q, v in serving.ttft.items()},
@@ -231,8 +238,22 @@ def _workload_card(w: dict[str, Any]) -> str:
             f"<p class=muted>GPUs: {e(gpus)}</p>"
             + (f'<p class="evidence">{e(evidence)}</p>' if evidence else
                f'<p class="evidence muted">{e(none_why or "Nothing limits this workload now.")}</p>')
-            + _serving_line(w.get("serving")) + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
+            + _serving_line(w.get("serving")) + _neighbours_line(w.get("neighbours")) + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
             + _scores_table(w) + "</div>")
+
+
+def _neighbours_line(found: dict[str, Any] | None) -> str:
+    """'Pressure from outside the workload: CPU: stress-ng (bob) 49 %; disk I/O: rsync (backup) 87 %'."""
+    if not found:
+        return ""
+    e = html.escape
+    what = {"cpu": ("CPU", "cpu_share"), "disk_io": ("disk I/O", "io_share"), "host_memory": ("RAM", "memory_share")}
+    parts = []
+    for resource, items in found.items():
+        label, share = what.get(resource, (resource, ""))
+        names = ", ".join(f"{e(n['name'])} ({e(n['user'])}) {_fmt_pct(n.get(share))}" for n in items)
+        parts.append(f"{e(label)}: {names}")
+    return f'<p class="neighbours warn">Pressure from outside the workload: {"; ".join(parts)}</p>'
 
 
 def _power_margin(h: dict[str, Any]) -> str:

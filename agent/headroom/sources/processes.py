@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ import structlog
 from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses
 from headroom.sources import Collector, SourceContext, procfs, register
 from headroom.sources.cpu import clock_ticks_per_second
+from headroom.sources.neighbours import NeighbourScan
 from headroom.workload.profiles import compile_cmdline_pattern
 
 log = structlog.get_logger("headroom.sources.processes")
@@ -182,6 +184,7 @@ class ProcessesCollector(Collector):
         self._totals = [_Totals() for _ in self._profiles]
         self._pid_files: list[frozenset[int]] = [frozenset() for _ in self._profiles]
         self._scanned = False  # the first full scan is done
+        self._neighbours = NeighbourScan(ctx.paths.procfs, self._user_hz, PAGE_SIZE)
 
     def collect(self) -> ProcessesSample:
         """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
@@ -205,7 +208,11 @@ class ProcessesCollector(Collector):
         if full or fresh:
             self._resolve(None if full else fresh)
         out = tuple(self._measure(i) for i in range(len(self._profiles)))
-        return ProcessesSample(workloads=out)
+        # who else presses on the host (sources/neighbours.py): scanned only under pressure, bounded
+        previous = self.ctx.previous() if self.ctx.previous is not None else None
+        neighbours = self._neighbours.update((self.ctx.monotonic or time.monotonic)(), previous,
+                                             {pid: w.name for w in out for pid in w.pids})
+        return ProcessesSample(workloads=out, neighbours=neighbours)
 
     # -- discovery
     def _discover(self, listing: dict[int, int]) -> list[int] | None:

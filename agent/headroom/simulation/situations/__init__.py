@@ -26,6 +26,7 @@ from headroom.samples import (
     GpuSample,
     MemorySample,
     MountUsage,
+    Neighbour,
     NvmlSample,
     Pressure,
     PressureLine,
@@ -51,6 +52,7 @@ class Host:
     shm_used: int = 1 * GIB
     disk_busy: float = 0.05  # share of time with I/O in flight
     disk_queue: float = 0.1
+    neighbours: tuple = ()  # samples.Neighbour: the top consumers the processes collector found (class 8)
 
 
 @dataclass
@@ -130,8 +132,21 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
         }
         if extra:
             sources.update(extra(t))
+        if host.neighbours:  # the processes collector's scan of who else presses on the host
+            procs = sources.get("processes")
+            workloads = getattr(procs.data, "workloads", ()) if procs is not None else ()
+            sources["processes"] = SourceResult("processes", True, 0.001, SimpleNamespace(
+                workloads=workloads, neighbours=tuple(host.neighbours)))
         window.append(Sample(timestamp=1e9 + t, monotonic=float(t), sources=sources))
     return window
+
+
+def neighbour(pid: int, name: str, user: str, *, cores: float = 0.0, cpus: int = 16, io: float | None = None,
+              io_share: float | None = None, rss: int = 0, mem_total: int = 256 * GIB,
+              workload: str | None = None) -> Neighbour:
+    """A process the processes collector found pressing on the host (shares as it computes them)."""
+    return Neighbour(pid=pid, name=name, user=user, workload=workload, cpu_cores=cores, cpu_share=cores / cpus,
+                     io_bytes_per_second=io, io_share=io_share, rss_bytes=rss, memory_share=rss / mem_total)
 
 
 def processes_source(name: str, cores: float):
