@@ -231,3 +231,23 @@ def test_thermal_rule_without_reason_shares_still_reads_the_share():
     g = GpuSignals(index=0, uuid="GPU-0", name="H100", up=True, busy=1.0, thermal_share=1.0)
     score, text = rule_gpu_thermal(g, DEFAULT_THRESHOLDS)
     assert score == 1.0 and text == "GPU 0 slowed for heat 100 % of the window"
+
+
+def test_the_status_api_gives_each_reasons_share_and_the_power_margin_per_gpu():
+    """/api/v1/status: per GPU, every clock-event reason with its share of the window; per workload, the
+    power margin per GPU beside the sum."""
+    from types import SimpleNamespace
+
+    from headroom.exposition.landing import status
+
+    config = SERVER.replace("gpus: [0]", "gpus: [0, 1]")
+    window = build_window(Host(), [Gpu(util=0.97, temperature=44, power=310, reasons=("hw_slowdown",), thresholds=H100_LIMITS),
+                                   Gpu(util=0.9, power=500)], seconds=10)
+    findings = analyse(config, window)
+    snap = SimpleNamespace(sample=window[-1], findings=findings, interval=1.0, scenario=None)
+    doc = status(SimpleNamespace(snapshot=snap, healthy=lambda: (True, "ok")))
+    g0, g1 = doc["gpus"]
+    assert g0["clock_event_shares"]["hw_slowdown"] == 1.0 and g0["clock_event_shares"]["sw_power_cap"] == 0.0
+    assert g0["primary_bottleneck"] == "gpu_power" and set(g1["clock_event_shares"].values()) == {0.0}
+    (w,) = doc["workloads"]
+    assert w["headroom"]["power_watts_by_gpu"] == {"0": 390.0, "1": 200.0} and w["headroom"]["power_watts"] == 590.0

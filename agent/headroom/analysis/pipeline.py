@@ -38,6 +38,7 @@ class GpuFinding:
     name: str
     verdict: Verdict
     idle: bool
+    clock_events: Mapping[str, float] = field(default_factory=dict)  # reason -> share of the window active
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,8 @@ class Analysis:
             if refresh:
                 self._long_scores[key] = bottleneck.score_gpu(gpus_long.get(g.uuid, g), host_long, t).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes)
-            gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s)))
+            gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s),
+                                           clock_events=dict(g.reason_shares)))
 
         by_index = {g.index: g for g in gpus}
         status_by_name = {getattr(st, "name", None): st for st in statuses}

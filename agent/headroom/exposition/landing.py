@@ -62,6 +62,8 @@ def status(state: Any) -> dict[str, Any]:
                 "temperature_celsius": g.temperature_celsius,
                 **(_verdict(verdicts[g.index].verdict) if g.index in verdicts else {}),
                 **({"idle": verdicts[g.index].idle} if g.index in verdicts else {}),
+                # each clock-event reason's share of the short window: distinct causes (docs/analysis.md)
+                **({"clock_event_shares": dict(verdicts[g.index].clock_events)} if g.index in verdicts else {}),
             })  # fmt: skip
     return out
 
