@@ -44,7 +44,7 @@ def test_hardware_slowdown_on_a_cool_gpu_is_power_and_the_evidence_says_why():
     assert wf.verdict.primary == "gpu_power"
     power = wf.verdict.evidence["gpu_power"]
     assert "hardware slowdown active 100 % of the window" in power
-    assert "at 44 °C, 43 °C below its 87 °C max operating temperature" in power
+    assert "; the GPU is at 44 °C, 43 °C below its 87 °C max operating temperature" in power
     assert "a power problem, not heat" in power
     thermal = wf.verdict.evidence["gpu_thermal"]
     assert wf.verdict.scores["gpu_thermal"] == 0.0
@@ -101,7 +101,7 @@ def test_hot_memory_is_named_in_the_thermal_evidence():
     wf = _workload(SERVER, [Gpu(util=0.96, temperature=62, memory_temperature=94, reasons=("hw_thermal_slowdown",),
                                 thresholds=H100_LIMITS)])
     text = wf.verdict.evidence["gpu_thermal"]
-    assert "memory at 94 °C" in text and "elsewhere on the board" not in text
+    assert "memory at 94 °C (its limit 95 °C)" in text and "elsewhere on the board" not in text
 
 
 def test_a_throttled_gpu_in_mig_mode_counts_as_working_by_its_power_draw():

@@ -193,6 +193,8 @@ def _temperature_text(g: GpuSignals) -> str:
                  else f", at or over its {g.thermal_limit_celsius:.0f} °C {where}")
     if g.memory_temperature_celsius is not None:
         text += f", memory at {g.memory_temperature_celsius:.0f} °C"
+        if g.memory_thermal_limit_celsius is not None:
+            text += f" (its limit {g.memory_thermal_limit_celsius:.0f} °C)"
     return text
 
 
@@ -237,8 +239,8 @@ def rule_gpu_power(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
         text = f"GPU {g.index} power cap active {pct(g.power_cap_share)} of the window{power}"
     external = [r for r in seen if r != "sw_power_cap"]
     if external and g.power_cap_share > 0:
-        text += (f"{_temperature_text(g)}: a power problem, not heat (the power supply, a failing PSU or an "
-                 "external power brake signal from the chassis or BMC)")
+        text += (f"; the GPU is{_temperature_text(g)}: a power problem, not heat (the power supply, a failing PSU "
+                 "or an external power brake signal from the chassis or BMC)")
     return score, text
 
 
