@@ -19,7 +19,6 @@ POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
 # hw_slowdown is raised for heat *and* for an external power brake (the board's power supply, a BMC): it
 # counts as thermal only while the GPU (or its memory) is within THERMAL_NEAR_CELSIUS of its limit, else as power
 AMBIGUOUS_REASONS = ("hw_slowdown",)
-SLOWDOWN_REASONS = THERMAL_REASONS + POWER_REASONS + AMBIGUOUS_REASONS
 THERMAL_NEAR_CELSIUS = 5.0
 # what each clock-event reason is, in the evidence
 REASON_LABELS = {
@@ -86,13 +85,20 @@ def trend(points: Sequence[tuple[float, float]]) -> tuple[float, float, float] |
     n = len(points)
     if n < 2:
         return None
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    stt = sum((t - mt) ** 2 for t, _ in points)
+    t0, v0 = points[0]  # shifted to the first point: the sums stay small, no cancellation on large byte counts
+    st = sv = stt = stv = svv = 0.0
+    for t, v in points:  # one pass: this runs over minutes of samples on the long window
+        t, v = t - t0, v - v0
+        st += t
+        sv += v
+        stt += t * t
+        stv += t * v
+        svv += v * v
+    stt -= st * st / n
     if stt <= 0:
         return None
-    stv = sum((t - mt) * (v - mv) for t, v in points)
-    svv = sum((v - mv) ** 2 for _, v in points)
+    stv -= st * sv / n
+    svv -= sv * sv / n
     slope = stv / stt
     residual = max(0.0, svv - slope * stv)
     r2 = 1.0 if svv <= 0 else max(0.0, min(1.0, 1.0 - residual / svv))
@@ -227,17 +233,24 @@ def gpu_signals(window: Sequence[Sample], seconds: float, default_limit_celsius:
         limit, limit_source = thermal_limit(g, default_limit_celsius)
         memory_limit = g.memory_temperature_max_operating_celsius
         thermal = capped = throttled = 0
-        counts: dict[str, int] = {}
+        counts = dict.fromkeys(g.clock_events_active, 0)
+        reported = bool(counts)
         for x in series:
             active = x.clock_events_active
-            for r, on in active.items():
-                counts[r] = counts.get(r, 0) + bool(on)
-            ambiguous = any(active.get(r) for r in AMBIGUOUS_REASONS)
+            if True not in active.values():  # most samples: nothing active (a C-level scan, no per-reason work)
+                reported = reported or bool(active)
+                continue
+            reported = True
+            on = {r for r, v in active.items() if v}
+            for r in on:
+                counts[r] = counts.get(r, 0) + 1
+            ambiguous = not on.isdisjoint(AMBIGUOUS_REASONS)
             hot = ambiguous and _hot(x, limit, memory_limit)
-            thermal += any(active.get(r) for r in THERMAL_REASONS) or hot
-            capped += any(active.get(r) for r in POWER_REASONS) or (ambiguous and not hot)
-            throttled += any(active.get(r) for r in SLOWDOWN_REASONS)
-        reported = any(x.clock_events_active for x in series)
+            heat = hot or not on.isdisjoint(THERMAL_REASONS)
+            braked = (ambiguous and not hot) or not on.isdisjoint(POWER_REASONS)
+            thermal += heat
+            capped += braked
+            throttled += heat or braked
         temps = [x.temperature_celsius for x in series if x.temperature_celsius is not None]
         used = g.memory_used_bytes
         total = g.memory_total_bytes
