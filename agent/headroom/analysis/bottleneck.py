@@ -180,7 +180,8 @@ def _reasons_text(g: GpuSignals, names: tuple[str, ...]) -> str:
 
 
 def _temperature_text(g: GpuSignals) -> str:
-    """' at 89 °C, 2 °C from its 91 °C max operating temperature' (the hottest of the window)."""
+    """' at 89 °C, 2 °C below its 91 °C max operating temperature, memory at 80 °C (its limit 95 °C)': the
+    hottest of the window against the GPU's own limit (signals.thermal_limit)."""
     temp = g.temperature_peak_celsius if g.temperature_peak_celsius is not None else g.temperature_celsius
     if temp is None:
         return ""
@@ -371,8 +372,7 @@ def neighbours_of(h: HostSignals, resource: str, workload: str | None) -> list[A
     """The top 3 processes outside ``workload`` pressing on ``resource``, largest first (issue 12, class 8):
     what sources/neighbours.py found while the host was under pressure; empty on a calm host."""
     amount, _, _ = NEIGHBOUR_RESOURCES[resource]
-    found = [n for n in h.neighbours if n.workload is None or n.workload != workload]
-    found = [n for n in found if (getattr(n, amount) or 0) >= NEIGHBOUR_MIN[resource]]
+    found = [n for n in h.neighbours if n.workload != workload and (getattr(n, amount) or 0) >= NEIGHBOUR_MIN[resource]]
     return sorted(found, key=lambda n: -(getattr(n, amount) or 0))[:3]
 
 
@@ -386,7 +386,8 @@ def neighbour_text(resource: str, found: list[Any]) -> str:
                 "host_memory": gib(value)}[resource]
         owner = f"workload {n.workload}, " if n.workload else ""
         ratio = getattr(n, share)
-        parts.append(f"{n.name} ({owner}user {n.user}, pid {n.pid}) {used}" + (f", {pct(ratio)} {of}" if ratio is not None else ""))
+        parts.append(f"{n.name} ({owner}user {n.user}, pid {n.pid}) {used}"
+                     + (f", {pct(ratio)} {of}" if ratio is not None else ""))
     return "outside the workload: " + "; ".join(parts)
 
 
