@@ -175,8 +175,15 @@ def _work(g: GpuSignals, t: Mapping[str, float]) -> float:
 
 def _reasons_text(g: GpuSignals, names: tuple[str, ...]) -> str:
     """'hardware thermal slowdown 63 %, software thermal slowdown 40 %' for the reasons seen in the window."""
-    seen = sorted(((r, g.reason_shares.get(r, 0.0)) for r in names if g.reason_shares.get(r)), key=lambda p: -p[1])
-    return ", ".join(f"{REASON_LABELS[r]} active {pct(v)}" for r, v in seen)
+    shares = g.reason_shares
+    seen = [(shares[r], r) for r in names if shares.get(r)]
+    if not seen:
+        return ""
+    seen.sort(reverse=True)
+    return ", ".join(f"{REASON_LABELS[r]} active {pct(v)}" for v, r in seen)
+
+
+_LIMIT_NAMES = {"max operating": "max operating temperature", "slowdown": "slowdown temperature"}
 
 
 def _temperature_text(g: GpuSignals) -> str:
@@ -188,8 +195,7 @@ def _temperature_text(g: GpuSignals) -> str:
     text = f" at {temp:.0f} °C"
     if g.thermal_limit_celsius is not None:
         gap = g.thermal_limit_celsius - temp
-        where = {"max operating": "max operating temperature", "slowdown": "slowdown temperature"}.get(
-            g.thermal_limit_source, "slowdown temperature (analysis.gpu_slowdown_celsius)")
+        where = _LIMIT_NAMES.get(g.thermal_limit_source, "slowdown temperature (analysis.gpu_slowdown_celsius)")
         text += (f", {gap:.0f} °C below its {g.thermal_limit_celsius:.0f} °C {where}" if gap > 0
                  else f", at or over its {g.thermal_limit_celsius:.0f} °C {where}")
     if g.memory_temperature_celsius is not None:
@@ -208,16 +214,21 @@ def _near_limit(g: GpuSignals) -> bool:
     return hot or memory_hot
 
 
+_HEAT_NEAR = THERMAL_REASONS + AMBIGUOUS_REASONS  # hw_slowdown is heat near the limit, power away from it
+_POWER_COOL = POWER_REASONS + AMBIGUOUS_REASONS
+
+
 def rule_gpu_thermal(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
     """Slowed for heat: a thermal reason, or hw_slowdown while the GPU or its memory is near its limit
     (signals.py sorts hw_slowdown sample by sample). The evidence names each reason and the temperature
     against the GPU's own limit, and never calls a cool GPU hot."""
     score = ramp(g.thermal_share, t["throttle_share_low"], t["throttle_share_high"]) * _work(g, t)
     clocks = "" if g.sm_clock_ratio is None else f"; SM clock {pct(g.sm_clock_ratio)} of max"
-    reasons = _reasons_text(g, THERMAL_REASONS + (AMBIGUOUS_REASONS if _near_limit(g) else ()))
+    near = _near_limit(g)
+    reasons = _reasons_text(g, _HEAT_NEAR if near else THERMAL_REASONS)
     text = f"GPU {g.index} slowed for heat {pct(g.thermal_share)} of the window"
     text += (f" ({reasons})" if reasons else "") + _temperature_text(g)
-    if g.thermal_share > 0 and not _near_limit(g) and g.thermal_limit_celsius is not None:
+    if g.thermal_share > 0 and not near and g.thermal_limit_celsius is not None:
         text += (": the GPU core is not near its limit, so the sensor that tripped is elsewhere on the board "
                  "(memory, voltage regulators); check the airflow")
     return score, text + clocks
@@ -230,7 +241,7 @@ def rule_gpu_power(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
     power = ""
     if g.power_watts is not None and g.power_limit_watts:
         power = f", drawing {g.power_watts:.0f} of {g.power_limit_watts:.0f} W"
-    names = POWER_REASONS + (() if _near_limit(g) else AMBIGUOUS_REASONS)
+    names = POWER_REASONS if _near_limit(g) else _POWER_COOL
     seen = [r for r in names if g.reason_shares.get(r)]
     if len(seen) == 1:
         text = f"GPU {g.index} {REASON_LABELS[seen[0]]} active {pct(g.reason_shares[seen[0]])} of the window{power}"
