@@ -181,3 +181,25 @@ def test_neighbours_never_become_labels():
     w = Writer()
     _render_findings(w, findings)
     assert "stress-ng" not in w.render().decode() and "bob" not in w.render().decode()
+
+
+def test_a_pass_reads_at_most_a_chunk_of_pids_per_tick(rig, monkeypatch):
+    """Thousands of processes: a pass spreads over ticks, so no tick pays for all of /proc at once."""
+    from headroom.sources import neighbours
+
+    monkeypatch.setattr(neighbours, "CHUNK", 3)
+    rig.before = previous(psi_cpu=0.5)
+    pids = len([p for p in rig.root.iterdir() if p.name.isdigit()]) + 1
+    write_proc(rig.root, 7000, "stress-ng", 1, ["stress-ng"], "/user.slice", utime=0)
+    ticks_per_pass = -(-pids // 3)
+    reads, t, answer = [], 0.0, ()
+    while not answer and t < 10 * ticks_per_pass:
+        before = rig.collector._neighbours.reads
+        write_proc(rig.root, 7000, "stress-ng", 1, ["stress-ng"], "/user.slice", utime=int(800 * t))
+        answer = rig.tick(t).neighbours
+        reads.append(rig.collector._neighbours.reads - before)
+        t += 1.0
+    assert max(reads) == 3
+    assert len(reads) == 2 * ticks_per_pass  # two passes, then the first answer
+    (stress,) = [n for n in answer if n.name == "stress-ng"]
+    assert stress.cpu_cores == pytest.approx(8.0)  # its own two readings, one pass apart

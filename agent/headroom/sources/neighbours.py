@@ -1,14 +1,16 @@
 """Who else presses on the host: the top consumers of CPU, disk I/O and memory, for the evidence.
 
 When a workload is short of CPU, disk or memory because of processes outside it, the evidence names them
-(issue 12, class 8): process name, user, share. Finding them means reading /proc/PID/stat (and io) of
-every process, ~22 ms per 1 000 processes (docs/architecture.md, "Cost facts"), far too much for every
-tick; so the processes collector calls ``NeighbourScan.update`` each tick and it scans only while the
-previous tick's sample shows the host under pressure (``pressured``: PSI cpu/io/memory or MemAvailable
-past the analysis' own starting thresholds, or, without PSI, a load average above the CPU count), at most
-once every ``interval`` seconds, plus one extra scan a tick after the first to get rates sooner. A calm
-host costs nothing. Rates are the difference between the last two scans; a pid whose start time changed
-was reused and is left out. Processes that vanish or deny their entries are skipped.
+(issue 12, class 8): process name, user, share. Finding them means reading /proc/PID/stat and io of
+every process (~60 us each with the parsing, ~60 ms per 1 000 processes on the 2-core development
+machine), far too much for every tick; so the processes collector calls ``NeighbourScan.update`` each tick
+and it reads /proc only while the previous tick's sample shows the host under pressure (``pressured``: PSI
+cpu/io/memory or MemAvailable past the analysis' own starting thresholds, or, without PSI, a load average
+above 85 % of the CPUs), in passes that read at most ``CHUNK`` pids per tick, one pass every ``interval``
+seconds (the first two back to back, for rates). A calm host costs nothing. Rates are the difference
+between a pid's readings in the last two passes; a pid whose start time changed was reused and is left
+out; the owner is looked up only for the few named. Processes that vanish or deny their entries are
+skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from headroom.samples import CpuSample, MemorySample, Neighbour
 from headroom.sources import procfs
 
 TOP = 3  # offenders named per resource
+CHUNK = 128  # pids read per tick at most (~35 us each: stat and io), so a pass over 1 000 takes 8 ticks
 # pressure that triggers a scan: the lowest levels at which the analysis starts to score (its psi_cpu_low,
 # psi_io_low, psi_memory_low, mem_available_low and host_cpu_low defaults, docs/analysis.md)
 PSI_SOME = {"cpu": 0.10, "io": 0.20}
@@ -55,63 +58,79 @@ def pressured(previous: Any) -> bool:
 
 @dataclass(slots=True)
 class _Seen:
+    at: float  # when this pid was read (a pass spreads over several ticks)
     starttime: int
     name: str
-    uid: int
     cpu_seconds: float
     io_bytes: int | None
     rss_bytes: int
 
 
 class NeighbourScan:
-    """Scans /proc for the top consumers while the host is under pressure; keeps the last answer."""
+    """Reads /proc for the top consumers while the host is under pressure; keeps the last answer.
+
+    A pass reads every pid once, ``CHUNK`` pids per tick at most, so the tick's cost stays bounded on a host
+    with thousands of processes (a pass then spans several ticks; each pid's rate uses its own two reading
+    times). The answer compares the last two passes; a new pass starts ``interval`` seconds after the last
+    one started, at once while there is no answer yet."""
 
     def __init__(self, procfs_root: Path, user_hz: int, page_size: int, interval: float = 10.0) -> None:
         self.root, self.user_hz, self.page_size, self.interval = procfs_root, user_hz, page_size, interval
-        self._previous: tuple[float, dict[int, _Seen]] | None = None
+        self._queue: list[int] = []  # pids still to read in this pass
+        self._current: dict[int, _Seen] = {}
+        self._last: dict[int, _Seen] | None = None  # the previous complete pass
+        self._started: float | None = None  # when the current (or last) pass started
         self._answer: tuple[Neighbour, ...] = ()
         self._users: dict[int, str] = {}
-        self.scans = 0  # for tests and the benchmark: how often /proc was read in full
+        self.scans = 0  # passes started (for tests and the benchmark)
+        self.reads = 0  # pids read
 
     def update(self, now: float, previous_sample: Any, workload_of: dict[int, str]) -> tuple[Neighbour, ...]:
         """This tick's neighbours; ``workload_of``: pid -> name of the declared workload it belongs to."""
         if not pressured(previous_sample):
-            self._previous, self._answer = None, ()
+            self._queue, self._current, self._last, self._started, self._answer = [], {}, None, None, ()
             return ()
-        gap = self.interval if self._answer else 0.5  # the first answer needs two scans: take them a tick apart
-        if self._previous is not None and now - self._previous[0] < gap:
-            return self._answer
-        seen = self._scan()
-        if self._previous is not None and now > self._previous[0]:
-            self._answer = self._rank(self._previous[1], seen, now - self._previous[0], previous_sample, workload_of)
-        self._previous = (now, seen)
+        if not self._queue:
+            due = self._started is None or not self._answer or now - self._started >= self.interval
+            if not due:
+                return self._answer
+            try:
+                self._queue = sorted((int(e.name) for e in os.scandir(self.root) if e.name.isdigit()), reverse=True)
+            except OSError:
+                return self._answer
+            self._current, self._started = {}, now
+            self.scans += 1
+        chunk, self._queue = self._queue[-CHUNK:], self._queue[:-CHUNK]
+        for pid in chunk:
+            seen = self._read(pid, now)
+            if seen is not None:
+                self._current[pid] = seen
+        if not self._queue:  # the pass is complete
+            if self._last is not None:
+                self._answer = self._rank(self._last, self._current, previous_sample, workload_of)
+            self._last, self._current = self._current, {}
         return self._answer
 
-    def _scan(self) -> dict[int, _Seen]:
-        self.scans += 1
-        out: dict[int, _Seen] = {}
+    def _read(self, pid: int, now: float) -> _Seen | None:
+        self.reads += 1
         try:
-            entries = [e for e in os.scandir(self.root) if e.name.isdigit()]
-        except OSError:
-            return out
-        for e in entries:
-            pid = int(e.name)
+            st = procfs.read_pid_stat(self.root, pid, self.user_hz)
+            if st is None:
+                return None
             try:
-                st = procfs.read_pid_stat(self.root, pid, self.user_hz)
-                if st is None:
-                    continue
-                uid = e.stat().st_uid
-                try:
-                    io = procfs.read_pid_io(self.root, pid)
-                except (OSError, ValueError):
-                    io = None
-            except (procfs.ProcessGone, OSError, ValueError):
-                continue
-            out[pid] = _Seen(st.starttime_ticks, st.comm, uid, st.utime_seconds + st.stime_seconds,
-                             None if io is None else io.read_bytes + io.write_bytes, st.rss_pages * self.page_size)
-        return out
+                io = procfs.read_pid_io(self.root, pid)
+            except (OSError, ValueError):
+                io = None
+        except (procfs.ProcessGone, OSError, ValueError):
+            return None
+        return _Seen(now, st.starttime_ticks, st.comm, st.utime_seconds + st.stime_seconds,
+                     None if io is None else io.read_bytes + io.write_bytes, st.rss_pages * self.page_size)
 
-    def _user(self, uid: int) -> str:
+    def _user(self, pid: int) -> str:
+        try:
+            uid = os.stat(self.root / str(pid)).st_uid  # the owner of /proc/PID: only for the few named
+        except OSError:
+            return "?"
         if uid not in self._users:
             try:
                 self._users[uid] = pwd.getpwuid(uid).pw_name
@@ -119,7 +138,7 @@ class NeighbourScan:
                 self._users[uid] = str(uid)
         return self._users[uid]
 
-    def _rank(self, before: dict[int, _Seen], after: dict[int, _Seen], dt: float, sample: Any,
+    def _rank(self, before: dict[int, _Seen], after: dict[int, _Seen], sample: Any,
               workload_of: dict[int, str]) -> tuple[Neighbour, ...]:
         cpu = sample.data("cpu")
         cpus = cpu.logical_cpus if isinstance(cpu, CpuSample) and cpu.logical_cpus else None
@@ -128,8 +147,9 @@ class NeighbourScan:
         rates: dict[int, tuple[float, float | None]] = {}
         for pid, s in after.items():
             b = before.get(pid)
-            if b is None or b.starttime != s.starttime:
+            if b is None or b.starttime != s.starttime or s.at <= b.at:
                 continue
+            dt = s.at - b.at
             io = (max(0, s.io_bytes - b.io_bytes) / dt) if s.io_bytes is not None and b.io_bytes is not None else None
             rates[pid] = (max(0.0, s.cpu_seconds - b.cpu_seconds) / dt, io)
         io_total = sum(io for _, io in rates.values() if io is not None)
@@ -144,7 +164,7 @@ class NeighbourScan:
             s = after[pid]
             cores, io = rates.get(pid, (0.0, None))
             out.append(Neighbour(
-                pid=pid, name=s.name, user=self._user(s.uid), workload=workload_of.get(pid),
+                pid=pid, name=s.name, user=self._user(pid), workload=workload_of.get(pid),
                 cpu_cores=round(cores, 3), cpu_share=round(cores / cpus, 4) if cpus else None,
                 io_bytes_per_second=None if io is None else round(io, 1),
                 io_share=round(io / io_total, 4) if io is not None and io_total > 0 else None,
