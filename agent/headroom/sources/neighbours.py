@@ -25,7 +25,7 @@ from headroom.samples import CpuSample, MemorySample, Neighbour
 from headroom.sources import procfs
 
 TOP = 3  # offenders named per resource
-CHUNK = 128  # pids read per tick at most (~35 us each: stat and io), so a pass over 1 000 takes 8 ticks
+CHUNK = 64  # pids read per tick at most (~50-60 us each: stat and io): <= ~4 ms a tick, 16 ticks per 1 000
 # pressure that triggers a scan: the lowest levels at which the analysis starts to score (its psi_cpu_low,
 # psi_io_low, psi_memory_low, mem_available_low and host_cpu_low defaults, docs/analysis.md)
 PSI_SOME = {"cpu": 0.10, "io": 0.20}
