@@ -52,6 +52,13 @@ SITUATIONS = [
         source="https://github.com/l4rz/reverse-engineering-dell-idrac-to-get-rid-of-gpu-throttling/issues/3",
     ),
     Situation(
+        "a hot card at its power cap is power-limited, not thermal", TRAINER, Host(),
+        [Gpu(util=0.97, temperature=84, power=700, sm_clock_ratio=0.8, reasons=("sw_power_cap",),
+             thresholds=H100_LIMITS)],
+        "gpu_power", tags=("class-5", "power", "distractor"),
+        source="https://factryze.ai/scale-atlas/power/power-capping",  # the cap clips the draw, not the heat
+    ),
+    Situation(
         "an occasional power cap on a busy GPU is compute", SERVER, Host(),
         [Gpu(util=0.98, power=690, reasons=("sw_power_cap",), reasons_share=0.1, thresholds=H100_LIMITS)],
         "gpu_compute", tags=("class-5", "power", "distractor"),
