@@ -249,5 +249,8 @@ def test_the_status_api_gives_each_reasons_share_and_the_power_margin_per_gpu():
     g0, g1 = doc["gpus"]
     assert g0["clock_event_shares"]["hw_slowdown"] == 1.0 and g0["clock_event_shares"]["sw_power_cap"] == 0.0
     assert g0["primary_bottleneck"] == "gpu_power" and set(g1["clock_event_shares"].values()) == {0.0}
+    assert g0["temperature_thresholds_celsius"] == {"max_operating": 87, "slowdown": 89, "shutdown": 92,
+                                                    "memory_max_operating": 95}
+    assert g1["temperature_thresholds_celsius"] == {}  # NVML gave none: the configured limit stands in
     (w,) = doc["workloads"]
     assert w["headroom"]["power_watts_by_gpu"] == {"0": 390.0, "1": 200.0} and w["headroom"]["power_watts"] == 590.0

@@ -118,10 +118,6 @@ CATALOG: tuple[MetricSpec, ...] = (
          "Energy consumed since the driver was loaded."),
     _gpu("headroom_gpu_temperature_celsius", GAUGE, "celsius", G, "GPU core temperature."),
     _gpu("headroom_gpu_memory_temperature_celsius", GAUGE, "celsius", G, "HBM/memory temperature."),
-    _gpu("headroom_gpu_temperature_threshold_celsius", GAUGE, "celsius", (*G, "threshold"),
-         "The GPU's own temperature thresholds (nvmlDeviceGetTemperatureThreshold, read once): max_operating "
-         "(software thermal slowdown starts), slowdown (hardware), shutdown, memory_max_operating. The analysis "
-         "judges heat against them (docs/analysis.md, clock-event reasons)."),
     _gpu("headroom_gpu_sm_clock_hertz", GAUGE, "hertz", G, "Current SM clock."),
     _gpu("headroom_gpu_sm_clock_max_hertz", GAUGE, "hertz", G, "Maximum SM clock."),
     _gpu("headroom_gpu_memory_clock_hertz", GAUGE, "hertz", G, "Current memory clock."),

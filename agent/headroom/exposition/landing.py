@@ -60,6 +60,11 @@ def status(state: Any) -> dict[str, Any]:
                 "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
                 "power_watts": g.power_watts, "power_limit_watts": g.power_limit_watts,
                 "temperature_celsius": g.temperature_celsius,
+                # the GPU's own limits the analysis judges heat against (NVML; absent where it gives none)
+                "temperature_thresholds_celsius": {k: v for k, v in (
+                    ("max_operating", g.temperature_max_operating_celsius), ("slowdown", g.temperature_slowdown_celsius),
+                    ("shutdown", g.temperature_shutdown_celsius),
+                    ("memory_max_operating", g.memory_temperature_max_operating_celsius)) if v is not None},
                 **(_verdict(verdicts[g.index].verdict) if g.index in verdicts else {}),
                 **({"idle": verdicts[g.index].idle} if g.index in verdicts else {}),
                 # each clock-event reason's share of the short window: distinct causes (docs/analysis.md)

@@ -190,11 +190,6 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
         w.add("headroom_gpu_energy_joules_total", g.energy_joules_total, *ids)
         w.add("headroom_gpu_temperature_celsius", g.temperature_celsius, *ids)
         w.add("headroom_gpu_memory_temperature_celsius", g.memory_temperature_celsius, *ids)
-        for threshold, value in (("max_operating", g.temperature_max_operating_celsius),
-                                 ("slowdown", g.temperature_slowdown_celsius),
-                                 ("shutdown", g.temperature_shutdown_celsius),
-                                 ("memory_max_operating", g.memory_temperature_max_operating_celsius)):
-            w.add("headroom_gpu_temperature_threshold_celsius", value, *ids, threshold)
         w.add("headroom_gpu_sm_clock_hertz", g.sm_clock_hertz, *ids)
         w.add("headroom_gpu_sm_clock_max_hertz", g.sm_clock_max_hertz, *ids)
         w.add("headroom_gpu_memory_clock_hertz", g.memory_clock_hertz, *ids)
