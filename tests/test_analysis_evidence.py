@@ -109,6 +109,8 @@ def test_a_throttled_gpu_in_mig_mode_counts_as_working_by_its_power_draw():
     g = dict(temperature=89, reasons=("hw_thermal_slowdown",), thresholds=H100_LIMITS, mig=True)
     assert _workload(SERVER, [Gpu(power=380, power_limit=400, **g)]).verdict.primary == "gpu_thermal"
     assert _workload(SERVER, [Gpu(power=60, power_limit=400, **g)]).verdict.primary == "none"  # idle
+    compute = _workload(SERVER, [Gpu(power=60, power_limit=400, **g)]).verdict.evidence["gpu_compute"]
+    assert compute.startswith("GPU 0 busy unknown (MIG mode: NVML reports no utilization for the GPU)")
 
 
 def test_the_thermal_margin_uses_each_gpus_own_limit():

@@ -127,8 +127,10 @@ def rule_gpu_compute(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]
     score = busy * (1.0 - throttled)
     clocks = "" if g.sm_clock_ratio is None else f", SM clock {pct(g.sm_clock_ratio)} of max"
     share = max(throttled, g.throttled_share or 0.0)
-    text = f"GPU {g.index} busy {pct(g.busy)}{clocks}, " + (f"throttled {pct(share)} of the window" if share > 0
-                                                             else "not throttled")
+    busy_text = ("busy unknown (MIG mode: NVML reports no utilization for the GPU)" if g.busy is None and g.mig_enabled
+                 else f"busy {pct(g.busy)}")
+    text = f"GPU {g.index} {busy_text}{clocks}, " + (f"throttled {pct(share)} of the window" if share > 0
+                                                      else "not throttled")
     if g.sm_active is not None:  # GPM: how much of the GPU the kernels used, not just that one ran
         score *= ramp(g.sm_active, t["sm_active_low"], t["sm_active_high"])
         text += f", SMs active {pct(g.sm_active)}"

@@ -159,6 +159,7 @@ class GpuSignals:
     thermal_limit_source: str = ""  # "max operating", "slowdown" or "configured" (analysis.gpu_slowdown_celsius)
     memory_thermal_limit_celsius: float | None = None  # the memory's max operating temperature
     memory_growth_r2: float | None = None  # how straight the VRAM trend is (R² of the least-squares fit)
+    mig_enabled: bool | None = None  # MIG mode on: NVML reports no utilization for the whole GPU
 
 
 def thermal_limit(g: GpuSample, default_celsius: float | None) -> tuple[float | None, str]:
@@ -284,7 +285,7 @@ def gpu_signals(window: Sequence[Sample], seconds: float, default_limit_celsius:
             temperature_peak_celsius=max(temps) if temps else None,
             memory_temperature_celsius=g.memory_temperature_celsius,
             thermal_limit_celsius=limit, thermal_limit_source=limit_source if limit is not None else "",
-            memory_thermal_limit_celsius=memory_limit, memory_growth_r2=growth_r2,
+            memory_thermal_limit_celsius=memory_limit, memory_growth_r2=growth_r2, mig_enabled=g.mig_enabled,
         ))  # fmt: skip
     return sorted(out, key=lambda s: s.index)
 
