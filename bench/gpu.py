@@ -42,19 +42,25 @@ class GpuResult:
 
 
 class _CountingLibrary:
-    """pynvml with every call counted by function name."""
+    """pynvml with every call counted by function name: the binding's functions, and the entry points the
+    collector calls through the binding's function lookup (the per-tick field-values read) by their C name."""
 
     def __init__(self, lib: Any) -> None:
         self._lib = lib
         self.calls: Counter[str] = Counter()
 
+    def _counted(self, name: str, value: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return value(*args, **kwargs)
+        return counted
+
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._lib, name)
+        if name == "_nvmlGetFunctionPointer":
+            return lambda function: self._counted(function, value(function))
         if name.startswith("nvml") and callable(value):
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                self.calls[name] += 1
-                return value(*args, **kwargs)
-            return counted
+            return self._counted(name, value)
         return value
 
 

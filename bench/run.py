@@ -24,7 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/run.py`: make `bench` and `headroom` importable
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "agent")]
 
-from bench import fixtures, fleet, gpu, host, report, scrape, serving, ticks  # noqa: E402
+from bench import fixtures, fleet, gpu, host, nvml_cost, report, scrape, serving, ticks  # noqa: E402
 from headroom import logs  # noqa: E402
 from headroom.config import check_config_text  # noqa: E402
 
@@ -124,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     text = report.markdown(results)
     out = Path(args.output)
     old = out.read_text() if out.exists() else ""
-    if fleet.BEGIN in old and fleet.END in old:  # `make fleet-bench` owns that section: keep it
-        text = text.rstrip("\n") + "\n\n" + old[old.index(fleet.BEGIN):old.index(fleet.END) + len(fleet.END)] + "\n"
+    # sections other commands own (`python -m bench.nvml_cost --write-docs`, `make fleet-bench`): kept
+    for begin, end in ((nvml_cost.BEGIN, nvml_cost.END), (fleet.BEGIN, fleet.END)):
+        if begin in old and end in old:
+            text = text.rstrip("\n") + "\n\n" + old[old.index(begin):old.index(end) + len(end)] + "\n"
     out.write_text(text)
     _log(f"wrote {args.output} ({results.duration_seconds:.0f} s)")
     if args.json_path:

@@ -118,3 +118,59 @@ def test_the_farm_starts_named_processes_and_kills_them_all():
     for pid in pids:
         with pytest.raises(FileNotFoundError):
             open(f"/proc/{pid}/cmdline", "rb").read()
+
+
+def test_the_gpu_section_counts_every_nvml_call_the_collector_makes_per_tick():
+    """bench.gpu counts calls by wrapping the collector's library; the per-tick field read goes through the
+    binding's function lookup, and is counted there (here over the driver stand-in, which counts too)."""
+    from bench.gpu import _CountingLibrary
+    from headroom.sources import SourceContext
+    from headroom.sources.nvml import NvmlCollector
+
+    scenario = parse_scenario(fixtures.scenario_yaml(2))
+    lib = scenario.nvml_library()
+    collector = NvmlCollector(SourceContext(scenario=scenario, settings={"pcie_poll_interval": 60.0}))
+    import pynvml  # noqa: TID251 (what bench.gpu wraps)
+
+    counting = _CountingLibrary(pynvml)
+    collector.lib = counting
+    try:
+        collector.collect()
+        counting.calls.clear()
+        before = sum(n for (name, _), n in lib.calls.items() if name == "nvmlDeviceGetFieldValues")
+        for _ in range(3):
+            collector.collect()
+        after = sum(n for (name, _), n in lib.calls.items() if name == "nvmlDeviceGetFieldValues")
+    finally:
+        collector.close()
+    assert counting.calls["nvmlDeviceGetFieldValues"] == after - before == 3 * 2
+    assert counting.calls["nvmlDeviceGetPowerUsage"] == 3 * 2
+
+
+def _cost_result(now_ms: float, fake_ms: float) -> dict:
+    run = lambda ms: {"own": [ms / 1e3] * 5, "inside": [1e-3] * 5, "entry_calls_per_tick": 100.0, "plumbing_per_call": 1e-6}  # noqa: E731
+    return {"gpus": 8, "ticks": 5, "now": [run(now_ms)], "baseline": [run(fake_ms)], "baseline_binding": [run(now_ms)],
+            "baseline_missing": None}
+
+
+@pytest.mark.parametrize("now_ms, fake_ms, verdict", [(1.0, 0.95, "met"), (1.0, 0.6, "**missed**")])
+def test_the_nvml_cost_section_judges_the_ratio_to_the_baseline_at_ten_percent(now_ms, fake_ms, verdict):
+    from bench import nvml_cost
+
+    text = nvml_cost.markdown(_cost_result(now_ms, fake_ms), "python -m bench.nvml_cost")
+    assert text.startswith(nvml_cost.BEGIN) and text.rstrip().endswith(nvml_cost.END)
+    assert f"**{now_ms / fake_ms:.2f}** (the issue allows 1.10: {verdict})" in text
+    assert "| 0.125 ms" not in text and "| 125 µs |" in text  # per GPU: 1.0 ms over 8 GPUs
+
+
+def test_the_nvml_cost_section_replaces_its_markers_and_keeps_the_rest(tmp_path):
+    from bench import nvml_cost
+
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Benchmarks\n\nbefore\n{nvml_cost.BEGIN}\nold\n{nvml_cost.END}\nafter\n<!-- fleet:begin -->\nfleet\n")
+    nvml_cost.write_docs(f"{nvml_cost.BEGIN}\nnew\n{nvml_cost.END}\n", doc)
+    assert doc.read_text() == f"# Benchmarks\n\nbefore\n{nvml_cost.BEGIN}\nnew\n{nvml_cost.END}\nafter\n<!-- fleet:begin -->\nfleet\n"
+    fresh = tmp_path / "fresh.md"
+    fresh.write_text("# Benchmarks\n\n<!-- fleet:begin -->\nfleet\n")
+    nvml_cost.write_docs(f"{nvml_cost.BEGIN}\nnew\n{nvml_cost.END}\n", fresh)
+    assert fresh.read_text().index("new") < fresh.read_text().index("fleet")

@@ -14,6 +14,7 @@ import cProfile
 import gzip
 import io
 import pstats
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -183,7 +184,7 @@ def _collectors_directly(config: Config, scenario_path: Path, gpus: int, window:
         cpu: dict[str, list[float]] = {c.name: [] for c in collectors}
         standin: list[float] = []
         if lib is not None:
-            lib.timing = True
+            lib.timing, lib.timing_thread = True, threading.get_ident()  # this thread's calls only
         for _ in range(ticks):
             for c in collectors:
                 s0 = lib.cpu_seconds if lib is not None else 0.0
@@ -250,3 +251,47 @@ def _profile_text(prof: cProfile.Profile, ticks: int, top: int = 18) -> str:
     text = "\n".join(line.replace(root, "").rstrip() for line in lines[start:] if line.strip())
     return f"cProfile, {ticks} ticks of every collector's collect() + analysis + render, by own time:\n{text}"
 
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.ticks [--ticks N] [--warmup N]``: the reference tick alone (8 GPUs, 1000 host
+    processes, 3 workloads, as ``python -m bench`` measures it), printed rather than written to the docs."""
+    import argparse
+    import shutil
+    import sys
+    import tempfile
+
+    from bench import host, run
+    from headroom import logs
+    from headroom.config import check_config_text
+
+    parser = argparse.ArgumentParser(prog="python -m bench.ticks", description=main.__doc__.split("\n")[0] if main.__doc__ else None)
+    parser.add_argument("--ticks", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=None, help="ticks before measuring (default: fill the window)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    logs.configure("warn", "console")
+    gpus, processes, workloads = run.REFERENCE
+    workdir = Path(tempfile.mkdtemp(prefix="headroom-ticks-"))
+    farm = host.ProcessFarm()
+    try:
+        farm.ensure_workloads(max(run.WORKLOAD_SCALES))
+        seen = farm.resize_host(processes)
+        inputs = run.Inputs(farm, workdir)
+        path = inputs.config(workloads)
+        config = check_config_text(path.read_text(), str(path))
+        warmup = int(config.agent["window"] / config.sample_interval) + 1 if args.warmup is None else args.warmup
+        r = measure(config, inputs.scenario(gpus), gpus, seen, ticks=args.ticks, warmup=warmup)
+    finally:
+        farm.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    ms = 1e3
+    print(f"reference tick: {gpus} GPUs, {r.processes} processes, {workloads} workloads, {warmup} warm-up + {args.ticks} ticks")
+    print(f"CPU per tick: {r.tick_cpu.median * ms:.2f} ms median (min {r.tick_cpu.low * ms:.2f}, max {r.tick_cpu.high * ms:.2f});"
+          f" target < 10 ms: {'met' if r.tick_cpu.median < 0.010 else 'missed'}")
+    print(f"analysis {r.analysis_cpu.median * ms:.3f} ms, render {r.render_cpu.median * ms:.3f} ms")
+    print("collect() CPU by collector, median ms: " + ", ".join(f"{name} {s.median * ms:.3f}" for name, s in r.collector_cpu.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -27,7 +27,8 @@ H100 = 81559 * (1 << 20)
 
 CHAT = {
     "name": "chat", "kind": "inference", "model": "meta-llama/Llama-3.1-70B-Instruct",
-    "runtime": {"name": "vllm", "gpu_memory_utilization": 0.9}, "params": "70.6B", "precision": "bf16",
+    "runtime": {"name": "vllm", "version": "0.10.1", "gpu_memory_utilization": 0.9}, "params": "70.6B",
+    "precision": "bf16",
     "architecture": {"layers": 80, "heads": 64, "kv_heads": 8, "head_dim": 128, "hidden_size": 8192},
     "context": 8192, "concurrency": 3, "parallel": {"tensor": 2}, "match": {"cmdline": "vllm serve"},
 }  # fmt: skip

@@ -6,6 +6,7 @@ and PCIe threads, backoff and recovery are checked against a controlled clock.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
+from headroom.exposition.catalog import BY_NAME
 from headroom.samples import GpuSample, NvmlSample
 from headroom.simulation import ManualClock, Scenario, load_scenario, parse_scenario
 from headroom.simulation.nvml_driver import NvmlDriver
@@ -231,6 +233,64 @@ def test_a_field_that_fails_alone_is_absent_alone(make):
     g0 = rig.collector.collect().gpus[0]
     assert g0.memory_temperature_celsius is None
     assert g0.energy_joules_total is not None and g0.ecc_uncorrected_volatile_total == 0
+
+
+def test_an_unsupported_field_leaves_the_prepared_read_and_is_asked_again_after_the_reprobe(make):
+    """The per-tick field read reuses one prepared array; a field answering NOT_SUPPORTED leaves it (the
+    others stay) and comes back at the re-probe, as every other unsupported query does."""
+    rig = make()
+    rig.lib.inject("NVML_FI_DEV_MEMORY_TEMP", gpu=0, error="NOT_SUPPORTED")
+    assert rig.tick().gpus[0].memory_temperature_celsius is None
+    rig.lib.clear()
+    for _ in range(3):
+        g0 = rig.tick().gpus[0]
+        assert g0.memory_temperature_celsius is None and g0.energy_joules_total is not None
+    assert rig.tick(nvml._REPROBE_UNSUPPORTED).gpus[0].memory_temperature_celsius == 78
+
+
+def test_field_values_read_the_same_through_the_binding_wrapper(make):
+    """Without the binding's function lookup (a binding that renamed it), the per-tick field read goes
+    through pynvml.nvmlDeviceGetFieldValues and reads the same values."""
+    asked: list[int] = []
+
+    class WithoutLookup:
+        def __getattr__(self, name: str) -> object:
+            if name == "_nvmlGetFunctionPointer":
+                raise AttributeError(name)
+            if name == "nvmlDeviceGetFieldValues":
+                return lambda handle, ids: asked.append(len(ids)) or pynvml.nvmlDeviceGetFieldValues(handle, ids)
+            return getattr(pynvml, name)
+
+    fast = make().tick().gpus[0]
+    rig = make()
+    rig.collector.lib = WithoutLookup()
+    slow = rig.tick().gpus[0]
+    assert max(asked) >= len(nvml._FIELDS)  # the per-tick read went through the binding's wrapper
+    keys = ("memory_temperature_celsius", "energy_joules_total", "ecc_uncorrected_volatile_total",
+            "remapped_rows_correctable", "remapped_rows_pending", "pcie_tx_bytes_total", "pcie_rx_bytes_total")
+    assert [getattr(slow, k) for k in keys] == [getattr(fast, k) for k in keys]
+    assert slow.memory_temperature_celsius == 78
+
+
+def test_the_field_decoder_reads_every_value_type_as_the_binding_declares_it():
+    """The one-pass decoder takes offsets and formats from the binding's structs: each nvmlValueType_t
+    (double, unsigned int, unsigned long, unsigned long long, signed long long, signed int, unsigned short)
+    reads what the ctypes union member holds, and a failed entry reads no value."""
+    values = {0: -2.5, 1: 4_000_000_000, 2: 2**40 + 1, 3: 2**63 + 5, 4: -(2**40), 5: -7, 6: 65_000}
+    array = (pynvml.c_nvmlFieldValue_t * (len(values) + 1))()
+    for entry, (vtype, v) in zip(array, values.items(), strict=False):
+        entry.fieldId, entry.valueType, entry.nvmlReturn = 100 + vtype, vtype, 0
+        if hasattr(entry.value, nvml.VALUE_MEMBER[vtype]):
+            setattr(entry.value, nvml.VALUE_MEMBER[vtype], v)
+        else:  # usVal, which bindings before 12.560 do not declare: the driver still writes it (nvml.h)
+            ctypes.c_ushort.from_buffer(entry.value).value = v
+    array[len(values)].nvmlReturn = 3  # NOT_SUPPORTED
+    assert nvml._FIELD_DECODER.ready
+    decoded = nvml._FIELD_DECODER.decode(array, len(array))
+    assert decoded == [(0, v) for v in values.values()] + [(3, None)]
+    by_getter = nvml._decode_fields(array)  # the binding's own union members, where it declares them
+    declared = [i for i, vtype in enumerate(values) if hasattr(array[0].value, nvml.VALUE_MEMBER[vtype])]
+    assert [by_getter[i] for i in declared] == [decoded[i] for i in declared]
 
 
 def test_a_transient_error_is_none_this_tick_and_retried_next(make):
@@ -520,6 +580,28 @@ def test_the_mig_layout_is_cached_and_refreshed(make):
     assert rig.lib.calls[("nvmlDeviceGetMigDeviceHandleByIndex", 1)] == layout_calls
     rig.tick(30)
     assert rig.lib.calls[("nvmlDeviceGetMigDeviceHandleByIndex", 1)] == 2 * layout_calls
+
+
+def test_a_changed_power_limit_shows_within_the_refresh_period(make):
+    """The enforced power limit is not read on every tick (it changes only when someone sets it), but a new
+    limit (nvidia-smi -pl: nvmlDeviceSetPowerManagementLimit) shows within _LIMIT_REFRESH seconds."""
+    rig = make()
+    assert rig.tick().gpus[0].power_limit_watts == 300
+    reads = rig.lib.calls[("nvmlDeviceGetEnforcedPowerLimit", 0)]
+    pynvml.nvmlDeviceSetPowerManagementLimit(pynvml.nvmlDeviceGetHandleByIndex(0), 250_000)
+    seen = [rig.tick().gpus[0].power_limit_watts for _ in range(int(nvml._LIMIT_REFRESH))]
+    assert seen[-1] == 250 and rig.tick().gpus[1].power_limit_watts == 400
+    assert rig.lib.calls[("nvmlDeviceGetEnforcedPowerLimit", 0)] - reads <= 2  # once per refresh, not per tick
+    assert f"every {nvml._LIMIT_REFRESH:g} s" in BY_NAME["headroom_gpu_power_limit_watts"].help  # HELP says so
+
+
+def test_a_power_limit_that_turns_unsupported_goes_absent_and_a_failed_re_read_keeps_it(make):
+    rig = make()
+    rig.tick()
+    rig.lib.inject("nvmlDeviceGetEnforcedPowerLimit", gpu=0, error="TIMEOUT", calls=1)
+    assert rig.tick(nvml._LIMIT_REFRESH).gpus[0].power_limit_watts == 300  # the last value, read again next tick
+    rig.lib.inject("nvmlDeviceGetEnforcedPowerLimit", gpu=0, error="NOT_SUPPORTED")
+    assert rig.tick(nvml._LIMIT_REFRESH).gpus[0].power_limit_watts is None
 
 
 def without_pcie_counters(rig: Rig) -> None:

@@ -98,7 +98,8 @@ def test_kv_tokens_from_available_memory_match_vllm_v1_for_an_fp8_moe_at_tp4():
 
 def test_sglang_counts_weights_and_kv_inside_mem_fraction_static():
     p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
-                           "architecture": LLAMA31_8B, "context": 8192, "runtime": "sglang"}, attributable=False)
+                           "architecture": LLAMA31_8B, "context": 8192,
+                           "runtime": {"name": "sglang", "version": "0.4.6"}}, attributable=False)  # fmt: skip
     r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
     non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
     available = int((80 * GIB - non_torch) * 0.88) - 8_030_261_248 * 2  # SGLang 0.4.6 model_runner.py:816-819
@@ -127,26 +128,46 @@ def test_docs_sizing_table_is_the_generated_one():
 def test_sglang_default_mem_fraction_static(parallel, memory_gib, fraction):
     from headroom.workload.serving_memory import sglang_mem_fraction
 
-    assert sglang_mem_fraction(parallel, memory_gib * GIB) == fraction
+    assert sglang_mem_fraction(parallel, memory_gib * GIB, "0.4.6") == fraction
+
+
+@pytest.mark.parametrize(("parallel", "memory_mib", "fraction"),
+                         [(1, 81559, round((81559 - 10 * 1024) / 81559, 3)), (4, 81559, round((81559 - 11.5 * 1024) / 81559, 3)),
+                          (1, 24564, round((24564 - 2.9 * 1024) / 24564, 3)), (8, 143771, round((143771 - 16 * 1024) / 143771, 3))])
+def test_sglang_from_0_4_8_reserves_memory_per_gpu(parallel, memory_mib, fraction):
+    """0.4.9 server_args.py:280-319: (memory - reserved) / memory, reserved by memory class and tp x pp."""
+    from headroom.workload.serving_memory import sglang_chunked_prefill, sglang_mem_fraction
+
+    assert sglang_mem_fraction(parallel, memory_mib * MIB, "0.4.9") == fraction
+    assert sglang_mem_fraction(parallel, memory_mib * MIB) == fraction  # no version: the newest rule
+    assert sglang_mem_fraction(parallel, memory_mib * MIB, "0.4.7") != fraction
+    assert sglang_chunked_prefill(memory_mib * MIB, "0.4.9") == (2048 if memory_mib < 35 * 1024 else 8192)
 
 
 def test_sglang_default_on_a_large_gpu_leaves_18_gib():
     from headroom.workload.serving_memory import sglang_mem_fraction
 
-    frac = sglang_mem_fraction(1, 140 * GIB)  # min(0.88 + 48 GiB x 0.12 / 140 GiB, (140 - 18) / 140)
+    frac = sglang_mem_fraction(1, 140 * GIB, "0.4.6")  # min(0.88 + 48 GiB x 0.12 / 140 GiB, (140 - 18) / 140)
     assert frac == pytest.approx(min(0.88 + 48 * 0.12 / 140, 122 / 140))
 
 
-def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks():
+@pytest.mark.parametrize(("version", "wiggle", "block", "logit_bytes"),
+                         [("1.0.0", 1.0, 16, 4), ("2.2.0", 0.95, 16, 2), ("2.4.0", 0.90, 1, 2), ("3.1.0", 0.93, 1, 2)])
+def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks(version, wiggle, block, logit_bytes):
+    """TGI's warmup (flash_causal_lm.py): a prefill of max_batch_prefill_tokens that returns logprobs of every
+    prompt token, then free memory x TGI_WIGGLE_ROOM (by version) // block bytes + the warm-up's own blocks."""
     p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
-                           "architecture": LLAMA31_8B, "context": 8192, "runtime": "tgi"}, attributable=False)
+                           "architecture": LLAMA31_8B, "context": 8192,
+                           "runtime": {"name": "tgi", "version": version}}, attributable=False)  # fmt: skip
     r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
     forward = inference_activation_bytes(4096, 0, 4096, 14336)
+    logits = 4096 * 128256 * logit_bytes  # 16-bit logits (and 1.x's log-softmax copy) of 4096 prompt tokens
     non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
-    block = 32 * 16 * 2 * 8 * 128 * 2
-    held = 4096 // 16
-    free = 80 * GIB - 8_030_261_248 * 2 - forward - non_torch - held * block
-    assert r["blocks"] == int(free * 0.95) // block + held and r["kv_tokens"] == r["blocks"] * 16
+    block_bytes = 32 * block * 2 * 8 * 128 * 2
+    held = 4096 // block
+    free = 80 * GIB - 8_030_261_248 * 2 - max(forward, logits) - non_torch - held * block_bytes
+    assert r["activation_bytes"] == max(forward, logits)
+    assert r["blocks"] == int(free * wiggle) // block_bytes + held and r["kv_tokens"] == r["blocks"] * block
 
 
 @pytest.mark.parametrize(("fixture", "version", "context"), [("gemma-3-27b", "0.10.1", 32768), ("gemma-2-9b", "0.10.1", 8192),
@@ -172,12 +193,46 @@ def test_a100s_keep_the_small_serve_defaults_from_0_9():
     a100 = estimate(serve("0.10.1", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA A100-SXM4-80GB")
     h100 = estimate(serve("0.10.1", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA H100 80GB HBM3")
     old = estimate(serve("0.8.5", 8192), gpu_memory_bytes=int(79.15 * GIB), gpu_name="NVIDIA A100-SXM4-80GB")
+    per_logit = DEFAULTS.sampler_bytes_per_logit
     assert a100.runtime_report["activation_bytes"] == max(inference_activation_bytes(2048, 0, 4096, 14336),
-                                                          256 * 128256 * 4)  # fmt: skip
+                                                          256 * 128256 * per_logit)  # fmt: skip
     assert h100.runtime_report["activation_bytes"] == old.runtime_report["activation_bytes"] == max(
-        inference_activation_bytes(8192, 0, 4096, 14336), 1024 * 128256 * 4)
+        inference_activation_bytes(8192, 0, 4096, 14336), 1024 * 128256 * per_logit)
 
 
 def test_a_newer_vllm_than_the_ones_read_is_sized_with_a_note():
-    e = estimate(serve("0.14.0", 8192), gpu_memory_bytes=80 * GIB)
+    e = estimate(serve("0.21.0", 8192), gpu_memory_bytes=80 * GIB)
     assert any("newer than the versions read" in n for n in e.notes)
+
+
+def test_vllm_0_7_aligns_mla_entries_and_keeps_the_absorbed_matrices():
+    """0.7.3 worker/cache_engine.py:84-95 (entries rounded up to 256 bytes) and attention/backends/mla/utils.py
+    (W_Q x W_UK, W_UV x W_O, W_QR kept in 16 bits); 0.8's V1 does neither."""
+    arch = {"layers": 27, "heads": 16, "kv_heads": 16, "hidden_size": 2048, "intermediate_size": 10944,
+            "vocab_size": 102400, "kv_lora_rank": 512, "qk_rope_head_dim": 64}  # fmt: skip
+
+    def weights_and_kv(version):
+        p = profile_from_dict({"name": "s", "kind": "inference", "params": "15.7B", "precision": "bf16",
+                               "architecture": arch, "context": 4096,
+                               "runtime": {"name": "vllm", "version": version}}, attributable=False)  # fmt: skip
+        e = estimate(p, gpu_memory_bytes=80 * GIB)
+        return e.component("weights"), e.kv_bytes_per_token
+
+    absorbed = 27 * (2048 * 16 * 512 + 16 * 512 * 2048 + 2048 * 16 * 64) * 2
+    w07, kv07 = weights_and_kv("0.7.3")
+    w08, kv08 = weights_and_kv("0.8.5")
+    assert w07 - w08 == absorbed
+    assert (kv07, kv08) == (27 * 1280, 27 * 576 * 2)
+
+
+def test_tgi_warmup_logits_at_tensor_parallel_add_the_local_shard():
+    """TensorParallelHead.forward: each rank computes its vocabulary shard, then all-gathers the whole logits."""
+    p = profile_from_dict({"name": "s", "kind": "inference", "params": "70B", "precision": "bf16", "context": 8192,
+                           "architecture": {**LLAMA31_8B, "layers": 80, "heads": 64, "hidden_size": 8192,
+                                            "intermediate_size": 28672},
+                           "parallel": {"tensor": 2}, "runtime": {"name": "tgi", "version": "2.4.0",
+                                                                  "max_num_batched_tokens": 10049}},
+                          attributable=False)  # fmt: skip
+    r = estimate(p, gpu_memory_bytes=80 * GIB, gpus=2).runtime_report
+    logits = 10049 * 128256 * 2
+    assert r["activation_bytes"] == logits + logits // 2

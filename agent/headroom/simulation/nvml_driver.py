@@ -321,8 +321,10 @@ class NvmlDriver:
         self.callers: dict[str, set[str]] = {}
         self.errors: list[BaseException] = []
         # benchmarks: set ``timing`` to add each entry point's thread CPU (inside the stand-in) to cpu_seconds,
-        # so the collector's own cost can be told apart from the stand-in's (bench/ticks.py)
+        # so the collector's own cost can be told apart from the stand-in's (bench/ticks.py); with
+        # ``timing_thread`` set, only that thread's calls count (not the XID watcher's waits ending mid-tick)
         self.timing = False
+        self.timing_thread: int | None = None
         self.cpu_seconds = 0.0
         self._gpus = scenario.gpus
         self._lock = threading.Lock()
@@ -335,6 +337,7 @@ class NvmlDriver:
         self._delivered: set[tuple[int, int, float, int]] = set()  # (set, gpu, at, code)
         self._next_event_set = 0
         self._energy: dict[int, tuple[float, float]] = {}  # gpu -> (t, millijoules)
+        self._power_limits: dict[int, int] = {}  # gpu -> milliwatts set through nvmlDeviceSetPowerManagementLimit
         self._pcie_bytes: dict[tuple[int, str], tuple[float, float]] = {}  # (gpu, tx|rx) -> (t, bytes)
         self._nvlink_bytes: dict[tuple[int, str], tuple[float, float]] = {}  # (gpu, tx|rx) -> (t, bytes, all links)
         self._gpm_samples: dict[int, tuple[int, float] | None] = {}  # sample -> (gpu, taken at) or None (empty)
@@ -413,8 +416,10 @@ class NvmlDriver:
 
     # ----------------------------------------------------------------------------------- plumbing
     def _thunk(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
+        clock = time.thread_time
+
         def entry(*args: Any) -> int:
-            started = time.thread_time() if self.timing else None
+            started = clock()  # first: the stand-in's own bookkeeping below is inside its timed CPU
             try:
                 impl(*args)
             except _Return as r:
@@ -423,8 +428,8 @@ class NvmlDriver:
                 self.errors.append(exc)
                 return _E["UNKNOWN"]
             finally:
-                if started is not None:
-                    self.cpu_seconds += time.thread_time() - started
+                if self.timing and (self.timing_thread is None or self.timing_thread == threading.get_ident()):
+                    self.cpu_seconds += clock() - started
             return SUCCESS
 
         entry.__name__ = name
@@ -520,7 +525,8 @@ class NvmlDriver:
             ("nvmlDeviceGetMemoryInfo", [H, P], lambda h, out: self._memory("nvmlDeviceGetMemoryInfo", h, out)),
             ("nvmlDeviceGetMemoryInfo_v2", [H, P], lambda h, out: self._memory("nvmlDeviceGetMemoryInfo_v2", h, out)),
             uint_query("nvmlDeviceGetPowerUsage", lambda g: round(1000 * self._value(g, "power", 0.1 * g.power_limit))),
-            uint_query("nvmlDeviceGetEnforcedPowerLimit", lambda g: round(1000 * g.power_limit)),
+            uint_query("nvmlDeviceGetEnforcedPowerLimit", lambda g: self._power_limits.get(g.index, round(1000 * g.power_limit))),
+            ("nvmlDeviceSetPowerManagementLimit", [H, U], self._set_power_limit),
             uint_query("nvmlDeviceGetTotalEnergyConsumption", self._energy_mj, c_ulonglong),
             ("nvmlDeviceGetTemperature", [H, U, P], self._temperature),
             ("nvmlDeviceGetTemperatureV", [H, P], self._temperature_v),
@@ -649,6 +655,16 @@ class NvmlDriver:
         else:  # v1 "used" counts the reserved memory too
             mem = _struct(Memory, out)
             mem.total, mem.used, mem.free = total, used + reserved, total - reserved - used
+
+    def _set_power_limit(self, handle: int, milliwatts: int) -> None:
+        """What ``nvidia-smi -pl`` does: a new management limit, enforced from now on (the stand-in lets any
+        caller set it; the real driver asks for root). NVML rejects a limit outside the board's range: here
+        anything from 1 W to twice the scenario's limit."""
+        gpu = self._device("nvmlDeviceSetPowerManagementLimit", handle)
+        if not 1000 <= milliwatts <= 2000 * gpu.power_limit:
+            raise _Return(_E["INVALID_ARGUMENT"])
+        with self._lock:
+            self._power_limits[gpu.index] = milliwatts
 
     def _energy_mj(self, gpu: GpuSpec) -> int:
         """Energy in mJ: the power signal integrated over scenario time (trapezoids between reads)."""

@@ -13,8 +13,9 @@ One read of each quantity per GPU per tick, through ``_Gpu.query`` which maps er
 - anything else (TIMEOUT, NO_DATA, ...): the field is None this tick and retried next tick.
 
 Identity, max clocks, PCIe max link, the supported clock-event mask and the MIG layout are cached;
-NVLink link count, state and version are re-read every 30 s. Per tick and GPU: one field-values call
-(health counters, energy, PCIe byte counters, NVLink data counters per active link), and where the GPU
+NVLink link count, state and version are re-read every 30 s, the enforced power limit every 10 s. Per
+tick and GPU: one field-values call (health counters, energy, PCIe byte counters, NVLink data counters
+per active link) into an array prepared once and decoded in one pass, and where the GPU
 has GPM one nvmlGpmSampleGet plus one nvmlGpmMetricsGet (SM activity, occupancy, tensor and DRAM
 activity between this tick's sample and the last). Slow or blocking calls stay off the tick: for GPUs
 without PCIe byte counters a daemon thread polls nvmlDeviceGetPcieThroughput (~20 ms each)
@@ -85,6 +86,7 @@ CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
     ("display_clock_setting", 0x100),
 )
 _ALL_REASONS = sum(bit for _, bit in CLOCK_EVENT_REASONS)
+_CLOCK_EVENTS: dict[tuple[int, int], dict[str, bool]] = {}  # (supported, active) masks -> reason -> active
 
 def _const(name: str, fallback: int) -> int:
     """A pynvml constant, or its nvml.h value when this binding version lacks it (or has no binding):
@@ -129,6 +131,7 @@ FI_NVLINK_TX, FI_NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/R
 # GPM metrics (nvml.h NVML_GPM_METRIC_*, percentages) -> GpuSample field
 _GPM_METRICS = ((2, "sm_active_ratio"), (3, "sm_occupancy_ratio"), (5, "tensor_active_ratio"), (10, "dram_active_ratio"))
 _GPM_METRICS_GET_VERSION = _GPM_SUPPORT_VERSION = 1
+_BINDING_HAS_GPM = hasattr(pynvml, "c_nvmlGpmMetricsGet_t")
 _NVLINK_REFRESH = 30.0  # seconds between NVLink link-state re-reads
 _FIELDS = (
     FI_MEMORY_TEMP,
@@ -142,9 +145,12 @@ _FIELDS = (
     FI_PCIE_COUNT_TX_BYTES,
     FI_PCIE_COUNT_RX_BYTES,
 )
+_FIELD_KEYS = tuple((f, 0) for f in _FIELDS)
 # nvmlFieldValue_t: the union member that holds each nvmlValueType_t (nvml.h; UNSIGNED_SHORT is 6 even where
 # the binding lacks the constant)
 VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+# each member's C type (nvml.h), as a struct format: for a member an older binding's union lacks (usVal)
+_VALUE_FORMAT = {"dVal": "d", "uiVal": "I", "ulVal": "L", "ullVal": "Q", "sllVal": "q", "siVal": "i", "usVal": "H"}
 _NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
 _PSTATE_UNKNOWN = 32
 _XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
@@ -155,8 +161,12 @@ _THRESHOLDS = (("temperature_shutdown_celsius", 0), ("temperature_slowdown_celsi
                ("memory_temperature_max_operating_celsius", 2), ("temperature_max_operating_celsius", 3))
 _PCIE_UTIL_TX, _PCIE_UTIL_RX = 0, 1
 _MIG_ENABLE = 1
+_MEMORY_V2 = _const("nvmlMemory_v2", 0x02000028)  # nvmlMemory_v2 (nvml.h NVML_STRUCT_VERSION(Memory, 2))
 
 _REPROBE_UNSUPPORTED = 600.0  # seconds before an unsupported query is tried again
+# seconds between reads of the enforced power limit: it changes only when someone sets it (nvidia-smi -pl,
+# a management tool), so it is not read on every tick; a change shows within this time
+_LIMIT_REFRESH = 10.0
 _MIG_REFRESH = 30.0  # seconds between MIG layout re-reads
 _EVENT_WAIT_MS = 500
 _BACKOFF_MIN, _BACKOFF_MAX = 1.0, 60.0
@@ -200,6 +210,72 @@ def _address(handle: Any) -> int | None:
 _raw = ctypes.Structure.__getattribute__  # a struct field without the binding's per-read decoding
 
 
+def _struct_values(struct: Any, *names: str) -> tuple[Any, ...]:
+    """Fields of a binding struct by the plain ctypes getter (the binding's printable structs decode every
+    attribute read); None for each when there is no struct, and for a field this struct version lacks."""
+    if struct is None:
+        return (None,) * len(names)
+    read = _raw if isinstance(struct, ctypes.Structure) else getattr
+    out = []
+    for name in names:
+        try:
+            out.append(read(struct, name))
+        except AttributeError:
+            out.append(None)
+    return tuple(out)
+
+
+def _decode_fields(values: Any) -> list[tuple[int, Any]]:
+    """(return code, value or None) of each nvmlFieldValue_t, through the plain ctypes getter (the binding's
+    printable struct decodes every attribute read, 10x slower)."""
+    out = []
+    for fv in values:
+        ret = _raw(fv, "nvmlReturn")
+        member = VALUE_MEMBER.get(_raw(fv, "valueType")) if ret == _SUCCESS else None
+        out.append((ret, getattr(_raw(fv, "value"), member, None) if member else None))
+    return out
+
+
+class _FieldDecoder:
+    """Decodes an array of the binding's nvmlFieldValue_t in one pass over its bytes: offsets and value
+    formats come from the binding's own ctypes declarations (c_nvmlFieldValue_t, c_nvmlValue_t)."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        if pynvml is None or not hasattr(pynvml, "c_nvmlFieldValue_t") or not hasattr(pynvml, "c_nvmlValue_t"):
+            return
+        import struct
+
+        entry = pynvml.c_nvmlFieldValue_t
+        types = dict(entry._fields_)
+        members = dict(pynvml.c_nvmlValue_t._fields_)
+        try:
+            self.size = ctypes.sizeof(entry)
+            self.ret = struct.Struct("@" + types["nvmlReturn"]._type_), entry.nvmlReturn.offset
+            self.type = struct.Struct("@" + types["valueType"]._type_), entry.valueType.offset
+            self.value_offset = entry.value.offset
+            self.formats = {vt: struct.Struct("@" + (members[m]._type_ if m in members else _VALUE_FORMAT[m]))
+                            for vt, m in VALUE_MEMBER.items()}
+        except (KeyError, AttributeError, TypeError, struct.error):
+            return
+        self.ready = True
+
+    def decode(self, array: Any, count: int) -> list[tuple[int, Any]]:
+        if not self.ready:
+            return _decode_fields(array)
+        (ret_fmt, ret_off), (type_fmt, type_off) = self.ret, self.type
+        value_off, formats = self.value_offset, self.formats
+        out = []
+        for base in range(0, count * self.size, self.size):
+            ret = ret_fmt.unpack_from(array, base + ret_off)[0]
+            fmt = formats.get(type_fmt.unpack_from(array, base + type_off)[0]) if ret == _SUCCESS else None
+            out.append((ret, fmt.unpack_from(array, base + value_off)[0] if fmt is not None else None))
+        return out
+
+
+_FIELD_DECODER = _FieldDecoder()
+
+
 def _kib(value: int | None) -> int | None:
     return None if value is None else int(value) * 1024
 
@@ -207,6 +283,17 @@ def _kib(value: int | None) -> int | None:
 def _memory_of(process: Any) -> int | None:
     used = getattr(process, "usedGpuMemory", None)
     return None if used is None or used == _NOT_AVAILABLE else int(used)
+
+
+def _unchanged(last: tuple[samples.GpuProcess, ...] | None, rows: Sequence[tuple[int, int | None, float | None]]) -> tuple[samples.GpuProcess, ...] | None:
+    """``last`` when it holds exactly ``rows`` (pid, used memory, SM utilization) in order, else None: an
+    unchanged process list is the same (immutable) tuple as last tick's, built once and shared."""
+    if last is None or len(last) != len(rows):
+        return None
+    for p, (pid, used, ratio) in zip(last, rows, strict=True):
+        if p.pid != pid or p.used_memory_bytes != used or p.sm_utilization_ratio != ratio:
+            return None
+    return last
 
 
 def _text(value: Any) -> str:
@@ -260,9 +347,12 @@ class _Gpu:
     cache: dict[str, Any] = field(default_factory=dict)
     logged: set[tuple[str, int]] = field(default_factory=set)  # transient errors already logged
     now: float = 0.0
+    # the per-tick field read: (wanted (field, scope) pairs, unsupported-set version, links, array for them)
+    fields_plan: tuple[Any, ...] | None = None
 
-    def query(self, key: str, function: str, *args: Any, remember: bool = True) -> Any:
-        """lib.<function>(*args); _ABSENT if unsupported here, None if it failed this tick.
+    def query(self, key: str, function: str, *args: Any, remember: bool = True, call: Callable[..., Any] | None = None) -> Any:
+        """lib.<function>(*args) (``call(*args)`` instead where given: the same entry point reached another
+        way); _ABSENT if unsupported here, None if it failed this tick.
 
         Raises _GpuDown or _LibraryDown for device- and library-level errors.
         """
@@ -271,7 +361,7 @@ class _Gpu:
             if self.now < retry_at:
                 return _ABSENT
             del self.unsupported[key]
-        fn = getattr(self.lib, function, None)
+        fn = call or getattr(self.lib, function, None)
         try:
             if fn is None:
                 raise pynvml.NVMLError(_ERR["FUNCTION_NOT_FOUND"])
@@ -295,9 +385,9 @@ class _Gpu:
             log.warning("nvml_query_failed", gpu=self.index, query=key, error=describe(err))
         return None
 
-    def value(self, key: str, function: str, *args: Any) -> Any:
+    def value(self, key: str, function: str, *args: Any, call: Callable[..., Any] | None = None) -> Any:
         """Like query, with "unsupported" folded into None."""
-        v = self.query(key, function, *args)
+        v = self.query(key, function, *args, call=call)
         return None if v is _ABSENT else v
 
     def first(self, options: Sequence[tuple[str, str, tuple[Any, ...]]]) -> Any:
@@ -308,14 +398,22 @@ class _Gpu:
                 return v
         return None
 
-    def cached(self, key: str, function: str, *args: Any) -> Any:
-        """A value read once and kept (identity-like quantities); unsupported is retried on reprobe."""
-        if key not in self.cache:
-            v = self.value(key, function, *args)
-            if v is None:
-                return None
-            self.cache[key] = v
-        return self.cache[key]
+    def cached(self, key: str, function: str, *args: Any, refresh: float | None = None) -> Any:
+        """A value read once and kept (identity-like quantities); unsupported is retried on reprobe.
+
+        ``refresh``: seconds after which it is read again (a value that can change, but rarely: the power
+        limit); until a re-read answers, the last value stays, and when it turns unsupported it is absent."""
+        hit = self.cache.get(key)
+        if hit is not None and (refresh is None or self.now - hit[1] < refresh):
+            return hit[0]
+        v = self.value(key, function, *args)
+        if v is None:
+            if hit is not None and key not in self.unsupported:
+                return hit[0]  # failed this tick: the last value, re-read next tick
+            self.cache.pop(key, None)
+            return None
+        self.cache[key] = (v, self.now)
+        return v
 
     def down_sample(self) -> samples.GpuSample:
         return samples.GpuSample(
@@ -676,17 +774,18 @@ class NvmlCollector(Collector):
         h = gpu.handle
         util = gpu.value("utilization", "nvmlDeviceGetUtilizationRates", h)
         mem = gpu.first((
-            ("memory_v2", "nvmlDeviceGetMemoryInfo", (h, _const("nvmlMemory_v2", 0x02000028))),
+            ("memory_v2", "nvmlDeviceGetMemoryInfo", (h, _MEMORY_V2)),
             ("memory_v1", "nvmlDeviceGetMemoryInfo", (h,)),
         ))  # fmt: skip
+        total, used, free, reserved = _struct_values(mem, "total", "used", "free", "reserved")
         power = gpu.value("power", "nvmlDeviceGetPowerUsage", h)
-        limit = gpu.value("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
+        limit = gpu.cached("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h, refresh=_LIMIT_REFRESH)
         temperature = gpu.first((
             ("temperature_v", "nvmlDeviceGetTemperatureV", (h, _TEMPERATURE_GPU)),
             ("temperature", "nvmlDeviceGetTemperature", (h, _TEMPERATURE_GPU)),
         ))  # fmt: skip
         links = self._nvlink_links(gpu, now)
-        fields, scoped = self._fields(gpu, [(fid, link) for link in links for fid in (FI_NVLINK_TX, FI_NVLINK_RX)])
+        fields, scoped = self._fields(gpu, links)
         nvlink = {link: (scoped.get((FI_NVLINK_TX, link)), scoped.get((FI_NVLINK_RX, link))) for link in links}
         gpm = self._gpm(gpu)
         sm_clock = gpu.value("sm_clock", "nvmlDeviceGetClockInfo", h, _CLOCK_SM)
@@ -705,9 +804,10 @@ class NvmlCollector(Collector):
         # read once per GPU and kept (unsupported ones are re-probed like every other call): no per-tick cost
         thresholds = {name: gpu.cached(name, "nvmlDeviceGetTemperatureThreshold", h, kind) for name, kind in _THRESHOLDS}
 
-        if mem is not None and gpu.memory_total is None:
-            gpu.memory_total = int(mem.total)
-        utilization = util.gpu / 100 if util is not None else None
+        if total is not None and gpu.memory_total is None:
+            gpu.memory_total = total
+        util_gpu, util_memory = _struct_values(util, "gpu", "memory")
+        utilization = util_gpu / 100 if util_gpu is not None else None
         busy, event_seconds = self._accumulate(gpu.uuid or f"index:{gpu.index}", now, utilization, clock_events)
         tx, rx = self._pcie_rates(gpu, now, fields[8], fields[9])
         with self._xid_lock:
@@ -717,12 +817,12 @@ class NvmlCollector(Collector):
             uuid=gpu.uuid,
             name=gpu.name,
             pci_bus_id=gpu.pci_bus_id,
-            memory_total_bytes=int(mem.total) if mem is not None else gpu.memory_total,
-            memory_used_bytes=int(mem.used) if mem is not None else None,
-            memory_free_bytes=int(mem.free) if mem is not None else None,
-            memory_reserved_bytes=int(mem.reserved) if mem is not None and hasattr(mem, "reserved") else None,
+            memory_total_bytes=total if total is not None else gpu.memory_total,
+            memory_used_bytes=used,
+            memory_free_bytes=free,
+            memory_reserved_bytes=reserved,
             utilization_ratio=utilization,
-            memory_utilization_ratio=util.memory / 100 if util is not None else None,
+            memory_utilization_ratio=util_memory / 100 if util_memory is not None else None,
             busy_seconds_total=busy,
             power_watts=power / 1000 if power is not None else None,
             power_limit_watts=limit / 1000 if limit is not None else None,
@@ -764,24 +864,66 @@ class NvmlCollector(Collector):
             **{name: float(v) if v else None for name, v in thresholds.items()},
         )
 
-    def _fields(self, gpu: _Gpu, scoped: Sequence[tuple[int, int]] = ()) -> tuple[list[Any], dict[tuple[int, int], Any]]:
-        """Values of _FIELDS (None where the field failed) and of the ``scoped`` (field, scope id) pairs
-        (e.g. NVLink counters per link), from one nvmlDeviceGetFieldValues call."""
-        wanted = [(f, 0) for f in _FIELDS] + list(scoped)
-        wanted = [w for w in wanted if gpu.unsupported.get(f"field:{w[0]}:{w[1]}", 0.0) <= gpu.now]
+    def _fields(self, gpu: _Gpu, links: Sequence[int] = ()) -> tuple[list[Any], dict[tuple[int, int], Any]]:
+        """Values of _FIELDS (None where the field failed) and of the NVLink data counters of ``links`` (by
+        (field, link)), from one nvmlDeviceGetFieldValues call.
+
+        The (field, scope) list and its nvmlFieldValue_t array are built once and reused while the set of
+        unsupported fields and active links stays the same: the driver rewrites each entry's return code,
+        type and value on every call (nvml.h), so only the call itself happens per tick."""
+        plan = gpu.fields_plan
+        links = tuple(links)
+        if plan is None or plan[1] != links or (plan[2] and any(t <= gpu.now for t in plan[2])):
+            plan = gpu.fields_plan = self._fields_plan(gpu, links)
+        wanted, _, _, array = plan
         got: dict[tuple[int, int], Any] = {}
-        values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, wanted) if wanted else None
-        for fv in values or ():
-            # the plain ctypes getter: the binding's printable struct decodes every attribute read, 10x slower
-            fid, scope, ret = _raw(fv, "fieldId"), _raw(fv, "scopeId"), _raw(fv, "nvmlReturn")
-            if ret == _SUCCESS:
-                member = VALUE_MEMBER.get(_raw(fv, "valueType"))
-                got[(fid, scope)] = getattr(_raw(fv, "value"), member) if member else None
-            elif ret in _ABSENT_CODES:
-                gpu.unsupported[f"field:{fid}:{scope}"] = gpu.now + _REPROBE_UNSUPPORTED
-            elif ret in _DEVICE_CODES:
-                raise _GpuDown(f"nvmlDeviceGetFieldValues: {describe(pynvml.NVMLError(ret))}")
-        return [got.get((f, 0)) for f in _FIELDS], got
+        if not wanted:
+            return [None] * len(_FIELDS), got
+        values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, array, wanted, call=self._field_values_call)
+        if values is not None:
+            failed = False
+            decoded = _FIELD_DECODER.decode(values, len(wanted)) if values is array else _decode_fields(values)
+            for key, (ret, value) in zip(wanted, decoded, strict=False):
+                if ret == _SUCCESS:
+                    got[key] = value
+                elif ret in _ABSENT_CODES:
+                    gpu.unsupported[f"field:{key[0]}:{key[1]}"] = gpu.now + _REPROBE_UNSUPPORTED
+                    failed = True
+                elif ret in _DEVICE_CODES:
+                    raise _GpuDown(f"nvmlDeviceGetFieldValues: {describe(pynvml.NVMLError(ret))}")
+            if failed:
+                gpu.fields_plan = None  # re-plan without the unsupported fields
+        return [got.get(k) for k in _FIELD_KEYS], got
+
+    def _fields_plan(self, gpu: _Gpu, links: tuple[int, ...]) -> tuple[Any, ...]:
+        """(wanted pairs, links, re-probe times of the fields left out, their array) for _fields."""
+        pairs = [(f, 0) for f in _FIELDS] + [(fid, link) for link in links for fid in (FI_NVLINK_TX, FI_NVLINK_RX)]
+        wanted, reprobe = [], []
+        for fid, scope in pairs:
+            retry_at = gpu.unsupported.get(f"field:{fid}:{scope}")
+            if retry_at is None or retry_at <= gpu.now:
+                wanted.append((fid, scope))
+            else:
+                reprobe.append(retry_at)
+        array = None
+        if wanted and hasattr(pynvml, "c_nvmlFieldValue_t"):
+            array = (pynvml.c_nvmlFieldValue_t * len(wanted))()
+            for entry, (fid, scope) in zip(array, wanted, strict=True):
+                ctypes.Structure.__setattr__(entry, "fieldId", fid)
+                ctypes.Structure.__setattr__(entry, "scopeId", scope)
+        return tuple(wanted), links, tuple(reprobe), array
+
+    def _field_values_call(self, handle: Any, array: Any, wanted: Sequence[tuple[int, int]]) -> Any:
+        """nvmlDeviceGetFieldValues into ``array``: the entry point found through the binding's own lookup
+        (its error mapping, FUNCTION_NOT_FOUND included), called with the prepared array; the binding's
+        wrapper (a new array, every field id set through its printable struct) where it has no lookup."""
+        lookup = getattr(self.lib, "_nvmlGetFunctionPointer", None)
+        if lookup is None or array is None:
+            return self.lib.nvmlDeviceGetFieldValues(handle, list(wanted))
+        ret = lookup("nvmlDeviceGetFieldValues")(handle, ctypes.c_int32(len(wanted)), ctypes.byref(array))
+        if ret != _SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return array
 
     def _clock_events(self, gpu: _Gpu) -> dict[str, bool]:
         """Reason -> active, for the reasons this GPU supports; empty when it reports none."""
@@ -801,7 +943,13 @@ class NvmlCollector(Collector):
         ))  # fmt: skip
         if current is None:
             return {}
-        return {name: bool(current & bit) for name, bit in CLOCK_EVENT_REASONS if supported & bit}
+        key = (supported, current & supported)
+        events = _CLOCK_EVENTS.get(key)
+        if events is None:  # one read-only dict per combination, shared by the samples that show it
+            events = {name: bool(current & bit) for name, bit in CLOCK_EVENT_REASONS if supported & bit}
+            if len(_CLOCK_EVENTS) < 4096:
+                _CLOCK_EVENTS[key] = events
+        return events
 
     def _process_list(self, gpu: _Gpu, handle: Any, prefix: str = "") -> tuple[list[Any] | None, bool]:
         """(processes on ``handle``, failed): the list, or None when this handle cannot list them
@@ -827,13 +975,14 @@ class NvmlCollector(Collector):
             merged = {p.pid: p for m in mig for p in m.processes}
             return tuple(merged.values()), (None if not mig else False)
         sm = self._process_utilization(gpu) if procs else None
-        out = []
+        rows = []
         for p in procs:
             pid = int(p.pid)
             # a process on the GPU without a sample ran no kernel since the last read: 0, where sampling works
-            ratio = None if sm is None else sm.get(pid, 0.0)
-            out.append(samples.GpuProcess(pid=pid, used_memory_bytes=_memory_of(p), sm_utilization_ratio=ratio))
-        result = tuple(out)
+            rows.append((pid, _memory_of(p), None if sm is None else sm.get(pid, 0.0)))
+        result = _unchanged(gpu.cache.get("processes_last"), rows)
+        if result is None:
+            result = tuple(samples.GpuProcess(pid=pid, used_memory_bytes=used, sm_utilization_ratio=ratio) for pid, used, ratio in rows)
         gpu.cache["processes_last"] = result
         return result, False
 
@@ -901,7 +1050,10 @@ class NvmlCollector(Collector):
             if failed:
                 processes = gpu.cache.get(key, ())
             else:
-                processes = tuple(samples.GpuProcess(pid=int(p.pid), used_memory_bytes=_memory_of(p)) for p in procs or ())
+                rows = [(int(p.pid), _memory_of(p), None) for p in procs or ()]
+                processes = _unchanged(gpu.cache.get(key), rows)
+                if processes is None:
+                    processes = tuple(samples.GpuProcess(pid=pid, used_memory_bytes=used) for pid, used, _ in rows)
                 gpu.cache[key] = processes
             out.append(samples.MigInstance(
                 gpu_instance_id=m.gpu_instance_id,
@@ -958,19 +1110,18 @@ class NvmlCollector(Collector):
         """Just the ``scoped`` fields (one nvmlDeviceGetFieldValues call), for reads off the per-tick set."""
         values = gpu.value("field_values_extra", "nvmlDeviceGetFieldValues", gpu.handle, list(scoped))
         got = {}
-        for fv in values or ():
-            if int(fv.nvmlReturn) == _SUCCESS:
-                member = VALUE_MEMBER.get(int(fv.valueType))
-                got[(int(fv.fieldId), int(fv.scopeId))] = getattr(fv.value, member) if member else None
-            elif int(fv.nvmlReturn) in _ABSENT_CODES:
-                gpu.unsupported[f"field:{int(fv.fieldId)}:{int(fv.scopeId)}"] = gpu.now + _REPROBE_UNSUPPORTED
+        for (fid, scope), (ret, value) in zip(scoped, _decode_fields(values or ()), strict=False):
+            if ret == _SUCCESS:
+                got[(fid, scope)] = value
+            elif ret in _ABSENT_CODES:
+                gpu.unsupported[f"field:{fid}:{scope}"] = gpu.now + _REPROBE_UNSUPPORTED
         return None, got
 
     def _gpm(self, gpu: _Gpu) -> dict[str, float]:
         """GPM ratios averaged over the last tick (Hopper and later): one nvmlGpmSampleGet (a non-blocking
         snapshot) and one nvmlGpmMetricsGet per tick, between this tick's sample and the last one. {} where
         the GPU or the binding has no GPM, and on the first tick."""
-        if not hasattr(pynvml, "c_nvmlGpmMetricsGet_t"):
+        if not _BINDING_HAS_GPM:
             return {}
         state = gpu.cache.get("gpm")
         if state is None:

@@ -40,8 +40,9 @@ _FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "--context": (("context", "max"), int, "maximum tokens per sequence (prompt + output)"),
     "--concurrency": (("concurrency",), int, "concurrent sequences (inference)"),
     "--runtime": (("runtime", "name"), str, "serving runtime: vllm, sglang or tgi apply their own start-up accounting"),
-    "--runtime-version": (("runtime", "version"), str, "runtime version, e.g. 0.6.3, 0.8.5, 0.10.1 (vLLM's accounting "
-                                                        "differs by version; default: the newest documented)"),
+    "--runtime-version": (("runtime", "version"), str, "runtime version, e.g. vLLM 0.6.3 / 0.10.1 / 0.19.0, SGLang "
+                                                        "0.4.9, TGI 2.4.0 (each runtime's accounting differs by "
+                                                        "version; default: the newest documented)"),
     "--gpu-memory-utilization": (("runtime", "gpu_memory_utilization"), float, "vLLM's reservation ratio"),
     "--mem-fraction-static": (("runtime", "mem_fraction_static"), float, "SGLang's weights + KV share of the card"),
     "--max-num-batched-tokens": (("runtime", "max_num_batched_tokens"), int, "tokens per forward pass (chunked "

@@ -149,6 +149,9 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
     if cfg.get("kv_lora_rank") is not None:
         arch["kv_lora_rank"] = _int(cfg, where, "kv_lora_rank")
         arch["qk_rope_head_dim"] = _int(cfg, where, "qk_rope_head_dim", required=True)
+        q_rank = _int(cfg, where, "q_lora_rank")
+        if q_rank is not None:
+            arch["q_lora_rank"] = q_rank
         layout.append("mla")
 
     # sliding-window layers

@@ -28,7 +28,7 @@ attribution is optional; the memory model in ``headroom.workload.sizing`` says w
 | architecture                       | {layers, heads, kv_heads, head_dim, hidden_size,  | kv_heads defaults to heads (as in HF    |
 |                                    | intermediate_size, vocab_size, tie_embeddings,    | configs); head_dim to hidden/heads;     |
 |                                    | sliding_window, sliding_window_layers, kv_layers, | the rest describe sliding-window, MLA,  |
-|                                    | kv_lora_rank, qk_rope_head_dim, experts,          | hybrid and MoE models (docs/sizing.md)  |
+|                                    | kv_lora_rank, qk_rope_head_dim, q_lora_rank,      | hybrid and MoE models (docs/sizing.md)  |
 |                                    | experts_per_token, moe_intermediate_size}         |                                         |
 | context                            | {typical, max} or an int (= max)                  | tokens per sequence, prompt + output    |
 | output_tokens                      | int                                               | expected output length; < context.max   |
@@ -197,6 +197,7 @@ class Architecture:
     kv_layers: int | None = None  # layers that hold a KV cache (hybrid models: attention layers only)
     kv_lora_rank: int | None = None  # MLA (DeepSeek V2/V3): latent KV width; K and V share one vector
     qk_rope_head_dim: int | None = None  # MLA: the decoupled RoPE key, cached next to the latent
+    q_lora_rank: int | None = None  # MLA: the query's low-rank width (None: queries project from hidden_size)
     experts: int | None = None  # mixture of experts: routed experts per MoE layer (all are loaded)
     experts_per_token: int | None = None
     moe_intermediate_size: int | None = None
@@ -410,7 +411,7 @@ _TOP_KEYS = ("name", "kind", "model", "runtime", "params", "precision", "quantiz
              "weight_bytes", "job", "team", "slo")  # fmt: skip
 _ARCH_KEYS = ("layers", "heads", "kv_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
               "tie_embeddings", "sliding_window", "sliding_window_layers", "kv_layers", "kv_lora_rank",
-              "qk_rope_head_dim", "experts", "experts_per_token", "moe_intermediate_size")  # fmt: skip
+              "qk_rope_head_dim", "q_lora_rank", "experts", "experts_per_token", "moe_intermediate_size")  # fmt: skip
 _TRAINING_KEYS = ("optimizer", "gradient_precision", "master_weights", "gradient_checkpointing",
                   "flash_attention", "batch_size", "micro_batch", "sharding", "offload_optimizer",
                   "offload_params")  # fmt: skip
@@ -757,6 +758,8 @@ def _check_architecture(r: _Reader, a: Architecture) -> None:
     if (a.kv_lora_rank is None) != (a.qk_rope_head_dim is None):
         missing = "qk_rope_head_dim" if a.qk_rope_head_dim is None else "kv_lora_rank"
         r.error(("architecture", missing), "MLA (latent KV) needs both kv_lora_rank and qk_rope_head_dim")
+    if a.q_lora_rank is not None and a.kv_lora_rank is None:
+        r.error(("architecture", "q_lora_rank"), "q_lora_rank is an MLA field: give kv_lora_rank and qk_rope_head_dim")
     if a.experts is not None and a.experts_per_token is not None and a.experts_per_token > a.experts:
         r.error(("architecture", "experts_per_token"), f"experts_per_token {a.experts_per_token} exceeds experts "
                                                       f"{a.experts}")  # fmt: skip

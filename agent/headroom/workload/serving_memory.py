@@ -62,17 +62,19 @@ class KVLayout:
 
 def kv_layout(layers: int, kv_heads: int, head_dim: int, element_bits: int, tensor: int = 1, pipeline: int = 1,
               sliding_window: int | None = None, sliding_layers: int | None = None, kv_layers: int | None = None,
-              mla_width: int | None = None, replicate_heads: str = "ceil") -> KVLayout:  # fmt: skip
+              mla_width: int | None = None, replicate_heads: str = "ceil", align_bytes: int = 1) -> KVLayout:  # fmt: skip
     """The KV cache of one GPU as groups of layers.
 
     kv_heads per GPU: ceil(kv_heads / tensor), at least 1 (``replicate_heads="floor"``: vLLM's
     max(1, kv_heads // tensor)); layers per GPU: ceil(layers / pipeline). MLA (``mla_width`` = kv_lora_rank
-    + qk_rope_head_dim) caches one latent vector per token per layer, the same on every tensor rank.
+    + qk_rope_head_dim) caches one latent vector per token per layer, the same on every tensor rank;
+    ``align_bytes`` rounds that entry up (vLLM 0.7 aligns MLA entries to 256 bytes).
     """
     stage = _cdiv(kv_layers if kv_layers is not None else layers, pipeline)
     if mla_width:
-        per = _cdiv(mla_width * element_bits, 8)
-        what = f"MLA latent {mla_width} x {element_bits // 8 or 0.5} B"
+        per = _cdiv(_cdiv(mla_width * element_bits, 8), align_bytes) * align_bytes
+        what = f"MLA latent {mla_width} x {element_bits // 8 or 0.5} B" + (f" aligned to {per} B" if per * 8 !=
+                                                                           mla_width * element_bits else "")
     else:
         heads = max(1, kv_heads // tensor) if replicate_heads == "floor" else max(1, _cdiv(kv_heads, tensor))
         per = _cdiv(2 * heads * head_dim * element_bits, 8)
@@ -111,18 +113,23 @@ class VllmRules:
     hybrid_groups: bool  # full + sliding-window layers in separate KV groups (the 0.9+ hybrid allocator)
     window_in_concurrency: bool  # the printed max concurrency accounts for sliding windows
     a100_small_defaults: bool = False  # A100s keep the < 70 GiB serve defaults
+    triton_sampler: bool = False  # the profile's top-k/top-p masks logits in place (Triton) instead of sorting
+    large_comm_buffers: bool = False  # the larger non-torch memory measured from 0.17 (all-reduce fusion buffers)
+    mla_absorbed_weights: bool = False  # MLA keeps W_Q x W_UK and W_UV x W_O as 16-bit weights (0.7 V0)
+    mla_align_bytes: int = 1  # MLA cache entries rounded up to this many bytes (0.7 V0: 256)
 
 
 VLLM_RULES = (
     VllmRules("0.5-0.6.3 (V0)", (0, 5), "V0", False, False, False, False),
     VllmRules("0.6.4-0.6.6 (V0)", (0, 6, 4), "V0", True, False, False, False),
-    VllmRules("0.7 (V0)", (0, 7), "V0", False, True, False, False),
+    VllmRules("0.7 (V0)", (0, 7), "V0", False, True, False, False, mla_absorbed_weights=True, mla_align_bytes=256),
     VllmRules("0.8 (V1)", (0, 8), "V1", True, True, False, False),
-    VllmRules("0.9-0.11 (V1)", (0, 9), "V1", False, True, True, True, True),
+    VllmRules("0.9-0.16 (V1)", (0, 9), "V1", False, True, True, True, True),
+    VllmRules("0.17-0.19 (V1)", (0, 17), "V1", False, True, True, True, True, True, True),
 )
 
 
-VLLM_LAST_READ = (0, 11)  # the newest release whose source the rules were checked against
+VLLM_LAST_READ = (0, 19)  # the newest release whose source the rules were checked against
 
 
 def vllm_rules(version: str | None) -> tuple[VllmRules, str | None]:
@@ -154,14 +161,70 @@ def vllm_defaults(rules: VllmRules, max_model_len: int, device_memory: int,
     return 2048, 256, "V1 serve on a < 70 GiB GPU: 2048 tokens, 256 sequences"
 
 
+@dataclass(frozen=True)
+class TgiRules:
+    """One range of TGI versions whose warm-up accounting is the same (docs/sizing.md lists the source)."""
+
+    name: str
+    first: tuple[int, ...]
+    wiggle_room: float  # the share of the free memory after the warm-up given to blocks (TGI_WIGGLE_ROOM)
+    block_size: int  # the default attention backend's block: paged 16, flashinfer (default from 2.3) 1
+    logits_in_place: bool  # the warm-up's prefill log-softmax overwrites the logits (2.x+) or copies them (1.x)
+
+
+TGI_RULES = (
+    TgiRules("1.x", (1,), 1.0, 16, False),
+    TgiRules("2.0-2.2", (2, 0), 0.95, 16, True),
+    TgiRules("2.3", (2, 3), 0.95, 1, True),
+    TgiRules("2.4", (2, 4), 0.90, 1, True),
+    TgiRules("3.0", (3, 0), 0.95, 1, True),
+    TgiRules("3.1-3.2", (3, 1), 0.93, 1, True),
+    TgiRules("3.3", (3, 3), 0.90, 1, True),
+)
+TGI_LAST_READ = (3, 3)
+
+
+def tgi_rules(version: str | None) -> tuple[TgiRules, str | None]:
+    """(the rules for ``version``, a note when the version is not given or outside the documented ranges)."""
+    if not version:
+        return TGI_RULES[-1], f"runtime.version not given: TGI {TGI_RULES[-1].name} accounting assumed"
+    v = parse_version(version)
+    if v < TGI_RULES[0].first:
+        raise RuntimeSettingError("runtime.version", f"runtime.version: TGI {version} predates the documented "
+                                                     "accounting (from 1.0)")  # fmt: skip
+    rules = [r for r in TGI_RULES if r.first <= v][-1]
+    if v[:2] > TGI_LAST_READ:
+        return rules, f"TGI {version} is newer than the versions read (up to 3.3): {rules.name} accounting assumed"
+    return rules, None
+
+
 SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  # (tp x pp at least, fraction)
 MIB = 1024**2
 
 
-def sglang_mem_fraction(parallel_size: int, device_memory: int) -> float:
-    """SGLang 0.4.6's default mem_fraction_static (server_args.py:247-267): by tp x pp on GPUs up to 80 GiB,
-    0.88 above; above 96 GiB raised towards leaving 18 GiB for activations and CUDA graphs."""
+SGLANG_RESERVED_FROM = (0, 4, 8)  # the release that sizes the default fraction by memory reserved per GPU
+
+
+def _sglang_reserved(version: str | None) -> bool:
+    return not version or parse_version(version) >= SGLANG_RESERVED_FROM
+
+
+def sglang_mem_fraction(parallel_size: int, device_memory: int, version: str | None = None) -> float:
+    """SGLang's default mem_fraction_static. 0.4.6 (server_args.py:247-267): by tp x pp on GPUs up to 80 GiB,
+    0.88 above, above 96 GiB raised towards leaving 18 GiB. From 0.4.8 (0.4.9 server_args.py:280-319):
+    (memory - reserved) / memory, rounded to 3 places, reserving (2.8 + tp x pp / 10) GiB below 35 GiB,
+    (9.5 + tp x pp / 2) below 90, (12 + tp x pp / 2) below 160, else 32 GiB. ``version`` None: the newest."""
     gpu_mem = device_memory / MIB
+    if _sglang_reserved(version):
+        if gpu_mem < 35 * 1024:
+            reserved = 2.8 + parallel_size / 10
+        elif gpu_mem < 90 * 1024:
+            reserved = 9.5 + parallel_size / 2
+        elif gpu_mem < 160 * 1024:
+            reserved = 12 + parallel_size / 2
+        else:
+            reserved = 32
+        return round((gpu_mem - reserved * 1024) / gpu_mem, 3)
     if device_memory and gpu_mem > 81920:
         frac = 0.88
     else:
@@ -171,9 +234,13 @@ def sglang_mem_fraction(parallel_size: int, device_memory: int) -> float:
     return frac
 
 
-def sglang_chunked_prefill(device_memory: int) -> int:
-    """SGLang 0.4.6's default chunked_prefill_size (server_args.py:270-277)."""
-    return 2048 if device_memory and device_memory / MIB < 25_000 else 8192
+def sglang_chunked_prefill(device_memory: int, version: str | None = None) -> int:
+    """SGLang's default chunked_prefill_size: 0.4.6 (server_args.py:270-277) 2048 below 25 000 MiB, else 8192;
+    from 0.4.8 (0.4.9 server_args.py:331-339) 2048 below 35 GiB, 8192 below 160 GiB, else 16384."""
+    gpu_mem = device_memory / MIB
+    if _sglang_reserved(version):
+        return 2048 if gpu_mem < 35 * 1024 else 8192 if gpu_mem < 160 * 1024 else 16384
+    return 2048 if device_memory and gpu_mem < 25_000 else 8192
 
 
 # ------------------------------------------------------------------------------------- report

@@ -53,6 +53,7 @@ from headroom.workload.serving_memory import (
     kv_layout,
     sglang_chunked_prefill,
     sglang_mem_fraction,
+    tgi_rules,
     vllm_defaults,
     vllm_kv,
     vllm_request_bytes,
@@ -85,10 +86,14 @@ class OverheadConstants:
     vllm_non_torch_bytes: int = 32 * MIB  # non-torch growth during load and profile at TP 1 (cuBLAS workspace)
     nccl_bytes: int = 512 * MIB  # NCCL and custom all-reduce buffers per GPU at tensor parallel > 1
     cuda_graph_bytes: int = 512 * MIB  # graph pools captured after the KV cache is sized (outside the budget)
-    sampler_bytes_per_logit: int = 4  # the profile's sampler: FP32 logits of max_num_seqs x vocabulary
+    # the profile run's sampler over max_num_seqs x vocabulary logits, bytes live per logit: sorted top-k/top-p
+    # (vLLM 0.5-0.16) and in-place Triton top-k/top-p (0.17+); docs/sizing.md "Runtime accounting"
+    sampler_bytes_per_logit: int = 39
+    sampler_triton_bytes_per_logit: int = 15
+    vllm_recent_non_torch_bytes: int = 256 * MIB  # non-torch growth at TP 1 measured with vLLM 0.18-0.19
+    vllm_recent_comm_bytes: int = 1894 * MIB  # its growth at tensor parallel > 1 (0.19: 2.07-2.13 GiB in all)
     tgi_max_batch_prefill_tokens: int = 4096  # TGI's default warm-up prefill
-    tgi_block_size: int = 16
-    tgi_wiggle_room: float = 0.95  # TGI leaves 5 % of the free memory (later versions: TGI_WIGGLE_ROOM)
+    tgi_logit_bytes: int = 2  # the warm-up prefill's 16-bit logits over every prefill token (prefill_logprobs)
     gptq_awq_group_size: int = 128
     nf4_block_size: int = 64  # weights per absmax constant (bitsandbytes)
     nf4_double_quant_block_size: int = 256  # first-level constants per second-level FP32 constant
@@ -455,12 +460,12 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
     if not need("KV cache", fields):
         return None
     bits = p.effective_kv_cache_precision.bits
-    replicate = "ceil"
+    replicate, align = "ceil", 1
     mla_width = arch.kv_lora_rank + arch.qk_rope_head_dim if mla else None
     sliding = arch.sliding_window
     if rt == "vllm":
         rules, _ = vllm_rules(p.runtime.version)
-        replicate = "floor"
+        replicate, align = "floor", rules.mla_align_bytes
         if arch.kv_layers is not None and arch.kv_layers < arch.layers:
             raise SizingError(f"cannot size workload {p.name!r} for vLLM: hybrid layout (only {arch.kv_layers} of "
                               f"{arch.layers} layers hold a KV cache, the rest keep recurrent state): vLLM's state "
@@ -479,7 +484,7 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
         notes.append(f"{rt}: sliding-window layers counted like full-attention ones")
         sliding = None
     layout = kv_layout(arch.layers, kv_heads or 1, hd or 0, bits, par.tensor, par.pipeline, sliding,
-                       arch.sliding_window_layers, arch.kv_layers, mla_width, replicate)  # fmt: skip
+                       arch.sliding_window_layers, arch.kv_layers, mla_width, replicate, align)  # fmt: skip
     if mla_width or sliding or arch.kv_layers is not None:
         notes.append(f"KV layout: {layout.description}")
     return layout
@@ -487,17 +492,54 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
 
 def _runtime_non_torch(p: WorkloadProfile, rt: str, c: OverheadConstants) -> tuple[int, str]:
     """Non-torch memory the runtime subtracts inside its budget: (bytes, what it is)."""
-    context = True
+    context, recent = True, False
     if rt == "vllm":
         rules, _ = vllm_rules(p.runtime.version)
-        context = rules.counts_cuda_context
-    total = c.vllm_non_torch_bytes + (c.vllm_cuda_context_bytes if context else 0)
+        context, recent = rules.counts_cuda_context, rules.large_comm_buffers
+    total = (c.vllm_recent_non_torch_bytes if recent else c.vllm_non_torch_bytes) + \
+        (c.vllm_cuda_context_bytes if context else 0)
     what = ["CUDA context"] if context else []
     what.append("cuBLAS workspace")
     if p.parallel.tensor > 1 or p.parallel.pipeline > 1:
-        total += c.nccl_bytes
+        total += c.vllm_recent_comm_bytes if recent and p.parallel.tensor > 1 else c.nccl_bytes
         what.append("NCCL/all-reduce buffers")
     return total, ", ".join(what) + " (counted by the runtime)"
+
+
+def _vllm_mla_absorbed_bytes(p: WorkloadProfile, rt: str | None, compute: Precision, wprec: Precision | None) -> int:
+    """vLLM 0.7's MLA matrix absorption (attention/backends/mla/utils.py:297-380, on by default): per layer and
+    rank, W_Q x W_UK (q_in x heads x kv_lora_rank), W_UV x W_O (heads x kv_lora_rank x hidden) and W_QR
+    (q_in x heads x qk_rope_head_dim), kept next to the loaded weights in the activation dtype (FP8 weights
+    are requantized to FP8); q_in is q_lora_rank, else hidden_size."""
+    a = p.architecture
+    if rt != "vllm" or not (a.kv_lora_rank and a.qk_rope_head_dim and a.heads and a.layers):
+        return 0
+    rules, _ = vllm_rules(p.runtime.version)
+    h = a.effective_hidden_size
+    if not rules.mla_absorbed_weights or h is None:
+        return 0
+    heads = _ceil_div(a.heads, p.parallel.tensor)
+    q_in = a.q_lora_rank or h
+    elements = q_in * heads * a.kv_lora_rank + heads * a.kv_lora_rank * h + q_in * heads * a.qk_rope_head_dim
+    per = 1 if wprec == Precision.FP8 else compute.bits // 8
+    return _ceil_div(a.layers, p.parallel.pipeline) * elements * per
+
+
+def _sampler_bytes_per_logit(p: WorkloadProfile, rt: str | None, c: OverheadConstants) -> int:
+    """Bytes the runtime's sampler holds per logit at its peak (vLLM's profile run: docs/sizing.md)."""
+    if rt != "vllm":
+        return c.logits_bytes
+    rules, _ = vllm_rules(p.runtime.version)
+    return c.sampler_triton_bytes_per_logit if rules.triton_sampler else c.sampler_bytes_per_logit
+
+
+def _tgi_warmup_logits_bytes(p: WorkloadProfile, tokens: int, vocab: int, c: OverheadConstants) -> int:
+    """TGI's warm-up prefill returns logprobs of every prompt token: the logits gathered over the vocabulary,
+    the local shard (tensor parallel) and, in 1.x, the log-softmax's copy (docs/sizing.md "TGI")."""
+    rules, _ = tgi_rules(p.runtime.version)
+    logits = tokens * vocab * c.tgi_logit_bytes
+    shard = _ceil_div(logits, p.parallel.tensor) if p.parallel.tensor > 1 else 0
+    return logits * (1 if rules.logits_in_place else 2) + shard
 
 
 def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None, concurrency: int, context: int,
@@ -512,7 +554,7 @@ def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None,
         seqs = min(r.max_num_seqs or d_seqs, tokens)
         return tokens, seqs, "max_num_batched_tokens" if r.max_num_batched_tokens else why
     if rt == "sglang":
-        return r.max_num_batched_tokens or sglang_chunked_prefill(device_memory), 0, "chunked_prefill_size"
+        return r.max_num_batched_tokens or sglang_chunked_prefill(device_memory, r.version), 0, "chunked_prefill_size"
     if rt == "tgi":
         return r.max_num_batched_tokens or c.tgi_max_batch_prefill_tokens, 0, "max_batch_prefill_tokens"
     if r.max_num_batched_tokens:
@@ -580,7 +622,13 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
             total, label = p.weight_bytes, label + ", as stored"
         if p.kind.is_adapter:
             label += ", frozen"
-        static.append(Component("weights", _ceil_div(total, split), label))
+        per_gpu = _ceil_div(total, split)
+        serving = p.runtime.name if p.kind == Kind.INFERENCE else None
+        absorbed = _vllm_mla_absorbed_bytes(p, serving, compute, wprec)
+        if absorbed:
+            per_gpu += absorbed
+            label += f", + {format_bytes(absorbed)} of MLA-absorbed matrices (vLLM 0.7)"
+        static.append(Component("weights", per_gpu, label))
 
     # training state
     tr = p.training
@@ -654,7 +702,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
         if rt == "vllm":
             block = p.runtime.block_size or c.vllm_block_size
         elif rt == "tgi":
-            block = p.runtime.block_size or c.tgi_block_size
+            block = p.runtime.block_size or tgi_rules(p.runtime.version)[0].block_size
         if p.concurrency is None:
             notes.append("concurrency not declared: assuming 1 sequence")
     else:
@@ -688,7 +736,9 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
             if hidden is not None:
                 tokens, seqs, how = _activation_tokens(p, c, rt, concurrency, context, device_memory, device_name)
                 forward = inference_activation_bytes(tokens, 0, hidden, ffn, par.tensor, compute)
-                sampler = seqs * (arch.vocab_size or 0) * (c.sampler_bytes_per_logit if rt else c.logits_bytes)
+                sampler = seqs * (arch.vocab_size or 0) * _sampler_bytes_per_logit(p, rt, c)
+                if rt == "tgi":  # the warm-up asks for prefill logprobs: logits of every prefill token
+                    seqs, sampler = tokens, _tgi_warmup_logits_bytes(p, tokens, arch.vocab_size or 0, c)
                 out.append(Component("activations", max(forward, sampler),
                                      f"forward pass over {tokens} tokens ({how})" if forward >= sampler
                                      else f"sampler over {seqs} x {arch.vocab_size} logits"))  # fmt: skip
@@ -831,7 +881,8 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
                      + ", ".join(outside))  # fmt: skip
         name, block = f"vLLM {rules.name}", plan.block_size
     elif plan.runtime == "sglang":
-        frac = p.runtime.mem_fraction_static or sglang_mem_fraction(p.parallel.tensor * p.parallel.pipeline, total)
+        frac = p.runtime.mem_fraction_static or sglang_mem_fraction(p.parallel.tensor * p.parallel.pipeline, total,
+                                                                     p.runtime.version)
         budget = int(total * frac)
         # profile_max_num_token: (free after load) - (free before load) x (1 - fraction); free before load
         # is the card less the CUDA context and NCCL (model_runner.py:470, 816-819)
@@ -847,9 +898,12 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
         prefill = _activation_tokens(p, c, "tgi", 1, max_model_len, total)[0]
         held = _ceil_div(prefill, plan.block_size)
         block_bytes = layout.bytes_per_token * plan.block_size
-        blocks = int(max(available - held * block_bytes, 0) * c.tgi_wiggle_room) // block_bytes + held
+        rules, note = tgi_rules(p.runtime.version)
+        if note:
+            notes.append(note)
+        blocks = int(max(available - held * block_bytes, 0) * rules.wiggle_room) // block_bytes + held
         tokens = blocks * plan.block_size
-        conc, name, block = tokens / max_model_len, "TGI", plan.block_size
+        conc, name, block = tokens / max_model_len, f"TGI {rules.name}", plan.block_size
     if available <= 0:
         notes.append(f"{name}: nothing left for the KV cache ({format_bytes(available)} after weights and profiling)")
     return RuntimeReport(name, budget, weights, act, non_torch, available, block, blocks, tokens, max_model_len,

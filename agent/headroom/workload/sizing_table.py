@@ -1,8 +1,9 @@
 """The docs/sizing.md table of common model / GPU pairs, computed by the memory model (``make sizing-table``).
 
 ``python -m headroom.workload.sizing_table`` prints the table; ``--write FILE`` replaces the block between the
-``<!-- sizing-table:begin -->`` and ``<!-- sizing-table:end -->`` markers in FILE. A test checks that
-docs/sizing.md holds exactly what ``render()`` returns.
+``<!-- sizing-table:begin -->`` and ``<!-- sizing-table:end -->`` markers in FILE, and the evidence table
+(``sizing_evidence.render_evidence``) between the ``sizing-evidence`` markers. Tests check that
+docs/sizing.md holds exactly what both return.
 """
 
 from __future__ import annotations
@@ -68,12 +69,12 @@ def render(version: str = "0.10.1") -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_block(text: str, table: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"markers {BEGIN} / {END} not found")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n{table}{END}{tail}"
+def replace_block(text: str, table: str, begin: str = BEGIN, end: str = END) -> str:
+    if begin not in text or end not in text:
+        raise ValueError(f"markers {begin} / {end} not found")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{table}{end}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.write:
         sys.stdout.write(table)
         return 0
+    from headroom.workload.sizing_evidence import EVIDENCE_BEGIN, EVIDENCE_END, render_evidence
+
     path = Path(args.write)
-    path.write_text(replace_block(path.read_text(encoding="utf-8"), table), encoding="utf-8")
+    text = replace_block(path.read_text(encoding="utf-8"), table)
+    text = replace_block(text, render_evidence(), EVIDENCE_BEGIN, EVIDENCE_END)
+    path.write_text(text, encoding="utf-8")
     return 0
 
 
