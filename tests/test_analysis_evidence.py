@@ -132,6 +132,9 @@ def test_a_least_squares_trend_of_a_straight_line_is_exact():
     ([(t, 10 * GIB + 40 * MIB * t + (16 * MIB if t % 2 else -16 * MIB)) for t in range(16)], pytest.approx(40 * MIB, rel=0.05)),
     ([(t, 10 * GIB + 0.5 * MIB * t) for t in range(16)], 0.0),  # steady but below 1 MiB/s
     ([(t, 10 * GIB + 40 * MIB * t) for t in range(4)], None),  # too few samples to tell
+    ([(t, 10 * GIB + 40 * MIB * t + (64 * MIB if t % 2 else 0)) for t in range(300)],  # the long window,
+     pytest.approx(40 * MIB, rel=0.01)),  # thinned to 60 points
+    ([(t, 10 * GIB + (64 * MIB if t % 2 else -64 * MIB)) for t in range(301)], 0.0),
 ])
 def test_growth_needs_a_sustained_significant_slope(points, growth):
     assert sustained_growth(points)[0] == growth

@@ -34,6 +34,7 @@ REASON_LABELS = {
 VRAM_TREND_MIN_POINTS = 5
 VRAM_TREND_MIN_T = 4.0
 VRAM_TREND_MIN_BYTES_PER_SECOND = float(2**20)
+VRAM_TREND_MAX_POINTS = 60  # a longer window is thinned to this many points (the fit runs every tick)
 # PCIe bytes/s per lane per direction after line coding, by generation
 PCIE_LANE_BYTES_PER_SECOND = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6, 6: 7877e6}
 # NVLink data bandwidth per link and direction, by NVLink generation (bytes/s): NVLink 2-4 25 GB/s, 5 50 GB/s
@@ -113,6 +114,9 @@ def sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | Non
     VRAM_TREND_*), (0.0, R²) where it shows none, (None, None) with too few points to tell."""
     if len(points) < VRAM_TREND_MIN_POINTS:
         return None, None
+    if len(points) > VRAM_TREND_MAX_POINTS:  # the long window: evenly spaced points, ending at the newest
+        step = -(-len(points) // VRAM_TREND_MAX_POINTS)
+        points = points[::-1][::step][::-1]
     fit = trend(points)
     if fit is None:
         return None, None
