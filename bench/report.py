@@ -413,8 +413,9 @@ def _diagnosis_section(results: Results, w: Any) -> None:
         proc = ref.collector_cpu.get("processes")
         if proc is not None and proc.median > 0.001:
             notes.append(
-                "The processes collector lists /proc every tick; at 5 000 processes the listing alone "
-                "(`os.scandir` + `inode()`, mostly kernel time in getdents) is ~6 ms.")
+                "The processes collector lists /proc on its first tick and every 30 s (at 5 000 processes the "
+                "listing alone, `os.scandir` + `inode()`, mostly kernel time in getdents, is ~6 ms); other ticks "
+                "look only at the pids allocated since the last one (`python -m bench.processes`).")
     if "faster than linear" in _marginal(_growth(results, "gpus", {"processes": 1000, "workloads": 3}), "gpus", 1e3, ""):
         notes.append(
             "**GPUs grow tick cost faster than linearly**: the analysis term is O(GPUs^2 x samples) "

@@ -120,6 +120,15 @@ def test_the_farm_starts_named_processes_and_kills_them_all():
             open(f"/proc/{pid}/cmdline", "rb").read()
 
 
+def test_the_processes_bench_lists_proc_only_in_the_listing_way():
+    """bench/processes.py on a small tree: both ways find every member each tick (it asserts so), and only
+    the listing way lists /proc every tick."""
+    from bench.processes import fixture
+
+    result = fixture(processes=60, ticks=6, forks=2)
+    assert result["listing"][2] == 7 and result["allocated"][2] == 1
+
+
 def test_the_gpu_section_counts_every_nvml_call_the_collector_makes_per_tick():
     """bench.gpu counts calls by wrapping the collector's library; the per-tick field read goes through the
     binding's function lookup, and is counted there (here over the driver stand-in, which counts too)."""

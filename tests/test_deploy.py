@@ -109,7 +109,8 @@ def test_the_daemonset_runs_as_documented():
     pod = ds["spec"]["template"]["spec"]
     [c] = pod["containers"]
     sc, psc = c["securityContext"], pod["securityContext"]
-    assert psc["runAsNonRoot"] and psc["runAsUser"] != 0
+    # uid 0 only for the kubelet's root-owned pod-resources socket (--kubernetes), and without any capability
+    assert "--kubernetes" in c["args"] and psc["runAsUser"] == 0 and psc["runAsNonRoot"] is False
     assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
     assert sc["capabilities"] == {"drop": ["ALL"]} and not sc.get("privileged")
     assert pod["hostPID"] and pod["hostNetwork"] and pod["runtimeClassName"] == "nvidia"
@@ -119,6 +120,11 @@ def test_the_daemonset_runs_as_documented():
     assert host == {"proc": "/proc", "sys": "/sys", "shm": "/dev/shm",
                     "pod-resources": "/var/lib/kubelet/pod-resources"}
     assert all(mounts[name].get("readOnly") for name in host), "every host path is mounted read-only"
+    from headroom.sources.kubelet import DEFAULT_SOCKET
+
+    # the default socket (--kubernetes.pod-resources-socket not given) lies in the mounted directory
+    assert not any(a.startswith("--kubernetes.pod-resources-socket") for a in c["args"])
+    assert mounts["pod-resources"]["mountPath"] == DEFAULT_SOCKET.rsplit("/", 1)[0]
     args = c["args"]
     for flag, volume in (("--path.procfs", "proc"), ("--path.sysfs", "sys")):
         assert f"{flag}={mounts[volume]['mountPath']}" in args

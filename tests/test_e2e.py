@@ -75,6 +75,40 @@ def test_healthz_and_status(demo):
     assert status == 200 and len(doc["gpus"]) == 2 and doc["simulated_scenario"] == "demo"
 
 
+def test_the_demo_shows_an_auto_detected_server_beside_the_declared_one(demo):
+    """`make demo`'s undeclared `vllm serve Qwen/Qwen3-0.6B ... --port 8001`: a workload with source="auto",
+    sized from its model's config.json (found in the HF_HOME of its environment), with a bottleneck verdict,
+    on /metrics, /api/v1/status and the landing page."""
+    import time
+
+    name = "vllm/Qwen3-0.6B:8001"
+    deadline = time.monotonic() + 30
+    while True:  # an identity appears one tick after its process reaches a GPU
+        text = http_get(demo.url + "/metrics")[2].decode()
+        if f'headroom_workload_gpu_memory_expected_peak_bytes{{workload="{name}"}}' in text \
+                or time.monotonic() > deadline:  # its model config is read off the tick: a tick or two later
+            break
+        time.sleep(0.2)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    info = {s.labels["workload"]: s.labels for s in families["headroom_workload_info"].samples}
+    assert info["chat"]["source"] == "declared"
+    assert {k: info[name][k] for k in ("kind", "model", "precision", "runtime", "source")} == {
+        "kind": "inference", "model": "Qwen/Qwen3-0.6B", "precision": "bf16", "runtime": "vllm", "source": "auto"}
+    peak = {s.labels["workload"]: s.value for s in families["headroom_workload_gpu_memory_expected_peak_bytes"].samples}
+    assert peak[name] == int(81559 * 2**20 * 0.08)  # --gpu-memory-utilization 0.08 of the H100
+    verdicts = [s for s in families["headroom_workload_bottleneck"].samples if s.labels["workload"] == name]
+    assert len(verdicts) > 1 and sum(s.value for s in verdicts) == 1
+    doc = json.loads(http_get(demo.url + "/api/v1/status")[2])
+    (w,) = [w for w in doc["workloads"] if w["name"] == name]
+    assert w["source"] == "auto" and w["expected"]["estimate_error"] is None and w["primary_bottleneck"]
+    (ident,) = [g for g in doc["identity"]["workloads"] if g["name"] == name]
+    assert ident["launcher"]["max_model_len"] == 16000 and ident["launcher"]["max_num_seqs"] == 32
+    assert ident["launcher"]["model_config"].endswith("models--Qwen--Qwen3-0.6B/snapshots/"
+                                                      "c1899de289a04d12100db370d81485cdf75e47ca/config.json")
+    page = http_get(demo.url + "/")[2].decode()
+    assert f'id="workload-{name}"' in page and "found automatically (vllm Qwen/Qwen3-0.6B; no profile declared)" in page
+
+
 @pytest.mark.parametrize("path", ["/nope", "/metrics/extra", "/favicon.ico"])
 def test_unknown_paths_are_404(demo, path):
     assert http_get(demo.url + path)[0] == 404

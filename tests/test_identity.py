@@ -309,7 +309,7 @@ def test_flags_reach_the_identity_collector(tmp_path):
         build_parser().parse_args(["run", "--workloads.auto=pods,vms"])
     (c,) = [c for c in build_collectors(load_config(None), _options(build_parser().parse_args(["run"])), None)
             if c.name == "identity"]
-    assert (c.kubernetes, c.poller, c.auto) == (False, None, frozenset({"pods", "jobs"}))
+    assert (c.kubernetes, c.poller, c.auto) == (False, None, frozenset({"pods", "jobs", "launchers"}))
 
 
 def _sample(gpus, identity=None, processes=None) -> Sample:

@@ -259,3 +259,83 @@ def test_cpu_max(text, cores):
 def test_io_stat_sums_devices_and_ignores_other_keys():
     text = "259:0 rbytes=100 wbytes=10 rios=1 wios=1 dbytes=5 dios=1\n8:0 rbytes=1 wbytes=2\n"
     assert parse_io_stat(text) == (101, 12)
+
+
+# ------------------------------------------------------------------ discovery without listing /proc
+def live(tree: Path, last_pid: int) -> None:
+    """Make a fixture tree read as a live procfs of this pid namespace (``self`` names our pid) whose
+    kernel allocated ``last_pid`` last (/proc/loadavg's last field)."""
+    if not (tree / "self").is_symlink():
+        os.symlink(str(os.getpid()), tree / "self")
+    (tree / "loadavg").write_text(f"0.10 0.20 0.30 2/345 {last_pid}\n")
+
+
+def test_new_processes_are_found_from_the_pids_allocated_since_the_last_tick(tree: Path):
+    """On a live procfs /proc is listed once; afterwards a tick stats only the pids allocated since the
+    previous one (a thread's id is skipped), until the pid counter wraps or jumps, or 30 s pass."""
+    from headroom.simulation import ManualClock
+    from headroom.sources.processes import FULL_SCAN_SECONDS
+
+    clock = ManualClock(100.0)
+    live(tree, 6000)
+    c = ProcessesCollector(SourceContext(paths=Paths(procfs=tree, sysfs=SYS), monotonic=clock,
+                                         workloads=(profile("trainer", cmdline=r"train\.py"),)))
+    assert c.collect().workloads[0].pids == (1000, 1001, 1002, 1003) and c.listings == 1
+    clock.advance(1.0)
+    assert c.collect().workloads[0].pids == (1000, 1001, 1002, 1003) and c.listings == 1  # nothing new: no listing
+    write_proc(tree, 6001, "python3", 1, ["python3", "train.py", "--seed", "2"], "/user.slice", starttime=990_000)
+    write_proc(tree, 6002, "python3", 1, ["python3", "train.py", "--seed", "2"], "/user.slice", starttime=990_000)
+    (tree / "6002" / "status").write_text("Name:\tpython3\nTgid:\t6001\nPid:\t6002\n")  # a thread of 6001
+    live(tree, 6002)
+    clock.advance(1.0)
+    assert c.collect().workloads[0].pids == (1000, 1001, 1002, 1003, 6001) and c.listings == 1
+    write_proc(tree, 900, "python3", 1, ["python3", "train.py"], "/user.slice", starttime=995_000)
+    live(tree, 901)  # the counter wrapped: everything is listed again
+    clock.advance(1.0)
+    assert 900 in c.collect().workloads[0].pids and c.listings == 2
+    write_proc(tree, 9000, "python3", 1, ["python3", "train.py"], "/user.slice", starttime=996_000)
+    live(tree, 9000)  # a jump further than stat-ing pid by pid is worth
+    clock.advance(1.0)
+    assert 9000 in c.collect().workloads[0].pids and c.listings == 3
+    shutil.rmtree(tree / "5000")  # a non-member exits: forgotten at the next listing, at the latest 30 s on
+    clock.advance(1.0)
+    c.collect()
+    assert c.listings == 3 and 5000 in c._procs
+    clock.advance(FULL_SCAN_SECONDS)
+    c.collect()
+    assert c.listings == 4 and 5000 not in c._procs
+
+
+def test_a_tree_that_is_not_our_live_procfs_is_listed_every_tick(tree: Path):
+    (tree / "loadavg").write_text("0.10 0.20 0.30 2/345 6000\n")
+    os.symlink("1", tree / "self")  # another pid namespace's procfs (or a fixture): its counter is not ours
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    c.collect()
+    write_proc(tree, 7000, "python3", 1, ["python3", "train.py"], "/user.slice", starttime=990_000)
+    assert 7000 in c.collect().workloads[0].pids and c.listings == 2
+
+
+def test_the_real_proc_finds_a_new_process_and_not_its_threads():
+    """A real process with three extra threads, started after the first tick, is one member."""
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    token = f"headroom-test-{uuid.uuid4().hex[:8]}"
+    c = ProcessesCollector(SourceContext(paths=Paths(), workloads=(profile("t", cmdline=token),)))
+    assert c._live  # the agent's own /proc
+    c.collect()
+    code = "import threading, time\n[threading.Thread(target=time.sleep, args=(60,)).start() for _ in range(3)]\n" \
+           "print('up', flush=True)\ntime.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code, token], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"up\n"
+        w = c.collect().workloads[0]
+        deadline = time.monotonic() + 10
+        while w.pids != (proc.pid,) and time.monotonic() < deadline:  # a recheck tick may be needed
+            w = c.collect().workloads[0]
+        assert w.pids == (proc.pid,) and w.threads == 4
+    finally:
+        proc.kill()
+        proc.wait()

@@ -57,8 +57,12 @@ def test_demo_is_a_two_gpu_h100_host_serving_an_llm():
         assert 54 <= min(temps) and max(temps) <= 71
         assert 65 * 2**30 < g.signals["memory_used"].at(100) < 75 * 2**30
         assert g.processes == ()  # its processes are the stand-ins of `workloads:` (real pids when started)
-    (chat,) = demo.workloads
+    chat, summarizer = demo.workloads
     assert [u.gpu for c in chat.process.children for u in c.gpus] == [0, 1]  # one tensor-parallel worker per GPU
+    # not declared in config.yaml: found by its command line, its model config in the cache its env names
+    assert summarizer.process.argv[:3] == ("vllm", "serve", "Qwen/Qwen3-0.6B")
+    hf_home = Path(dict(summarizer.env)["HF_HOME"])
+    assert (hf_home / "hub/models--Qwen--Qwen3-0.6B/refs/main").is_file()
     episode = [t for t in range(0, 600) if demo.gpus[0].clock_events["sw_power_cap"].at(t) > 0.5]
     assert episode[0] == 0 and episode[-1] == 299  # GPU 0 at its power cap for the first 5 of 10 minutes
 

@@ -206,9 +206,17 @@ def test_demo_shows_the_stand_in_vllm_under_its_workload_with_gpu_memory_from_th
     doc = json.loads(r.stdout)
     gpus = doc["sources"]["nvml"]["data"]["gpus"]
     on_gpu = [p["pid"] for g in gpus for p in g["processes"]]
-    assert len(on_gpu) == 2  # the two tensor-parallel worker stand-ins, with their real pids
+    # the two tensor-parallel worker stand-ins and the undeclared server's engine core, with their real pids
+    assert len(on_gpu) == 3
     (chat,) = [w for w in doc["findings"]["workloads"] if w["name"] == "chat"]
-    assert set(on_gpu) <= set(chat["measured"]["pids"])  # joined through the parent's workload
+    assert len(set(on_gpu) & set(chat["measured"]["pids"])) == 2  # joined through the parent's workload
+    # the undeclared `vllm serve Qwen/Qwen3-0.6B --gpu-memory-utilization 0.08` on GPU 1: found by its command
+    # line, sized from the config.json in its HF_HOME: vLLM reserves 0.08 of the card
+    # (its expected memory, once its config.json is read off the tick: tests/test_e2e.py)
+    (auto,) = [w for w in doc["findings"]["workloads"] if w["source"] == "auto"]
+    assert (auto["name"], auto["model"], auto["runtime"]) == ("vllm/Qwen3-0.6B:8001", "Qwen/Qwen3-0.6B", "vllm")
+    assert auto["expected_peak_bytes"] in (None, int(81559 * (1 << 20) * 0.08))
+    assert {g["index"]: g["memory_used_bytes"] for g in auto["gpus"]} == {1: int(parse_bytes("6.3GiB"))}
     assert chat["processes"] >= 3
     per_gpu = {g["index"]: g["memory_used_bytes"] for g in chat["gpus"]}
     assert per_gpu == {0: int(parse_bytes("70.4GiB")), 1: int(parse_bytes("70.4GiB"))}

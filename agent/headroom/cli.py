@@ -77,7 +77,7 @@ def _add_source_flags(p: argparse.ArgumentParser) -> None:
 
 def _auto_kinds(text: str) -> list[str]:
     kinds = [k.strip() for k in text.split(",") if k.strip()]
-    allowed = ("pods", "jobs", "containers", "units")
+    allowed = ("pods", "jobs", "containers", "units", "launchers")
     bad = [k for k in kinds if k not in allowed]
     if bad:
         raise argparse.ArgumentTypeError(f"unknown kind {bad[0]!r}; choose from {', '.join(allowed)} "
@@ -95,8 +95,9 @@ def _add_identity_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hpc-job-mapping-dir", dest="hpc_job_mapping_dir", metavar="DIR",
                    help="dcgm-exporter's job mapping directory: a file per GPU index listing Slurm job IDs")
     p.add_argument("--workloads.auto", dest="workloads_auto", type=_auto_kinds, metavar="KINDS",
-                   help="identities that become workloads when they hold a GPU: pods,jobs,containers,units "
-                        "(default pods,jobs; pods need --kubernetes)")
+                   help="identities that become workloads when they hold a GPU: pods,jobs,containers,units,"
+                        "launchers (serving and training launchers such as vllm serve or torchrun; default "
+                        "pods,jobs,launchers; pods need --kubernetes)")
 
 
 def _add_log_flags(p: argparse.ArgumentParser) -> None:

@@ -542,7 +542,7 @@ def _schema() -> Map:
                 "pod_resources_timeout": (Duration(minimum=0.05, maximum=60), None),
                 "pod_resources_refresh": (Duration(minimum=0.1, maximum=3600), None),
                 "hpc_job_mapping_dir": (Str(), None),
-                "auto": (Seq(Str(choices=("pods", "jobs", "containers", "units"))), None),
+                "auto": (Seq(Str(choices=("pods", "jobs", "containers", "units", "launchers"))), None),
                 "max_workloads": (Number(minimum=1, maximum=10_000, integer=True), None),
             }),
             dict,

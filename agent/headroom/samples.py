@@ -382,7 +382,8 @@ class ServingEndpoint:
 
 @dataclass(frozen=True, slots=True)
 class ServingSample:
-    """What the serving collector saw: one entry per workload profile with an endpoint, in declaration order."""
+    """What the serving collector saw: one entry per workload profile with an endpoint, in declaration order,
+    then one per automatic server (a serving launcher the identity collector found), by name."""
 
     endpoints: tuple[ServingEndpoint, ...] = ()
 
@@ -403,10 +404,54 @@ class CgroupIdentity:
 
 
 @dataclass(frozen=True, slots=True)
+class Launcher:
+    """A serving or training launcher read from a command line (workload/launchers.py): what it was told.
+    None: not on the command line (the runtime's default applies)."""
+
+    runtime: str  # vllm | sglang | tgi | triton | torchrun | deepspeed | accelerate
+    role: str  # serving | training
+    model: str = ""  # as given: a hub name (ORG/NAME) or a path; "" when none
+    script: str = ""  # training: the script (or module) launched
+    host: str = ""  # the bind address given, "" for the default
+    port: int | None = None  # the API port (the runtime's default when not given)
+    metrics_url: str = ""  # where it serves /metrics (serving runtimes)
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None  # vLLM
+    mem_fraction_static: float | None = None  # SGLang
+    tensor_parallel: int | None = None
+    pipeline_parallel: int | None = None
+    data_parallel: int | None = None
+    dtype: str = ""
+    quantization: str = ""
+    kv_cache_dtype: str = ""
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    nproc_per_node: int | None = None  # training launchers
+    nnodes: int | None = None
+    world_size: int | None = None
+    micro_batch: int | None = None  # training scripts' --per_device_train_batch_size
+    gradient_checkpointing: bool = False  # training scripts' --gradient_checkpointing
+    sharding: str = ""  # training: a profile sharding value (zero1..3, fsdp-*) read from the command line
+    sharding_unknown: str = ""  # training: where the sharding is set when it is not on the command line
+    problems: tuple[str, ...] = ()  # flags whose values could not be read (ignored, named here)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """The config.json of a launcher's model, as the identity collector found it (offline, never downloaded)."""
+
+    source: str = ""  # the config.json read, "" when none
+    error: str = ""  # why none was read (not found, unreadable, malformed), "" when read
+    fields_json: str = ""  # modelconfig's profile fragment (architecture, params, precision ...), JSON
+    max_context: int | None = None  # max_position_embeddings
+    encoder_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class IdentityGroup:
     """One identity that holds a GPU (an automatic workload): a pod, a Slurm job, a container or a unit."""
 
-    kind: str  # pod | job | container | unit
+    kind: str  # pod | job | container | unit | launcher (a serving or training launcher outside those)
     name: str  # the workload name: "<namespace>/<pod>", "job_<id>", the container's name, the unit
     pids: tuple[int, ...] = ()  # its processes that NVML lists on a GPU (never exported)
     gpus: tuple[str, ...] = ()  # GPU or MIG UUIDs (and "index:N" from a job mapping file) assigned to it
@@ -417,6 +462,8 @@ class IdentityGroup:
     job_id: str = ""
     cgroup: CgroupStats | None = None  # its cgroup's v2 files, when the cgroup is known and readable
     processes: int | None = None  # pids.current of its cgroup (all its processes, not only the GPU ones)
+    launcher: Launcher | None = None  # the serving or training launcher its processes run under, if any
+    model: ModelInfo | None = None  # the launcher's model config, when it names a model
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,7 +163,11 @@ class Analysis:
         by_index = {g.index: g for g in gpus}
         status_by_name = {getattr(st, "name", None): st for st in statuses}
         workload_findings = []
-        for p in self.profiles:
+        # declared profiles, then the automatic workloads that a launcher's command line gave a profile
+        # (workload/launchers.py): both get verdicts and headroom the same way
+        auto = tuple(st.profile for st in statuses
+                     if getattr(st, "source", "declared") == "auto" and getattr(st, "profile", None) is not None)
+        for p in self.profiles + auto:
             st = status_by_name.get(p.name)
             indices = tuple(getattr(st, "gpu_indices", ()) or ()) or _declared_indices(p, sample)
             w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
@@ -189,6 +193,11 @@ class Analysis:
                                                      serving_analysis.slo_status(p, srv),
                                                      _neighbours(host, p.name)))
 
+        declared = {f"workload/{p.name}" for p in self.profiles}
+        for key in [k for k in self._hysteresis if k.startswith("workload/") and k not in self._settled
+                    and k not in declared]:  # an automatic workload that ended: forget it (churn leaks nothing)
+            del self._hysteresis[key]
+            self._long_scores.pop(key, None)
         for key, h in self._hysteresis.items():
             if key not in self._settled:  # not seen this tick: its pending candidate was interrupted
                 h.interrupt()

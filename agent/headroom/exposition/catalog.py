@@ -282,7 +282,8 @@ CATALOG: tuple[MetricSpec, ...] = (
     _wl("headroom_workload_info", GAUGE, "", ("workload", "kind", "model", "precision", "runtime", "source"),
         "Always 1 per workload; labels carry its profile (empty when the profile does not say); source is declared "
         "(a profile) or auto (a pod, Slurm job, container or systemd unit holding a GPU: kind pod, job, container, "
-        "unit; docs/workload-identity.md)."),
+        "unit; or a serving or training launcher found by its command line, such as vllm serve or torchrun: kind "
+        "inference, embedding or training, with the model and runtime it names; docs/workload-identity.md)."),
     _wl("headroom_workload_fleet_info", GAUGE, "", ("workload", "team", "training_job"),
         "Always 1 for a workload whose profile names a team or a job (a job spanning hosts; label training_job, "
         "as job is Prometheus' scrape job). The fleet rules group GPUs by these across hosts."),
@@ -378,7 +379,7 @@ CATALOG += (
         "Devices the source assigned that match no GPU or MIG instance on this host (kubelet: device IDs; "
         "hpc_job_mapping: GPU indices)."),
     _id("headroom_workload_identities", GAUGE, "", (),
-        "Automatic workloads (pods, jobs, containers, units holding a GPU) exported this tick."),
+        "Automatic workloads (pods, jobs, containers, units, launchers holding a GPU) exported this tick."),
     _id("headroom_workload_identities_max", GAUGE, "", (),
         "The cap on automatic workloads (collectors.identity.max_workloads); identities beyond it are not exported."),
     _id("headroom_workload_identities_dropped_total", COUNTER, "", (),

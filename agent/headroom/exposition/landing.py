@@ -87,8 +87,24 @@ def _identity_status(identity: Any, statuses: Any) -> dict[str, Any]:
             "processes": auto[g.name].processes if g.name in auto else g.processes,
             "gpu_memory_used_bytes": auto[g.name].gpu_memory_used_bytes if g.name in auto else None,
             "declared_profile_wins": g.name not in auto,
+            **({"launcher": _launcher_status(g, auto.get(g.name))} if getattr(g, "launcher", None) is not None else {}),
         } for g in identity.groups],
     }  # fmt: skip
+
+
+def _launcher_status(g: Any, st: Any) -> dict[str, Any]:
+    """What an automatic workload's launcher said on its command line, where its model config came from, and
+    why it has no expected memory when it has none (workload/launchers.py)."""
+    from dataclasses import asdict
+
+    given = {k: v for k, v in asdict(g.launcher).items() if v not in (None, "", ())}
+    model = g.model
+    return {
+        **given,
+        "model_config": model.source if model is not None and model.source else None,
+        "model_config_error": model.error if model is not None and model.error else None,
+        "estimate_error": getattr(st, "estimate_error", None) if st is not None else None,
+    }
 
 
 def _verdict(v: Any) -> dict[str, Any]:
@@ -125,6 +141,10 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
     if st is not None:
         est = getattr(st, "estimate", None)
         measured = getattr(st, "measured", None)
+        out["source"] = getattr(st, "source", "declared")
+        if out["source"] == "auto":  # found without a profile (pod, job, launcher): what it was recognised as
+            out["identity"] = {"kind": getattr(st, "kind", ""), "model": getattr(st, "model", ""),
+                               "runtime": getattr(st, "runtime", "")}
         out["measured"] = {
             "processes": getattr(st, "processes", None),
             # no process rule (processes None): nothing is measured, which is not the same as 0 bytes
@@ -240,6 +260,10 @@ def _workload_card(w: dict[str, Any]) -> str:
     if expected.get("estimate_error"):
         memory += f"<p class=warn>No estimate: {e(expected['estimate_error'])}</p>"
     gpus = ", ".join(str(i) for i in w["gpus"]) or "none"
+    ident = w.get("identity")
+    if ident:  # an automatic workload: say what it was recognised as, so nobody looks for its profile
+        found = " ".join(x for x in (ident.get("runtime"), ident.get("model")) if x) or ident.get("kind", "")
+        gpus += f" · found automatically ({found}; no profile declared)"
     none_why = w["evidence"].get("none") if primary == "none" else None  # the serving runtime's word
     return (f'<div class="card workload" id="workload-{e(w["name"])}"><h3>{e(w["name"])} {_pill(primary)}</h3>'
             f"<p class=muted>GPUs: {e(gpus)}</p>"

@@ -239,6 +239,7 @@ class WorkloadSpec:
     name: str
     process: StandInSpec
     serving: ServingSpec | None = None  # the main process also serves a runtime's /metrics
+    env: tuple[tuple[str, str], ...] = ()  # environment variables of its stand-ins (e.g. HF_HOME)
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +402,8 @@ class Scenario:
             try:
                 for w in self.workloads:
                     spec = w.process.launch_spec()
+                    if w.env:
+                        spec["env"] = dict(w.env)
                     if w.serving is not None:  # it imports prometheus-client and headroom from the agent's path
                         import sys
 
@@ -743,13 +746,28 @@ class _Parser:
         out: list[WorkloadSpec] = []
         for i, item in enumerate(self.sequence(node, "workloads")):
             path = f"workloads[{i}]"
-            keys = self.mapping(item, path, {"name", "serving", *_STANDIN_KEYS}, ("name", "cmdline"))
+            keys = self.mapping(item, path, {"name", "serving", "env", *_STANDIN_KEYS}, ("name", "cmdline"))
             name = self.string(keys["name"], f"{path}.name")
             if name in {w.name for w in out}:
                 raise self.error(keys["name"], f"{path}.name", f"duplicate workload name {name!r}")
             serving = self.serving(keys["serving"], f"{path}.serving") if "serving" in keys else None
-            main = self.standin(item, {k: v for k, v in keys.items() if k != "serving"}, path, gpu_count, None)
-            out.append(WorkloadSpec(name=name, process=main, serving=serving))
+            main = self.standin(item, {k: v for k, v in keys.items() if k not in ("serving", "env")}, path, gpu_count,
+                                None)
+            env = self.environment(keys["env"], f"{path}.env") if "env" in keys else ()
+            out.append(WorkloadSpec(name=name, process=main, serving=serving, env=env))
+        return tuple(out)
+
+    def environment(self, node: yaml.Node, path: str) -> tuple[tuple[str, str], ...]:
+        """``env:``: NAME -> string; ``{scenario_dir}`` is the scenario file's directory (built-in scenarios
+        carry their own files there, e.g. a Hugging Face cache for an automatically sized workload)."""
+        keys = self.mapping(node, path, {k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+                            if isinstance(node, yaml.MappingNode) else set())
+        out = []
+        for key, value in keys.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise self.error(value, f"{path}.{key}", "not an environment variable name")
+            text = self.string(value, f"{path}.{key}")
+            out.append((key, text.replace("{scenario_dir}", str(Path(self.filename).parent))))
         return tuple(out)
 
     def serving(self, node: yaml.Node, path: str) -> ServingSpec:

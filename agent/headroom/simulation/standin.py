@@ -59,6 +59,7 @@ def launch(spec: dict, directory: str) -> subprocess.Popen:
     """
     python = spec.get("python") or sys.executable  # a stand-in's own sys.executable is empty (argv[0] "p")
     env = dict(os.environ)
+    env.update(spec.get("env") or {})  # the scenario workload's own (its children inherit them)
     env["PYTHONPATH"] = directory
     env[ENV] = json.dumps({**spec, "parent": os.getpid(), "python": python})
     env.pop("PYTHONSTARTUP", None)

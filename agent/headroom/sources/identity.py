@@ -1,5 +1,5 @@
-"""The identity collector: automatic workloads for the pods, Slurm jobs, containers and systemd units
-that hold a GPU, without a hand-written profile.
+"""The identity collector: automatic workloads for the pods, Slurm jobs, containers, systemd units and
+serving or training launchers that hold a GPU, without a hand-written profile.
 
 Per tick (docs/workload-identity.md):
 
@@ -17,7 +17,12 @@ Per tick (docs/workload-identity.md):
    pod holds (pods with a GPU but no process on it yet are workloads too);
 4. ``--hpc-job-mapping-dir`` (dcgm-exporter's format: a file per GPU index listing job IDs, one a line)
    assigns jobs to GPUs for sites whose prolog writes those files;
-5. each identity's cgroup v2 files (cpu.stat, memory.current, pids.current) are read once.
+5. each identity's cgroup v2 files (cpu.stat, memory.current, pids.current) are read once;
+6. the command lines of each new GPU process and its ancestors name its serving or training launcher
+   (``vllm serve``, ``torchrun`` ...: workload/launchers.py), once per process: a launcher outside the
+   identities above is a workload of its own, and its model's config.json, found as the process sees it
+   (a path, or its Hugging Face cache, through /proc/PID/root) and read in a worker thread, lets
+   attribution size it like a declared profile (``read_launcher_model``).
 
 Identities beyond ``max_workloads`` are not exported (``headroom_workload_identities_dropped_total``
 counts each one once); the collector keeps state only for live GPU processes and live identities, so
@@ -30,7 +35,8 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +48,20 @@ from headroom.samples import (
     IdentityGroup,
     IdentitySample,
     IdentitySource,
+    Launcher,
+    ModelInfo,
     NvmlSample,
 )
 from headroom.sources import Collector, SourceContext, procfs, register
+from headroom.workload.launchers import display_name
+from headroom.workload.launchers import parse as parse_launcher
+from headroom.workload.modelconfig import ModelConfigError
 
 log = structlog.get_logger("headroom.sources.identity")
 
-KINDS = ("pods", "jobs", "containers", "units")  # --workloads.auto values
-DEFAULT_AUTO = ("pods", "jobs")  # pods need --kubernetes too
+KINDS = ("pods", "jobs", "containers", "units", "launchers")  # --workloads.auto values
+DEFAULT_AUTO = ("pods", "jobs", "launchers")  # pods need --kubernetes too
+LAUNCHER_DEPTH = 6  # ancestors of a GPU process searched for a launcher (vLLM engine cores, torchrun workers)
 DEFAULT_MAX_WORKLOADS = 100
 
 # ------------------------------------------------------------------------------------------ parsing
@@ -235,6 +247,8 @@ def read_job_mapping(directory: Path) -> dict[int, tuple[str, ...]]:
 class _Pid:
     inode: int
     identity: CgroupIdentity | None
+    launcher_pid: int = 0  # the outermost launcher among the process and its ancestors (0: none)
+    launcher: Launcher | None = None
 
 
 @dataclass(slots=True)
@@ -250,6 +264,8 @@ class _Group:
     pod_uid: str = ""
     job_id: str = ""
     cgroup: str = ""
+    launcher_pid: int = 0
+    launcher: Launcher | None = None
 
 
 def _auto_setting(value: Any) -> tuple[str, ...]:
@@ -263,7 +279,7 @@ def _auto_setting(value: Any) -> tuple[str, ...]:
 class IdentityCollector(Collector):
     name = "identity"
     default_enabled = True
-    description = "Automatic workloads: the pods, Slurm jobs, containers and systemd units that hold a GPU"
+    description = "Automatic workloads: the pods, Slurm jobs, containers, units and launchers that hold a GPU"
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
@@ -296,10 +312,38 @@ class IdentityCollector(Collector):
         self._dirs: dict[str, str] = {}  # identity cgroup -> its v2 directory, while the identity lives
         self._dirs_seen: set[str] = set()
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
+        self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
+        # config.json and safetensors headers are read off the tick, in one worker thread (a big checkpoint
+        # has hundreds of shards; a hostile header can be large): the tick never waits for model files
+        self._reading: dict[tuple[int, str], Future[ModelInfo]] = {}
+        self._reader: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
         if self.poller is not None:
             self.poller.close()
+        if self._reader is not None:
+            self._reader.shutdown(wait=False, cancel_futures=True)
+
+    def _model(self, pid: int, model: str) -> ModelInfo:
+        """The launcher's model config once read; while it is being read, a ModelInfo saying so."""
+        key = (pid, model)
+        known = self._models.get(key)
+        if known is not None:
+            return known
+        future = self._reading.get(key)
+        if future is None:
+            if self._reader is None:
+                self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="identity-model")
+            future = self._reading[key] = self._reader.submit(read_launcher_model, self.ctx.paths.procfs, pid, model)
+        if not future.done():
+            return ModelInfo(error="reading its config.json (in the background)")
+        del self._reading[key]
+        try:
+            info = future.result()
+        except Exception as exc:  # read_launcher_model turns file problems into reasons; this is a bug's
+            info = ModelInfo(error=f"cannot read the model config: {type(exc).__name__}: {exc}")
+        self._models[key] = info
+        return info
 
     # -- inputs
     def _gpu_processes(self) -> tuple[dict[int, list[str]], NvmlSample | None]:
@@ -328,7 +372,18 @@ class IdentityCollector(Collector):
         except (procfs.ProcessGone, OSError, ValueError):
             groups = None
         ident = identity_of(groups) if groups is not None else None
-        self._pids[pid] = _Pid(inode, ident)
+        launcher_pid, launcher = find_launcher(root, pid)
+        if launcher is not None and launcher.metrics_url and not same_network_namespace(root, launcher_pid):
+            # its --host/--port are in a pod's or container's network: 127.0.0.1 here is another host's
+            launcher = replace(launcher, metrics_url="", problems=(
+                *launcher.problems, "its /metrics is in another network namespace (a pod or container) or one "
+                "headroom cannot see: not scraped; a profile with endpoint: reads it"))
+        if launcher is not None and launcher.metrics_url and not is_local_address(launcher.metrics_url):
+            # a command line is anyone's to write: it must not point the agent's requests at other machines
+            launcher = replace(launcher, metrics_url="", problems=(
+                *launcher.problems, "its metrics address is not one of this host's: not scraped; a profile with "
+                "endpoint: reads it"))
+        self._pids[pid] = _Pid(inode, ident, launcher_pid, launcher)
         return ident
 
     def _container_meta(self, ident: CgroupIdentity) -> ContainerMeta | None:
@@ -355,12 +410,16 @@ class IdentityCollector(Collector):
 
         for pid in sorted(on_gpu):
             ident = self._identity(pid)
-            if ident is None:
+            known = self._pids.get(pid)
+            launcher = known.launcher if known is not None else None
+            if ident is None and launcher is None:
                 continue
-            meta = self._container_meta(ident)
-            if ident.container_id:
+            meta = self._container_meta(ident) if ident is not None else None
+            if ident is not None and ident.container_id:
                 seen_containers.add(ident.container_id)
-            if ident.kind == "pod" and self.kubernetes and "pods" in self.auto:
+            if ident is None:
+                g = None
+            elif ident.kind == "pod" and self.kubernetes and "pods" in self.auto:
                 g = group("pod", ident.pod_uid)
                 g.pod_uid = ident.pod_uid
                 if meta is not None and meta.pod:
@@ -377,11 +436,19 @@ class IdentityCollector(Collector):
                 g = group("unit", ident.unit)
                 g.name = ident.unit
             else:
-                continue
+                g = None
+            if g is None:
+                if launcher is None or "launchers" not in self.auto:
+                    continue
+                assert known is not None
+                g = group("launcher", str(known.launcher_pid))  # a launcher outside a pod, job, container or unit
+                g.name = display_name(launcher)
+            elif ident is not None and ident.cgroup and not g.cgroup:
+                g.cgroup = ident.cgroup
+            if launcher is not None and known is not None and g.launcher is None:
+                g.launcher, g.launcher_pid = launcher, known.launcher_pid
             g.pids.append(pid)
             g.gpus.update(dict.fromkeys(on_gpu[pid]))
-            if ident.cgroup and not g.cgroup:
-                g.cgroup = ident.cgroup
         for cid in [c for c in self._meta if c not in seen_containers]:
             del self._meta[cid]
 
@@ -391,6 +458,7 @@ class IdentityCollector(Collector):
         if self.mapping_dir is not None:
             sources.append(self._job_mapping(group, nvml))
 
+        _unique_names(groups)
         out = []
         live: set[tuple[str, str]] = set()
         exported: set[tuple[str, str]] = set()
@@ -413,6 +481,11 @@ class IdentityCollector(Collector):
         for path in [p for p in self._dirs if p not in self._dirs_seen]:
             del self._dirs[path]
         self._dirs_seen = set()
+        live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
+        for key in [k for k in self._models if k not in live_models]:
+            del self._models[key]
+        for key in [k for k in self._reading if k not in live_models]:
+            self._reading.pop(key).cancel()
         names = {g.name: g.kind for g in out}
         for name in names.keys() - self._names.keys():
             log.info("auto_workload_found", workload=name, kind=names[name])
@@ -432,9 +505,13 @@ class IdentityCollector(Collector):
         stats = processes = None
         if g.cgroup:
             stats, processes = self._cgroup_stats(g.cgroup)
+        model = None
+        if g.launcher is not None and g.launcher.model:
+            model = self._model(g.launcher_pid, g.launcher.model)
         return IdentityGroup(kind=g.kind, name=name, pids=tuple(g.pids or ()), gpus=tuple(g.gpus or ()),
                              namespace=g.namespace, pod=g.pod, container=",".join(g.containers or ()),
-                             pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes)
+                             pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes,
+                             launcher=g.launcher, model=model)
 
     def _cgroup_stats(self, path: str) -> tuple[CgroupStats | None, int | None]:
         """The identity cgroup's stats; its directory is looked up once (kept while the identity lives)."""
@@ -527,6 +604,206 @@ class IdentityCollector(Collector):
                 log.warning("identity_unknown_devices", source=source, devices=list(unknown),
                             hint="device IDs that match no GPU or MIG UUID (GPU index for job mapping files) here")
             self._unknown[source] = unknown
+
+
+def _unique_names(groups: Mapping[tuple[str, str], _Group]) -> None:
+    """Two launchers of one name (two servers of a model on one port cannot be; two trainings of one
+    script can): the later ones get their launcher's pid appended."""
+    seen: set[str] = set()
+    for (kind, key), g in sorted(groups.items()):
+        if kind != "launcher":
+            continue
+        if g.name in seen:
+            g.name = f"{g.name}#{key}"
+        seen.add(g.name)
+
+
+# ------------------------------------------------------------------------------------- launchers
+def find_launcher(root: Path, pid: int) -> tuple[int, Launcher | None]:
+    """(pid, Launcher) of the outermost serving or training launcher among ``pid`` and its ancestors (up to
+    LAUNCHER_DEPTH): a vLLM engine core or a torchrun worker belongs to the server or launcher above it, and
+    a forked child with its parent's command line to the parent. (0, None) when there is none or /proc
+    denies the reads. Called once per new GPU process."""
+    found: tuple[int, Launcher | None] = (0, None)
+    current = pid
+    for _ in range(LAUNCHER_DEPTH):
+        if current <= 1:
+            break
+        try:
+            argv = procfs.read_pid_cmdline(root, current, limit=CMDLINE_BYTES)
+            stat = procfs.read_pid_stat(root, current)
+        except (procfs.ProcessGone, OSError, ValueError):
+            break
+        if argv:
+            launcher = parse_launcher(argv)
+            if launcher is not None:
+                found = (current, launcher)
+        if stat is None:
+            break
+        current = stat.ppid
+    return found
+
+
+def same_network_namespace(root: Path, pid: int) -> bool:
+    """True when the process shares the agent's network namespace (its loopback is ours); False when it does
+    not or that cannot be read (another user's process without CAP_SYS_PTRACE)."""
+    try:
+        return os.readlink(f"{root}/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
+    except OSError:
+        return False
+
+
+def is_local_address(url: str) -> bool:
+    """True when the URL's host is an address of this host (loopback, or one a socket can bind here)."""
+    import ipaddress
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        host = urlsplit(url).hostname or ""
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a name: resolving it would be a request of its own
+    if address.is_loopback:
+        return True
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))  # only an address of this host's interfaces binds
+    except OSError:
+        return False
+    return True
+
+
+CMDLINE_BYTES = 16384  # of a launcher's command line: its flags (a longer one is cut there)
+
+
+def _environ(procfs_root: Path, pid: int) -> dict[str, str]:
+    """The process's initial environment (/proc/PID/environ; readable by its user and root), {} if denied."""
+    try:
+        with open(procfs_root / str(pid) / "environ", "rb") as f:
+            data = f.read(256 * 1024)
+    except OSError:
+        return {}
+    out = {}
+    for item in data.split(b"\0"):
+        key, eq, value = item.partition(b"=")
+        if eq and key in (b"HF_HOME", b"HF_HUB_CACHE", b"HUGGINGFACE_HUB_CACHE", b"XDG_CACHE_HOME", b"HOME"):
+            out[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
+def _home_of(procfs_root: Path, pid: int) -> str | None:
+    """The home directory of the process's real user (passwd), when its environment does not say."""
+    import pwd
+
+    try:
+        status = procfs.read_pid_status(procfs_root, pid)
+    except (procfs.ProcessGone, OSError, ValueError):
+        return None
+    uid = getattr(status, "uid", None) if status is not None else None
+    if uid is None:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_dir
+    except KeyError:
+        return None
+
+
+def read_launcher_model(procfs_root: Path, pid: int, model: str) -> ModelInfo:
+    """The config.json of the model a launcher names, seen as the process sees it, offline: a path (absolute,
+    or relative to its working directory), else ``ORG/NAME`` in its user's Hugging Face cache
+    (``HF_HUB_CACHE``, ``HF_HOME/hub``, ``~/.cache/huggingface/hub`` from its environment, else its user's
+    home). Files are read through /proc/PID/root, so a containerised server's own paths work. Never raises:
+    a problem is the ModelInfo's ``error``."""
+    import json as _json
+
+    from headroom.workload import modelconfig
+
+    root = procfs_root / str(pid) / "root"
+    cwd = procfs_root / str(pid) / "cwd"
+    try:
+        local = root / model.lstrip("/") if model.startswith("/") else cwd / model
+        if model.startswith("/") or not _looks_like_hub_name(model) or (local / "config.json").exists():
+            directory = local  # a path, as vLLM tries first
+            source = model if model.startswith("/") else f"(working directory)/{model}"
+        else:
+            directory = modelconfig.find_cached_model(model, _cache_env(procfs_root, pid, root))
+            source = str(directory / "config.json").replace(str(root), "", 1)
+        config = directory / "config.json" if directory.is_dir() else directory
+        denied = _not_readable_by_owner(procfs_root, pid, config)
+        if denied:
+            return ModelInfo(error=_readable(denied, str(root), str(cwd)))
+        mc = modelconfig.read_model_config(directory)
+    except modelconfig.ModelConfigError as exc:
+        return ModelInfo(error=_readable(str(exc), str(root), str(cwd)))
+    except RecursionError:
+        return ModelInfo(error=f"{model}: config.json is nested too deeply to read")
+    except (OSError, ValueError, TypeError) as exc:  # hostile files: a reason, never a traceback
+        return ModelInfo(error=_readable(f"cannot read the model config: {type(exc).__name__}: {exc}", str(root),
+                                         str(cwd)))
+    return ModelInfo(source=source, fields_json=_json.dumps(mc.fields, sort_keys=True),
+                     max_context=mc.max_context, encoder_only=mc.encoder_only)
+
+
+def _not_readable_by_owner(procfs_root: Path, pid: int, path: Path) -> str:
+    """Why the agent must not read ``path`` for this process ("" when it may): it reads model files as root
+    would, so a command line naming a file its own user cannot read (another user's, or root's) is not
+    followed. Owner, group (the process's groups) and other read bits against the process's uids."""
+    import stat as stat_module
+
+    try:
+        status = (procfs_root / str(pid) / "status").read_text(errors="replace")
+    except OSError:
+        return "the process's credentials are unreadable: its model files are not read"
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    try:
+        uid = int(fields["Uid"].split()[1])  # effective: what opening a file checks
+        gids = {int(fields["Gid"].split()[1]), *(int(g) for g in fields.get("Groups", "").split())}
+    except (KeyError, ValueError, IndexError):
+        return "the process's credentials are unreadable: its model files are not read"
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""  # missing: the reader says so
+    if uid == 0:
+        return ""
+    mode = st.st_mode
+    if (st.st_uid == uid and mode & stat_module.S_IRUSR) or (st.st_gid in gids and mode & stat_module.S_IRGRP) \
+            or mode & stat_module.S_IROTH:
+        return ""
+    return f"{path.name} is not readable by the process's user (uid {uid}): not read on its behalf"
+
+
+def _looks_like_hub_name(model: str) -> bool:
+    parts = model.split("/")
+    return len(parts) == 2 and all(parts) and not model.startswith(("~", "."))
+
+
+def _cache_env(procfs_root: Path, pid: int, root: Path) -> dict[str, str]:
+    """The Hugging Face cache variables of the process (its environment, else its user's home), as paths
+    under /proc/PID/root."""
+    env = _environ(procfs_root, pid)
+    if not env.get("HOME"):
+        home = _home_of(procfs_root, pid)
+        if home:
+            env["HOME"] = home
+    if not env.get("XDG_CACHE_HOME") and env.get("HOME"):
+        env["XDG_CACHE_HOME"] = env["HOME"].rstrip("/") + "/.cache"
+    if env.get("HUGGINGFACE_HUB_CACHE") and not env.get("HF_HUB_CACHE"):
+        env["HF_HUB_CACHE"] = env["HUGGINGFACE_HUB_CACHE"]  # the older name huggingface_hub still reads
+    out = {k: str(root / v.lstrip("/")) for k, v in env.items()
+           if k in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME") and v.startswith("/")}
+    if not out:
+        raise ModelConfigError("--model", "no Hugging Face cache to look in: the process's environment and user "
+                                          "are unreadable (run headroom as root or as the server's user)")
+    return out
+
+
+def _readable(message: str, root: str, cwd: str) -> str:
+    """A message with paths as the process names them (no /proc/PID/root prefix), and not too long."""
+    message = message.replace(root, "").replace(cwd, "(working directory)").replace("--model: ", "")
+    return message if len(message) <= 400 else message[:397] + "..."
 
 
 def _known_devices(nvml: NvmlSample | None) -> set[str] | None:

@@ -15,9 +15,15 @@ engine cores), and keeps it when the parent exits. On conflict the first declare
 Cost (docs/architecture.md, "Cost facts": reading every /proc/PID/stat of 1 000 processes takes ~22 ms,
 every cmdline ~16 ms, far over the tick budget), so the work is incremental:
 
-- each tick lists /proc once (``os.scandir``); a pid is examined only when it is new, or when its
-  /proc/PID inode changed (the kernel gives every process instance a fresh inode; an evicted dentry
-  also changes it, so the start time in /proc/PID/stat decides whether the pid was reused);
+- new processes are found without listing /proc on most ticks: on a live procfs of the agent's own pid
+  namespace, /proc/loadavg's last field is the newest pid the kernel allocated, so a tick where it did not
+  move has no new process, and one where it moved by a few only stats /proc/PID for the pids in between
+  (a thread's id is skipped by its Tgid). /proc is listed (``os.scandir``) on the first tick, every
+  ``FULL_SCAN_SECONDS`` (which forgets processes that exited without being members), when the pid
+  counter wrapped or jumped further than a listing costs, and on every tick of a fixture tree or another
+  namespace's procfs. A pid is examined only when it is new, or when its /proc/PID inode changed (the
+  kernel gives every process instance a fresh inode; an evicted dentry also changes it, so the start
+  time in /proc/PID/stat decides whether the pid was reused);
 - a new process costs one read each of stat, cmdline (only when a rule needs it) and cgroup (only
   when a rule needs it), once; one that appeared after the first scan and matched nothing is re-read
   on the next tick too, so a fork -> exec (or a move into its unit's cgroup) that happened just after
@@ -53,6 +59,8 @@ from headroom.workload.profiles import compile_cmdline_pattern
 log = structlog.get_logger("headroom.sources.processes")
 
 CMDLINE_MATCH_BYTES = 4096  # the prefix of /proc/PID/cmdline that cmdline and exe rules see
+FULL_SCAN_SECONDS = 30.0  # /proc is listed at least this often (exits of non-members, a safety net)
+MIN_LISTING_WORTH = 64  # new pids a tick stats one by one before listing /proc instead (and 1/8 of the known)
 
 try:
     PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
@@ -185,19 +193,23 @@ class ProcessesCollector(Collector):
         self._pid_files: list[frozenset[int]] = [frozenset() for _ in self._profiles]
         self._scanned = False  # the first full scan is done
         self._neighbours = NeighbourScan(ctx.paths.procfs, self._user_hz, PAGE_SIZE)
+        # a live procfs of our own pid namespace: /proc/loadavg's last pid is the one its pids count from
+        self._live = is_live_procfs(ctx.paths.procfs)
+        self._last_pid: int | None = None
+        self._recheck: set[int] = set()  # pids due a second look (the ``recheck`` flag), kept aside: cheap to list
+        self._listed_at: float | None = None
+        self.listings = 0  # full /proc listings so far (bench/processes.py reports them)
 
     def collect(self) -> ProcessesSample:
         """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
         if not self._profiles:
             return ProcessesSample()
         root = self.ctx.paths.procfs
-        try:
-            listing = {int(e.name): e.inode() for e in os.scandir(root) if e.name.isdigit()}
-        except OSError as exc:
-            raise procfs.read_failure(root, exc) from None
+        listing, complete = self._listing(root)
         full = False
-        for pid in [p for p in self._procs if p not in listing]:
-            self._forget(pid)
+        if complete:
+            for pid in [p for p in self._procs if p not in listing]:
+                self._forget(pid)
         fresh = self._discover(listing)
         self._scanned = True
         pid_files = self._read_pid_files()
@@ -215,6 +227,33 @@ class ProcessesCollector(Collector):
         return ProcessesSample(workloads=out, neighbours=neighbours)
 
     # -- discovery
+    def _listing(self, root: Path) -> tuple[dict[int, int], bool]:
+        """(pid -> /proc/PID inode, complete): every pid (complete) or only those that may be new since the
+        last tick (the pids allocated since, and the ones due a second look)."""
+        now = self.ctx.monotonic() if self.ctx.monotonic is not None else time.monotonic()
+        last = read_last_pid(root) if self._live else None
+        previous, self._last_pid = self._last_pid, last
+        if (last is not None and previous is not None and self._listed_at is not None
+                and 0 <= now - self._listed_at < FULL_SCAN_SECONDS
+                and 0 <= last - previous <= max(MIN_LISTING_WORTH, len(self._procs) // 8)):
+            listing: dict[int, int] = {}
+            for pid in (*range(previous + 1, last + 1), *self._recheck):
+                try:
+                    inode = os.stat(f"{root}/{pid}").st_ino
+                except OSError:
+                    continue  # exited already, or never a process of ours to see
+                if pid > previous and not is_thread_group_leader(root, pid):
+                    continue  # a thread's id: /proc/TID exists but is not listed
+                listing[pid] = inode
+            return listing, False
+        try:
+            listing = {int(e.name): e.inode() for e in os.scandir(root) if e.name.isdigit()}
+        except OSError as exc:
+            raise procfs.read_failure(root, exc) from None
+        self._listed_at = now
+        self.listings += 1
+        return listing, True
+
     def _discover(self, listing: dict[int, int]) -> list[int] | None:
         """Examine new, re-inoded and recheck pids; returns the pids (re)classified, or None when an
         existing process changed its rules' verdict (then every membership is resolved again)."""
@@ -262,6 +301,7 @@ class ProcessesCollector(Collector):
             direct = frozenset(i for i, r in enumerate(self._rules) if r.matches(st.comm, argv, paths, uid))
             if old is not None and old.starttime == st.starttime_ticks:  # the one re-examination
                 old.recheck = False
+                self._recheck.discard(pid)
                 old.inode = inode
                 if direct != old.direct:
                     old.direct, old.cgroups = direct, paths
@@ -272,10 +312,13 @@ class ProcessesCollector(Collector):
             # processes found by the first scan are old: only later arrivals may still be between fork and exec
             self._procs[pid] = _Proc(inode=inode, starttime=st.starttime_ticks, ppid=st.ppid, direct=direct,
                                      cgroups=paths, recheck=not direct and self._scanned)
+            if not direct and self._scanned:
+                self._recheck.add(pid)
             changed.append(pid)
         return None if verdict_changed else changed
 
     def _forget(self, pid: int) -> None:
+        self._recheck.discard(pid)
         p = self._procs.pop(pid, None)
         if p is not None and p.workload is not None:
             self._totals[p.workload].members.discard(pid)
@@ -424,6 +467,49 @@ class ProcessesCollector(Collector):
 
 
 # ----------------------------------------------------------------------------------------- cgroups
+def is_live_procfs(root: Path) -> bool:
+    """True when ``root`` is a live procfs mounted for the agent's own pid namespace (its ``self`` names
+    the agent's pid): only there do /proc/loadavg's pids count the pids of ``root``."""
+    try:
+        return os.readlink(os.path.join(root, "self")) == str(os.getpid())
+    except OSError:
+        return False
+
+
+def read_last_pid(root: Path) -> int | None:
+    """The newest pid the kernel allocated (last field of /proc/loadavg), or None when unreadable."""
+    try:
+        fd = os.open(f"{root}/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return int(os.read(fd, 256).split()[4])
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def is_thread_group_leader(root: Path, pid: int) -> bool:
+    """False when /proc/PID is a thread of another process (its Tgid differs); True when it is a process,
+    or when its status cannot be read (then it is examined like a process, as a listing would)."""
+    try:
+        fd = os.open(f"{root}/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return True
+    try:
+        head = os.read(fd, 512)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    for line in head.split(b"\n"):
+        if line.startswith(b"Tgid:"):
+            try:
+                return int(line.split()[1]) == pid
+            except (ValueError, IndexError):
+                return True
+    return True
+
+
 def parse_cpu_stat(text: str) -> dict[str, int]:
     """Parse a cgroup v2 cpu.stat ("usage_usec 123" lines); returns key -> value."""
     out = {}

@@ -463,60 +463,13 @@ def read_exposition(body: bytes, content_type: str, declared: str | None,
 
 
 # ------------------------------------------------------------------------------------- detection
-# launcher -> (runtime, host flag, port flag, default host, default port): where each serves /metrics.
-# vLLM and SGLang serve it on their API port (SGLang only with --enable-metrics); TGI v3's router on
-# --prometheus-port; Triton on --metrics-port.
-LAUNCHERS: dict[str, tuple[str, str, str, str, int]] = {
-    "vllm serve": ("vllm", "--host", "--port", "127.0.0.1", 8000),
-    "vllm.entrypoints.openai.api_server": ("vllm", "--host", "--port", "127.0.0.1", 8000),
-    "sglang.launch_server": ("sglang", "--host", "--port", "127.0.0.1", 30000),
-    "text-generation-launcher": ("tgi", "--hostname", "--prometheus-port", "127.0.0.1", 9000),
-    "text-generation-router": ("tgi", "--hostname", "--prometheus-port", "127.0.0.1", 9000),
-    "tritonserver": ("triton", "--metrics-address", "--metrics-port", "127.0.0.1", 8002),
-}
-_ANY_ADDRESS = {"", "0.0.0.0", "::", "[::]", "*"}
-
-
-def launcher_of(argv: list[str]) -> str | None:
-    """The LAUNCHERS key a command line starts, or None."""
-    names = [a.rsplit("/", 1)[-1] for a in argv[:4]]
-    if "vllm" in names and "serve" in argv[names.index("vllm") + 1:names.index("vllm") + 2]:
-        return "vllm serve"
-    for i, a in enumerate(argv[:6]):
-        if a == "-m" and i + 1 < len(argv) and argv[i + 1] in LAUNCHERS:
-            return argv[i + 1]
-    return next((n for n in names if n in LAUNCHERS), None)
-
-
-def _flag(argv: list[str], flag: str) -> str | None:
-    for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(flag + "="):
-            return a[len(flag) + 1:]
-    return None
-
-
 def endpoint_from_argv(argv: list[str]) -> tuple[str, str] | None:
     """(runtime, /metrics URL) of a serving runtime's command line (``--host``/``--port`` and their
-    equivalents, else the runtime's defaults); None when it is not one. A wildcard bind address is
-    reached on 127.0.0.1."""
-    launcher = launcher_of(argv)
-    if launcher is None:
-        return None
-    runtime, host_flag, port_flag, default_host, default_port = LAUNCHERS[launcher]
-    host = _flag(argv, host_flag)
-    host = default_host if host is None or host in _ANY_ADDRESS else host
-    port_text = _flag(argv, port_flag)
-    try:
-        port = int(port_text) if port_text is not None else default_port
-    except ValueError:
-        return None
-    if not 0 < port < 65536:
-        return None
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return runtime, f"http://{host}:{port}/metrics"
+    equivalents, else the runtime's defaults); None when it is not one. The one launcher matcher, shared
+    with automatic workloads: workload/launchers.py."""
+    from headroom.workload.launchers import metrics_endpoint
+
+    return metrics_endpoint(argv)
 
 
 def discover(procfs: Any, profiles: list[Any]) -> dict[str, str]:
@@ -650,7 +603,7 @@ def declared_runtime(profile: Any) -> str | None:
 class ServingCollector(Collector):
     name = "serving"
     default_enabled = True
-    description = "serving runtimes' /metrics (vLLM, SGLang, TGI, Triton) of workloads with an endpoint"
+    description = "serving runtimes' /metrics (vLLM, SGLang, TGI, Triton) of workloads with an endpoint, and of automatic servers"
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
@@ -664,6 +617,7 @@ class ServingCollector(Collector):
         # stand-in's URL); training kinds serve nothing, so they cost no /proc search
         self._undeclared = [p for p in self._profiles if not getattr(p, "endpoint", None)
                             and getattr(getattr(p, "kind", None), "is_inference", False)]
+        self._auto: dict[str, _Endpoint] = {}  # automatic servers (identity collector's launchers), by workload
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._detector: threading.Thread | None = None
@@ -702,10 +656,35 @@ class ServingCollector(Collector):
                     current.stop()
         return {name: url for name, url in found.items() if any(p.name == name for p in self._undeclared)}
 
+    def _auto_endpoints(self) -> list[_Endpoint]:
+        """Endpoints of the serving launchers the identity collector found in the previous tick (the URL
+        their command line names: workload/launchers.py), for those no declared profile claims. Not in a
+        simulation: a stand-in's command line names a port it does not serve on."""
+        previous = self.ctx.previous() if self.ctx.previous is not None and self.ctx.scenario is None else None
+        identity = previous.data("identity") if previous is not None else None
+        wanted: dict[str, tuple[str, str]] = {}
+        if identity is not None:
+            processes = previous.data("processes")
+            claimed = {pid for w in getattr(processes, "workloads", ()) for pid in w.pids}
+            declared = {p.name for p in self._profiles}
+            for g in getattr(identity, "groups", ()):
+                launcher = getattr(g, "launcher", None)
+                if (launcher is None or not launcher.metrics_url or g.name in declared
+                        or (g.pids and all(pid in claimed for pid in g.pids))):
+                    continue
+                wanted[g.name] = (launcher.metrics_url, RUNTIME_ALIASES.get(launcher.runtime, ""))
+        for name in [n for n, e in self._auto.items() if wanted.get(n, ("",))[0] != e.url]:
+            self._auto.pop(name).stop()  # gone, or now on another port
+        for name, (url, runtime) in wanted.items():
+            if name not in self._auto:
+                self._auto[name] = _Endpoint(name, url, runtime or None, self._timeout, self._max_body)
+        return [self._auto[name] for name in sorted(wanted)]
+
     def collect(self) -> ServingSample:
         out = []
         with self._lock:
             endpoints = [self._endpoints[p.name] for p in self._profiles if p.name in self._endpoints]
+            endpoints += self._auto_endpoints()
         for e in endpoints:
             out.append(e.latest)
             e.kick()
@@ -714,5 +693,5 @@ class ServingCollector(Collector):
     def close(self) -> None:
         self._stop.set()
         with self._lock:
-            for e in self._endpoints.values():
+            for e in [*self._endpoints.values(), *self._auto.values()]:
                 e.stop()

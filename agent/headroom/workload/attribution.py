@@ -76,6 +76,7 @@ class WorkloadStatus:
     cgroup: CgroupStats | None = None  # auto workloads: their cgroup's v2 files (declared: in ``measured``)
     job: str = ""  # the profile's job (a job spanning hosts) and team, "" when it names none
     team: str = ""
+    profile: WorkloadProfile | None = None  # auto workloads started by a launcher: the profile made from it
 
     @property
     def gpu_indices(self) -> tuple[int, ...]:
@@ -107,13 +108,16 @@ def attribute(
     claimed = {pid for w in by_name.values() for pid in w.pids}
     names = {p.name for p in profiles}
     return declared + tuple(st for g in identity.groups
-                            if (st := _auto_status(g, claimed, names, gpus)) is not None)
+                            if (st := _auto_status(g, claimed, names, gpus, constants)) is not None)
 
 
-def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str],
-                 gpus: Sequence[GpuSample]) -> WorkloadStatus | None:
-    """An automatic workload (a pod, job, container or unit holding a GPU); None when a declared profile
-    already matches its GPU processes (the declared profile wins) or carries the same name."""
+def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Sequence[GpuSample],
+                 constants: OverheadConstants) -> WorkloadStatus | None:
+    """An automatic workload (a pod, job, container, unit or launcher holding a GPU); None when a declared
+    profile already matches its GPU processes (the declared profile wins) or carries the same name. One
+    started by a serving or training launcher gets a profile from its command line and model config
+    (workload/launchers.py) and is sized like a declared one; without a readable model config it has its
+    measured values and the reason in ``estimate_error``, nothing guessed."""
     pids = [pid for pid in g.pids if pid not in claimed]
     if (g.pids and not pids) or g.name in names:
         return None
@@ -121,12 +125,47 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str],
     known_used = [x.memory_used_bytes for x in used if x.memory_used_bytes is not None]
     totals = [x.memory_total_bytes for x in used if x.memory_total_bytes is not None]
     processes = g.processes if g.processes is not None else (len(pids) if pids else None)
+    kind, model, precision, runtime = g.kind, "", "", ""
+    profile: WorkloadProfile | None = None
+    error: str | None = "automatic workload: no profile to size it"
+    est, expected = None, (EMPTY, None, None)
+    if g.launcher is not None:
+        from headroom.workload.launchers import auto_profile
+
+        profile, error = auto_profile(g.launcher, g.model, g.name)
+        if g.kind == "launcher":
+            kind = profile.kind.value
+        model, runtime = profile.model.name or "", profile.runtime.name or ""
+        if error is None:
+            precision = profile.weight_precision.value if profile.weight_precision else ""
+            est, error = _sized(profile, totals, len(used), constants)
+            if est is not None:
+                expected = _expected(profile, est, len(used))
+    components, per_gpu, peak = expected
     return WorkloadStatus(
-        name=g.name, kind=g.kind, model="", precision="", runtime="", processes=processes, measured=None,
-        gpus=used, gpu_memory_used_bytes=sum(known_used) if known_used else None,
+        name=g.name, kind=kind, model=model, precision=precision, runtime=runtime, processes=processes,
+        measured=None, gpus=used, gpu_memory_used_bytes=sum(known_used) if known_used else None,
         gpu_memory_capacity_bytes=sum(totals) if used and len(totals) == len(used) else None,
-        estimate_error="automatic workload: no profile to size it", source="auto", cgroup=g.cgroup,
-    )
+        estimate=est, expected_components=components, expected_per_gpu_bytes=per_gpu, expected_peak_bytes=peak,
+        estimate_error=error, source="auto", cgroup=g.cgroup, profile=profile,
+    )  # fmt: skip
+
+
+def _sized(p: WorkloadProfile, totals: Sequence[int], gpus: int, constants: OverheadConstants
+           ) -> tuple[Estimate | None, str | None]:
+    try:
+        return _estimate(p, min(totals) if totals else None, gpus or None, constants), None
+    except SizingError as exc:
+        return None, str(exc)
+
+
+def _expected(p: WorkloadProfile, est: Estimate, gpus: int) -> tuple[Mapping[str, int], int | None, int | None]:
+    """(components, expected per GPU, expected peak summed over its GPUs) of an estimate."""
+    components = MappingProxyType({c.name: c.bytes for c in est.components})
+    if p.kind == Kind.CPU_INFERENCE:
+        return components, None, None
+    per_gpu = est.expected_usage_bytes
+    return components, per_gpu, per_gpu * (gpus or max(est.gpus_needed, 1))
 
 
 def gpu_identity_labels(sample: Sample) -> dict[str, tuple[str, str, str, str]]:
@@ -161,22 +200,14 @@ def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[
     totals = [g.memory_total_bytes for g in used if g.memory_total_bytes is not None]
     capacity = sum(totals) if used and len(totals) == len(used) else None
 
-    error = None
-    est: Estimate | None = None
-    try:
-        if p.kind == Kind.CPU_INFERENCE:
-            est = _estimate(p, host_memory, None, constants)
-        else:
-            est = _estimate(p, min(totals) if totals else None, len(used) or None, constants)
-    except SizingError as exc:
-        error = str(exc)
+    if p.kind == Kind.CPU_INFERENCE:
+        est, error = _sized(p, [host_memory] if host_memory is not None else [], 0, constants)
+    else:
+        est, error = _sized(p, totals, len(used), constants)
     peak = per_gpu = None
     components: Mapping[str, int] = EMPTY
     if est is not None:
-        components = MappingProxyType({c.name: c.bytes for c in est.components})
-        if p.kind != Kind.CPU_INFERENCE:
-            per_gpu = est.expected_usage_bytes
-            peak = per_gpu * (len(used) or max(est.gpus_needed, 1))
+        components, per_gpu, peak = _expected(p, est, len(used))
 
     workers = None
     main = getattr(procs, "main_pid", None)

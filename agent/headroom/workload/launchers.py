@@ -1,0 +1,556 @@
+"""Serving and training launchers that describe themselves: recognise a command line and read its flags.
+
+Pure (no /proc, no files): ``parse(argv)`` -> ``Launcher`` (samples.py) or None, and
+``auto_profile(launcher, model)`` -> the ``WorkloadProfile`` the memory model sizes for an automatic
+workload (``source="auto"``). The identity collector reads the command lines and the model's config.json
+(sources/identity.py); the serving collector finds a declared profile's /metrics with the same
+``parse`` (sources/serving.py), so one matcher serves both.
+
+Recognised (docs/workload-identity.md, "Runtimes that describe themselves"):
+
+- ``vllm serve MODEL`` and ``python -m vllm.entrypoints.openai.api_server --model MODEL``;
+- ``python -m sglang.launch_server --model-path MODEL``;
+- ``text-generation-launcher --model-id MODEL`` (and TGI's ``text-generation-router``);
+- ``tritonserver``;
+- ``torchrun`` / ``python -m torch.distributed.run`` (``torch.distributed.launch``), ``deepspeed``,
+  ``accelerate launch``.
+
+Both ``--flag value`` and ``--flag=value`` are read, and ``--flag_name`` like ``--flag-name`` (vLLM's and
+torchrun's parsers accept both). A flag whose value cannot be read is named in ``Launcher.problems`` and
+left unset (the runtime's default applies), never guessed. Values not on the command line stay None: the
+runtimes' defaults (vLLM's gpu_memory_utilization 0.9, max_num_seqs and max_num_batched_tokens by
+version; SGLang's mem_fraction_static by GPU memory; TGI's prefill budget) are the memory model's
+(workload/sizing.py, workload/serving_memory.py), so there is one place that knows them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any
+
+from headroom.samples import Launcher, ModelInfo
+
+# runtime -> (module names run with -m, executable base names)
+_SERVING_MODULES = {"vllm.entrypoints.openai.api_server": "vllm", "sglang.launch_server": "sglang"}
+_SERVING_EXES = {"text-generation-launcher": "tgi", "text-generation-router": "tgi", "tritonserver": "triton"}
+_TRAINING_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun"}
+_TRAINING_EXES = {"torchrun": "torchrun", "deepspeed": "deepspeed"}
+_PYTHON = re.compile(r"^python[0-9.]*$")
+_WRAPPERS = {"uv", "run", "env", "exec", "nice", "numactl", "taskset", "chrt", "ionice", "stdbuf", "nohup"}
+
+# Where each serving runtime exposes /metrics: (host flag, metrics port flag, default port).
+# vLLM and SGLang serve it on the API port (vLLM's default 8000, SGLang's 30000; SGLang only with
+# --enable-metrics); TGI's router on --prometheus-port (9000); Triton on --metrics-port (8002).
+_METRICS = {
+    "vllm": ("--host", "--port", 8000),
+    "sglang": ("--host", "--port", 30000),
+    "tgi": ("--hostname", "--prometheus-port", 9000),
+    "triton": ("--metrics-address", "--metrics-port", 8002),
+}
+# the API port each serves requests on (Triton: HTTP; TGI: the router's --port, default 3000)
+_API_PORT = {"vllm": ("--port", 8000), "sglang": ("--port", 30000), "tgi": ("--port", 3000),
+             "triton": ("--http-port", 8000)}  # fmt: skip
+
+# setting -> (type, flags) per runtime; flags are spelled with dashes (underscores are read as dashes)
+_INT, _FLOAT, _STR, _HUMAN = "int", "float", "str", "human"
+_FLAGS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
+    "vllm": {
+        "model": (_STR, ("--model",)),
+        "max_model_len": (_HUMAN, ("--max-model-len",)),
+        "gpu_memory_utilization": (_FLOAT, ("--gpu-memory-utilization",)),
+        "tensor_parallel": (_INT, ("--tensor-parallel-size", "-tp")),
+        "pipeline_parallel": (_INT, ("--pipeline-parallel-size", "-pp")),
+        "data_parallel": (_INT, ("--data-parallel-size", "-dp")),
+        "dtype": (_STR, ("--dtype",)),
+        "quantization": (_STR, ("--quantization", "-q")),
+        "kv_cache_dtype": (_STR, ("--kv-cache-dtype",)),
+        "max_num_seqs": (_INT, ("--max-num-seqs",)),
+        "max_num_batched_tokens": (_HUMAN, ("--max-num-batched-tokens",)),
+    },
+    "sglang": {
+        "model": (_STR, ("--model-path", "--model")),
+        "max_model_len": (_INT, ("--context-length",)),
+        "mem_fraction_static": (_FLOAT, ("--mem-fraction-static",)),
+        "tensor_parallel": (_INT, ("--tp-size", "--tensor-parallel-size", "--tp")),
+        "pipeline_parallel": (_INT, ("--pp-size", "--pipeline-parallel-size")),
+        "data_parallel": (_INT, ("--dp-size", "--data-parallel-size")),
+        "dtype": (_STR, ("--dtype",)),
+        "quantization": (_STR, ("--quantization",)),
+        "kv_cache_dtype": (_STR, ("--kv-cache-dtype",)),
+        "max_num_seqs": (_INT, ("--max-running-requests",)),
+        "max_num_batched_tokens": (_INT, ("--chunked-prefill-size",)),
+    },
+    "tgi": {
+        "model": (_STR, ("--model-id",)),
+        "max_model_len": (_INT, ("--max-total-tokens",)),
+        "tensor_parallel": (_INT, ("--num-shard",)),
+        "dtype": (_STR, ("--dtype",)),
+        "quantization": (_STR, ("--quantize",)),
+        "kv_cache_dtype": (_STR, ("--kv-cache-dtype",)),
+        "max_num_seqs": (_INT, ("--max-concurrent-requests",)),
+        "max_num_batched_tokens": (_INT, ("--max-batch-prefill-tokens",)),
+    },
+    "triton": {},  # its --model-repository holds many models: nothing to size from the command line
+    "torchrun": {"nproc_per_node": (_STR, ("--nproc-per-node",)), "nnodes": (_STR, ("--nnodes",))},
+    "deepspeed": {"nproc_per_node": (_STR, ("--num-gpus",)), "nnodes": (_STR, ("--num-nodes",))},
+    "accelerate": {"world_size": (_INT, ("--num-processes",)), "nnodes": (_STR, ("--num-machines",)),
+                   "dtype": (_STR, ("--mixed-precision",))},  # fmt: skip
+}
+for _runtime, (_host, _port, _) in _METRICS.items():
+    _FLAGS[_runtime]["host"] = (_STR, (_host,))
+    _FLAGS[_runtime]["port"] = (_INT, (_API_PORT[_runtime][0], *(("-p",) if _runtime == "tgi" else ())))
+    if _port != _API_PORT[_runtime][0]:
+        _FLAGS[_runtime]["metrics_port"] = (_INT, (_port,))
+# a training script's own flags that name its model (Hugging Face Trainer examples and the like)
+_SCRIPT_MODEL_FLAGS = ("--model-name-or-path", "--pretrained-model-name-or-path", "--model-name", "--model-id",
+                       "--model-path", "--model")
+# ... and its sequence length and per-GPU batch (Hugging Face Trainer / TRL names)
+_SCRIPT_LENGTH_FLAGS = ("--max-seq-length", "--model-max-length", "--max-length", "--seq-length")
+_SCRIPT_BATCH_FLAGS = ("--per-device-train-batch-size", "--micro-batch-size", "--train-micro-batch-size-per-gpu")
+# the training launchers' own flags that take a value (the first bare word after them is the script)
+_TRAINING_VALUE_FLAGS = {
+    "torchrun": {"--nnodes", "--nproc-per-node", "--node-rank", "--master-addr", "--master-port", "--rdzv-backend",
+                 "--rdzv-endpoint", "--rdzv-id", "--rdzv-conf", "--max-restarts", "--monitor-interval",
+                 "--start-method", "--role", "--log-dir", "--redirects", "-r", "--tee", "-t", "--local-addr",
+                 "--local-ranks-filter", "--logs-specs"},
+    "deepspeed": {"--num-gpus", "--num-nodes", "--hostfile", "-H", "--include", "-i", "--exclude", "-e",
+                  "--master-port", "--master-addr", "--launcher", "--launcher-args", "--node-rank",
+                  "--min-elastic-nodes", "--max-elastic-nodes", "--ssh-port", "--venv-script", "--comment"},
+    "accelerate": {"--num-processes", "--num-machines", "--mixed-precision", "--config-file", "--machine-rank",
+                   "--main-process-ip", "--main-process-port", "--gpu-ids", "--dynamo-backend", "--num-cpu-threads-per-process",
+                   "--deepspeed-config-file", "--zero-stage", "--gradient-accumulation-steps", "--rdzv-backend",
+                   "--fsdp-sharding-strategy", "--fsdp-config", "-m"},
+}  # fmt: skip
+_ANY_ADDRESS = {"", "0.0.0.0", "::", "[::]", "*"}
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT]?)")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+MAX_ARGS = 512  # arguments read per command line (a longer one is read up to here)
+
+
+def _flag_name(arg: str) -> str:
+    """``--max_model_len`` -> ``--max-model-len`` (the name part only, not ``=value``)."""
+    if not arg.startswith("--"):
+        return arg
+    return "--" + arg[2:].replace("_", "-")
+
+
+def _human_int(text: str) -> int:
+    """vLLM's human-readable integers: ``32768``, ``32k`` (x1000), ``32K`` (x1024), ``25.6k``."""
+    m = _HUMAN_INT.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(text)
+    number, suffix = m.groups()
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    if "." in number:
+        raise ValueError(text)
+    return int(number) * _BINARY.get(suffix, 1)
+
+
+def _find(argv: Sequence[str]) -> tuple[str, int] | None:
+    """(runtime, index where its own arguments start) of a launcher command line, or None. The launcher
+    may follow an interpreter and its options (``python3 -u -m ...``, ``python -c CODE vllm serve``) or a
+    wrapper (``uv run``, ``env``)."""
+    i = 0
+    while i < min(len(argv), 8):
+        name = argv[i].rsplit("/", 1)[-1]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if name == "vllm" and nxt == "serve":
+            return "vllm", i + 2
+        if name == "accelerate" and nxt == "launch":
+            return "accelerate", i + 2
+        if name in _SERVING_EXES:
+            return _SERVING_EXES[name], i + 1
+        if name in _TRAINING_EXES:
+            return _TRAINING_EXES[name], i + 1
+        if name == "-m" and nxt is not None:
+            found = _SERVING_MODULES.get(nxt) or _TRAINING_MODULES.get(nxt)
+            if found:
+                return found, i + 2
+            if nxt == "accelerate.commands.launch":
+                return "accelerate", i + 2
+            return None  # another module
+        if name == "-c":
+            i += 2  # the code string; its argv follows
+            continue
+        if not (_PYTHON.match(name) or name in _WRAPPERS or name.startswith("-")):
+            return None  # a script or program that is not a launcher
+        i += 1
+    return None
+
+
+def _options(args: Sequence[str], value_flags: set[str], stop_at_positional: bool
+             ) -> tuple[dict[str, str], list[str]]:
+    """Flag -> value (last one wins) and the positional words, up to the first positional when
+    ``stop_at_positional`` (a training launcher's script: what follows is the script's)."""
+    values: dict[str, str] = {}
+    positional: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            positional.extend(args[i + 1:])
+            break
+        if a.startswith("-") and len(a) > 1 and not _is_number(a):
+            name, eq, value = a.partition("=")
+            name = _flag_name(name)
+            if eq:
+                values[name] = value
+            elif name in value_flags and i + 1 < len(args):
+                values[name] = args[i + 1]
+                i += 1
+            else:
+                values.setdefault(name, "")
+        else:
+            positional.append(a)
+            if stop_at_positional:
+                break
+        i += 1
+    return values, positional
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def parse(argv: Sequence[str]) -> Launcher | None:
+    """The launcher a command line starts, with the flags it was given; None when it is not one."""
+    argv = list(argv[:MAX_ARGS])
+    found = _find(argv)
+    if found is None:
+        return None
+    runtime, start = found
+    table = _FLAGS[runtime]
+    flag_of = {flag: (key, typ) for key, (typ, flags) in table.items() for flag in flags}
+    training = runtime in _TRAINING_VALUE_FLAGS
+    value_flags = _TRAINING_VALUE_FLAGS[runtime] if training else set(flag_of)
+    values, positional = _options(argv[start:], value_flags, stop_at_positional=training)
+    settings: dict[str, Any] = {}
+    problems: list[str] = []
+    for flag, value in values.items():
+        if flag not in flag_of:
+            continue
+        key, typ = flag_of[flag]
+        if key in settings:
+            continue  # an alias already gave it (flags are read in the order the table lists them)
+        try:
+            settings[key] = _convert(typ, value)
+        except ValueError:
+            problems.append(f"{flag} {value!r}: not a valid {'number' if typ == _FLOAT else 'integer'}; ignored")
+    for key in ("tensor_parallel", "pipeline_parallel", "data_parallel", "max_model_len", "max_num_seqs",
+                "max_num_batched_tokens", "port", "metrics_port", "world_size"):  # fmt: skip
+        v = settings.get(key)
+        if v is not None and (v < 1 or (key.endswith("port") and v > 65535)):
+            problems.append(f"{_flags_for(runtime, key)} {v}: out of range; ignored")
+            del settings[key]
+    for key in ("gpu_memory_utilization", "mem_fraction_static"):
+        v = settings.get(key)
+        if v is not None and not 0 < v <= 1:
+            problems.append(f"{_flags_for(runtime, key)} {v}: must be in (0, 1]; ignored")
+            del settings[key]
+    model = str(settings.pop("model", "") or "")
+    script = ""
+    if runtime == "vllm" and not model and start < len(argv) and not argv[start].startswith("-"):
+        model = argv[start]  # `vllm serve MODEL [options]`
+    if training:
+        script = positional[0] if positional else ""
+        if not script and "-m" in values:
+            script = values.get("-m", "")
+        rest = argv[start:]
+        after = rest[rest.index(script) + 1:] if script and script in rest else []
+        script_values, _ = _options(after, {*_SCRIPT_MODEL_FLAGS, *_SCRIPT_LENGTH_FLAGS, *_SCRIPT_BATCH_FLAGS},
+                                    stop_at_positional=False)
+        model = next((script_values[f] for f in _SCRIPT_MODEL_FLAGS if script_values.get(f)), "")
+        for key, flags in (("max_model_len", _SCRIPT_LENGTH_FLAGS), ("micro_batch", _SCRIPT_BATCH_FLAGS)):
+            flag = next((f for f in flags if script_values.get(f)), None)
+            if flag is not None:
+                text = script_values[flag]
+                if text.isdigit() and 0 < int(text) <= 10**8:
+                    settings[key] = int(text)
+                else:
+                    problems.append(f"{flag} {text!r}: not a positive integer; ignored")
+        settings["gradient_checkpointing"] = _switch(after, "--gradient-checkpointing")
+        settings["sharding"], settings["sharding_unknown"] = _sharding(runtime, values, after)
+        settings["nproc_per_node"], settings["nnodes"], settings["world_size"] = _world(runtime, settings, problems)
+    host = str(settings.pop("host", "") or "")
+    metrics_url = ""
+    if runtime in _METRICS:
+        same = _METRICS[runtime][1] == _API_PORT[runtime][0]
+        metrics_port = settings.get("port") if same else settings.pop("metrics_port", None)
+        metrics_port = metrics_port or _METRICS[runtime][2]
+        reach = "127.0.0.1" if host in _ANY_ADDRESS else host
+        if ":" in reach and not reach.startswith("["):
+            reach = f"[{reach}]"
+        metrics_url = f"http://{reach}:{metrics_port}/metrics"
+        settings.setdefault("port", _API_PORT[runtime][1])
+    return Launcher(runtime=runtime, role="training" if training else "serving", model=model, script=script,
+                    host=host, metrics_url=metrics_url, problems=tuple(problems), **settings)
+
+
+def _switch(args: Sequence[str], flag: str) -> bool:
+    """A boolean flag as Hugging Face's argument parser reads it: present (``--flag``, ``--flag true``)
+    or explicitly off (``--flag false``, ``--flag=0``)."""
+    on = False
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if _flag_name(name) != flag:
+            continue
+        if not eq and i + 1 < len(args) and args[i + 1].lower() in ("true", "false", "1", "0", "yes", "no"):
+            value = args[i + 1]
+        on = value.lower() not in ("false", "0", "no")
+    return on
+
+
+_FSDP = {"full_shard": "fsdp-full-shard", "1": "fsdp-full-shard", "shard_grad_op": "fsdp-shard-grad-op",
+         "2": "fsdp-shard-grad-op", "no_shard": "fsdp-no-shard", "3": "fsdp-no-shard",
+         "hybrid_shard": "fsdp-full-shard", "4": "fsdp-full-shard"}  # fmt: skip
+
+
+def _sharding(runtime: str, own: Mapping[str, str], script: Sequence[str]) -> tuple[str, str]:
+    """(profile sharding, "") when the command line says how parameters, gradients and optimizer state are
+    sharded; ("", where it is set) when a config file says it (not read: nothing is guessed); ("", "") for
+    a plain launch (DDP)."""
+    if runtime == "deepspeed":
+        return "", "the DeepSpeed config (ZeRO stage)"
+    if runtime == "accelerate":
+        if "--use-deepspeed" in own:
+            stage = own.get("--zero-stage", "")
+            return (f"zero{stage}", "") if stage in ("1", "2", "3") else ("", "accelerate's DeepSpeed config")
+        if "--use-fsdp" in own:
+            strategy = own.get("--fsdp-sharding-strategy", "").lower()
+            return (_FSDP[strategy], "") if strategy in _FSDP else ("", "accelerate's FSDP config")
+        if "--config-file" in own:
+            return "", "accelerate's --config_file"
+    names = {_flag_name(a.partition("=")[0]) for a in script}
+    if "--deepspeed" in names:
+        return "", "the script's --deepspeed config"
+    if "--fsdp" in names or "--fsdp-config" in names:
+        return "", "the script's --fsdp settings"
+    return "", ""
+
+
+def _flags_for(runtime: str, key: str) -> str:
+    return _FLAGS[runtime][key][1][0] if key in _FLAGS[runtime] else key
+
+
+def _convert(typ: str, value: str) -> Any:
+    if typ == _INT:
+        return int(value.strip())
+    if typ == _HUMAN:
+        return _human_int(value)
+    if typ == _FLOAT:
+        v = float(value)
+        if v != v:  # NaN
+            raise ValueError(value)
+        return v
+    return value.strip()
+
+
+def _world(runtime: str, s: dict[str, Any], problems: list[str]) -> tuple[int | None, int | None, int | None]:
+    """(processes per node, nodes, world size) of a training launcher; None where the command line does not
+    say (torchrun ``--nproc-per-node gpu``/``auto``, deepspeed without ``--num_gpus``: all GPUs; an elastic
+    ``--nnodes MIN:MAX``)."""
+    def count(key: str, default: int | None) -> int | None:
+        raw = s.get(key)
+        if raw is None or raw == "":
+            return default
+        if isinstance(raw, int):
+            return raw if raw >= 1 else None
+        text = str(raw)
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+        if text in ("gpu", "auto", "cpu", "xpu") or re.fullmatch(r"\d+:\d+", text) or text == "-1":
+            return None
+        problems.append(f"{_flags_for(runtime, key)} {text!r}: not a count; ignored")
+        return None
+
+    nodes = count("nnodes", 1)
+    if runtime == "accelerate":
+        world = s.get("world_size")
+        per_node = world // nodes if world and nodes and world % nodes == 0 else None
+        return per_node, nodes, world
+    per_node = count("nproc_per_node", 1 if runtime == "torchrun" else None)
+    return per_node, nodes, per_node * nodes if per_node and nodes else None
+
+
+def metrics_endpoint(argv: Sequence[str]) -> tuple[str, str] | None:
+    """(runtime, /metrics URL) of a serving runtime's command line; None when it is not one or its port
+    flag is unreadable (a wildcard bind address is reached on 127.0.0.1)."""
+    launcher = parse(argv)
+    if launcher is None or not launcher.metrics_url:
+        return None
+    port_flag = _METRICS[launcher.runtime][1]
+    if any(p.startswith(port_flag + " ") for p in launcher.problems):  # never guess the port
+        return None
+    return launcher.runtime, launcher.metrics_url
+
+
+# ------------------------------------------------------------------------------------- profiles
+_DTYPES = {"float16": "fp16", "half": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16",
+           "float32": "fp32", "float": "fp32", "fp32": "fp32"}  # fmt: skip
+_KV_DTYPES = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "fp8-e4m3": "fp8", "fp8-e5m2": "fp8",
+              "fp8_inc": "fp8", "float16": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16"}  # fmt: skip
+# --quantization values -> (profile quantization method or None, weight precision)
+_QUANT = {"awq": ("awq", "int4"), "awq_marlin": ("awq", "int4"), "gptq": ("gptq", None),
+          "gptq_marlin": ("gptq", None), "bitsandbytes": ("nf4", "int4"), "bitsandbytes-nf4": ("nf4", "int4"),
+          "fp8": (None, "fp8"), "fbgemm_fp8": (None, "fp8"), "eetq": (None, "int8"), "bitsandbytes-fp4": None}  # fmt: skip
+_SIZED_RUNTIMES = {"vllm", "sglang", "tgi"}
+
+
+def display_name(launcher: Launcher) -> str:
+    """The automatic workload's name: ``<runtime>/<model's last part>:<port>`` for a server,
+    ``<launcher>/<script>`` for a training launcher."""
+    if launcher.role == "serving":
+        base = launcher.model.rstrip("/").rsplit("/", 1)[-1] or "server"
+        return f"{launcher.runtime}/{base}:{launcher.port}" if launcher.port else f"{launcher.runtime}/{base}"
+    script = launcher.script.rstrip("/").rsplit("/", 1)[-1] or "job"
+    return f"{launcher.runtime}/{script}"
+
+
+@lru_cache(maxsize=256)
+def auto_profile(launcher: Launcher, model: ModelInfo | None, name: str) -> tuple[Any, str | None]:
+    """(WorkloadProfile, why it has no expected memory or None) of an automatic workload started by
+    ``launcher``; ``model`` is its config.json as read (None: not looked up). The profile always exists
+    (kind, runtime, parallel layout: what the bottleneck verdicts need); it is sized only when the model's
+    architecture is known, else the reason says why and nothing is guessed."""
+    from headroom.workload.profiles import ProfileErrors, profile_from_dict
+
+    notes: list[str] = list(launcher.problems)
+    fields: dict[str, Any] = {}
+    reason: str | None = None
+    if model is not None and model.fields_json:
+        try:
+            fields = json.loads(model.fields_json)
+        except ValueError:  # written by the collector; unreadable only in a damaged recording
+            fields, reason = {}, "model config: unreadable fields in the recording"
+    d = _base_profile(launcher, model, fields, notes)
+    try:
+        profile = profile_from_dict(d, attributable=False)
+    except ProfileErrors as exc:
+        # the command line (or config.json) makes a profile the memory model refuses: keep the layout-free
+        # one (verdicts still work) and say why there is no expectation
+        reason = "; ".join(f"{'.'.join(str(x) for x in e.path)}: {e.message}" for e in exc.errors)
+        profile = profile_from_dict({"name": "auto", "kind": d["kind"], **({"runtime": {"name": d["runtime"]["name"]}}
+                                     if d.get("runtime") else {})}, attributable=False)  # fmt: skip
+    profile = replace(profile, name=name)
+    if reason is None:
+        reason = _unsized_reason(launcher, model, fields)
+    if reason is not None and notes:
+        reason = f"{reason} (command line: {'; '.join(notes)})"
+    return profile, reason
+
+
+def _unsized_reason(launcher: Launcher, model: ModelInfo | None, fields: Mapping[str, Any]) -> str | None:
+    if launcher.role == "training":
+        if not fields:
+            return _model_reason(launcher, model)
+        if launcher.sharding_unknown:
+            return (f"{launcher.runtime}: sharding is set in {launcher.sharding_unknown}, which is not read; "
+                    "nothing expected rather than a guess")
+        return None
+    if launcher.runtime not in _SIZED_RUNTIMES:
+        return f"{launcher.runtime}: the memory model does not size this runtime's models"
+    if not fields:
+        return _model_reason(launcher, model)
+    return None
+
+
+def _model_reason(launcher: Launcher, model: ModelInfo | None) -> str:
+    if not launcher.model:
+        return f"{launcher.runtime}: no model on the command line"
+    if model is None or not model.error:
+        return f"model {launcher.model}: config.json not read"
+    return f"model {launcher.model}: {model.error}"
+
+
+def _base_profile(launcher: Launcher, model: ModelInfo | None, fields: Mapping[str, Any],
+                  notes: list[str]) -> dict[str, Any]:
+    """The profile mapping: config.json's fields, then what the command line says."""
+    d: dict[str, Any] = {k: v for k, v in fields.items() if k not in ("kind", "context", "model", "name")}
+    d["name"] = "auto"
+    serving = launcher.role == "serving"
+    d["kind"] = ("embedding" if model is not None and model.encoder_only else "inference") if serving else "training"
+    if launcher.model:
+        d["model"] = {"name": launcher.model}
+    if serving:
+        runtime: dict[str, Any] = {"name": launcher.runtime}
+        if launcher.runtime == "vllm" and launcher.gpu_memory_utilization is not None:
+            runtime["gpu_memory_utilization"] = launcher.gpu_memory_utilization
+        if launcher.runtime == "sglang" and launcher.mem_fraction_static is not None:
+            runtime["mem_fraction_static"] = launcher.mem_fraction_static
+        for key in ("max_num_seqs", "max_num_batched_tokens"):
+            if getattr(launcher, key) is not None:
+                runtime[key] = getattr(launcher, key)
+        d["runtime"] = runtime
+        context = launcher.max_model_len or (model.max_context if model is not None else None)
+        if context:
+            d["context"] = {"max": context}
+        parallel = {k: v for k, v in (("tensor", launcher.tensor_parallel), ("pipeline", launcher.pipeline_parallel),
+                                      ("data", launcher.data_parallel)) if v}  # fmt: skip
+    else:
+        d["runtime"] = {"name": launcher.runtime}
+        parallel = {"data": launcher.world_size} if launcher.world_size else {}
+        if launcher.max_model_len:
+            d["context"] = {"max": launcher.max_model_len}
+        training = {k: v for k, v in (("micro_batch", launcher.micro_batch),
+                                      ("gradient_checkpointing", launcher.gradient_checkpointing or None)) if v}
+        if launcher.sharding:
+            training["sharding"] = launcher.sharding
+        if training:
+            d["training"] = training
+    if parallel:
+        d["parallel"] = parallel
+    _precision(launcher, d, notes, serving)
+    return d
+
+
+def _precision(launcher: Launcher, d: dict[str, Any], notes: list[str], serving: bool) -> None:
+    """dtype, quantization and KV cache dtype flags over the checkpoint's own (config.json's)."""
+    quantized = "quantization" in d or d.get("precision") in ("int4", "int8", "fp8")
+    dtype = (launcher.dtype or "auto").lower()
+    if dtype in _DTYPES:
+        if quantized:
+            d["compute_precision"] = _DTYPES[dtype]  # the activations' dtype; weights stay quantized
+        else:
+            d["precision"] = d["compute_precision"] = _DTYPES[dtype]
+            d.pop("weight_bytes", None)  # the checkpoint's stored bytes no longer describe the weights
+    elif dtype not in ("auto", "no", ""):
+        notes.append(f"dtype {launcher.dtype!r} not modelled; the checkpoint's is assumed")
+    elif serving and d.get("precision") == "fp32":
+        d["precision"] = d["compute_precision"] = "bf16"  # dtype auto serves an FP32 checkpoint in 16 bits
+        d.pop("weight_bytes", None)
+    q = launcher.quantization.lower()
+    if q and q not in ("none", "no"):
+        spec = _QUANT.get(q)
+        if spec is None:
+            notes.append(f"quantization {launcher.quantization!r} not modelled; the checkpoint's is assumed")
+        else:
+            method, precision = spec
+            if method is not None:
+                d["quantization"] = {**(d.get("quantization") or {}), "method": method} \
+                    if (d.get("quantization") or {}).get("method") == method else {"method": method}
+            else:
+                d.pop("quantization", None)
+            if precision is not None:
+                d["precision"] = precision
+            elif d.get("precision") not in ("int4", "int8"):
+                d["precision"] = "int4"
+            d.pop("weight_bytes", None)
+    kv = launcher.kv_cache_dtype.lower()
+    if kv and kv != "auto":
+        if kv in _KV_DTYPES:
+            d["kv_cache_precision"] = _KV_DTYPES[kv]
+        else:
+            notes.append(f"kv cache dtype {launcher.kv_cache_dtype!r} not modelled; the compute dtype is assumed")
+
+
+__all__ = ["MAX_ARGS", "auto_profile", "display_name", "metrics_endpoint", "parse"]
