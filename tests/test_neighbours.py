@@ -50,9 +50,19 @@ class Rig:
 
     def __init__(self, root: Path) -> None:
         self.root, self.now, self.before = root, 0.0, previous()
+        self.findings = None  # the previous tick's analysis, as daemon.LatestSample.findings gives it
+        rig = self
+
+        class Latest:  # daemon.LatestSample's interface: the newest Sample, and its Findings
+            def __call__(self):
+                return rig.before
+
+            def findings(self):
+                return rig.findings
+
         trainer = profile_from_dict({"name": "trainer", "kind": "inference", "match": {"cmdline": r"train\.py"}})
         ctx = SourceContext(paths=Paths(procfs=root, sysfs=SYS, rootfs=Path("/")), workloads=(trainer,),
-                            monotonic=lambda: self.now, previous=lambda: self.before)
+                            monotonic=lambda: self.now, previous=Latest())
         self.collector = ProcessesCollector(ctx)
 
     def tick(self, at: float):
@@ -203,3 +213,22 @@ def test_a_pass_reads_at_most_a_chunk_of_pids_per_tick(rig, monkeypatch):
     assert len(reads) == 2 * ticks_per_pass  # two passes, then the first answer
     (stress,) = [n for n in answer if n.name == "stress-ng"]
     assert stress.cpu_cores == pytest.approx(8.0)  # its own two readings, one pass apart
+
+
+def test_under_pressure_nothing_is_read_unless_a_workload_scores_it(rig):
+    """A host under pressure whose workloads are not held back by it (busy GPUs: cpu, disk_io and
+    host_memory score 0) pays nothing; a workload that scores it does."""
+    from types import SimpleNamespace
+
+    def findings(**scores):
+        verdict = SimpleNamespace(scores={"cpu": 0.0, "disk_io": 0.0, "host_memory": 0.0, "gpu_compute": 1.0, **scores})
+        return SimpleNamespace(workload_findings=(SimpleNamespace(verdict=verdict),))
+
+    rig.before = previous(psi_cpu=0.8)
+    rig.findings = findings()
+    for t in range(3):
+        assert rig.tick(float(t)).neighbours == ()
+    assert rig.scans == 0
+    rig.findings = findings(disk_io=0.3)
+    rig.tick(3.0)
+    assert rig.scans == 1

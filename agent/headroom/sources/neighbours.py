@@ -36,6 +36,19 @@ LOAD_PER_CPU = 0.85
 MIN_CORES, MIN_IO_BYTES_PER_SECOND, MIN_RSS_BYTES = 0.1, 1e6, 256 * 2**20
 
 
+SCORED = 0.25  # a workload's cpu, disk_io or host_memory score from which its neighbours are worth naming
+RESOURCES = ("cpu", "disk_io", "host_memory")
+
+
+def scored(findings: Any) -> bool | None:
+    """Whether the previous tick's analysis scored CPU, disk or memory pressure for some workload (at least
+    SCORED); None when no findings are at hand (then ``pressured`` alone decides)."""
+    if findings is None:
+        return None
+    return any(wf.verdict.scores.get(r, 0.0) >= SCORED for wf in getattr(findings, "workload_findings", ())
+               for r in RESOURCES)
+
+
 def pressured(previous: Any) -> bool:
     """Whether the previous tick's sample shows CPU, I/O or memory pressure worth naming neighbours for."""
     if previous is None:
@@ -85,9 +98,12 @@ class NeighbourScan:
         self.scans = 0  # passes started (for tests and the benchmark)
         self.reads = 0  # pids read
 
-    def update(self, now: float, previous_sample: Any, workload_of: dict[int, str]) -> tuple[Neighbour, ...]:
-        """This tick's neighbours; ``workload_of``: pid -> name of the declared workload it belongs to."""
-        if not pressured(previous_sample):
+    def update(self, now: float, previous_sample: Any, workload_of: dict[int, str],
+               findings: Any = None) -> tuple[Neighbour, ...]:
+        """This tick's neighbours; ``workload_of``: pid -> name of the declared workload it belongs to;
+        ``findings``: the previous tick's analysis, where at hand (the daemon's), so that only pressure a
+        workload's score shows is paid for."""
+        if not pressured(previous_sample) or scored(findings) is False:
             self._queue, self._current, self._last, self._started, self._answer = [], {}, None, None, ()
             return ()
         if not self._queue:

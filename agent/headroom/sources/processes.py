@@ -222,8 +222,10 @@ class ProcessesCollector(Collector):
         out = tuple(self._measure(i) for i in range(len(self._profiles)))
         # who else presses on the host (sources/neighbours.py): scanned only under pressure, bounded
         previous = self.ctx.previous() if self.ctx.previous is not None else None
+        findings = getattr(self.ctx.previous, "findings", None)
         neighbours = self._neighbours.update((self.ctx.monotonic or time.monotonic)(), previous,
-                                             {pid: w.name for w in out for pid in w.pids})
+                                             {pid: w.name for w in out for pid in w.pids},
+                                             findings() if findings is not None else None)
         return ProcessesSample(workloads=out, neighbours=neighbours)
 
     # -- discovery
