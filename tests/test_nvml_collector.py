@@ -126,6 +126,9 @@ CALL_SITES = [
     (("nvmlDeviceGetMaxPcieLinkWidth",), 0, {"pcie_link_max_width"}),
     (_binding_calls("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"), 0,
      {"processes", "processes_stale"}),
+    (("nvmlDeviceGetTemperatureThreshold",), 0,
+     {"temperature_max_operating_celsius", "temperature_slowdown_celsius", "temperature_shutdown_celsius",
+      "memory_temperature_max_operating_celsius"}),
     (("nvmlDeviceGetMigMode",), 1, {"mig_enabled", "mig_instances"}),
     (("nvmlDeviceGetMaxMigDeviceCount",), 1, {"mig_instances"}),
     (("nvmlDeviceGetMigDeviceHandleByIndex",), 1, {"mig_instances"}),
@@ -171,6 +174,19 @@ def test_golden_host_reads_in_base_units(make):
         (1, 0, "MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa", 20 * GIB, 40 * GIB),
         (2, 0, "MIG-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb", 10 * GIB, 40 * GIB),
     ]  # fmt: skip
+
+
+def test_temperature_thresholds_are_read_once_and_kept(make):
+    """The GPU's own limits (nvidia-smi's "GPU Max Operating Temp", "Slowdown", "Shutdown", "Memory Max
+    Operating Temp"): the analysis judges heat against them; they do not change, so one call each."""
+    rig = make()
+    g0 = rig.collector.collect().gpus[0]
+    assert (g0.temperature_max_operating_celsius, g0.temperature_slowdown_celsius, g0.temperature_shutdown_celsius,
+            g0.memory_temperature_max_operating_celsius) == (87, 89, 92, 95)
+    calls = rig.calls_on(0, "nvmlDeviceGetTemperatureThreshold")
+    assert calls == 4
+    assert rig.tick().gpus[0].temperature_slowdown_celsius == 89
+    assert rig.calls_on(0, "nvmlDeviceGetTemperatureThreshold") == calls
 
 
 def test_energy_is_reported_in_joules(make):

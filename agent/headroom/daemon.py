@@ -59,6 +59,12 @@ class LatestSample:
         snap = getattr(self.sampler, "snapshot", None)
         return snap.sample if snap is not None else None
 
+    def findings(self) -> Any:
+        """The newest tick's analysis Findings (None before the first): the processes collector names
+        neighbours only while a workload's cpu, disk_io or host_memory scores (sources/neighbours.py)."""
+        snap = getattr(self.sampler, "snapshot", None)
+        return getattr(snap, "findings", None) if snap is not None else None
+
 
 def enabled_collectors(config: Config, options: Options) -> list[str]:
     """Collector names to run, in registry order: flag, else config, else the collector's default."""

@@ -198,10 +198,29 @@ class WorkloadProcesses:
 
 
 @dataclass(frozen=True, slots=True)
+class Neighbour:
+    """A process that presses on the host's CPU, disks or memory (sources/neighbours.py): one of the top
+    consumers of some resource while the host is under pressure. Shown in evidence, never a label."""
+
+    pid: int
+    name: str  # comm (the kernel's 15-byte process name)
+    user: str  # the owner's user name, or its uid where it has none
+    workload: str | None  # the declared workload it belongs to; None: outside every workload
+    cpu_cores: float  # CPU seconds per second between the last two scans
+    cpu_share: float | None  # of the host's logical CPUs
+    io_bytes_per_second: float | None  # read + write bytes/s at the block layer; None: /proc/PID/io denied
+    io_share: float | None  # of the block I/O of every process whose /proc/PID/io was readable
+    rss_bytes: int
+    memory_share: float | None  # of MemTotal
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessesSample:
     """What the processes collector saw: one entry per declared workload, in declaration order."""
 
     workloads: tuple[WorkloadProcesses, ...] = ()
+    # the host's top consumers of CPU, disk I/O and memory, refreshed only while the host is under pressure
+    neighbours: tuple[Neighbour, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +328,12 @@ class GpuSample:
     remapped_rows_uncorrectable: int | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
+    # the GPU's own temperature thresholds (nvmlDeviceGetTemperatureThreshold, read once); None where NVML
+    # gives none: max operating (software thermal slowdown starts), slowdown (hardware), shutdown, memory max
+    temperature_max_operating_celsius: float | None = None
+    temperature_slowdown_celsius: float | None = None
+    temperature_shutdown_celsius: float | None = None
+    memory_temperature_max_operating_celsius: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

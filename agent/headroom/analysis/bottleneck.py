@@ -17,7 +17,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from headroom.analysis import serving as serving_rules
-from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
+from headroom.analysis.signals import (
+    AMBIGUOUS_REASONS,
+    POWER_REASONS,
+    REASON_LABELS,
+    THERMAL_NEAR_CELSIUS,
+    THERMAL_REASONS,
+    GpuSignals,
+    HostSignals,
+    WorkloadSignals,
+)
 
 RESOURCES = ("gpu_compute", "gpu_memory", "cpu", "host_memory", "shared_memory", "disk_io", "pcie",
              "gpu_thermal", "gpu_power", "network", "nvlink", "kv_cache")  # fmt: skip
@@ -92,6 +101,14 @@ def pct(x: float | None) -> str:
     return "?" if x is None else f"{x * 100:.0f} %"
 
 
+def plural(n: float | None, word: str, words: str | None = None) -> str:
+    """'1 DataLoader worker', '4 DataLoader workers', '1 process', '? processes' (unknown count)."""
+    many = words or (word + "es" if word.endswith(("s", "x", "ch", "sh")) else word + "s")
+    if n is None:
+        return f"? {many}"
+    return f"{n:g} {word if n == 1 else many}"
+
+
 def gib(n: float | None) -> str:
     return "?" if n is None else f"{n / 2**30:.1f} GiB"
 
@@ -157,7 +174,11 @@ def rule_gpu_compute(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]
     throttled = max(g.thermal_share, g.power_cap_share)
     score = busy * (1.0 - throttled)
     clocks = "" if g.sm_clock_ratio is None else f", SM clock {pct(g.sm_clock_ratio)} of max"
-    text = f"GPU {g.index} busy {pct(g.busy)}{clocks}, not throttled {pct(1 - throttled)} of the time"
+    share = max(throttled, g.throttled_share or 0.0)
+    busy_text = ("busy unknown (MIG mode: NVML reports no utilization for the GPU)" if g.busy is None and g.mig_enabled
+                 else f"busy {pct(g.busy)}")
+    text = f"GPU {g.index} {busy_text}{clocks}, " + (f"throttled {pct(share)} of the window" if share > 0
+                                                      else "not throttled")
     if g.sm_active is not None:  # GPM: how much of the GPU the kernels used, not just that one ran
         score *= ramp(g.sm_active, t["sm_active_low"], t["sm_active_high"])
         text += f", SMs active {pct(g.sm_active)}"
@@ -180,7 +201,8 @@ def rule_gpu_memory(g: GpuSignals, t: Mapping[str, float], expected_peak: float 
     filling = (g.memory_used_ratio or 0.0) >= t["vram_low"]
     if growth and growth > 0 and g.memory_used_bytes is not None and g.memory_total_bytes:
         to_full = (g.memory_total_bytes - g.memory_used_bytes) / growth
-        text += f", growing {growth / 2**20:.0f} MiB/s (full in {to_full / 60:.0f} min at this rate)"
+        steady = "" if g.memory_growth_r2 is None else f", a steady trend: R² {g.memory_growth_r2:.2f}"
+        text += f", growing {growth / 2**20:.0f} MiB/s{steady} (full in {to_full / 60:.0f} min at this rate)"
         if filling:  # already nearly full and still growing: it will run out before long
             score = max(score, ramp(to_full, t["vram_fill_seconds_low"], t["vram_fill_seconds_high"]))
     if expected_peak:
@@ -190,24 +212,100 @@ def rule_gpu_memory(g: GpuSignals, t: Mapping[str, float], expected_peak: float 
     return score, text
 
 
+# power draw / limit that says a GPU works when NVML gives no utilization (MIG mode): an idle H100 draws
+# 10-15 % of its limit, one running kernels well over 40 %
+WORK_POWER_RATIO = (0.2, 0.4)
+
+
 def _work(g: GpuSignals, t: Mapping[str, float]) -> float:
-    """1 when the GPU has work to do (throttling then costs throughput), 0 when it is idle."""
+    """1 when the GPU has work to do (throttling then costs throughput), 0 when it is idle. With MIG on,
+    NVML reports no utilization for the GPU: its power draw stands in, so a throttled MIG GPU still counts."""
+    if g.busy is None and g.power_ratio is not None:
+        return ramp(g.power_ratio, *WORK_POWER_RATIO)
     return ramp(g.busy, t["work_busy"] * 0.5, t["work_busy"])
 
 
+def _reasons_text(g: GpuSignals, names: tuple[str, ...]) -> str:
+    """'hardware thermal slowdown 63 %, software thermal slowdown 40 %' for the reasons seen in the window."""
+    shares = g.reason_shares
+    seen = [(shares[r], r) for r in names if shares.get(r)]
+    if not seen:
+        return ""
+    seen.sort(reverse=True)
+    return ", ".join(f"{REASON_LABELS[r]} active {pct(v)}" for v, r in seen)
+
+
+_LIMIT_NAMES = {"max operating": "max operating temperature", "slowdown": "slowdown temperature"}
+
+
+def _temperature_text(g: GpuSignals) -> str:
+    """' at 89 °C, 2 °C below its 91 °C max operating temperature, memory at 80 °C (its limit 95 °C)': the
+    hottest of the window against the GPU's own limit (signals.thermal_limit)."""
+    temp = g.temperature_peak_celsius if g.temperature_peak_celsius is not None else g.temperature_celsius
+    if temp is None:
+        return ""
+    text = f" at {temp:.0f} °C"
+    if g.thermal_limit_celsius is not None:
+        gap = g.thermal_limit_celsius - temp
+        where = _LIMIT_NAMES.get(g.thermal_limit_source, "slowdown temperature (analysis.gpu_slowdown_celsius)")
+        text += (f", {gap:.0f} °C below its {g.thermal_limit_celsius:.0f} °C {where}" if gap > 0
+                 else f", at or over its {g.thermal_limit_celsius:.0f} °C {where}")
+    if g.memory_temperature_celsius is not None:
+        text += f", memory at {g.memory_temperature_celsius:.0f} °C"
+        if g.memory_thermal_limit_celsius is not None:
+            text += f" (its limit {g.memory_thermal_limit_celsius:.0f} °C)"
+    return text
+
+
+def _near_limit(g: GpuSignals) -> bool:
+    temp = g.temperature_peak_celsius if g.temperature_peak_celsius is not None else g.temperature_celsius
+    hot = (g.thermal_limit_celsius is not None and temp is not None
+           and temp >= g.thermal_limit_celsius - THERMAL_NEAR_CELSIUS)
+    memory_hot = (g.memory_thermal_limit_celsius is not None and g.memory_temperature_celsius is not None
+                  and g.memory_temperature_celsius >= g.memory_thermal_limit_celsius - THERMAL_NEAR_CELSIUS)
+    return hot or memory_hot
+
+
+_HEAT_NEAR = THERMAL_REASONS + AMBIGUOUS_REASONS  # hw_slowdown is heat near the limit, power away from it
+_POWER_COOL = POWER_REASONS + AMBIGUOUS_REASONS
+
+
 def rule_gpu_thermal(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
+    """Slowed for heat: a thermal reason, or hw_slowdown while the GPU or its memory is near its limit
+    (signals.py sorts hw_slowdown sample by sample). The evidence names each reason and the temperature
+    against the GPU's own limit, and never calls a cool GPU hot."""
     score = ramp(g.thermal_share, t["throttle_share_low"], t["throttle_share_high"]) * _work(g, t)
-    temp = "" if g.temperature_celsius is None else f" at {g.temperature_celsius:.0f} C"
-    clocks = "" if g.sm_clock_ratio is None else f", SM clock {pct(g.sm_clock_ratio)} of max"
-    return score, f"GPU {g.index} thermal slowdown active {pct(g.thermal_share)} of the window{temp}{clocks}"
+    clocks = "" if g.sm_clock_ratio is None else f"; SM clock {pct(g.sm_clock_ratio)} of max"
+    near = _near_limit(g)
+    reasons = _reasons_text(g, _HEAT_NEAR if near else THERMAL_REASONS)
+    text = f"GPU {g.index} slowed for heat {pct(g.thermal_share)} of the window"
+    text += (f" ({reasons})" if reasons else "") + _temperature_text(g)
+    if g.thermal_share > 0 and not near and g.thermal_limit_celsius is not None:
+        text += (": the GPU core is not near its limit, so the sensor that tripped is elsewhere on the board "
+                 "(memory, voltage regulators); check the airflow")
+    return score, text + clocks
 
 
 def rule_gpu_power(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
+    """Slowed for power: the software power cap, the hardware power brake, or hw_slowdown on a GPU that is
+    not near its thermal limit (an external brake: the power supply or the chassis asserted it)."""
     score = ramp(g.power_cap_share, t["throttle_share_low"], t["throttle_share_high"]) * _work(g, t)
     power = ""
     if g.power_watts is not None and g.power_limit_watts:
         power = f", drawing {g.power_watts:.0f} of {g.power_limit_watts:.0f} W"
-    return score, f"GPU {g.index} power cap active {pct(g.power_cap_share)} of the window{power}"
+    names = POWER_REASONS if _near_limit(g) else _POWER_COOL
+    seen = [r for r in names if g.reason_shares.get(r)]
+    if len(seen) == 1:
+        text = f"GPU {g.index} {REASON_LABELS[seen[0]]} active {pct(g.reason_shares[seen[0]])} of the window{power}"
+    elif seen:
+        text = f"GPU {g.index} slowed for power {pct(g.power_cap_share)} of the window ({_reasons_text(g, names)}){power}"
+    else:
+        text = f"GPU {g.index} power cap active {pct(g.power_cap_share)} of the window{power}"
+    external = [r for r in seen if r != "sw_power_cap"]
+    if external and g.power_cap_share > 0:
+        text += (f"; the GPU is{_temperature_text(g)}: a power problem, not heat (the power supply, a failing PSU "
+                 "or an external power brake signal from the chassis or BMC)")
+    return score, text
 
 
 def rule_pcie(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
@@ -270,14 +368,15 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
     parts, own = [], 0.0
     if w is not None and w.cores_used is not None:
         capacity = w.cores_allowed
-        who = f"the workload's {w.processes or '?'} processes"
+        who = f"the workload's {plural(w.processes, 'process')}"
         if w.dataloader_workers:
             capacity = min(capacity or w.dataloader_workers, float(w.dataloader_workers))
-            who = f"the workload's {w.dataloader_workers} DataLoader workers"
+            who = f"the workload's {plural(w.dataloader_workers, 'DataLoader worker')}"
         if capacity:
             saturation = w.cores_used / capacity
             own = max(own, ramp(saturation, t["cpu_saturation_low"], t["cpu_saturation_high"]))
-            parts.append(f"{who} used {w.cores_used:.2f} of {capacity:.0f} cores")
+            cores = f"{capacity:.2f}".rstrip("0").rstrip(".")  # a quota may be 0.5 or 1.5 cores
+            parts.append(f"{who} used {w.cores_used:.2f} of {cores} {'core' if capacity == 1 else 'cores'}")
     # one process at a full core: a thread that cannot go faster (the GIL of a DataLoader with 0 workers, a
     # single-threaded decoder or tokenizer) while the host looks idle. Declared DataLoader workers work in
     # parallel, so one hot worker among idle ones is not the limit (their sum above is): there only the main
@@ -390,6 +489,47 @@ def rule_network(starved: float, busy_text: str, h: HostSignals, t: Mapping[str,
         return 0.0, "network throughput unknown"
     text = f"{h.net_device} at {(h.net_bytes_per_second or 0) * 8 / 1e9:.1f} Gbit/s, {pct(h.net_ratio)} of link speed"
     return starved * ramp(h.net_ratio, t["net_low"], t["net_high"]), _join(busy_text, [text])
+
+
+# resource -> (what a neighbour uses of it, its share, how to say it): the evidence names who else presses
+NEIGHBOUR_RESOURCES: dict[str, tuple[str, str, str]] = {
+    "cpu": ("cpu_cores", "cpu_share", "of the CPUs"),
+    "disk_io": ("io_bytes_per_second", "io_share", "of the processes' disk I/O"),
+    "host_memory": ("rss_bytes", "memory_share", "of RAM"),
+}
+NEIGHBOUR_MIN = {"cpu": 0.1, "disk_io": 1e6, "host_memory": 256 * 2**20}  # as sources/neighbours.py names them
+
+
+def neighbours_of(h: HostSignals, resource: str, workload: str | None) -> list[Any]:
+    """The top 3 processes outside ``workload`` pressing on ``resource``, largest first (issue 12, class 8):
+    what sources/neighbours.py found while the host was under pressure; empty on a calm host."""
+    amount, _, _ = NEIGHBOUR_RESOURCES[resource]
+    found = [n for n in h.neighbours if n.workload != workload and (getattr(n, amount) or 0) >= NEIGHBOUR_MIN[resource]]
+    return sorted(found, key=lambda n: -(getattr(n, amount) or 0))[:3]
+
+
+def neighbour_text(resource: str, found: list[Any]) -> str:
+    """'outside the workload: stress-ng (user bob, pid 4242) 7.90 cores, 49 % of the CPUs; ...'."""
+    amount, share, of = NEIGHBOUR_RESOURCES[resource]
+    parts = []
+    for n in found:
+        value = getattr(n, amount)
+        used = {"cpu": f"{value:.2f} {'core' if value == 1 else 'cores'}", "disk_io": f"{value / 1e6:.0f} MB/s",
+                "host_memory": gib(value)}[resource]
+        owner = f"workload {n.workload}, " if n.workload else ""
+        ratio = getattr(n, share)
+        parts.append(f"{n.name} ({owner}user {n.user}, pid {n.pid}) {used}"
+                     + (f", {pct(ratio)} {of}" if ratio is not None else ""))
+    return "outside the workload: " + "; ".join(parts)
+
+
+def _name_neighbours(results: dict[str, Result], h: HostSignals, workload: str) -> None:
+    for resource in NEIGHBOUR_RESOURCES:
+        found = neighbours_of(h, resource, workload)
+        if found:
+            res = results[resource]  # keep a Scored's direct-evidence flag (ties, decide)
+            results[resource] = Scored(res[0], f"{res[1]}; {neighbour_text(resource, found)}",
+                                       getattr(res, "direct", False))
 
 
 def _join(busy_text: str, parts: list[str], standalone: bool = False) -> str:
@@ -526,6 +666,7 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
     idle = None if (cpu_only or demanded) else _no_demand(busy, t, names)
     if idle is not None:
         results = _without_demand(results, idle)
+    _name_neighbours(results, h, profile.name)
     v = _serving_verdict(results, t, serving, busy)
     if idle is not None and v.candidate == NONE and NONE not in v.evidence:
         v = replace(v, evidence={**v.evidence, NONE: idle})

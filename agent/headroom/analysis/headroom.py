@@ -7,7 +7,8 @@ load does not fit). None when the inputs are unknown.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
@@ -22,7 +23,8 @@ class WorkloadHeadroom:
     host_memory_bytes: int | None = None  # MemAvailable
     shared_memory_bytes: int | None = None  # writable bytes left in the fullest shm mount
     power_watts: float | None = None  # limit - draw, summed over its GPUs
-    thermal_celsius: float | None = None  # slowdown temperature - hottest GPU
+    thermal_celsius: float | None = None  # the least margin: each GPU's own thermal limit - its temperature
+    power_watts_by_gpu: Mapping[int, float] = field(default_factory=dict)  # GPU index -> limit - draw, per GPU
     basis: str = ""  # how sequences/context were derived, for the explanation
 
 
@@ -56,7 +58,10 @@ def workload_headroom(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], 
         cores = max(0.0, min(idle, allowed_left))
     power = [g.power_limit_watts - g.power_watts for g in up
              if g.power_limit_watts is not None and g.power_watts is not None]
-    temps = [g.temperature_celsius for g in up if g.temperature_celsius is not None]
+    # each GPU against its own limit (NVML's max operating or slowdown temperature, signals.thermal_limit),
+    # else the configured one: an 83 degC limit on one card and 90 on the next are not the same margin
+    margins = [(g.thermal_limit_celsius if g.thermal_limit_celsius is not None else slowdown_celsius)
+               - g.temperature_celsius for g in up if g.temperature_celsius is not None]
     return WorkloadHeadroom(
         gpu_memory_bytes=sum(free) if free else None,
         sequences=sequences,
@@ -65,6 +70,8 @@ def workload_headroom(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], 
         host_memory_bytes=h.memory_available_bytes,
         shared_memory_bytes=h.shm_available_bytes,
         power_watts=round(sum(power), 3) if power else None,
-        thermal_celsius=(slowdown_celsius - max(temps)) if temps else None,
+        thermal_celsius=min(margins) if margins else None,
         basis=basis,
+        power_watts_by_gpu={g.index: round(g.power_limit_watts - g.power_watts, 3) for g in up
+                            if g.power_limit_watts is not None and g.power_watts is not None},
     )

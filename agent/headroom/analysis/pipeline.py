@@ -38,6 +38,7 @@ class GpuFinding:
     name: str
     verdict: Verdict
     idle: bool
+    clock_events: Mapping[str, float] = field(default_factory=dict)  # reason -> share of the window active
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class WorkloadFinding:
     serving: serving_analysis.ServingSignals | None = None  # the runtime's view (profiles with an endpoint)
     serving_headroom: serving_analysis.ServingHeadroom | None = None
     slos: tuple[serving_analysis.SloStatus, ...] = ()  # the profile's latency objectives (slo:)
+    # resource -> the top processes outside the workload pressing on it (samples.Neighbour), where any do
+    neighbours: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,7 @@ class Analysis:
         t, s = self.thresholds, self.settings
         statuses = self._attribute(sample)
         host = signals.host_signals(window, s["short_window"])
-        gpus = signals.gpu_signals(window, s["short_window"])
+        gpus = signals.gpu_signals(window, s["short_window"], s["gpu_slowdown_celsius"])
         # the long window (minutes of samples) changes slowly: its scores are refreshed every
         # LONG_REFRESH_SECONDS of sample time, not every tick (a full pass costs ~20x a short one)
         refresh = self._long_at is None or not 0 <= now - self._long_at < LONG_REFRESH_SECONDS
@@ -143,7 +146,7 @@ class Analysis:
             self._long_at = now
             self._long_scores = {}
             host_long = signals.host_signals(window, s["long_window"])
-            gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"])}
+            gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"], s["gpu_slowdown_celsius"])}
         changes: list[Change] = []
         self._settled = set()
 
@@ -166,7 +169,8 @@ class Analysis:
                 self._long_scores[key] = bottleneck.score_gpu(gpus_long.get(g.uuid, g), host_long, t,
                                                               reserved.get(g.index)).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes)
-            gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s)))
+            gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s),
+                                           clock_events=dict(g.reason_shares)))
 
         by_index = {g.index: g for g in gpus}
         workload_findings = []
@@ -193,7 +197,8 @@ class Analysis:
             room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
             workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices), srv,
                                                      serving_analysis.serving_headroom(srv, p, est),
-                                                     serving_analysis.slo_status(p, srv)))
+                                                     serving_analysis.slo_status(p, srv),
+                                                     _neighbours(host, p.name)))
 
         declared = {f"workload/{p.name}" for p in self.profiles}
         for key in [k for k in self._hysteresis if k.startswith("workload/") and k not in self._settled
@@ -230,6 +235,11 @@ class Analysis:
             changes.append(Change(entity, name, before, primary, evidence))
         return Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
                        long_scores=long_scores)
+
+
+def _neighbours(host: signals.HostSignals, workload: str) -> dict[str, tuple[Any, ...]]:
+    found = {r: tuple(bottleneck.neighbours_of(host, r, workload)) for r in bottleneck.NEIGHBOUR_RESOURCES}
+    return {r: n for r, n in found.items() if n}
 
 
 def _is_idle(g: signals.GpuSignals, s: Mapping[str, Any]) -> bool:

@@ -14,8 +14,27 @@ from typing import Any
 
 from headroom.samples import CpuSample, DiskSample, GpuSample, MemorySample, NvmlSample, Sample, ShmSample
 
-THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown")
+THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
 POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
+# hw_slowdown is raised for heat *and* for an external power brake (the board's power supply, a BMC): it
+# counts as thermal only while the GPU (or its memory) is within THERMAL_NEAR_CELSIUS of its limit, else as power
+AMBIGUOUS_REASONS = ("hw_slowdown",)
+THERMAL_NEAR_CELSIUS = 5.0
+# what each clock-event reason is, in the evidence
+REASON_LABELS = {
+    "sw_thermal_slowdown": "software thermal slowdown",
+    "hw_thermal_slowdown": "hardware thermal slowdown",
+    "hw_slowdown": "hardware slowdown",
+    "sw_power_cap": "software power cap",
+    "hw_power_brake_slowdown": "hardware power brake",
+}
+# a VRAM trend must be sustained: a least-squares slope over at least this many samples, with a t-statistic
+# (slope / its standard error) of at least VRAM_TREND_MIN_T and at least VRAM_TREND_MIN_BYTES_PER_SECOND;
+# allocator jitter (+-64 MiB up and down) is not growth
+VRAM_TREND_MIN_POINTS = 5
+VRAM_TREND_MIN_T = 4.0
+VRAM_TREND_MIN_BYTES_PER_SECOND = float(2**20)
+VRAM_TREND_MAX_POINTS = 60  # a longer window is thinned to this many points (the fit runs every tick)
 # PCIe bytes/s per lane per direction after line coding, by generation
 PCIE_LANE_BYTES_PER_SECOND = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6, 6: 7877e6}
 # NVLink data bandwidth per link and direction, by NVLink generation (bytes/s): NVLink 2-4 25 GB/s, 5 50 GB/s
@@ -65,6 +84,52 @@ def _rate_of(points: Iterable[tuple[float, float | None]]) -> float | None:
     return increase / elapsed if elapsed > 0 else None
 
 
+def trend(points: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """(slope per second, its t-statistic, R²) of a least-squares line through (t, value) points; None
+    with fewer than two distinct times. A perfect line has an infinite t-statistic and R² 1."""
+    n = len(points)
+    if n < 2:
+        return None
+    t0, v0 = points[0]  # shifted to the first point: the sums stay small, no cancellation on large byte counts
+    st = sv = stt = stv = svv = 0.0
+    for t, v in points:  # one pass: this runs over minutes of samples on the long window
+        t, v = t - t0, v - v0
+        st += t
+        sv += v
+        stt += t * t
+        stv += t * v
+        svv += v * v
+    stt -= st * st / n
+    if stt <= 0:
+        return None
+    stv -= st * sv / n
+    svv -= sv * sv / n
+    slope = stv / stt
+    residual = max(0.0, svv - slope * stv)
+    r2 = 1.0 if svv <= 0 else max(0.0, min(1.0, 1.0 - residual / svv))
+    if n <= 2 or residual <= 0:
+        return slope, (math.inf if slope else 0.0), r2
+    stderr = math.sqrt(residual / (n - 2) / stt)
+    return slope, slope / stderr, r2
+
+
+def sustained_growth(points: Sequence[tuple[float, float]]) -> tuple[float | None, float | None]:
+    """(growth in units per second, R² of the fit) where the window shows a sustained rise (see
+    VRAM_TREND_*), (0.0, R²) where it shows none, (None, None) with too few points to tell."""
+    if len(points) < VRAM_TREND_MIN_POINTS:
+        return None, None
+    if len(points) > VRAM_TREND_MAX_POINTS:  # the long window: evenly spaced points, ending at the newest
+        step = -(-len(points) // VRAM_TREND_MAX_POINTS)
+        points = points[::-1][::step][::-1]
+    fit = trend(points)
+    if fit is None:
+        return None, None
+    slope, t_stat, r2 = fit
+    if slope >= VRAM_TREND_MIN_BYTES_PER_SECOND and t_stat >= VRAM_TREND_MIN_T:
+        return slope, r2
+    return 0.0, r2
+
+
 # ---------------------------------------------------------------------------------------------- GPU
 @dataclass(frozen=True)
 class GpuSignals:
@@ -75,8 +140,8 @@ class GpuSignals:
     busy: float | None = None  # mean utilization ratio over the window
     busy_stdev: float | None = None
     sm_clock_ratio: float | None = None  # mean SM clock / max
-    thermal_share: float = 0.0  # share of samples with a thermal slowdown reason active
-    power_cap_share: float = 0.0  # share of samples with a power cap reason active
+    thermal_share: float = 0.0  # share of samples slowed for heat (thermal reasons, hw_slowdown while hot)
+    power_cap_share: float = 0.0  # share of samples slowed for power (power reasons, hw_slowdown while cool)
     power_ratio: float | None = None  # mean power / limit
     power_watts: float | None = None
     power_limit_watts: float | None = None
@@ -93,6 +158,34 @@ class GpuSignals:
     nvlink_bytes_per_second: float | None = None  # max(tx, rx) over all active links, over the window
     nvlink_capability_bytes_per_second: float | None = None  # active links x per-link bandwidth
     nvlink_ratio: float | None = None
+    # clock-event reason -> share of the window it was active (every reason the GPU reports)
+    reason_shares: Mapping[str, float] = field(default_factory=dict)
+    throttled_share: float | None = None  # share of samples with any slowdown reason active; None: unknown
+    temperature_peak_celsius: float | None = None  # hottest over the window
+    memory_temperature_celsius: float | None = None  # newest HBM/GDDR temperature, where the board has it
+    thermal_limit_celsius: float | None = None  # the GPU's own max operating (else slowdown) temperature
+    thermal_limit_source: str = ""  # "max operating", "slowdown" or "configured" (analysis.gpu_slowdown_celsius)
+    memory_thermal_limit_celsius: float | None = None  # the memory's max operating temperature
+    memory_growth_r2: float | None = None  # how straight the VRAM trend is (R² of the least-squares fit)
+    mig_enabled: bool | None = None  # MIG mode on: NVML reports no utilization for the whole GPU
+
+
+def thermal_limit(g: GpuSample, default_celsius: float | None) -> tuple[float | None, str]:
+    """The temperature the GPU starts slowing down at: its max operating temperature where NVML gives one
+    (software thermal slowdown), else its slowdown threshold (hardware), else the configured default."""
+    if g.temperature_max_operating_celsius:
+        return g.temperature_max_operating_celsius, "max operating"
+    if g.temperature_slowdown_celsius:
+        return g.temperature_slowdown_celsius, "slowdown"
+    return default_celsius, "configured"
+
+
+def _hot(x: GpuSample, limit: float | None, memory_limit: float | None) -> bool:
+    """The GPU or its memory within THERMAL_NEAR_CELSIUS of its limit in this sample."""
+    if limit is not None and x.temperature_celsius is not None and x.temperature_celsius >= limit - THERMAL_NEAR_CELSIUS:
+        return True
+    return (memory_limit is not None and x.memory_temperature_celsius is not None
+            and x.memory_temperature_celsius >= memory_limit - THERMAL_NEAR_CELSIUS)
 
 
 def _gpus_by_uuid(sample: Sample) -> dict[str, GpuSample]:
@@ -128,8 +221,9 @@ def _nvlink(timed: Sequence[tuple[float, GpuSample]], g: GpuSample) -> tuple[flo
     return (max(rates) if rates else None), (per_link * len(active) if per_link else None)
 
 
-def gpu_signals(window: Sequence[Sample], seconds: float) -> list[GpuSignals]:
-    """One GpuSignals per GPU present in the newest sample."""
+def gpu_signals(window: Sequence[Sample], seconds: float, default_limit_celsius: float | None = 87.0) -> list[GpuSignals]:
+    """One GpuSignals per GPU present in the newest sample. ``default_limit_celsius``: the thermal limit of
+    GPUs whose NVML gives no temperature threshold (analysis.gpu_slowdown_celsius)."""
     span = recent(window, seconds)
     maps = [(s.monotonic, _gpus_by_uuid(s)) for s in span]  # once per sample, not once per GPU
     newest = maps[-1][1] if maps else {}
@@ -145,14 +239,32 @@ def gpu_signals(window: Sequence[Sample], seconds: float) -> list[GpuSignals]:
                   if x.sm_clock_hertz is not None and x.sm_clock_max_hertz]
         power = [x.power_watts / x.power_limit_watts for x in series
                  if x.power_watts is not None and x.power_limit_watts]
-        thermal = sum(1 for x in series if any(x.clock_events_active.get(r) for r in THERMAL_REASONS))
-        capped = sum(1 for x in series if any(x.clock_events_active.get(r) for r in POWER_REASONS))
+        limit, limit_source = thermal_limit(g, default_limit_celsius)
+        memory_limit = g.memory_temperature_max_operating_celsius
+        thermal = capped = throttled = 0
+        counts = dict.fromkeys(g.clock_events_active, 0)
+        reported = bool(counts)
+        for x in series:
+            active = x.clock_events_active
+            if True not in active.values():  # most samples: nothing active (a C-level scan, no per-reason work)
+                reported = reported or bool(active)
+                continue
+            reported = True
+            on = {r for r, v in active.items() if v}
+            for r in on:
+                counts[r] = counts.get(r, 0) + 1
+            ambiguous = not on.isdisjoint(AMBIGUOUS_REASONS)
+            hot = ambiguous and _hot(x, limit, memory_limit)
+            heat = hot or not on.isdisjoint(THERMAL_REASONS)
+            braked = (ambiguous and not hot) or not on.isdisjoint(POWER_REASONS)
+            thermal += heat
+            capped += braked
+            throttled += heat or braked
+        temps = [x.temperature_celsius for x in series if x.temperature_celsius is not None]
         used = g.memory_used_bytes
         total = g.memory_total_bytes
-        mem_points = [(t, gs.memory_used_bytes) for t, gs in timed if gs.memory_used_bytes is not None]
-        growth = None
-        if len(mem_points) >= 2 and mem_points[-1][0] > mem_points[0][0]:
-            growth = (mem_points[-1][1] - mem_points[0][1]) / (mem_points[-1][0] - mem_points[0][0])
+        mem_points = [(t, float(gs.memory_used_bytes)) for t, gs in timed if gs.memory_used_bytes is not None]
+        growth, growth_r2 = sustained_growth(mem_points)
         capability = None
         if g.pcie_link_generation and g.pcie_link_width:
             lane = PCIE_LANE_BYTES_PER_SECOND.get(g.pcie_link_generation)
@@ -176,6 +288,12 @@ def gpu_signals(window: Sequence[Sample], seconds: float) -> list[GpuSignals]:
             sm_active=_mean(sm_active),
             nvlink_bytes_per_second=nvlink, nvlink_capability_bytes_per_second=nvlink_capability,
             nvlink_ratio=(nvlink / nvlink_capability) if nvlink is not None and nvlink_capability else None,
+            reason_shares={r: c / len(series) for r, c in counts.items()},
+            throttled_share=(throttled / len(series)) if reported else None,
+            temperature_peak_celsius=max(temps) if temps else None,
+            memory_temperature_celsius=g.memory_temperature_celsius,
+            thermal_limit_celsius=limit, thermal_limit_source=limit_source if limit is not None else "",
+            memory_thermal_limit_celsius=memory_limit, memory_growth_r2=growth_r2, mig_enabled=g.mig_enabled,
         ))  # fmt: skip
     return sorted(out, key=lambda s: s.index)
 
@@ -201,6 +319,8 @@ class HostSignals:
     net_device: str | None = None
     net_bytes_per_second: float | None = None
     disk_bytes_per_second: float | None = None  # the busiest device: read + written bytes/s
+    # the host's top consumers of CPU, disk I/O and memory (samples.Neighbour), newest scan; empty on a calm host
+    neighbours: tuple[Any, ...] = ()
 
 
 def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
@@ -246,6 +366,7 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
             out.update(disk_busy=best[0], disk_device=best[1],
                        disk_queue=_rate(span, _disk_reader(best[1], "weighted_io_time_seconds")),
                        disk_bytes_per_second=_rate(span, _disk_bytes(best[1])))
+    out["neighbours"] = tuple(getattr(last.data("processes"), "neighbours", ()) or ())
     net = last.data("net")
     devices = getattr(net, "devices", None)
     if devices:

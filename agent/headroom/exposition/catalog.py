@@ -222,7 +222,8 @@ CATALOG: tuple[MetricSpec, ...] = (
     _ana("headroom_workload_headroom_power_watts", GAUGE, "watts", W,
          "Power limit minus draw, summed over the workload's GPUs."),
     _ana("headroom_workload_headroom_thermal_celsius", GAUGE, "celsius", W,
-         "Degrees left before thermal slowdown on the workload's hottest GPU (analysis.gpu_slowdown_celsius)."),
+         "Degrees left before thermal slowdown on the workload's tightest GPU: each GPU's own limit (NVML's max "
+         "operating, else slowdown temperature, else analysis.gpu_slowdown_celsius) minus its temperature."),
     # --- CPU and pressure
     _cpu("headroom_cpu_seconds_total", COUNTER, "seconds", ("mode",),
          "CPU time of all logical CPUs per mode (guest time is also counted in user and nice, as the kernel does)."),

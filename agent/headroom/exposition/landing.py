@@ -60,8 +60,15 @@ def status(state: Any) -> dict[str, Any]:
                 "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
                 "power_watts": g.power_watts, "power_limit_watts": g.power_limit_watts,
                 "temperature_celsius": g.temperature_celsius,
+                # the GPU's own limits the analysis judges heat against (NVML; absent where it gives none)
+                "temperature_thresholds_celsius": {k: v for k, v in (
+                    ("max_operating", g.temperature_max_operating_celsius), ("slowdown", g.temperature_slowdown_celsius),
+                    ("shutdown", g.temperature_shutdown_celsius),
+                    ("memory_max_operating", g.memory_temperature_max_operating_celsius)) if v is not None},
                 **(_verdict(verdicts[g.index].verdict) if g.index in verdicts else {}),
                 **({"idle": verdicts[g.index].idle} if g.index in verdicts else {}),
+                # each clock-event reason's share of the short window: distinct causes (docs/analysis.md)
+                **({"clock_event_shares": dict(verdicts[g.index].clock_events)} if g.index in verdicts else {}),
             })  # fmt: skip
     return out
 
@@ -120,6 +127,13 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
     from headroom.samples import to_jsonable
 
     out = {"name": wf.name, "gpus": list(wf.gpus), **_verdict(wf.verdict), "headroom": to_jsonable(wf.headroom)}
+    neighbours = getattr(wf, "neighbours", None)
+    if neighbours:  # who else presses on the host's CPU, disks or memory (never a metric label)
+        out["neighbours"] = {r: [{"pid": n.pid, "name": n.name, "user": n.user, "workload": n.workload,
+                                  "cpu_cores": n.cpu_cores, "cpu_share": n.cpu_share,
+                                  "io_bytes_per_second": n.io_bytes_per_second, "io_share": n.io_share,
+                                  "rss_bytes": n.rss_bytes, "memory_share": n.memory_share} for n in found]
+                             for r, found in neighbours.items()}
     serving = getattr(wf, "serving", None)
     if serving is not None:
         out["serving"] = {**to_jsonable(serving), "ttft": {str(q): v for q, v in serving.ttft.items()},
@@ -235,7 +249,7 @@ def _workload_card(w: dict[str, Any]) -> str:
         ("spare CPU cores", "-" if h.get("cpu_cores") is None else f"{h['cpu_cores']:.1f}"),
         ("host RAM available", _fmt_gib(h.get("host_memory_bytes"))),
         ("shared memory left", _fmt_gib(h.get("shared_memory_bytes"))),
-        ("power margin", "-" if h.get("power_watts") is None else f"{h['power_watts']:.0f} W"),
+        ("power margin", _power_margin(h)),
         ("thermal margin", "-" if h.get("thermal_celsius") is None else f"{h['thermal_celsius']:.0f} C"),
     ]
     room_html = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in room)
@@ -257,8 +271,31 @@ def _workload_card(w: dict[str, Any]) -> str:
             f"<p class=muted>GPUs: {e(gpus)}</p>"
             + (f'<p class="evidence">{e(evidence)}</p>' if evidence else
                f'<p class="evidence muted">{e(none_why or "Nothing limits this workload now.")}</p>')
-            + _serving_line(w.get("serving")) + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
+            + _serving_line(w.get("serving")) + _neighbours_line(w.get("neighbours")) + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
             + _scores_table(w) + "</div>")
+
+
+def _neighbours_line(found: dict[str, Any] | None) -> str:
+    """'Pressure from outside the workload: CPU: stress-ng (bob) 49 %; disk I/O: rsync (backup) 87 %'."""
+    if not found:
+        return ""
+    e = html.escape
+    what = {"cpu": ("CPU", "cpu_share"), "disk_io": ("disk I/O", "io_share"), "host_memory": ("RAM", "memory_share")}
+    parts = []
+    for resource, items in found.items():
+        label, share = what.get(resource, (resource, ""))
+        names = ", ".join(f"{e(n['name'])} ({e(n['user'])}) {_fmt_pct(n.get(share))}" for n in items)
+        parts.append(f"{e(label)}: {names}")
+    return f'<p class="neighbours warn">Pressure from outside the workload: {"; ".join(parts)}</p>'
+
+
+def _power_margin(h: dict[str, Any]) -> str:
+    """'412 W (GPU 0: 400 W, GPU 1: 12 W)': the sum hides a card at its cap beside an idle one."""
+    if h.get("power_watts") is None:
+        return "-"
+    per_gpu = h.get("power_watts_by_gpu") or {}
+    detail = ", ".join(f"GPU {i}: {w:.0f} W" for i, w in per_gpu.items())
+    return f"{h['power_watts']:.0f} W" + (f" ({detail})" if len(per_gpu) > 1 else "")
 
 
 def _serving_line(s: dict[str, Any] | None) -> str:
@@ -314,7 +351,7 @@ def page(state: Any, telemetry_path: str) -> bytes:
     cost = host.get("gpu_idle_cost_total")
     host_line = ""
     if host:
-        host_line = (f"<p>{host['gpus_idle']} of {len(s['gpus'])} GPUs idle now; "
+        host_line = (f"<p>{host['gpus_idle']} of {len(s['gpus'])} {'GPU' if len(s['gpus']) == 1 else 'GPUs'} idle now; "
                      f"{host['gpu_idle_seconds_total'] / 3600:.2f} idle GPU-hours since start"
                      + (f", costing {cost:.2f} {e(host.get('currency') or '')}" if cost is not None else "") + ".</p>")
     workloads = "".join(_workload_card(w) for w in s["workloads"]) or (

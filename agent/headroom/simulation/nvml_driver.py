@@ -93,6 +93,7 @@ XID_CRITICAL_ERROR = 0x8  # nvmlEventTypeXidCriticalError
 CLOCK_SM, CLOCK_MEM = 1, 2  # nvmlClockType_t
 PCIE_UTIL_TX, PCIE_UTIL_RX = 0, 1
 TEMPERATURE_GPU = 0
+TEMPERATURE_THRESHOLDS = {0: 92, 1: 89, 2: 95, 3: 87}  # nvmlTemperatureThresholds_t -> degC
 MEMORY_ERROR_UNCORRECTED, VOLATILE_ECC = 1, 0
 DEVICE_MIG_DISABLE, DEVICE_MIG_ENABLE = 0, 1
 MEMORY_V2 = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
@@ -184,6 +185,7 @@ _QUERY_OF_CALL = {
     "nvmlDeviceGetTotalEnergyConsumption": "energy",
     "nvmlDeviceGetTemperature": "temperature",
     "nvmlDeviceGetTemperatureV": "temperature",
+    "nvmlDeviceGetTemperatureThreshold": "temperature",
     "nvmlDeviceGetClockInfo": "clocks",
     "nvmlDeviceGetMaxClockInfo": "clocks",
     "nvmlDeviceGetPerformanceState": "performance_state",
@@ -528,6 +530,7 @@ class NvmlDriver:
             uint_query("nvmlDeviceGetTotalEnergyConsumption", self._energy_mj, c_ulonglong),
             ("nvmlDeviceGetTemperature", [H, U, P], self._temperature),
             ("nvmlDeviceGetTemperatureV", [H, P], self._temperature_v),
+            ("nvmlDeviceGetTemperatureThreshold", [H, U, P], self._temperature_threshold),
             ("nvmlDeviceGetClockInfo", [H, U, P], lambda h, t, out: self._clock_info("nvmlDeviceGetClockInfo", h, t, out)),
             ("nvmlDeviceGetMaxClockInfo", [H, U, P], lambda h, t, out: self._clock_info("nvmlDeviceGetMaxClockInfo", h, t, out)),
             uint_query("nvmlDeviceGetPerformanceState", lambda g: max(0, min(15, round(self._value(g, "performance_state", 0)))), c_int),
@@ -726,6 +729,15 @@ class NvmlDriver:
         if temp.sensorType != TEMPERATURE_GPU:
             raise _Return(_E["INVALID_ARGUMENT"])
         temp.temperature = round(self._value(gpu, "temperature", 35.0))
+
+    def _temperature_threshold(self, handle: int, kind: int, out: int) -> None:
+        """An H100 SXM's thresholds (nvidia-smi -q -d TEMPERATURE): shutdown 92, slowdown 89, memory max 95,
+        GPU max operating 87 degC; the acoustic and GPS thresholds are not supported."""
+        self._device("nvmlDeviceGetTemperatureThreshold", handle)
+        value = TEMPERATURE_THRESHOLDS.get(kind)
+        if value is None:
+            raise _Return(_E["NOT_SUPPORTED"])
+        _put(c_uint, out, value)
 
     def _clock_info(self, name: str, handle: int, clock_type: int, out: int) -> None:
         gpu = self._device(name, handle)

@@ -156,6 +156,9 @@ _PSTATE_UNKNOWN = 32
 _XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 _CLOCK_SM, _CLOCK_MEM = 1, 2
 _TEMPERATURE_GPU = 0
+# nvmlTemperatureThresholds_t: shutdown, slowdown, memory max, GPU max (operating)
+_THRESHOLDS = (("temperature_shutdown_celsius", 0), ("temperature_slowdown_celsius", 1),
+               ("memory_temperature_max_operating_celsius", 2), ("temperature_max_operating_celsius", 3))
 _PCIE_UTIL_TX, _PCIE_UTIL_RX = 0, 1
 _MIG_ENABLE = 1
 _MEMORY_V2 = _const("nvmlMemory_v2", 0x02000028)  # nvmlMemory_v2 (nvml.h NVML_STRUCT_VERSION(Memory, 2))
@@ -798,6 +801,8 @@ class NvmlCollector(Collector):
         link_max_width = gpu.cached("pcie_link_max_width", "nvmlDeviceGetMaxPcieLinkWidth", h)
         mig_enabled, mig = self._mig(gpu, now)
         processes, processes_stale = self._processes(gpu, mig)
+        # read once per GPU and kept (unsupported ones are re-probed like every other call): no per-tick cost
+        thresholds = {name: gpu.cached(name, "nvmlDeviceGetTemperatureThreshold", h, kind) for name, kind in _THRESHOLDS}
 
         if total is not None and gpu.memory_total is None:
             gpu.memory_total = total
@@ -856,6 +861,7 @@ class NvmlCollector(Collector):
             remapped_rows_uncorrectable=fields[5],
             remapped_rows_pending=bool(fields[6]) if fields[6] is not None else None,
             remapped_rows_failure=bool(fields[7]) if fields[7] is not None else None,
+            **{name: float(v) if v else None for name, v in thresholds.items()},
         )
 
     def _fields(self, gpu: _Gpu, links: Sequence[int] = ()) -> tuple[list[Any], dict[tuple[int, int], Any]]:

@@ -62,6 +62,7 @@ import structlog
 from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses
 from headroom.sources import Collector, SourceContext, procfs, register
 from headroom.sources.cpu import clock_ticks_per_second
+from headroom.sources.neighbours import NeighbourScan
 from headroom.workload.profiles import compile_cmdline_pattern
 
 log = structlog.get_logger("headroom.sources.processes")
@@ -208,6 +209,7 @@ class ProcessesCollector(Collector):
         # perform none of the I/O they model: their /proc/PID/io would claim "reads nothing", so it is unknown
         # (None); a simulated /proc (a synthetic host's) declares what its processes read, so it counts
         self._io_real = ctx.scenario is None or _resolved(ctx.paths.procfs) != _resolved(Path("/proc"))
+        self._neighbours = NeighbourScan(ctx.paths.procfs, self._user_hz, PAGE_SIZE)
         # a live procfs of our own pid namespace: /proc/loadavg's last pid is the one its pids count from
         self._live = is_live_procfs(ctx.paths.procfs)
         self._last_pid: int | None = None
@@ -240,7 +242,13 @@ class ProcessesCollector(Collector):
         if full or fresh:
             self._resolve(None if full else fresh)
         out = tuple(self._measure(i) for i in range(len(self._profiles)))
-        return ProcessesSample(workloads=out)
+        # who else presses on the host (sources/neighbours.py): scanned only under pressure, bounded
+        previous = self.ctx.previous() if self.ctx.previous is not None else None
+        findings = getattr(self.ctx.previous, "findings", None)
+        neighbours = self._neighbours.update((self.ctx.monotonic or time.monotonic)(), previous,
+                                             {pid: w.name for w in out for pid in w.pids},
+                                             findings() if findings is not None else None)
+        return ProcessesSample(workloads=out, neighbours=neighbours)
 
     # -- discovery
     def _listing(self, root: Path) -> tuple[dict[int, int], bool]:

@@ -26,6 +26,7 @@ from headroom.samples import (
     GpuSample,
     MemorySample,
     MountUsage,
+    Neighbour,
     NvmlSample,
     Pressure,
     PressureLine,
@@ -53,6 +54,7 @@ class Host:
     disk_queue: float = 0.1
     disk_bytes: float = 0.0  # bytes/s read + written on the disk (all of it, whoever does it)
     nic: tuple | None = None  # (bytes/s, link speed bytes/s) of the one NIC, when the situation has one
+    neighbours: tuple = ()  # samples.Neighbour: the top consumers the processes collector found (class 8)
 
 
 @dataclass
@@ -68,7 +70,14 @@ class Gpu:
     pcie: float | None = None  # bytes/s
     processes: tuple = ()
     util_alternates: float | None = None  # every other tick, for variance
+    # optional, for the clock, trend and MIG situations (issue 12 classes 5, 7)
     name: str = "NVIDIA H100 80GB HBM3"
+    memory_temperature: float | None = None
+    thresholds: tuple | None = None  # (max operating, slowdown, shutdown, memory max operating) degC, NVML's
+    reasons_share: float = 1.0  # the reasons are active this share of the window (each 10 s, from the start)
+    mem_growth: float = 0.0  # bytes/s added to mem_used each second (mem_used is the first sample's)
+    mem_jitter: int = 0  # bytes added and taken away on alternate seconds (allocator noise)
+    mig: bool = False  # MIG mode on: NVML reports no utilization for the whole GPU
 
 
 def pressure(avg10: float) -> Pressure:
@@ -100,13 +109,20 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
         gpu_samples = []
         for i, g in enumerate(gpus):
             util = g.util if (g.util_alternates is None or t % 2 == 0) else g.util_alternates
+            used = int(g.mem_used + g.mem_growth * t + (g.mem_jitter if t % 2 else -g.mem_jitter))
+            active = (t % 10) < round(g.reasons_share * 10)
+            limits = dict(zip(("temperature_max_operating_celsius", "temperature_slowdown_celsius",
+                               "temperature_shutdown_celsius", "memory_temperature_max_operating_celsius"),
+                              g.thresholds or (None, None, None, None), strict=True))
             gpu_samples.append(GpuSample(
                 index=i, uuid=f"GPU-{i}", name=g.name, pci_bus_id=f"0000:{i:02x}:00.0",
-                memory_total_bytes=g.mem_total, memory_used_bytes=g.mem_used,
-                utilization_ratio=util, power_watts=g.power, power_limit_watts=g.power_limit,
+                memory_total_bytes=g.mem_total, memory_used_bytes=used,
+                utilization_ratio=None if g.mig else util, power_watts=g.power, power_limit_watts=g.power_limit,
                 temperature_celsius=g.temperature, sm_clock_hertz=1.98e9 * g.sm_clock_ratio, sm_clock_max_hertz=1.98e9,
-                clock_events_active={r: (r in g.reasons) for r in ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown",
-                                                                   "hw_thermal_slowdown", "hw_power_brake_slowdown")},
+                clock_events_active={r: (active and r in g.reasons) for r in (
+                    "sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                    "hw_power_brake_slowdown")},
+                memory_temperature_celsius=g.memory_temperature, mig_enabled=True if g.mig else None, **limits,
                 pcie_tx_bytes_per_second=g.pcie, pcie_rx_bytes_per_second=g.pcie,
                 pcie_link_generation=4, pcie_link_width=16, processes=g.processes,
             ))  # fmt: skip
@@ -123,8 +139,21 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
             sources["net"] = SourceResult("net", True, 0.001, SimpleNamespace(devices=(nic,)))
         if extra:
             sources.update(extra(t))
+        if host.neighbours:  # the processes collector's scan of who else presses on the host
+            procs = sources.get("processes")
+            workloads = getattr(procs.data, "workloads", ()) if procs is not None else ()
+            sources["processes"] = SourceResult("processes", True, 0.001, SimpleNamespace(
+                workloads=workloads, neighbours=tuple(host.neighbours)))
         window.append(Sample(timestamp=1e9 + t, monotonic=float(t), sources=sources))
     return window
+
+
+def neighbour(pid: int, name: str, user: str, *, cores: float = 0.0, cpus: int = 16, io: float | None = None,
+              io_share: float | None = None, rss: int = 0, mem_total: int = 256 * GIB,
+              workload: str | None = None) -> Neighbour:
+    """A process the processes collector found pressing on the host (shares as it computes them)."""
+    return Neighbour(pid=pid, name=name, user=user, workload=workload, cpu_cores=cores, cpu_share=cores / cpus,
+                     io_bytes_per_second=io, io_share=io_share, rss_bytes=rss, memory_share=rss / mem_total)
 
 
 def processes_source(name: str, cores: float, io: float | None = None, per_process: Mapping[int, float] | None = None,
