@@ -251,10 +251,11 @@ def _version(dist: str) -> str:
 def _ticks_section(results: Results, w: Any) -> None:
     w("## CPU per tick\n")
     w("| GPUs | processes | workloads | CPU per tick ms | wall per tick ms | analysis ms | render ms | "
-      "samples | bytes |\n|---:|---:|---:|---|---|---|---|---:|---:|")
+      "NVML stand-in ms (apart) | samples | bytes |\n|---:|---:|---:|---|---|---|---|---|---:|---:|")
     for t in results.ticks:
+        standin = _ms(t.tick_standin, 3) if getattr(t, "tick_standin", None) is not None else "-"
         w(f"| {t.gpus} | {t.processes} | {t.workloads} | {_ms(t.tick_cpu)} | {_ms(t.tick_wall)} | "
-          f"{_ms(t.analysis_cpu, 3)} | {_ms(t.render_cpu, 3)} | {t.samples} | {t.exposition_bytes} |")
+          f"{_ms(t.analysis_cpu, 3)} | {_ms(t.render_cpu, 3)} | {standin} | {t.samples} | {t.exposition_bytes} |")
     names = sorted({n for t in results.ticks for n in t.collector_cpu}, key=_collector_order)
     w("\nCPU per `collect()` by collector, ms (median; called directly, thread CPU):\n")
     w("| GPUs | processes | workloads | " + " | ".join(names) + " |")

@@ -46,7 +46,12 @@ def recent(window: Sequence[Sample], seconds: float) -> list[Sample]:
     if not window:
         return []
     newest = window[-1].monotonic
-    out = [s for s in window if newest - s.monotonic <= seconds + 1e-9]
+    out = []
+    for s in reversed(window):  # the window is in time order: walk back from the newest, stop at the first too old
+        if newest - s.monotonic > seconds + 1e-9:
+            break
+        out.append(s)
+    out.reverse()
     return out or [window[-1]]
 
 
