@@ -8,8 +8,9 @@ import math
 import pytest
 
 from headroom.analysis.serving import histogram_quantile, window_delta
-from headroom.samples import Histogram, ServingEndpoint, ServingSample, SourceResult
+from headroom.samples import Histogram
 from headroom.simulation.situations import Gpu, Host, analyse, build_window
+from headroom.simulation.situations import serving_source as serving
 
 VLLM = """
 workloads:
@@ -25,22 +26,6 @@ workloads:
     endpoint: http://127.0.0.1:8000/metrics
 """
 VLLM_GPU = Gpu(util=0.6, mem_used=72 * 2**30, mem_total=80 * 2**30)  # the reservation: NVML looks full
-
-
-def serving(usage=0.5, running=8.0, waiting=0.0, preemptions_per_second=0.0, capacity=65536.0, up=True,
-            ttft=None):
-    """A serving source per tick: gauges as given, preemptions and histograms growing with t."""
-    def extra(t):
-        e = ServingEndpoint(
-            "chat", "http://127.0.0.1:8000/metrics", up=up, runtime="vllm" if up else None,
-            error=None if up else "cannot connect: Connection refused",
-            kv_cache_usage_ratio=usage, requests_running=running, requests_waiting=waiting,
-            preemptions_total=preemptions_per_second * t, kv_cache_capacity_tokens=capacity,
-            time_to_first_token=ttft(t) if ttft else None,
-        ) if up else ServingEndpoint("chat", "http://127.0.0.1:8000/metrics", up=False,
-                                     error="cannot connect: Connection refused")
-        return {"serving": SourceResult("serving", True, 0.0, ServingSample((e,)))}
-    return extra
 
 
 def finding(host: Host, gpu: Gpu, extra, config: str = VLLM):

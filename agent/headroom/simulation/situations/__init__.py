@@ -27,10 +27,13 @@ from headroom.samples import (
     MemorySample,
     MountUsage,
     Neighbour,
+    NvLink,
     NvmlSample,
     Pressure,
     PressureLine,
     Sample,
+    ServingEndpoint,
+    ServingSample,
     ShmSample,
     SourceResult,
 )
@@ -78,6 +81,9 @@ class Gpu:
     mem_growth: float = 0.0  # bytes/s added to mem_used each second (mem_used is the first sample's)
     mem_jitter: int = 0  # bytes added and taken away on alternate seconds (allocator noise)
     mig: bool = False  # MIG mode on: NVML reports no utilization for the whole GPU
+    sm_active: float | None = None  # GPM SM activity (Hopper and later); None: no GPM
+    nvlink: float | None = None  # NVLink bytes/s per direction over all its links; None: no NVLink
+    nvlink_links: int = 18  # active links (H100 SXM: 18 of NVLink 4)
 
 
 def pressure(avg10: float) -> Pressure:
@@ -125,6 +131,10 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
                 memory_temperature_celsius=g.memory_temperature, mig_enabled=True if g.mig else None, **limits,
                 pcie_tx_bytes_per_second=g.pcie, pcie_rx_bytes_per_second=g.pcie,
                 pcie_link_generation=4, pcie_link_width=16, processes=g.processes,
+                sm_active_ratio=g.sm_active, nvlink_version=4 if g.nvlink is not None else None,
+                nvlink_links=() if g.nvlink is None else tuple(
+                    NvLink(link=k, up=True, tx_bytes_total=int(g.nvlink / g.nvlink_links * t),
+                           rx_bytes_total=int(g.nvlink / g.nvlink_links * t)) for k in range(g.nvlink_links)),
             ))  # fmt: skip
         sources = {
             "nvml": SourceResult("nvml", True, 0.001, NvmlSample(up=True, gpus=tuple(gpu_samples))),
@@ -174,6 +184,22 @@ def processes_source(name: str, cores: float, io: float | None = None, per_proce
                             main_pid=main_pid, children={}, pids=tuple(per_process or ()), cgroup=cgroup)
         return {"processes": SourceResult("processes", True, 0.001, SimpleNamespace(workloads=(w,)))}
     return make
+
+
+def serving_source(usage=0.5, running=8.0, waiting=0.0, preemptions_per_second=0.0, capacity=65536.0, up=True,
+            ttft=None):
+    """A serving source per tick: gauges as given, preemptions and histograms growing with t."""
+    def extra(t):
+        e = ServingEndpoint(
+            "chat", "http://127.0.0.1:8000/metrics", up=up, runtime="vllm" if up else None,
+            error=None if up else "cannot connect: Connection refused",
+            kv_cache_usage_ratio=usage, requests_running=running, requests_waiting=waiting,
+            preemptions_total=preemptions_per_second * t, kv_cache_capacity_tokens=capacity,
+            time_to_first_token=ttft(t) if ttft else None,
+        ) if up else ServingEndpoint("chat", "http://127.0.0.1:8000/metrics", up=False,
+                                     error="cannot connect: Connection refused")
+        return {"serving": SourceResult("serving", True, 0.0, ServingSample((e,)))}
+    return extra
 
 
 def together(*makers):
