@@ -22,6 +22,7 @@ import structlog
 
 from headroom.samples import ServingEndpoint
 from headroom.simulation.runtime_metrics import VERSIONS, ServingState, exposition
+from headroom.simulation.situations.serving import VLLM
 from headroom.sources import SourceContext
 from headroom.sources.serving import ServingCollector, read_exposition
 from headroom.workload.profiles import profile_from_dict
@@ -448,19 +449,8 @@ def test_a_declared_runtime_that_the_endpoint_contradicts_is_down(served):
 
 # ------------------------------------------------------------------------------------------ golden
 GOLDEN = Path(__file__).resolve().parent / "golden" / "serving.prom"
-SERVING_CONFIG = """
-workloads:
-  - name: chat
-    kind: inference
-    params: 8B
-    precision: bf16
-    runtime: {name: vllm, gpu_memory_utilization: 0.9}
-    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
-    context: {max: 8192}
-    concurrency: 8
-    gpus: [0]
-    endpoint: URL
-"""
+# the vLLM profile of the serving situations, its endpoint filled in per test
+SERVING_CONFIG = VLLM.replace("http://127.0.0.1:8000/metrics", "URL")
 
 
 def render_serving_golden(served) -> str:

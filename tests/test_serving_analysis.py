@@ -11,21 +11,9 @@ from headroom.analysis.serving import histogram_quantile, window_delta
 from headroom.samples import Histogram
 from headroom.simulation.situations import Gpu, Host, analyse, build_window
 from headroom.simulation.situations import serving_source as serving
+from headroom.simulation.situations.serving import RESERVED, VLLM
 
-VLLM = """
-workloads:
-  - name: chat
-    kind: inference
-    params: 8B
-    precision: bf16
-    runtime: {name: vllm, gpu_memory_utilization: 0.9}
-    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
-    context: {max: 8192}
-    concurrency: 8
-    gpus: [0]
-    endpoint: http://127.0.0.1:8000/metrics
-"""
-VLLM_GPU = Gpu(util=0.6, mem_used=72 * 2**30, mem_total=80 * 2**30)  # the reservation: NVML looks full
+VLLM_GPU = RESERVED  # the reservation: NVML looks full
 
 
 def finding(host: Host, gpu: Gpu, extra, config: str = VLLM):
