@@ -7,6 +7,8 @@ and PCIe threads, backoff and recovery are checked against a controlled clock.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -17,7 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from headroom.exposition.catalog import BY_NAME
-from headroom.samples import GpuSample, NvmlSample
+from headroom.samples import GpuSample, NvmlSample, to_jsonable
 from headroom.simulation import ManualClock, Scenario, load_scenario, parse_scenario
 from headroom.simulation.nvml_driver import NvmlDriver
 from headroom.sources import CollectorError, SourceContext, load_all, nvml
@@ -385,6 +387,36 @@ def test_clock_event_seconds_count_while_a_reason_is_active(make):
     seconds = [rig.tick(5).gpus[0].clock_events_seconds_total for _ in range(6)]  # t = 5 .. 30
     assert [s["hw_thermal_slowdown"] for s in seconds] == [0, 5, 10, 10, 10, 10]
     assert seconds[-1]["sw_power_cap"] == 0.0  # supported, never active: a real zero
+
+
+def test_steady_values_are_the_previous_ticks_objects_and_the_sample_is_what_was_read(make, monkeypatch):
+    """Limits, thresholds and idle clock-event totals are kept once in the window, not once per sample; sharing
+    them changes no value: each GpuSample equals (and serialises as) the one built before sharing."""
+    built = []
+
+    def recording(new, old, names=None):
+        built.append(dataclasses.replace(new))  # a fresh object with what the tick read
+        return share(new, old, names)
+
+    share = nvml.samples.share_unchanged
+    monkeypatch.setattr(nvml.samples, "share_unchanged", recording)
+    rig = make()
+    rig.collector.collect()
+    ticks = [rig.tick() for _ in range(4)]
+    out = [g for t in ticks for g in t.gpus if g.up]
+    assert len(built) >= len(out) > 0
+    for g, b in zip(out, built[-len(out):], strict=True):
+        assert g == b and json.dumps(to_jsonable(g)) == json.dumps(to_jsonable(b))
+    g0, g1 = ticks[-2].gpus[0], ticks[-1].gpus[0]
+    assert g1.power_limit_watts is g0.power_limit_watts
+    assert g1.temperature_max_operating_celsius is g0.temperature_max_operating_celsius
+    assert g1.memory_total_bytes is g0.memory_total_bytes
+    # a GPU without an active clock-event reason: the same totals, not a copy per tick
+    pairs = list(zip(ticks[-2].gpus, ticks[-1].gpus, strict=True))
+    idle = [(x, y) for x, y in pairs if y.clock_events_seconds_total and not any(y.clock_events_active.values())]
+    assert idle and all(y.clock_events_seconds_total is x.clock_events_seconds_total for x, y in idle)
+    quiet = [(x, y) for x, y in pairs if y.up and not y.xid_errors_total]
+    assert quiet and all(y.xid_errors_total is x.xid_errors_total for x, y in quiet)
 
 
 def test_accumulators_skip_the_time_a_gpu_was_down(make):

@@ -175,6 +175,26 @@ def test_each_members_own_cpu_seconds_are_reported_beside_the_sum(tree: Path):
     assert second.process_cpu_seconds[1001] == first.process_cpu_seconds[1001]
 
 
+def test_what_did_not_change_since_the_last_tick_is_the_last_ticks_object(tree: Path):
+    """An idle member's CPU seconds, the pids and the children are kept once in the window, not once per sample;
+    the sample still equals what a collector that never saw the previous tick reads."""
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    first = c.collect().workloads[0]
+    second = c.collect().workloads[0]
+    assert second.process_cpu_seconds is first.process_cpu_seconds
+    assert second.pids is first.pids and second.children is first.children
+    stat = tree / "1001" / "stat"
+    fields = stat.read_text().split(" ")
+    fields[13] = str(int(fields[13]) + 100)  # a worker: utime + 1 s
+    stat.write_text(" ".join(fields))
+    third = c.collect().workloads[0]
+    assert third.process_cpu_seconds is not second.process_cpu_seconds
+    assert dict(third.process_cpu_seconds) == dict(first.process_cpu_seconds) | {1001: 231.0}
+    assert dict(second.process_cpu_seconds) == dict(first.process_cpu_seconds)  # the earlier sample is unchanged
+    fresh = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree).collect().workloads[0]
+    assert dict(third.process_cpu_seconds) == dict(fresh.process_cpu_seconds) and third.pids == fresh.pids
+
+
 def test_a_hot_main_process_gets_its_threads_read_a_calm_one_does_not(tree: Path):
     """Per-thread saturation where cheap: the main process's /proc/PID/task/TID/stat are read only on a tick where
     it ran at HOT_CORES or more since the previous one (a few dozen reads then, none on a calm tick)."""

@@ -10,12 +10,15 @@ nothing from either side, so it is the contract between them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 EMPTY: Mapping[Any, Any] = MappingProxyType({})  # a shared read-only empty mapping
+_MAPS = (dict, MappingProxyType)
+_set = object.__setattr__  # share_unchanged: a field of a frozen dataclass that has not been published yet
 
 
 # --------------------------------------------------------------------------------------------- host
@@ -516,6 +519,31 @@ class Sample:
         """The data of collector ``name`` if it ran and succeeded this tick, else None."""
         result = self.sources.get(name)
         return result.data if result is not None and result.ok else None
+
+
+def share_unchanged(new: Any, old: Any, names: Iterable[str] | None = None) -> Any:
+    """``new`` with each field (``names``, default all) that equals ``old``'s holding ``old``'s object: a value
+    that does not change between ticks (a GPU's limits, thresholds and clock-event totals, an idle process's
+    CPU seconds, an empty map) is then kept once in the window instead of once per sample.
+
+    Equal means same type and ``==`` (a map's values too: 1 and 1.0 stay apart; -0.0 and 0.0 too). ``new`` is a
+    frozen dataclass changed in place, so call it only on a value no other thread has seen yet (a source
+    does, just after building it). Returns ``new``, which still equals what was built."""
+    if old is None or new is old:
+        return new
+    for name in names if names is not None else new.__dataclass_fields__:
+        a = getattr(new, name)
+        b = getattr(old, name)
+        if a is b or type(a) is not type(b) or a != b:
+            continue
+        kind = type(a)
+        if kind is float:
+            if a == 0.0 and math.copysign(1.0, a) != math.copysign(1.0, b):
+                continue
+        elif kind in _MAPS and any(type(v) is not type(b[k]) for k, v in a.items()):
+            continue
+        _set(new, name, b)
+    return new
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,15 @@ CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
     ("display_clock_setting", 0x100),
 )
 _ALL_REASONS = sum(bit for _, bit in CLOCK_EVENT_REASONS)
+# GpuSample fields that stay the same from tick to tick on most GPUs most of the time: each one equal to the
+# previous tick's keeps that object (samples.share_unchanged), so the window holds it once, not once per sample
+_STEADY_FIELDS = (
+    "memory_total_bytes", "memory_reserved_bytes", "power_limit_watts", "temperature_celsius",
+    "memory_temperature_celsius", "sm_clock_hertz", "sm_clock_max_hertz", "memory_clock_hertz",
+    "memory_clock_max_hertz", "clock_events_seconds_total", "nvlink_links", "xid_errors_total",
+    "temperature_max_operating_celsius", "temperature_slowdown_celsius", "temperature_shutdown_celsius",
+    "memory_temperature_max_operating_celsius",
+)
 _CLOCK_EVENTS: dict[tuple[int, int], dict[str, bool]] = {}  # (supported, active) masks -> reason -> active
 
 def _const(name: str, fallback: int) -> int:
@@ -349,6 +358,7 @@ class _Gpu:
     now: float = 0.0
     # the per-tick field read: (wanted (field, scope) pairs, unsupported-set version, links, array for them)
     fields_plan: tuple[Any, ...] | None = None
+    published: samples.GpuSample | None = None  # the last full read (for samples.share_unchanged)
 
     def query(self, key: str, function: str, *args: Any, remember: bool = True, call: Callable[..., Any] | None = None) -> Any:
         """lib.<function>(*args) (``call(*args)`` instead where given: the same entry point reached another
@@ -762,6 +772,8 @@ class NvmlCollector(Collector):
         except _GpuDown as exc:
             self._mark_down(gpu, str(exc), now)
             return gpu.down_sample()
+        # values that rarely change (limits, thresholds, clock-event totals ...) are last tick's objects
+        gpu.published = sample = samples.share_unchanged(sample, gpu.published, _STEADY_FIELDS)
         if was_down:
             log.info("gpu_recovered", gpu=gpu.index, uuid=gpu.uuid)
             gpu.up, gpu.error = True, None
@@ -811,7 +823,7 @@ class NvmlCollector(Collector):
         busy, event_seconds = self._accumulate(gpu.uuid or f"index:{gpu.index}", now, utilization, clock_events)
         tx, rx = self._pcie_rates(gpu, now, fields[8], fields[9])
         with self._xid_lock:
-            xids = dict(self._xid_counts[gpu.uuid]) if gpu.uuid in self._xid_counts else {}
+            xids = dict(self._xid_counts[gpu.uuid]) if gpu.uuid in self._xid_counts else samples.EMPTY
         return samples.GpuSample(
             index=gpu.index,
             uuid=gpu.uuid,
@@ -1193,7 +1205,7 @@ class NvmlCollector(Collector):
         dt = now - last[0]
         return (tx_total - last[1]) / dt, (rx_total - last[2]) / dt
 
-    def _accumulate(self, uuid: str, now: float, utilization: float | None, events: dict[str, bool]) -> tuple[float | None, dict[str, float]]:
+    def _accumulate(self, uuid: str, now: float, utilization: float | None, events: dict[str, bool]) -> tuple[float | None, Mapping[str, float]]:
         """Add this interval to busy seconds and clock-event seconds; return the totals.
 
         The interval runs from this GPU's previous read (first read, or first after an outage: nothing).
@@ -1203,8 +1215,12 @@ class NvmlCollector(Collector):
         dt = max(0.0, now - last) if last is not None else 0.0
         if utilization is not None:
             self._busy[uuid] = self._busy.get(uuid, 0.0) + utilization * dt
-        seconds = self._clock_event_seconds.setdefault(uuid, {})
-        for reason, active in events.items():
-            seconds[reason] = seconds.get(reason, 0.0) + (dt if active else 0.0)
-        return self._busy.get(uuid), dict(seconds)
+        # the totals are a new map only when one grew (or a reason appeared): while none is active, every
+        # sample in the window holds the same one (it is never changed once returned)
+        seconds = self._clock_event_seconds.get(uuid, samples.EMPTY)
+        if (dt and any(events.values())) or not events.keys() <= seconds.keys():
+            seconds = {**seconds, **{reason: seconds.get(reason, 0.0) + (dt if active else 0.0)
+                                     for reason, active in events.items()}}
+            self._clock_event_seconds[uuid] = seconds
+        return self._busy.get(uuid), seconds
 

@@ -59,7 +59,7 @@ from typing import Any
 
 import structlog
 
-from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses
+from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses, share_unchanged
 from headroom.sources import Collector, SourceContext, procfs, register
 from headroom.sources.cpu import clock_ticks_per_second
 from headroom.sources.neighbours import NeighbourScan
@@ -203,6 +203,7 @@ class ProcessesCollector(Collector):
         self._user_hz = clock_ticks_per_second()
         self._procs: dict[int, _Proc] = {}
         self._totals = [_Totals() for _ in self._profiles]
+        self._last: tuple[WorkloadProcesses | None, ...] = (None,) * len(self._profiles)  # the last tick's
         self._pid_files: list[frozenset[int]] = [frozenset() for _ in self._profiles]
         self._scanned = False  # the first full scan is done
         # a simulation's stand-ins that are real processes (read from the machine's own /proc) burn real CPU but
@@ -241,7 +242,9 @@ class ProcessesCollector(Collector):
             full = True
         if full or fresh:
             self._resolve(None if full else fresh)
-        out = tuple(self._measure(i) for i in range(len(self._profiles)))
+        # what did not change since the last tick (an idle member's CPU seconds, the pids) is last tick's object
+        out = tuple(share_unchanged(self._measure(i), last) for i, last in enumerate(self._last))
+        self._last = out
         # who else presses on the host (sources/neighbours.py): scanned only under pressure, bounded
         previous = self.ctx.previous() if self.ctx.previous is not None else None
         findings = getattr(self.ctx.previous, "findings", None)
