@@ -72,6 +72,26 @@ def test_cpu_unreadable_psi_degrades_to_absent_and_logs_once(tmp_path):
     assert "cannot parse" in logs[0]["error"]
 
 
+def test_cpu_values_that_did_not_change_are_the_previous_ticks_objects(tmp_path):
+    """Load and PSI averages move every few seconds: an unchanged one is kept once in the window, a changed one
+    is the new value, and the previous sample is left as it was."""
+    root = tmp_path / "proc"
+    shutil.copytree(MODERN, root)
+    collector = CpuCollector(ctx(root))
+    first = collector.collect()
+    second = collector.collect()
+    assert second.pressure["memory"] is first.pressure["memory"] and second.load1 is first.load1
+    memory = (root / "pressure" / "memory").read_text()
+    (root / "pressure" / "memory").write_text(memory.replace("total=", "total=9", 1))  # "some" stalled longer
+    third = collector.collect()
+    assert third.pressure["memory"].some.total_seconds != second.pressure["memory"].some.total_seconds
+    assert third.pressure["memory"].some.avg10 is second.pressure["memory"].some.avg10
+    assert third.pressure["memory"].full is second.pressure["memory"].full
+    assert third.pressure["cpu"] is first.pressure["cpu"]
+    assert second.pressure["memory"] == first.pressure["memory"]  # not changed by the later tick
+    assert third == CpuCollector(ctx(root)).collect()  # the same values a collector without a past reads
+
+
 # ------------------------------------------------------------------------------------------ memory
 def test_memory_modern_with_major_faults():
     m = MemoryCollector(ctx()).collect()

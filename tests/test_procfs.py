@@ -221,6 +221,17 @@ def test_diskstats_layouts(situation, line, discards):
     assert (d.discards_completed, d.discarded_bytes) == (discards or (None, None))
 
 
+def test_device_names_are_one_string_for_every_tick():
+    """A device's name is the same object in every sample of the window, not a new string per tick."""
+    text = (MODERN / "diskstats").read_text()
+    first, second = procfs.parse_diskstats(text), procfs.parse_diskstats(text[:-1] + "\n")
+    assert [d.device for d in first] == [d.device for d in second]
+    assert all(a.device is b.device for a, b in zip(first, second, strict=True))
+    net = (MODERN / "net" / "dev").read_text()
+    first, second = procfs.parse_net_dev(net), procfs.parse_net_dev(net[:-1] + "\n")
+    assert first and all(a.device is b.device for a, b in zip(first, second, strict=True))
+
+
 def test_diskstats_old_partition_lines_with_seven_fields_are_skipped():
     devices = procfs.parse_diskstats("   8    1 sda1 10 20 30 40\n" + LINE_14 + "\n")
     assert [d.device for d in devices] == ["sda"]

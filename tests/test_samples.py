@@ -66,3 +66,10 @@ def test_nothing_to_share_with_on_the_first_tick():
     new = gpu(power_limit_watts=700.0)
     assert share_unchanged(new, None) is new
     assert share_unchanged(new, new) is new
+
+
+def test_a_value_equal_in_every_field_is_the_previous_object():
+    old = gpu(power_limit_watts=float("700"), clock_events_seconds_total={"gpu_idle": float("0")})
+    new = gpu(power_limit_watts=float("700"), clock_events_seconds_total={"gpu_idle": float("0")})
+    assert share_unchanged(new, old) is old
+    assert share_unchanged(new, old, ("power_limit_watts",)) is new  # only some fields looked at: not known equal

@@ -522,28 +522,35 @@ class Sample:
 
 
 def share_unchanged(new: Any, old: Any, names: Iterable[str] | None = None) -> Any:
-    """``new`` with each field (``names``, default all) that equals ``old``'s holding ``old``'s object: a value
-    that does not change between ticks (a GPU's limits, thresholds and clock-event totals, an idle process's
-    CPU seconds, an empty map) is then kept once in the window instead of once per sample.
+    """``new`` with each field (``names``, default all) that equals ``old``'s holding ``old``'s object, or ``old``
+    itself when every field equals it (``names`` None): a value that does not change between ticks (a GPU's
+    limits, thresholds and clock-event totals, an idle process's CPU seconds, an empty map) is then kept once in
+    the window instead of once per sample.
 
     Equal means same type and ``==`` (a map's values too: 1 and 1.0 stay apart; -0.0 and 0.0 too). ``new`` is a
     frozen dataclass changed in place, so call it only on a value no other thread has seen yet (a source
-    does, just after building it). Returns ``new``, which still equals what was built."""
+    does, just after building it). What it returns equals what was built."""
     if old is None or new is old:
         return new
+    same = names is None and type(new) is type(old)
     for name in names if names is not None else new.__dataclass_fields__:
         a = getattr(new, name)
         b = getattr(old, name)
-        if a is b or type(a) is not type(b) or a != b:
+        if a is b:
+            continue
+        if type(a) is not type(b) or a != b:
+            same = False
             continue
         kind = type(a)
         if kind is float:
             if a == 0.0 and math.copysign(1.0, a) != math.copysign(1.0, b):
+                same = False
                 continue
         elif kind in _MAPS and any(type(v) is not type(b[k]) for k, v in a.items()):
+            same = False
             continue
         _set(new, name, b)
-    return new
+    return old if same else new
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 import structlog
 
-from headroom.samples import CpuSample, Pressure
+from headroom.samples import CpuSample, Pressure, share_unchanged
 from headroom.sources import Collector, SourceContext, procfs, register
 
 log = structlog.get_logger("headroom.sources.cpu")
@@ -37,6 +37,7 @@ class CpuCollector(Collector):
         super().__init__(ctx)
         self._user_hz = clock_ticks_per_second()
         self._pressure_error: str | None = None
+        self._last: CpuSample | None = None  # the previous tick's (samples.share_unchanged)
 
     def collect(self) -> CpuSample:
         """Returns this tick's CpuSample; raises CollectorError when /proc/stat or loadavg fails."""
@@ -49,7 +50,8 @@ class CpuCollector(Collector):
             load1, load5, load15 = procfs.read_loadavg(root)
         except (OSError, ValueError) as exc:
             raise procfs.read_failure(root / "loadavg", exc) from None
-        return CpuSample(
+        # load averages move every 5 s and PSI averages every 2 s: an unchanged value is last tick's object
+        self._last = share_unchanged(CpuSample(
             times=stat.times,
             logical_cpus=stat.logical_cpus,
             load1=load1,
@@ -58,7 +60,8 @@ class CpuCollector(Collector):
             procs_running=stat.procs_running,
             procs_blocked=stat.procs_blocked,
             pressure=MappingProxyType(self._pressure()),
-        )
+        ), self._last)
+        return self._last
 
     def _pressure(self) -> dict[str, Pressure]:
         """Returns PSI per resource; {} (logged once) when the files exist but cannot be read."""
@@ -74,4 +77,11 @@ class CpuCollector(Collector):
         if self._pressure_error is not None:
             log.info("pressure_readable_again", resources=sorted(pressure))
             self._pressure_error = None
+        last = self._last.pressure if self._last is not None else {}
+        for resource, p in pressure.items():
+            old = last.get(resource)
+            if old is not None:
+                p = Pressure(some=share_unchanged(p.some, old.some),
+                             full=share_unchanged(p.full, old.full) if p.full is not None else None)
+                pressure[resource] = share_unchanged(p, old)
         return pressure

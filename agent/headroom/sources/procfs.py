@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,7 +222,7 @@ def parse_diskstats(text: str) -> list[DiskStats]:
             continue
         if len(parts) < 14:
             raise ValueError(f"line {lineno}: {len(parts)} fields, 14, 18 or 20 expected")
-        name = parts[2]
+        name = sys.intern(parts[2])  # one string per device for the whole window, not one per sample
         try:
             v = [int(x) for x in parts[3:]]
         except ValueError:
@@ -257,7 +258,7 @@ def parse_net_dev(text: str) -> list[NetDevice]:
         name, sep, rest = line.partition(":")
         if not sep or "|" in line:
             continue  # the two header lines
-        name = name.strip()
+        name = sys.intern(name.strip())  # one string per interface for the whole window, not one per sample
         parts = rest.split()
         if not name or len(parts) < 16:
             raise ValueError(f"line {lineno}: expected 'name: 16 counters', got {line.strip()!r}")
@@ -317,7 +318,7 @@ def parse_mounts(text: str) -> list[MountEntry]:
         if len(parts) < 4:
             raise ValueError(f"line {lineno}: expected 'device mountpoint fstype options ...', got {line!r}")
         device, mountpoint, fstype, options = (_unescape_mount_field(p) for p in parts[:4])
-        out.append(MountEntry(device, mountpoint, fstype, tuple(options.split(","))))
+        out.append(MountEntry(device, mountpoint, sys.intern(fstype), tuple(options.split(","))))  # fstype: a label
     return out
 
 
