@@ -85,3 +85,25 @@ def test_workload_modelling_is_one_pure_package():
     for p in (PKG / "workload").rglob("*.py"):
         for m in imports(p):
             assert not m.startswith(banned), f"workload/{p.name} imports {m}"
+
+
+def test_the_agent_loads_prometheus_client_only_to_read_a_serving_runtime():
+    """Import weight is resident memory: `headroom run` imports every collector, the daemon, the exposition and the
+    analysis, and prometheus-client's text parser (with its registry and exposition modules) only once a serving
+    runtime's exposition is read."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from headroom import cli, daemon\n"
+        "from headroom.analysis import pipeline\n"
+        "from headroom.sources import load_all, serving\n"
+        "load_all()\n"
+        "assert 'prometheus_client' not in sys.modules, sorted(m for m in sys.modules if 'prometheus' in m)\n"
+        "assert serving._parse_series('vllm:num_requests_running{model_name=\"m\"} 3') == "
+        "('vllm:num_requests_running', {'model_name': 'm'})\n"
+        "assert 'prometheus_client.parser' in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -31,7 +31,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
-from prometheus_client.parser import text_string_to_metric_families
 
 from headroom import __version__
 from headroom.samples import Histogram, ServingEndpoint, ServingSample
@@ -319,6 +318,10 @@ def parse(text: str, series: dict[str, tuple[str, dict[str, str]]] | None = None
 
 def _parse_series(line: str) -> tuple[str, dict[str, str]]:
     """(sample name, labels) of one sample line, by prometheus-client's text parser."""
+    # imported on the first series read: prometheus_client (with its registry and exposition modules, ~0.8 MiB
+    # resident) is loaded only by agents that scrape a serving runtime
+    from prometheus_client.parser import text_string_to_metric_families
+
     try:
         for family in text_string_to_metric_families(line + "\n"):
             for s in family.samples:
