@@ -92,6 +92,22 @@ def test_cpu_values_that_did_not_change_are_the_previous_ticks_objects(tmp_path)
     assert third == CpuCollector(ctx(root)).collect()  # the same values a collector without a past reads
 
 
+def test_disk_and_memory_values_that_did_not_move_are_the_previous_ticks_objects(tmp_path):
+    root = tmp_path / "proc"
+    shutil.copytree(MODERN, root)
+    disk, memory = DiskCollector(ctx(root)), MemoryCollector(ctx(root))
+    d1, m1 = disk.collect(), memory.collect()
+    d2, m2 = disk.collect(), memory.collect()
+    assert d2.devices and all(a is b for a, b in zip(d1.devices, d2.devices, strict=True))
+    assert m2 is m1  # nothing in meminfo or vmstat changed
+    meminfo = (root / "meminfo").read_text()
+    (root / "meminfo").write_text(meminfo.replace("MemFree:        112233440", "MemFree:        112233441"))
+    m3 = memory.collect()
+    assert m3.free_bytes == m1.free_bytes + 1024 and m3.total_bytes is m1.total_bytes
+    assert m3 == MemoryCollector(ctx(root)).collect() and m2 == m1
+    assert disk.collect() == DiskCollector(ctx(root)).collect()
+
+
 # ------------------------------------------------------------------------------------------ memory
 def test_memory_modern_with_major_faults():
     m = MemoryCollector(ctx()).collect()

@@ -126,3 +126,21 @@ def test_bad_regex_setting_is_a_clear_error():
 def test_collector_reads_the_real_proc_net_dev():
     s = NetCollector(SourceContext(settings={"device_exclude": ""})).collect()
     assert "lo" in [d.device for d in s.devices]
+
+
+def test_an_interface_whose_counters_did_not_move_is_the_previous_ticks_object(tmp_path):
+    """Idle interfaces are kept once in the window, not once per sample; one that moved is read anew, and the
+    samples equal what a collector without a past reads."""
+    root = tmp_path / "proc"
+    shutil.copytree(MODERN, root, symlinks=True)
+    collector = NetCollector(ctx(root, MODERN / "sys"))
+    first = collector.collect()
+    second = collector.collect()
+    assert second.devices and all(a is b for a, b in zip(first.devices, second.devices, strict=True))
+    dev = root / "net" / "dev"
+    dev.write_text(dev.read_text().replace("8123456789012", "8123456799012"))  # enp65s0f0 received 10 kB
+    third = collector.collect()
+    moved = {d.device for a, d in zip(second.devices, third.devices, strict=True) if a is not d}
+    assert moved == {"enp65s0f0"}
+    assert third == NetCollector(ctx(root, MODERN / "sys")).collect()
+    assert second == first  # the earlier sample is as it was

@@ -10,7 +10,7 @@ Settings (``collectors.disk``):
 
 from __future__ import annotations
 
-from headroom.samples import DiskSample
+from headroom.samples import DiskSample, DiskStats, share_unchanged
 from headroom.sources import Collector, DeviceFilter, SourceContext, procfs, register
 
 
@@ -22,6 +22,7 @@ class DiskCollector(Collector):
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
+        self._last: dict[str, DiskStats] = {}  # device -> last tick's (samples.share_unchanged)
         self._filter = DeviceFilter("disk", ctx.settings, procfs.DEFAULT_DISK_EXCLUDE)
 
     def wanted(self, device: str) -> bool:
@@ -35,4 +36,7 @@ class DiskCollector(Collector):
             devices = procfs.read_diskstats(root)
         except (OSError, ValueError) as exc:
             raise procfs.read_failure(root / "diskstats", exc) from None
-        return DiskSample(devices=tuple(d for d in devices if self.wanted(d.device)))
+        last = self._last
+        out = tuple(share_unchanged(d, last.get(d.device)) for d in devices if self.wanted(d.device))  # idle: shared
+        self._last = {d.device: d for d in out}
+        return DiskSample(devices=out)

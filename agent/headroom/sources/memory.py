@@ -6,7 +6,7 @@ import dataclasses
 
 import structlog
 
-from headroom.samples import MemorySample
+from headroom.samples import MemorySample, share_unchanged
 from headroom.sources import Collector, SourceContext, procfs, register
 
 log = structlog.get_logger("headroom.sources.memory")
@@ -20,6 +20,7 @@ class MemoryCollector(Collector):
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
+        self._last: MemorySample | None = None  # last tick's (samples.share_unchanged)
         self._vmstat_error: str | None = None
 
     def collect(self) -> MemorySample:
@@ -32,7 +33,9 @@ class MemoryCollector(Collector):
             sample = procfs.read_meminfo(root)
         except (OSError, ValueError) as exc:
             raise procfs.read_failure(root / "meminfo", exc) from None
-        return dataclasses.replace(sample, major_faults_total=self._major_faults())
+        # totals and counters that did not move since the last tick are last tick's objects
+        self._last = share_unchanged(dataclasses.replace(sample, major_faults_total=self._major_faults()), self._last)
+        return self._last
 
     def _major_faults(self) -> int | None:
         """Returns pgmajfault from /proc/vmstat, or None when it cannot be read."""

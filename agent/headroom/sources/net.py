@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from headroom.samples import NetSample
+from headroom.samples import NetDevice, NetSample, share_unchanged
 from headroom.sources import Collector, DeviceFilter, SourceContext, procfs, register
 
 
@@ -30,6 +30,7 @@ class NetCollector(Collector):
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
+        self._last: dict[str, NetDevice] = {}  # device -> last tick's (samples.share_unchanged)
         self._filter = DeviceFilter("net", ctx.settings, procfs.DEFAULT_NET_EXCLUDE)
 
     def wanted(self, device: str) -> bool:
@@ -44,7 +45,11 @@ class NetCollector(Collector):
         except (OSError, ValueError) as exc:
             raise procfs.read_failure(root / "net" / "dev", exc) from None
         sysfs = self.ctx.paths.sysfs
-        return NetSample(devices=tuple(
-            dataclasses.replace(d, speed_bytes_per_second=procfs.read_net_speed(sysfs, d.device))
+        last = self._last
+        out = tuple(
+            share_unchanged(dataclasses.replace(d, speed_bytes_per_second=procfs.read_net_speed(sysfs, d.device)),
+                            last.get(d.device))  # an idle interface: last tick's object
             for d in devices if self.wanted(d.device)
-        ))  # fmt: skip
+        )  # fmt: skip
+        self._last = {d.device: d for d in out}
+        return NetSample(devices=out)
