@@ -1,0 +1,58 @@
+"""Process-level memory set-up of `headroom run` (docs/benchmarks.md, "Memory while the window fills")."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+# threads that each allocate through malloc while all are alive; then glibc's malloc_info lists one <heap> per arena
+PROBE = r"""
+import ctypes, sys, tempfile, threading
+from headroom import daemon
+limited = daemon.limit_malloc_arenas() if sys.argv[1] == "limit" else None
+barrier, keep = threading.Barrier(5), []
+def work():
+    keep.append([bytearray(2048) for _ in range(64)])  # above pymalloc's 512 bytes: malloc's
+    barrier.wait()
+    barrier.wait()
+threads = [threading.Thread(target=work) for _ in range(4)]
+for t in threads:
+    t.start()
+barrier.wait()
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = (ctypes.c_char_p, ctypes.c_char_p)
+libc.malloc_info.argtypes = (ctypes.c_int, ctypes.c_void_p)
+libc.fclose.argtypes = (ctypes.c_void_p,)
+with tempfile.NamedTemporaryFile(suffix=".xml") as out:
+    f = libc.fopen(out.name.encode(), b"w")
+    libc.malloc_info(0, f)
+    libc.fclose(f)
+    heaps = open(out.name).read().count("<heap nr=")
+barrier.wait()
+print(limited, heaps)
+"""
+
+
+def arenas(mode: str, env: dict[str, str] | None = None) -> tuple[str, int]:
+    clean = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    done = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=60,
+                          env={**clean, **(env or {})})
+    assert done.returncode == 0, done.stderr
+    limited, heaps = done.stdout.split()
+    return limited, int(heaps)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's")
+def test_the_agent_keeps_one_malloc_arena_for_all_its_threads():
+    assert arenas("plain")[1] >= 3  # glibc's default: an arena per allocating thread
+    assert arenas("limit") == ("True", 1)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's")
+def test_a_malloc_arena_max_the_user_set_wins():
+    assert arenas("limit", {"MALLOC_ARENA_MAX": "3"}) == ("False", 3)
