@@ -381,6 +381,29 @@ def _rss_section(results: Results, w: Any) -> None:
             w(f"The window held {WINDOW_SAMPLES} samples after {full_at:.0f} s (overrunning ticks are skipped); "
               f"the full window adds {grown / MIB:.1f} MiB at {gpus} GPUs, "
               f"{grown / WINDOW_SAMPLES / 1024:.0f} KiB per sample.\n")
+    w(_why_rss(results))
+
+
+def _why_rss(results: Results) -> str:
+    """What the agent's resident memory is made of, with this run's per-sample and per-GPU figures."""
+    grown = {g: (p[-1][1] - p[0][1]) / WINDOW_SAMPLES for g, p in results.window_rss.items()
+             if len(p) > 1 and results.window_full_at.get(g) is not None}
+    start = min(p[0][1] for p in results.window_rss.values()) if results.window_rss else 0
+    per_gpu = ""
+    if len(grown) >= 2:
+        (g0, b0), (g1, b1) = sorted(grown.items())[0], sorted(grown.items())[-1]
+        per_gpu = f" (here {b0 / 1024:.0f} KiB at {g0} GPUs, {b1 / 1024:.0f} KiB at {g1}: {(b1 - b0) / (g1 - g0) / 1024:.1f} KiB per GPU)"
+    return (
+        f"Why RSS is what it is: the {start / MIB:.0f} MiB before the window fills are the interpreter, the modules "
+        "`headroom run` imports (the NVML binding, structlog with the asyncio it imports, PyYAML, psutil, RE2, "
+        "the TLS and hashing libraries; prometheus-client's parser only once a serving runtime is read) and its "
+        "threads. Each sample then keeps what changed since the tick before" + per_gpu + ": per GPU its "
+        "GpuSample (about 0.5 KiB of fields) and the readings that move every tick (utilization, memory, power, "
+        "energy, PCIe), plus the host collectors' samples. Values that did not change (a GPU's limits, "
+        "thresholds and clock-event totals while no reason is active, an idle process's CPU seconds, PSI and load "
+        "averages between kernel updates, idle interfaces and disks, device names) are the previous tick's objects "
+        "(`samples.share_unchanged`), and all threads share one malloc arena (`daemon.limit_malloc_arenas`), so "
+        "what one thread frees another reuses.\n")
 
 
 def _diagnosis_section(results: Results, w: Any) -> None:
@@ -428,10 +451,9 @@ def _diagnosis_section(results: Results, w: Any) -> None:
         notes.append(
             f"**RSS at {big} GPUs with a full window is {points[-1][1] / MIB:.1f} MiB**: the agent starts at "
             f"{points[0][1] / MIB:.1f} MiB and each of the window's {WINDOW_SAMPLES} samples keeps "
-            f"~{per_sample / 1024:.0f} KiB (per GPU per sample: frozen GpuSample with its dicts of clock-event "
-            "flags and seconds, process tuples, MIG tuples, plus every host collector's sample). Keeping only "
-            "what analysis reads in the window (or sharing unchanged per-GPU dicts between samples) would "
-            "bound it.")
+            f"~{per_sample / 1024:.0f} KiB (per GPU per sample: its GpuSample and the readings that changed; "
+            "unchanged values are already shared between samples). Keeping fewer GPU fields per sample in "
+            "the window (most of a GpuSample's ~60 are unset or read only from the newest sample) would bound it.")
     growth = _marginal(_growth(results, "workloads", {"gpus": 8, "processes": 1000}), "workloads", 1e3, "")
     if "faster than linear" in growth:
         notes.append(

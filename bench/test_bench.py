@@ -183,3 +183,13 @@ def test_the_nvml_cost_section_replaces_its_markers_and_keeps_the_rest(tmp_path)
     fresh.write_text("# Benchmarks\n\n<!-- fleet:begin -->\nfleet\n")
     nvml_cost.write_docs(f"{nvml_cost.BEGIN}\nnew\n{nvml_cost.END}\n", fresh)
     assert fresh.read_text().index("new") < fresh.read_text().index("fleet")
+
+
+def test_the_memory_section_says_what_a_sample_and_a_gpu_cost_in_this_run():
+    results = report.Results(machine=host.machine(), command="x", quick=False, node_exporter=None)
+    results.window_rss = {8: [(0.0, 46 * report.MIB), (30.0, 46 * report.MIB + 601 * 12 * 1024)],
+                          16: [(0.0, 47 * report.MIB), (60.0, 47 * report.MIB + 601 * 20 * 1024)]}
+    results.window_full_at = {8: 30.0, 16: 60.0}
+    text = report._why_rss(results)
+    assert "the 46 MiB before the window fills" in text
+    assert "(here 12 KiB at 8 GPUs, 20 KiB at 16: 1.0 KiB per GPU)" in text
