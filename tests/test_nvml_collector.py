@@ -395,7 +395,8 @@ def test_steady_values_are_the_previous_ticks_objects_and_the_sample_is_what_was
     built = []
 
     def recording(new, old, names=None):
-        built.append(dataclasses.replace(new))  # a fresh object with what the tick read
+        if isinstance(new, GpuSample):
+            built.append(dataclasses.replace(new))  # a fresh object with what the tick read
         return share(new, old, names)
 
     share = nvml.samples.share_unchanged
@@ -417,6 +418,8 @@ def test_steady_values_are_the_previous_ticks_objects_and_the_sample_is_what_was
     assert idle and all(y.clock_events_seconds_total is x.clock_events_seconds_total for x, y in idle)
     quiet = [(x, y) for x, y in pairs if y.up and not y.xid_errors_total]
     assert quiet and all(y.xid_errors_total is x.xid_errors_total for x, y in quiet)
+    mig = [(a, b) for x, y in pairs for a, b in zip(x.mig_instances, y.mig_instances, strict=True)]
+    assert mig and all(b.memory_total_bytes is a.memory_total_bytes for a, b in mig)  # a MIG instance's size
 
 
 def test_accumulators_skip_the_time_a_gpu_was_down(make):

@@ -1067,14 +1067,18 @@ class NvmlCollector(Collector):
                 if processes is None:
                     processes = tuple(samples.GpuProcess(pid=pid, used_memory_bytes=used) for pid, used, _ in rows)
                 gpu.cache[key] = processes
-            out.append(samples.MigInstance(
+            instance = samples.MigInstance(
                 gpu_instance_id=m.gpu_instance_id,
                 compute_instance_id=m.compute_instance_id,
                 uuid=m.uuid,
                 memory_used_bytes=int(mem.used) if mem is not None else None,
                 memory_total_bytes=int(mem.total) if mem is not None else None,
                 processes=processes,
-            ))  # fmt: skip
+            )  # fmt: skip
+            # its size and whatever else did not change are last tick's objects (samples.share_unchanged)
+            gpu.cache[f"mig_instance:{m.uuid}"] = instance = samples.share_unchanged(
+                instance, gpu.cache.get(f"mig_instance:{m.uuid}"))
+            out.append(instance)
         return enabled, tuple(out)
 
     def _mig_layout(self, gpu: _Gpu) -> list[_Mig]:
