@@ -155,3 +155,21 @@ def test_workloads_come_back_in_declaration_order_even_when_one_has_no_entry():
     a, b = prof(CHAT, name="a"), prof(CHAT, name="b")
     statuses = attribute(sample(workloads=(members("b", 5),)), [a, b])
     assert [(s.name, s.processes) for s in statuses] == [("a", None), ("b", 1)]
+
+
+def test_the_estimate_and_a_refusal_are_memoised_across_ticks():
+    """attribute() runs every tick: the memory model runs once per (profile, GPU memory, GPU count), a
+    refusal included (an unsizable profile once re-ran the whole model every tick)."""
+    from headroom.workload import attribution
+
+    mystery = prof({"name": "mystery", "kind": "inference", "match": {"exe": "server"}})
+    chat = prof(CHAT)
+    ticks = [sample(gpu(0, GpuProcess(7, 9 * GIB), GpuProcess(201, 60 * GIB)),
+                    workloads=(members("mystery", 7), members("chat", 201))) for _ in range(3)]
+    attribution._estimate.cache_clear()
+    results = [attribute(s, [mystery, chat]) for s in ticks]
+    info = attribution._estimate.cache_info()
+    assert (info.misses, info.hits) == (2, 4)
+    for m, c in results:  # the memoised answers are the first tick's, refusal and estimate alike
+        assert m.estimate_error == results[0][0].estimate_error and "params" in m.estimate_error
+        assert c.estimate == results[0][1].estimate and c.estimate_error is None

@@ -362,24 +362,26 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
                        shm_available_bytes=fullest.available_bytes, shm_size_bytes=fullest.size_bytes)
     disk = last.data("disk")
     if isinstance(disk, DiskSample):
+        disks = _devices(span, "disk")
         best = None
         for d in disk.devices:
-            busy = _rate(span, _disk_reader(d.device, "io_time_seconds"))
+            busy = _device_rate(disks, d.device, "io_time_seconds")
             if busy is not None and (best is None or busy > best[0]):
                 best = (min(1.0, busy), d.device)
         if best is not None:
             out.update(disk_busy=best[0], disk_device=best[1],
-                       disk_queue=_rate(span, _disk_reader(best[1], "weighted_io_time_seconds")),
-                       disk_bytes_per_second=_rate(span, _disk_bytes(best[1])))
+                       disk_queue=_device_rate(disks, best[1], "weighted_io_time_seconds"),
+                       disk_bytes_per_second=_device_rate(disks, best[1], "read_bytes", "written_bytes"))
     out["neighbours"] = tuple(getattr(last.data("processes"), "neighbours", ()) or ())
     net = last.data("net")
     devices = getattr(net, "devices", None)
     if devices:
+        nets = _devices(span, "net")
         best_net = None
         for d in devices:
             speed = getattr(d, "speed_bytes_per_second", None)
-            rx = _rate(span, _net_reader(d.device, "receive_bytes"))
-            tx = _rate(span, _net_reader(d.device, "transmit_bytes"))
+            rx = _device_rate(nets, d.device, "receive_bytes")
+            tx = _device_rate(nets, d.device, "transmit_bytes")
             rate = max((v for v in (rx, tx) if v is not None), default=None)
             if rate is not None and speed:
                 ratio = rate / speed
@@ -390,37 +392,31 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
     return HostSignals(**out)
 
 
-def _disk_reader(device: str, field_name: str) -> Callable[[Sample], float | None]:
-    def read(s: Sample) -> float | None:
-        disk = s.data("disk")
-        if not isinstance(disk, DiskSample):
+def _devices(span: Sequence[Sample], source: str) -> list[tuple[float, dict[str, Any]]]:
+    """(monotonic, device name -> that device's entry) for each sample of the span with ``source``'s devices:
+    one pass over the span, so each device's rate below is a dict lookup per sample, not a device scan."""
+    out = []
+    for s in span:
+        devices = getattr(s.data(source), "devices", None)
+        if devices is not None:
+            out.append((s.monotonic, {d.device: d for d in devices}))
+    return out
+
+
+def _device_rate(maps: Sequence[tuple[float, Mapping[str, Any]]], device: str, *fields: str) -> float | None:
+    """Per-second increase (``_rate_of``) of one device's counter, or of the sum of several (all present)."""
+    def value(d: Any) -> float | None:
+        if d is None:
             return None
-        for d in disk.devices:
-            if d.device == device:
-                return getattr(d, field_name)
-        return None
+        total = 0.0
+        for name in fields:
+            v = getattr(d, name, None)
+            if v is None:
+                return None
+            total += v
+        return total
 
-    return read
-
-
-def _disk_bytes(device: str) -> Callable[[Sample], float | None]:
-    read, written = _disk_reader(device, "read_bytes"), _disk_reader(device, "written_bytes")
-
-    def total(s: Sample) -> float | None:
-        r, w = read(s), written(s)
-        return None if r is None or w is None else float(r + w)
-
-    return total
-
-
-def _net_reader(device: str, field_name: str) -> Callable[[Sample], float | None]:
-    def read(s: Sample) -> float | None:
-        for d in getattr(s.data("net"), "devices", ()) or ():
-            if d.device == device:
-                return getattr(d, field_name, None)
-        return None
-
-    return read
+    return _rate_of((t, value(m.get(device))) for t, m in maps)
 
 
 # ----------------------------------------------------------------------------------------- workload

@@ -153,10 +153,7 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
 
 def _sized(p: WorkloadProfile, totals: Sequence[int], gpus: int, constants: OverheadConstants
            ) -> tuple[Estimate | None, str | None]:
-    try:
-        return _estimate(p, min(totals) if totals else None, gpus or None, constants), None
-    except SizingError as exc:
-        return None, str(exc)
+    return _estimate(p, min(totals) if totals else None, gpus or None, constants)
 
 
 def _expected(p: WorkloadProfile, est: Estimate, gpus: int) -> tuple[Mapping[str, int], int | None, int | None]:
@@ -253,7 +250,12 @@ def _gpus_of(pids: set[int], declared: set, gpus: Sequence[GpuSample]) -> tuple[
 
 
 @lru_cache(maxsize=128)
-def _estimate(p: WorkloadProfile, memory: int | None, gpus: int | None, constants: OverheadConstants) -> Estimate:
-    """sizing.estimate, memoised: profiles and GPU memory rarely change between ticks."""
-    return estimate(p, gpu_memory_bytes=memory, gpus=gpus, overhead=constants)
+def _estimate(p: WorkloadProfile, memory: int | None, gpus: int | None, constants: OverheadConstants
+              ) -> tuple[Estimate | None, str | None]:
+    """(sizing.estimate, None) or (None, why it cannot size), memoised: profiles and GPU memory rarely change
+    between ticks, and a profile the model cannot size stays unsizable (the refusal is memoised too)."""
+    try:
+        return estimate(p, gpu_memory_bytes=memory, gpus=gpus, overhead=constants), None
+    except SizingError as exc:
+        return None, str(exc)
 
