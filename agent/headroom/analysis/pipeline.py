@@ -19,6 +19,9 @@ from headroom.analysis.headroom import WorkloadHeadroom, workload_headroom
 from headroom.samples import NvmlSample, Sample
 
 LONG_REFRESH_SECONDS = 5.0  # long-window scores are recomputed this often (sample time), not every tick
+# ... from at most this many evenly spaced samples of the long window (every 5th of 300 at 1 s): a refresh then
+# costs a few short ticks instead of ~20 (docs/analysis.md, "From samples to a verdict")
+LONG_POINTS = signals.VRAM_TREND_MAX_POINTS  # 60, as the VRAM trend fit thins its own points
 
 DEFAULTS: dict[str, Any] = {
     "short_window": 15.0,  # seconds of samples the scores look at
@@ -145,8 +148,9 @@ class Analysis:
         if refresh:
             self._long_at = now
             self._long_scores = {}
-            host_long = signals.host_signals(window, s["long_window"])
-            gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"], s["gpu_slowdown_celsius"])}
+            long_span = signals.thinned(window, s["long_window"], LONG_POINTS)
+            host_long = signals.host_signals(long_span, s["long_window"])
+            gpus_long = {g.uuid: g for g in signals.gpu_signals(long_span, s["long_window"], s["gpu_slowdown_celsius"])}
         changes: list[Change] = []
         self._settled = set()
 
@@ -188,9 +192,9 @@ class Analysis:
             v = bottleneck.score_workload(p, w, mine, host, t, peak, srv, alt)
             key = f"workload/{p.name}"
             if refresh:
-                w_long = signals.workload_signals(window, s["long_window"], st, p, host.logical_cpus)
+                w_long = signals.workload_signals(long_span, s["long_window"], st, p, host.logical_cpus)
                 mine_long = [gpus_long.get(g.uuid, g) for g in mine]
-                srv_long = serving_analysis.serving_signals(window, s["long_window"], p.name)
+                srv_long = serving_analysis.serving_signals(long_span, s["long_window"], p.name)
                 self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak,
                                                                    srv_long).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)

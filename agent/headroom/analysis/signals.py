@@ -55,6 +55,22 @@ def recent(window: Sequence[Sample], seconds: float) -> list[Sample]:
     return out or [window[-1]]
 
 
+def thinned(window: Sequence[Sample], seconds: float, points: int) -> list[Sample]:
+    """The samples within ``seconds`` of the newest, thinned to at most ``points`` evenly spaced ones: every k-th
+    counted back from the newest, and the oldest. Both ends are kept, so a counter's rate over them is the
+    same (the increase between kept samples is the sum of the increases between them; only a reset's interval
+    grows); means and shares become those of the kept samples."""
+    span = recent(window, seconds)
+    if len(span) <= points:
+        return span
+    step = -(-(len(span) - 1) // max(1, points - 2))
+    kept = span[::-1][::step]
+    if kept[-1] is not span[0]:
+        kept.append(span[0])
+    kept.reverse()
+    return kept
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
