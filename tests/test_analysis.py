@@ -473,3 +473,20 @@ def test_an_idle_gpu_says_why_nothing_limits_it_in_the_status():
     assert idle["evidence"]["none"].startswith("GPU 0 busy 0 % (below 5 %): idle for lack of work")
     assert "not limiting" in idle["evidence"]["cpu"]
     assert busy["primary_bottleneck"] == "cpu" and "none" not in busy["evidence"]  # 30 %: starved, host saturated
+
+
+def test_a_workload_on_a_mig_slice_gets_the_slice_s_vram_headroom_not_the_gpu_s():
+    """MIG partitions memory: a workload on a 1g.10gb slice can grow into its slice's free memory only, however
+    empty the other slices are (situations/mig.py has the verdict; this is the headroom figure)."""
+    from headroom.simulation.situations import analyse, build_window
+    from headroom.simulation.situations.mig import SLICE, SLICE_SERVER, _a100
+
+    findings = analyse(SLICE_SERVER, build_window(Host(), [_a100(own_used=3 * GIB, others_used=0.5 * GIB)]))
+    (status,) = findings.workloads
+    (w,) = findings.workload_findings
+    assert status.gpus[0].mig_instances == ("MIG-a",) and status.gpus[0].memory_total_bytes == SLICE
+    est = status.estimate
+    assert est is not None and est.kv_bytes_per_token
+    assert w.headroom.sequences == (SLICE - 3 * GIB) // (est.kv_bytes_per_token * est.context)
+    assert w.headroom.gpu_memory_bytes == SLICE - 3 * GIB
+    assert "MIG instance MIG-a" in w.verdict.evidence["gpu_memory"]

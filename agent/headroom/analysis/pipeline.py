@@ -182,7 +182,11 @@ class Analysis:
             st = status_by_name.get(p.name)
             indices = indices_of[p.name]
             w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
-            mine = [by_index[i] for i in indices if i in by_index]
+            # a workload on MIG instances: its GPUs' memory figures are those of its instances
+            slices = {wg.index: wg.mig_instances for wg in getattr(st, "gpus", ()) or ()
+                      if getattr(wg, "mig_instances", ())}
+            mine = [signals.mig_memory(by_index[i], window, s["short_window"], slices[i]) if i in slices
+                    else by_index[i] for i in indices if i in by_index]
             peak = getattr(st, "expected_peak_bytes", None)
             est = getattr(st, "estimate", None)
             srv = serving_analysis.serving_signals(window, s["short_window"], p.name)  # declared or detected
@@ -193,7 +197,8 @@ class Analysis:
             key = f"workload/{p.name}"
             if refresh:
                 w_long = signals.workload_signals(long_span, s["long_window"], st, p, host.logical_cpus)
-                mine_long = [gpus_long.get(g.uuid, g) for g in mine]
+                mine_long = [signals.mig_memory(gpus_long.get(g.uuid, g), long_span, s["long_window"], slices[g.index])
+                             if g.index in slices else gpus_long.get(g.uuid, g) for g in mine]
                 srv_long = serving_analysis.serving_signals(long_span, s["long_window"], p.name)
                 self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak,
                                                                    srv_long).scores

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from headroom.samples import CpuSample, DiskSample, GpuSample, MemorySample, NvmlSample, Sample, ShmSample
@@ -171,6 +171,9 @@ class GpuSignals:
     memory_total_bytes: int | None = None
     memory_used_ratio: float | None = None
     memory_growth_bytes_per_second: float | None = None
+    # "" for the whole GPU; "MIG instance MIG-..." when the memory figures are those of the MIG instances a
+    # workload holds (mig_memory): a workload on a MIG slice runs out of its slice, not of the GPU
+    memory_scope: str = ""
     pcie_ratio: float | None = None  # max(tx, rx) / link capability, newest
     pcie_bytes_per_second: float | None = None
     pcie_capability_bytes_per_second: float | None = None
@@ -317,6 +320,35 @@ def gpu_signals(window: Sequence[Sample], seconds: float, default_limit_celsius:
             memory_thermal_limit_celsius=memory_limit, memory_growth_r2=growth_r2, mig_enabled=g.mig_enabled,
         ))  # fmt: skip
     return sorted(out, key=lambda s: s.index)
+
+
+def mig_memory(g: GpuSignals, window: Sequence[Sample], seconds: float, instances: Sequence[str]) -> GpuSignals:
+    """``g`` with its memory figures (used, total, ratio, sustained growth) those of the MIG ``instances`` of it
+    that a workload holds, summed: MIG partitions memory, so a full slice is full whatever the rest of the
+    GPU holds, and a roomy slice is roomy on a GPU whose other slices are full. ``g`` as it is when the newest
+    sample does not give every instance's memory."""
+    wanted = set(instances)
+    points = []
+    newest: tuple[int, int] | None = None
+    for s in recent(window, seconds):
+        gs = _gpus_by_uuid(s).get(g.uuid)
+        if gs is None:
+            continue
+        found = [m for m in gs.mig_instances if m.uuid in wanted]
+        if len(found) != len(wanted) or any(m.memory_used_bytes is None or m.memory_total_bytes is None
+                                            for m in found):
+            newest = None
+            continue
+        used = sum(m.memory_used_bytes for m in found)
+        newest = (used, sum(m.memory_total_bytes for m in found))
+        points.append((s.monotonic, float(used)))
+    if newest is None or not newest[1]:
+        return g
+    growth, r2 = sustained_growth(points)
+    names = ", ".join(sorted(wanted))
+    return replace(g, memory_used_bytes=newest[0], memory_total_bytes=newest[1],
+                   memory_used_ratio=newest[0] / newest[1], memory_growth_bytes_per_second=growth,
+                   memory_growth_r2=r2, memory_scope=f"MIG instance{'s' if len(wanted) > 1 else ''} {names}")
 
 
 # --------------------------------------------------------------------------------------------- host
