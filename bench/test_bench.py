@@ -183,3 +183,14 @@ def test_the_nvml_cost_section_replaces_its_markers_and_keeps_the_rest(tmp_path)
     fresh.write_text("# Benchmarks\n\n<!-- fleet:begin -->\nfleet\n")
     nvml_cost.write_docs(f"{nvml_cost.BEGIN}\nnew\n{nvml_cost.END}\n", fresh)
     assert fresh.read_text().index("new") < fresh.read_text().index("fleet")
+
+
+def test_the_gpu_section_never_measures_the_driver_stand_in_as_a_real_gpu():
+    """make bench's simulated rows install the stand-in under pynvml in its process; the GPU section once ran
+    on it afterwards and reported its simulated H100s as a real GPU. probe() refuses it by name."""
+    from bench.gpu import measure, probe
+
+    parse_scenario(fixtures.scenario_yaml(2)).nvml_library()  # installed, as the tick rows do
+    why = probe()
+    assert why is not None and "stand-in" in why
+    assert measure().absent == why
