@@ -185,6 +185,17 @@ def test_the_nvml_cost_section_replaces_its_markers_and_keeps_the_rest(tmp_path)
     assert fresh.read_text().index("new") < fresh.read_text().index("fleet")
 
 
+def test_the_gpu_section_never_measures_the_driver_stand_in_as_a_real_gpu():
+    """make bench's simulated rows install the stand-in under pynvml in its process; the GPU section once ran
+    on it afterwards and reported its simulated H100s as a real GPU. probe() refuses it by name."""
+    from bench.gpu import measure, probe
+
+    parse_scenario(fixtures.scenario_yaml(2)).nvml_library()  # installed, as the tick rows do
+    why = probe()
+    assert why is not None and "stand-in" in why
+    assert measure().absent == why
+
+
 def test_the_memory_section_says_what_a_sample_and_a_gpu_cost_in_this_run():
     results = report.Results(machine=host.machine(), command="x", quick=False, node_exporter=None)
     results.window_rss = {8: [(0.0, 46 * report.MIB), (30.0, 46 * report.MIB + 601 * 12 * 1024)],
