@@ -6,8 +6,11 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from conftest import http_get
 
 # threads that each allocate through malloc while all are alive; then glibc's malloc_info lists one <heap> per arena
 PROBE = r"""
@@ -56,3 +59,30 @@ def test_the_agent_keeps_one_malloc_arena_for_all_its_threads():
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's")
 def test_a_malloc_arena_max_the_user_set_wins():
     assert arenas("limit", {"MALLOC_ARENA_MAX": "3"}) == ("False", 3)
+
+
+def glibc_thread_arenas(pid: int) -> int:
+    """glibc's per-thread arenas of process ``pid``: 64 MiB-aligned anonymous reservations (HEAP_MAX_SIZE), the
+    part in use read-write and the rest PROT_NONE, as /proc/PID/maps lists them."""
+    maps = []
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        parts = line.split()
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        maps.append((lo, hi, parts[1], len(parts) > 5))
+    count = 0
+    for (lo, hi, perms, named), after in zip(maps, maps[1:] + [None], strict=True):
+        if named or lo % (64 << 20) or not perms.startswith("rw"):
+            continue
+        if after is not None and after[0] == hi and after[2].startswith("---") and not after[3]:
+            hi = after[1]
+        count += hi - lo == 64 << 20
+    return count
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's")
+def test_headroom_run_allocates_from_one_arena_in_all_its_threads(agent_factory, monkeypatch):
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    agent = agent_factory("--simulate", "demo")
+    assert http_get(agent.url + "/metrics")[0] == 200  # a tick done: the sampler, collector and HTTP threads ran
+    assert int(Path(f"/proc/{agent.proc.pid}/status").read_text().split("Threads:")[1].split()[0]) >= 4
+    assert glibc_thread_arenas(agent.proc.pid) == 0
