@@ -90,7 +90,7 @@ def test_workload_modelling_is_one_pure_package():
 def test_the_agent_loads_prometheus_client_only_to_read_a_serving_runtime():
     """Import weight is resident memory: `headroom run` imports every collector, the daemon, the exposition and the
     analysis, and prometheus-client's text parser (with its registry and exposition modules) only once a serving
-    runtime's exposition is read."""
+    runtime's exposition is read; urllib.request only for `headroom fleet-report`."""
     import subprocess
     import sys
 
@@ -101,6 +101,8 @@ def test_the_agent_loads_prometheus_client_only_to_read_a_serving_runtime():
         "from headroom.sources import load_all, serving\n"
         "load_all()\n"
         "assert 'prometheus_client' not in sys.modules, sorted(m for m in sys.modules if 'prometheus' in m)\n"
+        "cli.build_parser()\n"
+        "assert 'urllib.request' not in sys.modules  # only `headroom fleet-report` queries over HTTP\n"
         "assert serving._parse_series('vllm:num_requests_running{model_name=\"m\"} 3') == "
         "('vllm:num_requests_running', {'model_name': 'm'})\n"
         "assert 'prometheus_client.parser' in sys.modules\n"

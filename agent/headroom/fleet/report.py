@@ -25,9 +25,7 @@ import json
 import math
 import re
 import socket
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -108,6 +106,9 @@ class Prometheus:
         self.timeout = timeout
 
     def query(self, expr: str) -> list[dict[str, Any]]:
+        import urllib.error  # here, not at the top: `headroom run` builds this command's parser and never queries
+        import urllib.request
+
         url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as resp:
