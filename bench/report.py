@@ -402,8 +402,9 @@ def _why_rss(results: Results) -> str:
         "energy, PCIe), plus the host collectors' samples. Values that did not change (a GPU's limits, "
         "thresholds and clock-event totals while no reason is active, an idle process's CPU seconds, PSI and load "
         "averages between kernel updates, idle interfaces and disks, device names) are the previous tick's objects "
-        "(`samples.share_unchanged`), and all threads share one malloc arena (`daemon.limit_malloc_arenas`), so "
-        "what one thread frees another reuses.\n")
+        "(`samples.share_unchanged`); all threads share one malloc arena (`daemon.limit_malloc_arenas`), so "
+        "what one thread frees another reuses, and the free pages of the C heap go back to the system every 10 s "
+        "(`daemon.HeapTrim`).\n")
 
 
 def _diagnosis_section(results: Results, w: Any) -> None:

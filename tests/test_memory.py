@@ -86,3 +86,37 @@ def test_headroom_run_allocates_from_one_arena_in_all_its_threads(agent_factory,
     assert http_get(agent.url + "/metrics")[0] == 200  # a tick done: the sampler, collector and HTTP threads ran
     assert int(Path(f"/proc/{agent.proc.pid}/status").read_text().split("Threads:")[1].split()[0]) >= 4
     assert glibc_thread_arenas(agent.proc.pid) == 0
+
+
+TRIM = r"""
+from headroom.daemon import HeapTrim
+def rss():
+    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024
+blocks = [bytearray(1000) for _ in range(60_000)]  # malloc's (above pymalloc's 512 bytes), ~60 MB
+kept = blocks[::50]  # every 50th stays: the pages between them are free but not at the heap's top
+del blocks
+before = rss()
+HeapTrim()()
+print(before, rss())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_the_heap_trim_hands_freed_pages_back():
+    done = subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    before, after = (int(x) for x in done.stdout.split())
+    assert before - after > 20 * 2**20, (before, after)
+
+
+def test_the_heap_trim_runs_at_most_once_per_period():
+    from headroom.daemon import HeapTrim
+
+    now = [0.0]
+    trim = HeapTrim(every=10.0, clock=lambda: now[0])
+    calls = []
+    trim.trim = calls.append  # the C call, counted
+    for t in (0.0, 5.0, 9.9, 10.0, 12.0, 21.0):
+        now[0] = t
+        trim()
+    assert len(calls) == 3  # at 0, 10 and 21 s
