@@ -155,3 +155,27 @@ def test_workloads_come_back_in_declaration_order_even_when_one_has_no_entry():
     a, b = prof(CHAT, name="a"), prof(CHAT, name="b")
     statuses = attribute(sample(workloads=(members("b", 5),)), [a, b])
     assert [(s.name, s.processes) for s in statuses] == [("a", None), ("b", 1)]
+
+
+def test_each_automatic_workload_gets_exactly_its_own_gpus_among_many():
+    """50 pods time-slicing 4 GPUs (one with MIG), and a pod the kubelet gave a MIG instance before its process
+    started: each gets the GPUs that list its process or that it holds, with its own processes' memory only."""
+    from headroom.samples import IdentityGroup, IdentitySample
+
+    mig = (MigInstance(gpu_instance_id=1, compute_instance_id=0, uuid="MIG-3a", memory_total_bytes=40 * GIB,
+                       memory_used_bytes=0),)
+    gpus = [gpu(i, *(GpuProcess(1000 + p, (p + 1) * GIB) for p in range(50) if p % 4 == i),
+                mig=mig if i == 3 else ()) for i in range(4)]
+    pods = tuple(IdentityGroup("pod", f"ns/pod-{p}", pids=(1000 + p,), gpus=(f"GPU-{p % 4}",)) for p in range(50))
+    waiting = IdentityGroup("pod", "ns/waiting", gpus=("MIG-3a",))
+    both = IdentityGroup("pod", "ns/two-gpus", pids=(1001, 1002), gpus=("GPU-1", "GPU-2"))
+    s = sample(*gpus)
+    s = Sample(0.0, 0.0, {**s.sources, "identity": SourceResult("identity", True, 0.0, IdentitySample(
+        groups=(*pods, waiting, both), max_groups=100))})
+    by_name = {st.name: st for st in attribute(s, [])}
+    for p in range(50):
+        st = by_name[f"ns/pod-{p}"]
+        assert [(g.index, g.memory_used_bytes, g.attributed) for g in st.gpus] == [(p % 4, (p + 1) * GIB, True)]
+    assert [(g.index, g.memory_used_bytes, g.memory_total_bytes, g.attributed) for g in by_name["ns/waiting"].gpus] \
+        == [(3, 0, 40 * GIB, False)]
+    assert [(g.index, g.memory_used_bytes) for g in by_name["ns/two-gpus"].gpus] == [(1, 2 * GIB), (2, 3 * GIB)]

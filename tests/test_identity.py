@@ -466,3 +466,44 @@ def test_headroom_run_with_kubernetes_flags_end_to_end(tmp_path, kubelet, agent_
         threading.Event().wait(0.1)
     assert src["up"] is False and "not found" in src["error"]
     assert doc["healthy"] is True
+
+
+def _open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_ends(tmp_path):
+    """The cgroup's directory is opened once while the identity lives and its files are read relative to it
+    every tick (new values each time); files of a controller not enabled there (a hybrid host's v2 tree has
+    no memory or pids files) are not asked for; when the pod ends, nothing stays open."""
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    _proc(proc, 4242, f"0::{SYSTEMD_POD}/cri-containerd-{CID}.scope")
+    d = sysfs / "fs/cgroup/unified" / SYSTEMD_POD.lstrip("/")  # hybrid: v2 under unified/, cpu only
+    d.mkdir(parents=True)
+    (d / "cgroup.procs").write_text("")
+    current = {"previous": _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(4242, 1),))])}
+    before = _open_fds()
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
+                                        settings={"kubernetes": False}, previous=lambda: current["previous"]))
+    c.kubernetes = True  # pods from their cgroups alone, no kubelet thread
+    try:
+        seen = []
+        for user in (4, 6, 9):
+            (d / "cpu.stat").write_text(f"usage_usec {user + 1}000000\nuser_usec {user}000000\nsystem_usec 1000000\n")
+            (g,) = c.collect().groups
+            seen.append((g.cgroup.cpu_user_seconds_total, g.cgroup.cpu_system_seconds_total, g.cgroup.memory_bytes,
+                         g.processes))
+        assert seen == [(4.0, 1.0, None, None), (6.0, 1.0, None, None), (9.0, 1.0, None, None)]
+        assert _open_fds() == before + 1  # the pod's cgroup directory
+        (d / "memory.current").write_text("123\n")  # a controller enabled later: read once the pod is seen anew
+        assert c.collect().groups[0].cgroup.memory_bytes is None
+        current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=())])  # the pod ended
+        assert c.collect().groups == ()
+        assert _open_fds() == before and c._dirs == {}
+        current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(4242, 1),))])
+        assert c.collect().groups[0].cgroup.memory_bytes == 123
+    finally:
+        c.close()
+    assert _open_fds() == before

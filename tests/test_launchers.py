@@ -389,6 +389,52 @@ def test_the_identity_collector_makes_a_workload_of_a_launcher_outside_any_pod(t
     assert s.groups[0].launcher.metrics_url == "" and "network namespace" in s.groups[0].launcher.problems[-1]
 
 
+def test_found_is_logged_only_for_launchers_that_become_automatic_workloads(tmp_path):
+    """`make demo`: the declared profile `chat` has the Llama server's processes, so only the Qwen server becomes
+    an automatic workload, and only it is logged as found (the same rule as attribution, on the processes the
+    declared profiles had in the newest sample); when the declared profile lets go, the Llama one is found."""
+    from structlog.testing import capture_logs
+
+    from headroom.samples import WorkloadProcesses
+
+    proc = fake_proc(tmp_path, 60, 1, ["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct", "--port", "8000"])
+    os.rename(fake_proc(tmp_path / "b", 61, 1, ["vllm", "serve", "Qwen/Qwen3-0.6B", "--port", "8001"]) / "61",
+              proc / "61")
+    chat = profile_from_dict({"name": "chat", "kind": "inference", "match": {"cmdline": "Llama"}})
+    members = WorkloadProcesses(name="chat", pids=(60,), threads=1, cpu_user_seconds_total=0.0,
+                                cpu_system_seconds_total=0.0, resident_memory_bytes=0)
+    gpu = GpuSample(index=0, uuid="GPU-0", name="H100", pci_bus_id="0", memory_total_bytes=80 * GIB,
+                    processes=(GpuProcess(60, 40 * GIB), GpuProcess(61, 2 * GIB)))
+    newest = {}
+
+    def previous(claimed: tuple) -> Sample:
+        return Sample(1.0, 1.0, {"nvml": SourceResult("nvml", True, 0.0, NvmlSample(up=True, gpus=(gpu,))),
+                                 "processes": SourceResult("processes", True, 0.0, ProcessesSample(workloads=claimed))})
+
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
+                                        workloads=(chat,), previous=lambda: newest["sample"]))
+    try:
+        newest["sample"] = previous((members,))
+        with capture_logs() as logs:
+            identity = c.collect()
+            c.collect()
+        found = [e["workload"] for e in logs if e["event"] == "auto_workload_found"]
+        assert found == ["vllm/Qwen3-0.6B:8001"]
+        assert not [e for e in logs if e["event"] == "auto_workload_gone"]
+        # the identity sample still has both (attribution decides, and agrees with the log)
+        assert sorted(g.name for g in identity.groups) == ["vllm/Llama-3.1-70B-Instruct:8000", "vllm/Qwen3-0.6B:8001"]
+        sample = Sample(1.0, 1.0, {**newest["sample"].sources,
+                                   "identity": SourceResult("identity", True, 0.0, identity)})
+        assert [st.name for st in attribution.attribute(sample, (chat,)) if st.source == "auto"] == found
+        newest["sample"] = previous(())  # the declared profile's processes are gone: the server is automatic now
+        with capture_logs() as logs:
+            c.collect()
+        assert [e["workload"] for e in logs if e["event"] == "auto_workload_found"] == [
+            "vllm/Llama-3.1-70B-Instruct:8000"]
+    finally:
+        c.close()
+
+
 @pytest.mark.parametrize(("url", "local"), [
     ("http://127.0.0.1:8000/metrics", True), ("http://[::1]:8000/metrics", True),
     ("http://169.254.169.254:80/metrics", False),  # a cloud metadata service, named on a command line

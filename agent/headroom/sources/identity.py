@@ -53,6 +53,7 @@ from headroom.samples import (
     NvmlSample,
 )
 from headroom.sources import Collector, SourceContext, procfs, register
+from headroom.workload.attribution import claimed_by_declared
 from headroom.workload.launchers import display_name
 from headroom.workload.launchers import parse as parse_launcher
 from headroom.workload.modelconfig import ModelConfigError
@@ -309,7 +310,7 @@ class IdentityCollector(Collector):
         self.dropped_total = 0
         self._names: dict[str, str] = {}  # exported workload -> kind, to log arrivals and departures
         self._exported: set[tuple[str, str]] = set()  # (kind, key) exported last tick: the cap keeps them
-        self._dirs: dict[str, str] = {}  # identity cgroup -> its v2 directory, while the identity lives
+        self._dirs: dict[str, _CgroupDir] = {}  # identity cgroup -> its v2 directory, while the identity lives
         self._dirs_seen: set[str] = set()
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
         self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
@@ -319,6 +320,9 @@ class IdentityCollector(Collector):
         self._reader: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
+        for d in self._dirs.values():
+            d.close()
+        self._dirs.clear()
         if self.poller is not None:
             self.poller.close()
         if self._reader is not None:
@@ -346,8 +350,7 @@ class IdentityCollector(Collector):
         return info
 
     # -- inputs
-    def _gpu_processes(self) -> tuple[dict[int, list[str]], NvmlSample | None]:
-        previous = self.ctx.previous() if self.ctx.previous is not None else None
+    def _gpu_processes(self, previous: Any) -> tuple[dict[int, list[str]], NvmlSample | None]:
         nvml = previous.data("nvml") if previous is not None else None
         if not isinstance(nvml, NvmlSample):
             return {}, None
@@ -360,7 +363,7 @@ class IdentityCollector(Collector):
     def _identity(self, pid: int) -> CgroupIdentity | None:
         root = self.ctx.paths.procfs
         try:
-            inode = os.stat(root / str(pid)).st_ino
+            inode = os.stat(f"{root}/{pid}").st_ino  # a string: a Path per GPU process per tick costs more
         except OSError:
             self._pids.pop(pid, None)
             return None
@@ -396,7 +399,8 @@ class IdentityCollector(Collector):
 
     # -- the tick
     def collect(self) -> IdentitySample:
-        on_gpu, nvml = self._gpu_processes()
+        previous = self.ctx.previous() if self.ctx.previous is not None else None
+        on_gpu, nvml = self._gpu_processes(previous)
         for pid in [p for p in self._pids if p not in on_gpu]:
             del self._pids[pid]
         groups: dict[tuple[str, str], _Group] = {}
@@ -479,14 +483,16 @@ class IdentityCollector(Collector):
         self._exported = exported
         self._refused &= live
         for path in [p for p in self._dirs if p not in self._dirs_seen]:
-            del self._dirs[path]
+            self._dirs.pop(path).close()
         self._dirs_seen = set()
         live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
         for key in [k for k in self._models if k not in live_models]:
             del self._models[key]
         for key in [k for k in self._reading if k not in live_models]:
             self._reading.pop(key).cancel()
-        names = {g.name: g.kind for g in out}
+        # logged as attribution will show them: a declared profile that has these processes takes their place
+        claimed, declared = _declared_claims(previous, self.ctx.workloads)
+        names = {g.name: g.kind for g in out if not claimed_by_declared(g, claimed, declared)}
         for name in names.keys() - self._names.keys():
             log.info("auto_workload_found", workload=name, kind=names[name])
         for name in self._names.keys() - names.keys():
@@ -514,15 +520,17 @@ class IdentityCollector(Collector):
                              launcher=g.launcher, model=model)
 
     def _cgroup_stats(self, path: str) -> tuple[CgroupStats | None, int | None]:
-        """The identity cgroup's stats; its directory is looked up once (kept while the identity lives)."""
+        """The identity cgroup's stats; its directory is looked up and opened once (kept while the identity
+        lives), so each tick's reads are relative to it, without walking the cgroup's path again."""
         directory = self._dirs.get(path)
         if directory is None:
             from headroom.sources.processes import cgroup_root
 
             found = cgroup_root(self.ctx.paths.sysfs, path)
-            if found is None:
+            directory = _CgroupDir.open(str(found)) if found is not None else None
+            if directory is None:
                 return None, None
-            directory = self._dirs[path] = str(found)
+            self._dirs[path] = directory
         self._dirs_seen.add(path)
         return read_identity_cgroup(directory, path)
 
@@ -604,6 +612,14 @@ class IdentityCollector(Collector):
                 log.warning("identity_unknown_devices", source=source, devices=list(unknown),
                             hint="device IDs that match no GPU or MIG UUID (GPU index for job mapping files) here")
             self._unknown[source] = unknown
+
+
+def _declared_claims(previous: Any, profiles: tuple[Any, ...]) -> tuple[frozenset[int], frozenset[str]]:
+    """(pids the declared profiles' processes had in ``previous``, the declared profiles' names)."""
+    names = frozenset(p.name for p in profiles)
+    processes = previous.data("processes") if previous is not None and names else None
+    pids = frozenset(pid for w in getattr(processes, "workloads", ()) for pid in w.pids)
+    return pids, names
 
 
 def _unique_names(groups: Mapping[tuple[str, str], _Group]) -> None:
@@ -825,39 +841,77 @@ def _parent(uuid: str, nvml: NvmlSample | None) -> str:
     return uuid
 
 
-def _small(path: str) -> str | None:
-    """A small kernel file's text (one open, one read), or None when absent or unreadable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096).decode("ascii", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+_STAT_FILES = ("cpu.stat", "memory.current", "pids.current")
 
 
-def read_identity_cgroup(directory: str, path: str) -> tuple[CgroupStats | None, int | None]:
+@dataclass(slots=True)
+class _CgroupDir:
+    """An identity cgroup's v2 directory, open (O_PATH) while the identity lives, and which of _STAT_FILES it
+    has: a controller that is not enabled there has no files, and is not asked for every tick."""
+
+    fd: int
+    files: frozenset[str]
+
+    @classmethod
+    def open(cls, directory: str) -> _CgroupDir | None:
+        try:
+            fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        files = frozenset(n for n in _STAT_FILES if os.access(n, os.F_OK, dir_fd=fd))
+        return cls(fd, files)
+
+    def read(self, name: str) -> str | None:
+        """A small kernel file's text (one open, one read), or None when absent or unreadable."""
+        if name not in self.files:
+            return None
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError:
+            return None
+        try:
+            return os.read(fd, 4096).decode("ascii", "replace")
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _cpu_seconds(text: str) -> tuple[float | None, float | None]:
+    """(user, system) seconds from a cgroup v2 cpu.stat (``user_usec N`` lines; the kernel writes them
+    second and third); None for a field that is absent or not a number."""
+    user = system = None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "user_usec" or key == "system_usec":
+            try:
+                seconds = int(value) / 1e6
+            except ValueError:
+                continue
+            if key == "user_usec":
+                user = seconds
+            else:
+                system = seconds
+            if user is not None and system is not None:
+                break
+    return user, system
+
+
+def read_identity_cgroup(directory: _CgroupDir, path: str) -> tuple[CgroupStats | None, int | None]:
     """(cpu.stat user/system + memory.current, pids.current) of an identity's cgroup v2 directory: three
-    reads per workload per tick (pressure, io.stat and cpu.max are left to declared workloads: cost)."""
-    from headroom.sources.processes import parse_cpu_stat
-
-    cpu = _small(f"{directory}/cpu.stat")
-    memory = _small(f"{directory}/memory.current")
+    reads per workload per tick at most (pressure, io.stat and cpu.max are left to declared workloads: cost)."""
+    cpu = directory.read("cpu.stat")
+    memory = directory.read("memory.current")
     if cpu is None and memory is None:
         return None, None
-    user = system = None
-    if cpu is not None:
-        try:
-            values = parse_cpu_stat(cpu)
-        except ValueError:
-            values = {}
-        user = values["user_usec"] / 1e6 if "user_usec" in values else None
-        system = values["system_usec"] / 1e6 if "system_usec" in values else None
+    user, system = _cpu_seconds(cpu) if cpu is not None else (None, None)
     memory_bytes = int(memory) if memory is not None and memory.strip().isdigit() else None
-    pids = _small(f"{directory}/pids.current")
+    pids = directory.read("pids.current")
     processes = int(pids) if pids is not None and pids.strip().isdigit() else None
     return CgroupStats(path=path, cpu_user_seconds_total=user, cpu_system_seconds_total=system,
                        memory_bytes=memory_bytes), processes
