@@ -468,10 +468,17 @@ def test_headroom_run_with_kubernetes_flags_end_to_end(tmp_path, kubelet, agent_
     assert doc["healthy"] is True
 
 
-def _open_fds() -> int:
+def _open_on(path: Path) -> int:
+    """File descriptors of this process open on ``path`` (other threads' own descriptors do not count)."""
     import os
 
-    return len(os.listdir("/proc/self/fd"))
+    out = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            continue
+    return out
 
 
 def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_ends(tmp_path):
@@ -484,7 +491,6 @@ def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_end
     d.mkdir(parents=True)
     (d / "cgroup.procs").write_text("")
     current = {"previous": _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(4242, 1),))])}
-    before = _open_fds()
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
                                         settings={"kubernetes": False}, previous=lambda: current["previous"]))
     c.kubernetes = True  # pods from their cgroups alone, no kubelet thread
@@ -496,14 +502,15 @@ def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_end
             seen.append((g.cgroup.cpu_user_seconds_total, g.cgroup.cpu_system_seconds_total, g.cgroup.memory_bytes,
                          g.processes))
         assert seen == [(4.0, 1.0, None, None), (6.0, 1.0, None, None), (9.0, 1.0, None, None)]
-        assert _open_fds() == before + 1  # the pod's cgroup directory
+        assert _open_on(d) == 1  # the pod's cgroup directory
         (d / "memory.current").write_text("123\n")  # a controller enabled later: read once the pod is seen anew
         assert c.collect().groups[0].cgroup.memory_bytes is None
         current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=())])  # the pod ended
         assert c.collect().groups == ()
-        assert _open_fds() == before and c._dirs == {}
+        assert _open_on(d) == 0 and c._dirs == {}
         current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(4242, 1),))])
         assert c.collect().groups[0].cgroup.memory_bytes == 123
+        assert _open_on(d) == 1
     finally:
         c.close()
-    assert _open_fds() == before
+    assert _open_on(d) == 0
