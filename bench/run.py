@@ -157,17 +157,17 @@ def run_ticks(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, p
 
 
 def measure_pods(config: Any, inputs: Inputs, farm: host.ProcessFarm, gpus: int, processes: int, pods: int,
-                 n_ticks: int, warmup: int, profile: bool = False) -> ticks.TickResult:
-    """The reference tick with ``pods`` pods churning under --kubernetes (bench/pods.py): the host kept at
-    ``processes`` processes, the pods' own among them."""
+                 n_ticks: int, warmup: int, profile: bool = False) -> tuple[ticks.TickResult, ticks.TickResult]:
+    """The reference tick without and with ``pods`` pods churning under --kubernetes (bench/pods.py), ticked
+    alternately in one run; the host kept at ``processes`` processes, the pods' own among them."""
     from bench.pods import PodChurn
     from headroom.simulation import load_scenario
 
     churn = PodChurn(pods, load_scenario(inputs.scenario(gpus)).gpus, inputs.workdir / "pods")
     try:
         seen = farm.resize_host(processes)
-        return ticks.measure(config, inputs.scenario(gpus), gpus, seen, ticks=n_ticks, warmup=warmup,
-                             profile=profile, pods=churn)
+        return ticks.measure_pair(config, inputs.scenario(gpus), gpus, seen, churn, ticks=n_ticks, warmup=warmup,
+                                  profile=profile)
     finally:
         churn.close()
 
@@ -187,7 +187,8 @@ def run_pods(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, pl
     warmup = full if plan.warmup is None else plan.warmup
     _log(f"ticks: {gpus} GPUs, {processes} processes, {workloads} workloads, {PODS} pods churning "
          f"({warmup} warm-up + {plan.ticks} ticks)")
-    results.ticks.append(measure_pods(config, inputs, farm, gpus, processes, PODS, plan.ticks, warmup))
+    _, with_pods = measure_pods(config, inputs, farm, gpus, processes, PODS, plan.ticks, warmup)
+    results.ticks.append(with_pods)  # its reference half is in with_pods.without_pods
 
 
 def run_scrapes(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, plan: Plan, workdir: Path) -> None:

@@ -107,6 +107,7 @@ class TickResult:
     kubelet_list_cpu: Spread | None = None  # seconds of CPU per kubelet List (its own thread), with pods
     kubelet_refresh_ticks: int = 0  # ticks between two List calls
     workloads_auto: Spread | None = None  # automatic workloads in the exposition per tick, with pods
+    without_pods: Spread | None = None  # with pods: the reference tick's CPU, ticked alternately in the same run
 
     @property
     def tick_cpu_with_kubelet(self) -> float:
@@ -128,11 +129,12 @@ def auto_workloads(body: bytes) -> int:
 
 
 def _build(config: Config, scenario_path: Path, previous: Any = None, identity: dict[str, Any] | None = None,
-           rootfs: Path | None = None) -> tuple[list[Any], Any]:
-    """The daemon's collectors on a Scenario of their own (its fake library counts only these calls);
-    ``previous``: the newest sample, as the daemon hands it (the identity collector reads NVML's processes
-    from it); ``identity``: --kubernetes and its flags; ``rootfs``: the identity collector's --path.rootfs."""
-    scenario = load_scenario(scenario_path)
+           rootfs: Path | None = None, scenario: Any = None) -> tuple[list[Any], Any]:
+    """The daemon's collectors on a Scenario of their own (its fake library counts only these calls) unless
+    ``scenario`` is given; ``previous``: the newest sample, as the daemon hands it (the identity collector
+    reads NVML's processes from it); ``identity``: --kubernetes and its flags; ``rootfs``: the identity
+    collector's --path.rootfs."""
+    scenario = scenario if scenario is not None else load_scenario(scenario_path)
     collectors = build_collectors(config, Options(simulate=str(scenario_path), identity=identity or {}), scenario,
                                   previous)
     if rootfs is not None:
@@ -150,91 +152,149 @@ def measure(config: Config, scenario_path: Path, gpus: int, processes: int, tick
     their cgroups, containerd's bundles and the kubelet), one pod is replaced before every tick, the kubelet
     is asked every ``pods.refresh_ticks`` ticks between ticks (its List's CPU timed apart), and the identity
     collector's CPU is timed inside the ticks, where the churn is."""
-    latest = LatestSample()
-    collectors, scenario = _build(config, scenario_path, latest, pods.settings() if pods else None,
-                                  pods.rootfs if pods else None)
-    analyse = _Timed(make_analysis(config))
-    render = _Timed(render_module.render)
-    mono, wall = SteppedClock(time.monotonic), SteppedClock(time.time)
-    sampler = Sampler(collectors, interval=config.sample_interval, window_seconds=config.agent["window"],
-                      collector_timeout=config.agent.get("collector_timeout"), scenario=scenario.name,
-                      analyse=analyse, render=render, clock=mono, wall_clock=wall)
-    latest.sampler = sampler
-    identity = next((c for c in collectors if c.name == "identity"), None)
-    timed_identity, kubelet, auto = None, [], []
-    if pods is not None:
-        pods.attach(scenario)
-        if identity is None:
-            raise RuntimeError("the pods bench needs the identity collector")
-        timed_identity = identity.collect = _Timed(identity.collect)
-    cpu, wall_times, durations, standin = [], [], {}, []
-    # the GPU driver stand-in's own CPU (every thread's calls into it) is the simulation's, not the agent's:
-    # on a GPU host libnvidia-ml does that work (bench/gpu.py measures it there). It is told apart, as in
-    # the per-collector split and bench/nvml_cost.py, and reported in its own column.
-    lib = scenario.nvml_library() if any(c.name == "nvml" for c in collectors) else None
-    if lib is not None:
-        lib.timing, lib.timing_thread = True, None
+    run = _Ticking(config, scenario_path, pods)
     try:
         for i in range(warmup + ticks):
-            started = mono()
+            run.tick(i, warmup, spacing)
+        run.finish()
+    finally:
+        run.close()
+    return run.result(gpus, processes, ticks, warmup, spacing, profile)
+
+
+def measure_pair(config: Config, scenario_path: Path, gpus: int, processes: int, pods: Any, ticks: int = 30,
+                 warmup: int = 60, spacing: float = 0.1, profile: bool = False) -> tuple[TickResult, TickResult]:
+    """The reference tick without and with ``pods`` churning, two samplers ticked alternately in one run (the
+    same host, the same moments of a shared machine's load): (without, with); ``with.without_pods`` is the
+    other's tick CPU."""
+    # one driver stand-in for both (it is the binding's one library): the pods' processes are on its GPUs
+    # during the churning sampler's ticks only
+    scenario = load_scenario(scenario_path)
+    plain = _Ticking(config, scenario_path, scenario=scenario, hide_pods=True)
+    churning = _Ticking(config, scenario_path, pods, scenario=scenario)
+    try:
+        for i in range(warmup + ticks):
+            plain.tick(i, warmup, spacing)
+            churning.tick(i, warmup, spacing)
+        plain.finish()
+        churning.finish()
+    finally:
+        plain.close()
+        churning.close()
+    without = plain.result(gpus, processes, ticks, warmup, spacing, profile)
+    return without, dataclasses.replace(churning.result(gpus, processes, ticks, warmup, spacing, profile),
+                                        without_pods=without.tick_cpu)
+
+
+class _Ticking:
+    """One product sampler ticked and timed, tick by tick (see ``measure``)."""
+
+    def __init__(self, config: Config, scenario_path: Path, pods: Any = None, scenario: Any = None,
+                 hide_pods: bool = False) -> None:
+        self.config, self.scenario_path, self.pods = config, scenario_path, pods
+        latest = LatestSample()
+        collectors, scenario = _build(config, scenario_path, latest, pods.settings() if pods else None,
+                                      pods.rootfs if pods else None, scenario)
+        self.scenario, self.hide_pods = scenario, hide_pods
+        self.analyse = _Timed(make_analysis(config))
+        self.render = _Timed(render_module.render)
+        self.mono, self.wall = SteppedClock(time.monotonic), SteppedClock(time.time)
+        self.sampler = Sampler(collectors, interval=config.sample_interval, window_seconds=config.agent["window"],
+                               collector_timeout=config.agent.get("collector_timeout"), scenario=scenario.name,
+                               analyse=self.analyse, render=self.render, clock=self.mono, wall_clock=self.wall)
+        latest.sampler = self.sampler
+        self.identity = next((c for c in collectors if c.name == "identity"), None)
+        self.timed_identity: _Timed | None = None
+        self.kubelet: list[float] = []
+        self.auto: list[int] = []
+        if pods is not None:
+            pods.attach(scenario)
+            if self.identity is None:
+                raise RuntimeError("the pods bench needs the identity collector")
+            self.timed_identity = self.identity.collect = _Timed(self.identity.collect)
+        self.cpu: list[float] = []
+        self.wall_times: list[float] = []
+        self.durations: dict[str, list[float]] = {}
+        self.standin: list[float] = []
+        # the GPU driver stand-in's own CPU (every thread's calls into it) is the simulation's, not the agent's:
+        # on a GPU host libnvidia-ml does that work (bench/gpu.py measures it there). It is told apart, as in
+        # the per-collector split and bench/nvml_cost.py, and reported in its own column.
+        self.lib = scenario.nvml_library() if any(c.name == "nvml" for c in collectors) else None
+        if self.lib is not None:
+            self.lib.timing, self.lib.timing_thread = True, None
+        self.snap: Any = None
+
+    def tick(self, i: int, warmup: int, spacing: float) -> None:
+        pods, lib, mono = self.pods, self.lib, self.mono
+        started = mono()
+        if self.hide_pods:
+            self.scenario.attach_processes(())
+        if pods is not None:
+            pods.step()  # between ticks: the churn itself is the cluster's work, not the agent's
+            if pods.kubelet_due(i) and self.identity.poller is not None:
+                t0 = time.thread_time()
+                self.identity.poller.poll_once()  # the poller thread's call, made here so it keeps tick time
+                if i >= warmup:
+                    self.kubelet.append(time.thread_time() - t0)
+        s0 = lib.cpu_seconds if lib is not None else 0.0
+        c0, w0 = time.process_time(), time.perf_counter()
+        snap = self.snap = self.sampler.tick()
+        c1, w1 = time.process_time(), time.perf_counter()
+        inside = (lib.cpu_seconds - s0) if lib is not None else 0.0
+        if i >= warmup:
+            self.cpu.append(c1 - c0 - inside)
+            self.standin.append(inside)
+            self.wall_times.append(w1 - w0)
+            for name, r in snap.sample.sources.items():
+                self.durations.setdefault(name, []).append(r.duration_seconds)
             if pods is not None:
-                pods.step()  # between ticks: the churn itself is the cluster's work, not the agent's
-                if pods.kubelet_due(i) and identity.poller is not None:
-                    t0 = time.thread_time()
-                    identity.poller.poll_once()  # the poller thread's call, made here so it keeps tick time
-                    if i >= warmup:
-                        kubelet.append(time.thread_time() - t0)
-            s0 = lib.cpu_seconds if lib is not None else 0.0
-            c0, w0 = time.process_time(), time.perf_counter()
-            snap = sampler.tick()
-            c1, w1 = time.process_time(), time.perf_counter()
-            inside = (lib.cpu_seconds - s0) if lib is not None else 0.0
-            if i >= warmup:
-                cpu.append(c1 - c0 - inside)
-                standin.append(inside)
-                wall_times.append(w1 - w0)
-                for name, r in snap.sample.sources.items():
-                    durations.setdefault(name, []).append(r.duration_seconds)
-                if pods is not None:
-                    auto.append(auto_workloads(snap.exposition))
-                if spacing:
-                    time.sleep(spacing)
-            delta = config.sample_interval - (mono() - started)
-            mono.step(delta)
-            wall.step(delta)
+                self.auto.append(auto_workloads(snap.exposition))
+            if spacing:
+                time.sleep(spacing)
+        delta = self.config.sample_interval - (mono() - started)
+        mono.step(delta)
+        self.wall.step(delta)
+
+    def finish(self) -> None:
         c0, w0 = time.process_time(), time.perf_counter()
         time.sleep(1.0)
-        background = (time.process_time() - c0) / (time.perf_counter() - w0)
-        body = sampler.snapshot.exposition
-        window = sampler.window
-    finally:
-        if lib is not None:
-            lib.timing = False
-        sampler.stop()
-    failing = [f"{n}: {r.error}" for n, r in snap.sample.sources.items() if not r.ok]
-    if failing:
-        raise RuntimeError("collectors failed during the bench: " + "; ".join(failing))
-    collector_cpu, nvml, prof = _collectors_directly(config, scenario_path, gpus, window, snap, ticks, profile,
-                                                     spacing, pods)
-    if timed_identity is not None:  # inside the churning ticks, in its worker thread
-        collector_cpu["identity"] = Spread.of(timed_identity.cpu[warmup:])
-    gz = []
-    for _ in range(20):
-        t = time.thread_time()
-        gzip.compress(body, compresslevel=1, mtime=0)
-        gz.append(time.thread_time() - t)
-    return TickResult(
-        gpus=gpus, processes=processes, workloads=len(config.workloads), warmup_ticks=warmup,
-        tick_cpu=Spread.of(cpu), tick_wall=Spread.of(wall_times), tick_standin=Spread.of(standin or [0.0]),
-        analysis_cpu=Spread.of(analyse.cpu[warmup:]), render_cpu=Spread.of(render.cpu[warmup:]),
-        collector_cpu=collector_cpu, collector_wall={n: Spread.of(v) for n, v in durations.items()},
-        background_cpu_per_second=background, samples=exposition_samples(body), exposition_bytes=len(body),
-        gzip_bytes=len(gzip.compress(body, compresslevel=1, mtime=0)), gzip_cpu=Spread.of(gz), nvml=nvml,
-        exposition=body, profile=prof, pods=pods.count if pods is not None else 0,
-        kubelet_list_cpu=Spread.of(kubelet) if kubelet else None,
-        kubelet_refresh_ticks=pods.refresh_ticks if pods is not None else 0,
-        workloads_auto=Spread.of(auto) if auto else None,
-    )
+        self.background = (time.process_time() - c0) / (time.perf_counter() - w0)
+        self.body = self.sampler.snapshot.exposition
+        self.window = self.sampler.window
+
+    def close(self) -> None:
+        if self.lib is not None:
+            self.lib.timing = False
+        self.sampler.stop()
+
+    def result(self, gpus: int, processes: int, ticks: int, warmup: int, spacing: float, profile: bool) -> TickResult:
+        snap, body, pods, config = self.snap, self.body, self.pods, self.config
+        failing = [f"{n}: {r.error}" for n, r in snap.sample.sources.items() if not r.ok]
+        if failing:
+            raise RuntimeError("collectors failed during the bench: " + "; ".join(failing))
+        collector_cpu, nvml, prof = _collectors_directly(config, self.scenario_path, gpus, self.window, snap, ticks,
+                                                         profile, spacing, pods)
+        if self.timed_identity is not None:  # inside the churning ticks, in its worker thread
+            collector_cpu["identity"] = Spread.of(self.timed_identity.cpu[warmup:])
+        gz = []
+        for _ in range(20):
+            t = time.thread_time()
+            gzip.compress(body, compresslevel=1, mtime=0)
+            gz.append(time.thread_time() - t)
+        return TickResult(
+            gpus=gpus, processes=processes, workloads=len(config.workloads), warmup_ticks=warmup,
+            tick_cpu=Spread.of(self.cpu), tick_wall=Spread.of(self.wall_times),
+            tick_standin=Spread.of(self.standin or [0.0]), analysis_cpu=Spread.of(self.analyse.cpu[warmup:]),
+            render_cpu=Spread.of(self.render.cpu[warmup:]), collector_cpu=collector_cpu,
+            collector_wall={n: Spread.of(v) for n, v in self.durations.items()},
+            background_cpu_per_second=self.background, samples=exposition_samples(body),
+            exposition_bytes=len(body), gzip_bytes=len(gzip.compress(body, compresslevel=1, mtime=0)),
+            gzip_cpu=Spread.of(gz), nvml=nvml, exposition=body, profile=prof,
+            pods=pods.count if pods is not None else 0,
+            kubelet_list_cpu=Spread.of(self.kubelet) if self.kubelet else None,
+            kubelet_refresh_ticks=pods.refresh_ticks if pods is not None else 0,
+            workloads_auto=Spread.of(self.auto) if self.auto else None,
+        )
 
 
 def _collectors_directly(config: Config, scenario_path: Path, gpus: int, window: Any, snap: Any, ticks: int,
@@ -363,12 +423,13 @@ def main(argv: list[str] | None = None) -> int:
         path = inputs.config(workloads)
         config = check_config_text(path.read_text(), str(path))
         warmup = int(config.agent["window"] / config.sample_interval) + 1 if args.warmup is None else args.warmup
-        seen = farm.resize_host(processes)
-        rows.append(measure(config, inputs.scenario(gpus), gpus, seen, ticks=args.ticks, warmup=warmup,
-                            profile=args.profile))
         if args.pods:
-            rows.append(run.measure_pods(config, inputs, farm, gpus, processes, args.pods, args.ticks, warmup,
-                                         profile=args.profile))
+            rows += run.measure_pods(config, inputs, farm, gpus, processes, args.pods, args.ticks, warmup,
+                                     profile=args.profile)
+        else:
+            seen = farm.resize_host(processes)
+            rows.append(measure(config, inputs.scenario(gpus), gpus, seen, ticks=args.ticks, warmup=warmup,
+                                profile=args.profile))
     finally:
         farm.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -394,8 +455,9 @@ def main(argv: list[str] | None = None) -> int:
             print(r.profile)
     if len(rows) == 2:
         a, b = rows
-        print(f"with {b.pods} pods / without: {b.tick_cpu.median / a.tick_cpu.median:.2f}x "
-              f"({(b.tick_cpu.median - a.tick_cpu.median) * ms:+.2f} ms per tick)")
+        print(f"with {b.pods} pods / without (ticked alternately, {args.ticks} ticks each): "
+              f"{b.tick_cpu.median / a.tick_cpu.median:.2f}x ({(b.tick_cpu.median - a.tick_cpu.median) * ms:+.2f} ms "
+              "per tick, medians)")
     return 0
 
 
