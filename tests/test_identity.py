@@ -514,3 +514,28 @@ def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_end
     finally:
         c.close()
     assert _open_on(d) == 0
+
+
+def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path, monkeypatch):
+    """Descriptors are kept for the first OPEN_CGROUP_DIRS identities only (the cap allows 10 000): the others'
+    files are read by path, with the same values."""
+    from headroom.sources import identity as identity_module
+
+    monkeypatch.setattr(identity_module, "OPEN_CGROUP_DIRS", 1)
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    jobs = {4242: "/system.slice/slurmstepd.scope/job_4242", 4343: "/system.slice/slurmstepd.scope/job_4343"}
+    for pid, path in jobs.items():
+        _proc(proc, pid, f"0::{path}/step_0")
+        _cgroup(sysfs, path, memory=pid, pids=2)
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
+                                        previous=lambda: _sample([GpuSample(0, "GPU-a", "x", "0", processes=(
+                                            GpuProcess(4242, 1), GpuProcess(4343, 1)))])))
+    try:
+        for _ in range(2):
+            groups = c.collect().groups
+            assert [(g.name, g.cgroup.memory_bytes, g.cgroup.cpu_user_seconds_total, g.processes) for g in groups] \
+                == [("job_4242", 4242, 4.0, 2), ("job_4343", 4343, 4.0, 2)]
+        opened = [_open_on(sysfs / "fs/cgroup" / path.lstrip("/")) for path in jobs.values()]
+        assert sorted(opened) == [0, 1]
+    finally:
+        c.close()

@@ -527,7 +527,8 @@ class IdentityCollector(Collector):
             from headroom.sources.processes import cgroup_root
 
             found = cgroup_root(self.ctx.paths.sysfs, path)
-            directory = _CgroupDir.open(str(found)) if found is not None else None
+            keep_open = sum(d.fd >= 0 for d in self._dirs.values()) < OPEN_CGROUP_DIRS if found is not None else False
+            directory = _CgroupDir.open(str(found), keep_open) if found is not None else None
             if directory is None:
                 return None, None
             self._dirs[path] = directory
@@ -844,29 +845,43 @@ def _parent(uuid: str, nvml: NvmlSample | None) -> str:
 _STAT_FILES = ("cpu.stat", "memory.current", "pids.current")
 
 
+OPEN_CGROUP_DIRS = 128  # identity cgroup directories kept open (one descriptor each); the rest are read by path
+
+
 @dataclass(slots=True)
 class _CgroupDir:
-    """An identity cgroup's v2 directory, open (O_PATH) while the identity lives, and which of _STAT_FILES it
-    has: a controller that is not enabled there has no files, and is not asked for every tick."""
+    """An identity cgroup's v2 directory, open (O_PATH) while the identity lives so that each tick's reads
+    skip the walk down its long path (the first OPEN_CGROUP_DIRS of them; later ones are read by path: the
+    cap allows 10 000 identities, descriptors are fewer), and which of _STAT_FILES it has: a controller that
+    is not enabled there has no files, and is not asked for every tick."""
 
-    fd: int
+    fd: int  # -1: read by path
+    path: str
     files: frozenset[str]
 
     @classmethod
-    def open(cls, directory: str) -> _CgroupDir | None:
+    def open(cls, directory: str, keep_open: bool) -> _CgroupDir | None:
+        fd = -1
+        if keep_open:
+            try:
+                fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                return None
         try:
-            fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            files = frozenset(n for n in _STAT_FILES if os.path.exists(f"{directory}/{n}"))
         except OSError:
-            return None
-        files = frozenset(n for n in _STAT_FILES if os.access(n, os.F_OK, dir_fd=fd))
-        return cls(fd, files)
+            files = frozenset()
+        return cls(fd, directory, files)
 
     def read(self, name: str) -> str | None:
         """A small kernel file's text (one open, one read), or None when absent or unreadable."""
         if name not in self.files:
             return None
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
+            if self.fd >= 0:
+                fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
+            else:
+                fd = os.open(f"{self.path}/{name}", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
