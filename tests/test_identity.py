@@ -539,3 +539,32 @@ def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path,
         assert sorted(opened) == [0, 1]
     finally:
         c.close()
+
+
+def test_the_kubelets_answer_is_read_again_when_it_or_the_gpus_change(tmp_path, kubelet):
+    """What the collector reads from one kubelet answer is kept while the answer and the host's GPUs stay the
+    same; a GPU that appears later makes its pod known, and a new answer replaces the old one."""
+    sock, servicer = kubelet
+    servicer.pods = {("ml", "a"): {"main": [("nvidia.com/gpu", ["GPU-b::0"])]}}
+    current = {"gpus": [GpuSample(0, "GPU-a", "x", "0")]}
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path / "proc", sysfs=tmp_path / "sys",
+                                                    rootfs=tmp_path / "root"),
+                                        settings={"kubernetes": True, "pod_resources_socket": str(sock),
+                                                  "pod_resources_refresh": 3600.0},
+                                        previous=lambda: _sample(current["gpus"])))
+
+    def tick():
+        s = c.collect()
+        return [(g.name, g.gpus) for g in s.groups], s.sources[0].unknown_devices
+
+    try:
+        c.poller.poll_once()
+        assert tick() == ([], ("GPU-b::0",)) == tick()  # GPU-b is not on this host (yet)
+        current["gpus"] = [GpuSample(0, "GPU-a", "x", "0"), GpuSample(1, "GPU-b", "x", "1")]
+        assert tick() == ([("ml/a", ("GPU-b",))], ())
+        servicer.pods = {("ml", "b"): {"main": [("nvidia.com/gpu", ["GPU-a::1"])]}}
+        assert tick() == ([("ml/a", ("GPU-b",))], ())  # the kubelet not asked again yet
+        c.poller.poll_once()
+        assert tick() == ([("ml/b", ("GPU-a",))], ())
+    finally:
+        c.close()

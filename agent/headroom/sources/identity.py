@@ -313,6 +313,7 @@ class IdentityCollector(Collector):
         self._dirs: dict[str, _CgroupDir] = {}  # identity cgroup -> its v2 directory, while the identity lives
         self._dirs_seen: set[str] = set()
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
+        self._kubelet_view: tuple[Any, Any, Any] | None = None  # (answer, known devices, what _kubelet read from it)
         self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
         # config.json and safetensors headers are read off the tick, in one worker thread (a big checkpoint
         # has hundreds of shards; a hostile header can be large): the tick never waits for model files
@@ -544,21 +545,23 @@ class IdentityCollector(Collector):
         if state.devices is None:
             return IdentitySource("kubelet", False, state.error)
         known = _known_devices(nvml)
-        holders: dict[str, set[tuple[str, str]]] = {}  # GPU or MIG UUID -> pods (namespace, name)
-        pods: dict[tuple[str, str], dict[str, None]] = {}
-        devices: dict[tuple[str, str], dict[str, None]] = {}
-        unknown: dict[str, None] = {}
-        for c in state.devices:
-            if not c.resource.startswith("nvidia.com/"):
-                continue
-            for raw in c.device_ids:
-                uuid = device_uuid(raw)
-                if known is not None and uuid not in known:
-                    unknown[raw] = None
+        view = self._kubelet_view
+        if view is not None and view[0] is state.devices and view[1] == known:
+            holders, pods, devices, unknown = view[2]  # the same answer on the same GPUs: read once
+        else:
+            holders, pods, devices, unknown = {}, {}, {}, {}  # holders: GPU or MIG UUID -> pods (namespace, name)
+            for c in state.devices:
+                if not c.resource.startswith("nvidia.com/"):
                     continue
-                holders.setdefault(_parent(uuid, nvml), set()).add((c.namespace, c.pod))
-                pods.setdefault((c.namespace, c.pod), {})[c.container] = None
-                devices.setdefault((c.namespace, c.pod), {})[uuid] = None
+                for raw in c.device_ids:
+                    uuid = device_uuid(raw)
+                    if known is not None and uuid not in known:
+                        unknown[raw] = None
+                        continue
+                    holders.setdefault(_parent(uuid, nvml), set()).add((c.namespace, c.pod))
+                    pods.setdefault((c.namespace, c.pod), {})[c.container] = None
+                    devices.setdefault((c.namespace, c.pod), {})[uuid] = None
+            self._kubelet_view = (state.devices, known, (holders, pods, devices, unknown))
         self._log_unknown("kubelet", tuple(unknown))
         if "pods" in self.auto:
             named = {(g.namespace, g.pod) for g in groups.values() if g.kind == "pod" and g.pod}
