@@ -521,18 +521,17 @@ class IdentityCollector(Collector):
                              launcher=g.launcher, model=model)
 
     def _cgroup_stats(self, path: str) -> tuple[CgroupStats | None, int | None]:
-        """The identity cgroup's stats; its directory is looked up and opened once (kept while the identity
-        lives), so each tick's reads are relative to it, without walking the cgroup's path again."""
+        """The identity cgroup's stats; its directory is looked up and its files opened once (kept while the
+        identity lives)."""
         directory = self._dirs.get(path)
         if directory is None:
             from headroom.sources.processes import cgroup_root
 
             found = cgroup_root(self.ctx.paths.sysfs, path)
-            keep_open = sum(d.fd >= 0 for d in self._dirs.values()) < OPEN_CGROUP_DIRS if found is not None else False
-            directory = _CgroupDir.open(str(found), keep_open) if found is not None else None
-            if directory is None:
+            if found is None:
                 return None, None
-            self._dirs[path] = directory
+            keep_open = sum(bool(d.fds) for d in self._dirs.values()) < OPEN_CGROUP_DIRS
+            directory = self._dirs[path] = _CgroupDir.open(str(found), keep_open)
         self._dirs_seen.add(path)
         return read_identity_cgroup(directory, path)
 
@@ -848,43 +847,48 @@ def _parent(uuid: str, nvml: NvmlSample | None) -> str:
 _STAT_FILES = ("cpu.stat", "memory.current", "pids.current")
 
 
-OPEN_CGROUP_DIRS = 128  # identity cgroup directories kept open (one descriptor each); the rest are read by path
+OPEN_CGROUP_DIRS = 128  # identity cgroups whose files are kept open (3 descriptors each); the rest are read by path
 
 
 @dataclass(slots=True)
 class _CgroupDir:
-    """An identity cgroup's v2 directory, open (O_PATH) while the identity lives so that each tick's reads
-    skip the walk down its long path (the first OPEN_CGROUP_DIRS of them; later ones are read by path: the
-    cap allows 10 000 identities, descriptors are fewer), and which of _STAT_FILES it has: a controller that
-    is not enabled there has no files, and is not asked for every tick."""
+    """An identity cgroup's v2 files (of _STAT_FILES, those it has: a controller that is not enabled there has
+    none, and is not asked for every tick), kept open while the identity lives and read again from their
+    start each tick (one pread instead of a walk down the cgroup's long path, an open and a close), for the
+    first OPEN_CGROUP_DIRS identities; later ones are read by path (the cap allows 10 000 identities,
+    descriptors are fewer)."""
 
-    fd: int  # -1: read by path
     path: str
     files: frozenset[str]
+    fds: dict[str, int]  # file -> open descriptor ({} : read by path)
 
     @classmethod
-    def open(cls, directory: str, keep_open: bool) -> _CgroupDir | None:
-        fd = -1
-        if keep_open:
+    def open(cls, directory: str, keep_open: bool) -> _CgroupDir:
+        files, fds = set(), {}
+        for name in _STAT_FILES:
+            path = f"{directory}/{name}"
+            if not keep_open:
+                if os.path.exists(path):
+                    files.add(name)
+                continue
             try:
-                fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-            except OSError:
-                return None
-        try:
-            files = frozenset(n for n in _STAT_FILES if os.path.exists(f"{directory}/{n}"))
-        except OSError:
-            files = frozenset()
-        return cls(fd, directory, files)
+                fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            except OSError:  # out of descriptors, or denied: read by path, as later ones are
+                pass
+            files.add(name)
+        return cls(directory, frozenset(files), fds)
 
     def read(self, name: str) -> str | None:
-        """A small kernel file's text (one open, one read), or None when absent or unreadable."""
-        if name not in self.files:
-            return None
+        """A small kernel file's text from its start, or None when absent or unreadable (the cgroup removed)."""
+        fd = self.fds.get(name)
         try:
-            if self.fd >= 0:
-                fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
-            else:
-                fd = os.open(f"{self.path}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            if fd is not None:
+                return os.pread(fd, 4096, 0).decode("ascii", "replace")
+            if name not in self.files:
+                return None
+            fd = os.open(f"{self.path}/{name}", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
@@ -895,9 +899,9 @@ class _CgroupDir:
             os.close(fd)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        fds, self.fds = self.fds, {}
+        for fd in fds.values():
+            os.close(fd)
 
 
 def _cpu_seconds(text: str) -> tuple[float | None, float | None]:
