@@ -289,6 +289,12 @@ def test_the_launcher_is_the_outermost_one_above_a_gpu_process(tmp_path):
     assert find_launcher(proc, 102)[0] == 100 and find_launcher(proc, 101)[0] == 100
     assert find_launcher(proc, 201) == (200, parse(["torchrun", "t.py"]))
     assert find_launcher(proc, 300) == (0, None) and find_launcher(proc, 999) == (0, None)
+    # a command name that looks like stat fields, a zombie's empty command line: the parent is still found
+    (proc / "102" / "stat").write_text("102 (x) S 7 (y) S 101 102 102 0 -1 4194560 10 0 0 0 0 0 0 0 20 0 1 0 9 1 0\n")
+    (proc / "101" / "cmdline").write_bytes(b"")
+    assert find_launcher(proc, 102)[0] == 100
+    (proc / "101" / "stat").write_text("101 (truncated")
+    assert find_launcher(proc, 102) == (0, None)  # an unreadable ancestor ends the search, nothing guessed
 
 
 # ---------------------------------------------------------------------------- attribution and analysis
