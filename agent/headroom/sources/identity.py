@@ -493,7 +493,7 @@ class IdentityCollector(Collector):
             self._reading.pop(key).cancel()
         # logged as attribution will show them: a declared profile that has these processes takes their place
         claimed, declared = _declared_claims(previous, self.ctx.workloads)
-        names = {g.name: g.kind for g in out if not claimed_by_declared(g, claimed, declared)}
+        names = {g.name: g.kind for g in out if not (claimed or declared) or not claimed_by_declared(g, claimed, declared)}
         for name in names.keys() - self._names.keys():
             log.info("auto_workload_found", workload=name, kind=names[name])
         for name in self._names.keys() - names.keys():
