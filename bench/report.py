@@ -107,6 +107,8 @@ def targets(results: Results) -> list[tuple[str, str, bool]]:
         list_ms = pods.kubelet_list_cpu.median * 1e3 if pods.kubelet_list_cpu is not None else 0.0
         without = (f"; without pods, ticked alternately: {pods.without_pods.median * 1e3:.2f} ms, "
                    f"{pods.tick_cpu.median / pods.without_pods.median:.2f}x") if pods.without_pods else ""
+        if pods.pods_added is not None:
+            without += f"; the pods add {pods.pods_added.median * 1e3:.2f} ms per tick (median of pairs)"
         out.append((f"CPU per tick, reference + {pods.pods} pods churning (--kubernetes): < 10 ms",
                     f"{pods.tick_cpu_with_kubelet * 1e3:.2f} ms median ({pods.tick_cpu.median * 1e3:.2f} tick + "
                     f"kubelet List {list_ms:.2f} / {pods.kubelet_refresh_ticks} ticks{without})",

@@ -226,7 +226,8 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
     assert set(from_processes) <= set(auto) <= {f"{pods_module.NAMESPACE}/job-{n:05d}" for n in range(2, 13)}, auto
     assert ticks.auto_workloads(without.exposition) == 0
     assert with_pods.pods == 5 and with_pods.kubelet_list_cpu is not None and "identity" in with_pods.collector_cpu
-    assert with_pods.without_pods == without.tick_cpu and churn.started == 5 + 7 + 4 and churn.ended == churn.started
+    assert with_pods.without_pods == without.tick_cpu and with_pods.pods_added.n == 4
+    assert churn.started == 5 + 7 + 4 and churn.ended == churn.started
     assert not top.exists()
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}/cmdline") or b"headroom-bench-pod" not in open(

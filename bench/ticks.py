@@ -108,6 +108,7 @@ class TickResult:
     kubelet_refresh_ticks: int = 0  # ticks between two List calls
     workloads_auto: Spread | None = None  # automatic workloads in the exposition per tick, with pods
     without_pods: Spread | None = None  # with pods: the reference tick's CPU, ticked alternately in the same run
+    pods_added: Spread | None = None  # with pods: tick CPU minus the plain tick just before it, pair by pair
 
     @property
     def tick_cpu_with_kubelet(self) -> float:
@@ -182,8 +183,9 @@ def measure_pair(config: Config, scenario_path: Path, gpus: int, processes: int,
         plain.close()
         churning.close()
     without = plain.result(gpus, processes, ticks, warmup, spacing, profile)
+    added = [b - a for a, b in zip(plain.cpu, churning.cpu, strict=True)]  # neighbours meet the same load
     return without, dataclasses.replace(churning.result(gpus, processes, ticks, warmup, spacing, profile),
-                                        without_pods=without.tick_cpu)
+                                        without_pods=without.tick_cpu, pods_added=Spread.of(added))
 
 
 class _Ticking:
@@ -457,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
         a, b = rows
         print(f"with {b.pods} pods / without (ticked alternately, {args.ticks} ticks each): "
               f"{b.tick_cpu.median / a.tick_cpu.median:.2f}x ({(b.tick_cpu.median - a.tick_cpu.median) * ms:+.2f} ms "
-              "per tick, medians)")
+              f"per tick, medians); pair by pair: {b.pods_added.median * ms:+.2f} ms median "
+              f"(min {b.pods_added.low * ms:+.2f}, max {b.pods_added.high * ms:+.2f})")
     return 0
 
 
