@@ -173,10 +173,14 @@ def _from_annotations(annotations: Mapping[str, Any], name: str = "") -> Contain
     return ContainerMeta(name=name)
 
 
+JSON_BYTES = 4 * 2**20  # of a runtime's state file: a larger one is cut there (and fails to parse)
+
+
 def _load_json(path: Path) -> Any:
     try:
         with path.open("rb") as f:
-            return json.loads(f.read(4 * 2**20))
+            size = os.fstat(f.fileno()).st_size  # read(4 MiB) would allocate 4 MiB for a 1 KiB bundle config
+            return json.loads(f.read(min(size, JSON_BYTES) if size else JSON_BYTES))
     except (OSError, ValueError):
         return None
 
