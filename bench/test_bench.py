@@ -239,3 +239,14 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
     target = next(t for t in report.targets(results) if "pods churning" in t[0])
     assert target[0] == "CPU per tick, reference + 5 pods churning (--kubernetes): < 10 ms"
     assert f"{with_pods.tick_cpu_with_kubelet * 1e3:.2f} ms median" in target[1]
+
+
+def test_the_gpu_section_never_measures_the_driver_stand_in_as_a_real_gpu():
+    """make bench's simulated rows install the stand-in under pynvml in its process; the GPU section once ran
+    on it afterwards and reported its simulated H100s as a real GPU. probe() refuses it by name."""
+    from bench.gpu import measure, probe
+
+    parse_scenario(fixtures.scenario_yaml(2)).nvml_library()  # installed, as the tick rows do
+    why = probe()
+    assert why is not None and "stand-in" in why
+    assert measure().absent == why
