@@ -18,6 +18,7 @@ time-sliced over every GPU (on a MIG GPU in one of its instances; device IDs are
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -78,6 +79,7 @@ class PodChurn:
         self.top = base / f"headroom-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.kubepods = self.top / "kubepods.slice" / "kubepods-burstable.slice"
         self.kubepods.mkdir(parents=True)
+        atexit.register(self.close)  # a bench stopped midway (SIGTERM: host.ProcessFarm exits) leaves nothing
         self._scenarios: list[Any] = []
         self._pods: list[_Pod] = []
         self._serial = 0
@@ -120,6 +122,8 @@ class PodChurn:
         self.lister.set(self._pods)  # what the kubelet answers from now; the poller sees it at its next List
 
     def close(self) -> None:
+        """Kill the pods' processes, remove their cgroups, bundles and the kubelet. Idempotent."""
+        atexit.unregister(self.close)
         pods, self._pods = self._pods, []
         for p in pods:
             self._end(p)

@@ -239,6 +239,11 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
     target = next(t for t in report.targets(results) if "pods churning" in t[0])
     assert target[0] == "CPU per tick, reference + 5 pods churning (--kubernetes): < 10 ms"
     assert f"{with_pods.tick_cpu_with_kubelet * 1e3:.2f} ms median" in target[1]
+    assert "pods churning over 10 ms" not in text or target[2] is False
+    import dataclasses
+
+    results.ticks = [without, dataclasses.replace(with_pods, tick_cpu=Spread(0.02, 0.02, 0.02, 4))]
+    assert "**CPU per tick with 5 pods churning over 10 ms**: the pods add" in report.markdown(results)
 
 
 def test_the_gpu_section_never_measures_the_driver_stand_in_as_a_real_gpu():
