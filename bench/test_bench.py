@@ -183,3 +183,30 @@ def test_the_nvml_cost_section_replaces_its_markers_and_keeps_the_rest(tmp_path)
     fresh.write_text("# Benchmarks\n\n<!-- fleet:begin -->\nfleet\n")
     nvml_cost.write_docs(f"{nvml_cost.BEGIN}\nnew\n{nvml_cost.END}\n", fresh)
     assert fresh.read_text().index("new") < fresh.read_text().index("fleet")
+
+
+def test_a_child_started_on_port_0_is_found_on_the_port_the_kernel_gave_it():
+    import subprocess
+    import sys
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port = host.listening_port(server, timeout=30, what="http.server")
+        assert port != 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_child_that_exits_before_listening_is_reported_not_waited_for():
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    child.wait()
+    with pytest.raises(RuntimeError, match="agent exited with 3 before listening"):
+        host.listening_port(child, timeout=30, what="agent")

@@ -268,6 +268,8 @@ class Metrics:
 
 
 SERIES_CACHE_MAX = 4096  # distinct series whose parsed name and labels an endpoint remembers
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # a metric name (the text format's grammar)
+_PREFIX_OF: dict[str, str] = {}  # runtime metric name -> its runtime prefix (names are few and fixed)
 
 
 def parse(text: str, series: dict[str, tuple[str, dict[str, str]]] | None = None
@@ -283,19 +285,36 @@ def parse(text: str, series: dict[str, tuple[str, dict[str, str]]] | None = None
     typed, untyped = set(), set()
     by_prefix: dict[str, int] = {}
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    prefix_of = _PREFIX_OF
+    others_unseen = False  # sample lines of other families, named only when no TYPE line names them
     for line in text.splitlines():
-        if line.startswith("#"):
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] == "TYPE" and not parts[2].startswith(_PREFIXES):
-                typed.add(parts[2])
-            continue
-        name = line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
-        if not name:
-            continue
-        if not name.startswith(_PREFIXES):
-            untyped.add(name)
-            continue
-        prefix = next(p for p in _PREFIXES if name.startswith(p))
+        if not line.startswith(_PREFIXES):
+            if line.startswith("#"):
+                if "TYPE" in line:  # HELP lines and other comments are skipped without splitting them
+                    parts = line.split(None, 3)
+                    if len(parts) >= 3 and parts[1] == "TYPE" and not parts[2].startswith(_PREFIXES):
+                        typed.add(parts[2])
+                continue
+            if line and (line[0].isalpha() or line[0] in "_:"):
+                others_unseen = True  # another family's sample: its name matters only without TYPE lines
+                continue
+        # the metric name: the first word before any "{". A name ended by "{", a blank or the line's end is
+        # taken as matched; anything unusual (leading blanks, odd characters) goes the general way
+        m = _NAME.match(line)
+        if m is not None and (m.end() == len(line) or line[m.end()] in "{ \t"):
+            name = m.group()
+        else:
+            name = line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
+            if not name:
+                continue
+        prefix = prefix_of.get(name)
+        if prefix is None:
+            if not name.startswith(_PREFIXES):
+                untyped.add(name)
+                continue
+            prefix = next(p for p in _PREFIXES if name.startswith(p))
+            if len(prefix_of) < SERIES_CACHE_MAX:
+                prefix_of[name] = prefix
         by_prefix[prefix] = by_prefix.get(prefix, 0) + 1
         if name not in _KEEP:
             continue
@@ -313,6 +332,10 @@ def parse(text: str, series: dict[str, tuple[str, dict[str, str]]] | None = None
             message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
             raise ScrapeError(f"not a valid Prometheus text exposition: {message}") from None
         samples.setdefault(known[0], []).append((known[1], value))
+    if not typed and others_unseen:  # no TYPE lines: count the other families by their sample names
+        for line in text.splitlines():
+            if line and not line.startswith(("#", *_PREFIXES)) and (line[0].isalpha() or line[0] in "_:"):
+                untyped.add(line.split("{", 1)[0].split(None, 1)[0])
     others = len(typed or untyped)  # families by their TYPE lines; sample names when there are none
     return Metrics(samples), by_prefix, others
 
