@@ -258,6 +258,23 @@ def test_vmstat_fixture_and_garbage():
         procfs.parse_vmstat("pgfault 1\npgmajfault x\n")
 
 
+@pytest.mark.parametrize("fixture", [MODERN, OLD], ids=["modern", "old"])
+def test_vmstat_counter_is_what_the_whole_parse_says(fixture):
+    text = (fixture / "vmstat").read_text()
+    full = procfs.parse_vmstat(text)
+    for name in ("pgmajfault", "pgfault", next(iter(full)), list(full)[-1]):  # first and last lines too
+        assert procfs.vmstat_counter(text, name) == full[name]
+    assert procfs.vmstat_counter(text, "no_such_counter") is None
+    assert procfs.vmstat_counter(text, "pgmaj") is None  # a prefix of a name is not the name
+
+
+def test_vmstat_counter_garbage():
+    with pytest.raises(ValueError, match="line 2: pgmajfault is not an integer: 'x'"):
+        procfs.vmstat_counter("pgfault 1\npgmajfault x\n", "pgmajfault")
+    with pytest.raises(ValueError, match="line 1: expected 'name value'"):
+        procfs.vmstat_counter("pgmajfault 1 2", "pgmajfault")
+
+
 # --------------------------------------------------------------------------------------- diskstats
 LINE_14 = "   8       0 sda 100 2 300 4000 500 6 700 8000 9 10000 11000"
 LINE_18 = LINE_14 + " 12 13 14 15000"
