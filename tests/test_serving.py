@@ -813,3 +813,27 @@ def test_a_runtime_sample_with_an_unusual_name_still_counts_for_detection():
     body = body_of("vllm").decode().replace("vllm:num_requests_running{", "  vllm:num_requests_running{", 1)
     runtime, fields = read_exposition(body.encode() + b"vllm:odd-name 1\n", "text/plain", None)
     assert runtime == "vllm" and fields == read_exposition(body_of("vllm"), "text/plain", None)[1]
+
+
+def test_a_series_seen_before_reads_its_new_value_and_its_garbage_like_a_new_one():
+    """The second scrape of an endpoint looks its series up by the line up to the value (parse()'s cache):
+    the values it reads are the new ones, and a garbled value reads as it would in a first scrape."""
+    series: dict = {}
+    first = exposition(fixture_state("vllm", "v1"))
+    read_exposition(first, "text/plain", None, series)
+    assert series, "the first scrape remembers its series"
+    later_state = fixture_state("vllm", "v1")
+    later_state.running, later_state.waiting = 30, 9
+    later = exposition(later_state)
+    assert read_exposition(later, "text/plain", None, series) == read_exposition(later, "text/plain", None)
+    garbled = re.sub(rb"(vllm:num_requests_running\{[^\n]*\}) \S+", rb"\1 many", later, count=1)
+    errors = []
+    for cache in (series, {}):
+        with pytest.raises(Exception) as caught:
+            read_exposition(garbled, "text/plain", None, cache)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and errors[0].startswith("not a valid Prometheus text exposition")
+    cut = re.sub(rb"(vllm:num_requests_running\{[^\n]*\}) \S+", rb"\1", later, count=1)
+    for cache in (series, {}):  # no value: refused either way (the parser's words differ, as before)
+        with pytest.raises(Exception, match="^not a valid Prometheus text exposition: "):
+            read_exposition(cut, "text/plain", None, cache)
