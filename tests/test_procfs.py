@@ -530,3 +530,16 @@ def test_pid_reader_permission_denied_is_none_for_a_real_unprivileged_reader():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "expected io None (EACCES) and stat readable"
+
+
+def test_pid_files_longer_than_one_read_are_read_whole_and_argv_up_to_its_limit(tmp_path):
+    (tmp_path / "77").mkdir()
+    lines = [f"{i}:controller{i}:/kubepods/burstable/pod{'x' * 100}/{i}" for i in range(1, 80)]  # ~10 KB
+    (tmp_path / "77" / "cgroup").write_text("\n".join(lines) + "\n0::/system.slice/long.service\n")
+    groups = procfs.read_pid_cgroup(tmp_path, 77)
+    assert groups.unified == "/system.slice/long.service" and len(groups.controllers) == 79
+    argv = [f"--arg{i}={'y' * 90}" for i in range(100)]  # ~10 KB
+    (tmp_path / "77" / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    assert procfs.read_pid_cmdline(tmp_path, 77) == argv
+    cut = procfs.read_pid_cmdline(tmp_path, 77, limit=5000)
+    assert "\0".join(cut).encode() == (b"\0".join(a.encode() for a in argv) + b"\0")[:5000].rstrip(b"\0")

@@ -656,18 +656,22 @@ def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False,
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            want = limit if binary and limit >= 0 else -1
-            data = os.read(fd, 4096 if want < 0 else want)
-            if data and (want < 0 or len(data) < want):
-                parts = [data]
-                while True:
-                    more = os.read(fd, 65536 if want < 0 else want - len(data))
+            if binary and limit >= 0:  # argv (at discovery only): read until the limit or the end
+                data = os.read(fd, limit)
+                while 0 < len(data) < limit:
+                    more = os.read(fd, limit - len(data))
                     if not more:
                         break
-                    parts.append(more)
+                    data += more
+            else:
+                # stat, status, io and cgroup are one record each (seq_file single_open), as is a plain file in
+                # a fixture tree: a read that did not fill the buffer had all of it, a full one reads on
+                data = os.read(fd, 4096)
+                if len(data) == 4096:
+                    parts = [data]
+                    while parts[-1]:
+                        parts.append(os.read(fd, 65536))
                     data = b"".join(parts)
-                    if 0 <= want <= len(data):
-                        break
         finally:
             os.close(fd)
     except PermissionError:
