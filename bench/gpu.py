@@ -65,10 +65,18 @@ class _CountingLibrary:
 
 
 def probe() -> str | None:
-    """None when a real NVIDIA GPU answers through NVML, else why not."""
+    """None when a real NVIDIA GPU answers through NVML, else why not. The simulated rows of ``make bench``
+    install the driver stand-in as the binding's library in this process (simulation/nvml_driver.py): NVML
+    then initialises and lists GPUs that do not exist, so the stand-in is refused by name, never measured
+    as a GPU (bench/run.py measures this section before any simulated row)."""
     try:
         import pynvml  # noqa: TID251 (the bench measures the real library)
 
+        from headroom.simulation.nvml_driver import NvmlDriver
+
+        if isinstance(pynvml.nvmlLib, NvmlDriver):
+            return ("the NVML library loaded in this process is the simulation's driver stand-in, not "
+                    "libnvidia-ml: no real GPU to measure")
         pynvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return f"NVML did not initialise ({type(exc).__name__}: {exc}): no NVIDIA driver or GPU on this machine"

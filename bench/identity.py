@@ -61,7 +61,7 @@ def measure(pods: int, ticks: int, memory: bool = False) -> tuple[Spread, Spread
             if memory and tick == warm:
                 tracemalloc.start()  # traces allocations from here: the baseline is taken once they are live
             if memory and tick == 2 * warm:
-                render._LABEL_TEXT.clear()  # bounded (20 000 entries, then cleared): not a leak, so not counted
+                render.clear_caches()  # bounded (20 000 entries each, then cleared): not a leak, so not counted
                 base = tracemalloc.get_traced_memory()[0]
             gpus = tuple(GpuSample(i, f"GPU-{i}", "H100", f"0000:{i:02x}:00.0", memory_total_bytes=80 * 2**30,
                                    processes=tuple(GpuProcess(p, 2**30, sm_utilization_ratio=0.1)
@@ -87,7 +87,7 @@ def measure(pods: int, ticks: int, memory: bool = False) -> tuple[Spread, Spread
             live.append(next_pid)
             next_pid += 1
         if memory:
-            render._LABEL_TEXT.clear()  # bounded (20 000 entries, then cleared): not a leak, so not counted
+            render.clear_caches()  # bounded (20 000 entries each, then cleared): not a leak, so not counted
             workloads_now = len(sample.groups)
             del sample, full, w
             grown = tracemalloc.get_traced_memory()[0] - base

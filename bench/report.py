@@ -405,13 +405,11 @@ def _diagnosis_section(results: Results, w: Any) -> None:
             f"{name} {v * 1e3:.2f} ms" for v, name in parts[:4]) + " (see the profile above).")
         if ref.analysis_cpu.median > 0.003:
             notes.append(
-                "Analysis re-reads the whole long window (300 s) every tick: `signals.gpu_signals` rebuilds "
-                "every sample's GPU map once per GPU (O(GPUs^2 x samples)) and `signals._rate` collects every "
-                "point of the span to use the first and last. Building the maps once per call and scanning "
-                "`_rate` from both ends took analysis from 10.4 to 5.6 ms (8 GPUs) and 24.4 to 14.4 ms "
-                "(16 GPUs) with identical findings in a check on a full window; the rest is the per-sample "
-                "clock-event shares over 300 samples x GPUs, which running sums (or long-window signals "
-                "every few ticks) would remove.")
+                f"Analysis costs {ref.analysis_cpu.median * 1e3:.2f} ms at the median: each tick reads the short "
+                "window (15 samples) per GPU, host and workload and runs every scoring rule, each writing its "
+                "evidence sentence, for every GPU and workload; every 5 s the long-window scores are refreshed "
+                "from at most 60 samples of the long window (`signals.thinned`), which is what its maximum shows. "
+                "The profile above has the split.")
         proc = ref.collector_cpu.get("processes")
         if proc is not None and proc.median > 0.001:
             notes.append(
@@ -420,8 +418,9 @@ def _diagnosis_section(results: Results, w: Any) -> None:
                 "look only at the pids allocated since the last one (`python -m bench.processes`).")
     if "faster than linear" in _marginal(_growth(results, "gpus", {"processes": 1000, "workloads": 3}), "gpus", 1e3, ""):
         notes.append(
-            "**GPUs grow tick cost faster than linearly**: the analysis term is O(GPUs^2 x samples) "
-            "(`signals.gpu_signals`, above); collectors and rendering grow linearly (tables above).")
+            "**GPUs grow tick cost faster than linearly** in this run: compare the analysis, render and "
+            "per-collector columns of the 8- and 16-GPU rows above (on a shared machine one noisy row can "
+            "do it; rerun before reading much into it).")
     big = max(results.window_rss, default=None)
     if big is not None and results.window_full_at.get(big) is not None and results.window_rss[big][-1][1] >= RSS_TARGET:
         points = results.window_rss[big]

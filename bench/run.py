@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     farm = host.ProcessFarm()
     results = report.Results(machine=host.machine(), command=_command(args), quick=args.quick,
                              node_exporter=scrape.node_exporter_version())
+    # first, before any simulated row installs the GPU driver stand-in under pynvml in this process
+    _log("GPU section")
+    results.gpu = gpu.measure()
     try:
         farm.ensure_workloads(max(WORKLOAD_SCALES))
         inputs = Inputs(farm, workdir)
@@ -118,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         farm.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    _log("GPU section")
-    results.gpu = gpu.measure()
     results.duration_seconds = time.monotonic() - started
     text = report.markdown(results)
     out = Path(args.output)

@@ -210,3 +210,14 @@ def test_a_child_that_exits_before_listening_is_reported_not_waited_for():
     child.wait()
     with pytest.raises(RuntimeError, match="agent exited with 3 before listening"):
         host.listening_port(child, timeout=30, what="agent")
+
+
+def test_the_gpu_section_never_measures_the_driver_stand_in_as_a_real_gpu():
+    """make bench's simulated rows install the stand-in under pynvml in its process; the GPU section once ran
+    on it afterwards and reported its simulated H100s as a real GPU. probe() refuses it by name."""
+    from bench.gpu import measure, probe
+
+    parse_scenario(fixtures.scenario_yaml(2)).nvml_library()  # installed, as the tick rows do
+    why = probe()
+    assert why is not None and "stand-in" in why
+    assert measure().absent == why

@@ -250,6 +250,49 @@ def test_a_workload_process_that_exits_does_not_make_its_cpu_rate_negative_or_di
     assert workload_signals(window, 15.0, None, profile, 16).cores_used == pytest.approx(3.0)
 
 
+def test_the_long_window_is_thinned_evenly_keeping_both_ends_and_counter_rates():
+    """Long-window scores come from at most LONG_POINTS samples (signals.thinned): both ends kept, evenly
+    spaced back from the newest, so counter rates over the long window are those of every sample."""
+    from headroom.analysis.pipeline import LONG_POINTS
+    from headroom.analysis.signals import host_signals, thinned
+
+    window = build_window(Host(disk_busy=0.37), [Gpu()], seconds=300)  # 301 samples, 1 s apart
+    kept = thinned(window, 300.0, LONG_POINTS)
+    assert 2 <= len(kept) <= LONG_POINTS and kept[0] is window[0] and kept[-1] is window[-1]
+    gaps = {round(b.monotonic - a.monotonic, 6) for a, b in zip(kept, kept[1:], strict=False)}
+    assert len(gaps) <= 2 and max(gaps) - min(gaps) <= max(gaps) / 2  # even: at most the oldest gap shorter
+    assert host_signals(kept, 300.0).disk_busy == pytest.approx(host_signals(window, 300.0).disk_busy)
+    assert host_signals(kept, 300.0).cpu_busy == pytest.approx(host_signals(window, 300.0).cpu_busy)
+    short = window[-40:]
+    assert thinned(short, 300.0, LONG_POINTS) == short  # fewer samples than points: all of them
+    assert thinned(window, 20.0, LONG_POINTS) == window[-21:]  # only the samples within the span
+
+
+def test_long_scores_are_refreshed_from_the_thinned_long_window(monkeypatch):
+    """The refresh reads the thinned long window (at most LONG_POINTS samples), the short scores every sample
+    of the short window; and the long disk score is the one every sample gives (rates keep both ends)."""
+    from headroom.analysis import pipeline, signals
+
+    seen = []
+    real = signals.host_signals
+    monkeypatch.setattr(pipeline.signals, "host_signals", lambda w, s: seen.append((len(w), s)) or real(w, s))
+    window = build_window(Host(disk_busy=0.97, iowait=0.2), [Gpu(util=0.3)], seconds=300)  # starved, disk busy
+    _, findings = Analysis(check_config_text(SERVER, "c.yaml"))(window)
+    assert seen == [(len(window), 15.0), (len(signals.thinned(window, 300.0, pipeline.LONG_POINTS)), 300.0)]
+    assert seen[1][0] <= pipeline.LONG_POINTS < len(window)
+    (gpu,) = findings.gpu_findings
+    every = bottleneck_score_gpu_long(window)
+    assert every["disk_io"] > 0.5 and gpu.verdict.long_scores["disk_io"] == pytest.approx(every["disk_io"])
+
+
+def bottleneck_score_gpu_long(window):
+    """The GPU's long-window scores from every sample of the long window (no thinning)."""
+    from headroom.analysis import bottleneck, signals
+
+    (g,) = signals.gpu_signals(window, 300.0)
+    return bottleneck.score_gpu(g, signals.host_signals(window, 300.0), bottleneck.DEFAULT_THRESHOLDS).scores
+
+
 # --------------------------------------------------------------------------- headroom, figure by figure
 def _headroom(kind="inference", vllm=False, estimate=None, gpus=(), host=None, w=None):
     from headroom.analysis.headroom import workload_headroom
@@ -430,3 +473,20 @@ def test_an_idle_gpu_says_why_nothing_limits_it_in_the_status():
     assert idle["evidence"]["none"].startswith("GPU 0 busy 0 % (below 5 %): idle for lack of work")
     assert "not limiting" in idle["evidence"]["cpu"]
     assert busy["primary_bottleneck"] == "cpu" and "none" not in busy["evidence"]  # 30 %: starved, host saturated
+
+
+def test_a_workload_on_a_mig_slice_gets_the_slice_s_vram_headroom_not_the_gpu_s():
+    """MIG partitions memory: a workload on a 1g.10gb slice can grow into its slice's free memory only, however
+    empty the other slices are (situations/mig.py has the verdict; this is the headroom figure)."""
+    from headroom.simulation.situations import analyse, build_window
+    from headroom.simulation.situations.mig import SLICE, SLICE_SERVER, _a100
+
+    findings = analyse(SLICE_SERVER, build_window(Host(), [_a100(own_used=3 * GIB, others_used=0.5 * GIB)]))
+    (status,) = findings.workloads
+    (w,) = findings.workload_findings
+    assert status.gpus[0].mig_instances == ("MIG-a",) and status.gpus[0].memory_total_bytes == SLICE
+    est = status.estimate
+    assert est is not None and est.kv_bytes_per_token
+    assert w.headroom.sequences == (SLICE - 3 * GIB) // (est.kv_bytes_per_token * est.context)
+    assert w.headroom.gpu_memory_bytes == SLICE - 3 * GIB
+    assert "MIG instance MIG-a" in w.verdict.evidence["gpu_memory"]

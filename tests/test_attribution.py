@@ -151,7 +151,42 @@ def test_a_declared_mig_instance_brings_its_own_capacity_and_a_lost_gpu_reads_un
     assert st.gpu_memory_capacity_bytes is None  # one GPU's memory is unknown
 
 
+def test_processes_listed_only_by_their_mig_instance_are_attributed_to_it():
+    """On a MIG GPU the whole-GPU process list needs privileges a container lacks; the instance's own list
+    names the workload's process: it is attributed there, counted once when both lists name it, and its
+    capacity is the instance's (the sum when it holds several)."""
+    mig = (MigInstance(1, 0, "MIG-a", 9 * GIB, 10 * GIB, processes=(GpuProcess(201, 8 * GIB),)),
+           MigInstance(2, 0, "MIG-b", 19 * GIB, 20 * GIB, processes=(GpuProcess(202, 18 * GIB),)),
+           MigInstance(3, 0, "MIG-c", 1 * GIB, 40 * GIB, processes=(GpuProcess(999, GIB),)))
+    p = prof(CHAT, gpus=None, match={"exe": "server"}, parallel={"tensor": 1})
+    (st,) = attribute(sample(gpu(0, mig=mig), workloads=(members("chat", 201, 202),)), [p])
+    (g,) = st.gpus
+    assert (g.mig_instances, g.memory_total_bytes, g.memory_used_bytes) == (("MIG-a", "MIG-b"), 30 * GIB, 26 * GIB)
+    assert g.attributed and not g.declared
+    both = gpu(0, GpuProcess(201, 8 * GIB), mig=mig[:1])  # the whole-GPU list names it too
+    (st,) = attribute(sample(both, workloads=(members("chat", 201),)), [p])
+    assert st.gpus[0].memory_used_bytes == 8 * GIB and st.gpus[0].mig_instances == ("MIG-a",)
+
+
 def test_workloads_come_back_in_declaration_order_even_when_one_has_no_entry():
     a, b = prof(CHAT, name="a"), prof(CHAT, name="b")
     statuses = attribute(sample(workloads=(members("b", 5),)), [a, b])
     assert [(s.name, s.processes) for s in statuses] == [("a", None), ("b", 1)]
+
+
+def test_the_estimate_and_a_refusal_are_memoised_across_ticks():
+    """attribute() runs every tick: the memory model runs once per (profile, GPU memory, GPU count), a
+    refusal included (an unsizable profile once re-ran the whole model every tick)."""
+    from headroom.workload import attribution
+
+    mystery = prof({"name": "mystery", "kind": "inference", "match": {"exe": "server"}})
+    chat = prof(CHAT)
+    ticks = [sample(gpu(0, GpuProcess(7, 9 * GIB), GpuProcess(201, 60 * GIB)),
+                    workloads=(members("mystery", 7), members("chat", 201))) for _ in range(3)]
+    attribution._estimate.cache_clear()
+    results = [attribute(s, [mystery, chat]) for s in ticks]
+    info = attribution._estimate.cache_info()
+    assert (info.misses, info.hits) == (2, 4)
+    for m, c in results:  # the memoised answers are the first tick's, refusal and estimate alike
+        assert m.estimate_error == results[0][0].estimate_error and "params" in m.estimate_error
+        assert c.estimate == results[0][1].estimate and c.estimate_error is None

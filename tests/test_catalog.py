@@ -60,3 +60,30 @@ def test_writer_omits_unknown_values_and_escapes_labels():
     assert "# TYPE headroom_samples_total counter\nheadroom_samples_total 3" in text
     # families in catalogue order
     assert text.index("headroom_samples_total") < text.index("headroom_shm_used_bytes")
+
+
+def test_writer_series_cache_keeps_checks_and_identity_labels():
+    """A series rendered once is cached (render._SERIES_HEAD): the cache must not let a later wrong call
+    through, nor keep a GPU's identity labels once they change, nor mix up values."""
+    from headroom.exposition import render
+
+    render.clear_caches()
+    for tick, pod in enumerate(("a", "b", "")):
+        w = Writer()
+        if pod:
+            w.gpu_extra["GPU-x"] = f',namespace="ns",pod="{pod}"'
+        w.add("headroom_gpu_power_watts", 100.5 + tick, "0", "GPU-x")
+        w.add("headroom_gpu_power_watts", 7, "1", "GPU-y")  # no identity labels for this GPU
+        w.add("headroom_samples_total", tick)
+        with pytest.raises(ValueError):
+            w.add("headroom_gpu_power_watts", 1, "0")  # the cached series does not excuse a missing label
+        with pytest.raises(UnknownMetric):
+            w.add("headroom_made_up_metric", 1)
+        lines = w.render().decode().splitlines()
+        extra = f',namespace="ns",pod="{pod}"' if pod else ""
+        assert f'headroom_gpu_power_watts{{gpu="0",uuid="GPU-x"{extra}}} {100.5 + tick}' in lines
+        assert 'headroom_gpu_power_watts{gpu="1",uuid="GPU-y"} 7' in lines
+        assert f"headroom_samples_total {tick}" in lines
+    w = Writer()
+    w.add("headroom_shm_used_bytes", 1, ["unhashable"])  # rendered from its str(), never cached
+    assert 'headroom_shm_used_bytes{mountpoint="[\'unhashable\']"} 1' in w.render().decode()

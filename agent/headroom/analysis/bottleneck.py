@@ -191,13 +191,15 @@ def rule_gpu_compute(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]
 def rule_gpu_memory(g: GpuSignals, t: Mapping[str, float], expected_peak: float | None = None,
                     reserved_by_runtime: bool | str = False) -> tuple[float, str]:
     """``reserved_by_runtime``: the serving runtime (its name, or True) that reserves the card up front."""
+    scope = f" ({g.memory_scope})" if g.memory_scope else ""
     if reserved_by_runtime:
         runtime = reserved_by_runtime if isinstance(reserved_by_runtime, str) else "vLLM"
-        return 0.0, (f"GPU {g.index} VRAM {pct(g.memory_used_ratio)} used, reserved up front by the runtime "
+        return 0.0, (f"GPU {g.index}{scope} VRAM {pct(g.memory_used_ratio)} used, reserved up front by the runtime "
                      f"({runtime}): NVML cannot see how full its KV cache is")
     score = ramp(g.memory_used_ratio, t["vram_low"], t["vram_high"])
     growth = g.memory_growth_bytes_per_second
-    text = f"GPU {g.index} VRAM {gib(g.memory_used_bytes)} of {gib(g.memory_total_bytes)} ({pct(g.memory_used_ratio)})"
+    text = (f"GPU {g.index}{scope} VRAM {gib(g.memory_used_bytes)} of {gib(g.memory_total_bytes)} "
+            f"({pct(g.memory_used_ratio)})")
     filling = (g.memory_used_ratio or 0.0) >= t["vram_low"]
     if growth and growth > 0 and g.memory_used_bytes is not None and g.memory_total_bytes:
         to_full = (g.memory_total_bytes - g.memory_used_bytes) / growth

@@ -19,6 +19,9 @@ from headroom.analysis.headroom import WorkloadHeadroom, workload_headroom
 from headroom.samples import NvmlSample, Sample
 
 LONG_REFRESH_SECONDS = 5.0  # long-window scores are recomputed this often (sample time), not every tick
+# ... from at most this many evenly spaced samples of the long window (every 5th of 300 at 1 s): a refresh then
+# costs a few short ticks instead of ~20 (docs/analysis.md, "From samples to a verdict")
+LONG_POINTS = signals.VRAM_TREND_MAX_POINTS  # 60, as the VRAM trend fit thins its own points
 
 DEFAULTS: dict[str, Any] = {
     "short_window": 15.0,  # seconds of samples the scores look at
@@ -145,8 +148,9 @@ class Analysis:
         if refresh:
             self._long_at = now
             self._long_scores = {}
-            host_long = signals.host_signals(window, s["long_window"])
-            gpus_long = {g.uuid: g for g in signals.gpu_signals(window, s["long_window"], s["gpu_slowdown_celsius"])}
+            long_span = signals.thinned(window, s["long_window"], LONG_POINTS)
+            host_long = signals.host_signals(long_span, s["long_window"])
+            gpus_long = {g.uuid: g for g in signals.gpu_signals(long_span, s["long_window"], s["gpu_slowdown_celsius"])}
         changes: list[Change] = []
         self._settled = set()
 
@@ -178,7 +182,11 @@ class Analysis:
             st = status_by_name.get(p.name)
             indices = indices_of[p.name]
             w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
-            mine = [by_index[i] for i in indices if i in by_index]
+            # a workload on MIG instances: its GPUs' memory figures are those of its instances
+            slices = {wg.index: wg.mig_instances for wg in getattr(st, "gpus", ()) or ()
+                      if getattr(wg, "mig_instances", ())}
+            mine = [signals.mig_memory(by_index[i], window, s["short_window"], slices[i]) if i in slices
+                    else by_index[i] for i in indices if i in by_index]
             peak = getattr(st, "expected_peak_bytes", None)
             est = getattr(st, "estimate", None)
             srv = serving_analysis.serving_signals(window, s["short_window"], p.name)  # declared or detected
@@ -188,9 +196,10 @@ class Analysis:
             v = bottleneck.score_workload(p, w, mine, host, t, peak, srv, alt)
             key = f"workload/{p.name}"
             if refresh:
-                w_long = signals.workload_signals(window, s["long_window"], st, p, host.logical_cpus)
-                mine_long = [gpus_long.get(g.uuid, g) for g in mine]
-                srv_long = serving_analysis.serving_signals(window, s["long_window"], p.name)
+                w_long = signals.workload_signals(long_span, s["long_window"], st, p, host.logical_cpus)
+                mine_long = [signals.mig_memory(gpus_long.get(g.uuid, g), long_span, s["long_window"], slices[g.index])
+                             if g.index in slices else gpus_long.get(g.uuid, g) for g in mine]
+                srv_long = serving_analysis.serving_signals(long_span, s["long_window"], p.name)
                 self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak,
                                                                    srv_long).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)

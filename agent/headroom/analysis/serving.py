@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
+from headroom.analysis.signals import recent
 from headroom.samples import Histogram, Sample, ServingEndpoint
 
 QUANTILES = (0.5, 0.95, 0.99)
@@ -104,9 +105,8 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str) -> 
     """What the runtime said over the last ``seconds``; None when the workload has no endpoint."""
     if not window:
         return None
-    newest = window[-1].monotonic
-    timed = [(s.monotonic, e) for s in window if newest - s.monotonic <= seconds + 1e-9
-             and (e := _endpoint(s, workload)) is not None]
+    # only the samples within ``seconds`` of the newest: walked back from it, not filtered out of the whole window
+    timed = [(s.monotonic, e) for s in recent(window, seconds) if (e := _endpoint(s, workload)) is not None]
     if not timed:
         return None
     now = timed[-1][1]

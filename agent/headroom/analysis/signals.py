@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from headroom.samples import CpuSample, DiskSample, GpuSample, MemorySample, NvmlSample, Sample, ShmSample
@@ -53,6 +53,22 @@ def recent(window: Sequence[Sample], seconds: float) -> list[Sample]:
         out.append(s)
     out.reverse()
     return out or [window[-1]]
+
+
+def thinned(window: Sequence[Sample], seconds: float, points: int) -> list[Sample]:
+    """The samples within ``seconds`` of the newest, thinned to at most ``points`` evenly spaced ones: every k-th
+    counted back from the newest, and the oldest. Both ends are kept, so a counter's rate over them is the
+    same (the increase between kept samples is the sum of the increases between them; only a reset's interval
+    grows); means and shares become those of the kept samples."""
+    span = recent(window, seconds)
+    if len(span) <= points:
+        return span
+    step = -(-(len(span) - 1) // max(1, points - 2))
+    kept = span[::-1][::step]
+    if kept[-1] is not span[0]:
+        kept.append(span[0])
+    kept.reverse()
+    return kept
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -155,6 +171,9 @@ class GpuSignals:
     memory_total_bytes: int | None = None
     memory_used_ratio: float | None = None
     memory_growth_bytes_per_second: float | None = None
+    # "" for the whole GPU; "MIG instance MIG-..." when the memory figures are those of the MIG instances a
+    # workload holds (mig_memory): a workload on a MIG slice runs out of its slice, not of the GPU
+    memory_scope: str = ""
     pcie_ratio: float | None = None  # max(tx, rx) / link capability, newest
     pcie_bytes_per_second: float | None = None
     pcie_capability_bytes_per_second: float | None = None
@@ -303,6 +322,35 @@ def gpu_signals(window: Sequence[Sample], seconds: float, default_limit_celsius:
     return sorted(out, key=lambda s: s.index)
 
 
+def mig_memory(g: GpuSignals, window: Sequence[Sample], seconds: float, instances: Sequence[str]) -> GpuSignals:
+    """``g`` with its memory figures (used, total, ratio, sustained growth) those of the MIG ``instances`` of it
+    that a workload holds, summed: MIG partitions memory, so a full slice is full whatever the rest of the
+    GPU holds, and a roomy slice is roomy on a GPU whose other slices are full. ``g`` as it is when the newest
+    sample does not give every instance's memory."""
+    wanted = set(instances)
+    points = []
+    newest: tuple[int, int] | None = None
+    for s in recent(window, seconds):
+        gs = _gpus_by_uuid(s).get(g.uuid)
+        if gs is None:
+            continue
+        found = [m for m in gs.mig_instances if m.uuid in wanted]
+        if len(found) != len(wanted) or any(m.memory_used_bytes is None or m.memory_total_bytes is None
+                                            for m in found):
+            newest = None
+            continue
+        used = sum(m.memory_used_bytes for m in found)
+        newest = (used, sum(m.memory_total_bytes for m in found))
+        points.append((s.monotonic, float(used)))
+    if newest is None or not newest[1]:
+        return g
+    growth, r2 = sustained_growth(points)
+    names = ", ".join(sorted(wanted))
+    return replace(g, memory_used_bytes=newest[0], memory_total_bytes=newest[1],
+                   memory_used_ratio=newest[0] / newest[1], memory_growth_bytes_per_second=growth,
+                   memory_growth_r2=r2, memory_scope=f"MIG instance{'s' if len(wanted) > 1 else ''} {names}")
+
+
 # --------------------------------------------------------------------------------------------- host
 @dataclass(frozen=True)
 class HostSignals:
@@ -362,24 +410,26 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
                        shm_available_bytes=fullest.available_bytes, shm_size_bytes=fullest.size_bytes)
     disk = last.data("disk")
     if isinstance(disk, DiskSample):
+        disks = _devices(span, "disk")
         best = None
         for d in disk.devices:
-            busy = _rate(span, _disk_reader(d.device, "io_time_seconds"))
+            busy = _device_rate(disks, d.device, "io_time_seconds")
             if busy is not None and (best is None or busy > best[0]):
                 best = (min(1.0, busy), d.device)
         if best is not None:
             out.update(disk_busy=best[0], disk_device=best[1],
-                       disk_queue=_rate(span, _disk_reader(best[1], "weighted_io_time_seconds")),
-                       disk_bytes_per_second=_rate(span, _disk_bytes(best[1])))
+                       disk_queue=_device_rate(disks, best[1], "weighted_io_time_seconds"),
+                       disk_bytes_per_second=_device_rate(disks, best[1], "read_bytes", "written_bytes"))
     out["neighbours"] = tuple(getattr(last.data("processes"), "neighbours", ()) or ())
     net = last.data("net")
     devices = getattr(net, "devices", None)
     if devices:
+        nets = _devices(span, "net")
         best_net = None
         for d in devices:
             speed = getattr(d, "speed_bytes_per_second", None)
-            rx = _rate(span, _net_reader(d.device, "receive_bytes"))
-            tx = _rate(span, _net_reader(d.device, "transmit_bytes"))
+            rx = _device_rate(nets, d.device, "receive_bytes")
+            tx = _device_rate(nets, d.device, "transmit_bytes")
             rate = max((v for v in (rx, tx) if v is not None), default=None)
             if rate is not None and speed:
                 ratio = rate / speed
@@ -390,37 +440,31 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
     return HostSignals(**out)
 
 
-def _disk_reader(device: str, field_name: str) -> Callable[[Sample], float | None]:
-    def read(s: Sample) -> float | None:
-        disk = s.data("disk")
-        if not isinstance(disk, DiskSample):
+def _devices(span: Sequence[Sample], source: str) -> list[tuple[float, dict[str, Any]]]:
+    """(monotonic, device name -> that device's entry) for each sample of the span with ``source``'s devices:
+    one pass over the span, so each device's rate below is a dict lookup per sample, not a device scan."""
+    out = []
+    for s in span:
+        devices = getattr(s.data(source), "devices", None)
+        if devices is not None:
+            out.append((s.monotonic, {d.device: d for d in devices}))
+    return out
+
+
+def _device_rate(maps: Sequence[tuple[float, Mapping[str, Any]]], device: str, *fields: str) -> float | None:
+    """Per-second increase (``_rate_of``) of one device's counter, or of the sum of several (all present)."""
+    def value(d: Any) -> float | None:
+        if d is None:
             return None
-        for d in disk.devices:
-            if d.device == device:
-                return getattr(d, field_name)
-        return None
+        total = 0.0
+        for name in fields:
+            v = getattr(d, name, None)
+            if v is None:
+                return None
+            total += v
+        return total
 
-    return read
-
-
-def _disk_bytes(device: str) -> Callable[[Sample], float | None]:
-    read, written = _disk_reader(device, "read_bytes"), _disk_reader(device, "written_bytes")
-
-    def total(s: Sample) -> float | None:
-        r, w = read(s), written(s)
-        return None if r is None or w is None else float(r + w)
-
-    return total
-
-
-def _net_reader(device: str, field_name: str) -> Callable[[Sample], float | None]:
-    def read(s: Sample) -> float | None:
-        for d in getattr(s.data("net"), "devices", ()) or ():
-            if d.device == device:
-                return getattr(d, field_name, None)
-        return None
-
-    return read
+    return _rate_of((t, value(m.get(device))) for t, m in maps)
 
 
 # ----------------------------------------------------------------------------------------- workload

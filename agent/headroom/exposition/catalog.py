@@ -182,7 +182,8 @@ CATALOG: tuple[MetricSpec, ...] = (
          "How sure the analysis is (0-1) that the resource limits this GPU's work, over the short window "
          "(analysis.short_window, default 15s of 1 s samples). Rules and evidence: docs/analysis.md, /api/v1/status."),
     _ana("headroom_gpu_bottleneck_long_score", GAUGE, "", (*G, "resource"),
-         "The same score over the long window (analysis.long_window, default 5m), refreshed every 5 s."),
+         "The same score over the long window (analysis.long_window, default 5m; at most 60 evenly spaced "
+         "samples of it), refreshed every 5 s."),
     _ana("headroom_gpu_bottleneck", GAUGE, "", (*G, "resource"),
          "1 for the GPU's current primary bottleneck (resource none when nothing limits), 0 for the others. "
          "The primary changes only after a new verdict held for analysis.hold (default 20s)."),
@@ -203,7 +204,8 @@ CATALOG: tuple[MetricSpec, ...] = (
          "How sure the analysis is (0-1) that the resource limits the workload now, over the short window "
          "(analysis.short_window, default 15s). Rules and evidence: docs/analysis.md, /api/v1/status."),
     _ana("headroom_workload_bottleneck_long_score", GAUGE, "", (*W, "resource"),
-         "The same score over the long window (analysis.long_window, default 5m), refreshed every 5 s."),
+         "The same score over the long window (analysis.long_window, default 5m; at most 60 evenly spaced "
+         "samples of it), refreshed every 5 s."),
     _ana("headroom_workload_bottleneck", GAUGE, "", (*W, "resource"),
          "1 for the workload's current primary bottleneck (resource none when nothing limits), 0 for the others, "
          "so a Grafana state timeline shows it. Changes only after holding for analysis.hold (default 20s)."),

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _ORDER = {m.name: i for i, m in enumerate(CATALOG)}
+_GPU_IDS = ("gpu", "uuid")  # the leading labels of every per-GPU series
 
 
 class UnknownMetric(KeyError):
@@ -63,7 +64,52 @@ def _label_text(names: tuple[str, ...], values: tuple[Any, ...]) -> str:
     return text
 
 
+# (family, label values) -> (the series' text up to its closing brace, e.g. ``name{gpu="0",uuid="GPU-.."``, and
+# the GPU UUID whose identity labels (Writer.gpu_extra) go before that brace, None for a series not labelled
+# gpu, uuid): most series repeat every tick, so a series costs one lookup, one value and one join; checked
+# against the catalogue when first seen, cleared past the bound like _LABEL_TEXT
+_SERIES_HEAD: dict[tuple[str, tuple[Any, ...]], tuple[str, str | None]] = {}
+_SERIES_HEAD_MAX = 20_000
+
+
+def _series_head(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any, ...]] | None
+                 ) -> tuple[str, str | None]:
+    spec = BY_NAME.get(name)
+    if spec is None:
+        raise UnknownMetric(f"{name} is not in the metric catalogue")
+    names = spec.labels
+    if len(label_values) != len(names):
+        raise ValueError(f"{name} takes labels {names}, got {len(label_values)} values")
+    if not label_values:
+        head = (name, None)
+    else:
+        head = (f"{name}{{{_label_text(names, label_values)}", label_values[1] if names[:2] == _GPU_IDS else None)
+    if key is not None:
+        if len(_SERIES_HEAD) >= _SERIES_HEAD_MAX:
+            _SERIES_HEAD.clear()
+        _SERIES_HEAD[key] = head
+    return head
+
+
+def clear_caches() -> None:
+    """Empty the rendered-text caches (bounded, so never a leak; a memory measurement clears them first)."""
+    _LABEL_TEXT.clear()
+    _SERIES_HEAD.clear()
+
+
 def format_value(value: float | int | bool) -> str:
+    kind = type(value)
+    if kind is float:  # most values: tested first, by exact type (a float subclass takes the general path)
+        if value.is_integer():
+            if abs(value) < 1e15:
+                return str(int(value))
+        elif value != value:
+            return "NaN"
+        elif value in _INFINITIES:
+            return "+Inf" if value > 0 else "-Inf"
+        return repr(value)
+    if kind is int:
+        return str(value)
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
@@ -77,35 +123,37 @@ def format_value(value: float | int | bool) -> str:
     return repr(value)
 
 
+_INFINITIES = (math.inf, -math.inf)
+
+
 class Writer:
     """Collects series per family; ``add`` takes label values in the catalogue's label order."""
 
     __slots__ = ("_families", "gpu_extra")
 
     def __init__(self) -> None:
-        self._families: dict[str, list[str]] = {}
+        self._families: dict[str, list[str]] = {}  # family name -> its series lines
         # GPU UUID -> ',namespace="..",pod=".."': appended to every series labelled gpu, uuid (identity labels)
         self.gpu_extra: dict[str, str] = {}
 
     def add(self, name: str, value: float | int | bool | None, *label_values: Any) -> None:
         if value is None:
             return  # unknown / unsupported: the series is absent, never 0
+        key = (name, label_values)
+        try:
+            head = _SERIES_HEAD.get(key)
+        except TypeError:  # an unhashable label value: rendered, not cached
+            key, head = None, None
+        if head is None:
+            head = _series_head(name, label_values, key)
         lines = self._families.get(name)
         if lines is None:
-            spec = BY_NAME.get(name)
-            if spec is None:
-                raise UnknownMetric(f"{name} is not in the metric catalogue")
             lines = self._families[name] = []
-        names = BY_NAME[name].labels
-        if len(label_values) != len(names):
-            raise ValueError(f"{name} takes labels {names}, got {len(label_values)} values")
-        if label_values:
-            text = _label_text(names, label_values)
-            if self.gpu_extra and names[:2] == _GPU_IDS:
-                text += self.gpu_extra.get(label_values[1], "")
-            lines.append(f"{name}{{{text}}} {format_value(value)}")
+        prefix, uuid = head
+        if uuid is not None and self.gpu_extra:
+            lines.append(f"{prefix}{self.gpu_extra.get(uuid, '')}}} {format_value(value)}")
         else:
-            lines.append(f"{name} {format_value(value)}")
+            lines.append(f"{prefix}{'}' if label_values else ''} {format_value(value)}")
 
     def names(self) -> set[str]:
         return set(self._families)
@@ -128,7 +176,6 @@ def render(snapshot: Snapshot) -> bytes:
     return w.render()
 
 
-_GPU_IDS = ("gpu", "uuid")
 
 
 def render_into(w: Writer, snapshot: Snapshot) -> None:

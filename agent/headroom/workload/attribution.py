@@ -50,6 +50,9 @@ class WorkloadGpu:
     memory_total_bytes: int | None  # the GPU's (or the declared MIG instance's) memory
     declared: bool  # listed in the profile's gpus
     attributed: bool  # NVML lists one of the workload's processes here
+    # the MIG instances of this GPU it holds (declared by UUID, or listing its processes): its memory is theirs,
+    # not the whole GPU's (memory_total_bytes is their sum, and analysis judges VRAM on them)
+    mig_instances: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,10 +156,7 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
 
 def _sized(p: WorkloadProfile, totals: Sequence[int], gpus: int, constants: OverheadConstants
            ) -> tuple[Estimate | None, str | None]:
-    try:
-        return _estimate(p, min(totals) if totals else None, gpus or None, constants), None
-    except SizingError as exc:
-        return None, str(exc)
+    return _estimate(p, min(totals) if totals else None, gpus or None, constants)
 
 
 def _expected(p: WorkloadProfile, est: Estimate, gpus: int) -> tuple[Mapping[str, int], int | None, int | None]:
@@ -229,31 +229,44 @@ def _gpus(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[Gp
 
 
 def _gpus_of(pids: set[int], declared: set, gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
-    """The GPUs where NVML lists one of ``pids``, plus the ``declared`` ones (index, GPU or MIG UUID)."""
+    """The GPUs where NVML lists one of ``pids``, plus the ``declared`` ones (index, GPU or MIG UUID). On a MIG
+    GPU its processes may be listed only by their instance (the whole-GPU list needs more privileges)."""
     out = []
     for g in gpus:
-        mine = [x for x in g.processes if x.pid in pids]
-        mig_total = next((m.memory_total_bytes for m in g.mig_instances if m.uuid in declared), None)
+        held = tuple(m for m in g.mig_instances
+                     if m.uuid in declared or any(x.pid in pids for x in m.processes))
+        mine = {x.pid: x for x in g.processes if x.pid in pids}
+        for m in held:  # the instance's own list: the same process is counted once
+            for x in m.processes:
+                if x.pid in pids:
+                    mine.setdefault(x.pid, x)
         is_declared = g.index in declared or g.uuid in declared or any(m.uuid in declared for m in g.mig_instances)
         if not mine and not is_declared:
             continue
-        known = [x.used_memory_bytes for x in mine if x.used_memory_bytes is not None]
+        known = [x.used_memory_bytes for x in mine.values() if x.used_memory_bytes is not None]
         if mine:
             memory_used = sum(known) if known else None
         else:
             memory_used = 0 if g.up else None
-        sm = [x.sm_utilization_ratio for x in mine if x.sm_utilization_ratio is not None]
+        sm = [x.sm_utilization_ratio for x in mine.values() if x.sm_utilization_ratio is not None]
+        mig_totals = [m.memory_total_bytes for m in held if m.memory_total_bytes is not None]
         out.append(WorkloadGpu(
             index=g.index, uuid=g.uuid, memory_used_bytes=memory_used,
             utilization_ratio=min(1.0, sum(sm)) if sm else None,
-            memory_total_bytes=mig_total if mig_total is not None else g.memory_total_bytes,
-            declared=is_declared, attributed=bool(mine),
+            memory_total_bytes=sum(mig_totals) if held and len(mig_totals) == len(held) else
+            (None if held else g.memory_total_bytes),
+            declared=is_declared, attributed=bool(mine), mig_instances=tuple(m.uuid for m in held),
         ))  # fmt: skip
     return tuple(out)
 
 
 @lru_cache(maxsize=128)
-def _estimate(p: WorkloadProfile, memory: int | None, gpus: int | None, constants: OverheadConstants) -> Estimate:
-    """sizing.estimate, memoised: profiles and GPU memory rarely change between ticks."""
-    return estimate(p, gpu_memory_bytes=memory, gpus=gpus, overhead=constants)
+def _estimate(p: WorkloadProfile, memory: int | None, gpus: int | None, constants: OverheadConstants
+              ) -> tuple[Estimate | None, str | None]:
+    """(sizing.estimate, None) or (None, why it cannot size), memoised: profiles and GPU memory rarely change
+    between ticks, and a profile the model cannot size stays unsizable (the refusal is memoised too)."""
+    try:
+        return estimate(p, gpu_memory_bytes=memory, gpus=gpus, overhead=constants), None
+    except SizingError as exc:
+        return None, str(exc)
 

@@ -25,6 +25,7 @@ from headroom.samples import (
     DiskStats,
     GpuSample,
     MemorySample,
+    MigInstance,
     MountUsage,
     Neighbour,
     NvLink,
@@ -84,6 +85,9 @@ class Gpu:
     sm_active: float | None = None  # GPM SM activity (Hopper and later); None: no GPM
     nvlink: float | None = None  # NVLink bytes/s per direction over all its links; None: no NVLink
     nvlink_links: int = 18  # active links (H100 SXM: 18 of NVLink 4)
+    # MIG instances as (uuid, memory used, memory total): "MIG-<uuid>" devices of this GPU; mem_used stays the
+    # whole GPU's (NVML's device-level figure: what every slice holds, summed)
+    mig_slices: tuple = ()
 
 
 def pressure(avg10: float) -> Pressure:
@@ -131,6 +135,8 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
                 memory_temperature_celsius=g.memory_temperature, mig_enabled=True if g.mig else None, **limits,
                 pcie_tx_bytes_per_second=g.pcie, pcie_rx_bytes_per_second=g.pcie,
                 pcie_link_generation=4, pcie_link_width=16, processes=g.processes,
+                mig_instances=tuple(MigInstance(k + 1, 0, uuid, used_, total_) for k, (uuid, used_, total_)
+                                    in enumerate(g.mig_slices)),
                 sm_active_ratio=g.sm_active, nvlink_version=4 if g.nvlink is not None else None,
                 nvlink_links=() if g.nvlink is None else tuple(
                     NvLink(link=k, up=True, tx_bytes_total=int(g.nvlink / g.nvlink_links * t),
