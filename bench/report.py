@@ -171,10 +171,11 @@ def serving_section(c: Any, w: Any) -> None:
     w(f"| process CPU across the tick (every thread; noisy on a shared machine), ms (rounds) | "
       f"{rounds(c.tick_without)} | {rounds(c.tick_with)} | {c.per_endpoint_process * 1e3:.2f} |")
     w("")
-    w("Each series' name and labels go through prometheus-client's parser the first time the endpoint "
-      "shows it and are remembered (4096 series per endpoint); later scrapes only convert values, and lines "
-      "of families no mapping reads are skipped after a name check. Parsing every line with the library on "
-      "every scrape cost about 1.5 ms CPU for this body.\n")
+    w("Each runtime series goes through prometheus-client's parser the first time the endpoint shows it and "
+      "is remembered by the line up to its value (4096 series per endpoint); later scrapes look each runtime "
+      "line up once and only convert the values of the families a mapping reads. Comments are skipped without "
+      "being split, and other families' samples by their first character. Parsing every line with the library "
+      "on every scrape cost about 1.5 ms CPU for this body.\n")
 
 
 def _growth(results: Results, axis: str, fixed: dict[str, int]) -> list[TickResult]:

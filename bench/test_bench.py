@@ -246,6 +246,33 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
     assert "**CPU per tick with 5 pods churning over 10 ms**: the pods add" in report.markdown(results)
 
 
+def test_a_child_started_on_port_0_is_found_on_the_port_the_kernel_gave_it():
+    import subprocess
+    import sys
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port = host.listening_port(server, timeout=30, what="http.server")
+        assert port != 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_child_that_exits_before_listening_is_reported_not_waited_for():
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    child.wait()
+    with pytest.raises(RuntimeError, match="agent exited with 3 before listening"):
+        host.listening_port(child, timeout=30, what="agent")
+
+
 def test_the_gpu_section_never_measures_the_driver_stand_in_as_a_real_gpu():
     """make bench's simulated rows install the stand-in under pynvml in its process; the GPU section once ran
     on it afterwards and reported its simulated H100s as a real GPU. probe() refuses it by name."""
