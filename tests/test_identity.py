@@ -495,6 +495,8 @@ def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_end
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
                                         settings={"kubernetes": False}, previous=lambda: current["previous"]))
     c.kubernetes = True  # pods from their cgroups alone, no kubelet thread
+    assert not c._keep_cgroup_files  # a fixture tree: files are opened by path each tick (procfs.ProcFile's rule)
+    c._keep_cgroup_files = True  # as on a live kernel's /proc and /sys (the files here are rewritten in place)
     try:
         seen = []
         for user in (4, 6, 9):
@@ -523,6 +525,7 @@ def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path,
     from headroom.sources import identity as identity_module
 
     monkeypatch.setattr(identity_module, "OPEN_CGROUP_DIRS", 1)
+    monkeypatch.setattr(identity_module.procfs, "is_live_procfs", lambda root: True)  # kept as on a live kernel
     proc, sysfs = tmp_path / "proc", tmp_path / "sys"
     jobs = {4242: "/system.slice/slurmstepd.scope/job_4242", 4343: "/system.slice/slurmstepd.scope/job_4343"}
     for pid, path in jobs.items():

@@ -315,6 +315,9 @@ class IdentityCollector(Collector):
         self._names: dict[str, str] = {}  # exported workload -> kind, to log arrivals and departures
         self._exported: set[tuple[str, str]] = set()  # (kind, key) exported last tick: the cap keeps them
         self._dirs: dict[str, _CgroupDir] = {}  # identity cgroup -> its v2 directory, while the identity lives
+        # cgroup files kept open only on the live kernel's trees (in a fixture a replaced file would be read
+        # through its old descriptor: procfs.ProcFile's rule)
+        self._keep_cgroup_files = procfs.is_live_procfs(ctx.paths.procfs)
         self._dirs_seen: set[str] = set()
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
         self._kubelet_view: tuple[Any, Any, Any] | None = None  # (answer, known devices, what _kubelet read from it)
@@ -534,7 +537,7 @@ class IdentityCollector(Collector):
             found = cgroup_root(self.ctx.paths.sysfs, path)
             if found is None:
                 return None, None
-            keep_open = sum(bool(d.fds) for d in self._dirs.values()) < OPEN_CGROUP_DIRS
+            keep_open = self._keep_cgroup_files and sum(bool(d.fds) for d in self._dirs.values()) < OPEN_CGROUP_DIRS
             directory = self._dirs[path] = _CgroupDir.open(str(found), keep_open)
         self._dirs_seen.add(path)
         return read_identity_cgroup(directory, path)
@@ -883,9 +886,9 @@ OPEN_CGROUP_DIRS = 128  # identity cgroups whose files are kept open (3 descript
 class _CgroupDir:
     """An identity cgroup's v2 files (of _STAT_FILES, those it has: a controller that is not enabled there has
     none, and is not asked for every tick), kept open while the identity lives and read again from their
-    start each tick (one pread instead of a walk down the cgroup's long path, an open and a close), for the
-    first OPEN_CGROUP_DIRS identities; later ones are read by path (the cap allows 10 000 identities,
-    descriptors are fewer)."""
+    start each tick (one pread instead of a walk down the cgroup's long path, an open and a close: cgroupfs
+    regenerates a file's text at offset 0), for the first OPEN_CGROUP_DIRS identities on a live kernel; later
+    ones, and fixture trees, are read by path (the cap allows 10 000 identities, descriptors are fewer)."""
 
     path: str
     files: frozenset[str]
