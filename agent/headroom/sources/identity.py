@@ -652,47 +652,22 @@ def find_launcher(root: Path, pid: int) -> tuple[int, Launcher | None]:
     denies the reads. Called once per new GPU process."""
     found: tuple[int, Launcher | None] = (0, None)
     current = pid
-    proc = str(root)
     for _ in range(LAUNCHER_DEPTH):
         if current <= 1:
             break
         try:
-            data = _pid_file(proc, current, "cmdline", CMDLINE_BYTES)
-            stat = _pid_file(proc, current, "stat", 4096)
-            # only the parent: field 4, after the command name's closing parenthesis and the state
-            ppid = int(stat.rsplit(b")", 1)[1].split(None, 2)[1]) if stat is not None else None
-        except (OSError, ValueError, IndexError):
+            argv = procfs.read_pid_cmdline(root, current, limit=CMDLINE_BYTES)
+            stat = procfs.read_pid_stat(root, current)
+        except (procfs.ProcessGone, OSError, ValueError):
             break
-        argv = procfs.parse_pid_cmdline(data) if data else None
         if argv:
             launcher = parse_launcher(argv)
             if launcher is not None:
                 found = (current, launcher)
-        if ppid is None:
+        if stat is None:
             break
-        current = ppid
+        current = stat.ppid
     return found
-
-
-def _pid_file(proc: str, pid: int, name: str, limit: int) -> bytes | None:
-    """The first ``limit`` bytes of <procfs>/PID/<name> with os calls (a launcher search reads two files per
-    ancestor of each new GPU process; Python's file objects cost twice as much); None when denied, OSError
-    when the process is gone."""
-    try:
-        fd = os.open(f"{proc}/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
-    except PermissionError:
-        return None
-    try:
-        chunks, size = [], 0
-        while size < limit:
-            chunk = os.read(fd, limit - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def same_network_namespace(root: Path, pid: int) -> bool:
