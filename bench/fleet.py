@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from bench.host import cpu_seconds, rss_bytes
+from bench.host import cpu_seconds, listening_port, rss_bytes
 from headroom.fleet import file_sd
 from headroom.simulation.fleet import SimHost, fleet
 
@@ -40,12 +39,6 @@ SD_EXAMPLE = ROOT / "deploy" / "prometheus" / "file-sd.yml"
 FAST = {"short_window": "5s", "long_window": "30s", "hold": "3s"}
 DOCS = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- fleet:begin -->", "<!-- fleet:end -->"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_json(url: str, timeout: float = 10.0) -> Any:
@@ -88,15 +81,16 @@ class Fleet:
             (d / "scenario.yaml").write_text(yaml.safe_dump(sim.scenario, sort_keys=False))
             config = {**sim.config, "analysis": {**sim.config.get("analysis", {}), **FAST}}
             (d / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-            port = free_port()
             log = (d / "agent.log").open("wb")
             proc = subprocess.Popen(
                 [sys.executable, "-m", "headroom", "run", "--simulate", str(d / "scenario.yaml"), "--config.file",
-                 str(d / "config.yaml"), "--web.listen-address", f"127.0.0.1:{port}", "--sample.interval",
+                 str(d / "config.yaml"), "--web.listen-address", "127.0.0.1:0", "--sample.interval",
                  self.sample_interval, "--log.level", "warn", "--log.format", "json"],
                 stdout=log, stderr=subprocess.STDOUT, cwd=d)
             log.close()
-            self.hosts.append(RunningHost(sim, port, proc))
+            self.hosts.append(RunningHost(sim, 0, proc))
+        for h in self.hosts:  # port 0: each agent binds a port the kernel picks; we read which (no free-port race)
+            h.port = listening_port(h.proc, 60, f"agent {h.sim.name}")
         inventory = {"hosts": [{"name": h.sim.name, "address": "127.0.0.1", "port": h.port,
                                 "labels": {"archetype": h.sim.archetype}} for h in self.hosts]}
         file_sd.write_atomically(self.workdir / "targets" / "headroom.json", file_sd.target_groups(inventory))
@@ -118,15 +112,27 @@ class Fleet:
     def _start_prometheus(self) -> None:
         if not shutil.which("prometheus"):
             raise RuntimeError("prometheus is not installed: `make system-deps` installs Debian's package")
-        self.prom_port = free_port()
-        text = yaml.safe_dump(self.prometheus_config()).replace("PROMETHEUS", f"127.0.0.1:{self.prom_port}")
-        (self.workdir / "prometheus.yml").write_text(text)
+        # Prometheus scrapes itself: its config names its own address, known only once it listens. It starts on
+        # port 0 with a config that scrapes the agents only; the self-scrape job is added once its port is known.
+        config = self.prometheus_config()
+        self_job = config["scrape_configs"].pop()
+        (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         log = (self.workdir / "prometheus.log").open("wb")
         self.prometheus = subprocess.Popen(
             ["prometheus", f"--config.file={self.workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.prom_port}"],
+             f"--storage.tsdb.path={self.workdir / 'tsdb'}", "--web.listen-address=127.0.0.1:0",
+             "--web.enable-lifecycle"],
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
+        self.prom_port = listening_port(self.prometheus, 60, "prometheus")
+        config["scrape_configs"].append(self_job)
+        text = yaml.safe_dump(config).replace("PROMETHEUS", f"127.0.0.1:{self.prom_port}")
+        (self.workdir / "prometheus.yml").write_text(text)
+        # reload through the lifecycle endpoint: it waits until Prometheus has loaded its first config (a SIGHUP
+        # that early would kill it) and answers once the new one is applied
+        request = urllib.request.Request(self.prometheus_url + "/-/reload", method="POST")
+        with urllib.request.urlopen(request, timeout=60):
+            pass
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Every agent answers /healthz and every target is up in Prometheus."""

@@ -166,3 +166,31 @@ def _stop(procs: list[subprocess.Popen]) -> None:
             p.wait(5)
         except subprocess.TimeoutExpired:
             print(f"bench: process {p.pid} did not exit", file=sys.stderr)
+
+
+def listening_port(proc: subprocess.Popen, timeout: float = 30.0, what: str = "the child") -> int:
+    """The TCP port ``proc`` listens on, once it does; raises RuntimeError when it exits or does not listen
+    within ``timeout`` seconds.
+
+    Children are started on port 0 (``127.0.0.1:0``), so the kernel picks a free port at their own bind.
+    Picking a free port here and passing its number instead races: between this process closing its probe
+    socket and the child binding the port, any client socket on the machine (a parallel test's thousand
+    connections) can be given that same ephemeral port, and the child then fails to start, or a server of
+    someone else answers on it."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
+        try:
+            ports = sorted(c.laddr.port for c in psutil.Process(proc.pid).net_connections(kind="tcp")
+                           if c.status == psutil.CONN_LISTEN)
+        except psutil.Error:
+            ports = []
+        if ports:
+            return ports[0]
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not start listening within {timeout:g} s")

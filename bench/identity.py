@@ -4,7 +4,8 @@ A fixture host in a temp dir: N pods (systemd driver, containerd naming, one GPU
 containerd bundles and cgroup v2 files), one pod replaced every tick (a new pid, a new pod UID), 8 GPUs.
 Measures, per tick, the identity collector's ``collect()`` and the analysis + rendering of the automatic
 workloads, and prints medians with min and max (bench/stats.py). The kubelet is left out (its List runs
-in its own thread, never in the tick).
+in its own thread, never in the tick). The whole reference tick with pods churning (real processes in real
+cgroups, a real gRPC kubelet) is ``python -m bench.ticks --pods 50`` (bench/pods.py).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # `python bench/run.py`: make `bench` and `headroom` importable
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "agent")]
@@ -33,6 +34,7 @@ REFERENCE = (8, 1000, 3)  # GPUs, host processes, declared workloads: the target
 GPU_SCALES = (1, 8, 16)
 PROCESS_SCALES = (100, 1000, 5000)
 WORKLOAD_SCALES = (1, 3, 10)
+PODS = 50  # pods churning on the reference host (--kubernetes): one ends and one starts every tick
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         for scale in tick_scales():
             run_ticks(results, inputs, farm, plan, scale)
             if scale == REFERENCE:
+                run_pods(results, inputs, farm, plan)
                 run_scrapes(results, inputs, farm, plan, workdir)
             elif plan.scale_scrapes and scale in ((REFERENCE[0], 100, REFERENCE[2]), (REFERENCE[0], 5000, REFERENCE[2])):
                 run_scale_scrape(results, inputs, farm, plan, workdir, scale)
@@ -152,6 +155,41 @@ def run_ticks(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, p
     r = ticks.measure(config, inputs.scenario(gpus), gpus, seen, ticks=plan.ticks, warmup=warmup,
                       profile=reference)
     results.ticks.append(r)
+
+
+def measure_pods(config: Any, inputs: Inputs, farm: host.ProcessFarm, gpus: int, processes: int, pods: int,
+                 n_ticks: int, warmup: int, profile: bool = False) -> tuple[ticks.TickResult, ticks.TickResult]:
+    """The reference tick without and with ``pods`` pods churning under --kubernetes (bench/pods.py), ticked
+    alternately in one run; the host kept at ``processes`` processes, the pods' own among them."""
+    from bench.pods import PodChurn
+    from headroom.simulation import load_scenario
+
+    churn = PodChurn(pods, load_scenario(inputs.scenario(gpus)).gpus, inputs.workdir / "pods")
+    try:
+        seen = farm.resize_host(processes)
+        return ticks.measure_pair(config, inputs.scenario(gpus), gpus, seen, churn, ticks=n_ticks, warmup=warmup,
+                                  profile=profile)
+    finally:
+        churn.close()
+
+
+def run_pods(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, plan: Plan) -> None:
+    """The reference scale again with PODS pods churning (--kubernetes), right after the reference row."""
+    from bench.pods import cgroup_v2_base
+
+    gpus, processes, workloads = REFERENCE
+    base, why = cgroup_v2_base()
+    if base is None:
+        results.pods_skipped = why
+        _log(f"pods: not measured ({why})")
+        return
+    config = check_config_text(inputs.config(workloads).read_text(), str(inputs.config(workloads)))
+    full = int(config.agent["window"] / config.sample_interval) + 1
+    warmup = full if plan.warmup is None else plan.warmup
+    _log(f"ticks: {gpus} GPUs, {processes} processes, {workloads} workloads, {PODS} pods churning "
+         f"({warmup} warm-up + {plan.ticks} ticks)")
+    _, with_pods = measure_pods(config, inputs, farm, gpus, processes, PODS, plan.ticks, warmup)
+    results.ticks.append(with_pods)  # its reference half is in with_pods.without_pods
 
 
 def run_scrapes(results: report.Results, inputs: Inputs, farm: host.ProcessFarm, plan: Plan, workdir: Path) -> None:

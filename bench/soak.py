@@ -22,7 +22,6 @@ import argparse
 import http.client
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script (bench/soak.py): the bench package is beside it
+    sys.path.insert(0, str(ROOT))
+from bench.host import listening_port  # noqa: E402
 
 
 def scenario_yaml(gpus: int) -> str:
@@ -149,25 +151,6 @@ class Result:
         return not self.problems
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_listening(proc: subprocess.Popen, port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"agent exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("agent did not start listening")
-
-
 def soak(duration: float, warmup: float, interval: float = 0.1, gpus: int = 8, every: float = 30.0,
          window: float = 60.0, rss_tolerance: int = 4 << 20, thread_tolerance: int = 2, fd_tolerance: int = 2,
          report=print, min_tick_ratio: float = 0.9) -> Result:
@@ -179,13 +162,13 @@ def soak(duration: float, warmup: float, interval: float = 0.1, gpus: int = 8, e
         scenario, config, log = Path(tmp, "soak.yaml"), Path(tmp, "config.yaml"), Path(tmp, "agent.log")
         scenario.write_text(scenario_yaml(gpus))
         config.write_text(config_yaml(interval, window, gpus))
-        port = _free_port()
+        # port 0: the agent binds a port the kernel picks, and we read which (no free-port race)
         cmd = [sys.executable, "-m", "headroom", "run", "--config.file", str(config), "--simulate", str(scenario),
-               "--web.listen-address", f"127.0.0.1:{port}", "--log.format", "json"]
+               "--web.listen-address", "127.0.0.1:0", "--log.format", "json"]
         with open(log, "wb") as log_file:
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log_file)
         try:
-            _wait_listening(proc, port, 30)
+            port = listening_port(proc, 30, "agent")
             scraper = Scraper(port)
             scraper.start()
             report(f"soak: {gpus} simulated GPUs, {1 / interval:g} ticks/s, window {window:g}s, "

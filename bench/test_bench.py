@@ -185,6 +185,94 @@ def test_the_nvml_cost_section_replaces_its_markers_and_keeps_the_rest(tmp_path)
     assert fresh.read_text().index("new") < fresh.read_text().index("fleet")
 
 
+def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_nothing_behind(tmp_path):
+    """bench.pods + ticks.measure_pair on a tiny scale (2 GPUs, 3 pods, a few ticks): the churning sampler
+    exports each live pod as an automatic `pod` workload named from containerd's annotations, the plain one
+    none; the kubelet was asked; the report gets the row and the target line; the pods' processes and
+    cgroups are gone afterwards."""
+    import os
+
+    from bench import pods as pods_module
+    from bench import ticks
+
+    base, why = pods_module.cgroup_v2_base()
+    if base is None:
+        pytest.skip(why)  # needs root and a cgroup v2 hierarchy: the bench says so in the report instead
+    scenario_path = tmp_path / "scenario.yaml"
+    scenario_path.write_text(fixtures.scenario_yaml(4))  # GPU 3 is a MIG GPU: a pod runs in an instance
+    config = check_config_text(fixtures.config_yaml(1, fixtures.optional_collectors(), window="20s"))
+    churn = pods_module.PodChurn(5, parse_scenario(scenario_path.read_text()).gpus, tmp_path / "pods")
+    try:
+        without, with_pods = ticks.measure_pair(config, scenario_path, 4, 100, churn, ticks=4, warmup=3, spacing=0.0)
+        pids = churn.pids
+        top = churn.top
+    finally:
+        churn.close()
+    info = [line for line in with_pods.exposition.decode().splitlines() if line.startswith("headroom_workload_info{")]
+    auto = sorted(re.search(r'workload="([^"]+)"', line).group(1) for line in info
+                  if 'kind="pod"' in line and 'source="auto"' in line)
+    # 7 ticks, one pod replaced before each: pods 8-12 live at the last tick, and identity is a tick behind NVML
+    # (pod 12's process is not in the previous tick's process list yet): pods 8-11 come from their processes,
+    # with NVML's memory of each on its time-sliced GPU and their cgroup's CPU; a pod that ended may still be
+    # named by the kubelet's last answer (without a process: no memory), as on a real node
+    from_processes = [f"{pods_module.NAMESPACE}/job-{n:05d}" for n in range(8, 12)]
+    text = with_pods.exposition.decode()
+    used = {m.group(1): int(m.group(2)) for m in re.finditer(
+        r'^headroom_workload_gpu_memory_used_bytes\{workload="([^"]+)",gpu="\d+"\} (\d+)$', text, re.M)}
+    assert {name: used.get(name) for name in from_processes} == dict.fromkeys(from_processes, pods_module.GPU_MEMORY)
+    cpu = re.findall(r'^headroom_workload_cgroup_cpu_seconds_total\{workload="(bench/[^"]+)",mode="user"\}', text,
+                     re.M)
+    assert set(from_processes) <= set(cpu) <= set(auto)
+    assert set(from_processes) <= set(auto) <= {f"{pods_module.NAMESPACE}/job-{n:05d}" for n in range(2, 13)}, auto
+    assert ticks.auto_workloads(without.exposition) == 0
+    assert with_pods.pods == 5 and with_pods.kubelet_list_cpu is not None and "identity" in with_pods.collector_cpu
+    assert with_pods.without_pods == without.tick_cpu and with_pods.pods_added.n == 4
+    assert churn.started == 5 + 7 + 4 and churn.ended == churn.started
+    assert not top.exists()
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}/cmdline") or b"headroom-bench-pod" not in open(
+            f"/proc/{pid}/cmdline", "rb").read()
+    results = report.Results(machine=host.machine(), command="x", quick=True, node_exporter=None)
+    results.ticks = [without, with_pods]
+    text = report.markdown(results)
+    assert "| 4 | 100 | 1 + 5 pods churning |" in text
+    target = next(t for t in report.targets(results) if "pods churning" in t[0])
+    assert target[0] == "CPU per tick, reference + 5 pods churning (--kubernetes): < 10 ms"
+    assert f"{with_pods.tick_cpu_with_kubelet * 1e3:.2f} ms median" in target[1]
+    assert "pods churning over 10 ms" not in text or target[2] is False
+    import dataclasses
+
+    results.ticks = [without, dataclasses.replace(with_pods, tick_cpu=Spread(0.02, 0.02, 0.02, 4))]
+    assert "**CPU per tick with 5 pods churning over 10 ms**: the pods add" in report.markdown(results)
+
+
+def test_a_child_started_on_port_0_is_found_on_the_port_the_kernel_gave_it():
+    import subprocess
+    import sys
+    import urllib.request
+
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port = host.listening_port(server, timeout=30, what="http.server")
+        assert port != 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_child_that_exits_before_listening_is_reported_not_waited_for():
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    child.wait()
+    with pytest.raises(RuntimeError, match="agent exited with 3 before listening"):
+        host.listening_port(child, timeout=30, what="agent")
+
+
 def test_the_gpu_section_never_measures_the_driver_stand_in_as_a_real_gpu():
     """make bench's simulated rows install the stand-in under pynvml in its process; the GPU section once ran
     on it afterwards and reported its simulated H100s as a real GPU. probe() refuses it by name."""

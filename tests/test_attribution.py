@@ -174,6 +174,35 @@ def test_workloads_come_back_in_declaration_order_even_when_one_has_no_entry():
     assert [(s.name, s.processes) for s in statuses] == [("a", None), ("b", 1)]
 
 
+def test_each_automatic_workload_gets_exactly_its_own_gpus_among_many():
+    """50 pods time-slicing 4 GPUs (one with MIG), and a pod the kubelet gave a MIG instance before its process
+    started: each gets the GPUs that list its process or that it holds, with its own processes' memory only."""
+    from headroom.samples import IdentityGroup, IdentitySample
+
+    mig = (MigInstance(gpu_instance_id=1, compute_instance_id=0, uuid="MIG-3a", memory_total_bytes=40 * GIB,
+                       memory_used_bytes=0),
+           MigInstance(gpu_instance_id=2, compute_instance_id=0, uuid="MIG-3b", memory_total_bytes=20 * GIB,
+                       memory_used_bytes=5 * GIB, processes=(GpuProcess(2000, 5 * GIB),)))  # listed by it only
+    gpus = [gpu(i, *(GpuProcess(1000 + p, (p + 1) * GIB) for p in range(50) if p % 4 == i),
+                mig=mig if i == 3 else ()) for i in range(4)]
+    pods = tuple(IdentityGroup("pod", f"ns/pod-{p}", pids=(1000 + p,), gpus=(f"GPU-{p % 4}",)) for p in range(50))
+    waiting = IdentityGroup("pod", "ns/waiting", gpus=("MIG-3a",))
+    both = IdentityGroup("pod", "ns/two-gpus", pids=(1001, 1002), gpus=("GPU-1", "GPU-2"))
+    inside = IdentityGroup("pod", "ns/in-instance", pids=(2000,))  # its GPU found by its process alone
+    s = sample(*gpus)
+    s = Sample(0.0, 0.0, {**s.sources, "identity": SourceResult("identity", True, 0.0, IdentitySample(
+        groups=(*pods, waiting, both, inside), max_groups=100))})
+    by_name = {st.name: st for st in attribute(s, [])}
+    for p in range(50):
+        st = by_name[f"ns/pod-{p}"]
+        assert [(g.index, g.memory_used_bytes, g.attributed) for g in st.gpus] == [(p % 4, (p + 1) * GIB, True)]
+    assert [(g.index, g.memory_used_bytes, g.memory_total_bytes, g.attributed) for g in by_name["ns/waiting"].gpus] \
+        == [(3, 0, 40 * GIB, False)]
+    assert [(g.index, g.memory_used_bytes) for g in by_name["ns/two-gpus"].gpus] == [(1, 2 * GIB), (2, 3 * GIB)]
+    assert [(g.index, g.memory_used_bytes, g.memory_total_bytes, g.mig_instances)
+            for g in by_name["ns/in-instance"].gpus] == [(3, 5 * GIB, 20 * GIB, ("MIG-3b",))]
+
+
 def test_the_estimate_and_a_refusal_are_memoised_across_ticks():
     """attribute() runs every tick: the memory model runs once per (profile, GPU memory, GPU count), a
     refusal included (an unsizable profile once re-ran the whole model every tick)."""

@@ -130,6 +130,20 @@ def test_memory_without_vmstat_keeps_going_with_unknown_major_faults(tmp_path):
     assert m.major_faults_total is None
 
 
+def test_memory_reads_major_faults_alone_and_says_which_line_is_garbled(tmp_path):
+    shutil.copy(MODERN / "meminfo", tmp_path / "meminfo")
+    (tmp_path / "vmstat").write_text("nr_free_pages 12\nworkingset x y z\npgmajfault 77\n")
+    collector = MemoryCollector(ctx(tmp_path))
+    assert collector.collect().major_faults_total == 77  # a line it does not read is not its concern
+    (tmp_path / "vmstat").write_text("nr_free_pages 12\npgmajfault lots\n")
+    with capture_logs() as logs:
+        assert collector.collect().major_faults_total is None
+    assert [(e["event"], e["error"]) for e in logs] == [
+        ("vmstat_unreadable", f"cannot parse {tmp_path}/vmstat: line 2: pgmajfault is not an integer: 'lots'")]
+    (tmp_path / "vmstat").write_text("nr_free_pages 12\n")
+    assert collector.collect().major_faults_total is None  # no such counter: unknown
+
+
 # -------------------------------------------------------------------------------------------- disk
 def test_disk_default_filter_keeps_the_two_whole_disks():
     s = DiskCollector(ctx()).collect()
@@ -238,6 +252,24 @@ def test_shm_missing_mountpoint_is_reported_not_raised_and_logged_on_change(tmp_
         ("shm_mountpoint_missing", "/run/shm"),
         ("shm_mountpoint_found", "/run/shm"),
     ]
+
+
+def test_shm_follows_a_mount_table_that_changes_between_ticks(tmp_path):
+    """The table is parsed again only when its text changed: a change must still show on the next tick."""
+    (tmp_path / "dev" / "shm").mkdir(parents=True)
+    procfs = tmp_path / "proc"
+    (procfs / "self").mkdir(parents=True)
+    mounts = procfs / "self" / "mounts"
+    mounts.write_text("tmpfs /dev/shm tmpfs rw,nosuid,nodev 0 0\n")
+    collector = ShmCollector(ctx(procfs, rootfs=tmp_path))
+    assert [m.fstype for m in collector.collect().mounts] == ["tmpfs"]
+    assert [m.fstype for m in collector.collect().mounts] == ["tmpfs"]
+    mounts.write_text("tmpfs /dev/shm tmpfs rw 0 0\nnone /dev/shm ramfs rw 0 0\n")  # ramfs mounted over it
+    assert [m.fstype for m in collector.collect().mounts] == ["ramfs"]
+    mounts.unlink()
+    with capture_logs() as logs:
+        assert [m.fstype for m in collector.collect().mounts] == ["unknown"]
+    assert [e["event"] for e in logs] == ["mount_table_unreadable"]
 
 
 def test_shm_without_a_readable_mount_table_still_measures(tmp_path):

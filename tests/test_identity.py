@@ -466,3 +466,109 @@ def test_headroom_run_with_kubernetes_flags_end_to_end(tmp_path, kubelet, agent_
         threading.Event().wait(0.1)
     assert src["up"] is False and "not found" in src["error"]
     assert doc["healthy"] is True
+
+
+def _open_on(path: Path) -> int:
+    """File descriptors of this process open on files in directory ``path`` (other threads' own descriptors
+    do not count)."""
+    import os
+
+    out = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out += os.readlink(f"/proc/self/fd/{fd}").startswith(f"{path}/")
+        except OSError:
+            continue
+    return out
+
+
+def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_ends(tmp_path):
+    """The cgroup's files are opened once while the identity lives and read again every tick (new values each
+    time); files of a controller not enabled there (a hybrid host's v2 tree has no memory or pids files) are
+    not asked for; when the pod ends, nothing stays open."""
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    _proc(proc, 4242, f"0::{SYSTEMD_POD}/cri-containerd-{CID}.scope")
+    d = sysfs / "fs/cgroup/unified" / SYSTEMD_POD.lstrip("/")  # hybrid: v2 under unified/, cpu only
+    d.mkdir(parents=True)
+    (d / "cgroup.procs").write_text("")
+    current = {"previous": _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(4242, 1),))])}
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
+                                        settings={"kubernetes": False}, previous=lambda: current["previous"]))
+    c.kubernetes = True  # pods from their cgroups alone, no kubelet thread
+    assert not c._keep_cgroup_files  # a fixture tree: files are opened by path each tick (procfs.ProcFile's rule)
+    c._keep_cgroup_files = True  # as on a live kernel's /proc and /sys (the files here are rewritten in place)
+    try:
+        seen = []
+        for user in (4, 6, 9):
+            (d / "cpu.stat").write_text(f"usage_usec {user + 1}000000\nuser_usec {user}000000\nsystem_usec 1000000\n")
+            (g,) = c.collect().groups
+            seen.append((g.cgroup.cpu_user_seconds_total, g.cgroup.cpu_system_seconds_total, g.cgroup.memory_bytes,
+                         g.processes))
+        assert seen == [(4.0, 1.0, None, None), (6.0, 1.0, None, None), (9.0, 1.0, None, None)]
+        assert _open_on(d) == 1  # the pod's cpu.stat
+        (d / "memory.current").write_text("123\n")  # a controller enabled later: read once the pod is seen anew
+        assert c.collect().groups[0].cgroup.memory_bytes is None
+        current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=())])  # the pod ended
+        assert c.collect().groups == ()
+        assert _open_on(d) == 0 and c._dirs == {}
+        current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(4242, 1),))])
+        assert c.collect().groups[0].cgroup.memory_bytes == 123
+        assert _open_on(d) == 2  # cpu.stat and memory.current
+    finally:
+        c.close()
+    assert _open_on(d) == 0
+
+
+def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path, monkeypatch):
+    """Files are kept open for the first OPEN_CGROUP_DIRS identities only (the cap allows 10 000): the others'
+    files are read by path, with the same values."""
+    from headroom.sources import identity as identity_module
+
+    monkeypatch.setattr(identity_module, "OPEN_CGROUP_DIRS", 1)
+    monkeypatch.setattr(identity_module.procfs, "is_live_procfs", lambda root: True)  # kept as on a live kernel
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    jobs = {4242: "/system.slice/slurmstepd.scope/job_4242", 4343: "/system.slice/slurmstepd.scope/job_4343"}
+    for pid, path in jobs.items():
+        _proc(proc, pid, f"0::{path}/step_0")
+        _cgroup(sysfs, path, memory=pid, pids=2)
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
+                                        previous=lambda: _sample([GpuSample(0, "GPU-a", "x", "0", processes=(
+                                            GpuProcess(4242, 1), GpuProcess(4343, 1)))])))
+    try:
+        for _ in range(2):
+            groups = c.collect().groups
+            assert [(g.name, g.cgroup.memory_bytes, g.cgroup.cpu_user_seconds_total, g.processes) for g in groups] \
+                == [("job_4242", 4242, 4.0, 2), ("job_4343", 4343, 4.0, 2)]
+        opened = [_open_on(sysfs / "fs/cgroup" / path.lstrip("/")) for path in jobs.values()]
+        assert sorted(opened) == [0, 3]  # cpu.stat, memory.current, pids.current of one
+    finally:
+        c.close()
+
+
+def test_the_kubelets_answer_is_read_again_when_it_or_the_gpus_change(tmp_path, kubelet):
+    """What the collector reads from one kubelet answer is kept while the answer and the host's GPUs stay the
+    same; a GPU that appears later makes its pod known, and a new answer replaces the old one."""
+    sock, servicer = kubelet
+    servicer.pods = {("ml", "a"): {"main": [("nvidia.com/gpu", ["GPU-b::0"])]}}
+    current = {"gpus": [GpuSample(0, "GPU-a", "x", "0")]}
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path / "proc", sysfs=tmp_path / "sys",
+                                                    rootfs=tmp_path / "root"),
+                                        settings={"kubernetes": True, "pod_resources_socket": str(sock),
+                                                  "pod_resources_refresh": 3600.0},
+                                        previous=lambda: _sample(current["gpus"])))
+
+    def tick():
+        s = c.collect()
+        return [(g.name, g.gpus) for g in s.groups], s.sources[0].unknown_devices
+
+    try:
+        c.poller.poll_once()
+        assert tick() == ([], ("GPU-b::0",)) == tick()  # GPU-b is not on this host (yet)
+        current["gpus"] = [GpuSample(0, "GPU-a", "x", "0"), GpuSample(1, "GPU-b", "x", "1")]
+        assert tick() == ([("ml/a", ("GPU-b",))], ())
+        servicer.pods = {("ml", "b"): {"main": [("nvidia.com/gpu", ["GPU-a::1"])]}}
+        assert tick() == ([("ml/a", ("GPU-b",))], ())  # the kubelet not asked again yet
+        c.poller.poll_once()
+        assert tick() == ([("ml/b", ("GPU-a",))], ())
+    finally:
+        c.close()

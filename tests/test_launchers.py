@@ -289,6 +289,12 @@ def test_the_launcher_is_the_outermost_one_above_a_gpu_process(tmp_path):
     assert find_launcher(proc, 102)[0] == 100 and find_launcher(proc, 101)[0] == 100
     assert find_launcher(proc, 201) == (200, parse(["torchrun", "t.py"]))
     assert find_launcher(proc, 300) == (0, None) and find_launcher(proc, 999) == (0, None)
+    # a command name that looks like stat fields, a zombie's empty command line: the parent is still found
+    (proc / "102" / "stat").write_text("102 (x) S 7 (y) S 101 102 102 0 -1 4194560 10 0 0 0 0 0 0 0 20 0 1 0 9 1 0\n")
+    (proc / "101" / "cmdline").write_bytes(b"")
+    assert find_launcher(proc, 102)[0] == 100
+    (proc / "101" / "stat").write_text("101 (truncated")
+    assert find_launcher(proc, 102) == (0, None)  # an unreadable ancestor ends the search, nothing guessed
 
 
 # ---------------------------------------------------------------------------- attribution and analysis
@@ -387,6 +393,52 @@ def test_the_identity_collector_makes_a_workload_of_a_launcher_outside_any_pod(t
     assert collect(auto=["pods", "jobs"]).groups == ()  # launchers off
     # its network namespace is not known to be ours: its --port is not reached on our loopback
     assert s.groups[0].launcher.metrics_url == "" and "network namespace" in s.groups[0].launcher.problems[-1]
+
+
+def test_found_is_logged_only_for_launchers_that_become_automatic_workloads(tmp_path):
+    """`make demo`: the declared profile `chat` has the Llama server's processes, so only the Qwen server becomes
+    an automatic workload, and only it is logged as found (the same rule as attribution, on the processes the
+    declared profiles had in the newest sample); when the declared profile lets go, the Llama one is found."""
+    from structlog.testing import capture_logs
+
+    from headroom.samples import WorkloadProcesses
+
+    proc = fake_proc(tmp_path, 60, 1, ["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct", "--port", "8000"])
+    os.rename(fake_proc(tmp_path / "b", 61, 1, ["vllm", "serve", "Qwen/Qwen3-0.6B", "--port", "8001"]) / "61",
+              proc / "61")
+    chat = profile_from_dict({"name": "chat", "kind": "inference", "match": {"cmdline": "Llama"}})
+    members = WorkloadProcesses(name="chat", pids=(60,), threads=1, cpu_user_seconds_total=0.0,
+                                cpu_system_seconds_total=0.0, resident_memory_bytes=0)
+    gpu = GpuSample(index=0, uuid="GPU-0", name="H100", pci_bus_id="0", memory_total_bytes=80 * GIB,
+                    processes=(GpuProcess(60, 40 * GIB), GpuProcess(61, 2 * GIB)))
+    newest = {}
+
+    def previous(claimed: tuple) -> Sample:
+        return Sample(1.0, 1.0, {"nvml": SourceResult("nvml", True, 0.0, NvmlSample(up=True, gpus=(gpu,))),
+                                 "processes": SourceResult("processes", True, 0.0, ProcessesSample(workloads=claimed))})
+
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
+                                        workloads=(chat,), previous=lambda: newest["sample"]))
+    try:
+        newest["sample"] = previous((members,))
+        with capture_logs() as logs:
+            identity = c.collect()
+            c.collect()
+        found = [e["workload"] for e in logs if e["event"] == "auto_workload_found"]
+        assert found == ["vllm/Qwen3-0.6B:8001"]
+        assert not [e for e in logs if e["event"] == "auto_workload_gone"]
+        # the identity sample still has both (attribution decides, and agrees with the log)
+        assert sorted(g.name for g in identity.groups) == ["vllm/Llama-3.1-70B-Instruct:8000", "vllm/Qwen3-0.6B:8001"]
+        sample = Sample(1.0, 1.0, {**newest["sample"].sources,
+                                   "identity": SourceResult("identity", True, 0.0, identity)})
+        assert [st.name for st in attribution.attribute(sample, (chat,)) if st.source == "auto"] == found
+        newest["sample"] = previous(())  # the declared profile's processes are gone: the server is automatic now
+        with capture_logs() as logs:
+            c.collect()
+        assert [e["workload"] for e in logs if e["event"] == "auto_workload_found"] == [
+            "vllm/Llama-3.1-70B-Instruct:8000"]
+    finally:
+        c.close()
 
 
 @pytest.mark.parametrize(("url", "local"), [

@@ -296,6 +296,20 @@ def test_the_field_decoder_reads_every_value_type_as_the_binding_declares_it():
     assert [by_getter[i] for i in declared] == [decoded[i] for i in declared]
 
 
+def test_the_field_decoder_reads_narrow_values_whatever_the_rest_of_the_union_holds():
+    """The prepared array is reused every tick: a narrow member (unsigned int, unsigned short, signed int)
+    written over bytes a wider value left there reads as the member alone."""
+    array = (pynvml.c_nvmlFieldValue_t * 3)()
+    for entry, (vtype, member, v) in zip(array, ((1, "uiVal", 7), (6, None, 9), (5, "siVal", -3)), strict=True):
+        entry.value.ullVal = 0xFFFFFFFFFFFFFFFF  # last tick's wide value
+        entry.valueType, entry.nvmlReturn = vtype, 0
+        if member is not None:
+            setattr(entry.value, member, v)
+        else:
+            ctypes.c_ushort.from_buffer(entry.value).value = v
+    assert nvml._FIELD_DECODER.decode(array, 3) == [(0, 7), (0, 9), (0, -3)]
+
+
 def test_a_transient_error_is_none_this_tick_and_retried_next(make):
     rig = make()
     rig.lib.inject("nvmlDeviceGetPowerUsage", gpu=0, error="TIMEOUT", calls=1)

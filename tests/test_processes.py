@@ -9,7 +9,6 @@ workloads.sysfs holds the cgroup v2 files of the vLLM unit and the container.
 
 from __future__ import annotations
 
-import builtins
 import os
 import shutil
 from pathlib import Path
@@ -313,7 +312,7 @@ def test_a_process_that_execs_after_discovery_is_matched_on_the_next_tick(tree: 
 
 
 def test_permission_denied_entries_are_skipped_and_io_is_none_when_no_member_is_readable(monkeypatch):
-    real_open = builtins.open
+    real_open = os.open  # what the pid readers open with
 
     def denying_open(path, *args, **kwargs):
         p = str(path)
@@ -321,7 +320,7 @@ def test_permission_denied_entries_are_skipped_and_io_is_none_when_no_member_is_
             raise PermissionError(13, "Permission denied", p)
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "open", denying_open)
+    monkeypatch.setattr(os, "open", denying_open)
     w = by_name(collector(profile("chat", systemd_unit="vllm"), profile("llama", exe="llama-server")).collect())
     assert w["chat"].pids == (2000, 2001)
     assert w["chat"].read_bytes_total is None and w["chat"].written_bytes_total is None

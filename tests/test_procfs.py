@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -131,27 +132,87 @@ def test_read_pressure_kernel_without_psi_is_empty():
     assert procfs.read_pressure(OLD) == {}
 
 
-def _open_failing_for_pressure(err: int):
-    real_open = open
+class _FailingPressure(procfs.ProcFile):
+    """A PSI file whose read fails with ``err``, as the kernel's would."""
 
-    def fake_open(path, *args, **kwargs):
-        if "pressure" in str(path):
-            raise OSError(err, os.strerror(err), str(path))
-        return real_open(path, *args, **kwargs)
+    def __init__(self, path, err: int) -> None:
+        super().__init__(path, keep=False)
+        self.err = err
 
-    return fake_open
-
-
-def test_read_pressure_psi_disabled_at_boot_eopnotsupp_counts_as_absent(monkeypatch):
-    monkeypatch.setattr(procfs, "open", _open_failing_for_pressure(errno.EOPNOTSUPP), raising=False)
-    assert procfs.read_pressure(MODERN) == {}
+    def read(self) -> bytes:
+        raise OSError(self.err, os.strerror(self.err), self.path)
 
 
-def test_read_pressure_other_errors_are_not_hidden(monkeypatch):
-    monkeypatch.setattr(procfs, "open", _open_failing_for_pressure(errno.EIO), raising=False)
+def _pressure_failing(err: int) -> dict[str, procfs.ProcFile]:
+    return {r: _FailingPressure(MODERN / "pressure" / r, err) for r in procfs.PRESSURE_RESOURCES}
+
+
+def test_read_pressure_psi_disabled_at_boot_eopnotsupp_counts_as_absent():
+    assert procfs.read_pressure_files(_pressure_failing(errno.EOPNOTSUPP)) == {}
+
+
+def test_read_pressure_other_errors_are_not_hidden():
     with pytest.raises(OSError) as caught:
-        procfs.read_pressure(MODERN)
+        procfs.read_pressure_files(_pressure_failing(errno.EIO))
     assert caught.value.errno == errno.EIO
+
+
+# ------------------------------------------------------------------------------------- kept files
+def test_a_kept_proc_file_is_regenerated_by_every_read_from_offset_0():
+    """The real /proc/self/stat through one descriptor: after burning CPU, the next read shows it."""
+    f = procfs.ProcFile(f"/proc/{os.getpid()}/stat", keep=True)
+    try:
+        before = procfs.parse_pid_stat(f.text())
+        start = time.process_time()
+        while time.process_time() - start < 0.05:
+            pass
+        after = procfs.parse_pid_stat(f.text())
+        fd = f._fd
+        assert fd is not None and f.text().split()[0] == str(os.getpid())
+        assert f._fd == fd, "the descriptor is kept between reads"
+    finally:
+        f.close()
+    assert after.utime_seconds + after.stime_seconds >= before.utime_seconds + before.stime_seconds + 0.03
+
+
+def test_a_kept_file_longer_than_one_read_is_read_whole(tmp_path):
+    path = tmp_path / "long"
+    text = "".join(f"line {i} {'x' * 50}\n" for i in range(2000))  # 120 KB: many reads of the first chunk size
+    path.write_text(text)
+    f = procfs.ProcFile(path, keep=True)
+    try:
+        assert f.text() == text
+        path.write_text("short now\n")  # rewritten in place: the same file, read again from offset 0
+        assert f.text() == "short now\n"
+    finally:
+        f.close()
+
+
+def test_a_failed_read_drops_the_descriptor_and_the_next_read_opens_the_path_again(tmp_path):
+    path = tmp_path / "speed"
+    path.mkdir()  # opens, but reading it fails (EISDIR), like a sysfs attribute whose device went away
+    f = procfs.ProcFile(path, keep=True)
+    with pytest.raises(OSError):
+        f.read()
+    assert f._fd is None
+    path.rmdir()
+    path.write_text("25000\n")
+    try:
+        assert f.text() == "25000\n"
+    finally:
+        f.close()
+
+
+def test_a_file_not_kept_is_opened_on_every_read(tmp_path):
+    """Fixture trees: a file replaced by another (a new inode) is what the next read sees."""
+    path = tmp_path / "loadavg"
+    path.write_text("1 2 3 1/100 42\n")
+    f = procfs.ProcFile(path, keep=False)
+    assert f.text() == "1 2 3 1/100 42\n"
+    replacement = tmp_path / "new"
+    replacement.write_text("4 5 6 1/100 43\n")
+    replacement.replace(path)
+    assert f.text() == "4 5 6 1/100 43\n" and f._fd is None
 
 
 # ------------------------------------------------------------------------------------ memory, vmstat
@@ -195,6 +256,23 @@ def test_vmstat_fixture_and_garbage():
     assert procfs.parse_vmstat((OLD / "vmstat").read_text())["pgmajfault"] == 4321
     with pytest.raises(ValueError, match="line 2: pgmajfault is not an integer"):
         procfs.parse_vmstat("pgfault 1\npgmajfault x\n")
+
+
+@pytest.mark.parametrize("fixture", [MODERN, OLD], ids=["modern", "old"])
+def test_vmstat_counter_is_what_the_whole_parse_says(fixture):
+    text = (fixture / "vmstat").read_text()
+    full = procfs.parse_vmstat(text)
+    for name in ("pgmajfault", "pgfault", next(iter(full)), list(full)[-1]):  # first and last lines too
+        assert procfs.vmstat_counter(text, name) == full[name]
+    assert procfs.vmstat_counter(text, "no_such_counter") is None
+    assert procfs.vmstat_counter(text, "pgmaj") is None  # a prefix of a name is not the name
+
+
+def test_vmstat_counter_garbage():
+    with pytest.raises(ValueError, match="line 2: pgmajfault is not an integer: 'x'"):
+        procfs.vmstat_counter("pgfault 1\npgmajfault x\n", "pgmajfault")
+    with pytest.raises(ValueError, match="line 1: expected 'name value'"):
+        procfs.vmstat_counter("pgmajfault 1 2", "pgmajfault")
 
 
 # --------------------------------------------------------------------------------------- diskstats
@@ -431,7 +509,7 @@ def test_pid_reader_process_vanishing_during_the_read_is_process_gone(monkeypatc
     def fake_open(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr(procfs, "open", fake_open, raising=False)
+    monkeypatch.setattr(procfs.os, "open", fake_open)  # the pid readers open with os.open
     with pytest.raises(ProcessGone):
         procfs.read_pid_stat(MODERN, 4242)
 
@@ -440,7 +518,7 @@ def test_pid_reader_other_os_errors_propagate(monkeypatch):
     def fake_open(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(procfs, "open", fake_open, raising=False)
+    monkeypatch.setattr(procfs.os, "open", fake_open)  # the pid readers open with os.open
     with pytest.raises(OSError, match="Input/output error"):
         procfs.read_pid_io(MODERN, 4242)
 
@@ -463,3 +541,16 @@ def test_pid_reader_permission_denied_is_none_for_a_real_unprivileged_reader():
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "expected io None (EACCES) and stat readable"
+
+
+def test_pid_files_longer_than_one_read_are_read_whole_and_argv_up_to_its_limit(tmp_path):
+    (tmp_path / "77").mkdir()
+    lines = [f"{i}:controller{i}:/kubepods/burstable/pod{'x' * 100}/{i}" for i in range(1, 80)]  # ~10 KB
+    (tmp_path / "77" / "cgroup").write_text("\n".join(lines) + "\n0::/system.slice/long.service\n")
+    groups = procfs.read_pid_cgroup(tmp_path, 77)
+    assert groups.unified == "/system.slice/long.service" and len(groups.controllers) == 79
+    argv = [f"--arg{i}={'y' * 90}" for i in range(100)]  # ~10 KB
+    (tmp_path / "77" / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    assert procfs.read_pid_cmdline(tmp_path, 77) == argv
+    cut = procfs.read_pid_cmdline(tmp_path, 77, limit=5000)
+    assert "\0".join(cut).encode() == (b"\0".join(a.encode() for a in argv) + b"\0")[:5000].rstrip(b"\0")

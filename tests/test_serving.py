@@ -762,3 +762,78 @@ def test_a_gzip_answer_is_read_and_a_gzip_bomb_is_capped(served):
         b.close()
     assert ea.up is True and ea.requests_running == 12
     assert eb.up is False and eb.error == "body over the 8 MiB cap once decompressed (collectors.serving.max_body)"
+
+
+# ------------------------------------------------------------------------- parsing shortcuts (speed)
+def messy(body: bytes) -> bytes:
+    """The same samples in the worst legal order: every sample line reversed (families split apart, buckets
+    out of order), other families' samples and comments (one saying TYPE in its text) between each, and a
+    timestamp after some values."""
+    samples = [line for line in body.decode().splitlines() if line and not line.startswith("#")]
+    out = ["# HELP http_requests_total Requests. TYPE is a word here too", "# TYPE http_requests_total counter"]
+    for i, line in enumerate(reversed(samples)):
+        out.append(line + (" 1700000000000" if i % 3 == 0 else ""))
+        out.append(f'http_requests_total{{handler="/v1/x{i}"}} {i}.0')
+        out.append("# a comment between the samples of one family")
+        out.append(f"process_open_fds {i}")
+    return ("\n".join(out) + "\n").encode()
+
+
+@pytest.mark.parametrize("runtime", list(VERSIONS))
+def test_families_split_and_interleaved_with_others_parse_as_the_tidy_exposition(served, runtime):
+    tidy = read_exposition(body_of(runtime), "text/plain", None)
+    assert read_exposition(messy(body_of(runtime)), "text/plain", None) == tidy
+    s = served()
+    s.reply = (200, "text/plain; version=0.0.4; charset=utf-8", messy(body_of(runtime)))
+    c = collector(s.url)
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is True, e.error
+    assert e.runtime == runtime and e.requests_running == 12 and e.kv_cache_capacity_tokens == 65536
+
+
+def test_an_exposition_without_type_lines_counts_its_families_by_sample_name(served):
+    s = served()
+    s.reply = (200, "text/plain", b"process_open_fds 7\nhttp_requests_total{code=\"200\"} 3\n"
+                                  b"http_requests_total{code=\"500\"} 1\n_private_gauge 2\n\n")
+    c = collector(s.url)
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert e.up is False
+    assert e.error.startswith("not a serving runtime's metrics: 3 metric families, none from vLLM")
+
+
+def test_a_runtime_sample_with_an_unusual_name_still_counts_for_detection():
+    """Names the fast path does not take (a leading blank, a character outside the name grammar) go the
+    general way: counted for their runtime, read when they are a family the normalizer reads."""
+    body = body_of("vllm").decode().replace("vllm:num_requests_running{", "  vllm:num_requests_running{", 1)
+    runtime, fields = read_exposition(body.encode() + b"vllm:odd-name 1\n", "text/plain", None)
+    assert runtime == "vllm" and fields == read_exposition(body_of("vllm"), "text/plain", None)[1]
+
+
+def test_a_series_seen_before_reads_its_new_value_and_its_garbage_like_a_new_one():
+    """The second scrape of an endpoint looks its series up by the line up to the value (parse()'s cache):
+    the values it reads are the new ones, and a garbled value reads as it would in a first scrape."""
+    series: dict = {}
+    first = exposition(fixture_state("vllm", "v1"))
+    read_exposition(first, "text/plain", None, series)
+    assert series, "the first scrape remembers its series"
+    later_state = fixture_state("vllm", "v1")
+    later_state.running, later_state.waiting = 30, 9
+    later = exposition(later_state)
+    assert read_exposition(later, "text/plain", None, series) == read_exposition(later, "text/plain", None)
+    garbled = re.sub(rb"(vllm:num_requests_running\{[^\n]*\}) \S+", rb"\1 many", later, count=1)
+    errors = []
+    for cache in (series, {}):
+        with pytest.raises(Exception) as caught:
+            read_exposition(garbled, "text/plain", None, cache)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and errors[0].startswith("not a valid Prometheus text exposition")
+    cut = re.sub(rb"(vllm:num_requests_running\{[^\n]*\}) \S+", rb"\1", later, count=1)
+    for cache in (series, {}):  # no value: refused either way (the parser's words differ, as before)
+        with pytest.raises(Exception, match="^not a valid Prometheus text exposition: "):
+            read_exposition(cut, "text/plain", None, cache)

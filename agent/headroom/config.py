@@ -86,9 +86,6 @@ class Spec:
     def check(self, node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Any:
         raise NotImplementedError
 
-    def describe(self) -> str:
-        return type(self).__name__.lower()
-
 
 def _scalar(node: yaml.Node, path: list, ctx: _Ctx, what: str) -> Any:
     if not isinstance(node, yaml.ScalarNode):
@@ -339,21 +336,6 @@ class Map(Spec):
                 else:
                     out[name] = default() if callable(default) else default
         return out
-
-
-@dataclass
-class Raw(Spec):
-    """Any YAML value, passed on as plain Python data (checked later by ``after``) with its node kept."""
-
-    after: Callable[[Any, yaml.Node, list, _Ctx], Any] | None = None
-
-    def check(self, node, path, ctx):
-        try:
-            value = _to_python(node)
-        except _BadScalar as exc:
-            ctx.error(exc.node, path, str(exc))
-            return _INVALID
-        return self.after(value, node, path, ctx) if self.after else value
 
 
 class Profiles(Spec):

@@ -791,6 +791,7 @@ class NvmlDriver:
         _, slot = self._gpu(handle)
         table = self._process_table(gpu, self.clock())
         instance_of = {pid: m for m in gpu.mig_instances for pid in m.processes}
+        instance_of.update({pid: gpu.mig_instances[i] for pid, i in self.scenario.attached_instances(gpu.index).items()})
         if slot is not None:
             mine = gpu.mig_instances[slot]
             table = [row for row in table if instance_of.get(row[0]) is mine]

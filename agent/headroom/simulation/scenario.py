@@ -558,9 +558,20 @@ class Scenario:
                 host.remove_processes([pid for _, _, pids in running["workloads"] for pid in pids])
 
     def standin_processes(self, gpu: int) -> list[tuple[int, StandInGpu]]:
-        """(pid, use) of the running stand-ins on GPU index ``gpu``; empty when none run."""
+        """(pid, use) of the running stand-ins on GPU index ``gpu``, then of the attached processes; empty
+        when none run."""
         running = self._cache.get("standins")
-        return [] if running is None else [(pid, use) for pid, use in running["gpus"] if use.gpu == gpu]
+        out = [] if running is None else [(pid, use) for pid, use in running["gpus"] if use.gpu == gpu]
+        return out + [(pid, use) for pid, use, _ in self._cache.get("attached", ()) if use.gpu == gpu]
+
+    def attach_processes(self, processes: tuple[tuple[int, StandInGpu, int | None], ...]) -> None:
+        """Processes the caller runs itself, listed on their GPUs like stand-ins (the bench's churning pods):
+        (pid, use, MIG instance: an index into that GPU's instances, or None). Replaces the previous set."""
+        self._cache["attached"] = processes
+
+    def attached_instances(self, gpu: int) -> dict[int, int]:
+        """pid -> MIG instance index of the attached processes on GPU index ``gpu`` that run in one."""
+        return {pid: mig for pid, use, mig in self._cache.get("attached", ()) if use.gpu == gpu and mig is not None}
 
 
 def _pair_pids(spec: StandInSpec, ready: Mapping[str, Any], gpu_pids: list[tuple[int, StandInGpu]]) -> list[int]:

@@ -38,16 +38,21 @@ class CpuCollector(Collector):
         self._user_hz = clock_ticks_per_second()
         self._pressure_error: str | None = None
         self._last: CpuSample | None = None  # the previous tick's (samples.share_unchanged)
+        root = ctx.paths.procfs
+        keep = procfs.is_live_procfs(root)
+        self._stat = procfs.ProcFile(root / "stat", keep)
+        self._loadavg = procfs.ProcFile(root / "loadavg", keep)
+        self._psi = {r: procfs.ProcFile(root / "pressure" / r, keep) for r in procfs.PRESSURE_RESOURCES}
 
     def collect(self) -> CpuSample:
         """Returns this tick's CpuSample; raises CollectorError when /proc/stat or loadavg fails."""
         root = self.ctx.paths.procfs
         try:
-            stat = procfs.read_stat(root, self._user_hz)
+            stat = procfs.parse_stat(self._stat.text(), self._user_hz)
         except (OSError, ValueError) as exc:
             raise procfs.read_failure(root / "stat", exc) from None
         try:
-            load1, load5, load15 = procfs.read_loadavg(root)
+            load1, load5, load15 = procfs.parse_loadavg(self._loadavg.text())
         except (OSError, ValueError) as exc:
             raise procfs.read_failure(root / "loadavg", exc) from None
         # load averages move every 5 s and PSI averages every 2 s: an unchanged value is last tick's object
@@ -67,7 +72,7 @@ class CpuCollector(Collector):
         """Returns PSI per resource; {} (logged once) when the files exist but cannot be read."""
         root = self.ctx.paths.procfs / "pressure"
         try:
-            pressure = procfs.read_pressure(self.ctx.paths.procfs)
+            pressure = procfs.read_pressure_files(self._psi)
         except (OSError, ValueError) as exc:
             error = str(procfs.read_failure(root, exc))
             if error != self._pressure_error:
@@ -85,3 +90,7 @@ class CpuCollector(Collector):
                              full=share_unchanged(p.full, old.full) if p.full is not None else None)
                 pressure[resource] = share_unchanged(p, old)
         return pressure
+
+    def close(self) -> None:
+        for f in (self._stat, self._loadavg, *self._psi.values()):
+            f.close()

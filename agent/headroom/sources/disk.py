@@ -24,6 +24,7 @@ class DiskCollector(Collector):
         super().__init__(ctx)
         self._last: dict[str, DiskStats] = {}  # device -> last tick's (samples.share_unchanged)
         self._filter = DeviceFilter("disk", ctx.settings, procfs.DEFAULT_DISK_EXCLUDE)
+        self._diskstats = procfs.ProcFile(ctx.paths.procfs / "diskstats", procfs.is_live_procfs(ctx.paths.procfs))
 
     def wanted(self, device: str) -> bool:
         """Returns True when ``device`` passes the include and exclude filters."""
@@ -33,10 +34,14 @@ class DiskCollector(Collector):
         """Returns the DiskSample of the wanted devices; raises CollectorError when diskstats fails."""
         root = self.ctx.paths.procfs
         try:
-            devices = procfs.read_diskstats(root)
+            # a device name that is not UTF-8 keeps its bad bytes as \xNN (it affects only that device)
+            devices = procfs.parse_diskstats(self._diskstats.text("backslashreplace"))
         except (OSError, ValueError) as exc:
             raise procfs.read_failure(root / "diskstats", exc) from None
         last = self._last
         out = tuple(share_unchanged(d, last.get(d.device)) for d in devices if self.wanted(d.device))  # idle: shared
         self._last = {d.device: d for d in out}
         return DiskSample(devices=out)
+
+    def close(self) -> None:
+        self._diskstats.close()

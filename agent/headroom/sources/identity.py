@@ -53,6 +53,7 @@ from headroom.samples import (
     NvmlSample,
 )
 from headroom.sources import Collector, SourceContext, procfs, register
+from headroom.workload.attribution import claimed_by_declared
 from headroom.workload.launchers import display_name
 from headroom.workload.launchers import parse as parse_launcher
 from headroom.workload.modelconfig import ModelConfigError
@@ -172,10 +173,14 @@ def _from_annotations(annotations: Mapping[str, Any], name: str = "") -> Contain
     return ContainerMeta(name=name)
 
 
+JSON_BYTES = 4 * 2**20  # of a runtime's state file: a larger one is cut there (and fails to parse)
+
+
 def _load_json(path: Path) -> Any:
     try:
         with path.open("rb") as f:
-            return json.loads(f.read(4 * 2**20))
+            size = os.fstat(f.fileno()).st_size  # read(4 MiB) would allocate 4 MiB for a 1 KiB bundle config
+            return json.loads(f.read(min(size, JSON_BYTES) if size else JSON_BYTES))
     except (OSError, ValueError):
         return None
 
@@ -309,9 +314,13 @@ class IdentityCollector(Collector):
         self.dropped_total = 0
         self._names: dict[str, str] = {}  # exported workload -> kind, to log arrivals and departures
         self._exported: set[tuple[str, str]] = set()  # (kind, key) exported last tick: the cap keeps them
-        self._dirs: dict[str, str] = {}  # identity cgroup -> its v2 directory, while the identity lives
+        self._dirs: dict[str, _CgroupDir] = {}  # identity cgroup -> its v2 directory, while the identity lives
+        # cgroup files kept open only on the live kernel's trees (in a fixture a replaced file would be read
+        # through its old descriptor: procfs.ProcFile's rule)
+        self._keep_cgroup_files = procfs.is_live_procfs(ctx.paths.procfs)
         self._dirs_seen: set[str] = set()
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
+        self._kubelet_view: tuple[Any, Any, Any] | None = None  # (answer, known devices, what _kubelet read from it)
         self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
         # config.json and safetensors headers are read off the tick, in one worker thread (a big checkpoint
         # has hundreds of shards; a hostile header can be large): the tick never waits for model files
@@ -319,6 +328,9 @@ class IdentityCollector(Collector):
         self._reader: ThreadPoolExecutor | None = None
 
     def close(self) -> None:
+        for d in self._dirs.values():
+            d.close()
+        self._dirs.clear()
         if self.poller is not None:
             self.poller.close()
         if self._reader is not None:
@@ -346,8 +358,7 @@ class IdentityCollector(Collector):
         return info
 
     # -- inputs
-    def _gpu_processes(self) -> tuple[dict[int, list[str]], NvmlSample | None]:
-        previous = self.ctx.previous() if self.ctx.previous is not None else None
+    def _gpu_processes(self, previous: Any) -> tuple[dict[int, list[str]], NvmlSample | None]:
         nvml = previous.data("nvml") if previous is not None else None
         if not isinstance(nvml, NvmlSample):
             return {}, None
@@ -360,7 +371,7 @@ class IdentityCollector(Collector):
     def _identity(self, pid: int) -> CgroupIdentity | None:
         root = self.ctx.paths.procfs
         try:
-            inode = os.stat(root / str(pid)).st_ino
+            inode = os.stat(f"{root}/{pid}").st_ino  # a string: a Path per GPU process per tick costs more
         except OSError:
             self._pids.pop(pid, None)
             return None
@@ -396,7 +407,8 @@ class IdentityCollector(Collector):
 
     # -- the tick
     def collect(self) -> IdentitySample:
-        on_gpu, nvml = self._gpu_processes()
+        previous = self.ctx.previous() if self.ctx.previous is not None else None
+        on_gpu, nvml = self._gpu_processes(previous)
         for pid in [p for p in self._pids if p not in on_gpu]:
             del self._pids[pid]
         groups: dict[tuple[str, str], _Group] = {}
@@ -479,14 +491,16 @@ class IdentityCollector(Collector):
         self._exported = exported
         self._refused &= live
         for path in [p for p in self._dirs if p not in self._dirs_seen]:
-            del self._dirs[path]
+            self._dirs.pop(path).close()
         self._dirs_seen = set()
         live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
         for key in [k for k in self._models if k not in live_models]:
             del self._models[key]
         for key in [k for k in self._reading if k not in live_models]:
             self._reading.pop(key).cancel()
-        names = {g.name: g.kind for g in out}
+        # logged as attribution will show them: a declared profile that has these processes takes their place
+        claimed, declared = _declared_claims(previous, self.ctx.workloads)
+        names = {g.name: g.kind for g in out if not (claimed or declared) or not claimed_by_declared(g, claimed, declared)}
         for name in names.keys() - self._names.keys():
             log.info("auto_workload_found", workload=name, kind=names[name])
         for name in self._names.keys() - names.keys():
@@ -514,7 +528,8 @@ class IdentityCollector(Collector):
                              launcher=g.launcher, model=model)
 
     def _cgroup_stats(self, path: str) -> tuple[CgroupStats | None, int | None]:
-        """The identity cgroup's stats; its directory is looked up once (kept while the identity lives)."""
+        """The identity cgroup's stats; its directory is looked up and its files opened once (kept while the
+        identity lives)."""
         directory = self._dirs.get(path)
         if directory is None:
             from headroom.sources.processes import cgroup_root
@@ -522,7 +537,8 @@ class IdentityCollector(Collector):
             found = cgroup_root(self.ctx.paths.sysfs, path)
             if found is None:
                 return None, None
-            directory = self._dirs[path] = str(found)
+            keep_open = self._keep_cgroup_files and sum(bool(d.fds) for d in self._dirs.values()) < OPEN_CGROUP_DIRS
+            directory = self._dirs[path] = _CgroupDir.open(str(found), keep_open)
         self._dirs_seen.add(path)
         return read_identity_cgroup(directory, path)
 
@@ -535,21 +551,23 @@ class IdentityCollector(Collector):
         if state.devices is None:
             return IdentitySource("kubelet", False, state.error)
         known = _known_devices(nvml)
-        holders: dict[str, set[tuple[str, str]]] = {}  # GPU or MIG UUID -> pods (namespace, name)
-        pods: dict[tuple[str, str], dict[str, None]] = {}
-        devices: dict[tuple[str, str], dict[str, None]] = {}
-        unknown: dict[str, None] = {}
-        for c in state.devices:
-            if not c.resource.startswith("nvidia.com/"):
-                continue
-            for raw in c.device_ids:
-                uuid = device_uuid(raw)
-                if known is not None and uuid not in known:
-                    unknown[raw] = None
+        view = self._kubelet_view
+        if view is not None and view[0] is state.devices and view[1] == known:
+            holders, pods, devices, unknown = view[2]  # the same answer on the same GPUs: read once
+        else:
+            holders, pods, devices, unknown = {}, {}, {}, {}  # holders: GPU or MIG UUID -> pods (namespace, name)
+            for c in state.devices:
+                if not c.resource.startswith("nvidia.com/"):
                     continue
-                holders.setdefault(_parent(uuid, nvml), set()).add((c.namespace, c.pod))
-                pods.setdefault((c.namespace, c.pod), {})[c.container] = None
-                devices.setdefault((c.namespace, c.pod), {})[uuid] = None
+                for raw in c.device_ids:
+                    uuid = device_uuid(raw)
+                    if known is not None and uuid not in known:
+                        unknown[raw] = None
+                        continue
+                    holders.setdefault(_parent(uuid, nvml), set()).add((c.namespace, c.pod))
+                    pods.setdefault((c.namespace, c.pod), {})[c.container] = None
+                    devices.setdefault((c.namespace, c.pod), {})[uuid] = None
+            self._kubelet_view = (state.devices, known, (holders, pods, devices, unknown))
         self._log_unknown("kubelet", tuple(unknown))
         if "pods" in self.auto:
             named = {(g.namespace, g.pod) for g in groups.values() if g.kind == "pod" and g.pod}
@@ -604,6 +622,14 @@ class IdentityCollector(Collector):
                 log.warning("identity_unknown_devices", source=source, devices=list(unknown),
                             hint="device IDs that match no GPU or MIG UUID (GPU index for job mapping files) here")
             self._unknown[source] = unknown
+
+
+def _declared_claims(previous: Any, profiles: tuple[Any, ...]) -> tuple[frozenset[int], frozenset[str]]:
+    """(pids the declared profiles' processes had in ``previous``, the declared profiles' names)."""
+    names = frozenset(p.name for p in profiles)
+    processes = previous.data("processes") if previous is not None and names else None
+    pids = frozenset(pid for w in getattr(processes, "workloads", ()) for pid in w.pids)
+    return pids, names
 
 
 def _unique_names(groups: Mapping[tuple[str, str], _Group]) -> None:
@@ -825,39 +851,96 @@ def _parent(uuid: str, nvml: NvmlSample | None) -> str:
     return uuid
 
 
-def _small(path: str) -> str | None:
-    """A small kernel file's text (one open, one read), or None when absent or unreadable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096).decode("ascii", "replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+_STAT_FILES = ("cpu.stat", "memory.current", "pids.current")
 
 
-def read_identity_cgroup(directory: str, path: str) -> tuple[CgroupStats | None, int | None]:
+OPEN_CGROUP_DIRS = 128  # identity cgroups whose files are kept open (3 descriptors each); the rest are read by path
+
+
+@dataclass(slots=True)
+class _CgroupDir:
+    """An identity cgroup's v2 files (of _STAT_FILES, those it has: a controller that is not enabled there has
+    none, and is not asked for every tick), kept open while the identity lives and read again from their
+    start each tick (one pread instead of a walk down the cgroup's long path, an open and a close: cgroupfs
+    regenerates a file's text at offset 0), for the first OPEN_CGROUP_DIRS identities on a live kernel; later
+    ones, and fixture trees, are read by path (the cap allows 10 000 identities, descriptors are fewer)."""
+
+    path: str
+    files: frozenset[str]
+    fds: dict[str, int]  # file -> open descriptor ({} : read by path)
+
+    @classmethod
+    def open(cls, directory: str, keep_open: bool) -> _CgroupDir:
+        files, fds = set(), {}
+        for name in _STAT_FILES:
+            path = f"{directory}/{name}"
+            if not keep_open:
+                if os.path.exists(path):
+                    files.add(name)
+                continue
+            try:
+                fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            except OSError:  # out of descriptors, or denied: read by path, as later ones are
+                pass
+            files.add(name)
+        return cls(directory, frozenset(files), fds)
+
+    def read(self, name: str) -> str | None:
+        """A small kernel file's text from its start, or None when absent or unreadable (the cgroup removed)."""
+        fd = self.fds.get(name)
+        try:
+            if fd is not None:
+                return os.pread(fd, 4096, 0).decode("ascii", "replace")
+            if name not in self.files:
+                return None
+            fd = os.open(f"{self.path}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return os.read(fd, 4096).decode("ascii", "replace")
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        fds, self.fds = self.fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _cpu_seconds(text: str) -> tuple[float | None, float | None]:
+    """(user, system) seconds from a cgroup v2 cpu.stat (``user_usec N`` lines; the kernel writes them
+    second and third); None for a field that is absent or not a number."""
+    user = system = None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "user_usec" or key == "system_usec":
+            try:
+                seconds = int(value) / 1e6
+            except ValueError:
+                continue
+            if key == "user_usec":
+                user = seconds
+            else:
+                system = seconds
+            if user is not None and system is not None:
+                break
+    return user, system
+
+
+def read_identity_cgroup(directory: _CgroupDir, path: str) -> tuple[CgroupStats | None, int | None]:
     """(cpu.stat user/system + memory.current, pids.current) of an identity's cgroup v2 directory: three
-    reads per workload per tick (pressure, io.stat and cpu.max are left to declared workloads: cost)."""
-    from headroom.sources.processes import parse_cpu_stat
-
-    cpu = _small(f"{directory}/cpu.stat")
-    memory = _small(f"{directory}/memory.current")
+    reads per workload per tick at most (pressure, io.stat and cpu.max are left to declared workloads: cost)."""
+    cpu = directory.read("cpu.stat")
+    memory = directory.read("memory.current")
     if cpu is None and memory is None:
         return None, None
-    user = system = None
-    if cpu is not None:
-        try:
-            values = parse_cpu_stat(cpu)
-        except ValueError:
-            values = {}
-        user = values["user_usec"] / 1e6 if "user_usec" in values else None
-        system = values["system_usec"] / 1e6 if "system_usec" in values else None
+    user, system = _cpu_seconds(cpu) if cpu is not None else (None, None)
     memory_bytes = int(memory) if memory is not None and memory.strip().isdigit() else None
-    pids = _small(f"{directory}/pids.current")
+    pids = directory.read("pids.current")
     processes = int(pids) if pids is not None and pids.strip().isdigit() else None
     return CgroupStats(path=path, cpu_user_seconds_total=user, cpu_system_seconds_total=system,
                        memory_bytes=memory_bytes), processes

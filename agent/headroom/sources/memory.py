@@ -22,6 +22,9 @@ class MemoryCollector(Collector):
         super().__init__(ctx)
         self._last: MemorySample | None = None  # last tick's (samples.share_unchanged)
         self._vmstat_error: str | None = None
+        keep = procfs.is_live_procfs(ctx.paths.procfs)
+        self._meminfo = procfs.ProcFile(ctx.paths.procfs / "meminfo", keep)
+        self._vmstat = procfs.ProcFile(ctx.paths.procfs / "vmstat", keep)
 
     def collect(self) -> MemorySample:
         """Returns this tick's MemorySample; raises CollectorError when /proc/meminfo fails.
@@ -30,7 +33,7 @@ class MemoryCollector(Collector):
         """
         root = self.ctx.paths.procfs
         try:
-            sample = procfs.read_meminfo(root)
+            sample = procfs.parse_meminfo(self._meminfo.text())
         except (OSError, ValueError) as exc:
             raise procfs.read_failure(root / "meminfo", exc) from None
         # totals and counters that did not move since the last tick are last tick's objects
@@ -41,7 +44,7 @@ class MemoryCollector(Collector):
         """Returns pgmajfault from /proc/vmstat, or None when it cannot be read."""
         root = self.ctx.paths.procfs
         try:
-            vmstat = procfs.read_vmstat(root)
+            major = procfs.vmstat_counter(self._vmstat.text(), "pgmajfault")
         except (OSError, ValueError) as exc:
             error = str(procfs.read_failure(root / "vmstat", exc))
             if error != self._vmstat_error:
@@ -51,4 +54,8 @@ class MemoryCollector(Collector):
         if self._vmstat_error is not None:
             log.info("vmstat_readable_again")
             self._vmstat_error = None
-        return vmstat.get("pgmajfault")
+        return major
+
+    def close(self) -> None:
+        self._meminfo.close()
+        self._vmstat.close()

@@ -27,6 +27,7 @@ libnvidia-ml (``headroom.simulation.nvml_driver``) is installed beneath it, so t
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -265,6 +266,13 @@ class _FieldDecoder:
             self.value_offset = entry.value.offset
             self.formats = {vt: struct.Struct("@" + (members[m]._type_ if m in members else _VALUE_FORMAT[m]))
                             for vt, m in VALUE_MEMBER.items()}
+            # valueType, nvmlReturn and the value side by side (nvml.h's layout): one unpack reads all three,
+            # the value as its 8 raw bytes, which are the value itself for the unsigned members on a
+            # little-endian machine (the others are unpacked by their own format)
+            head = struct.Struct("@IIQ")
+            self.head = head if (self.type[1] + 4 == self.ret[1] and self.value_offset == self.type[1] + 8
+                                 and self.type[0].format == self.ret[0].format == "@I"
+                                 and sys.byteorder == "little") else None
         except (KeyError, AttributeError, TypeError, struct.error):
             return
         self.ready = True
@@ -275,6 +283,20 @@ class _FieldDecoder:
         (ret_fmt, ret_off), (type_fmt, type_off) = self.ret, self.type
         value_off, formats = self.value_offset, self.formats
         out = []
+        if self.head is not None:
+            head, masks = self.head, _UNSIGNED_MASKS
+            for base in range(type_off, type_off + count * self.size, self.size):
+                vt, ret, raw = head.unpack_from(array, base)
+                if ret != _SUCCESS:
+                    out.append((ret, None))
+                    continue
+                mask = masks.get(vt)
+                if mask is not None:
+                    out.append((ret, raw & mask))
+                else:
+                    fmt = formats.get(vt)
+                    out.append((ret, fmt.unpack_from(array, base + 8)[0] if fmt is not None else None))
+            return out
         for base in range(0, count * self.size, self.size):
             ret = ret_fmt.unpack_from(array, base + ret_off)[0]
             fmt = formats.get(type_fmt.unpack_from(array, base + type_off)[0]) if ret == _SUCCESS else None
@@ -282,6 +304,9 @@ class _FieldDecoder:
         return out
 
 
+# the unsigned members (uiVal, ulVal on LP64, ullVal, usVal): their value is the low bytes of the raw 8
+_UNSIGNED_MASKS = {1: 0xFFFFFFFF, 2: 0xFFFFFFFFFFFFFFFF if ctypes.sizeof(ctypes.c_ulong) == 8 else 0xFFFFFFFF,
+                   3: 0xFFFFFFFFFFFFFFFF, 6: 0xFFFF}
 _FIELD_DECODER = _FieldDecoder()
 
 
@@ -813,8 +838,14 @@ class NvmlCollector(Collector):
         link_max_width = gpu.cached("pcie_link_max_width", "nvmlDeviceGetMaxPcieLinkWidth", h)
         mig_enabled, mig = self._mig(gpu, now)
         processes, processes_stale = self._processes(gpu, mig)
-        # read once per GPU and kept (unsupported ones are re-probed like every other call): no per-tick cost
-        thresholds = {name: gpu.cached(name, "nvmlDeviceGetTemperatureThreshold", h, kind) for name, kind in _THRESHOLDS}
+        # read once per GPU and kept (unsupported ones are re-probed like every other call): no per-tick cost.
+        # Once all four answered they never change for this handle: their sample fields are kept as they are
+        thresholds = gpu.cache.get("thresholds")
+        if thresholds is None:
+            read = {name: gpu.cached(name, "nvmlDeviceGetTemperatureThreshold", h, kind) for name, kind in _THRESHOLDS}
+            thresholds = {name: float(v) if v else None for name, v in read.items()}
+            if all(v is not None for v in read.values()):
+                gpu.cache["thresholds"] = thresholds
 
         if total is not None and gpu.memory_total is None:
             gpu.memory_total = total
@@ -873,7 +904,7 @@ class NvmlCollector(Collector):
             remapped_rows_uncorrectable=fields[5],
             remapped_rows_pending=bool(fields[6]) if fields[6] is not None else None,
             remapped_rows_failure=bool(fields[7]) if fields[7] is not None else None,
-            **{name: float(v) if v else None for name, v in thresholds.items()},
+            **thresholds,
         )
 
     def _fields(self, gpu: _Gpu, links: Sequence[int] = ()) -> tuple[list[Any], dict[tuple[int, int], Any]]:
@@ -1031,8 +1062,9 @@ class NvmlCollector(Collector):
             return None
         sums: dict[int, list[float]] = {}
         for s in found or ():
-            sums.setdefault(int(s.pid), []).append(float(s.smUtil))
-            last_seen = max(last_seen, int(s.timeStamp))
+            pid, sm, stamp = _struct_values(s, "pid", "smUtil", "timeStamp")
+            sums.setdefault(int(pid), []).append(float(sm))
+            last_seen = max(last_seen, int(stamp))
         gpu.cache["process_utilization_seen"] = last_seen
         return {pid: min(1.0, sum(v) / len(v) / 100) for pid, v in sums.items()}
 
@@ -1071,8 +1103,8 @@ class NvmlCollector(Collector):
                 gpu_instance_id=m.gpu_instance_id,
                 compute_instance_id=m.compute_instance_id,
                 uuid=m.uuid,
-                memory_used_bytes=int(mem.used) if mem is not None else None,
-                memory_total_bytes=int(mem.total) if mem is not None else None,
+                memory_used_bytes=int(_struct_values(mem, "used")[0]) if mem is not None else None,
+                memory_total_bytes=int(_struct_values(mem, "total")[0]) if mem is not None else None,
                 processes=processes,
             )  # fmt: skip
             # its size and whatever else did not change are last tick's objects (samples.share_unchanged)

@@ -212,7 +212,7 @@ class ProcessesCollector(Collector):
         self._io_real = ctx.scenario is None or _resolved(ctx.paths.procfs) != _resolved(Path("/proc"))
         self._neighbours = NeighbourScan(ctx.paths.procfs, self._user_hz, PAGE_SIZE)
         # a live procfs of our own pid namespace: /proc/loadavg's last pid is the one its pids count from
-        self._live = is_live_procfs(ctx.paths.procfs)
+        self._live = procfs.is_live_procfs(ctx.paths.procfs)
         self._last_pid: int | None = None
         self._recheck: dict[int, float] = {}  # pid -> when its next look is due (the ``recheck`` flag), kept aside
         self._now = 0.0  # this tick's monotonic time (set by _listing)
@@ -537,15 +537,6 @@ def _resolved(path: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------------------- cgroups
-def is_live_procfs(root: Path) -> bool:
-    """True when ``root`` is a live procfs mounted for the agent's own pid namespace (its ``self`` names
-    the agent's pid): only there do /proc/loadavg's pids count the pids of ``root``."""
-    try:
-        return os.readlink(os.path.join(root, "self")) == str(os.getpid())
-    except OSError:
-        return False
-
-
 def read_last_pid(root: Path) -> int | None:
     """The newest pid the kernel allocated (last field of /proc/loadavg), or None when unreadable."""
     try:

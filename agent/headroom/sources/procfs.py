@@ -72,6 +72,9 @@ class StatInfo:
     boot_time: int | None  # seconds since the epoch ("btime")
 
 
+_STAT_UNREAD = ("intr ", "softirq ", "ctxt ", "processes ")
+
+
 def parse_stat(text: str, user_hz: int = USER_HZ_DEFAULT) -> StatInfo:
     """Parse /proc/stat; returns a StatInfo with CPU times in seconds (ticks / ``user_hz``).
 
@@ -85,6 +88,8 @@ def parse_stat(text: str, user_hz: int = USER_HZ_DEFAULT) -> StatInfo:
     logical = 0
     running = blocked = btime = None
     for lineno, line in enumerate(text.splitlines(), 1):
+        if line.startswith(_STAT_UNREAD):
+            continue  # interrupt and softirq counts: the longest lines, never read
         parts = line.split()
         if not parts:
             continue
@@ -204,6 +209,23 @@ def parse_vmstat(text: str) -> dict[str, int]:
         except ValueError:
             raise ValueError(f"line {lineno}: {parts[0]} is not an integer: {parts[1]!r}") from None
     return out
+
+
+def vmstat_counter(text: str, name: str) -> int | None:
+    """One counter of /proc/vmstat (e.g. "pgmajfault"), None when the file has no such line; the other
+    lines (about 180) are not parsed. ValueError, as parse_vmstat words it, when its value is not an integer."""
+    at = 0 if text.startswith(name + " ") else text.find("\n" + name + " ") + 1
+    if at == 0 and not text.startswith(name + " "):
+        return None
+    end = text.find("\n", at)
+    parts = text[at:end if end >= 0 else len(text)].split()
+    lineno = text.count("\n", 0, at) + 1
+    if len(parts) != 2:
+        raise ValueError(f"line {lineno}: expected 'name value', got {' '.join(parts)!r}")
+    try:
+        return int(parts[1])
+    except ValueError:
+        raise ValueError(f"line {lineno}: {name} is not an integer: {parts[1]!r}") from None
 
 
 # --------------------------------------------------------------------------------------- diskstats
@@ -479,6 +501,81 @@ def parse_pid_cgroup(text: str) -> PidCgroups:
     return PidCgroups(unified, MappingProxyType(controllers))
 
 
+# ------------------------------------------------------------------------------------ kept files
+def is_live_procfs(root: str | Path) -> bool:
+    """True when ``root`` is a live procfs mounted for the agent's own pid namespace (its ``self`` names
+    the agent's pid)."""
+    try:
+        return os.readlink(os.path.join(root, "self")) == str(os.getpid())
+    except OSError:
+        return False
+
+
+class ProcFile:
+    """One /proc or /sys file that a collector reads whole on every tick.
+
+    ``keep``: the descriptor stays open and every read starts again at offset 0 (pread): procfs and sysfs
+    regenerate a file's text when it is read from offset 0 (seq_file and kernfs restart at position 0), so
+    this reads what a fresh open would, without the open, fstat and close (and Python's file object) each
+    time. Only for a live procfs or sysfs: in a tree of plain files (fixtures) a file replaced by another
+    would keep being read through the old descriptor, so there every read opens the path again. A failed
+    read closes the descriptor: the next one opens the path afresh (a sysfs attribute of a device that went
+    away answers ENODEV through its old descriptor; the path then tells what is there now).
+
+    Errors are the OSErrors of open and read, as with ``Path.read_text``.
+    """
+
+    __slots__ = ("path", "keep", "_fd", "_chunk")
+
+    def __init__(self, path: str | Path, keep: bool) -> None:
+        self.path = str(path)
+        self.keep = keep
+        self._fd: int | None = None
+        self._chunk = 4096  # grows to the file's size, so one read usually takes it all
+
+    def read(self) -> bytes:
+        """The file's whole content, read from offset 0 until end of file."""
+        fd = self._fd
+        if fd is None:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            if self.keep:
+                self._fd = fd
+        try:
+            data = os.pread(fd, self._chunk, 0)
+            if data:  # a seq_file may stop short of the requested size before its end: read until 0 bytes
+                more = os.pread(fd, self._chunk, len(data))
+                if more:
+                    parts = [data, more]
+                    while more:
+                        more = os.pread(fd, self._chunk, sum(map(len, parts)))
+                        parts.append(more)
+                    data = b"".join(parts)
+                    self._chunk = max(self._chunk, 1 << len(data).bit_length())
+        except OSError:
+            if self.keep:
+                self.close()
+            raise
+        finally:
+            if not self.keep:
+                os.close(fd)
+        return data
+
+    def text(self, errors: str = "strict") -> str:
+        """``read()`` decoded as UTF-8 (``errors`` as for bytes.decode: a bad byte raises ValueError)."""
+        return self.read().decode("utf-8", errors)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:  # a collector dropped without close() (tests, a reload) leaks no descriptor
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: os may be gone already
+            pass
+
+
 # ----------------------------------------------------------------------------------------- readers
 def read_failure(path: Path, exc: Exception) -> CollectorError:
     """Returns the CollectorError a collector raises when reading or parsing ``path`` failed.
@@ -491,52 +588,32 @@ def read_failure(path: Path, exc: Exception) -> CollectorError:
     return CollectorError(f"cannot parse {path}: {exc}")
 
 
-def read_stat(procfs: Path, user_hz: int = USER_HZ_DEFAULT) -> StatInfo:
-    """Read and parse <procfs>/stat."""
-    return parse_stat((procfs / "stat").read_text(), user_hz)
-
-
-def read_loadavg(procfs: Path) -> tuple[float, float, float]:
-    """Read and parse <procfs>/loadavg."""
-    return parse_loadavg((procfs / "loadavg").read_text())
-
-
 def read_pressure(procfs: Path) -> dict[str, Pressure]:
     """Read <procfs>/pressure/{cpu,memory,io}; returns resource -> Pressure for those present.
 
     Empty when the kernel has no PSI (no /proc/pressure before 4.20 or without CONFIG_PSI); a file
     that exists but fails with EOPNOTSUPP (booted with psi=0) counts as absent too.
     """
+    return read_pressure_files({r: ProcFile(procfs / "pressure" / r, keep=False) for r in PRESSURE_RESOURCES})
+
+
+def _psi_absent(exc: OSError) -> bool:
+    """A PSI file that is missing (no PSI before 4.20 or without CONFIG_PSI) or EOPNOTSUPP (booted psi=0)."""
+    return isinstance(exc, FileNotFoundError) or exc.errno == errno.EOPNOTSUPP
+
+
+def read_pressure_files(files: Mapping[str, ProcFile]) -> dict[str, Pressure]:
+    """``read_pressure`` through kept files (resource -> ProcFile of <procfs>/pressure/<resource>)."""
     out: dict[str, Pressure] = {}
-    for resource in PRESSURE_RESOURCES:
-        path = procfs / "pressure" / resource
+    for resource, f in files.items():
         try:
-            with open(path) as f:
-                text = f.read()
-        except FileNotFoundError:
-            continue
+            text = f.text()
         except OSError as exc:
-            if exc.errno == errno.EOPNOTSUPP:
+            if _psi_absent(exc):
                 continue
             raise
         out[resource] = parse_pressure(text)
     return out
-
-
-def read_meminfo(procfs: Path) -> MemorySample:
-    """Read and parse <procfs>/meminfo."""
-    return parse_meminfo((procfs / "meminfo").read_text())
-
-
-def read_vmstat(procfs: Path) -> dict[str, int]:
-    """Read and parse <procfs>/vmstat."""
-    return parse_vmstat((procfs / "vmstat").read_text())
-
-
-def read_diskstats(procfs: Path) -> list[DiskStats]:
-    """Read and parse <procfs>/diskstats. A device name that is not UTF-8 is kept with its bad bytes
-    written as ``\\xNN`` (it affects only that device)."""
-    return parse_diskstats((procfs / "diskstats").read_text(encoding="utf-8", errors="backslashreplace"))
 
 
 def read_net_dev(procfs: Path) -> list[NetDevice]:
@@ -545,16 +622,21 @@ def read_net_dev(procfs: Path) -> list[NetDevice]:
     return parse_net_dev((procfs / "net" / "dev").read_text(encoding="utf-8", errors="backslashreplace"))
 
 
+def net_speed(f: ProcFile) -> int | None:
+    """``read_net_speed`` through a kept file (<sysfs>/class/net/<device>/speed)."""
+    try:
+        return parse_net_speed(f.text())
+    except (OSError, ValueError):
+        return None
+
+
 def read_net_speed(sysfs: Path, device: str) -> int | None:
     """Read <sysfs>/class/net/<device>/speed; returns bytes per second, None when absent or unknown.
 
     Reading it fails with EINVAL while the link is down, and virtual interfaces may lack the file:
     both mean "unknown", as does text the parser rejects.
     """
-    try:
-        return parse_net_speed((sysfs / "class" / "net" / device / "speed").read_text())
-    except (OSError, ValueError):
-        return None
+    return net_speed(ProcFile(sysfs / "class" / "net" / device / "speed", keep=False))
 
 
 def read_mounts(procfs: Path) -> list[MountEntry]:
@@ -569,14 +651,30 @@ def read_mounts(procfs: Path) -> list[MountEntry]:
 def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False,
                    limit: int = -1) -> str | bytes | None:
     """Read <procfs>/<pid>/<name> (binary: at most ``limit`` bytes); raises ProcessGone if the pid
-    vanished, None if access is denied."""
-    path = procfs / str(pid) / name
+    vanished, None if access is denied. One open, reads until end of file (or ``limit``), one close: no
+    Python file object, which costs more than the read for files of a few hundred bytes."""
+    path = f"{procfs}/{pid}/{name}"
     try:
-        if binary:
-            with open(path, "rb") as f:
-                return f.read(limit)
-        with open(path, encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if binary and limit >= 0:  # argv (at discovery only): read until the limit or the end
+                data = os.read(fd, limit)
+                while 0 < len(data) < limit:
+                    more = os.read(fd, limit - len(data))
+                    if not more:
+                        break
+                    data += more
+            else:
+                # stat, status, io and cgroup are one record each (seq_file single_open), as is a plain file in
+                # a fixture tree: a read that did not fill the buffer had all of it, a full one reads on
+                data = os.read(fd, 4096)
+                if len(data) == 4096:
+                    parts = [data]
+                    while parts[-1]:
+                        parts.append(os.read(fd, 65536))
+                    data = b"".join(parts)
+        finally:
+            os.close(fd)
     except PermissionError:
         return None
     except (FileNotFoundError, ProcessLookupError) as exc:
@@ -585,6 +683,7 @@ def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False,
         if exc.errno == errno.ESRCH:
             raise ProcessGone(f"pid {pid} is gone ({path}: {exc.strerror})") from None
         raise
+    return data if binary else data.decode("utf-8", "surrogateescape")
 
 
 def read_pid_stat(procfs: Path, pid: int, user_hz: int = USER_HZ_DEFAULT) -> PidStat | None:

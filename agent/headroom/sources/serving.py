@@ -269,25 +269,47 @@ class Metrics:
 SERIES_CACHE_MAX = 4096  # distinct series whose parsed name and labels an endpoint remembers
 
 
-def parse(text: str, series: dict[str, tuple[str, dict[str, str]]] | None = None
+def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] | None = None
           ) -> tuple[Metrics, dict[str, int], int]:
     """(the samples the normalizers read, samples per runtime prefix, other metric families) of a text exposition.
 
     Only the lines of families some normalizer reads (``_KEEP``) are parsed: the rest (process_*,
-    python_gc_*, http_*, a runtime's other histograms) is most of an exposition. Each series (the line up
-    to its value) goes through prometheus-client's text parser the first time it is seen; ``series``
-    remembers the parsed name and labels, so later scrapes only convert the value (the same float()
-    the parser uses). Detection counts every sample line by runtime prefix."""
+    python_gc_*, http_*, a runtime's other histograms) is most of an exposition. Comments are skipped
+    without splitting them (but TYPE lines), other families' samples by their first character (named in a
+    second pass only when no TYPE line names them). Each runtime series (the line up to its value) is
+    examined the first time it is seen, its labels by prometheus-client's text parser; ``series``
+    remembers (runtime prefix, sample name, labels or None when no normalizer reads it) by that key, so
+    later scrapes look each line up once and only convert the value (the same float() the parser uses).
+    Detection counts every runtime sample line by its prefix."""
     cache = series if series is not None else {}
     typed, untyped = set(), set()
     by_prefix: dict[str, int] = {}
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    others_unseen = False  # sample lines of other families, named only when no TYPE line names them
     for line in text.splitlines():
-        if line.startswith("#"):
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] == "TYPE" and not parts[2].startswith(_PREFIXES):
-                typed.add(parts[2])
-            continue
+        if not line.startswith(_PREFIXES):
+            if line.startswith("#"):
+                if "TYPE" in line:  # HELP lines and other comments are skipped without splitting them
+                    parts = line.split(None, 3)
+                    if len(parts) >= 3 and parts[1] == "TYPE" and not parts[2].startswith(_PREFIXES):
+                        typed.add(parts[2])
+                continue
+            if line and (line[0].isalpha() or line[0] in "_:"):
+                others_unseen = True  # another family's sample: its name matters only without TYPE lines
+                continue
+        else:  # a runtime's series seen before: one lookup by the line up to its value
+            end = line.rfind("}") + 1 if "{" in line else line.find(" ")
+            known = cache.get(line[:end]) if end > 0 else None
+            if known is not None:
+                by_prefix[known[0]] = by_prefix.get(known[0], 0) + 1
+                if known[2] is not None:
+                    try:
+                        value = float(line[end:].split()[0])
+                    except (ValueError, IndexError) as exc:
+                        raise _invalid(exc) from None
+                    samples.setdefault(known[1], []).append((known[2], value))
+                continue
+        # the general way: the metric name is the first word before any "{"
         name = line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
         if not name:
             continue
@@ -296,24 +318,32 @@ def parse(text: str, series: dict[str, tuple[str, dict[str, str]]] | None = None
             continue
         prefix = next(p for p in _PREFIXES if name.startswith(p))
         by_prefix[prefix] = by_prefix.get(prefix, 0) + 1
-        if name not in _KEEP:
-            continue
         end = line.rfind("}") + 1 if "{" in line else len(name)
         key, rest = line[:end], line[end:].split()
-        known = cache.get(key)
+        kept = name in _KEEP
         try:
-            if known is None:
-                known = _parse_series(line)
-                if len(cache) >= SERIES_CACHE_MAX:
-                    cache.clear()
-                cache[key] = known
-            value = float(rest[0])
+            known = (prefix, *_parse_series(line)) if kept else (prefix, name, None)
+            if kept:
+                value = float(rest[0])
         except (ValueError, IndexError) as exc:
-            message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-            raise ScrapeError(f"not a valid Prometheus text exposition: {message}") from None
-        samples.setdefault(known[0], []).append((known[1], value))
+            raise _invalid(exc) from None
+        if line.startswith(_PREFIXES) and end == (line.rfind("}") + 1 if "{" in line else line.find(" ")):
+            if len(cache) >= SERIES_CACHE_MAX:  # remembered only under the key the lookup above finds
+                cache.clear()
+            cache[key] = known
+        if kept:
+            samples.setdefault(known[1], []).append((known[2], value))
+    if not typed and others_unseen:  # no TYPE lines: count the other families by their sample names
+        for line in text.splitlines():
+            if line and not line.startswith(("#", *_PREFIXES)) and (line[0].isalpha() or line[0] in "_:"):
+                untyped.add(line.split("{", 1)[0].split(None, 1)[0])
     others = len(typed or untyped)  # families by their TYPE lines; sample names when there are none
     return Metrics(samples), by_prefix, others
+
+
+def _invalid(exc: Exception) -> ScrapeError:
+    message = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+    return ScrapeError(f"not a valid Prometheus text exposition: {message}")
 
 
 def _parse_series(line: str) -> tuple[str, dict[str, str]]:
@@ -439,7 +469,8 @@ _KEEP = _names_read()
 
 
 def read_exposition(body: bytes, content_type: str, declared: str | None,
-                    series: dict[str, tuple[str, dict[str, str]]] | None = None) -> tuple[str, dict[str, Any]]:
+                    series: dict[str, tuple[str, str, dict[str, str] | None]] | None = None
+                    ) -> tuple[str, dict[str, Any]]:
     """(runtime, normalized fields) of a /metrics body; ScrapeError when it is not a serving runtime's."""
     kind = content_type.split(";", 1)[0].strip().lower()
     head = body[:512].lstrip().lower()
@@ -519,7 +550,7 @@ class _Endpoint:
         self.timeout, self.max_body = timeout, max_body
         self.latest = ServingEndpoint(workload, url, up=None, error="no scrape finished yet")
         self._runtime: str | None = None
-        self._series: dict[str, tuple[str, dict[str, str]]] = {}  # parsed series of this endpoint (parse())
+        self._series: dict[str, tuple[str, str, dict[str, str] | None]] = {}  # series seen (parse())
         self._state: tuple[bool | None, str | None] = (None, None)
         self._cv = threading.Condition()
         self._wanted = False

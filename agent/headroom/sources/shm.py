@@ -51,17 +51,21 @@ class ShmCollector(Collector):
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
         self._mountpoints = _mountpoints(ctx.settings.get("mountpoints", DEFAULT_MOUNTPOINTS))
+        self._paths = [(mountpoint, ctx.paths.host(mountpoint)) for mountpoint in self._mountpoints]
         self._missing: dict[str, str] = {}  # mountpoint -> why, as last logged
         self._table_error: str | None = None
+        keep = procfs.is_live_procfs(ctx.paths.procfs)
+        self._table_files = (procfs.ProcFile(ctx.paths.procfs / "self" / "mounts", keep),
+                             procfs.ProcFile(ctx.paths.procfs / "mounts", keep))  # before 2.6.25: no self/mounts
+        self._table: tuple[bytes, dict[str, str]] | None = None  # the mount table's text and what it says
 
     def collect(self) -> ShmSample:
         """Returns usage of every configured mountpoint that exists, and the names of those that don't."""
         fstypes = self._fstypes()
         mounts: list[MountUsage] = []
         missing: dict[str, str] = {}
-        for mountpoint in self._mountpoints:
-            path = self.ctx.paths.host(mountpoint)
-            if not path.is_dir():
+        for mountpoint, path in self._paths:
+            if not os.path.isdir(path):
                 missing[mountpoint] = f"{path} does not exist or is not a directory"
                 continue
             fstype = (
@@ -94,7 +98,14 @@ class ShmCollector(Collector):
         """Returns mountpoint -> fstype from the mount table ({} when unreadable, logged once)."""
         root = self.ctx.paths.procfs
         try:
-            table = procfs.read_mounts(root)
+            try:
+                raw = self._table_files[0].read()
+            except FileNotFoundError:
+                raw = self._table_files[1].read()
+            if self._table is None or self._table[0] != raw:  # parsed again only when a mount changed
+                table = procfs.parse_mounts(raw.decode("utf-8", "surrogateescape"))
+                # later entries hide earlier ones at the same mountpoint: the last one wins
+                self._table = (raw, {entry.mountpoint: entry.fstype for entry in table})
         except (OSError, ValueError) as exc:
             error = str(procfs.read_failure(root / "self" / "mounts", exc))
             if error != self._table_error:
@@ -104,8 +115,7 @@ class ShmCollector(Collector):
         if self._table_error is not None:
             log.info("mount_table_readable_again")
             self._table_error = None
-        # later entries hide earlier ones at the same mountpoint: the last one wins
-        return {entry.mountpoint: entry.fstype for entry in table}
+        return self._table[1]
 
     def _log_changes(self, missing: dict[str, str]) -> None:
         """Logs mountpoints that went missing (or changed reason) and those that came back."""
@@ -115,5 +125,9 @@ class ShmCollector(Collector):
         for mountpoint in self._missing.keys() - missing.keys():
             log.info("shm_mountpoint_found", mountpoint=mountpoint)
         self._missing = missing
+
+    def close(self) -> None:
+        for f in self._table_files:
+            f.close()
 
 

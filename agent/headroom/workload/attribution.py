@@ -110,21 +110,58 @@ def attribute(
         return declared
     claimed = {pid for w in by_name.values() for pid in w.pids}
     names = {p.name for p in profiles}
+    where = _GpuIndex.of(gpus)
     return declared + tuple(st for g in identity.groups
-                            if (st := _auto_status(g, claimed, names, gpus, constants)) is not None)
+                            if (st := _auto_status(g, claimed, names, gpus, constants, where)) is not None)
+
+
+def claimed_by_declared(g: IdentityGroup, claimed: set[int] | frozenset[int], names: set[str] | frozenset[str]) -> bool:
+    """True when a declared profile takes the place of automatic workload ``g``: its profile's processes are
+    all of ``g``'s GPU processes (``claimed``: the pids the declared profiles matched), or it has ``g``'s name."""
+    return bool(g.pids and all(pid in claimed for pid in g.pids)) or g.name in names
+
+
+@dataclass(frozen=True, slots=True)
+class _GpuIndex:
+    """Where each GPU process and device is among a tick's GPUs, so that each of many automatic workloads
+    (50 pods time-slicing 8 GPUs) looks only at its own GPUs."""
+
+    by_pid: Mapping[int, frozenset[int]]  # pid -> positions of the GPUs that list it
+    by_uuid: Mapping[str, int]  # GPU or MIG UUID -> position of its GPU
+
+    @classmethod
+    def of(cls, gpus: Sequence[GpuSample]) -> _GpuIndex:
+        by_pid: dict[int, set[int]] = {}
+        by_uuid: dict[str, int] = {}
+        for i, g in enumerate(gpus):
+            by_uuid[g.uuid] = i
+            for m in g.mig_instances:
+                by_uuid[m.uuid] = i
+                for x in m.processes:  # listed only by its instance (the whole-GPU list needs privileges)
+                    by_pid.setdefault(x.pid, set()).add(i)
+            for x in g.processes:
+                by_pid.setdefault(x.pid, set()).add(i)
+        return cls({k: frozenset(v) for k, v in by_pid.items()}, by_uuid)
+
+    def gpus(self, pids: set[int], uuids: set, gpus: Sequence[GpuSample]) -> list[GpuSample]:
+        """The GPUs that list one of ``pids`` or are one of ``uuids`` (GPU or MIG UUIDs), in their order."""
+        found = {i for pid in pids for i in self.by_pid.get(pid, ())}
+        found.update(self.by_uuid[u] for u in uuids if u in self.by_uuid)
+        return [gpus[i] for i in sorted(found)]
 
 
 def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Sequence[GpuSample],
-                 constants: OverheadConstants) -> WorkloadStatus | None:
+                 constants: OverheadConstants, where: _GpuIndex | None = None) -> WorkloadStatus | None:
     """An automatic workload (a pod, job, container, unit or launcher holding a GPU); None when a declared
     profile already matches its GPU processes (the declared profile wins) or carries the same name. One
     started by a serving or training launcher gets a profile from its command line and model config
     (workload/launchers.py) and is sized like a declared one; without a readable model config it has its
     measured values and the reason in ``estimate_error``, nothing guessed."""
-    pids = [pid for pid in g.pids if pid not in claimed]
-    if (g.pids and not pids) or g.name in names:
+    if claimed_by_declared(g, claimed, names):
         return None
-    used = _gpus_of(set(pids), set(g.gpus), gpus)
+    pids = [pid for pid in g.pids if pid not in claimed]
+    mine, refs = set(pids), set(g.gpus)
+    used = _gpus_of(mine, refs, where.gpus(mine, refs, gpus) if where is not None else gpus)
     known_used = [x.memory_used_bytes for x in used if x.memory_used_bytes is not None]
     totals = [x.memory_total_bytes for x in used if x.memory_total_bytes is not None]
     processes = g.processes if g.processes is not None else (len(pids) if pids else None)
