@@ -572,3 +572,17 @@ def test_the_kubelets_answer_is_read_again_when_it_or_the_gpus_change(tmp_path, 
         assert tick() == ([("ml/b", ("GPU-a",))], ())
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("usage_usec 9\nuser_usec 5000000\nsystem_usec 2500000\nnice_usec 0\n", (5.0, 2.5)),  # the kernel's order
+    ("system_usec 2000000\nuser_usec 1000000", (1.0, 2.0)),  # another order, no final newline
+    ("usage_usec 1\nuser_usec x\nsystem_usec 3000000\n", (None, 3.0)),  # not a number: that field unknown
+    ("nr_user_usec 4\nsystem_usec 1000000\n", (None, 1.0)),  # a longer key ending in user_usec is not it
+    ("usage_usec 1\n", (None, None)),
+    ("", (None, None)),
+])
+def test_cgroup_cpu_stat_user_and_system_seconds(text, expected):
+    from headroom.sources.identity import _cpu_seconds
+
+    assert _cpu_seconds(text) == expected
