@@ -802,3 +802,18 @@ def _collect_or_error(collector: NvmlCollector) -> object:
         return collector.collect()
     except CollectorError as exc:
         return exc
+
+
+def test_a_quiet_gpu_keeps_the_shared_empty_xid_map_when_the_watcher_registers_it(make):
+    """The XID watcher registers each GPU it watches with an empty map, in its own thread, at any moment between
+    ticks: a quiet GPU's XIDs stay the one shared empty map across that moment (the sharing test above once
+    failed when it fell between two of its ticks)."""
+    rig = make()
+    rig.collector.collect()
+    before = rig.tick().gpus
+    with rig.collector._xid_lock:
+        for g in before:
+            rig.collector._xid_counts.setdefault(g.uuid, {})  # what _XidWatcher does when it starts watching
+    after = rig.tick().gpus
+    quiet = [(a, b) for a, b in zip(before, after, strict=True) if a.up and not a.xid_errors_total]
+    assert quiet and all(a.xid_errors_total is b.xid_errors_total is nvml.samples.EMPTY for a, b in quiet)

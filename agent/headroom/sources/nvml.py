@@ -854,7 +854,9 @@ class NvmlCollector(Collector):
         busy, event_seconds = self._accumulate(gpu.uuid or f"index:{gpu.index}", now, utilization, clock_events)
         tx, rx = self._pcie_rates(gpu, now, fields[8], fields[9])
         with self._xid_lock:
-            xids = dict(self._xid_counts[gpu.uuid]) if gpu.uuid in self._xid_counts else samples.EMPTY
+            # no XID yet (not watched, or watched and quiet: the watcher registers an empty map when it starts,
+            # at any moment between ticks) is the one shared empty map, so a quiet GPU's value never changes
+            xids = dict(counts) if (counts := self._xid_counts.get(gpu.uuid)) else samples.EMPTY
         return samples.GpuSample(
             index=gpu.index,
             uuid=gpu.uuid,
