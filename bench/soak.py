@@ -205,8 +205,13 @@ def soak(duration: float, warmup: float, interval: float = 0.1, gpus: int = 8, e
     if last.rss_bytes - first.rss_bytes > rss_tolerance:
         problems.append(f"RSS grew {(last.rss_bytes - first.rss_bytes) / 2**20:.1f} MiB "
                         f"(tolerance {rss_tolerance / 2**20:g} MiB)")
-    if last.threads - first.threads > thread_tolerance:
-        problems.append(f"threads grew from {first.threads} to {last.threads}")
+    # a collector late past agent.collector_timeout is isolated in a lane of its own and the others go on in a
+    # new one (sampler.py, "collector_isolated"): one thread more per isolation, at most one per collector,
+    # by design; a loaded machine at 10 ticks/s (a 100 ms deadline) can cause a few. Beyond those: a leak.
+    isolated = stderr.count('"event": "collector_isolated"')
+    if last.threads - first.threads > thread_tolerance + isolated:
+        problems.append(f"threads grew from {first.threads} to {last.threads} "
+                        f"({isolated} collector isolations account for {isolated} of them)")
     if last.fds - first.fds > fd_tolerance:
         problems.append(f"open fds grew from {first.fds} to {last.fds}")
     if scraper.errors:
