@@ -235,18 +235,23 @@ workloads:
     dataloader_workers: 4
     gpus: [0]
 """
-SERVER = """
-workloads:
-  - name: chat
+def chat(runtime: str = "{name: tgi}", concurrency: int = 8, gpus: str = "[0]", extra: str = "") -> str:
+    """The profile entry of the corpus's serving workload ``chat`` (an 8B model, 8k context), with its runtime,
+    concurrency, GPUs and any further lines (``extra``, each ``key: value``) as the situation needs."""
+    lines = "".join(f"    {line}\n" for line in extra.splitlines() if line)
+    return f"""  - name: chat
     kind: inference
     params: 8B
     precision: bf16
-    runtime: {name: tgi}
-    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
-    context: {max: 8192}
-    concurrency: 8
-    gpus: [0]
-"""
+    runtime: {runtime}
+    architecture: {{layers: 32, heads: 32, kv_heads: 8, head_dim: 128}}
+    context: {{max: 8192}}
+    concurrency: {concurrency}
+    gpus: {gpus}
+{lines}"""
+
+
+SERVER = "\nworkloads:\n" + chat()
 DISTRIBUTED = TRAINER.replace("gpus: [0]", "match: {cmdline: train.py}\n    parallel: {data: 8}")
 
 

@@ -8,7 +8,7 @@ straggler's cause is the workload's, and the evidence names the straggler.
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, Gpu, Host, Situation
+from headroom.simulation.situations import GIB, Gpu, Host, Situation, chat
 
 DDP4 = """
 workloads:
@@ -35,18 +35,7 @@ workloads:
     parallel: {tensor: 2}
     gpus: [0, 1]
 """
-SGLANG = """
-workloads:
-  - name: chat
-    kind: inference
-    params: 8B
-    precision: bf16
-    runtime: {name: sglang, mem_fraction_static: 0.88}
-    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
-    context: {max: 8192}
-    concurrency: 16
-    gpus: [0]
-"""
+SGLANG = "\nworkloads:\n" + chat("{name: sglang, mem_fraction_static: 0.88}", concurrency=16)
 WAITING = Gpu(util=0.97, temperature=70, sm_clock_ratio=0.98, power=520)  # a rank spinning in a collective
 HOT = Gpu(util=0.98, temperature=88, sm_clock_ratio=0.62, power=430,
           reasons=("hw_thermal_slowdown", "sw_thermal_slowdown"))

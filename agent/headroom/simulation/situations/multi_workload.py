@@ -3,27 +3,18 @@ workload's saturation is never another's bottleneck (issue 12, classes 1 and 3).
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, Gpu, Host, Situation, processes_source, together
+from headroom.simulation.situations import (
+    GIB,
+    TRAINER,
+    Gpu,
+    Host,
+    Situation,
+    chat,
+    processes_source,
+    together,
+)
 
-TRAINER_AND_CHAT = """
-workloads:
-  - name: trainer
-    kind: finetune-lora
-    params: 7B
-    precision: bf16
-    lora: {rank: 16}
-    dataloader_workers: 4
-    gpus: [0]
-  - name: chat
-    kind: inference
-    params: 8B
-    precision: bf16
-    runtime: {name: vllm, gpu_memory_utilization: 0.92}
-    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
-    context: {max: 8192}
-    concurrency: 8
-    gpus: [1]
-"""
+TRAINER_AND_CHAT = TRAINER + chat("{name: vllm, gpu_memory_utilization: 0.92}", gpus="[1]")
 RESERVED = Gpu(util=0.0, mem_used=int(77.6 * GIB))
 
 SITUATIONS = [

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, Gpu, Host, Situation, serving_source
+from headroom.simulation.situations import GIB, Gpu, Host, Situation, chat, serving_source
 
-VLLM = """
-workloads:
-  - name: chat
-    kind: inference
-    params: 8B
-    precision: bf16
-    runtime: {name: vllm, gpu_memory_utilization: 0.9}
-    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
-    context: {max: 8192}
-    concurrency: 8
-    gpus: [0]
-    endpoint: http://127.0.0.1:8000/metrics
-"""
+VLLM = "\nworkloads:\n" + chat("{name: vllm, gpu_memory_utilization: 0.9}",
+                                extra="endpoint: http://127.0.0.1:8000/metrics")
 RESERVED = Gpu(util=0.6, mem_used=72 * GIB, mem_total=80 * GIB)  # the reservation: NVML looks full either way
 
 SITUATIONS = [
