@@ -223,15 +223,20 @@ def body_of(runtime: str, version: str | None = None) -> bytes:
 
 
 # ------------------------------------------------------------------------------------ good endpoints
-@pytest.mark.parametrize("runtime", list(VERSIONS))
-def test_a_runtime_endpoint_is_read_over_http_and_detected(served, runtime):
+def scraped(served, body: bytes):
+    """The endpoint the serving collector reads from a real HTTP server answering ``body`` as text format."""
     s = served()
-    s.reply = (200, "text/plain; version=0.0.4; charset=utf-8", body_of(runtime))
+    s.reply = (200, "text/plain; version=0.0.4; charset=utf-8", body)
     c = collector(s.url)
     try:
-        e = outcome(c)
+        return outcome(c)
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("runtime", list(VERSIONS))
+def test_a_runtime_endpoint_is_read_over_http_and_detected(served, runtime):
+    e = scraped(served, body_of(runtime))
     assert e.up is True, e.error
     assert e.runtime == runtime and e.requests_running == 12 and e.kv_cache_capacity_tokens == 65536
 
@@ -783,13 +788,7 @@ def messy(body: bytes) -> bytes:
 def test_families_split_and_interleaved_with_others_parse_as_the_tidy_exposition(served, runtime):
     tidy = read_exposition(body_of(runtime), "text/plain", None)
     assert read_exposition(messy(body_of(runtime)), "text/plain", None) == tidy
-    s = served()
-    s.reply = (200, "text/plain; version=0.0.4; charset=utf-8", messy(body_of(runtime)))
-    c = collector(s.url)
-    try:
-        e = outcome(c)
-    finally:
-        c.close()
+    e = scraped(served, messy(body_of(runtime)))
     assert e.up is True, e.error
     assert e.runtime == runtime and e.requests_running == 12 and e.kv_cache_capacity_tokens == 65536
 
