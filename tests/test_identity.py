@@ -525,7 +525,6 @@ def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path,
     from headroom.sources import identity as identity_module
 
     monkeypatch.setattr(identity_module, "OPEN_CGROUP_DIRS", 1)
-    monkeypatch.setattr(identity_module.procfs, "is_live_procfs", lambda root: True)  # kept as on a live kernel
     proc, sysfs = tmp_path / "proc", tmp_path / "sys"
     jobs = {4242: "/system.slice/slurmstepd.scope/job_4242", 4343: "/system.slice/slurmstepd.scope/job_4343"}
     for pid, path in jobs.items():
@@ -534,6 +533,7 @@ def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path,
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
                                         previous=lambda: _sample([GpuSample(0, "GPU-a", "x", "0", processes=(
                                             GpuProcess(4242, 1), GpuProcess(4343, 1)))])))
+    c._keep_cgroup_files = True  # as on a live kernel's /sys (the pids here are a fixture's, not watched)
     try:
         for _ in range(2):
             groups = c.collect().groups

@@ -34,7 +34,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+import select
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -248,12 +249,30 @@ def read_job_mapping(directory: Path) -> dict[int, tuple[str, ...]]:
 
 
 # ---------------------------------------------------------------------------------------- collector
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """Where a GPU process goes among the tick's identities, worked out once per process: its group's key and
+    what it tells the group (what the tick's loop sets on that group for each of its processes)."""
+
+    kind: str
+    key: str
+    name: str = ""  # container / unit / launcher name ("" : none to set)
+    namespace: str = ""  # pods: namespace and pod from the container's on-disk state ("" : unnamed)
+    pod: str = ""
+    container: str = ""  # Kubernetes container name
+    pod_uid: str = ""
+    job_id: str = ""
+    cgroup: str = ""  # the identity's own cgroup (not for a launcher of its own)
+
+
 @dataclass(slots=True)
 class _Pid:
-    inode: int
+    inode: int  # /proc/PID's inode (-1: watched through ``pidfd`` instead)
     identity: CgroupIdentity | None
     launcher_pid: int = 0  # the outermost launcher among the process and its ancestors (0: none)
     launcher: Launcher | None = None
+    pidfd: int = -1  # a pidfd of the process (live procfs): readable once it exits, so a reused pid is seen
+    slot: _Slot | None = None  # None: not an automatic workload's process
 
 
 @dataclass(slots=True)
@@ -319,6 +338,18 @@ class IdentityCollector(Collector):
         # through its old descriptor: procfs.ProcFile's rule)
         self._keep_cgroup_files = procfs.is_live_procfs(ctx.paths.procfs)
         self._dirs_seen: set[str] = set()
+        self._tick = 0  # ticks so far: when each identity's cgroup files were last read (_CgroupDir.read_at)
+        self._built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]] = {}  # last tick's groups
+        # GPU processes watched through pidfds (live procfs of our own pid namespace): one poll per tick says
+        # which exited, instead of a stat of /proc/PID per process per tick
+        self._watch = select.poll() if self._keep_cgroup_files and hasattr(os, "pidfd_open") else None
+        self._by_fd: dict[int, int] = {}  # pidfd -> pid
+        # live ancestors of GPU processes (a launcher, a shell, a container's shim) as the launcher search read
+        # them, watched through pidfds like the GPU processes: pid -> (pidfd, launcher, parent pid); least
+        # recently used first. A torchrun's or a vLLM server's workers, and the pods of one parent, read their
+        # common ancestors once
+        self._ancestors: dict[int, tuple[int, Launcher | None, int]] = {}
+        self._ancestor_fds: dict[int, int] = {}  # pidfd -> pid
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
         self._kubelet_view: tuple[Any, Any, Any] | None = None  # (answer, known devices, what _kubelet read from it)
         self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
@@ -331,6 +362,10 @@ class IdentityCollector(Collector):
         for d in self._dirs.values():
             d.close()
         self._dirs.clear()
+        for pid in list(self._pids):
+            self._forget(pid)
+        for pid in list(self._ancestors):
+            self._drop_ancestor(pid)
         if self.poller is not None:
             self.poller.close()
         if self._reader is not None:
@@ -368,22 +403,104 @@ class IdentityCollector(Collector):
                 out.setdefault(p.pid, []).append(g.uuid)
         return out, nvml
 
-    def _identity(self, pid: int) -> CgroupIdentity | None:
+    def _forget(self, pid: int) -> None:
+        known = self._pids.pop(pid, None)
+        if known is not None and known.pidfd >= 0:
+            self._by_fd.pop(known.pidfd, None)
+            assert self._watch is not None
+            self._watch.unregister(known.pidfd)
+            os.close(known.pidfd)
+
+    def _exited(self) -> None:
+        """Forget the watched processes that exited since the last tick (their pidfds are readable)."""
+        if self._by_fd or self._ancestor_fds:
+            for fd, _ in self._watch.poll(0):  # type: ignore[union-attr]
+                pid = self._by_fd.get(fd)
+                if pid is not None:
+                    self._forget(pid)
+                    continue
+                pid = self._ancestor_fds.get(fd)
+                if pid is not None:
+                    self._drop_ancestor(pid)
+                    for child in [c for c, (_, _, parent) in self._ancestors.items() if parent == pid]:
+                        self._drop_ancestor(child)  # reparented: its parent is read again when asked
+
+    def _drop_ancestor(self, pid: int) -> None:
+        fd = self._ancestors.pop(pid)[0]
+        del self._ancestor_fds[fd]
+        self._watch.unregister(fd)  # type: ignore[union-attr]
+        os.close(fd)
+
+    def _ancestor(self, pid: int) -> tuple[Launcher | None, int] | None:
+        """``launcher_step`` of a GPU process's ancestor, read once while it lives (a live procfs)."""
+        known = self._ancestors.get(pid)
+        if known is not None:
+            self._ancestors[pid] = self._ancestors.pop(pid)  # most recently used
+            return known[1], known[2]
         root = self.ctx.paths.procfs
-        try:
-            inode = os.stat(f"{root}/{pid}").st_ino  # a string: a Path per GPU process per tick costs more
-        except OSError:
-            self._pids.pop(pid, None)
-            return None
+        fd = -1
+        if self._watch is not None and len(self._by_fd) + len(self._ancestors) < WATCHED_PIDS:
+            try:
+                fd = os.pidfd_open(pid)  # before the reads: what they read is this process's if it still runs
+            except OSError:
+                fd = -1
+        got = launcher_step(root, pid)
+        if fd < 0:
+            return got
+        if got is None or select.select((fd,), (), (), 0)[0]:
+            os.close(fd)
+            return got
+        if len(self._ancestors) >= ANCESTORS:
+            self._drop_ancestor(next(iter(self._ancestors)))
+        self._ancestors[pid] = (fd, got[0], got[1])
+        self._ancestor_fds[fd] = pid
+        self._watch.register(fd, select.POLLIN)  # type: ignore[union-attr]
+        return got
+
+    def _known(self, pid: int) -> _Pid | None:
+        """The process's identity (read when it is new to the collector); None when it is gone."""
         known = self._pids.get(pid)
-        if known is not None and known.inode == inode:
-            return known.identity
+        if known is not None and known.pidfd >= 0:
+            return known  # alive: its pidfd was not readable at this tick's poll
+        root = self.ctx.paths.procfs
+        pidfd = -1
+        if known is None and self._watch is not None and len(self._by_fd) < WATCHED_PIDS:
+            try:
+                pidfd = os.pidfd_open(pid)
+            except ProcessLookupError:
+                return None
+            except OSError:
+                pass  # not a thread group leader, out of descriptors, or no pidfds here: its inode is checked
+            else:
+                if select.select((pidfd,), (), (), 0)[0]:  # exited already (a zombie): gone
+                    os.close(pidfd)
+                    return None
+        inode = -1
+        if pidfd < 0:
+            try:
+                inode = os.stat(f"{root}/{pid}").st_ino  # a string: a Path per GPU process per tick costs more
+            except OSError:
+                self._forget(pid)
+                return None
+            if known is not None and known.inode == inode:
+                return known
+            self._forget(pid)
+        known = self._pids[pid] = self._read(pid, inode, pidfd)
+        if pidfd >= 0:
+            self._by_fd[pidfd] = pid
+            self._watch.register(pidfd, select.POLLIN)  # type: ignore[union-attr]
+        return known
+
+    def _read(self, pid: int, inode: int, pidfd: int) -> _Pid:
+        """A new GPU process: its cgroup identity, launcher and place among the identities, read once."""
+        root = self.ctx.paths.procfs
         try:
             groups = procfs.read_pid_cgroup(root, pid)
         except (procfs.ProcessGone, OSError, ValueError):
             groups = None
         ident = identity_of(groups) if groups is not None else None
-        launcher_pid, launcher = find_launcher(root, pid)
+        launcher_pid, launcher = find_launcher(root, pid, lambda p: launcher_step(root, p) if p == pid
+                                               else self._ancestor(p))
         if launcher is not None and launcher.metrics_url and not same_network_namespace(root, launcher_pid):
             # its --host/--port are in a pod's or container's network: 127.0.0.1 here is another host's
             launcher = replace(launcher, metrics_url="", problems=(
@@ -394,8 +511,28 @@ class IdentityCollector(Collector):
             launcher = replace(launcher, metrics_url="", problems=(
                 *launcher.problems, "its metrics address is not one of this host's: not scraped; a profile with "
                 "endpoint: reads it"))
-        self._pids[pid] = _Pid(inode, ident, launcher_pid, launcher)
-        return ident
+        return _Pid(inode, ident, launcher_pid, launcher, pidfd, self._slot(ident, launcher_pid, launcher))
+
+    def _slot(self, ident: CgroupIdentity | None, launcher_pid: int, launcher: Launcher | None) -> _Slot | None:
+        """The automatic workload a process with this identity and launcher belongs to (None: none)."""
+        meta = self._container_meta(ident) if ident is not None else None
+        if ident is None:
+            pass
+        elif ident.kind == "pod" and self.kubernetes and "pods" in self.auto:
+            named = meta is not None and bool(meta.pod)
+            return _Slot("pod", ident.pod_uid, pod_uid=ident.pod_uid, namespace=meta.namespace if named else "",
+                         pod=meta.pod if named else "", container=meta.container if named else "",
+                         cgroup=ident.cgroup)
+        elif ident.kind == "job" and "jobs" in self.auto:
+            return _Slot("job", ident.job_id, job_id=ident.job_id, cgroup=ident.cgroup)
+        elif ident.kind == "container" and "containers" in self.auto:
+            return _Slot("container", ident.container_id, cgroup=ident.cgroup,
+                         name=(meta.name if meta is not None else "") or ident.container_id[:12])
+        elif ident.kind == "unit" and "units" in self.auto:
+            return _Slot("unit", ident.unit, name=ident.unit, cgroup=ident.cgroup)
+        if launcher is None or "launchers" not in self.auto:
+            return None
+        return _Slot("launcher", str(launcher_pid), name=display_name(launcher))  # outside a pod, job, container, unit
 
     def _container_meta(self, ident: CgroupIdentity) -> ContainerMeta | None:
         cid = ident.container_id
@@ -409,8 +546,10 @@ class IdentityCollector(Collector):
     def collect(self) -> IdentitySample:
         previous = self.ctx.previous() if self.ctx.previous is not None else None
         on_gpu, nvml = self._gpu_processes(previous)
+        self._tick += 1
+        self._exited()
         for pid in [p for p in self._pids if p not in on_gpu]:
-            del self._pids[pid]
+            self._forget(pid)
         groups: dict[tuple[str, str], _Group] = {}
         seen_containers: set[str] = set()
 
@@ -421,48 +560,36 @@ class IdentityCollector(Collector):
             return g
 
         for pid in sorted(on_gpu):
-            ident = self._identity(pid)
-            known = self._pids.get(pid)
-            launcher = known.launcher if known is not None else None
-            if ident is None and launcher is None:
+            known = self._known(pid)
+            if known is None:
                 continue
-            meta = self._container_meta(ident) if ident is not None else None
-            if ident is not None and ident.container_id:
-                seen_containers.add(ident.container_id)
-            if ident is None:
-                g = None
-            elif ident.kind == "pod" and self.kubernetes and "pods" in self.auto:
-                g = group("pod", ident.pod_uid)
-                g.pod_uid = ident.pod_uid
-                if meta is not None and meta.pod:
-                    g.namespace, g.pod = meta.namespace, meta.pod
-                    if meta.container:
-                        g.containers[meta.container] = None
-            elif ident.kind == "job" and "jobs" in self.auto:
-                g = group("job", ident.job_id)
-                g.job_id = ident.job_id
-            elif ident.kind == "container" and "containers" in self.auto:
-                g = group("container", ident.container_id)
-                g.name = (meta.name if meta is not None else "") or ident.container_id[:12]
-            elif ident.kind == "unit" and "units" in self.auto:
-                g = group("unit", ident.unit)
-                g.name = ident.unit
-            else:
-                g = None
+            if known.identity is not None and known.identity.container_id:
+                seen_containers.add(known.identity.container_id)
+            slot = known.slot
+            if slot is None:
+                continue
+            g = groups.get((slot.kind, slot.key))
             if g is None:
-                if launcher is None or "launchers" not in self.auto:
-                    continue
-                assert known is not None
-                g = group("launcher", str(known.launcher_pid))  # a launcher outside a pod, job, container or unit
-                g.name = display_name(launcher)
-            elif ident is not None and ident.cgroup and not g.cgroup:
-                g.cgroup = ident.cgroup
-            if launcher is not None and known is not None and g.launcher is None:
-                g.launcher, g.launcher_pid = launcher, known.launcher_pid
-            g.pids.append(pid)
-            g.gpus.update(dict.fromkeys(on_gpu[pid]))
-        for cid in [c for c in self._meta if c not in seen_containers]:
-            del self._meta[cid]
+                g = groups[(slot.kind, slot.key)] = _Group(slot.kind, slot.key, pids=[], gpus={}, containers={})
+            if slot.pod:
+                g.namespace, g.pod = slot.namespace, slot.pod
+            if slot.container:
+                g.containers[slot.container] = None  # type: ignore[index]
+            if slot.pod_uid:
+                g.pod_uid = slot.pod_uid
+            if slot.job_id:
+                g.job_id = slot.job_id
+            if slot.name:
+                g.name = slot.name
+            if slot.cgroup and not g.cgroup:
+                g.cgroup = slot.cgroup
+            if known.launcher is not None and g.launcher is None:
+                g.launcher, g.launcher_pid = known.launcher, known.launcher_pid
+            g.pids.append(pid)  # type: ignore[union-attr]
+            g.gpus.update(dict.fromkeys(on_gpu[pid]))  # type: ignore[union-attr]
+        if len(seen_containers) != len(self._meta):
+            for cid in [c for c in self._meta if c not in seen_containers]:
+                del self._meta[cid]
 
         sources = []
         if self.poller is not None:
@@ -471,14 +598,14 @@ class IdentityCollector(Collector):
             sources.append(self._job_mapping(group, nvml))
 
         _unique_names(groups)
-        out = []
+        chosen = []
         live: set[tuple[str, str]] = set()
         exported: set[tuple[str, str]] = set()
         # the cap keeps what it exported before (its series go on), then takes newcomers by kind and key
         ordered = sorted(groups.items(), key=lambda kv: (kv[0] not in self._exported, kv[0]))
         for (kind, key), g in ordered:
             live.add((kind, key))
-            if len(out) >= self.max_workloads:
+            if len(chosen) >= self.max_workloads:
                 if (kind, key) not in self._refused:
                     self._refused.add((kind, key))
                     self.dropped_total += 1
@@ -486,13 +613,16 @@ class IdentityCollector(Collector):
                         log.warning("workload_identities_dropped", cap=self.max_workloads,
                                     dropped_total=self.dropped_total)
                 continue
-            out.append(self._finish(g))
+            chosen.append(g)
             exported.add((kind, key))
         self._exported = exported
         self._refused &= live
+        self._read_cgroups([g.cgroup for g in chosen if g.cgroup])
+        built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]] = {}
+        out = [self._finish(g, built) for g in chosen]
+        self._built = built
         for path in [p for p in self._dirs if p not in self._dirs_seen]:
             self._dirs.pop(path).close()
-        self._dirs_seen = set()
         live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
         for key in [k for k in self._models if k not in live_models]:
             del self._models[key]
@@ -501,15 +631,19 @@ class IdentityCollector(Collector):
         # logged as attribution will show them: a declared profile that has these processes takes their place
         claimed, declared = _declared_claims(previous, self.ctx.workloads)
         names = {g.name: g.kind for g in out if not (claimed or declared) or not claimed_by_declared(g, claimed, declared)}
-        for name in names.keys() - self._names.keys():
-            log.info("auto_workload_found", workload=name, kind=names[name])
-        for name in self._names.keys() - names.keys():
-            log.info("auto_workload_gone", workload=name, kind=self._names[name])
-        self._names = names
+        if names != self._names:
+            for name in names.keys() - self._names.keys():
+                log.info("auto_workload_found", workload=name, kind=names[name])
+            for name in self._names.keys() - names.keys():
+                log.info("auto_workload_gone", workload=name, kind=self._names[name])
+            self._names = names
         return IdentitySample(groups=tuple(out), sources=tuple(sources), dropped_total=self.dropped_total,
                               max_groups=self.max_workloads)
 
-    def _finish(self, g: _Group) -> IdentityGroup:
+    def _finish(self, g: _Group, built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]]
+                ) -> IdentityGroup:
+        """The group's IdentityGroup: last tick's object when nothing in it changed (most of a tick's pods),
+        so an unchanged identity costs a comparison and is kept once in the window."""
         if g.kind == "pod":
             name = f"{g.namespace}/{g.pod}" if g.pod else g.pod_uid
         elif g.kind == "job":
@@ -518,29 +652,58 @@ class IdentityCollector(Collector):
             name = g.name or g.key
         stats = processes = None
         if g.cgroup:
-            stats, processes = self._cgroup_stats(g.cgroup)
+            directory = self._dirs.get(g.cgroup)
+            if directory is not None:
+                stats, processes = directory.stats, directory.processes
         model = None
         if g.launcher is not None and g.launcher.model:
             model = self._model(g.launcher_pid, g.launcher.model)
-        return IdentityGroup(kind=g.kind, name=name, pids=tuple(g.pids or ()), gpus=tuple(g.gpus or ()),
-                             namespace=g.namespace, pod=g.pod, container=",".join(g.containers or ()),
-                             pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes,
-                             launcher=g.launcher, model=model)
+        pids, gpus, container = tuple(g.pids or ()), tuple(g.gpus or ()), ",".join(g.containers or ())
+        fields = (name, pids, gpus, g.namespace, g.pod, container, g.pod_uid, g.job_id, stats, processes, g.launcher,
+                  model)
+        last = self._built.get((g.kind, g.key))
+        if last is not None and last[0] == fields:
+            built[(g.kind, g.key)] = last
+            return last[1]
+        group = IdentityGroup(kind=g.kind, name=name, pids=pids, gpus=gpus, namespace=g.namespace, pod=g.pod,
+                              container=container, pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats,
+                              processes=processes, launcher=g.launcher, model=model)
+        built[(g.kind, g.key)] = (fields, group)
+        return group
 
-    def _cgroup_stats(self, path: str) -> tuple[CgroupStats | None, int | None]:
-        """The identity cgroup's stats; its directory is looked up and its files opened once (kept while the
-        identity lives)."""
-        directory = self._dirs.get(path)
-        if directory is None:
-            from headroom.sources.processes import cgroup_root
+    def _read_cgroups(self, paths: list[str]) -> None:
+        """Read the cgroup v2 files of this tick's identities: a new identity's at once, then the ones read
+        longest ago, at least CGROUP_EVERY_TICK and at least a CGROUP_REFRESH_TICKS-th of them per tick, so each
+        identity's figures are at most CGROUP_REFRESH_TICKS ticks old and all are read every tick while there
+        are no more than CGROUP_EVERY_TICK. Directories are looked up and their files opened once (kept while
+        the identity lives); ``_dirs`` is kept in the order they were last read."""
+        dirs, tick = self._dirs, self._tick
+        seen = self._dirs_seen = set(paths)
+        for path in paths:
+            if path not in dirs:
+                directory = self._open_cgroup(path)
+                if directory is not None:
+                    directory.refresh(tick)
+        budget = max(CGROUP_EVERY_TICK, -(-len(seen) // CGROUP_REFRESH_TICKS))
+        for path in list(dirs):
+            if budget <= 0:
+                break
+            directory = dirs[path]
+            if directory.read_at == tick or path not in seen:
+                continue
+            directory.refresh(tick)
+            dirs[path] = dirs.pop(path)  # to the end: read most recently
+            budget -= 1
 
-            found = cgroup_root(self.ctx.paths.sysfs, path)
-            if found is None:
-                return None, None
-            keep_open = self._keep_cgroup_files and sum(bool(d.fds) for d in self._dirs.values()) < OPEN_CGROUP_DIRS
-            directory = self._dirs[path] = _CgroupDir.open(str(found), keep_open)
-        self._dirs_seen.add(path)
-        return read_identity_cgroup(directory, path)
+    def _open_cgroup(self, path: str) -> _CgroupDir | None:
+        from headroom.sources.processes import cgroup_root
+
+        found = cgroup_root(self.ctx.paths.sysfs, path)
+        if found is None:
+            return None
+        keep_open = self._keep_cgroup_files and sum(bool(d.fds) for d in self._dirs.values()) < OPEN_CGROUP_DIRS
+        directory = self._dirs[path] = _CgroupDir.open(str(found), keep_open, path)
+        return directory
 
     def _kubelet(self, groups: dict, group: Any, nvml: NvmlSample | None) -> IdentitySource:
         from headroom.sources.kubelet import device_uuid
@@ -645,29 +808,37 @@ def _unique_names(groups: Mapping[tuple[str, str], _Group]) -> None:
 
 
 # ------------------------------------------------------------------------------------- launchers
-def find_launcher(root: Path, pid: int) -> tuple[int, Launcher | None]:
+def find_launcher(root: Path, pid: int, step: Callable[[int], tuple[Launcher | None, int] | None] | None = None
+                  ) -> tuple[int, Launcher | None]:
     """(pid, Launcher) of the outermost serving or training launcher among ``pid`` and its ancestors (up to
     LAUNCHER_DEPTH): a vLLM engine core or a torchrun worker belongs to the server or launcher above it, and
     a forked child with its parent's command line to the parent. (0, None) when there is none or /proc
-    denies the reads. Called once per new GPU process."""
+    denies the reads. Called once per new GPU process. ``step``: what ``launcher_step`` reads for a pid (the
+    collector answers from what it remembers of live ancestors)."""
     found: tuple[int, Launcher | None] = (0, None)
     current = pid
     for _ in range(LAUNCHER_DEPTH):
         if current <= 1:
             break
-        try:
-            argv = procfs.read_pid_cmdline(root, current, limit=CMDLINE_BYTES)
-            stat = procfs.read_pid_stat(root, current)
-        except (procfs.ProcessGone, OSError, ValueError):
+        got = step(current) if step is not None else launcher_step(root, current)
+        if got is None:
             break
-        if argv:
-            launcher = parse_launcher(argv)
-            if launcher is not None:
-                found = (current, launcher)
-        if stat is None:
-            break
-        current = stat.ppid
+        launcher, current_parent = got
+        if launcher is not None:
+            found = (current, launcher)
+        current = current_parent
     return found
+
+
+def launcher_step(root: Path, pid: int) -> tuple[Launcher | None, int] | None:
+    """(the launcher its command line names or None, its parent's pid; 0 when /proc/PID/stat is denied) of one
+    process, or None when it is gone or unreadable: the search ends there."""
+    try:
+        argv = procfs.read_pid_cmdline(root, pid, limit=CMDLINE_BYTES)
+        stat = procfs.read_pid_stat(root, pid)
+    except (procfs.ProcessGone, OSError, ValueError):
+        return None
+    return (parse_launcher(argv) if argv else None), (stat.ppid if stat is not None else 0)
 
 
 def same_network_namespace(root: Path, pid: int) -> bool:
@@ -854,6 +1025,13 @@ def _parent(uuid: str, nvml: NvmlSample | None) -> str:
 _STAT_FILES = ("cpu.stat", "memory.current", "pids.current")
 
 
+# an identity's cgroup files are read when it appears, then at least every CGROUP_REFRESH_TICKS ticks (the ones read
+# longest ago first, a CGROUP_REFRESH_TICKS-th of the identities per tick), and every tick while there are no more
+# than CGROUP_EVERY_TICK identities: 50 pods churning cost 11 reads a tick instead of 50 (docs/workload-identity.md)
+CGROUP_REFRESH_TICKS = 5
+CGROUP_EVERY_TICK = 10
+ANCESTORS = 64  # live ancestors of GPU processes remembered for the launcher search (a pidfd each)
+WATCHED_PIDS = 512  # GPU processes watched through pidfds (a descriptor each); more are checked by /proc/PID's inode
 OPEN_CGROUP_DIRS = 128  # identity cgroups whose files are kept open (3 descriptors each); the rest are read by path
 
 
@@ -868,9 +1046,13 @@ class _CgroupDir:
     path: str
     files: frozenset[str]
     fds: dict[str, int]  # file -> open descriptor ({} : read by path)
+    cgroup: str = ""  # the identity's cgroup path (relative to the v2 root), as CgroupStats.path says it
+    stats: CgroupStats | None = None  # what the last read found (kept, the same object, until the next read)
+    processes: int | None = None
+    read_at: int = -1  # the collector's tick of that read (-1: never read)
 
     @classmethod
-    def open(cls, directory: str, keep_open: bool) -> _CgroupDir:
+    def open(cls, directory: str, keep_open: bool, cgroup: str = "") -> _CgroupDir:
         files, fds = set(), {}
         for name in _STAT_FILES:
             path = f"{directory}/{name}"
@@ -885,7 +1067,13 @@ class _CgroupDir:
             except OSError:  # out of descriptors, or denied: read by path, as later ones are
                 pass
             files.add(name)
-        return cls(directory, frozenset(files), fds)
+        return cls(directory, frozenset(files), fds, cgroup)
+
+    def refresh(self, tick: int) -> None:
+        """Read the files again (``stats`` and ``processes``); the previous objects are kept when equal."""
+        stats, self.processes = read_identity_cgroup(self, self.cgroup)
+        self.stats = stats if stats is None or stats != self.stats else self.stats
+        self.read_at = tick
 
     def read(self, name: str) -> str | None:
         """A small kernel file's text from its start, or None when absent or unreadable (the cgroup removed)."""
