@@ -37,7 +37,7 @@ import re
 import select
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from headroom.samples import (
     Launcher,
     ModelInfo,
     NvmlSample,
+    share_unchanged,
 )
 from headroom.sources import Collector, SourceContext, procfs, register
 from headroom.workload.attribution import claimed_by_declared
@@ -177,28 +178,41 @@ def _from_annotations(annotations: Mapping[str, Any], name: str = "") -> Contain
 JSON_BYTES = 4 * 2**20  # of a runtime's state file: a larger one is cut there (and fails to parse)
 
 
-def _load_json(path: Path) -> Any:
+def _load_json(path: Path | str) -> Any:
     try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size  # read(4 MiB) would allocate 4 MiB for a 1 KiB bundle config
-            return json.loads(f.read(min(size, JSON_BYTES) if size else JSON_BYTES))
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # no Python file object: once per new container, in the tick
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size  # read(4 MiB) would allocate 4 MiB for a 1 KiB bundle config
+        want = min(size, JSON_BYTES) if size else JSON_BYTES
+        chunks, got = [], 0
+        while got < want:
+            chunk = os.read(fd, want - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return json.loads(b"".join(chunks))
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 def container_meta(rootfs: Path, container_id: str, runtime: str) -> ContainerMeta | None:
     """Names of a container from its runtime's on-disk state under ``rootfs``; None when none is readable."""
-    root = rootfs
-    candidates: list[tuple[str, Path]] = []
+    root = str(rootfs).rstrip("/")  # strings, not Paths: this runs in the tick for each new container
+    candidates: list[tuple[str, str]] = []
     if runtime in ("containerd", ""):
         for ns in ("k8s.io", "moby", "default"):
-            candidates.append(("oci", root / "run/containerd/io.containerd.runtime.v2.task" / ns / container_id
-                               / "config.json"))
+            candidates.append(("oci", f"{root}/run/containerd/io.containerd.runtime.v2.task/{ns}/{container_id}"
+                                      "/config.json"))
     if runtime in ("cri-o", "podman", ""):
         for base in ("run/containers/storage", "var/lib/containers/storage"):
-            candidates.append(("oci", root / base / "overlay-containers" / container_id / "userdata/config.json"))
+            candidates.append(("oci", f"{root}/{base}/overlay-containers/{container_id}/userdata/config.json"))
     if runtime in ("docker", ""):
-        candidates.append(("docker", root / "var/lib/docker/containers" / container_id / "config.v2.json"))
+        candidates.append(("docker", f"{root}/var/lib/docker/containers/{container_id}/config.v2.json"))
     for kind, path in candidates:
         doc = _load_json(path)
         if not isinstance(doc, dict):
@@ -210,12 +224,12 @@ def container_meta(rootfs: Path, container_id: str, runtime: str) -> ContainerMe
         annotations = doc.get("annotations") if isinstance(doc.get("annotations"), dict) else {}
         meta = _from_annotations(annotations)
         if runtime == "podman" or (not meta.pod and runtime == ""):
-            name = _podman_name(root, container_id)
+            name = _podman_name(Path(rootfs), container_id)
             if name:
                 meta = ContainerMeta(name, meta.namespace, meta.pod, meta.container, meta.pod_uid)
         return meta
     if runtime == "podman":
-        name = _podman_name(root, container_id)
+        name = _podman_name(Path(rootfs), container_id)
         return ContainerMeta(name=name) if name else None
     return None
 
@@ -263,6 +277,10 @@ class _Slot:
     pod_uid: str = ""
     job_id: str = ""
     cgroup: str = ""  # the identity's own cgroup (not for a launcher of its own)
+    group: tuple[str, str] = field(init=False, default=("", ""))  # (kind, key): the tick's groups are keyed so
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "group", (self.kind, self.key))
 
 
 @dataclass(slots=True)
@@ -273,6 +291,36 @@ class _Pid:
     launcher: Launcher | None = None
     pidfd: int = -1  # a pidfd of the process (live procfs): readable once it exits, so a reused pid is seen
     slot: _Slot | None = None  # None: not an automatic workload's process
+
+
+@dataclass(frozen=True, slots=True)
+class _Addition:
+    """What a source other than the GPU processes adds to an identity: the kubelet (a pod's name, containers
+    and devices), a job mapping file (a job's GPUs), the launcher names made unique (a name)."""
+
+    pod: tuple[str, str] | None = None  # (namespace, name) to set
+    containers: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()
+    job_id: str = ""
+    name: str = ""
+
+
+def _added(g: _Group | None, key: tuple[str, str], add: _Addition) -> _Group:
+    """A copy of ``g`` (a new group when None) with what a source adds to it."""
+    if g is None:
+        g = _Group(key[0], key[1], pids=[], gpus={}, containers={})
+    else:
+        g = _Group(g.kind, g.key, g.name, g.pids, dict(g.gpus or {}), g.namespace, g.pod, dict(g.containers or {}),
+                   g.pod_uid, g.job_id, g.cgroup, g.launcher_pid, g.launcher)
+    if add.pod:
+        g.namespace, g.pod = add.pod
+    g.containers.update(dict.fromkeys(add.containers))  # type: ignore[union-attr]
+    g.gpus.update(dict.fromkeys(add.gpus))  # type: ignore[union-attr]
+    if add.job_id:
+        g.job_id = add.job_id
+    if add.name:
+        g.name = add.name
+    return g
 
 
 @dataclass(slots=True)
@@ -338,12 +386,25 @@ class IdentityCollector(Collector):
         # through its old descriptor: procfs.ProcFile's rule)
         self._keep_cgroup_files = procfs.is_live_procfs(ctx.paths.procfs)
         self._dirs_seen: set[str] = set()
+        self._open_dirs = 0  # of _dirs, those whose files are kept open
         self._tick = 0  # ticks so far: when each identity's cgroup files were last read (_CgroupDir.read_at)
         self._built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]] = {}  # last tick's groups
         # GPU processes watched through pidfds (live procfs of our own pid namespace): one poll per tick says
         # which exited, instead of a stat of /proc/PID per process per tick
         self._watch = select.poll() if self._keep_cgroup_files and hasattr(os, "pidfd_open") else None
         self._by_fd: dict[int, int] = {}  # pidfd -> pid
+        self._changed = 0  # GPU processes read or forgotten so far
+        self._touched: set[int] = set()  # pids read or forgotten since the groups were last brought up to date
+        self._last_gpu: dict[int, list[str]] = {}  # the GPU processes of the last tick (pid -> GPU UUIDs)
+        self._members: dict[tuple[str, str], set[int]] = {}  # group -> its GPU processes
+        self._member_of: dict[int, tuple[str, str]] = {}
+        self._parts: dict[tuple[str, str], _Group] = {}  # groups as their GPU processes make them
+        self._groups: dict[tuple[str, str], _Group] = {}  # the groups with what sources add (_assemble)
+        self._last_additions: list[dict[tuple[str, str], _Addition]] = []
+        self._unique: tuple[int, dict[tuple[str, str], _Addition]] = (-1, {})
+        self._parts_version = 0  # bumped when _parts change
+        self._names_of: tuple[int, dict[tuple[str, str], tuple[str, str]], list[tuple[tuple[str, str], _Group]]] \
+            | None = None
         # live ancestors of GPU processes (a launcher, a shell, a container's shim) as the launcher search read
         # them, watched through pidfds like the GPU processes: pid -> (pidfd, launcher, parent pid); least
         # recently used first. A torchrun's or a vLLM server's workers, and the pods of one parent, read their
@@ -362,6 +423,7 @@ class IdentityCollector(Collector):
         for d in self._dirs.values():
             d.close()
         self._dirs.clear()
+        self._open_dirs = 0
         for pid in list(self._pids):
             self._forget(pid)
         for pid in list(self._ancestors):
@@ -405,6 +467,9 @@ class IdentityCollector(Collector):
 
     def _forget(self, pid: int) -> None:
         known = self._pids.pop(pid, None)
+        if known is not None:
+            self._changed += 1
+            self._touched.add(pid)
         if known is not None and known.pidfd >= 0:
             self._by_fd.pop(known.pidfd, None)
             assert self._watch is not None
@@ -486,6 +551,8 @@ class IdentityCollector(Collector):
                 return known
             self._forget(pid)
         known = self._pids[pid] = self._read(pid, inode, pidfd)
+        self._changed += 1
+        self._touched.add(pid)
         if pidfd >= 0:
             self._by_fd[pidfd] = pid
             self._watch.register(pidfd, select.POLLIN)  # type: ignore[union-attr]
@@ -544,93 +611,78 @@ class IdentityCollector(Collector):
 
     # -- the tick
     def collect(self) -> IdentitySample:
+        """This tick's identities. Work follows what changed: a GPU process is read when it is new, the groups of
+        the processes that came, went or moved are rebuilt (``_parts``), what the kubelet and the job mapping
+        add is merged again only into the groups it or they changed (``_merged``), and an identity whose inputs
+        are all unchanged is last tick's IdentityGroup (``_built``)."""
         previous = self.ctx.previous() if self.ctx.previous is not None else None
         on_gpu, nvml = self._gpu_processes(previous)
         self._tick += 1
+        pids = self._pids
         self._exited()
-        for pid in [p for p in self._pids if p not in on_gpu]:
+        for pid in pids.keys() - on_gpu.keys():
             self._forget(pid)
-        groups: dict[tuple[str, str], _Group] = {}
-        seen_containers: set[str] = set()
-
-        def group(kind: str, key: str) -> _Group:
-            g = groups.get((kind, key))
-            if g is None:
-                g = groups[(kind, key)] = _Group(kind, key, pids=[], gpus={}, containers={})
-            return g
-
-        for pid in sorted(on_gpu):
-            known = self._known(pid)
-            if known is None:
-                continue
-            if known.identity is not None and known.identity.container_id:
-                seen_containers.add(known.identity.container_id)
-            slot = known.slot
-            if slot is None:
-                continue
-            g = groups.get((slot.kind, slot.key))
-            if g is None:
-                g = groups[(slot.kind, slot.key)] = _Group(slot.kind, slot.key, pids=[], gpus={}, containers={})
-            if slot.pod:
-                g.namespace, g.pod = slot.namespace, slot.pod
-            if slot.container:
-                g.containers[slot.container] = None  # type: ignore[index]
-            if slot.pod_uid:
-                g.pod_uid = slot.pod_uid
-            if slot.job_id:
-                g.job_id = slot.job_id
-            if slot.name:
-                g.name = slot.name
-            if slot.cgroup and not g.cgroup:
-                g.cgroup = slot.cgroup
-            if known.launcher is not None and g.launcher is None:
-                g.launcher, g.launcher_pid = known.launcher, known.launcher_pid
-            g.pids.append(pid)  # type: ignore[union-attr]
-            g.gpus.update(dict.fromkeys(on_gpu[pid]))  # type: ignore[union-attr]
-        if len(seen_containers) != len(self._meta):
-            for cid in [c for c in self._meta if c not in seen_containers]:
+        for pid in on_gpu:
+            known = pids.get(pid)
+            if known is None or known.pidfd < 0:  # new, or not watched: read, or its inode checked, here
+                self._known(pid)
+        dirty = self._update_parts(on_gpu)
+        if self._meta and self._touched:  # a process came or went: its container's names may go
+            seen = {p.identity.container_id for p in pids.values() if p.identity is not None}
+            for cid in [c for c in self._meta if c not in seen]:
                 del self._meta[cid]
+        self._touched.clear()
 
-        sources = []
+        sources, additions = [], []
         if self.poller is not None:
-            sources.append(self._kubelet(groups, group, nvml))
+            source, adds = self._kubelet(self._parts, nvml)
+            sources.append(source)
+            additions.append(adds)
         if self.mapping_dir is not None:
-            sources.append(self._job_mapping(group, nvml))
+            source, adds = self._job_mapping(nvml)
+            sources.append(source)
+            additions.append(adds)
+        additions.append(self._launcher_names())
+        groups = self._assemble(dirty, additions)
 
-        _unique_names(groups)
-        chosen = []
-        live: set[tuple[str, str]] = set()
-        exported: set[tuple[str, str]] = set()
         # the cap keeps what it exported before (its series go on), then takes newcomers by kind and key
-        ordered = sorted(groups.items(), key=lambda kv: (kv[0] not in self._exported, kv[0]))
-        for (kind, key), g in ordered:
-            live.add((kind, key))
-            if len(chosen) >= self.max_workloads:
-                if (kind, key) not in self._refused:
-                    self._refused.add((kind, key))
-                    self.dropped_total += 1
-                    if self.dropped_total == 1 or self.dropped_total % 100 == 0:
-                        log.warning("workload_identities_dropped", cap=self.max_workloads,
-                                    dropped_total=self.dropped_total)
-                continue
-            chosen.append(g)
-            exported.add((kind, key))
-        self._exported = exported
-        self._refused &= live
+        keys = sorted(groups)
+        was = self._exported
+        ordered = [k for k in keys if k in was]
+        if len(ordered) < len(keys):
+            ordered += [k for k in keys if k not in was]
+        cap = self.max_workloads
+        chosen = [groups[k] for k in ordered[:cap]]
+        for key in ordered[cap:]:
+            if key not in self._refused:
+                self._refused.add(key)
+                self.dropped_total += 1
+                if self.dropped_total == 1 or self.dropped_total % 100 == 0:
+                    log.warning("workload_identities_dropped", cap=self.max_workloads, dropped_total=self.dropped_total)
+        self._exported = set(ordered[:cap])
+        if self._refused:
+            self._refused = {k for k in self._refused if k in groups}
         self._read_cgroups([g.cgroup for g in chosen if g.cgroup])
         built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]] = {}
         out = [self._finish(g, built) for g in chosen]
         self._built = built
-        for path in [p for p in self._dirs if p not in self._dirs_seen]:
-            self._dirs.pop(path).close()
-        live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
-        for key in [k for k in self._models if k not in live_models]:
-            del self._models[key]
-        for key in [k for k in self._reading if k not in live_models]:
-            self._reading.pop(key).cancel()
+        if len(self._dirs) != len(self._dirs_seen):
+            for path in [p for p in self._dirs if p not in self._dirs_seen]:
+                directory = self._dirs.pop(path)
+                self._open_dirs -= bool(directory.fds)
+                directory.close()
+        if self._models or self._reading:
+            live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
+            for key in [k for k in self._models if k not in live_models]:
+                del self._models[key]
+            for key in [k for k in self._reading if k not in live_models]:
+                self._reading.pop(key).cancel()
         # logged as attribution will show them: a declared profile that has these processes takes their place
         claimed, declared = _declared_claims(previous, self.ctx.workloads)
-        names = {g.name: g.kind for g in out if not (claimed or declared) or not claimed_by_declared(g, claimed, declared)}
+        if claimed:
+            names = {g.name: g.kind for g in out if not claimed_by_declared(g, claimed, declared)}
+        else:  # claimed_by_declared without processes to claim: a declared profile of the same name
+            names = {g.name: g.kind for g in out if g.name not in declared}
         if names != self._names:
             for name in names.keys() - self._names.keys():
                 log.info("auto_workload_found", workload=name, kind=names[name])
@@ -640,16 +692,103 @@ class IdentityCollector(Collector):
         return IdentitySample(groups=tuple(out), sources=tuple(sources), dropped_total=self.dropped_total,
                               max_groups=self.max_workloads)
 
+    def _update_parts(self, on_gpu: dict[int, list[str]]) -> set[tuple[str, str]]:
+        """Rebuild the groups (``_parts``: each identity's GPU processes and what they say about it) of the GPU
+        processes that came, went, were read again or moved to other GPUs since the last tick; returns their
+        keys."""
+        last = self._last_gpu
+        if on_gpu == last and not self._touched:
+            return set()
+        touched = self._touched
+        touched.update(pid for pid, gpus in on_gpu.items() if last.get(pid) != gpus)
+        touched.update(pid for pid in last if pid not in on_gpu)
+        self._last_gpu = on_gpu
+        dirty = set()
+        members, member_of = self._members, self._member_of
+        for pid in touched:
+            old = member_of.pop(pid, None)
+            if old is not None:
+                members[old].discard(pid)
+                dirty.add(old)
+            known = self._pids.get(pid)
+            if known is not None and known.slot is not None and pid in on_gpu:
+                key = member_of[pid] = known.slot.group
+                members.setdefault(key, set()).add(pid)
+                dirty.add(key)
+        self._parts_version += 1
+        for key in dirty:
+            if members.get(key):
+                self._parts[key] = self._part(sorted(members[key]), on_gpu)
+            else:
+                members.pop(key, None)
+                self._parts.pop(key, None)
+        return dirty
+
+    def _part(self, pids: list[int], on_gpu: dict[int, list[str]]) -> _Group:
+        """A group from its GPU processes (ascending pids): the first one's slot, then what the others add."""
+        g: _Group | None = None
+        for pid in pids:
+            known = self._pids[pid]
+            slot = known.slot
+            assert slot is not None
+            if g is None:
+                g = _Group(slot.kind, slot.key, slot.name, [pid], dict.fromkeys(on_gpu[pid]), slot.namespace, slot.pod,
+                           {slot.container: None} if slot.container else {}, slot.pod_uid, slot.job_id, slot.cgroup,
+                           known.launcher_pid if known.launcher is not None else 0, known.launcher)
+                continue
+            if slot.pod:
+                g.namespace, g.pod = slot.namespace, slot.pod
+            if slot.container:
+                g.containers[slot.container] = None  # type: ignore[index]
+            if slot.name:
+                g.name = slot.name
+            if slot.cgroup and not g.cgroup:
+                g.cgroup = slot.cgroup
+            if known.launcher is not None and g.launcher is None:
+                g.launcher, g.launcher_pid = known.launcher, known.launcher_pid
+            g.pids.append(pid)  # type: ignore[union-attr]
+            g.gpus.update(dict.fromkeys(on_gpu[pid]))  # type: ignore[union-attr]
+        assert g is not None
+        return g
+
+    def _assemble(self, dirty: set[tuple[str, str]], additions: list[dict[tuple[str, str], _Addition]]
+                  ) -> dict[tuple[str, str], _Group]:
+        """This tick's groups (``_groups``, kept from tick to tick): each group of GPU processes with what the
+        sources add to it (the kubelet, a job mapping, launcher names), and the groups only a source knows.
+        Made again only for the groups whose processes (``dirty``) or additions changed since the last tick."""
+        groups, last = self._groups, self._last_additions
+        if len(last) != len(additions):
+            dirty = set(groups) | set(self._parts) | {k for adds in additions for k in adds}
+        else:
+            for new, old in zip(additions, last, strict=True):
+                if new is old or new == old:
+                    continue
+                dirty.update(k for k, a in new.items() if old.get(k) != a)
+                dirty.update(k for k in old if k not in new)
+        for key in dirty:
+            g = self._parts.get(key)
+            for adds in additions:
+                add = adds.get(key)
+                if add is not None:
+                    g = _added(g, key, add)
+            if g is None:
+                groups.pop(key, None)
+            else:
+                groups[key] = g
+        self._last_additions = additions
+        return groups
+
+    def _launcher_names(self) -> dict[tuple[str, str], _Addition]:
+        """Launcher groups' names made unique (``_unique_names``), worked out again when the groups changed."""
+        cached = self._unique
+        if cached[0] != self._parts_version:
+            cached = self._unique = (self._parts_version, _unique_names(self._parts))
+        return cached[1]
+
     def _finish(self, g: _Group, built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]]
                 ) -> IdentityGroup:
         """The group's IdentityGroup: last tick's object when nothing in it changed (most of a tick's pods),
         so an unchanged identity costs a comparison and is kept once in the window."""
-        if g.kind == "pod":
-            name = f"{g.namespace}/{g.pod}" if g.pod else g.pod_uid
-        elif g.kind == "job":
-            name = f"job_{g.job_id}"
-        else:
-            name = g.name or g.key
         stats = processes = None
         if g.cgroup:
             directory = self._dirs.get(g.cgroup)
@@ -658,17 +797,25 @@ class IdentityCollector(Collector):
         model = None
         if g.launcher is not None and g.launcher.model:
             model = self._model(g.launcher_pid, g.launcher.model)
-        pids, gpus, container = tuple(g.pids or ()), tuple(g.gpus or ()), ",".join(g.containers or ())
-        fields = (name, pids, gpus, g.namespace, g.pod, container, g.pod_uid, g.job_id, stats, processes, g.launcher,
-                  model)
-        last = self._built.get((g.kind, g.key))
-        if last is not None and last[0] == fields:
-            built[(g.kind, g.key)] = last
+        key = (g.kind, g.key)
+        last = self._built.get(key)
+        if last is not None and last[0][0] is g and last[0][1] is stats and last[0][2] == processes \
+                and last[0][3] == model:
+            built[key] = last
             return last[1]
-        group = IdentityGroup(kind=g.kind, name=name, pids=pids, gpus=gpus, namespace=g.namespace, pod=g.pod,
-                              container=container, pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats,
-                              processes=processes, launcher=g.launcher, model=model)
-        built[(g.kind, g.key)] = (fields, group)
+        if g.kind == "pod":
+            name = f"{g.namespace}/{g.pod}" if g.pod else g.pod_uid
+        elif g.kind == "job":
+            name = f"job_{g.job_id}"
+        else:
+            name = g.name or g.key
+        group = IdentityGroup(kind=g.kind, name=name, pids=tuple(g.pids or ()), gpus=tuple(g.gpus or ()),
+                              namespace=g.namespace, pod=g.pod, container=",".join(g.containers or ()),
+                              pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes,
+                              launcher=g.launcher, model=model)
+        if last is not None:
+            group = share_unchanged(group, last[1])  # a group made again (its pod renamed by the kubelet...)
+        built[key] = ((g, stats, processes, model), group)
         return group
 
     def _read_cgroups(self, paths: list[str]) -> None:
@@ -696,29 +843,32 @@ class IdentityCollector(Collector):
             budget -= 1
 
     def _open_cgroup(self, path: str) -> _CgroupDir | None:
-        from headroom.sources.processes import cgroup_root
-
-        found = cgroup_root(self.ctx.paths.sysfs, path)
+        found = _cgroup_dir(str(self.ctx.paths.sysfs), path)
         if found is None:
             return None
-        keep_open = self._keep_cgroup_files and sum(bool(d.fds) for d in self._dirs.values()) < OPEN_CGROUP_DIRS
-        directory = self._dirs[path] = _CgroupDir.open(str(found), keep_open, path)
+        keep_open = self._keep_cgroup_files and self._open_dirs < OPEN_CGROUP_DIRS
+        directory = self._dirs[path] = _CgroupDir.open(found, keep_open, path)
+        self._open_dirs += bool(directory.fds)
         return directory
 
-    def _kubelet(self, groups: dict, group: Any, nvml: NvmlSample | None) -> IdentitySource:
+    def _kubelet(self, groups: dict[tuple[str, str], _Group], nvml: NvmlSample | None
+                 ) -> tuple[IdentitySource, dict[tuple[str, str], _Addition]]:
+        """The kubelet's source state, and what its newest answer adds to the groups: each pod's name (for a pod
+        UID without on-disk names: the only pod the kubelet gave the GPUs its processes use), containers and
+        devices; a pod with a GPU but no process on it yet is a group of its own."""
         from headroom.sources.kubelet import device_uuid
 
         assert self.poller is not None
         self.poller.start()
         state = self.poller.state()
         if state.devices is None:
-            return IdentitySource("kubelet", False, state.error)
+            return IdentitySource("kubelet", False, state.error), {}
         known = _known_devices(nvml)
         view = self._kubelet_view
         if view is not None and view[0] is state.devices and view[1] == known:
-            holders, pods, devices, unknown = view[2]  # the same answer on the same GPUs: read once
+            holders, pods, unknown = view[2]  # the same answer on the same GPUs: read once
         else:
-            holders, pods, devices, unknown = {}, {}, {}, {}  # holders: GPU or MIG UUID -> pods (namespace, name)
+            holders, containers, devices, unknown = {}, {}, {}, {}  # holders: GPU or MIG UUID -> pods (namespace, name)
             for c in state.devices:
                 if not c.resource.startswith("nvidia.com/"):
                     continue
@@ -728,29 +878,47 @@ class IdentityCollector(Collector):
                         unknown[raw] = None
                         continue
                     holders.setdefault(_parent(uuid, nvml), set()).add((c.namespace, c.pod))
-                    pods.setdefault((c.namespace, c.pod), {})[c.container] = None
+                    containers.setdefault((c.namespace, c.pod), {})[c.container] = None
                     devices.setdefault((c.namespace, c.pod), {})[uuid] = None
-            self._kubelet_view = (state.devices, known, (holders, pods, devices, unknown))
+            pods = {ref: _Addition(ref, tuple(names), tuple(devices[ref])) for ref, names in containers.items()}
+            self._kubelet_view = (state.devices, known, (holders, pods, unknown))
         self._log_unknown("kubelet", tuple(unknown))
-        if "pods" in self.auto:
-            named = {(g.namespace, g.pod) for g in groups.values() if g.kind == "pod" and g.pod}
-            # a pod UID without on-disk names: the only pod the kubelet gave the GPUs its processes use
-            for g in [g for g in groups.values() if g.kind == "pod" and not g.pod]:
-                candidates = set.intersection(*[holders.get(u, set()) for u in g.gpus]) if g.gpus else set()
-                candidates -= named
-                if len(candidates) == 1:
-                    g.namespace, g.pod = next(iter(candidates))
-                    named.add((g.namespace, g.pod))
-            by_name = {(g.namespace, g.pod): g for g in groups.values() if g.kind == "pod" and g.pod}
-            for ref, containers in pods.items():
-                g = by_name.get(ref) or group("pod", f"{ref[0]}/{ref[1]}")
-                g.namespace, g.pod = ref
-                g.containers.update(containers)
-                g.gpus.update(devices[ref])
+        source = IdentitySource("kubelet", state.error is None, state.error, unknown_devices=tuple(unknown))
         # up: the last call answered; after a failure the last answer is still used for a while (kubelet.py)
-        return IdentitySource("kubelet", state.error is None, state.error, unknown_devices=tuple(unknown))
+        if "pods" not in self.auto:
+            return source, {}
+        by_name, unnamed = self._pod_names(groups)
+        out = {}
+        for key, g in unnamed:
+            candidates = set.intersection(*[holders.get(u, set()) for u in g.gpus]) if g.gpus else set()
+            candidates -= by_name.keys()
+            if len(candidates) == 1:
+                ref = next(iter(candidates))
+                by_name[ref] = key
+                if ref not in pods:
+                    out[key] = _Addition(ref)
+        for ref, add in pods.items():
+            out[by_name.get(ref) or ("pod", f"{ref[0]}/{ref[1]}")] = add
+        return source, out
 
-    def _job_mapping(self, group: Any, nvml: NvmlSample | None) -> IdentitySource:
+    def _pod_names(self, groups: dict[tuple[str, str], _Group]
+                   ) -> tuple[dict[tuple[str, str], tuple[str, str]], list[tuple[tuple[str, str], _Group]]]:
+        """({(namespace, pod): group key} of the pods named by their processes, [the pod groups without names]),
+        worked out again only when the groups changed."""
+        cached = self._names_of
+        if cached is not None and cached[0] == self._parts_version:
+            return dict(cached[1]), cached[2]
+        by_name, unnamed = {}, []
+        for key, g in groups.items():
+            if g.kind == "pod":
+                if g.pod:
+                    by_name[(g.namespace, g.pod)] = key
+                else:
+                    unnamed.append((key, g))
+        self._names_of = (self._parts_version, by_name, unnamed)
+        return dict(by_name), unnamed
+
+    def _job_mapping(self, nvml: NvmlSample | None) -> tuple[IdentitySource, dict[tuple[str, str], _Addition]]:
         assert self.mapping_dir is not None
         try:
             mapping = read_job_mapping(self.mapping_dir)
@@ -759,10 +927,11 @@ class IdentityCollector(Collector):
             if error != self._mapping_error:
                 log.warning("hpc_job_mapping_unreadable", directory=str(self.mapping_dir), error=error)
             self._mapping_error = error
-            return IdentitySource("hpc_job_mapping", False, error)
+            return IdentitySource("hpc_job_mapping", False, error), {}
         self._mapping_error = None
         by_index = {g.index: g.uuid for g in nvml.gpus} if nvml is not None else {}
         unknown = []
+        gpus: dict[str, dict[str, None]] = {}
         for index, jobs in sorted(mapping.items()):
             uuid = by_index.get(index)
             if uuid is None:
@@ -772,11 +941,10 @@ class IdentityCollector(Collector):
             if "jobs" not in self.auto:
                 continue
             for job in jobs:
-                g = group("job", job)
-                g.job_id = job
-                g.gpus[uuid] = None
+                gpus.setdefault(job, {})[uuid] = None
         self._log_unknown("hpc_job_mapping", tuple(unknown))
-        return IdentitySource("hpc_job_mapping", True, None, unknown_devices=tuple(unknown))
+        return (IdentitySource("hpc_job_mapping", True, None, unknown_devices=tuple(unknown)),
+                {("job", job): _Addition(gpus=tuple(uuids), job_id=job) for job, uuids in gpus.items()})
 
     def _log_unknown(self, source: str, unknown: tuple[str, ...]) -> None:
         """Warn once per change about devices a source assigned that this host does not have."""
@@ -795,16 +963,18 @@ def _declared_claims(previous: Any, profiles: tuple[Any, ...]) -> tuple[frozense
     return pids, names
 
 
-def _unique_names(groups: Mapping[tuple[str, str], _Group]) -> None:
+def _unique_names(groups: Mapping[tuple[str, str], _Group]) -> dict[tuple[str, str], _Addition]:
     """Two launchers of one name (two servers of a model on one port cannot be; two trainings of one
-    script can): the later ones get their launcher's pid appended."""
+    script can): the later ones get their launcher's pid appended (the names to set, by group)."""
     seen: set[str] = set()
-    for (kind, key), g in sorted(groups.items()):
-        if kind != "launcher":
-            continue
-        if g.name in seen:
-            g.name = f"{g.name}#{key}"
-        seen.add(g.name)
+    out = {}
+    for (kind, key), g in sorted((k, g) for k, g in groups.items() if k[0] == "launcher"):
+        name = g.name
+        if name in seen:
+            name = f"{name}#{key}"
+            out[(kind, key)] = _Addition(name=name)
+        seen.add(name)
+    return out
 
 
 # ------------------------------------------------------------------------------------- launchers
@@ -1097,6 +1267,19 @@ class _CgroupDir:
         fds, self.fds = self.fds, {}
         for fd in fds.values():
             os.close(fd)
+
+
+def _cgroup_dir(sysfs: str, path: str) -> str | None:
+    """The directory of cgroup ``path`` in the v2 hierarchy (``fs/cgroup``, or ``fs/cgroup/unified`` on a hybrid
+    v1 host) under ``sysfs``; None when it does not exist. processes.cgroup_root with strings: it runs in the
+    tick for each new identity."""
+    rel = path.lstrip("/")
+    for base in (f"{sysfs}/fs/cgroup", f"{sysfs}/fs/cgroup/unified"):
+        d = f"{base}/{rel}" if rel else base
+        if os.path.exists(f"{d}/cgroup.procs") or os.path.exists(f"{d}/cpu.stat") \
+                or os.path.exists(f"{d}/memory.current"):
+            return d
+    return None
 
 
 def _cpu_seconds(text: str) -> tuple[float | None, float | None]:
