@@ -376,10 +376,16 @@ class IdentityCollector(Collector):
             self.poller = PodResourcesPoller(str(socket), timeout=float(s.get("pod_resources_timeout") or 2.0),
                                              refresh=float(s.get("pod_resources_refresh") or 5.0))
         self._pids: dict[int, _Pid] = {}
-        self._meta: dict[str, ContainerMeta | None] = {}
+        self._meta: dict[str, ContainerMeta | None] = {}  # container ID -> names, while a GPU process of it lives
+        self._containers: dict[str, int] = {}  # container ID -> its GPU processes known
         self._refused: set[tuple[str, str]] = set()
         self.dropped_total = 0
-        self._names: dict[str, str] = {}  # exported workload -> kind, to log arrivals and departures
+        # exported identity -> (its IdentityGroup, the name it is shown by, None when a declared profile takes its
+        # place), the shown names (-> identities shown by it) and their kinds: to log arrivals and departures
+        self._shown: dict[tuple[str, str], tuple[IdentityGroup, str | None]] = {}
+        self._shown_names: dict[str, int] = {}
+        self._kinds: dict[str, str] = {}
+        self._claims: tuple[frozenset[int], frozenset[str]] | None = None
         self._exported: set[tuple[str, str]] = set()  # (kind, key) exported last tick: the cap keeps them
         self._dirs: dict[str, _CgroupDir] = {}  # identity cgroup -> its v2 directory, while the identity lives
         # cgroup files kept open only on the live kernel's trees (in a fixture a replaced file would be read
@@ -387,12 +393,16 @@ class IdentityCollector(Collector):
         self._keep_cgroup_files = procfs.is_live_procfs(ctx.paths.procfs)
         self._dirs_seen: set[str] = set()
         self._open_dirs = 0  # of _dirs, those whose files are kept open
+        self._unified = 0  # 1: the last identity's cgroup was under fs/cgroup/unified (a hybrid host): look there first
         self._tick = 0  # ticks so far: when each identity's cgroup files were last read (_CgroupDir.read_at)
+        # each identity's cgroup files are read again within this many ticks (CGROUP_REFRESH_SECONDS)
+        self.refresh_ticks = max(1, int(CGROUP_REFRESH_SECONDS / ctx.interval)) if ctx.interval > 0 else 1
         self._built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]] = {}  # last tick's groups
         # GPU processes watched through pidfds (live procfs of our own pid namespace): one poll per tick says
         # which exited, instead of a stat of /proc/PID per process per tick
         self._watch = select.poll() if self._keep_cgroup_files and hasattr(os, "pidfd_open") else None
         self._by_fd: dict[int, int] = {}  # pidfd -> pid
+        self._watched: set[int] = set()  # the pids watched so
         self._changed = 0  # GPU processes read or forgotten so far
         self._touched: set[int] = set()  # pids read or forgotten since the groups were last brought up to date
         self._last_gpu: dict[int, list[str]] = {}  # the GPU processes of the last tick (pid -> GPU UUIDs)
@@ -403,6 +413,7 @@ class IdentityCollector(Collector):
         self._last_additions: list[dict[tuple[str, str], _Addition]] = []
         self._unique: tuple[int, dict[tuple[str, str], _Addition]] = (-1, {})
         self._parts_version = 0  # bumped when _parts change
+        self._launcher_keys: set[tuple[str, str]] = set()  # of _parts, the launchers'
         self._names_of: tuple[int, dict[tuple[str, str], tuple[str, str]], list[tuple[tuple[str, str], _Group]]] \
             | None = None
         # live ancestors of GPU processes (a launcher, a shell, a container's shim) as the launcher search read
@@ -470,8 +481,15 @@ class IdentityCollector(Collector):
         if known is not None:
             self._changed += 1
             self._touched.add(pid)
+            cid = known.identity.container_id if known.identity is not None else ""
+            if cid and self._containers.get(cid, 0) <= 1:  # its container's last GPU process: its names go
+                self._containers.pop(cid, None)
+                self._meta.pop(cid, None)
+            elif cid:
+                self._containers[cid] -= 1
         if known is not None and known.pidfd >= 0:
             self._by_fd.pop(known.pidfd, None)
+            self._watched.discard(pid)
             assert self._watch is not None
             self._watch.unregister(known.pidfd)
             os.close(known.pidfd)
@@ -555,6 +573,7 @@ class IdentityCollector(Collector):
         self._touched.add(pid)
         if pidfd >= 0:
             self._by_fd[pidfd] = pid
+            self._watched.add(pid)
             self._watch.register(pidfd, select.POLLIN)  # type: ignore[union-attr]
         return known
 
@@ -566,6 +585,8 @@ class IdentityCollector(Collector):
         except (procfs.ProcessGone, OSError, ValueError):
             groups = None
         ident = identity_of(groups) if groups is not None else None
+        if ident is not None and ident.container_id:
+            self._containers[ident.container_id] = self._containers.get(ident.container_id, 0) + 1
         launcher_pid, launcher = find_launcher(root, pid, lambda p: launcher_step(root, p) if p == pid
                                                else self._ancestor(p))
         if launcher is not None and launcher.metrics_url and not same_network_namespace(root, launcher_pid):
@@ -622,15 +643,9 @@ class IdentityCollector(Collector):
         self._exited()
         for pid in pids.keys() - on_gpu.keys():
             self._forget(pid)
-        for pid in on_gpu:
-            known = pids.get(pid)
-            if known is None or known.pidfd < 0:  # new, or not watched: read, or its inode checked, here
-                self._known(pid)
+        for pid in sorted(on_gpu.keys() - self._watched):  # new, or not watched: read, or its inode checked
+            self._known(pid)
         dirty = self._update_parts(on_gpu)
-        if self._meta and self._touched:  # a process came or went: its container's names may go
-            seen = {p.identity.container_id for p in pids.values() if p.identity is not None}
-            for cid in [c for c in self._meta if c not in seen]:
-                del self._meta[cid]
         self._touched.clear()
 
         sources, additions = [], []
@@ -662,10 +677,24 @@ class IdentityCollector(Collector):
         self._exported = set(ordered[:cap])
         if self._refused:
             self._refused = {k for k in self._refused if k in groups}
-        self._read_cgroups([g.cgroup for g in chosen if g.cgroup])
-        built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]] = {}
-        out = [self._finish(g, built) for g in chosen]
-        self._built = built
+        refreshed = self._read_cgroups([g.cgroup for g in chosen if g.cgroup])
+        # an identity is made again only when its group, its cgroup figures or its model changed (or it is new)
+        built = self._built
+        claimed, declared = _declared_claims(previous, self.ctx.workloads)
+        again = (claimed, declared) != self._claims
+        self._claims = (claimed, declared)
+        made = []
+        exported = self._exported
+        todo = dirty.union(exported - built.keys(), self._launcher_keys, *(self._dirs[p].owners for p in refreshed))
+        for key in todo:
+            if key in exported:
+                group = self._finish(groups[key], built)
+                if again or group is not self._shown.get(key, (None,))[0]:
+                    made.append(key)
+        gone = built.keys() - exported
+        for key in gone:
+            del built[key]
+        out = [built[key][1] for key in ordered[:cap]]
         if len(self._dirs) != len(self._dirs_seen):
             for path in [p for p in self._dirs if p not in self._dirs_seen]:
                 directory = self._dirs.pop(path)
@@ -678,19 +707,35 @@ class IdentityCollector(Collector):
             for key in [k for k in self._reading if k not in live_models]:
                 self._reading.pop(key).cancel()
         # logged as attribution will show them: a declared profile that has these processes takes their place
-        claimed, declared = _declared_claims(previous, self.ctx.workloads)
-        if claimed:
-            names = {g.name: g.kind for g in out if not claimed_by_declared(g, claimed, declared)}
-        else:  # claimed_by_declared without processes to claim: a declared profile of the same name
-            names = {g.name: g.kind for g in out if g.name not in declared}
-        if names != self._names:
-            for name in names.keys() - self._names.keys():
-                log.info("auto_workload_found", workload=name, kind=names[name])
-            for name in self._names.keys() - names.keys():
-                log.info("auto_workload_gone", workload=name, kind=self._names[name])
-            self._names = names
+        self._show(made if not again else list(built), gone, claimed, declared)
         return IdentitySample(groups=tuple(out), sources=tuple(sources), dropped_total=self.dropped_total,
                               max_groups=self.max_workloads)
+
+    def _show(self, made: list[tuple[str, str]], gone: set[tuple[str, str]], claimed: frozenset[int],
+              declared: frozenset[str]) -> None:
+        """Log the automatic workloads that appear and end, by name, as attribution will show them (a declared
+        profile that has a group's processes, or its name, takes its place): ``made``: the identities made
+        this tick, ``gone``: those no longer exported."""
+        shown, count = self._shown, self._shown_names
+        for key in [*made, *gone]:
+            before = shown.pop(key, (None, None))[1]
+            entry = self._built.get(key)
+            now = None
+            if entry is not None:
+                g = entry[1]
+                now = None if claimed_by_declared(g, claimed, declared) else g.name
+                shown[key] = (g, now)
+                if now is not None:
+                    count[now] = count.get(now, 0) + 1
+                    if count[now] == 1:
+                        log.info("auto_workload_found", workload=now, kind=g.kind)
+            if before is not None:
+                count[before] -= 1
+                if not count[before]:
+                    del count[before]
+                    log.info("auto_workload_gone", workload=before, kind=self._kinds.pop(before, ""))
+            if now is not None:
+                self._kinds.setdefault(now, entry[1].kind)  # type: ignore[index]
 
     def _update_parts(self, on_gpu: dict[int, list[str]]) -> set[tuple[str, str]]:
         """Rebuild the groups (``_parts``: each identity's GPU processes and what they say about it) of the GPU
@@ -719,9 +764,12 @@ class IdentityCollector(Collector):
         for key in dirty:
             if members.get(key):
                 self._parts[key] = self._part(sorted(members[key]), on_gpu)
+                if key[0] == "launcher":
+                    self._launcher_keys.add(key)
             else:
                 members.pop(key, None)
                 self._parts.pop(key, None)
+                self._launcher_keys.discard(key)
         return dirty
 
     def _part(self, pids: list[int], on_gpu: dict[int, list[str]]) -> _Group:
@@ -758,7 +806,7 @@ class IdentityCollector(Collector):
         Made again only for the groups whose processes (``dirty``) or additions changed since the last tick."""
         groups, last = self._groups, self._last_additions
         if len(last) != len(additions):
-            dirty = set(groups) | set(self._parts) | {k for adds in additions for k in adds}
+            dirty.update(groups, self._parts, *additions)
         else:
             for new, old in zip(additions, last, strict=True):
                 if new is old or new == old:
@@ -782,7 +830,8 @@ class IdentityCollector(Collector):
         """Launcher groups' names made unique (``_unique_names``), worked out again when the groups changed."""
         cached = self._unique
         if cached[0] != self._parts_version:
-            cached = self._unique = (self._parts_version, _unique_names(self._parts))
+            names = _unique_names({k: self._parts[k] for k in self._launcher_keys}) if self._launcher_keys else {}
+            cached = self._unique = (self._parts_version, names if names or cached[1] else cached[1])
         return cached[1]
 
     def _finish(self, g: _Group, built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]]
@@ -794,6 +843,7 @@ class IdentityCollector(Collector):
             directory = self._dirs.get(g.cgroup)
             if directory is not None:
                 stats, processes = directory.stats, directory.processes
+                directory.owners.add((g.kind, g.key))
         model = None
         if g.launcher is not None and g.launcher.model:
             model = self._model(g.launcher_pid, g.launcher.model)
@@ -818,34 +868,40 @@ class IdentityCollector(Collector):
         built[key] = ((g, stats, processes, model), group)
         return group
 
-    def _read_cgroups(self, paths: list[str]) -> None:
+    def _read_cgroups(self, paths: list[str]) -> set[str]:
         """Read the cgroup v2 files of this tick's identities: a new identity's at once, then the ones read
-        longest ago, at least CGROUP_EVERY_TICK and at least a CGROUP_REFRESH_TICKS-th of them per tick, so each
-        identity's figures are at most CGROUP_REFRESH_TICKS ticks old and all are read every tick while there
-        are no more than CGROUP_EVERY_TICK. Directories are looked up and their files opened once (kept while
-        the identity lives); ``_dirs`` is kept in the order they were last read."""
+        longest ago, CGROUP_EVERY_TICK of them per tick or more, as many as it takes to read each identity's
+        again within CGROUP_REFRESH_SECONDS of ticks (``refresh_ticks``): all of them every tick while there are
+        no more than CGROUP_EVERY_TICK; with 50 pods, 5 a tick and each every 10 ticks. Directories are looked
+        up and their files opened once (kept while the identity lives); ``_dirs`` is kept in the order they
+        were last read. Returns the cgroups whose figures changed."""
         dirs, tick = self._dirs, self._tick
         seen = self._dirs_seen = set(paths)
+        refreshed = set()
         for path in paths:
             if path not in dirs:
                 directory = self._open_cgroup(path)
                 if directory is not None:
                     directory.refresh(tick)
-        budget = max(CGROUP_EVERY_TICK, -(-len(seen) // CGROUP_REFRESH_TICKS))
+                    refreshed.add(path)
+        budget = max(CGROUP_EVERY_TICK, -(-len(seen) // self.refresh_ticks))
         for path in list(dirs):
             if budget <= 0:
                 break
             directory = dirs[path]
             if directory.read_at == tick or path not in seen:
                 continue
-            directory.refresh(tick)
+            if directory.refresh(tick):
+                refreshed.add(path)
             dirs[path] = dirs.pop(path)  # to the end: read most recently
             budget -= 1
+        return refreshed
 
     def _open_cgroup(self, path: str) -> _CgroupDir | None:
-        found = _cgroup_dir(str(self.ctx.paths.sysfs), path)
+        found = _cgroup_dir(str(self.ctx.paths.sysfs), path, self._unified)
         if found is None:
             return None
+        self._unified = int(found.startswith(f"{self.ctx.paths.sysfs}/fs/cgroup/unified/"))
         keep_open = self._keep_cgroup_files and self._open_dirs < OPEN_CGROUP_DIRS
         directory = self._dirs[path] = _CgroupDir.open(found, keep_open, path)
         self._open_dirs += bool(directory.fds)
@@ -889,6 +945,8 @@ class IdentityCollector(Collector):
             return source, {}
         by_name, unnamed = self._pod_names(groups)
         out = {}
+        if unnamed:
+            by_name = dict(by_name)  # the cached map stays as the groups' own names make it
         for key, g in unnamed:
             candidates = set.intersection(*[holders.get(u, set()) for u in g.gpus]) if g.gpus else set()
             candidates -= by_name.keys()
@@ -907,7 +965,7 @@ class IdentityCollector(Collector):
         worked out again only when the groups changed."""
         cached = self._names_of
         if cached is not None and cached[0] == self._parts_version:
-            return dict(cached[1]), cached[2]
+            return cached[1], cached[2]
         by_name, unnamed = {}, []
         for key, g in groups.items():
             if g.kind == "pod":
@@ -916,7 +974,7 @@ class IdentityCollector(Collector):
                 else:
                     unnamed.append((key, g))
         self._names_of = (self._parts_version, by_name, unnamed)
-        return dict(by_name), unnamed
+        return by_name, unnamed
 
     def _job_mapping(self, nvml: NvmlSample | None) -> tuple[IdentitySource, dict[tuple[str, str], _Addition]]:
         assert self.mapping_dir is not None
@@ -1195,11 +1253,12 @@ def _parent(uuid: str, nvml: NvmlSample | None) -> str:
 _STAT_FILES = ("cpu.stat", "memory.current", "pids.current")
 
 
-# an identity's cgroup files are read when it appears, then at least every CGROUP_REFRESH_TICKS ticks (the ones read
-# longest ago first, a CGROUP_REFRESH_TICKS-th of the identities per tick), and every tick while there are no more
-# than CGROUP_EVERY_TICK identities: 50 pods churning cost 11 reads a tick instead of 50 (docs/workload-identity.md)
-CGROUP_REFRESH_TICKS = 5
-CGROUP_EVERY_TICK = 10
+# an identity's cgroup files are read when it appears, then again within CGROUP_REFRESH_SECONDS of ticks (the ones
+# read longest ago first, as many a tick as that takes), and every tick while there are no more than
+# CGROUP_EVERY_TICK identities: 50 pods cost 5 reads a tick instead of 50 (docs/workload-identity.md). cAdvisor,
+# which the kubelet's own container metrics come from, reads them every 10 to 15 s
+CGROUP_REFRESH_SECONDS = 10.0
+CGROUP_EVERY_TICK = 5
 ANCESTORS = 64  # live ancestors of GPU processes remembered for the launcher search (a pidfd each)
 WATCHED_PIDS = 512  # GPU processes watched through pidfds (a descriptor each); more are checked by /proc/PID's inode
 OPEN_CGROUP_DIRS = 128  # identity cgroups whose files are kept open (3 descriptors each); the rest are read by path
@@ -1220,6 +1279,7 @@ class _CgroupDir:
     stats: CgroupStats | None = None  # what the last read found (kept, the same object, until the next read)
     processes: int | None = None
     read_at: int = -1  # the collector's tick of that read (-1: never read)
+    owners: set[tuple[str, str]] = field(default_factory=set)  # the identities that show these figures
 
     @classmethod
     def open(cls, directory: str, keep_open: bool, cgroup: str = "") -> _CgroupDir:
@@ -1239,11 +1299,15 @@ class _CgroupDir:
             files.add(name)
         return cls(directory, frozenset(files), fds, cgroup)
 
-    def refresh(self, tick: int) -> None:
-        """Read the files again (``stats`` and ``processes``); the previous objects are kept when equal."""
-        stats, self.processes = read_identity_cgroup(self, self.cgroup)
-        self.stats = stats if stats is None or stats != self.stats else self.stats
+    def refresh(self, tick: int) -> bool:
+        """Read the files again (``stats`` and ``processes``; the previous objects are kept when equal); True
+        when they changed."""
+        stats, processes = read_identity_cgroup(self, self.cgroup)
         self.read_at = tick
+        if processes == self.processes and stats == self.stats:
+            return False
+        self.stats, self.processes = stats, processes
+        return True
 
     def read(self, name: str) -> str | None:
         """A small kernel file's text from its start, or None when absent or unreadable (the cgroup removed)."""
@@ -1269,12 +1333,13 @@ class _CgroupDir:
             os.close(fd)
 
 
-def _cgroup_dir(sysfs: str, path: str) -> str | None:
+def _cgroup_dir(sysfs: str, path: str, first: int = 0) -> str | None:
     """The directory of cgroup ``path`` in the v2 hierarchy (``fs/cgroup``, or ``fs/cgroup/unified`` on a hybrid
     v1 host) under ``sysfs``; None when it does not exist. processes.cgroup_root with strings: it runs in the
-    tick for each new identity."""
+    tick for each new identity. ``first``: the base to try first (1: unified, where the last one was)."""
     rel = path.lstrip("/")
-    for base in (f"{sysfs}/fs/cgroup", f"{sysfs}/fs/cgroup/unified"):
+    bases = (f"{sysfs}/fs/cgroup", f"{sysfs}/fs/cgroup/unified")
+    for base in bases[first:] + bases[:first]:
         d = f"{base}/{rel}" if rel else base
         if os.path.exists(f"{d}/cgroup.procs") or os.path.exists(f"{d}/cpu.stat") \
                 or os.path.exists(f"{d}/memory.current"):
