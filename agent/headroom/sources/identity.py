@@ -405,7 +405,7 @@ class IdentityCollector(Collector):
         self._watched: set[int] = set()  # the pids watched so
         self._changed = 0  # GPU processes read or forgotten so far
         self._touched: set[int] = set()  # pids read or forgotten since the groups were last brought up to date
-        self._last_gpu: dict[int, list[str]] = {}  # the GPU processes of the last tick (pid -> GPU UUIDs)
+        self._last_gpu: dict[int, tuple[str, ...]] = {}  # the GPU processes of the last tick (pid -> GPU UUIDs)
         self._members: dict[tuple[str, str], set[int]] = {}  # group -> its GPU processes
         self._member_of: dict[int, tuple[str, str]] = {}
         self._parts: dict[tuple[str, str], _Group] = {}  # groups as their GPU processes make them
@@ -414,8 +414,14 @@ class IdentityCollector(Collector):
         self._unique: tuple[int, dict[tuple[str, str], _Addition]] = (-1, {})
         self._parts_version = 0  # bumped when _parts change
         self._launcher_keys: set[tuple[str, str]] = set()  # of _parts, the launchers'
-        self._names_of: tuple[int, dict[tuple[str, str], tuple[str, str]], list[tuple[tuple[str, str], _Group]]] \
-            | None = None
+        # the pods' names as their processes give them (_pod_named), for what the kubelet adds (_kubelet)
+        self._by_name: dict[tuple[str, str], tuple[str, str]] = {}
+        self._ref_keys: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        self._part_ref: dict[tuple[str, str], tuple[str, str]] = {}
+        self._unnamed: dict[tuple[str, str], None] = {}
+        self._renamed: set[tuple[str, str]] = set()
+        # the kubelet's additions (its answer's pods by group): (the answer's pods, additions, pod -> group key)
+        self._kube: tuple[Any, dict[tuple[str, str], _Addition], dict[tuple[str, str], tuple[str, str]]] | None = None
         # live ancestors of GPU processes (a launcher, a shell, a container's shim) as the launcher search read
         # them, watched through pidfds like the GPU processes: pid -> (pidfd, launcher, parent pid); least
         # recently used first. A torchrun's or a vLLM server's workers, and the pods of one parent, read their
@@ -466,14 +472,16 @@ class IdentityCollector(Collector):
         return info
 
     # -- inputs
-    def _gpu_processes(self, previous: Any) -> tuple[dict[int, list[str]], NvmlSample | None]:
+    def _gpu_processes(self, previous: Any) -> tuple[dict[int, tuple[str, ...]], NvmlSample | None]:
+        """(pid -> the UUIDs of the GPUs NVML listed it on in ``previous``, its NVML sample)."""
         nvml = previous.data("nvml") if previous is not None else None
         if not isinstance(nvml, NvmlSample):
             return {}, None
-        out: dict[int, list[str]] = {}
+        out: dict[int, tuple[str, ...]] = {}
         for g in nvml.gpus:
+            uuid = (g.uuid,)
             for p in g.processes:
-                out.setdefault(p.pid, []).append(g.uuid)
+                out[p.pid] = out[p.pid] + uuid if p.pid in out else uuid
         return out, nvml
 
     def _forget(self, pid: int) -> None:
@@ -650,14 +658,14 @@ class IdentityCollector(Collector):
 
         sources, additions = [], []
         if self.poller is not None:
-            source, adds = self._kubelet(self._parts, nvml)
+            source, adds, changed = self._kubelet(self._parts, nvml)
             sources.append(source)
-            additions.append(adds)
+            additions.append((adds, changed))
         if self.mapping_dir is not None:
-            source, adds = self._job_mapping(nvml)
+            source, adds, changed = self._job_mapping(nvml)
             sources.append(source)
-            additions.append(adds)
-        additions.append(self._launcher_names())
+            additions.append((adds, changed))
+        additions.append((self._launcher_names(), None))
         groups = self._assemble(dirty, additions)
 
         # the cap keeps what it exported before (its series go on), then takes newcomers by kind and key
@@ -737,16 +745,16 @@ class IdentityCollector(Collector):
             if now is not None:
                 self._kinds.setdefault(now, entry[1].kind)  # type: ignore[index]
 
-    def _update_parts(self, on_gpu: dict[int, list[str]]) -> set[tuple[str, str]]:
+    def _update_parts(self, on_gpu: dict[int, tuple[str, ...]]) -> set[tuple[str, str]]:
         """Rebuild the groups (``_parts``: each identity's GPU processes and what they say about it) of the GPU
         processes that came, went, were read again or moved to other GPUs since the last tick; returns their
         keys."""
         last = self._last_gpu
+        self._renamed.clear()
         if on_gpu == last and not self._touched:
             return set()
         touched = self._touched
-        touched.update(pid for pid, gpus in on_gpu.items() if last.get(pid) != gpus)
-        touched.update(pid for pid in last if pid not in on_gpu)
+        touched.update(pid for pid, _ in on_gpu.items() ^ last.items())  # came, went or moved
         self._last_gpu = on_gpu
         dirty = set()
         members, member_of = self._members, self._member_of
@@ -763,16 +771,47 @@ class IdentityCollector(Collector):
         self._parts_version += 1
         for key in dirty:
             if members.get(key):
-                self._parts[key] = self._part(sorted(members[key]), on_gpu)
+                part = self._parts[key] = self._part(sorted(members[key]), on_gpu)
                 if key[0] == "launcher":
                     self._launcher_keys.add(key)
             else:
                 members.pop(key, None)
                 self._parts.pop(key, None)
                 self._launcher_keys.discard(key)
+                part = None
+            if key[0] == "pod":
+                self._pod_named(key, part)
         return dirty
 
-    def _part(self, pids: list[int], on_gpu: dict[int, list[str]]) -> _Group:
+    def _pod_named(self, key: tuple[str, str], part: _Group | None) -> None:
+        """Keep ``_by_name`` ((namespace, pod) -> the group of that pod's processes; of two, the first key) and
+        ``_unnamed`` (pod groups whose processes gave no names) as the pod group ``key`` now is; the names
+        whose group changed are noted in ``_renamed`` for the kubelet's additions."""
+        ref = (part.namespace, part.pod) if part is not None and part.pod else None
+        old = self._part_ref.get(key)
+        self._unnamed.pop(key, None)
+        if part is not None and ref is None:
+            self._unnamed[key] = None
+        if old == ref:
+            return
+        for name, add in ((old, False), (ref, True)):
+            if name is None:
+                continue
+            keys = self._ref_keys.setdefault(name, set())
+            if add:
+                keys.add(key)
+                self._part_ref[key] = name
+            else:
+                keys.discard(key)
+                del self._part_ref[key]
+            if keys:
+                self._by_name[name] = min(keys)
+            else:
+                del self._ref_keys[name]
+                self._by_name.pop(name, None)
+            self._renamed.add(name)
+
+    def _part(self, pids: list[int], on_gpu: dict[int, tuple[str, ...]]) -> _Group:
         """A group from its GPU processes (ascending pids): the first one's slot, then what the others add."""
         g: _Group | None = None
         for pid in pids:
@@ -799,23 +838,26 @@ class IdentityCollector(Collector):
         assert g is not None
         return g
 
-    def _assemble(self, dirty: set[tuple[str, str]], additions: list[dict[tuple[str, str], _Addition]]
+    def _assemble(self, dirty: set[tuple[str, str]],
+                  additions: list[tuple[dict[tuple[str, str], _Addition], set[tuple[str, str]] | None]]
                   ) -> dict[tuple[str, str], _Group]:
         """This tick's groups (``_groups``, kept from tick to tick): each group of GPU processes with what the
         sources add to it (the kubelet, a job mapping, launcher names), and the groups only a source knows.
-        Made again only for the groups whose processes (``dirty``) or additions changed since the last tick."""
+        Made again only for the groups whose processes (``dirty``, which this extends) or additions changed
+        since the last tick (as a source says, or found by comparing its additions with its last ones)."""
         groups, last = self._groups, self._last_additions
         if len(last) != len(additions):
-            dirty.update(groups, self._parts, *additions)
+            dirty.update(groups, self._parts, *(adds for adds, _ in additions))
         else:
-            for new, old in zip(additions, last, strict=True):
-                if new is old or new == old:
-                    continue
-                dirty.update(k for k, a in new.items() if old.get(k) != a)
-                dirty.update(k for k in old if k not in new)
+            for (new, changed), old in zip(additions, last, strict=True):
+                if changed is not None:
+                    dirty.update(changed)
+                elif new is not old and new != old:
+                    dirty.update(k for k, a in new.items() if old.get(k) != a)
+                    dirty.update(k for k in old if k not in new)
         for key in dirty:
             g = self._parts.get(key)
-            for adds in additions:
+            for adds, _ in additions:
                 add = adds.get(key)
                 if add is not None:
                     g = _added(g, key, add)
@@ -823,7 +865,7 @@ class IdentityCollector(Collector):
                 groups.pop(key, None)
             else:
                 groups[key] = g
-        self._last_additions = additions
+        self._last_additions = [adds for adds, _ in additions]
         return groups
 
     def _launcher_names(self) -> dict[tuple[str, str], _Addition]:
@@ -908,17 +950,18 @@ class IdentityCollector(Collector):
         return directory
 
     def _kubelet(self, groups: dict[tuple[str, str], _Group], nvml: NvmlSample | None
-                 ) -> tuple[IdentitySource, dict[tuple[str, str], _Addition]]:
+                 ) -> tuple[IdentitySource, dict[tuple[str, str], _Addition], set[tuple[str, str]] | None]:
         """The kubelet's source state, and what its newest answer adds to the groups: each pod's name (for a pod
         UID without on-disk names: the only pod the kubelet gave the GPUs its processes use), containers and
-        devices; a pod with a GPU but no process on it yet is a group of its own."""
+        devices; a pod with a GPU but no process on it yet is a group of its own. Third: the groups whose
+        additions changed since the last tick (None: compare them all)."""
         from headroom.sources.kubelet import device_uuid
 
         assert self.poller is not None
         self.poller.start()
         state = self.poller.state()
         if state.devices is None:
-            return IdentitySource("kubelet", False, state.error), {}
+            return IdentitySource("kubelet", False, state.error), {}, None
         known = _known_devices(nvml)
         view = self._kubelet_view
         if view is not None and view[0] is state.devices and view[1] == known:
@@ -942,12 +985,30 @@ class IdentityCollector(Collector):
         source = IdentitySource("kubelet", state.error is None, state.error, unknown_devices=tuple(unknown))
         # up: the last call answered; after a failure the last answer is still used for a while (kubelet.py)
         if "pods" not in self.auto:
-            return source, {}
-        by_name, unnamed = self._pod_names(groups)
-        out = {}
+            return source, {}, None
+        by_name, unnamed, cached = self._by_name, self._unnamed, self._kube
+        if not unnamed and cached is not None and cached[0] is pods:
+            # the same answer: only the pods whose groups came, went or were renamed this tick move
+            out, ref_key = cached[1], cached[2]
+            changed = set()
+            for ref in self._renamed:
+                add = pods.get(ref)
+                if add is None:
+                    continue
+                key = by_name.get(ref) or ("pod", f"{ref[0]}/{ref[1]}")
+                old = ref_key.get(ref)
+                if old != key:
+                    if old is not None and out.get(old) is add:
+                        del out[old]
+                        changed.add(old)
+                    out[key], ref_key[ref] = add, key
+                    changed.add(key)
+            return source, out, changed
+        out, ref_key = {}, {}
         if unnamed:
-            by_name = dict(by_name)  # the cached map stays as the groups' own names make it
-        for key, g in unnamed:
+            by_name = dict(by_name)  # the map kept from tick to tick stays as the groups' own names make it
+        for key in unnamed:
+            g = groups[key]
             candidates = set.intersection(*[holders.get(u, set()) for u in g.gpus]) if g.gpus else set()
             candidates -= by_name.keys()
             if len(candidates) == 1:
@@ -956,27 +1017,14 @@ class IdentityCollector(Collector):
                 if ref not in pods:
                     out[key] = _Addition(ref)
         for ref, add in pods.items():
-            out[by_name.get(ref) or ("pod", f"{ref[0]}/{ref[1]}")] = add
-        return source, out
+            key = by_name.get(ref) or ("pod", f"{ref[0]}/{ref[1]}")
+            out[key] = add
+            ref_key[ref] = key
+        self._kube = None if unnamed else (pods, out, ref_key)
+        return source, out, None
 
-    def _pod_names(self, groups: dict[tuple[str, str], _Group]
-                   ) -> tuple[dict[tuple[str, str], tuple[str, str]], list[tuple[tuple[str, str], _Group]]]:
-        """({(namespace, pod): group key} of the pods named by their processes, [the pod groups without names]),
-        worked out again only when the groups changed."""
-        cached = self._names_of
-        if cached is not None and cached[0] == self._parts_version:
-            return cached[1], cached[2]
-        by_name, unnamed = {}, []
-        for key, g in groups.items():
-            if g.kind == "pod":
-                if g.pod:
-                    by_name[(g.namespace, g.pod)] = key
-                else:
-                    unnamed.append((key, g))
-        self._names_of = (self._parts_version, by_name, unnamed)
-        return by_name, unnamed
-
-    def _job_mapping(self, nvml: NvmlSample | None) -> tuple[IdentitySource, dict[tuple[str, str], _Addition]]:
+    def _job_mapping(self, nvml: NvmlSample | None
+                     ) -> tuple[IdentitySource, dict[tuple[str, str], _Addition], set[tuple[str, str]] | None]:
         assert self.mapping_dir is not None
         try:
             mapping = read_job_mapping(self.mapping_dir)
@@ -985,7 +1033,7 @@ class IdentityCollector(Collector):
             if error != self._mapping_error:
                 log.warning("hpc_job_mapping_unreadable", directory=str(self.mapping_dir), error=error)
             self._mapping_error = error
-            return IdentitySource("hpc_job_mapping", False, error), {}
+            return IdentitySource("hpc_job_mapping", False, error), {}, None
         self._mapping_error = None
         by_index = {g.index: g.uuid for g in nvml.gpus} if nvml is not None else {}
         unknown = []
@@ -1002,7 +1050,7 @@ class IdentityCollector(Collector):
                 gpus.setdefault(job, {})[uuid] = None
         self._log_unknown("hpc_job_mapping", tuple(unknown))
         return (IdentitySource("hpc_job_mapping", True, None, unknown_devices=tuple(unknown)),
-                {("job", job): _Addition(gpus=tuple(uuids), job_id=job) for job, uuids in gpus.items()})
+                {("job", job): _Addition(gpus=tuple(uuids), job_id=job) for job, uuids in gpus.items()}, None)
 
     def _log_unknown(self, source: str, unknown: tuple[str, ...]) -> None:
         """Warn once per change about devices a source assigned that this host does not have."""
