@@ -32,6 +32,7 @@ pods and jobs that end leave nothing behind.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 import select
@@ -89,7 +90,7 @@ def parse_cgroup_path(path: str) -> CgroupIdentity | None:
     for i, comp in enumerate(parts):
         if not comp:
             continue
-        m = _POD.match(comp)
+        m = _POD.match(comp) if "pod" in comp else None  # (a cheap test first: it runs per component)
         if m is not None and "kubepods" in path:
             pod_uid, pod_at = m.group(1).replace("_", "-"), i
             if m.group(3):
@@ -97,17 +98,17 @@ def parse_cgroup_path(path: str) -> CgroupIdentity | None:
                 container, container_at = m.group(3), i
                 runtime = _RUNTIMES.get(m.group(2), m.group(2))
             continue
-        m = _CONTAINER.match(comp)
+        m = _CONTAINER.match(comp) if len(comp) >= 64 else None
         if m is not None:
             container, container_at, runtime = m.group(2), i, _RUNTIMES[m.group(1)]
             if runtime == "" and parts[i - 1] == "docker":  # cgroupfs Docker: /docker/<id>
                 runtime = "docker"
             continue
-        m = _JOB.match(comp)
+        m = _JOB.match(comp) if comp.startswith("job_") else None
         if m is not None and "slurm" in path:  # slurmstepd.scope (v2), /slurm or /slurm_<node> (v1)
             job, job_at = m.group(1), i
             continue
-        m = _STEP.match(comp)
+        m = _STEP.match(comp) if comp.startswith("step_") else None
         if m is not None and job:
             step = m.group(1)
             continue
@@ -340,6 +341,9 @@ class _Group:
     launcher: Launcher | None = None
 
 
+_CGROUP = operator.attrgetter("cgroup")
+
+
 def _auto_setting(value: Any) -> tuple[str, ...]:
     if value is None:
         return DEFAULT_AUTO
@@ -397,7 +401,9 @@ class IdentityCollector(Collector):
         self._tick = 0  # ticks so far: when each identity's cgroup files were last read (_CgroupDir.read_at)
         # each identity's cgroup files are read again within this many ticks (CGROUP_REFRESH_SECONDS)
         self.refresh_ticks = max(1, int(CGROUP_REFRESH_SECONDS / ctx.interval)) if ctx.interval > 0 else 1
-        self._built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]] = {}  # last tick's groups
+        # each exported identity's IdentityGroup and what it was made from; the IdentityGroups alone
+        self._built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]] = {}
+        self._made: dict[tuple[str, str], IdentityGroup] = {}
         # GPU processes watched through pidfds (live procfs of our own pid namespace): one poll per tick says
         # which exited, instead of a stat of /proc/PID per process per tick
         self._watch = select.poll() if self._keep_cgroup_files and hasattr(os, "pidfd_open") else None
@@ -669,13 +675,13 @@ class IdentityCollector(Collector):
         groups = self._assemble(dirty, additions)
 
         # the cap keeps what it exported before (its series go on), then takes newcomers by kind and key
-        keys = sorted(groups)
+        # (set operations and sorts, no Python loop over the identities: this runs every tick)
         was = self._exported
-        ordered = [k for k in keys if k in was]
-        if len(ordered) < len(keys):
-            ordered += [k for k in keys if k not in was]
+        ordered = sorted(groups.keys() & was)
+        if len(ordered) < len(groups):
+            ordered += sorted(groups.keys() - was)
         cap = self.max_workloads
-        chosen = [groups[k] for k in ordered[:cap]]
+        chosen = list(map(groups.__getitem__, ordered[:cap]))
         for key in ordered[cap:]:
             if key not in self._refused:
                 self._refused.add(key)
@@ -685,7 +691,7 @@ class IdentityCollector(Collector):
         self._exported = set(ordered[:cap])
         if self._refused:
             self._refused = {k for k in self._refused if k in groups}
-        refreshed = self._read_cgroups([g.cgroup for g in chosen if g.cgroup])
+        refreshed = self._read_cgroups(list(filter(None, map(_CGROUP, chosen))))
         # an identity is made again only when its group, its cgroup figures or its model changed (or it is new)
         built = self._built
         claimed, declared = _declared_claims(previous, self.ctx.workloads)
@@ -702,7 +708,8 @@ class IdentityCollector(Collector):
         gone = built.keys() - exported
         for key in gone:
             del built[key]
-        out = [built[key][1] for key in ordered[:cap]]
+            del self._made[key]
+        out = list(map(self._made.__getitem__, ordered[:cap]))
         if len(self._dirs) != len(self._dirs_seen):
             for path in [p for p in self._dirs if p not in self._dirs_seen]:
                 directory = self._dirs.pop(path)
@@ -893,7 +900,6 @@ class IdentityCollector(Collector):
         last = self._built.get(key)
         if last is not None and last[0][0] is g and last[0][1] is stats and last[0][2] == processes \
                 and last[0][3] == model:
-            built[key] = last
             return last[1]
         if g.kind == "pod":
             name = f"{g.namespace}/{g.pod}" if g.pod else g.pod_uid
@@ -908,6 +914,7 @@ class IdentityCollector(Collector):
         if last is not None:
             group = share_unchanged(group, last[1])  # a group made again (its pod renamed by the kubelet...)
         built[key] = ((g, stats, processes, model), group)
+        self._made[key] = group
         return group
 
     def _read_cgroups(self, paths: list[str]) -> set[str]:
@@ -920,12 +927,11 @@ class IdentityCollector(Collector):
         dirs, tick = self._dirs, self._tick
         seen = self._dirs_seen = set(paths)
         refreshed = set()
-        for path in paths:
-            if path not in dirs:
-                directory = self._open_cgroup(path)
-                if directory is not None:
-                    directory.refresh(tick)
-                    refreshed.add(path)
+        for path in sorted(seen - dirs.keys()):  # new identities
+            directory = self._open_cgroup(path)
+            if directory is not None:
+                directory.refresh(tick)
+                refreshed.add(path)
         budget = max(CGROUP_EVERY_TICK, -(-len(seen) // self.refresh_ticks))
         for path in list(dirs):
             if budget <= 0:
@@ -1007,7 +1013,7 @@ class IdentityCollector(Collector):
         out, ref_key = {}, {}
         if unnamed:
             by_name = dict(by_name)  # the map kept from tick to tick stays as the groups' own names make it
-        for key in unnamed:
+        for key in sorted(unnamed, key=lambda k: groups[k].pids[0]):  # lowest pid first, as the groups were made
             g = groups[key]
             candidates = set.intersection(*[holders.get(u, set()) for u in g.gpus]) if g.gpus else set()
             candidates -= by_name.keys()
