@@ -5,8 +5,8 @@ Per tick (docs/workload-identity.md):
 
 1. the GPU processes are the pids NVML listed in the previous tick (``SourceContext.previous``; this
    collector never calls NVML, so an identity appears one tick after its first process on a GPU);
-2. each one's /proc/PID/cgroup is read once (again only when /proc/PID changes inode: pid reuse) and
-   ``parse_cgroup_path`` turns the path into an identity: Kubernetes pod UID + container ID (cgroup v1
+2. each one's /proc/PID/cgroup is read once, when it is new to the collector, and ``parse_cgroup_path`` turns
+   the path into an identity: Kubernetes pod UID + container ID (cgroup v1
    and v2, cgroupfs and systemd drivers, containerd / CRI-O / Docker naming), Slurm job and step
    (``/slurm/uid_U/job_J/step_S`` in v1, ``.../job_J/step_S/...`` in v2), Docker / Podman container
    ID, or the innermost systemd unit;
@@ -17,12 +17,22 @@ Per tick (docs/workload-identity.md):
    pod holds (pods with a GPU but no process on it yet are workloads too);
 4. ``--hpc-job-mapping-dir`` (dcgm-exporter's format: a file per GPU index listing job IDs, one a line)
    assigns jobs to GPUs for sites whose prolog writes those files;
-5. each identity's cgroup v2 files (cpu.stat, memory.current, pids.current) are read once;
+5. each identity's cgroup v2 files (cpu.stat, memory.current, pids.current) are read when it appears, then
+   again within CGROUP_REFRESH_SECONDS (10 s) of ticks, the ones read longest ago first: every tick while
+   there are no more than CGROUP_EVERY_TICK (5) identities, a tenth of them a tick at 1 Hz beyond that;
 6. the command lines of each new GPU process and its ancestors name its serving or training launcher
-   (``vllm serve``, ``torchrun`` ...: workload/launchers.py), once per process: a launcher outside the
+   (``vllm serve``, ``torchrun`` ...: workload/launchers.py), once per process (an ancestor is read once
+   while it lives: the workers of one launcher, or the pods of one parent, share it): a launcher outside the
    identities above is a workload of its own, and its model's config.json, found as the process sees it
    (a path, or its Hugging Face cache, through /proc/PID/root) and read in a worker thread, lets
    attribution size it like a declared profile (``read_launcher_model``).
+
+Work follows what changed, so that 50 pods churning cost little more per tick than the new pod
+(docs/workload-identity.md, "Cost"): on the live /proc of the agent's pid namespace each GPU process is watched
+through a pidfd (one poll a tick says which exited, so a process that ended leaves at once and a reused pid is
+a new process, read anew; elsewhere /proc/PID's inode is compared each tick); the groups of the processes
+that came, went or moved are rebuilt, what the kubelet and the job mapping add is merged again only where it
+changed, and an identity whose group, cgroup figures and model are unchanged is last tick's IdentityGroup.
 
 Identities beyond ``max_workloads`` are not exported (``headroom_workload_identities_dropped_total``
 counts each one once); the collector keeps state only for live GPU processes and live identities, so
@@ -561,7 +571,7 @@ class IdentityCollector(Collector):
             return known  # alive: its pidfd was not readable at this tick's poll
         root = self.ctx.paths.procfs
         pidfd = -1
-        if known is None and self._watch is not None and len(self._by_fd) < WATCHED_PIDS:
+        if known is None and self._watch is not None and len(self._by_fd) + len(self._ancestors) < WATCHED_PIDS:
             try:
                 pidfd = os.pidfd_open(pid)
             except ProcessLookupError:
@@ -1313,8 +1323,10 @@ _STAT_FILES = ("cpu.stat", "memory.current", "pids.current")
 # which the kubelet's own container metrics come from, reads them every 10 to 15 s
 CGROUP_REFRESH_SECONDS = 10.0
 CGROUP_EVERY_TICK = 5
-ANCESTORS = 64  # live ancestors of GPU processes remembered for the launcher search (a pidfd each)
-WATCHED_PIDS = 512  # GPU processes watched through pidfds (a descriptor each); more are checked by /proc/PID's inode
+# pidfds kept: GPU processes and their remembered ancestors together (a descriptor each; with the cgroup files,
+# 256 + 384 stay well under the usual limit of 1 024); more GPU processes are checked by /proc/PID's inode each tick
+WATCHED_PIDS = 256
+ANCESTORS = 64  # of those, live ancestors of GPU processes remembered for the launcher search
 OPEN_CGROUP_DIRS = 128  # identity cgroups whose files are kept open (3 descriptors each); the rest are read by path
 
 
