@@ -306,9 +306,11 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Child processes of the workload's main process (the oldest member whose parent is not a member); "
         "only for profiles that declare dataloader_workers."),
     _wl("headroom_workload_cgroup_cpu_seconds_total", COUNTER, "seconds", ("workload", "mode"),
-        "CPU time of the cgroup the workload maps to (systemd unit, cgroup glob or container id), cpu.stat."),
+        "CPU time of the cgroup the workload maps to (systemd unit, cgroup glob or container id), cpu.stat. "
+        "An automatic workload's (pod, job ...) is read when it appears, then at least every 10 s."),
     _wl("headroom_workload_cgroup_memory_bytes", GAUGE, "bytes", ("workload",),
-        "Memory charged to the workload's cgroup (memory.current): anonymous memory, page cache, kernel memory."),
+        "Memory charged to the workload's cgroup (memory.current): anonymous memory, page cache, kernel memory. "
+        "An automatic workload's is read when it appears, then at least every 10 s."),
     _wl("headroom_workload_cgroup_pressure_ratio", GAUGE, "ratio", ("workload", "resource"),
         "PSI of the workload's cgroup: share of time some of its tasks stalled on the resource, kernel avg10."),
     _wl("headroom_workload_gpu_memory_used_bytes", GAUGE, "bytes", ("workload", "gpu"),

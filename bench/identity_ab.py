@@ -1,0 +1,101 @@
+"""The identity collector of a git ref against this tree's, on the same churning pods, in the same run:
+``python -m bench.identity_ab [--ref main] [--pods 50] [--ticks 40] [--warmup 10]``.
+
+The product's sampler ticks the reference host with N pods churning (bench/pods.py: real processes in real cgroup
+v2 cgroups, containerd's bundles, a real gRPC kubelet; needs root). After each tick the two collectors, each with
+its own state and both reading the sampler's newest sample as the previous tick, are called in this thread in
+alternating order and timed with ``time.thread_time``; both see every churn. Prints each one's median and the
+ratio this/ref. Called outside the sampler's worker threads, so the figures are not the in-tick ones
+``python -m bench.ticks --pods 50`` reports; the ratio is the point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.stats import Spread
+
+SOURCE = "agent/headroom/sources/identity.py"
+
+
+def load_ref(ref: str, into: Path) -> type:
+    """The IdentityCollector class of ``ref``'s identity.py, as a module of its own (not registered)."""
+    root = Path(__file__).resolve().parent.parent
+    text = subprocess.run(["git", "-C", str(root), "show", f"{ref}:{SOURCE}"], check=True, capture_output=True,
+                          text=True).stdout
+    path = into / "identity_ref.py"
+    path.write_text(text.replace("\n@register\n", "\n"))
+    spec = importlib.util.spec_from_file_location("identity_ref", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["identity_ref"] = module
+    spec.loader.exec_module(module)
+    return module.IdentityCollector
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ref", default="main")
+    p.add_argument("--pods", type=int, default=50)
+    p.add_argument("--ticks", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=10)
+    args = p.parse_args()
+
+    from bench import host, run, ticks
+    from bench.pods import PodChurn
+    from headroom import logs
+    from headroom.config import check_config_text
+    from headroom.simulation import load_scenario
+    from headroom.sources.identity import IdentityCollector
+
+    logs.configure("warn", "console")
+    gpus, processes, workloads = run.REFERENCE
+    workdir = Path(tempfile.mkdtemp(prefix="headroom-identity-ab-"))
+    farm = host.ProcessFarm()
+    collectors: dict[str, object] = {}
+    try:
+        classes = {args.ref: load_ref(args.ref, workdir), "this tree": IdentityCollector}
+        farm.ensure_workloads(max(run.WORKLOAD_SCALES))
+        inputs = run.Inputs(farm, workdir)
+        path = inputs.config(workloads)
+        config = check_config_text(path.read_text(), str(path))
+        churn = PodChurn(args.pods, load_scenario(inputs.scenario(gpus)).gpus, workdir / "pods")
+        farm.resize_host(processes)
+        sampler = ticks._Ticking(config, inputs.scenario(gpus), churn)
+        newest = lambda: sampler.sampler.snapshot.sample if sampler.sampler.snapshot else None  # noqa: E731
+        for name, cls in classes.items():
+            c = collectors[name] = cls(dataclasses.replace(sampler.identity.ctx, previous=newest))
+            c.poller.close()  # type: ignore[attr-defined]
+            c.poller = sampler.identity.poller  # type: ignore[attr-defined]  # one kubelet, asked between ticks
+        cpu: dict[str, list[float]] = {name: [] for name in classes}
+        try:
+            for i in range(args.warmup + args.ticks):
+                sampler.tick(i, args.warmup, 0.05)
+                for name in list(classes)[:: 1 if i % 2 else -1]:
+                    t = time.thread_time()
+                    collectors[name].collect()  # type: ignore[attr-defined]
+                    if i >= args.warmup:
+                        cpu[name].append(time.thread_time() - t)
+        finally:
+            sampler.close()
+            churn.close()
+    finally:
+        farm.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    ref, this = (Spread.of(v).scaled(1e3) for v in cpu.values())
+    print(f"identity collect() with {args.pods} pods churning, {args.ticks} ticks after {args.warmup}, thread CPU "
+          f"median ms: {args.ref} {ref.median:.3f} (min {ref.low:.3f}), this tree {this.median:.3f} "
+          f"(min {this.low:.3f}); this/{args.ref} {this.median / ref.median:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
