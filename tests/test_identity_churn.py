@@ -331,3 +331,25 @@ def test_what_changed_is_worked_again_and_the_rest_kept_equals_reading_everythin
             assert _values(c.collect()) == _values(fresh.collect()), f"tick {tick}"
     finally:
         c.close()
+
+
+def test_a_tick_that_fails_midway_leaves_no_stale_identity(tmp_path, monkeypatch):
+    """The groups of processes that came in a tick whose collect() failed after reading them (a fault in a later
+    step) are made in the next tick, though nothing changes by then."""
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    _job(proc, sysfs, 1001, 1, 100)
+    _job(proc, sysfs, 1002, 2, 200)
+    listed = {"s": _sample({"GPU-a": (1001,)})}
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path),
+                                        previous=lambda: listed["s"]))
+    assert [g.name for g in c.collect().groups] == ["job_1"]
+    listed["s"] = _sample({"GPU-a": (1001, 1002)})
+
+    def fault():
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(c, "_launcher_names", fault)
+    with pytest.raises(RuntimeError):
+        c.collect()
+    monkeypatch.undo()
+    assert [g.name for g in c.collect().groups] == ["job_1", "job_2"]

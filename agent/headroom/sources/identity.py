@@ -421,6 +421,7 @@ class IdentityCollector(Collector):
         self._watched: set[int] = set()  # the pids watched so
         self._changed = 0  # GPU processes read or forgotten so far
         self._touched: set[int] = set()  # pids read or forgotten since the groups were last brought up to date
+        self._unassembled: set[tuple[str, str]] = set()  # groups whose parts changed, until _assemble has run
         self._last_gpu: dict[int, tuple[str, ...]] = {}  # the GPU processes of the last tick (pid -> GPU UUIDs)
         self._members: dict[tuple[str, str], set[int]] = {}  # group -> its GPU processes
         self._member_of: dict[int, tuple[str, str]] = {}
@@ -669,7 +670,8 @@ class IdentityCollector(Collector):
             self._forget(pid)
         for pid in sorted(on_gpu.keys() - self._watched):  # new, or not watched: read, or its inode checked
             self._known(pid)
-        dirty = self._update_parts(on_gpu)
+        # the groups to make again: this tick's, and any a failed tick left (a fault must not leave stale groups)
+        dirty = self._unassembled = self._update_parts(on_gpu) | self._unassembled
         self._touched.clear()
 
         sources, additions = [], []
@@ -683,6 +685,7 @@ class IdentityCollector(Collector):
             additions.append((adds, changed))
         additions.append((self._launcher_names(), None))
         groups = self._assemble(dirty, additions)
+        self._unassembled = set()
 
         # the cap keeps what it exported before (its series go on), then takes newcomers by kind and key
         # (set operations and sorts, no Python loop over the identities: this runs every tick)
