@@ -579,10 +579,8 @@ class IdentityCollector(Collector):
                 return None
             except OSError:
                 pass  # not a thread group leader, out of descriptors, or no pidfds here: its inode is checked
-            else:
-                if select.select((pidfd,), (), (), 0)[0]:  # exited already (a zombie): gone
-                    os.close(pidfd)
-                    return None
+            # (one that exited already, a zombie, is read and included, as /proc/PID still shows it: the next
+            # tick's poll says it exited)
         inode = -1
         if pidfd < 0:
             try:
@@ -959,11 +957,19 @@ class IdentityCollector(Collector):
         return refreshed
 
     def _open_cgroup(self, path: str) -> _CgroupDir | None:
+        keep_open = self._keep_cgroup_files and self._open_dirs < OPEN_CGROUP_DIRS
+        if keep_open:  # the files opened where the last identity's were, without looking first (a cgroup v2
+            # directory always has cpu.stat); elsewhere looked up
+            base = f"{self.ctx.paths.sysfs}/fs/cgroup/unified" if self._unified else f"{self.ctx.paths.sysfs}/fs/cgroup"
+            directory = _CgroupDir.open(f"{base}/{path.lstrip('/')}".rstrip("/"), True, path)
+            if directory.fds:
+                self._dirs[path] = directory
+                self._open_dirs += 1
+                return directory
         found = _cgroup_dir(str(self.ctx.paths.sysfs), path, self._unified)
         if found is None:
             return None
         self._unified = int(found.startswith(f"{self.ctx.paths.sysfs}/fs/cgroup/unified/"))
-        keep_open = self._keep_cgroup_files and self._open_dirs < OPEN_CGROUP_DIRS
         directory = self._dirs[path] = _CgroupDir.open(found, keep_open, path)
         self._open_dirs += bool(directory.fds)
         return directory
