@@ -379,6 +379,9 @@ def test_churn_new_pods_every_tick_leave_no_series_or_state(tmp_path):
             f'workload="job_{p}",kind="job",model="",precision="",runtime="",source="auto"' for p in pids)
         widths.add(len(text.splitlines()))
         assert len(c._pids) <= 2 and len(c._meta) == 0 and len(c._refused) == 0 and len(c._dirs) <= 2
+        # what the collector keeps from tick to tick to work again only what changed: the live identities' only
+        assert max(len(x) for x in (c._members, c._member_of, c._parts, c._groups, c._built, c._made, c._shown,
+                                    c._shown_names, c._kinds, c._by_name, c._part_ref, c._containers)) <= 2
     assert len(widths) == 1  # the same number of series every tick
 
 

@@ -329,6 +329,16 @@ def test_what_changed_is_worked_again_and_the_rest_kept_equals_reading_everythin
             fresh.poller.close()
             fresh.poller = c.poller  # the same answer (the poller's thread is not started for it)
             assert _values(c.collect()) == _values(fresh.collect()), f"tick {tick}"
+        # everything ends: nothing is left of what the collector kept from tick to tick
+        servicer.pods = {}
+        c.poller.poll_once()
+        listed["s"] = _sample({g: () for g in gpus})
+        assert c.collect().groups == ()
+        kept = {name: getattr(c, name) for name in (
+            "_pids", "_meta", "_containers", "_members", "_member_of", "_parts", "_groups", "_built", "_made",
+            "_shown", "_shown_names", "_kinds", "_by_name", "_ref_keys", "_part_ref", "_unnamed", "_dirs",
+            "_refused", "_exported", "_touched", "_unassembled")}
+        assert {name: len(x) for name, x in kept.items() if x} == {}
     finally:
         c.close()
 
