@@ -248,7 +248,8 @@ def markdown(results: Results) -> str:
       "churn. The kubelet is asked every 5 ticks (its default 5 s at 1 Hz) through the product's poller, "
       "between ticks, its `List` CPU timed apart and spread over those 5 ticks in the target; the identity "
       "collector's CPU is timed inside the ticks. The pods are the bench's children, so the launcher search "
-      "reads 6 ancestors per new pod (on a node, the container's processes and its shim: 2 or 3).")
+      "reaches 6 ancestors per new pod (on a node, the container's processes and its shim: 2 or 3); the collector "
+      "reads them for the first pod and remembers them while they live (docs/workload-identity.md).")
     w("- **Scrapes**: real servers on 127.0.0.1, one at a time: `headroom run` (same config and "
       "scenario), node_exporter with its default collectors, and a bare prometheus-client exporter "
       "(`bench/promclient_exporter.py`: a custom collector building the same families, labels and values "
