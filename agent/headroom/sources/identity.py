@@ -419,7 +419,6 @@ class IdentityCollector(Collector):
         self._watch = select.poll() if self._keep_cgroup_files and hasattr(os, "pidfd_open") else None
         self._by_fd: dict[int, int] = {}  # pidfd -> pid
         self._watched: set[int] = set()  # the pids watched so
-        self._changed = 0  # GPU processes read or forgotten so far
         self._touched: set[int] = set()  # pids read or forgotten since the groups were last brought up to date
         self._unassembled: set[tuple[str, str]] = set()  # groups whose parts changed, until _assemble has run
         self._last_gpu: dict[int, tuple[str, ...]] = {}  # the GPU processes of the last tick (pid -> GPU UUIDs)
@@ -504,7 +503,6 @@ class IdentityCollector(Collector):
     def _forget(self, pid: int) -> None:
         known = self._pids.pop(pid, None)
         if known is not None:
-            self._changed += 1
             self._touched.add(pid)
             cid = known.identity.container_id if known.identity is not None else ""
             if cid and self._containers.get(cid, 0) <= 1:  # its container's last GPU process: its names go
@@ -592,7 +590,6 @@ class IdentityCollector(Collector):
                 return known
             self._forget(pid)
         known = self._pids[pid] = self._read(pid, inode, pidfd)
-        self._changed += 1
         self._touched.add(pid)
         if pidfd >= 0:
             self._by_fd[pidfd] = pid
@@ -657,7 +654,7 @@ class IdentityCollector(Collector):
     def collect(self) -> IdentitySample:
         """This tick's identities. Work follows what changed: a GPU process is read when it is new, the groups of
         the processes that came, went or moved are rebuilt (``_parts``), what the kubelet and the job mapping
-        add is merged again only into the groups it or they changed (``_merged``), and an identity whose inputs
+        add is merged again only into the groups it or they changed (``_groups``), and an identity whose inputs
         are all unchanged is last tick's IdentityGroup (``_built``)."""
         previous = self.ctx.previous() if self.ctx.previous is not None else None
         on_gpu, nvml = self._gpu_processes(previous)
