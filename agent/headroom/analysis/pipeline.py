@@ -113,6 +113,7 @@ class Analysis:
         self._idle_cost = 0.0
         self._long_at: float | None = None
         self._long_scores: dict[str, Mapping[str, float]] = {}
+        self._auto: Any = None  # attribution.AutoStatuses: last tick's automatic workload statuses
 
     def _hold(self, key: str) -> Hysteresis:
         h = self._hysteresis.get(key)
@@ -128,7 +129,9 @@ class Analysis:
             from headroom.workload import attribution
         except ImportError:
             return ()
-        return attribution.attribute(sample, self.profiles, getattr(self.config, "sizing", None))
+        if self._auto is None:
+            self._auto = attribution.AutoStatuses()
+        return attribution.attribute(sample, self.profiles, getattr(self.config, "sizing", None), self._auto)
 
     def __call__(self, window: Sequence[Sample]) -> tuple[Mapping[str, Any], Findings]:
         derived = rates.derive(window, self.settings["short_window"])

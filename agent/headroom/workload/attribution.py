@@ -22,14 +22,15 @@ Semantics (also in the metric HELP texts and docs/sizing.md, "Expected against m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from types import MappingProxyType
 
 from headroom.samples import (
     EMPTY,
     CgroupStats,
+    GpuProcess,
     GpuSample,
     IdentityGroup,
     IdentitySample,
@@ -94,9 +95,12 @@ class WorkloadStatus:
 
 
 def attribute(
-    sample: Sample, profiles: Sequence[WorkloadProfile], constants: OverheadConstants | None = None
+    sample: Sample, profiles: Sequence[WorkloadProfile], constants: OverheadConstants | None = None,
+    memo: AutoStatuses | None = None,
 ) -> tuple[WorkloadStatus, ...]:
-    """Returns one WorkloadStatus per profile, in declaration order."""
+    """Returns one WorkloadStatus per profile, in declaration order, then one per automatic workload.
+    ``memo``: the caller's AutoStatuses, kept from tick to tick (pipeline.Analysis holds one), so that an
+    automatic workload whose inputs did not change gets last tick's status again instead of a new one."""
     constants = constants or DEFAULTS
     procs_sample = sample.data("processes")
     by_name: dict[str, WorkloadProcesses] = {w.name: w for w in procs_sample.workloads} if procs_sample else {}
@@ -107,12 +111,58 @@ def attribute(
     declared = tuple(_status(p, by_name.get(p.name), gpus, host_memory, constants) for p in profiles)
     identity = sample.data("identity")
     if not isinstance(identity, IdentitySample) or not identity.groups:
+        if memo is not None:
+            memo.tick_done()  # no automatic workload this tick: forget them all
         return declared
     claimed = {pid for w in by_name.values() for pid in w.pids}
     names = {p.name for p in profiles}
     where = _GpuIndex.of(gpus)
-    return declared + tuple(st for g in identity.groups
-                            if (st := _auto_status(g, claimed, names, gpus, constants, where)) is not None)
+    autos = tuple(st for g in identity.groups
+                  if (st := _auto_status(g, claimed, names, gpus, constants, where, memo)) is not None)
+    if memo is not None:
+        memo.tick_done()
+    return declared + autos
+
+
+class AutoStatuses:
+    """Last tick's automatic workload statuses, each with the inputs it was made from (``_auto_status``):
+    a workload whose inputs equal (``==``) last tick's gets the same WorkloadStatus object again, with only
+    its cgroup figures replaced where they changed; one whose inputs changed is made anew. Fifty idle pods
+    time-slicing eight GPUs are then fifty comparisons a tick, not fifty statuses built (docs/benchmarks.md).
+
+    The inputs are all that ``_auto_status`` reads: the identity group's fields but its cgroup, the pids left
+    to it after the declared profiles' claims, the sizing constants, each GPU it uses (index, UUID, up, memory
+    total, its MIG instances' UUIDs and memory totals) and each listing of its pids in NVML's process lists
+    (``_GpuIndex.inputs``; NVML's collector keeps an unchanged process's entry the same object, so comparing
+    them is cheap). Only the workloads of the newest tick are kept: one that ends is forgotten at the next
+    tick (churn leaks nothing)."""
+
+    __slots__ = ("_last", "_now")
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[tuple, WorkloadStatus]] = {}
+        self._now: dict[str, tuple[tuple, WorkloadStatus]] = {}
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def get(self, name: str, key: tuple, cgroup: CgroupStats | None) -> WorkloadStatus | None:
+        """Last tick's status of ``name`` if it was made from inputs equal to ``key`` (its cgroup ``cgroup``)."""
+        found = self._last.get(name)
+        if found is None or found[0] != key:
+            return None
+        st = found[1]
+        if st.cgroup is not cgroup and st.cgroup != cgroup:
+            st = replace(st, cgroup=cgroup)
+        self._now[name] = (key, st)
+        return st
+
+    def put(self, name: str, key: tuple, status: WorkloadStatus) -> None:
+        self._now[name] = (key, status)
+
+    def tick_done(self) -> None:
+        """This tick's statuses become the ones the next tick compares with; older ones are dropped."""
+        self._last, self._now = self._now, {}
 
 
 def claimed_by_declared(g: IdentityGroup, claimed: set[int] | frozenset[int], names: set[str] | frozenset[str]) -> bool:
@@ -124,34 +174,61 @@ def claimed_by_declared(g: IdentityGroup, claimed: set[int] | frozenset[int], na
 @dataclass(frozen=True, slots=True)
 class _GpuIndex:
     """Where each GPU process and device is among a tick's GPUs, so that each of many automatic workloads
-    (50 pods time-slicing 8 GPUs) looks only at its own GPUs."""
+    (50 pods time-slicing 8 GPUs) looks only at its own GPUs; built once per tick."""
 
-    by_pid: Mapping[int, frozenset[int]]  # pid -> positions of the GPUs that list it
+    # pid -> where NVML lists it, in list order: (GPU position, MIG instance position or -1 for the whole-GPU
+    # list, position in that list, the GpuProcess): all that attribution reads of a process
+    by_pid: Mapping[int, tuple[tuple[int, int, int, GpuProcess], ...]]
     by_uuid: Mapping[str, int]  # GPU or MIG UUID -> position of its GPU
+    # per GPU position, what attribution reads of the GPU itself: index, UUID, up, memory total and its MIG
+    # instances' (UUID, memory total)
+    facts: tuple[tuple, ...]
 
     @classmethod
     def of(cls, gpus: Sequence[GpuSample]) -> _GpuIndex:
-        by_pid: dict[int, set[int]] = {}
+        by_pid: dict[int, list[tuple[int, int, int, GpuProcess]]] = {}
         by_uuid: dict[str, int] = {}
+        facts = []
         for i, g in enumerate(gpus):
             by_uuid[g.uuid] = i
-            for m in g.mig_instances:
+            for j, m in enumerate(g.mig_instances):
                 by_uuid[m.uuid] = i
-                for x in m.processes:  # listed only by its instance (the whole-GPU list needs privileges)
-                    by_pid.setdefault(x.pid, set()).add(i)
-            for x in g.processes:
-                by_pid.setdefault(x.pid, set()).add(i)
-        return cls({k: frozenset(v) for k, v in by_pid.items()}, by_uuid)
+                for k, x in enumerate(m.processes):  # listed only by its instance (the whole-GPU list needs privileges)
+                    by_pid.setdefault(x.pid, []).append((i, j, k, x))
+            for k, x in enumerate(g.processes):
+                by_pid.setdefault(x.pid, []).append((i, -1, k, x))
+            facts.append((g.index, g.uuid, g.up, g.memory_total_bytes,
+                          tuple((m.uuid, m.memory_total_bytes) for m in g.mig_instances)))
+        return cls({k: tuple(v) for k, v in by_pid.items()}, by_uuid, tuple(facts))
+
+    def positions(self, pids: Iterable[int], uuids: Iterable) -> list[int]:
+        """Positions of the GPUs that list one of ``pids`` or are one of ``uuids`` (GPU or MIG UUIDs), in order."""
+        found = {e[0] for pid in pids for e in self.by_pid.get(pid, ())}
+        found.update(self.by_uuid[u] for u in uuids if u in self.by_uuid)
+        return sorted(found)
 
     def gpus(self, pids: set[int], uuids: set, gpus: Sequence[GpuSample]) -> list[GpuSample]:
         """The GPUs that list one of ``pids`` or are one of ``uuids`` (GPU or MIG UUIDs), in their order."""
-        found = {i for pid in pids for i in self.by_pid.get(pid, ())}
-        found.update(self.by_uuid[u] for u in uuids if u in self.by_uuid)
-        return [gpus[i] for i in sorted(found)]
+        return [gpus[i] for i in self.positions(pids, uuids)]
+
+    def inputs(self, pids: Sequence[int], positions: Sequence[int]) -> tuple:
+        """What ``_gpus_of`` reads for ``pids`` on the GPUs at ``positions``: those GPUs' facts and every
+        listing of the pids (GPU, MIG instance, GpuProcess) in list order (the order of its sums), without
+        their places in the lists (other processes coming and going move them)."""
+        by_pid = self.by_pid
+        listed = [e for pid in pids for e in by_pid.get(pid, ())]
+        if len(pids) > 1:
+            listed.sort(key=_place)
+        return tuple(self.facts[i] for i in positions), tuple((i, j, x) for i, j, _, x in listed)
+
+
+def _place(listing: tuple[int, int, int, GpuProcess]) -> tuple[int, int, int]:
+    return listing[0], listing[1], listing[2]
 
 
 def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Sequence[GpuSample],
-                 constants: OverheadConstants, where: _GpuIndex | None = None) -> WorkloadStatus | None:
+                 constants: OverheadConstants, where: _GpuIndex | None = None,
+                 memo: AutoStatuses | None = None) -> WorkloadStatus | None:
     """An automatic workload (a pod, job, container, unit or launcher holding a GPU); None when a declared
     profile already matches its GPU processes (the declared profile wins) or carries the same name. One
     started by a serving or training launcher gets a profile from its command line and model config
@@ -161,7 +238,15 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
         return None
     pids = [pid for pid in g.pids if pid not in claimed]
     mine, refs = set(pids), set(g.gpus)
-    used = _gpus_of(mine, refs, where.gpus(mine, refs, gpus) if where is not None else gpus)
+    if where is None:
+        where = _GpuIndex.of(gpus)
+    positions = where.positions(pids, refs)
+    key: tuple = ()
+    if memo is not None:  # every input below but the cgroup, which the status only carries (AutoStatuses)
+        key = (g.kind, g.processes, g.launcher, g.model, g.gpus, tuple(pids), constants, where.inputs(pids, positions))
+        if (known := memo.get(g.name, key, g.cgroup)) is not None:
+            return known
+    used = _gpus_of(mine, refs, [gpus[i] for i in positions])
     known_used = [x.memory_used_bytes for x in used if x.memory_used_bytes is not None]
     totals = [x.memory_total_bytes for x in used if x.memory_total_bytes is not None]
     processes = g.processes if g.processes is not None else (len(pids) if pids else None)
@@ -182,13 +267,16 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
             if est is not None:
                 expected = _expected(profile, est, len(used))
     components, per_gpu, peak = expected
-    return WorkloadStatus(
+    status = WorkloadStatus(
         name=g.name, kind=kind, model=model, precision=precision, runtime=runtime, processes=processes,
         measured=None, gpus=used, gpu_memory_used_bytes=sum(known_used) if known_used else None,
         gpu_memory_capacity_bytes=sum(totals) if used and len(totals) == len(used) else None,
         estimate=est, expected_components=components, expected_per_gpu_bytes=per_gpu, expected_peak_bytes=peak,
         estimate_error=error, source="auto", cgroup=g.cgroup, profile=profile,
     )  # fmt: skip
+    if memo is not None:
+        memo.put(g.name, key, status)
+    return status
 
 
 def _sized(p: WorkloadProfile, totals: Sequence[int], gpus: int, constants: OverheadConstants
