@@ -203,23 +203,31 @@ class _GpuIndex:
 
     def positions(self, pids: Iterable[int], uuids: Iterable) -> list[int]:
         """Positions of the GPUs that list one of ``pids`` or are one of ``uuids`` (GPU or MIG UUIDs), in order."""
-        found = {e[0] for pid in pids for e in self.by_pid.get(pid, ())}
-        found.update(self.by_uuid[u] for u in uuids if u in self.by_uuid)
-        return sorted(found)
+        return self.lookup(list(pids), uuids)[0]
 
     def gpus(self, pids: set[int], uuids: set, gpus: Sequence[GpuSample]) -> list[GpuSample]:
         """The GPUs that list one of ``pids`` or are one of ``uuids`` (GPU or MIG UUIDs), in their order."""
         return [gpus[i] for i in self.positions(pids, uuids)]
 
-    def inputs(self, pids: Sequence[int], positions: Sequence[int]) -> tuple:
-        """What ``_gpus_of`` reads for ``pids`` on the GPUs at ``positions``: those GPUs' facts and every
-        listing of the pids (GPU, MIG instance, GpuProcess) in list order (the order of its sums), without
-        their places in the lists (other processes coming and going move them)."""
+    def lookup(self, pids: Sequence[int], uuids: Iterable) -> tuple[list[int], tuple]:
+        """(``positions``, what ``_gpus_of`` reads for ``pids`` on those GPUs): the GPUs' facts and every listing
+        of the pids (GPU, MIG instance, GpuProcess) in list order (the order of its sums), without their places
+        in the lists (other processes coming and going move them)."""
         by_pid = self.by_pid
-        listed = [e for pid in pids for e in by_pid.get(pid, ())]
-        if len(pids) > 1:
+        if len(pids) == 1:
+            listed = by_pid.get(pids[0], ())
+        else:
+            listed = [e for pid in pids for e in by_pid.get(pid, ())]
             listed.sort(key=_place)
-        return tuple(self.facts[i] for i in positions), tuple((i, j, x) for i, j, _, x in listed)
+        found = {e[0] for e in listed}
+        by_uuid = self.by_uuid
+        for u in uuids:
+            i = by_uuid.get(u)
+            if i is not None:
+                found.add(i)
+        positions = sorted(found)
+        facts = self.facts
+        return positions, (tuple([facts[i] for i in positions]), tuple([(i, j, x) for i, j, _, x in listed]))
 
 
 def _place(listing: tuple[int, int, int, GpuProcess]) -> tuple[int, int, int]:
@@ -236,17 +244,16 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
     measured values and the reason in ``estimate_error``, nothing guessed."""
     if claimed_by_declared(g, claimed, names):
         return None
-    pids = [pid for pid in g.pids if pid not in claimed]
-    mine, refs = set(pids), set(g.gpus)
+    pids = [pid for pid in g.pids if pid not in claimed] if claimed else list(g.pids)
     if where is None:
         where = _GpuIndex.of(gpus)
-    positions = where.positions(pids, refs)
+    positions, inputs = where.lookup(pids, g.gpus)
     key: tuple = ()
     if memo is not None:  # every input below but the cgroup, which the status only carries (AutoStatuses)
-        key = (g.kind, g.processes, g.launcher, g.model, g.gpus, tuple(pids), constants, where.inputs(pids, positions))
+        key = (g.kind, g.processes, g.launcher, g.model, g.gpus, tuple(pids), constants, inputs)
         if (known := memo.get(g.name, key, g.cgroup)) is not None:
             return known
-    used = _gpus_of(mine, refs, [gpus[i] for i in positions])
+    used = _gpus_of(set(pids), set(g.gpus), [gpus[i] for i in positions])
     known_used = [x.memory_used_bytes for x in used if x.memory_used_bytes is not None]
     totals = [x.memory_total_bytes for x in used if x.memory_total_bytes is not None]
     processes = g.processes if g.processes is not None else (len(pids) if pids else None)
