@@ -285,6 +285,29 @@ def test_long_scores_are_refreshed_from_the_thinned_long_window(monkeypatch):
     assert every["disk_io"] > 0.5 and gpu.verdict.long_scores["disk_io"] == pytest.approx(every["disk_io"])
 
 
+def test_short_and_long_verdicts_each_read_their_own_window_of_the_host():
+    """The host's side of the starvation rules is worked out once per window (bottleneck.host_view) and shared by
+    every GPU and workload: the short verdicts read the short window's host, the long ones the long window's. A
+    disk busy only in the last 15 s makes disk_io the short verdict of a starved GPU and its workload, not the
+    long one (and the evidence says which)."""
+    from headroom.analysis import bottleneck, signals
+
+    window = build_window(Host(disk_busy=0.0), [Gpu(util=0.3)], seconds=300)
+    window = [_with(s, "disk", _disk(max(0.0, t - 284.0))) if t >= 285 else s for t, s in enumerate(window)]
+    analysis = Analysis(check_config_text(TRAINER, "c.yaml"))
+    analysis._attribute = lambda sample: (SimpleNamespace(name="trainer", gpu_indices=(0,), processes=1, estimate=None,
+                                                          expected_peak_bytes=None),)
+    _, findings = analysis(window)  # a first tick: short and long scores alike
+    (gpu,) = findings.gpu_findings
+    (workload,) = findings.workload_findings
+    for verdict in (gpu.verdict, workload.verdict):
+        assert verdict.scores["disk_io"] > 0.5 and "nvme0n1 busy 100 %" in verdict.evidence["disk_io"]
+        assert verdict.long_scores["disk_io"] < 0.1
+    (g,) = signals.gpu_signals(window, 15.0)
+    alone = bottleneck.score_gpu(g, signals.host_signals(window, 15.0), bottleneck.DEFAULT_THRESHOLDS)
+    assert (gpu.verdict.scores, gpu.verdict.evidence) == (alone.scores, alone.evidence)
+
+
 def bottleneck_score_gpu_long(window):
     """The GPU's long-window scores from every sample of the long window (no thinning)."""
     from headroom.analysis import bottleneck, signals
