@@ -308,6 +308,34 @@ def test_short_and_long_verdicts_each_read_their_own_window_of_the_host():
     assert (gpu.verdict.scores, gpu.verdict.evidence) == (alone.scores, alone.evidence)
 
 
+def test_a_gpus_own_rules_run_once_per_signals_object_and_are_never_another_gpus():
+    """bottleneck.GpuRules: the rules that read one GPU's signals alone run once per GpuSignals object in a tick
+    and are shared by its verdict and its workloads'; another object (another GPU, a MIG slice's signals, a GPU
+    made at an address an earlier one freed) gets its own results, and other thresholds their own rules."""
+    from headroom.analysis import bottleneck
+    from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
+
+    t = bottleneck.DEFAULT_THRESHOLDS
+    rules = bottleneck.GpuRules(t)
+    hot = GpuSignals(index=0, uuid="GPU-0", name="H100", up=True, busy=0.97, thermal_share=0.6,
+                     temperature_celsius=90.0, thermal_limit_celsius=87.0, sm_clock_ratio=0.7)
+    assert rules(hot) is rules(hot)
+    for name, rule in bottleneck.GPU_OWN_RULES:
+        assert rules(hot)[name] == rule(hot, t)
+    for i in range(50):  # each one dropped after use: CPython hands its memory to the next
+        g = GpuSignals(index=1, uuid="GPU-1", name="H100", up=True, busy=i / 50)
+        assert rules(g)["gpu_compute"] == bottleneck.rule_gpu_compute(g, t)
+    w = WorkloadSignals(name="trainer", gpus=(0,))
+    trainer = SimpleNamespace(name="trainer", kind="training", runtime=None, dataloader_workers=None, parallel=None)
+    strict = {**t, "compute_busy_high": 0.99}
+    for thresholds in (t, strict):  # rules made for other thresholds are not used
+        alone = bottleneck.score_workload(trainer, w, [hot], HostSignals(), thresholds)
+        shared = bottleneck.score_workload(trainer, w, [hot], HostSignals(), thresholds, rules=rules)
+        assert (shared.scores, shared.evidence) == (alone.scores, alone.evidence)
+    assert bottleneck.score_workload(trainer, w, [hot], HostSignals(), strict, rules=rules).scores["gpu_compute"] != \
+        bottleneck.score_workload(trainer, w, [hot], HostSignals(), t, rules=rules).scores["gpu_compute"]
+
+
 def bottleneck_score_gpu_long(window):
     """The GPU's long-window scores from every sample of the long window (no thinning)."""
     from headroom.analysis import bottleneck, signals

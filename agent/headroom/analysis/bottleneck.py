@@ -334,6 +334,36 @@ def rule_nvlink(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
     return score, text
 
 
+class GpuRules:
+    """The rules that read only one GPU's signals and the thresholds (GPU_OWN_RULES), run once per GpuSignals
+    object and shared: the pipeline makes one per window, so a GPU's verdict and those of the workloads on it
+    read the same results instead of running the rules again for each (a workload on a MIG slice has its own
+    GpuSignals object, so its own results)."""
+
+    __slots__ = ("t", "_seen")
+
+    def __init__(self, t: Mapping[str, float]) -> None:
+        self.t = t
+        self._seen: dict[int, tuple[GpuSignals, dict[str, tuple[float, str]]]] = {}
+
+    def __call__(self, g: GpuSignals) -> dict[str, tuple[float, str]]:
+        seen = self._seen.get(id(g))
+        if seen is not None and seen[0] is g:  # the object itself (kept alive here), not one at a reused id
+            return seen[1]
+        results = {name: rule(g, self.t) for name, rule in GPU_OWN_RULES}
+        self._seen[id(g)] = (g, results)
+        return results
+
+    @classmethod
+    def for_thresholds(cls, rules: GpuRules | None, t: Mapping[str, float]) -> GpuRules:
+        """``rules`` when made for these thresholds, else a new one."""
+        return rules if rules is not None and rules.t is t else cls(t)
+
+
+GPU_OWN_RULES = (("gpu_compute", rule_gpu_compute), ("gpu_thermal", rule_gpu_thermal), ("gpu_power", rule_gpu_power),
+                 ("pcie", rule_pcie), ("nvlink", rule_nvlink))
+
+
 # --------------------------------------------------------------------------- starvation rules
 @dataclass(frozen=True)
 class HostView:
@@ -594,22 +624,24 @@ def _without_demand(results: dict[str, Result], why: str) -> dict[str, Result]:
 
 
 def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float], reserved_by: str | None = None,
-              view: HostView | None = None) -> Verdict:
+              view: HostView | None = None, rules: GpuRules | None = None) -> Verdict:
     """Scores for one GPU on its own (also for GPUs no profile claims): host rules use host signals only.
     ``reserved_by``: the serving runtime on this GPU that reserves its memory up front (vLLM, SGLang).
-    ``view``: host_view(h, t), when the caller has it (one per tick for every GPU and workload)."""
+    ``view``: host_view(h, t), ``rules``: a GpuRules, when the caller has them (one per tick for every GPU and
+    workload)."""
     if not g.up:
         return Verdict({r: 0.0 for r in RESOURCES}, {r: f"GPU {g.index} is down" for r in RESOURCES}, NONE)
     view = view or host_view(h, t)
+    own = GpuRules.for_thresholds(rules, t)(g)
     starved = starvation(g.busy, t)
     busy_text = f"GPU {g.index} busy {pct(g.busy)}"
     results: dict[str, Result] = {
-        "gpu_compute": rule_gpu_compute(g, t),
+        "gpu_compute": own["gpu_compute"],
         "gpu_memory": rule_gpu_memory(g, t, None, reserved_by or False),
-        "gpu_thermal": rule_gpu_thermal(g, t),
-        "gpu_power": rule_gpu_power(g, t),
-        "pcie": rule_pcie(g, t),
-        "nvlink": rule_nvlink(g, t),
+        "gpu_thermal": own["gpu_thermal"],
+        "gpu_power": own["gpu_power"],
+        "pcie": own["pcie"],
+        "nvlink": own["nvlink"],
         "cpu": rule_cpu(starved, busy_text, h, None, t, view=view),
         "host_memory": rule_host_memory(starved, busy_text, h, t, view),
         "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=False, view=view),
@@ -659,8 +691,9 @@ def straggler(gpus: list[GpuSignals], t: Mapping[str, float]) -> GpuSignals | No
 
 def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
                    t: Mapping[str, float], expected_peak: float | None = None, serving: Any = None,
-                   kv_alternatives: str = "", view: HostView | None = None) -> Verdict:
-    """Scores for one declared workload from its GPUs, its processes and the host (``view``: as score_gpu)."""
+                   kv_alternatives: str = "", view: HostView | None = None, rules: GpuRules | None = None) -> Verdict:
+    """Scores for one declared workload from its GPUs, its processes and the host (``view``, ``rules``: as
+    score_gpu)."""
     kind = getattr(profile.kind, "value", str(profile.kind))
     cpu_only = kind == "cpu-inference"
     up = [g for g in gpus if g.up]
@@ -677,18 +710,19 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
     # distributed: replicas or stages that exchange data every step (we cannot see whether peers share the host)
     distributed = bool(parallel and (parallel.data > 1 or parallel.pipeline > 1))
 
-    def best(rule, *args) -> tuple[float, str]:
-        pairs = [rule(g, t, *args) for g in up]
+    own = [GpuRules.for_thresholds(rules, t)(g) for g in up]
+
+    def best(pairs: list[tuple[float, str]]) -> tuple[float, str]:
         return max(pairs, key=lambda p: p[0]) if pairs else (0.0, "no GPU attributed to the workload")
 
     per_gpu_peak = (expected_peak / max(1, len(up))) if expected_peak else None
     results: dict[str, Result] = {
-        "gpu_compute": best(rule_gpu_compute),
-        "gpu_memory": best(rule_gpu_memory, per_gpu_peak, reserved or False),
-        "gpu_thermal": best(rule_gpu_thermal),
-        "gpu_power": best(rule_gpu_power),
-        "pcie": best(rule_pcie),
-        "nvlink": best(rule_nvlink),
+        "gpu_compute": best([r["gpu_compute"] for r in own]),
+        "gpu_memory": best([rule_gpu_memory(g, t, per_gpu_peak, reserved or False) for g in up]),
+        "gpu_thermal": best([r["gpu_thermal"] for r in own]),
+        "gpu_power": best([r["gpu_power"] for r in own]),
+        "pcie": best([r["pcie"] for r in own]),
+        "nvlink": best([r["nvlink"] for r in own]),
         "cpu": rule_cpu(starved, busy_text, h, w, t, cpu_is_compute=cpu_only, view=view),
         "host_memory": rule_host_memory(starved, busy_text, h, t, view),
         "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=workers, view=view),
