@@ -108,7 +108,8 @@ def attribute(
     gpus = nvml.gpus if nvml is not None else ()
     memory = sample.data("memory")
     host_memory = getattr(memory, "total_bytes", None)
-    declared = tuple(_status(p, by_name.get(p.name), gpus, host_memory, constants) for p in profiles)
+    where = _GpuIndex.of(gpus)
+    declared = tuple(_status(p, by_name.get(p.name), gpus, host_memory, constants, where) for p in profiles)
     identity = sample.data("identity")
     if not isinstance(identity, IdentitySample) or not identity.groups:
         if memo is not None:
@@ -116,7 +117,6 @@ def attribute(
         return declared
     claimed = {pid for w in by_name.values() for pid in w.pids}
     names = {p.name for p in profiles}
-    where = _GpuIndex.of(gpus)
     autos = tuple(st for g in identity.groups
                   if (st := _auto_status(g, claimed, names, gpus, constants, where, memo)) is not None)
     if memo is not None:
@@ -173,13 +173,15 @@ def claimed_by_declared(g: IdentityGroup, claimed: set[int] | frozenset[int], na
 
 @dataclass(frozen=True, slots=True)
 class _GpuIndex:
-    """Where each GPU process and device is among a tick's GPUs, so that each of many automatic workloads
-    (50 pods time-slicing 8 GPUs) looks only at its own GPUs; built once per tick."""
+    """Where each GPU process and device is among a tick's GPUs, built once per tick, so that each workload (50
+    pods time-slicing 8 GPUs, and the declared ones) looks only at its own GPUs."""
 
     # pid -> where NVML lists it, in list order: (GPU position, MIG instance position or -1 for the whole-GPU
     # list, position in that list, the GpuProcess): all that attribution reads of a process
     by_pid: Mapping[int, tuple[tuple[int, int, int, GpuProcess], ...]]
-    by_uuid: Mapping[str, int]  # GPU or MIG UUID -> position of its GPU
+    # a GPU's index or UUID, or a MIG instance's UUID -> positions of the GPUs that have it (what a profile's
+    # or an identity's ``gpus`` may name; a dict lookup matches as the set membership ``_gpus_of`` tests)
+    by_ref: Mapping[object, Sequence[int]]
     # per GPU position, what attribution reads of the GPU itself: index, UUID, up, memory total and its MIG
     # instances' (UUID, memory total)
     facts: tuple[tuple, ...]
@@ -187,45 +189,40 @@ class _GpuIndex:
     @classmethod
     def of(cls, gpus: Sequence[GpuSample]) -> _GpuIndex:
         by_pid: dict[int, list[tuple[int, int, int, GpuProcess]]] = {}
-        by_uuid: dict[str, int] = {}
+        by_ref: dict[object, list[int]] = {}
         facts = []
         for i, g in enumerate(gpus):
-            by_uuid[g.uuid] = i
+            by_ref.setdefault(g.index, []).append(i)
+            by_ref.setdefault(g.uuid, []).append(i)
             for j, m in enumerate(g.mig_instances):
-                by_uuid[m.uuid] = i
+                by_ref.setdefault(m.uuid, []).append(i)
                 for k, x in enumerate(m.processes):  # listed only by its instance (the whole-GPU list needs privileges)
                     by_pid.setdefault(x.pid, []).append((i, j, k, x))
             for k, x in enumerate(g.processes):
                 by_pid.setdefault(x.pid, []).append((i, -1, k, x))
             facts.append((g.index, g.uuid, g.up, g.memory_total_bytes,
                           tuple((m.uuid, m.memory_total_bytes) for m in g.mig_instances)))
-        return cls({k: tuple(v) for k, v in by_pid.items()}, by_uuid, tuple(facts))
+        return cls({k: tuple(v) for k, v in by_pid.items()}, by_ref, tuple(facts))
 
-    def positions(self, pids: Iterable[int], uuids: Iterable) -> list[int]:
-        """Positions of the GPUs that list one of ``pids`` or are one of ``uuids`` (GPU or MIG UUIDs), in order."""
-        return self.lookup(list(pids), uuids)[0]
-
-    def gpus(self, pids: set[int], uuids: set, gpus: Sequence[GpuSample]) -> list[GpuSample]:
-        """The GPUs that list one of ``pids`` or are one of ``uuids`` (GPU or MIG UUIDs), in their order."""
-        return [gpus[i] for i in self.positions(pids, uuids)]
-
-    def lookup(self, pids: Sequence[int], uuids: Iterable) -> tuple[list[int], tuple]:
-        """(``positions``, what ``_gpus_of`` reads for ``pids`` on those GPUs): the GPUs' facts and every listing
-        of the pids (GPU, MIG instance, GpuProcess) in list order (the order of its sums), without their places
-        in the lists (other processes coming and going move them)."""
+    def lookup(self, pids: Sequence[int], refs: Iterable, inputs: bool = True) -> tuple[list[int], tuple]:
+        """(the positions of the GPUs that list one of ``pids`` or that ``refs`` name, what ``_gpus_of`` reads for
+        ``pids`` on those GPUs when ``inputs``: the GPUs' facts and every listing of the pids (GPU, MIG instance,
+        GpuProcess) in list order (the order of its sums), without their places in the lists (other processes
+        coming and going move them))."""
         by_pid = self.by_pid
         if len(pids) == 1:
             listed = by_pid.get(pids[0], ())
         else:
             listed = [e for pid in pids for e in by_pid.get(pid, ())]
-            listed.sort(key=_place)
+            if inputs:
+                listed.sort(key=_place)
         found = {e[0] for e in listed}
-        by_uuid = self.by_uuid
-        for u in uuids:
-            i = by_uuid.get(u)
-            if i is not None:
-                found.add(i)
+        by_ref = self.by_ref
+        for ref in refs:
+            found.update(by_ref.get(ref, ()))
         positions = sorted(found)
+        if not inputs:
+            return positions, ()
         facts = self.facts
         return positions, (tuple([facts[i] for i in positions]), tuple([(i, j, x) for i, j, _, x in listed]))
 
@@ -326,8 +323,8 @@ def gpu_identity_labels(sample: Sample) -> dict[str, tuple[str, str, str, str]]:
 
 
 def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample],
-            host_memory: int | None, constants: OverheadConstants) -> WorkloadStatus:
-    used = _gpus(p, procs, gpus) if p.kind != Kind.CPU_INFERENCE else ()
+            host_memory: int | None, constants: OverheadConstants, where: _GpuIndex | None = None) -> WorkloadStatus:
+    used = _gpus(p, procs, gpus, where) if p.kind != Kind.CPU_INFERENCE else ()
     known_used = [g.memory_used_bytes for g in used if g.memory_used_bytes is not None]
     totals = [g.memory_total_bytes for g in used if g.memory_total_bytes is not None]
     capacity = sum(totals) if used and len(totals) == len(used) else None
@@ -355,9 +352,13 @@ def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[
     )  # fmt: skip
 
 
-def _gpus(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
+def _gpus(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample],
+          where: _GpuIndex | None = None) -> tuple[WorkloadGpu, ...]:
     """The GPUs the workload uses: where NVML lists its processes, plus the declared ones."""
-    return _gpus_of(set(getattr(procs, "pids", ())), set(p.gpus), gpus)
+    pids = tuple(getattr(procs, "pids", ()))
+    if where is not None:  # only those the index says it may use, not every GPU
+        gpus = [gpus[i] for i in where.lookup(pids, p.gpus, inputs=False)[0]]
+    return _gpus_of(set(pids), set(p.gpus), gpus)
 
 
 def _gpus_of(pids: set[int], declared: set, gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
