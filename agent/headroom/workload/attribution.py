@@ -23,8 +23,9 @@ Semantics (also in the metric HELP texts and docs/sizing.md, "Expected against m
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
+from operator import attrgetter
 from types import MappingProxyType
 
 from headroom.samples import (
@@ -124,6 +125,11 @@ def attribute(
     return declared + autos
 
 
+_STATUS_FIELDS = tuple(f.name for f in fields(WorkloadStatus) if f.init)  # in __init__'s order
+_STATUS_VALUES = attrgetter(*_STATUS_FIELDS)
+_CGROUP = _STATUS_FIELDS.index("cgroup")
+
+
 class AutoStatuses:
     """Last tick's automatic workload statuses, each with the inputs it was made from (``_auto_status``):
     a workload whose inputs equal (``==``) last tick's gets the same WorkloadStatus object again, with only
@@ -152,8 +158,9 @@ class AutoStatuses:
         if found is None or found[0] != key:
             return None
         st = found[1]
-        if st.cgroup is not cgroup and st.cgroup != cgroup:
-            st = replace(st, cgroup=cgroup)
+        if st.cgroup is not cgroup and st.cgroup != cgroup:  # busy pods: every tick
+            values = _STATUS_VALUES(st)  # as dataclasses.replace, at half its cost
+            st = WorkloadStatus(*values[:_CGROUP], cgroup, *values[_CGROUP + 1:])
         self._now[name] = (key, st)
         return st
 
