@@ -134,12 +134,13 @@ class AutoStatuses:
     """Last tick's automatic workload statuses, each with the inputs it was made from (``_auto_status``):
     a workload whose inputs equal (``==``) last tick's gets the same WorkloadStatus object again, with only
     its cgroup figures replaced where they changed; one whose inputs changed is made anew. Fifty idle pods
-    time-slicing eight GPUs are then fifty comparisons a tick, not fifty statuses built (docs/benchmarks.md).
+    time-slicing eight GPUs are then fifty comparisons a tick, not fifty statuses built
+    (docs/workload-identity.md, "Cost").
 
     The inputs are all that ``_auto_status`` reads: the identity group's fields but its cgroup, the pids left
     to it after the declared profiles' claims, the sizing constants, each GPU it uses (index, UUID, up, memory
     total, its MIG instances' UUIDs and memory totals) and each listing of its pids in NVML's process lists
-    (``_GpuIndex.inputs``; NVML's collector keeps an unchanged process's entry the same object, so comparing
+    (``_GpuIndex.lookup``; NVML's collector keeps an unchanged process's entry the same object, so comparing
     them is cheap). Only the workloads of the newest tick are kept: one that ends is forgotten at the next
     tick (churn leaks nothing)."""
 
