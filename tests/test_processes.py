@@ -402,6 +402,38 @@ def test_new_processes_are_found_from_the_pids_allocated_since_the_last_tick(tre
     assert c.listings == 4 and 5000 not in c._procs
 
 
+def test_a_newcomer_that_exits_before_its_next_look_is_forgotten_there_not_statted_every_tick(tree: Path, monkeypatch):
+    """An unmatched newcomer is due more looks; when one finds /proc/PID gone (a short-lived process, a pod
+    replaced), it is forgotten then: not stat-ed again on every tick until the 30 s listing (with a pod
+    replaced every second, that was dozens of failing stats a tick)."""
+    from headroom.simulation import ManualClock
+
+    clock = ManualClock(100.0)
+    live(tree, 6000)
+    c = ProcessesCollector(SourceContext(paths=Paths(procfs=tree, sysfs=SYS), monotonic=clock,
+                                         workloads=(profile("trainer", cmdline=r"train\.py"),)))
+    c.collect()
+    for pid in (6001, 6002):
+        write_proc(tree, pid, "sleep", 1, ["sleep", "60"], "/user.slice", starttime=990_000)
+    live(tree, 6002)
+    clock.advance(1.0)
+    c.collect()
+    assert {6001, 6002} <= set(c._recheck) and {6001, 6002} <= set(c._procs)
+    shutil.rmtree(tree / "6001")
+    statted: list[str] = []
+    real = os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: statted.append(str(path)) or real(path, *a, **k))
+    clock.advance(1.0)
+    c.collect()  # 6001's look is due: gone, forgotten; 6002 is looked at and stays due later looks
+    assert 6001 not in c._recheck and 6001 not in c._procs and 6002 in c._recheck and 6002 in c._procs
+    statted.clear()
+    for _ in range(10):
+        clock.advance(1.0)
+        c.collect()
+    assert f"{tree}/6001" not in statted and c.listings == 1
+    assert f"{tree}/6002" in statted  # its own later looks go on
+
+
 def test_a_tree_that_is_not_our_live_procfs_is_listed_every_tick(tree: Path):
     (tree / "loadavg").write_text("0.10 0.20 0.30 2/345 6000\n")
     os.symlink("1", tree / "self")  # another pid namespace's procfs (or a fixture): its counter is not ours

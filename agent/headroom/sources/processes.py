@@ -264,12 +264,16 @@ class ProcessesCollector(Collector):
                 and 0 <= now - self._listed_at < FULL_SCAN_SECONDS
                 and 0 <= last - previous <= max(MIN_LISTING_WORTH, len(self._procs) // 8)):
             listing: dict[int, int] = {}
-            due = [pid for pid, at in self._recheck.items() if at <= now]
+            due = {pid for pid, at in self._recheck.items() if at <= now}
             for pid in (*range(previous + 1, last + 1), *due):
                 try:
                     inode = os.stat(f"{root}/{pid}").st_ino
+                except FileNotFoundError:
+                    if pid in due:  # a newcomer due another look has exited: no more looks (nor stats)
+                        self._forget(pid)
+                    continue
                 except OSError:
-                    continue  # exited already, or never a process of ours to see
+                    continue  # never a process of ours to see
                 if pid > previous and not is_thread_group_leader(root, pid):
                     continue  # a thread's id: /proc/TID exists but is not listed
                 listing[pid] = inode
