@@ -469,6 +469,67 @@ def test_the_real_proc_finds_a_new_process_and_not_its_threads():
         proc.wait()
 
 
+def test_members_stat_and_io_stay_open_on_the_live_proc_and_close_when_they_exit(monkeypatch):
+    """On the agent's own /proc a member's stat and io are opened once and read again every tick (an open and
+    a close less per file and tick); past OPEN_MEMBER_FILES members the others are read by path; a member
+    that exits is forgotten and its descriptors closed."""
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from headroom.sources import processes
+
+    monkeypatch.setattr(processes, "OPEN_MEMBER_FILES", 1)
+    token = f"headroom-test-{uuid.uuid4().hex[:8]}"
+    c = ProcessesCollector(SourceContext(paths=Paths(), workloads=(profile("t", cmdline=token),)))
+    assert c._live
+    c.collect()
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", token]) for _ in range(2)]
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
+    try:
+        deadline = time.monotonic() + 10
+        while len(c.collect().workloads[0].pids) < 2:  # found within a tick or two (a recheck may be needed)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        kept, = c._kept
+        by_path = next(p.pid for p in procs if p.pid != kept)
+        opened.clear()
+        for _ in range(3):
+            w = c.collect().workloads[0]
+            assert w.pids == tuple(sorted(p.pid for p in procs)) and w.threads == 2
+        assert f"/proc/{kept}/stat" not in opened and f"/proc/{kept}/io" not in opened  # read through its descriptors
+        assert opened.count(f"/proc/{by_path}/stat") == 3  # past the cap: by path, every tick
+        files = c._procs[kept].files
+        assert files is not None and files.open_descriptors == 2
+        procs[[p.pid for p in procs].index(kept)].kill()
+        procs[[p.pid for p in procs].index(kept)].wait()
+        assert c.collect().workloads[0].pids == (by_path,)
+        assert files.open_descriptors == 0 and kept not in c._procs
+        assert c._kept == {by_path}  # the freed place is taken at the next member's read
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        c.close()
+    assert c._kept == set()
+
+
+def test_a_fixture_tree_keeps_no_member_file_open(tree: Path):
+    """Files of a tree of plain files are read by path: a process directory replaced by another is read anew."""
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    c.collect()
+    before = c.collect().workloads[0]
+    assert before.pids == (1000, 1001, 1002, 1003)
+    assert c._kept == set() and all(p.files is None for p in c._procs.values())
+    threads = procfs.read_pid_stat(tree, 1001).num_threads
+    write_proc(tree, 1001, "python3", 1000, ["python3", "train.py"], "/user.slice", starttime=900_000,
+               threads=threads + 8)
+    assert c.collect().workloads[0].threads == before.threads + 8
+
+
 def test_a_process_that_execs_seconds_after_discovery_is_still_found_and_rechecks_end(tree: Path, monkeypatch):
     """A launcher script (or a loaded host) may exec the workload's program seconds after the fork: the
     unmatched newcomer is looked at again at doubling intervals, then left to the 30 s listing."""

@@ -35,7 +35,10 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
   per-process saturation; and, while a main process runs at HOT_CORES or more, its threads'
   /proc/PID/task/TID/stat, for per-thread saturation) and /proc/PID/io (skipped for good once denied; not read for a simulation's
   stand-ins that are real processes of this machine, which perform none of the I/O they model: unknown,
-  not zero);
+  not zero); on a live procfs a member's stat and io stay open (``procfs.PidFiles``, for the first
+  ``OPEN_MEMBER_FILES`` members) and are read again from offset 0, and closed when it exits or leaves;
+- a newcomer due another look whose /proc/PID has gone is forgotten at that look (short-lived processes, pods
+  replaced), not stat-ed again on every tick until the next listing;
 - a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
   files through ``--path.sysfs``: cpu.stat, cpu.max, memory.current, io.stat, {cpu,memory,io}.pressure.
 
@@ -72,6 +75,7 @@ HOT_CORES = 0.8  # a main process using this many cores since the previous tick 
 FULL_SCAN_SECONDS = 30.0  # /proc is listed at least this often (exits of non-members, a safety net)
 MIN_LISTING_WORTH = 64  # new pids a tick stats one by one before listing /proc instead (and 1/8 of the known)
 RECHECKS = 4  # an unmatched newcomer is examined again at the next tick, then about 3, 7 and 15 s after discovery
+OPEN_MEMBER_FILES = 128  # members whose stat and io stay open (2 descriptors each); the others are read by path
 
 try:
     PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
@@ -170,6 +174,7 @@ class _Proc:
     cpu: tuple[float, float] | None = None  # (utime, stime) already added to the workload's counters
     cpu_at: float | None = None  # monotonic time of that reading
     io: tuple[int, int] | None = None  # (read_bytes, write_bytes) already added
+    files: procfs.PidFiles | None = None  # its stat and io kept open while it is a member (live procfs only)
 
 
 @dataclass(slots=True)
@@ -218,6 +223,7 @@ class ProcessesCollector(Collector):
         self._now = 0.0  # this tick's monotonic time (set by _listing)
         self._listed_at: float | None = None
         self.listings = 0  # full /proc listings so far (bench/processes.py reports them)
+        self._kept: set[int] = set()  # members whose files are kept open (at most OPEN_MEMBER_FILES)
 
     def collect(self) -> ProcessesSample:
         """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
@@ -361,6 +367,23 @@ class ProcessesCollector(Collector):
         p = self._procs.pop(pid, None)
         if p is not None and p.workload is not None:
             self._totals[p.workload].members.discard(pid)
+        if p is not None and p.files is not None:
+            self._release(p, pid)
+
+    def _release(self, p: _Proc, pid: int) -> None:
+        """Close the files kept open for ``p`` (it exited, or is no member any more)."""
+        if p.files is not None:
+            p.files.close()
+            p.files = None
+        self._kept.discard(pid)
+
+    def close(self) -> None:
+        """Close every member's kept files."""
+        for pid in list(self._kept):
+            p = self._procs.get(pid)
+            if p is not None:
+                self._release(p, pid)
+        self._kept.clear()
 
     def _read_pid_files(self) -> list[frozenset[int]]:
         """Per workload, the pid its pid file names (empty when it has none, or it is missing/garbled)."""
@@ -410,6 +433,8 @@ class ProcessesCollector(Collector):
             p.workload = min(candidates) if candidates else None
             if only is not None and before is not None and before != p.workload:
                 self._totals[before].members.discard(pid)
+            if p.workload is None and p.files is not None:
+                self._release(p, pid)
             if p.workload is not None:
                 self._totals[p.workload].members.add(pid)
 
@@ -423,8 +448,12 @@ class ProcessesCollector(Collector):
         now = (self.ctx.monotonic or time.monotonic)()
         for pid in sorted(t.members):
             p = self._procs[pid]
+            files = p.files
+            if files is None and self._live and len(self._kept) < OPEN_MEMBER_FILES:
+                files = p.files = procfs.PidFiles(root, pid)  # opened at its first read below
+                self._kept.add(pid)
             try:
-                st = procfs.read_pid_stat(root, pid, self._user_hz)
+                st = files.stat(self._user_hz) if files is not None else procfs.read_pid_stat(root, pid, self._user_hz)
             except procfs.ProcessGone:
                 self._forget(pid)
                 continue
@@ -448,7 +477,7 @@ class ProcessesCollector(Collector):
             rss += st.rss_pages * PAGE_SIZE
             if not p.io_denied and self._io_real:
                 try:
-                    io = procfs.read_pid_io(root, pid)
+                    io = files.io() if files is not None else procfs.read_pid_io(root, pid)
                 except (procfs.ProcessGone, OSError, ValueError):
                     io = None  # it ran until now; its stat still counts
                 else:
