@@ -806,6 +806,38 @@ def test_process_lists_and_samples_read_the_same_through_the_binding_wrappers(ma
     assert {(p.pid, p.sm_utilization_ratio) for p in g0.processes} >= {(7001, 0.12), (7002, 0.0)}
 
 
+def test_several_samples_of_one_process_are_averaged_and_the_newest_timestamp_is_asked_from_next():
+    """A driver may hold several samples of a process since the last read: its ratio is their mean (capped at
+    1), and the next read asks only for samples newer than the newest one seen (each read once)."""
+    asked: list[int] = []
+    batches = [[(9, 1_000, 30), (10, 1_100, 120), (9, 1_200, 50)], []]
+
+    def entry(handle: object, array: object, count: object, last_seen: ctypes.c_ulonglong) -> int:
+        asked.append(last_seen.value)
+        rows = batches.pop(0)
+        if not rows:
+            return pynvml.NVML_ERROR_NOT_FOUND
+        for slot, (pid, stamp, sm) in zip(array, rows, strict=False):
+            slot.pid, slot.timeStamp, slot.smUtil = pid, stamp, sm
+        ctypes.cast(count, ctypes.POINTER(ctypes.c_uint)).contents.value = len(rows)
+        return 0
+
+    class Library:
+        nvmlDeviceGetProcessUtilization = staticmethod(lambda *args: pytest.fail("the wrapper is not used"))
+
+        @staticmethod
+        def _nvmlGetFunctionPointer(name: str) -> object:
+            assert name == "nvmlDeviceGetProcessUtilization"
+            return entry
+
+    collector = NvmlCollector(SourceContext())
+    collector.lib = Library()
+    gpu = nvml._Gpu(collector.lib, 0, handle=object())
+    assert collector._process_utilization(gpu) == {9: 0.4, 10: 1.0}
+    assert collector._process_utilization(gpu) == {}  # NOT_FOUND: nothing ran since, every process idle
+    assert asked == [0, 1_200]
+
+
 def test_the_process_layouts_read_what_the_binding_declares():
     """The one-pass reads take offsets and C types from the binding's own structs; NVML_VALUE_NOT_AVAILABLE
     is no figure (None), as the binding's wrapper makes it."""

@@ -358,18 +358,29 @@ _SAMPLE_LAYOUT = _Layout("c_nvmlProcessUtilizationSample_t", ("pid", "timeStamp"
 _LIST_CAPACITY = 32  # entries in a new list array; it grows to twice what the driver asks for, plus 5
 
 
-class _ListArray:
-    """The array one list query of one handle fills, kept and reused tick after tick (as the field array is),
-    with the bytes it held last time and their decoded rows."""
+class _ListQuery:
+    """One list query (the entry point ``function``) of one handle, into an array of the binding's struct kept
+    and reused tick after tick as the field array is: one call while the array is large enough, else the size
+    the driver asked for and a second call (the binding's two-call protocol with its first call skipped).
+    The entry point is found through the binding's own lookup (FUNCTION_NOT_FOUND included); the entries are
+    decoded in one pass (``_Layout``) and through ``convert``, and only when the driver wrote other bytes
+    than last time: otherwise the same object as last time is returned."""
 
-    __slots__ = ("array", "capacity", "layout", "raw", "rows")
+    __slots__ = ("lookup", "function", "layout", "convert", "samples_first", "array", "capacity", "count",
+                 "count_ref", "raw", "converted")
 
-    def __init__(self, layout: _Layout) -> None:
-        self.layout = layout
+    def __init__(self, lookup: Callable[[str], Any], function: str, layout: _Layout,
+                 convert: Callable[[list[tuple[Any, ...]]], Any]) -> None:
+        self.lookup, self.function, self.layout, self.convert = lookup, function, layout, convert
+        # nvmlDeviceGetProcessUtilization(device, samples, *count, lastSeen) against the process lists'
+        # (device, *count, infos)
+        self.samples_first = layout is _SAMPLE_LAYOUT
         self.capacity = 0
         self.array: Any = None
+        self.count = ctypes.c_uint(0)
+        self.count_ref = ctypes.byref(self.count)
         self.raw: bytes | None = None
-        self.rows: tuple[tuple[Any, ...], ...] = ()
+        self.converted: Any = None
         self.reserve(_LIST_CAPACITY)
 
     def reserve(self, entries: int) -> None:
@@ -377,22 +388,33 @@ class _ListArray:
             self.capacity = entries
             self.array = (self.layout.ctype * entries)()
 
-    def fill(self, call: Callable[[Any, Any], int]) -> tuple[tuple[Any, ...], ...]:
-        """The rows ``call(array, byref(count))`` wrote: one call while the array is large enough, else the
-        size the driver asked for and a second call (the binding's two-call protocol, the first call
-        skipped). The same rows object as last time when the driver wrote the same bytes."""
-        count = ctypes.c_uint(self.capacity)
-        ret = call(self.array, ctypes.byref(count))
+    def _invoke(self, fn: Any, handle: Any, tail: tuple[Any, ...]) -> int:
+        self.count.value = self.capacity
+        if self.samples_first:
+            return fn(handle, self.array, self.count_ref, *tail)
+        return fn(handle, self.count_ref, self.array, *tail)
+
+    def read(self, handle: Any, *tail: Any) -> tuple[int, Any]:
+        """(NVML return code, the converted entries on success, else None)."""
+        fn = self.lookup(self.function)
+        ret = self._invoke(fn, handle, tail)
         if ret == _ERR["INSUFFICIENT_SIZE"]:
-            self.reserve(count.value * 2 + 5)
-            count.value = self.capacity
-            ret = call(self.array, ctypes.byref(count))
+            self.reserve(self.count.value * 2 + 5)
+            ret = self._invoke(fn, handle, tail)
+        if ret != _SUCCESS:
+            return ret, None
+        raw = ctypes.string_at(self.array, min(self.count.value, self.capacity) * self.layout.size)
+        if raw != self.raw:
+            self.raw, self.converted = raw, self.convert(self.layout.rows(raw))
+        return ret, self.converted
+
+    def __call__(self, handle: Any, *tail: Any) -> Any:
+        """The converted entries; raises the binding's NVMLError for any other return code (``_Gpu.query``
+        maps it as it maps the binding's own calls)."""
+        ret, converted = self.read(handle, *tail)
         if ret != _SUCCESS:
             raise pynvml.NVMLError(ret)
-        raw = ctypes.string_at(self.array, min(count.value, self.capacity) * self.layout.size)
-        if raw != self.raw:
-            self.raw, self.rows = raw, tuple(self.layout.rows(raw))
-        return self.rows
+        return converted
 
 
 def _kib(value: int | None) -> int | None:
@@ -1100,7 +1122,7 @@ class NvmlCollector(Collector):
         (transient). The same rows object as last tick's when the driver listed the same bytes."""
         for key, function in (("processes_v3", "nvmlDeviceGetComputeRunningProcesses_v3"),
                               ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2")):  # fmt: skip
-            call = self._list_call(gpu, f"list:{prefix}{key}", function, _PROCESS_LAYOUT, _process_rows)
+            call = self._list_query(gpu, f"list:{prefix}{key}", function, _PROCESS_LAYOUT, _process_rows)
             procs = gpu.query(prefix + key, function, handle, call=call)
             if procs is _ABSENT:
                 continue
@@ -1109,31 +1131,18 @@ class NvmlCollector(Collector):
             return (procs if call is not None else _process_rows(tuple((p.pid, p.usedGpuMemory) for p in procs))), False
         return None, False
 
-    def _list_call(self, gpu: _Gpu, key: str, function: str, layout: _Layout,
-                   convert: Callable[[tuple[tuple[Any, ...], ...]], Any], *tail: Any) -> Callable[[Any], Any] | None:
-        """A call of list entry point ``function`` (``handle, *count, array, *tail`` for the process lists,
-        ``handle, array, *count, *tail`` for the utilization samples) into the array kept under ``key`` on this
-        GPU, found through the binding's own lookup (its FUNCTION_NOT_FOUND included) and decoded in one
-        pass; its rows through ``convert`` once per change. None where the binding has no such function (the
-        query then finds it missing, as before), no lookup, or no usable layout of the struct: then the
-        binding's wrapper is called."""
-        lookup = getattr(self.lib, "_nvmlGetFunctionPointer", None)
-        if lookup is None or not layout.ready or not hasattr(self.lib, function):
-            return None
-        entry = gpu.cache.get(key)
-        if entry is None:
-            entry = gpu.cache[key] = [_ListArray(layout), None, None]  # the array, its rows, their conversion
-        array = entry[0]
-        samples_first = layout is _SAMPLE_LAYOUT
-
-        def call(handle: Any) -> Any:
-            fn = lookup(function)
-            rows = array.fill((lambda a, n: fn(handle, a, n, *tail)) if samples_first else (lambda a, n: fn(handle, n, a, *tail)))
-            if rows is not entry[1]:
-                entry[1], entry[2] = rows, convert(rows)
-            return entry[2]
-
-        return call
+    def _list_query(self, gpu: _Gpu, key: str, function: str, layout: _Layout,
+                    convert: Callable[[list[tuple[Any, ...]]], Any]) -> _ListQuery | None:
+        """The list query kept under ``key`` on this GPU (see _ListQuery). None where the binding has no such
+        function (the query then finds it missing, as before), no function lookup, or no usable layout of the
+        struct: then the binding's wrapper is called."""
+        query = gpu.cache.get(key)
+        if query is None:
+            lookup = getattr(self.lib, "_nvmlGetFunctionPointer", None)
+            if lookup is None or not layout.ready or not hasattr(self.lib, function):
+                return None
+            query = gpu.cache[key] = _ListQuery(lookup, function, layout, convert)
+        return query
 
     def _processes(self, gpu: _Gpu, mig: tuple[samples.MigInstance, ...]) -> tuple[tuple[samples.GpuProcess, ...], bool | None]:
         """(processes, stale). A transient failure (INSUFFICIENT_SIZE when processes doubled between the
@@ -1173,11 +1182,14 @@ class NvmlCollector(Collector):
             del gpu.unsupported[key]
         last_seen = gpu.cache.get("process_utilization_seen", 0)
         function = "nvmlDeviceGetProcessUtilization"
-        call = self._list_call(gpu, "list:process_utilization", function, _SAMPLE_LAYOUT, tuple,
-                               ctypes.c_ulonglong(last_seen))
+        query = self._list_query(gpu, "list:process_utilization", function, _SAMPLE_LAYOUT, tuple)
         try:
-            if call is not None:
-                found = call(gpu.handle)
+            if query is not None:
+                ret, found = query.read(gpu.handle, ctypes.c_ulonglong(last_seen))
+                if ret == _ERR["NOT_FOUND"]:  # the usual answer on a quiet GPU: no exception raised for it
+                    return {}
+                if ret != _SUCCESS:
+                    raise pynvml.NVMLError(ret)
             else:
                 found = tuple(_struct_values(s, "pid", "timeStamp", "smUtil")
                               for s in getattr(gpu.lib, function)(gpu.handle, last_seen) or ())
@@ -1195,12 +1207,18 @@ class NvmlCollector(Collector):
         except AttributeError:  # a binding without the function
             gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
             return None
-        sums: dict[int, list[float]] = {}
+        sums: dict[int, int] = {}
+        counts: dict[int, int] = {}  # pids with more than one sample (a driver may keep several per process)
         for pid, stamp, sm in found:
-            sums.setdefault(int(pid), []).append(float(sm))
-            last_seen = max(last_seen, int(stamp))
+            if pid in sums:
+                sums[pid] += sm
+                counts[pid] = counts.get(pid, 1) + 1
+            else:
+                sums[pid] = sm
+            if stamp > last_seen:
+                last_seen = stamp
         gpu.cache["process_utilization_seen"] = last_seen
-        return {pid: min(1.0, sum(v) / len(v) / 100) for pid, v in sums.items()}
+        return {pid: min(1.0, total / counts.get(pid, 1) / 100) for pid, total in sums.items()}
 
     def _mig(self, gpu: _Gpu, now: float) -> tuple[bool | None, tuple[samples.MigInstance, ...]]:
         """(MIG enabled, instances with memory); the layout is re-read every _MIG_REFRESH seconds."""
