@@ -838,6 +838,38 @@ def test_several_samples_of_one_process_are_averaged_and_the_newest_timestamp_is
     assert asked == [0, 1_200]
 
 
+def test_a_list_that_fills_the_kept_array_to_its_last_entry_is_read_again_into_a_larger_one():
+    """A driver may fill what fits and answer SUCCESS: a full array may hold a list cut short, so it is read
+    once more into one twice as large, and every process is there."""
+    pids = list(range(100, 100 + nvml._LIST_CAPACITY + 3))
+    capacities: list[int] = []
+
+    def entry(handle: object, count: object, array: object) -> int:
+        counter = ctypes.cast(count, ctypes.POINTER(ctypes.c_uint)).contents
+        capacities.append(counter.value)
+        written = pids[:counter.value]
+        for slot, pid in zip(array, written, strict=False):
+            slot.pid, slot.usedGpuMemory = pid, GIB
+        counter.value = len(written)
+        return 0
+
+    class Library:
+        nvmlDeviceGetComputeRunningProcesses_v3 = staticmethod(lambda *args: pytest.fail("the wrapper is not used"))
+
+        @staticmethod
+        def _nvmlGetFunctionPointer(name: str) -> object:
+            return entry
+
+    collector = NvmlCollector(SourceContext())
+    collector.lib = Library()
+    gpu = nvml._Gpu(collector.lib, 0, handle=object())
+    rows, failed = collector._process_list(gpu, gpu.handle)
+    assert not failed and [pid for pid, _ in rows] == pids
+    assert capacities == [nvml._LIST_CAPACITY, nvml._LIST_CAPACITY * 2 + 5]
+    collector._process_list(gpu, gpu.handle)
+    assert capacities[2:] == [nvml._LIST_CAPACITY * 2 + 5]  # large enough now: one call
+
+
 def test_the_process_layouts_read_what_the_binding_declares():
     """The one-pass reads take offsets and C types from the binding's own structs; NVML_VALUE_NOT_AVAILABLE
     is no figure (None), as the binding's wrapper makes it."""

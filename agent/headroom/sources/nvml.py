@@ -360,8 +360,9 @@ _LIST_CAPACITY = 32  # entries in a new list array; it grows to twice what the d
 
 class _ListQuery:
     """One list query (the entry point ``function``) of one handle, into an array of the binding's struct kept
-    and reused tick after tick as the field array is: one call while the array is large enough, else the size
-    the driver asked for and a second call (the binding's two-call protocol with its first call skipped).
+    and reused tick after tick as the field array is: one call while the array is large enough, else a second
+    call into twice the size the driver asked for (the binding's two-call protocol with its first call
+    skipped; an array the driver filled to its last entry is taken as too small as well).
     The entry point is found through the binding's own lookup (FUNCTION_NOT_FOUND included); the entries are
     decoded in one pass (``_Layout``) and through ``convert``, and only when the driver wrote other bytes
     than last time: otherwise the same object as last time is returned."""
@@ -398,8 +399,10 @@ class _ListQuery:
         """(NVML return code, the converted entries on success, else None)."""
         fn = self.lookup(self.function)
         ret = self._invoke(fn, handle, tail)
-        if ret == _ERR["INSUFFICIENT_SIZE"]:
-            self.reserve(self.count.value * 2 + 5)
+        if ret == _ERR["INSUFFICIENT_SIZE"] or (ret == _SUCCESS and self.count.value >= self.capacity):
+            # too small (the driver says how many it has), or filled to the last entry, which may be a list cut
+            # to what fits (nvml.h describes the sample queries so): once more, into twice as much
+            self.reserve(max(self.count.value, self.capacity) * 2 + 5)
             ret = self._invoke(fn, handle, tail)
         if ret != _SUCCESS:
             return ret, None
