@@ -870,6 +870,36 @@ def test_a_list_that_fills_the_kept_array_to_its_last_entry_is_read_again_into_a
     assert capacities[2:] == [nvml._LIST_CAPACITY * 2 + 5]  # large enough now: one call
 
 
+@pytest.mark.parametrize(("error", "outcome"), [
+    ("NOT_SUPPORTED", "absent, not asked again"), ("NO_PERMISSION", "absent, not asked again"),
+    ("FUNCTION_NOT_FOUND", "absent, not asked again"), ("TIMEOUT", "absent this tick"),
+    ("GPU_IS_LOST", "gpu down"), ("UNKNOWN", "gpu down"), ("UNINITIALIZED", "nvml down"),
+])
+def test_per_process_utilization_errors_are_handled_as_every_other_query(make, error, outcome):
+    """nvmlDeviceGetProcessUtilization read into the kept array answers every error class as before: absent
+    (remembered or for this tick), the GPU down, or NVML down; the process list itself stays."""
+    rig = make()
+    _attach(rig, [(7001, 4, 0.25)])
+    assert {p.pid: p.sm_utilization_ratio for p in rig.tick().gpus[0].processes} == {1001: 0.0, 1002: 0.0, 7001: 0.25}
+    rig.lib.inject("nvmlDeviceGetProcessUtilization", gpu=0, error=error, calls=1)
+    if outcome == "nvml down":
+        with pytest.raises(CollectorError, match=error):
+            rig.tick()
+        return
+    g0 = rig.tick().gpus[0]
+    if outcome == "gpu down":
+        assert not g0.up and error in g0.error and "nvmlDeviceGetProcessUtilization" in g0.error
+        return
+    assert g0.up and [(p.pid, p.sm_utilization_ratio) for p in g0.processes] == [(1001, None), (1002, None), (7001, None)]
+    calls = rig.lib.calls[("nvmlDeviceGetProcessUtilization", 0)]
+    again = rig.tick().gpus[0]
+    if outcome == "absent this tick":
+        assert {p.pid: p.sm_utilization_ratio for p in again.processes} == {1001: 0.0, 1002: 0.0, 7001: 0.25}
+    else:
+        assert [p.sm_utilization_ratio for p in again.processes] == [None, None, None]
+        assert rig.lib.calls[("nvmlDeviceGetProcessUtilization", 0)] == calls
+
+
 def test_the_process_layouts_read_what_the_binding_declares():
     """The one-pass reads take offsets and C types from the binding's own structs; NVML_VALUE_NOT_AVAILABLE
     is no figure (None), as the binding's wrapper makes it."""
