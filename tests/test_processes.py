@@ -434,6 +434,45 @@ def test_a_newcomer_that_exits_before_its_next_look_is_forgotten_there_not_statt
     assert f"{tree}/6002" in statted  # its own later looks go on
 
 
+def _newcomer_looks(tree: Path, monkeypatch, match: dict, become: tuple[str, list[str]]) -> tuple[list[int], bool]:
+    """An unmatched newcomer (6001) on a live tree, changed to (comm, argv) ``become`` after its discovery:
+    (the pids whose stat was read on its later looks, whether it was found)."""
+    from headroom.simulation import ManualClock
+
+    clock = ManualClock(100.0)
+    live(tree, 6000)
+    c = ProcessesCollector(SourceContext(paths=Paths(procfs=tree, sysfs=SYS), monotonic=clock,
+                                         workloads=(profile("trainer", **match),)))
+    c.collect()
+    write_proc(tree, 6001, "bash", 1, ["bash", "launch.sh"], "/user.slice", starttime=990_000)
+    live(tree, 6001)
+    clock.advance(1.0)
+    assert 6001 not in c.collect().workloads[0].pids
+    comm, argv = become
+    stat = (tree / "6001" / "stat").read_text()
+    (tree / "6001" / "stat").write_text(stat.replace("(bash)", f"({comm})"))  # in place: the same inode
+    (tree / "6001" / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in argv))
+    statted: list[int] = []
+    real = procfs.read_pid_stat
+    monkeypatch.setattr(procfs, "read_pid_stat", lambda root, pid, *a: statted.append(pid) or real(root, pid, *a))
+    clock.advance(1.0)
+    found = 6001 in c.collect().workloads[0].pids
+    return [pid for pid in statted if pid == 6001], found
+
+
+def test_another_look_at_a_newcomer_reads_its_argv_not_its_stat_again(tree: Path, monkeypatch):
+    """The same /proc/PID inode is the same process: another look (for an exec after discovery) needs its
+    argv, cgroup or uid, not the stat read at discovery (its start time is known); the exec is found."""
+    statted, found = _newcomer_looks(tree, monkeypatch, {"cmdline": r"train\.py"}, ("bash", ["python3", "train.py"]))
+    assert found and statted == []
+
+
+def test_with_an_exe_rule_another_look_reads_the_stat_again_for_a_new_comm(tree: Path, monkeypatch):
+    """An exe rule matches comm, which an exec (or a rename) changes: then the look reads the stat again."""
+    statted, found = _newcomer_looks(tree, monkeypatch, {"exe": "trainer"}, ("trainer", ["bash", "launch.sh"]))
+    assert found and statted == [6001]
+
+
 def test_a_tree_that_is_not_our_live_procfs_is_listed_every_tick(tree: Path):
     (tree / "loadavg").write_text("0.10 0.20 0.30 2/345 6000\n")
     os.symlink("1", tree / "self")  # another pid namespace's procfs (or a fixture): its counter is not ours

@@ -58,7 +58,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -157,6 +157,16 @@ class Rule:
         return None
 
 
+class _Again(NamedTuple):
+    """What another look at a known process (same /proc/PID inode) needs of its stat: known already, except
+    comm, which only an ``exe`` rule reads (then the stat is read again)."""
+
+    pid: int
+    comm: str
+    ppid: int
+    starttime_ticks: int
+
+
 @dataclass(slots=True)
 class _Proc:
     """What the collector remembers about one process instance (pid + start time)."""
@@ -205,6 +215,7 @@ class ProcessesCollector(Collector):
         self._needs_cmdline = any(r.needs_cmdline for r in self._rules)
         self._needs_cgroup = any(r.needs_cgroup for r in self._rules)
         self._needs_uid = any(r.restricted for r in self._rules)
+        self._needs_comm = any(r.exe is not None for r in self._rules)  # an exec changes comm: read it again
         self._user_hz = clock_ticks_per_second()
         self._procs: dict[int, _Proc] = {}
         self._totals = [_Totals() for _ in self._profiles]
@@ -299,8 +310,12 @@ class ProcessesCollector(Collector):
         todo = []
         for pid, inode in listing.items():
             p = self._procs.get(pid)
-            if p is not None and p.inode == inode and not self._due(p, pid):
-                continue
+            if p is not None and p.inode == inode:
+                if not self._due(p, pid):
+                    continue
+                if not self._needs_comm:  # another look at the same process (same inode): only its argv,
+                    todo.append((_Again(pid, "", p.ppid, p.starttime), inode, p))  # cgroup or uid can change
+                    continue
             try:
                 st = procfs.read_pid_stat(root, pid, self._user_hz)
             except (OSError, ValueError):
