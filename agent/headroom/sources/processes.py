@@ -28,7 +28,9 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
   when a rule needs it), once; one that appeared after the first scan and matched nothing is re-read
   ``RECHECKS`` more times at doubling intervals (the next tick, then about 3, 7 and 15 s after discovery), so a fork ->
   exec (or a move into its unit's cgroup) that happened after discovery is not missed even when a
-  loaded host or a launcher script delays the exec past one tick; later changes are seen by the
+  loaded host or a launcher script delays the exec past one tick (such a look re-reads what the rules
+  match, not the stat: the same inode is the same process, whose start time is known; comm, which an exec
+  changes, only for an ``exe`` rule); later changes are seen by the
   ``FULL_SCAN_SECONDS`` listing. The cost grows with the fork rate, not the process count;
 - per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
   time that detects pid reuse; each member's own CPU seconds are reported beside the workload's sum, for
