@@ -440,6 +440,16 @@ def test_pid_io_fixture_and_missing_field():
         procfs.parse_pid_io("rchar: 1\nwchar: 2\nread_bytes: 3\n")
 
 
+def test_pid_stat_fields_past_rss_are_not_split_and_do_not_matter():
+    """Only the fields up to rss are split off: a stat line with more fields after them (newer kernels) or
+    just enough parses the same."""
+    base = "77 (x y) S 1 77 77 0 -1 4194560 10 0 0 0 250 50 0 0 20 0 3 0 900 1000000 12"
+    longer = procfs.parse_pid_stat(base + " " + " ".join(["0"] * 30) + "\n", user_hz=100)
+    assert longer == procfs.parse_pid_stat(base + "\n", user_hz=100)
+    assert (longer.comm, longer.utime_seconds, longer.num_threads, longer.starttime_ticks, longer.rss_pages) == (
+        "x y", 2.5, 3, 900, 12)
+
+
 @pytest.mark.parametrize(
     ("situation", "data", "argv"),
     [

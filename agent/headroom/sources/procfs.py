@@ -382,7 +382,7 @@ def parse_pid_stat(text: str, user_hz: int = USER_HZ_DEFAULT) -> PidStat:
     close = text.rfind(")")
     if open_ < 0 or close < open_:
         raise ValueError(f"no '(comm)' in {text[:80]!r}")
-    rest = text[close + 1 :].split()
+    rest = text[close + 1 :].split(None, 22)  # the fields up to rss (the 22nd after comm): the rest stays whole
     if len(rest) < 22:
         raise ValueError(f"{len(rest)} fields after comm, at least 22 expected")
     try:
