@@ -64,16 +64,25 @@ def _label_text(names: tuple[str, ...], values: tuple[Any, ...]) -> str:
     return text
 
 
-# (family, label values) -> (the series' text up to its closing brace, e.g. ``name{gpu="0",uuid="GPU-.."``, and
-# the GPU UUID whose identity labels (Writer.gpu_extra) go before that brace, None for a series not labelled
-# gpu, uuid): most series repeat every tick, so a series costs one lookup, one value and one join; checked
-# against the catalogue when first seen, cleared past the bound like _LABEL_TEXT
-_SERIES_HEAD: dict[tuple[str, tuple[Any, ...]], tuple[str, str | None]] = {}
-_SERIES_HEAD_MAX = 20_000
+# (family, label values) -> what rendering that series needs, kept across ticks: most series repeat every tick
+# and most of their values too (samples.share_unchanged keeps unchanged values, and the analysis repeats its
+# scores), so a series usually costs one lookup and one append of last tick's line. Each entry is a tuple
+# (family's position in the catalogue, the text up to the closing brace or value, e.g. ``name{gpu="0",uuid="GPU-.."``,
+# the GPU UUID whose identity labels (Writer.gpu_extra) go before the brace (None for a series not labelled
+# gpu, uuid), those labels as last rendered, the head up to the value, the last value, its line). A line is
+# reused only for a value of the same type that compares equal (the same text by format_value; NaN never
+# equals, so it is written anew), and only with the same identity labels. The entry is replaced, never
+# changed in place, so a render in another thread sees an old or a new entry, both consistent. Checked
+# against the catalogue when first seen; cleared past the bound like _LABEL_TEXT, so churning pods cannot
+# grow it.
+_SERIES: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
+_SERIES_MAX = 20_000
+_UNSET = object()  # the value of an entry not rendered yet: equal to no value
 
 
-def _series_head(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any, ...]] | None
-                 ) -> tuple[str, str | None]:
+def _series(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any, ...]] | None
+            ) -> tuple[int, str, str | None, str, str, Any, str]:
+    """A new entry of _SERIES for this series (stored unless ``key`` is None: an unhashable label value)."""
     spec = BY_NAME.get(name)
     if spec is None:
         raise UnknownMetric(f"{name} is not in the metric catalogue")
@@ -81,20 +90,22 @@ def _series_head(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple
     if len(label_values) != len(names):
         raise ValueError(f"{name} takes labels {names}, got {len(label_values)} values")
     if not label_values:
-        head = (name, None)
+        entry = (_ORDER[name], name, None, "", f"{name} ", _UNSET, "")
     else:
-        head = (f"{name}{{{_label_text(names, label_values)}", label_values[1] if names[:2] == _GPU_IDS else None)
+        prefix = f"{name}{{{_label_text(names, label_values)}"
+        uuid = label_values[1] if names[:2] == _GPU_IDS else None
+        entry = (_ORDER[name], prefix, uuid, "", f"{prefix}}} ", _UNSET, "")
     if key is not None:
-        if len(_SERIES_HEAD) >= _SERIES_HEAD_MAX:
-            _SERIES_HEAD.clear()
-        _SERIES_HEAD[key] = head
-    return head
+        if len(_SERIES) >= _SERIES_MAX:
+            _SERIES.clear()
+        _SERIES[key] = entry
+    return entry
 
 
 def clear_caches() -> None:
     """Empty the rendered-text caches (bounded, so never a leak; a memory measurement clears them first)."""
     _LABEL_TEXT.clear()
-    _SERIES_HEAD.clear()
+    _SERIES.clear()
 
 
 def format_value(value: float | int | bool) -> str:
@@ -129,10 +140,10 @@ _INFINITIES = (math.inf, -math.inf)
 class Writer:
     """Collects series per family; ``add`` takes label values in the catalogue's label order."""
 
-    __slots__ = ("_families", "gpu_extra")
+    __slots__ = ("_lines", "gpu_extra")
 
     def __init__(self) -> None:
-        self._families: dict[str, list[str]] = {}  # family name -> its series lines
+        self._lines: list[list[str]] = [[] for _ in _HEADERS]  # each family's series lines, in catalogue order
         # GPU UUID -> ',namespace="..",pod=".."': appended to every series labelled gpu, uuid (identity labels)
         self.gpu_extra: dict[str, str] = {}
 
@@ -141,32 +152,37 @@ class Writer:
             return  # unknown / unsupported: the series is absent, never 0
         key = (name, label_values)
         try:
-            head = _SERIES_HEAD.get(key)
+            index, prefix, uuid, extra, head, last, line = _SERIES[key]
+        except KeyError:
+            index, prefix, uuid, extra, head, last, line = _series(name, label_values, key)
         except TypeError:  # an unhashable label value: rendered, not cached
-            key, head = None, None
-        if head is None:
-            head = _series_head(name, label_values, key)
-        lines = self._families.get(name)
-        if lines is None:
-            lines = self._families[name] = []
-        prefix, uuid = head
-        if uuid is not None and self.gpu_extra:
-            lines.append(f"{prefix}{self.gpu_extra.get(uuid, '')}}} {format_value(value)}")
-        else:
-            lines.append(f"{prefix}{'}' if label_values else ''} {format_value(value)}")
+            index, prefix, uuid, extra, head, last, line = _series(name, label_values, None)
+            key = None
+        if uuid is not None:
+            now = self.gpu_extra.get(uuid, "")
+            if now != extra:
+                extra, head, last = now, f"{prefix}{now}}} ", _UNSET
+        if type(value) is not type(last) or value != last:
+            line = head + format_value(value)
+            if key is not None:
+                _SERIES[key] = (index, prefix, uuid, extra, head, value, line)
+        self._lines[index].append(line)
 
     def names(self) -> set[str]:
-        return set(self._families)
+        return {m.name for m, lines in zip(CATALOG, self._lines, strict=True) if lines}
 
     def render(self) -> bytes:
         out: list[str] = []
-        for name in sorted(self._families, key=_ORDER.__getitem__):
-            spec = BY_NAME[name]
-            out.append(f"# HELP {name} {spec.help.replace(chr(92), chr(92) * 2)}")
-            out.append(f"# TYPE {name} {spec.type}")
-            out.extend(self._families[name])
+        for header, lines in zip(_HEADERS, self._lines, strict=True):
+            if lines:
+                out.append(header)
+                out.extend(lines)
         out.append("")
         return "\n".join(out).encode("utf-8")
+
+
+# each family's HELP and TYPE lines, in catalogue order
+_HEADERS = tuple(f"# HELP {m.name} {m.help.replace(chr(92), chr(92) * 2)}\n# TYPE {m.name} {m.type}" for m in CATALOG)
 
 
 def render(snapshot: Snapshot) -> bytes:
