@@ -102,10 +102,41 @@ def _series(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any,
     return entry
 
 
+# (names, label values, tails) -> the same for a group of series written by one Writer.add_many call: (the GPU
+# UUID whose identity labels the group's gpu, uuid series carry or None, those labels as last rendered, each
+# series' family position, prefix, head (None where no identity labels apply: the head is then fixed), last
+# value and line). Bounded and replaced whole like _SERIES.
+_GROUPS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_GROUPS_MAX = 5_000
+
+
+def _group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tuple[Any, ...] | None,
+           key: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """A new entry of _GROUPS: each series checked against the catalogue as ``Writer.add`` checks it."""
+    if tails is not None and len(tails) != len(names):
+        raise ValueError(f"{len(names)} names but {len(tails)} tail labels")
+    uuid, indexes, prefixes, heads = None, [], [], []
+    for i, name in enumerate(names):
+        labels = label_values if tails is None or tails[i] is None else (*label_values, tails[i])
+        index, prefix, gpu, _, head, _, _ = _series(name, labels, None)
+        indexes.append(index)
+        prefixes.append(prefix if gpu is not None else None)
+        heads.append(head)
+        uuid = gpu if gpu is not None else uuid
+    unset = (_UNSET,) * len(names)
+    entry = (uuid, "", tuple(indexes), tuple(prefixes), tuple(heads), unset, unset)
+    if key is not None:
+        if len(_GROUPS) >= _GROUPS_MAX:
+            _GROUPS.clear()
+        _GROUPS[key] = entry
+    return entry
+
+
 def clear_caches() -> None:
     """Empty the rendered-text caches (bounded, so never a leak; a memory measurement clears them first)."""
     _LABEL_TEXT.clear()
     _SERIES.clear()
+    _GROUPS.clear()
 
 
 def format_value(value: float | int | bool) -> str:
@@ -167,6 +198,45 @@ class Writer:
             if key is not None:
                 _SERIES[key] = (index, prefix, uuid, extra, head, value, line)
         self._lines[index].append(line)
+
+    def add_many(self, names: tuple[str, ...], values: Iterable[float | int | bool | None],
+                 label_values: tuple[Any, ...] = (), tails: tuple[Any, ...] | None = None) -> None:
+        """``add(names[i], value_i, *label_values)`` for each value in order, and with ``tails[i]`` as the last
+        label where ``tails`` is given (and not None), in one call: the same output as those ``add`` calls, at
+        a fraction of their cost for a group of series that repeats every tick (a GPU's gauges, a verdict)."""
+        key = (names, label_values, tails)
+        try:
+            group = _GROUPS.get(key)
+        except TypeError:  # an unhashable label value: rendered, not cached
+            key, group = None, None
+        if group is None:
+            group = _group(names, label_values, tails, key)
+        uuid, extra, indexes, prefixes, heads, lasts, lines = group
+        values = tuple(values)
+        if len(values) != len(indexes):
+            raise ValueError(f"{len(indexes)} series but {len(values)} values")
+        changed = False
+        if uuid is not None:
+            now = self.gpu_extra.get(uuid, "")
+            if now != extra:
+                extra, changed = now, True
+                heads = tuple(h if p is None else f"{p}{now}}} " for p, h in zip(prefixes, heads, strict=True))
+                lasts = (_UNSET,) * len(indexes)
+        fresh = None
+        out = self._lines
+        i = 0
+        for value, last in zip(values, lasts, strict=True):
+            if value is not None:
+                if type(value) is type(last) and value == last:
+                    out[indexes[i]].append(lines[i])
+                else:
+                    if fresh is None:
+                        fresh = list(lines)
+                    fresh[i] = line = heads[i] + format_value(value)
+                    out[indexes[i]].append(line)
+            i += 1
+        if (fresh is not None or changed) and key is not None:
+            _GROUPS[key] = (uuid, extra, indexes, prefixes, heads, values, lines if fresh is None else tuple(fresh))
 
     def names(self) -> set[str]:
         return {m.name for m, lines in zip(CATALOG, self._lines, strict=True) if lines}
@@ -242,50 +312,27 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
         w.add("headroom_gpu_memory_size_bytes", g.memory_total_bytes, *ids)
         if not g.up:
             continue
-        w.add("headroom_gpu_utilization_ratio", g.utilization_ratio, *ids)
-        w.add("headroom_gpu_memory_utilization_ratio", g.memory_utilization_ratio, *ids)
-        w.add("headroom_gpu_busy_seconds_total", _r(g.busy_seconds_total), *ids)
-        w.add("headroom_gpu_memory_used_bytes", g.memory_used_bytes, *ids)
-        w.add("headroom_gpu_memory_free_bytes", g.memory_free_bytes, *ids)
-        w.add("headroom_gpu_memory_reserved_bytes", g.memory_reserved_bytes, *ids)
-        w.add("headroom_gpu_power_watts", g.power_watts, *ids)
-        w.add("headroom_gpu_power_limit_watts", g.power_limit_watts, *ids)
-        w.add("headroom_gpu_energy_joules_total", g.energy_joules_total, *ids)
-        w.add("headroom_gpu_temperature_celsius", g.temperature_celsius, *ids)
-        w.add("headroom_gpu_memory_temperature_celsius", g.memory_temperature_celsius, *ids)
-        w.add("headroom_gpu_sm_clock_hertz", g.sm_clock_hertz, *ids)
-        w.add("headroom_gpu_sm_clock_max_hertz", g.sm_clock_max_hertz, *ids)
-        w.add("headroom_gpu_memory_clock_hertz", g.memory_clock_hertz, *ids)
-        w.add("headroom_gpu_memory_clock_max_hertz", g.memory_clock_max_hertz, *ids)
-        w.add("headroom_gpu_performance_state", g.performance_state, *ids)
-        w.add("headroom_gpu_fan_speed_ratio", g.fan_speed_ratio, *ids)
-        for reason, active in g.clock_events_active.items():
-            w.add("headroom_gpu_clock_event_active", active, *ids, reason)
-        for reason, seconds in g.clock_events_seconds_total.items():
-            w.add("headroom_gpu_clock_event_seconds_total", _r(seconds), *ids, reason)
-        w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_tx_bytes_per_second, *ids, "tx")
-        w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_rx_bytes_per_second, *ids, "rx")
-        w.add("headroom_gpu_pcie_bytes_total", g.pcie_tx_bytes_total, *ids, "tx")
-        w.add("headroom_gpu_pcie_bytes_total", g.pcie_rx_bytes_total, *ids, "rx")
-        w.add("headroom_gpu_pcie_link_generation", g.pcie_link_generation, *ids)
-        w.add("headroom_gpu_pcie_link_max_generation", g.pcie_link_max_generation, *ids)
-        w.add("headroom_gpu_pcie_link_width", g.pcie_link_width, *ids)
-        w.add("headroom_gpu_pcie_link_max_width", g.pcie_link_max_width, *ids)
-        w.add("headroom_gpu_sm_active_ratio", g.sm_active_ratio, *ids)
-        w.add("headroom_gpu_sm_occupancy_ratio", g.sm_occupancy_ratio, *ids)
-        w.add("headroom_gpu_tensor_active_ratio", g.tensor_active_ratio, *ids)
-        w.add("headroom_gpu_dram_active_ratio", g.dram_active_ratio, *ids)
+        active, seconds = g.clock_events_active, g.clock_events_seconds_total
+        known = [p.used_memory_bytes for p in g.processes if p.used_memory_bytes is not None]
+        w.add_many(_GPU_ROW, (
+            g.utilization_ratio, g.memory_utilization_ratio, _r(g.busy_seconds_total), g.memory_used_bytes,
+            g.memory_free_bytes, g.memory_reserved_bytes, g.power_watts, g.power_limit_watts, g.energy_joules_total,
+            g.temperature_celsius, g.memory_temperature_celsius, g.sm_clock_hertz, g.sm_clock_max_hertz,
+            g.memory_clock_hertz, g.memory_clock_max_hertz, g.performance_state, g.fan_speed_ratio,
+            g.pcie_tx_bytes_per_second, g.pcie_rx_bytes_per_second, g.pcie_tx_bytes_total, g.pcie_rx_bytes_total,
+            g.pcie_link_generation, g.pcie_link_max_generation, g.pcie_link_width, g.pcie_link_max_width,
+            g.sm_active_ratio, g.sm_occupancy_ratio, g.tensor_active_ratio, g.dram_active_ratio,
+            len(g.processes), sum(known) if known or not g.processes else None, g.processes_stale, g.mig_enabled,
+            g.ecc_uncorrected_volatile_total, g.ecc_uncorrected_aggregate_total, g.remapped_rows_correctable,
+            g.remapped_rows_uncorrectable, g.remapped_rows_pending, g.remapped_rows_failure,
+        ), ids, _GPU_ROW_TAILS)
+        w.add_many(("headroom_gpu_clock_event_active",) * len(active)
+                   + ("headroom_gpu_clock_event_seconds_total",) * len(seconds),
+                   (*active.values(), *map(_r, seconds.values())), ids, (*active, *seconds))
         for link in g.nvlink_links:
             w.add("headroom_gpu_nvlink_link_up", link.up, *ids, str(link.link))
             w.add("headroom_gpu_nvlink_bytes_total", link.tx_bytes_total, *ids, str(link.link), "tx")
             w.add("headroom_gpu_nvlink_bytes_total", link.rx_bytes_total, *ids, str(link.link), "rx")
-        w.add("headroom_gpu_processes", len(g.processes), *ids)
-        known = [p.used_memory_bytes for p in g.processes if p.used_memory_bytes is not None]
-        w.add("headroom_gpu_process_memory_used_bytes", sum(known) if known or not g.processes else None, *ids)
-        if g.processes_stale is not None:
-            w.add("headroom_gpu_processes_stale", g.processes_stale, *ids)
-        if g.mig_enabled is not None:
-            w.add("headroom_gpu_mig_enabled", g.mig_enabled, *ids)
         for mig in g.mig_instances:
             mids = (*ids, str(mig.gpu_instance_id), mig.uuid)
             w.add("headroom_gpu_mig_memory_used_bytes", mig.memory_used_bytes, *mids)
@@ -295,12 +342,27 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
             w.add("headroom_gpu_mig_process_memory_used_bytes", sum(mig_known) if mig_known or not mig.processes else None, *mids)
         for xid, count in sorted(g.xid_errors_total.items()):
             w.add("headroom_gpu_xid_errors_total", count, *ids, str(xid))
-        w.add("headroom_gpu_ecc_uncorrected_errors_total", g.ecc_uncorrected_volatile_total, *ids, "volatile")
-        w.add("headroom_gpu_ecc_uncorrected_errors_total", g.ecc_uncorrected_aggregate_total, *ids, "aggregate")
-        w.add("headroom_gpu_remapped_rows", g.remapped_rows_correctable, *ids, "correctable")
-        w.add("headroom_gpu_remapped_rows", g.remapped_rows_uncorrectable, *ids, "uncorrectable")
-        w.add("headroom_gpu_remapped_rows_pending", g.remapped_rows_pending, *ids)
-        w.add("headroom_gpu_remapped_rows_failure", g.remapped_rows_failure, *ids)
+
+
+# the series of a GPU that is up with the labels gpu, uuid (and the tail label given here, where not None), in
+# the order of the values _render_nvml passes for them
+_GPU_ROW, _GPU_ROW_TAILS = (tuple(c) for c in zip(*(
+    (f"headroom_gpu_{name}", tail) for name, tail in (
+        ("utilization_ratio", None), ("memory_utilization_ratio", None), ("busy_seconds_total", None),
+        ("memory_used_bytes", None), ("memory_free_bytes", None), ("memory_reserved_bytes", None),
+        ("power_watts", None), ("power_limit_watts", None), ("energy_joules_total", None),
+        ("temperature_celsius", None), ("memory_temperature_celsius", None), ("sm_clock_hertz", None),
+        ("sm_clock_max_hertz", None), ("memory_clock_hertz", None), ("memory_clock_max_hertz", None),
+        ("performance_state", None), ("fan_speed_ratio", None),
+        ("pcie_throughput_bytes_per_second", "tx"), ("pcie_throughput_bytes_per_second", "rx"),
+        ("pcie_bytes_total", "tx"), ("pcie_bytes_total", "rx"), ("pcie_link_generation", None),
+        ("pcie_link_max_generation", None), ("pcie_link_width", None), ("pcie_link_max_width", None),
+        ("sm_active_ratio", None), ("sm_occupancy_ratio", None), ("tensor_active_ratio", None),
+        ("dram_active_ratio", None), ("processes", None), ("process_memory_used_bytes", None),
+        ("processes_stale", None), ("mig_enabled", None), ("ecc_uncorrected_errors_total", "volatile"),
+        ("ecc_uncorrected_errors_total", "aggregate"), ("remapped_rows", "correctable"),
+        ("remapped_rows", "uncorrectable"), ("remapped_rows_pending", None), ("remapped_rows_failure", None),
+    )), strict=True))
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
@@ -308,16 +370,25 @@ def _r(value: float | None, digits: int = 3) -> float | None:
 
 
 def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Any) -> None:
+    resources, names, tails = _VERDICT_SERIES.get(prefix) or _verdict_series(prefix)
+    primary = verdict.primary
+    w.add_many(names, (*map(verdict.scores.get, resources), *map(verdict.long_scores.get, resources),
+                       *[resource == primary for resource in tails[len(resources) * 2:]]), ids, tails)
+
+
+# prefix -> (the resources scored, the names and the resource labels of a verdict's series)
+_VERDICT_SERIES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _verdict_series(prefix: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     from headroom.analysis.bottleneck import NONE, RESOURCES
 
     if prefix == "headroom_gpu":  # a KV cache belongs to a serving workload, never to a GPU on its own
         RESOURCES = tuple(r for r in RESOURCES if r != "kv_cache")  # noqa: N806
-    for resource in RESOURCES:
-        w.add(f"{prefix}_bottleneck_score", verdict.scores.get(resource), *ids, resource)
-    for resource in RESOURCES:
-        w.add(f"{prefix}_bottleneck_long_score", verdict.long_scores.get(resource), *ids, resource)
-    for resource in (*RESOURCES, NONE):
-        w.add(f"{prefix}_bottleneck", resource == verdict.primary, *ids, resource)
+    n = len(RESOURCES)
+    names = (f"{prefix}_bottleneck_score",) * n + (f"{prefix}_bottleneck_long_score",) * n + (f"{prefix}_bottleneck",) * (n + 1)
+    _VERDICT_SERIES[prefix] = entry = (RESOURCES, names, (*RESOURCES, *RESOURCES, *RESOURCES, NONE))
+    return entry
 
 
 def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
