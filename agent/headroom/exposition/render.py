@@ -212,7 +212,8 @@ class Writer:
         if group is None:
             group = _group(names, label_values, tails, key)
         uuid, extra, indexes, prefixes, heads, lasts, lines = group
-        values = tuple(values)
+        if type(values) is not tuple:
+            values = tuple(values)
         if len(values) != len(indexes):
             raise ValueError(f"{len(indexes)} series but {len(values)} values")
         changed = False
@@ -412,50 +413,52 @@ def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
     """Measured against expected per workload (analysis.workloads.WorkloadStatus), declared and automatic."""
     for st in statuses:
         name = st.name
-        w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime,
-              getattr(st, "source", "declared"))
+        ids = (name,)
+        source = getattr(st, "source", "declared")
+        w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime, source)
         if st.job or st.team:
             w.add("headroom_workload_fleet_info", 1, name, st.team, st.job)
         m = st.measured
-        auto_cgroup = getattr(st, "cgroup", None)
-        if m is None and getattr(st, "source", "declared") == "auto":
-            w.add("headroom_workload_processes", st.processes, name)
-            if auto_cgroup is not None:
-                _render_cgroup(w, name, auto_cgroup)
         if m is not None:
-            w.add("headroom_workload_processes", m.processes, name)
-            w.add("headroom_workload_threads", m.threads, name)
-            w.add("headroom_workload_cpu_seconds_total", _r(m.cpu_user_seconds_total, 2), name, "user")
-            w.add("headroom_workload_cpu_seconds_total", _r(m.cpu_system_seconds_total, 2), name, "system")
-            w.add("headroom_workload_resident_memory_bytes", m.resident_memory_bytes, name)
-            w.add("headroom_workload_read_bytes_total", m.read_bytes_total, name)
-            w.add("headroom_workload_written_bytes_total", m.written_bytes_total, name)
-            if m.cgroup is not None:
-                _render_cgroup(w, name, m.cgroup)
-        w.add("headroom_workload_dataloader_workers", st.dataloader_workers, name)
+            cg = m.cgroup
+            measured = (m.processes, m.threads, _r(m.cpu_user_seconds_total, 2), _r(m.cpu_system_seconds_total, 2),
+                        m.resident_memory_bytes, m.read_bytes_total, m.written_bytes_total)
+        else:  # an automatic workload without measured processes still counts them, and has its cgroup
+            cg = getattr(st, "cgroup", None) if source == "auto" else None
+            measured = (st.processes if source == "auto" else None, None, None, None, None, None, None)
+        w.add_many(_WORKLOAD_ROW, (
+            *measured,
+            *((None, None, None) if cg is None else (_r(cg.cpu_user_seconds_total, 6), _r(cg.cpu_system_seconds_total, 6),
+                                                     cg.memory_bytes)),
+            st.dataloader_workers, st.expected_peak_bytes, st.gpu_memory_capacity_bytes,
+        ), ids, _WORKLOAD_ROW_TAILS)
+        if cg is not None and cg.pressure_some_avg10:
+            pressure = sorted(cg.pressure_some_avg10.items())
+            w.add_many(("headroom_workload_cgroup_pressure_ratio",) * len(pressure), [v for _, v in pressure], ids,
+                       tuple(k for k, _ in pressure))
         for g in st.gpus:
-            w.add("headroom_workload_gpu_memory_used_bytes", g.memory_used_bytes, name, str(g.index))
-            w.add("headroom_workload_gpu_utilization_ratio", _r(g.utilization_ratio, 4), name, str(g.index))
-        for component, value in st.expected_components.items():
-            w.add("headroom_workload_memory_expected_bytes", value, name, component)
-        w.add("headroom_workload_gpu_memory_expected_peak_bytes", st.expected_peak_bytes, name)
-        w.add("headroom_workload_gpu_memory_capacity_bytes", st.gpu_memory_capacity_bytes, name)
+            w.add_many(_WORKLOAD_GPU_ROW, (g.memory_used_bytes, _r(g.utilization_ratio, 4)), (name, str(g.index)))
+        components = st.expected_components
+        if components:
+            w.add_many(("headroom_workload_memory_expected_bytes",) * len(components), components.values(), ids,
+                       tuple(components))
 
 
-def _render_cgroup(w: Writer, name: str, cg: Any) -> None:
-    w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_user_seconds_total, 6), name, "user")
-    w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_system_seconds_total, 6), name, "system")
-    w.add("headroom_workload_cgroup_memory_bytes", cg.memory_bytes, name)
-    for resource, ratio in sorted(cg.pressure_some_avg10.items()):
-        w.add("headroom_workload_cgroup_pressure_ratio", ratio, name, resource)
+# a workload's series labelled workload (and the tail label given here, where not None), in the order of the
+# values _render_workloads passes for them
+_WORKLOAD_ROW = tuple(f"headroom_workload_{n}" for n in (
+    "processes", "threads", "cpu_seconds_total", "cpu_seconds_total", "resident_memory_bytes", "read_bytes_total",
+    "written_bytes_total", "cgroup_cpu_seconds_total", "cgroup_cpu_seconds_total", "cgroup_memory_bytes",
+    "dataloader_workers", "gpu_memory_expected_peak_bytes", "gpu_memory_capacity_bytes"))
+_WORKLOAD_ROW_TAILS = (None, None, "user", "system", None, None, None, "user", "system", None, None, None, None)
+_WORKLOAD_GPU_ROW = ("headroom_workload_gpu_memory_used_bytes", "headroom_workload_gpu_utilization_ratio")
 
 
 def _render_findings(w: Writer, f: Any) -> None:
     for g in f.gpu_findings:
         ids = (str(g.index), g.uuid)
         _render_verdict(w, "headroom_gpu", ids, g.verdict)
-        w.add("headroom_gpu_idle", g.idle, *ids)
-        w.add("headroom_gpu_cost_per_hour", f.host.gpu_cost_per_hour.get(g.index), *ids)
+        w.add_many(_GPU_FINDINGS_ROW, (g.idle, f.host.gpu_cost_per_hour.get(g.index)), ids)
     if f.gpu_findings:
         w.add("headroom_gpus_idle", f.host.gpus_idle)
         w.add("headroom_gpu_idle_seconds_total", _r(f.host.gpu_idle_seconds_total))
@@ -464,15 +467,15 @@ def _render_findings(w: Writer, f: Any) -> None:
         ids = (wf.name,)
         _render_verdict(w, "headroom_workload", ids, wf.verdict)
         h = wf.headroom
-        w.add("headroom_workload_headroom_gpu_memory_bytes", h.gpu_memory_bytes, *ids)
-        w.add("headroom_workload_headroom_sequences", h.sequences, *ids)
-        w.add("headroom_workload_headroom_context_tokens", h.context_tokens, *ids)
-        w.add("headroom_workload_headroom_cpu_cores", h.cpu_cores, *ids)
-        w.add("headroom_workload_headroom_host_memory_bytes", h.host_memory_bytes, *ids)
-        w.add("headroom_workload_headroom_shared_memory_bytes", h.shared_memory_bytes, *ids)
-        w.add("headroom_workload_headroom_power_watts", h.power_watts, *ids)
-        w.add("headroom_workload_headroom_thermal_celsius", h.thermal_celsius, *ids)
+        w.add_many(_HEADROOM_ROW, (h.gpu_memory_bytes, h.sequences, h.context_tokens, h.cpu_cores, h.host_memory_bytes,
+                                   h.shared_memory_bytes, h.power_watts, h.thermal_celsius), ids)
         _render_serving_findings(w, wf)
+
+
+_GPU_FINDINGS_ROW = ("headroom_gpu_idle", "headroom_gpu_cost_per_hour")
+_HEADROOM_ROW = tuple(f"headroom_workload_headroom_{n}" for n in (
+    "gpu_memory_bytes", "sequences", "context_tokens", "cpu_cores", "host_memory_bytes", "shared_memory_bytes",
+    "power_watts", "thermal_celsius"))
 
 
 def _render_serving_findings(w: Writer, wf: Any) -> None:
