@@ -43,8 +43,8 @@ def _tick(rng: random.Random, extras: dict[str, str], workloads: list[str]) -> b
 def _fresh(monkeypatch: pytest.MonkeyPatch, tick) -> bytes:
     """What a tick renders with every cache empty (the reference the cached rendering must equal)."""
     with monkeypatch.context() as m:
-        m.setattr(render, "_SERIES", {})
-        m.setattr(render, "_GROUPS", {})
+        for cache in ("_SERIES", "_SERIES_OLD", "_GROUPS", "_GROUPS_OLD"):
+            m.setattr(render, cache, {})
         m.setattr(render, "_LABEL_TEXT", {})
         return tick()
 
@@ -93,8 +93,8 @@ def test_identity_labels_follow_the_writer_not_the_cache():
 
 
 def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
-    """Every tick a new workload (a pod ending, another starting): the caches are cleared at their bound
-    instead of growing, and what they render stays right across the clearing."""
+    """Every tick a new workload (a pod ending, another starting): each cache keeps at most two generations of
+    its bound instead of growing, and what they render stays right across the swaps."""
     render.clear_caches()
     monkeypatch.setattr(render, "_SERIES_MAX", 40)
     monkeypatch.setattr(render, "_GROUPS_MAX", 30)
@@ -108,9 +108,20 @@ def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
         cached = _tick(rng, {}, workloads)
         rng.setstate(state)
         assert cached == _fresh(monkeypatch, lambda: _tick(rng, {}, workloads)), tick  # noqa: B023
-        assert len(render._SERIES) <= 40 and len(render._GROUPS) <= 30 and len(render._LABEL_TEXT) <= 50
-        sizes.add(len(render._GROUPS))
-    assert max(sizes) == 30  # reached its bound (and was cleared there), so the bound was what held it
+        assert len(render._SERIES) <= 40 and len(render._SERIES_OLD) <= 40 and len(render._LABEL_TEXT) <= 50
+        assert len(render._GROUPS) <= 30 and len(render._GROUPS_OLD) <= 30
+        sizes.add(len(render._GROUPS_OLD))
+    assert max(sizes) == 30  # a full generation was set aside, so the bound was what held the cache
+    built = []
+    for fn in ("_new_series", "_new_group"):
+        real = getattr(render, fn)
+        monkeypatch.setattr(render, fn, lambda *args, real=real: built.append(args) or real(*args))
+    for cache in ("_SERIES", "_GROUPS"):  # a swap just now: the last tick's entries all in the old generation
+        monkeypatch.setattr(render, cache + "_OLD", {**getattr(render, cache + "_OLD"), **getattr(render, cache)})
+        monkeypatch.setattr(render, cache, {})
+    rng.setstate(state)
+    assert _tick(rng, {}, workloads) == cached  # the last tick again: moved back, none built anew
+    assert built == []
 
 
 def test_add_many_checks_each_series_like_add_even_when_cached():

@@ -73,16 +73,31 @@ def _label_text(names: tuple[str, ...], values: tuple[Any, ...]) -> str:
 # reused only for a value of the same type that compares equal (the same text by format_value; NaN never
 # equals, so it is written anew), and only with the same identity labels. The entry is replaced, never
 # changed in place, so a render in another thread sees an old or a new entry, both consistent. Checked
-# against the catalogue when first seen; cleared past the bound like _LABEL_TEXT, so churning pods cannot
-# grow it.
+# against the catalogue when first seen. Kept in two generations so churning pods cannot grow it: when the
+# current one reaches the bound it becomes the old one (the one before is dropped); an entry still in use is
+# moved back from the old one on its next use, so the swap costs no rendering.
 _SERIES: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
-_SERIES_MAX = 20_000
+_SERIES_OLD: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
+_SERIES_MAX = 5_000  # entries per generation (the reference host with 50 pods uses ~250, 8 GPUs' groups aside)
 _UNSET = object()  # the value of an entry not rendered yet: equal to no value
 
 
 def _series(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any, ...]] | None
             ) -> tuple[int, str, str | None, str, str, Any, str]:
-    """A new entry of _SERIES for this series (stored unless ``key`` is None: an unhashable label value)."""
+    """The entry of _SERIES for this series, from the old generation or new (stored unless ``key`` is None: an
+    unhashable label value)."""
+    global _SERIES, _SERIES_OLD
+    entry = _SERIES_OLD.pop(key, None) if key is not None else None
+    if entry is None:
+        entry = _new_series(name, label_values)
+    if key is not None:
+        if len(_SERIES) >= _SERIES_MAX:
+            _SERIES_OLD, _SERIES = _SERIES, {}
+        _SERIES[key] = entry
+    return entry
+
+
+def _new_series(name: str, label_values: tuple[Any, ...]) -> tuple[int, str, str | None, str, str, Any, str]:
     spec = BY_NAME.get(name)
     if spec is None:
         raise UnknownMetric(f"{name} is not in the metric catalogue")
@@ -90,53 +105,57 @@ def _series(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any,
     if len(label_values) != len(names):
         raise ValueError(f"{name} takes labels {names}, got {len(label_values)} values")
     if not label_values:
-        entry = (_ORDER[name], name, None, "", f"{name} ", _UNSET, "")
-    else:
-        prefix = f"{name}{{{_label_text(names, label_values)}"
-        uuid = label_values[1] if names[:2] == _GPU_IDS else None
-        entry = (_ORDER[name], prefix, uuid, "", f"{prefix}}} ", _UNSET, "")
-    if key is not None:
-        if len(_SERIES) >= _SERIES_MAX:
-            _SERIES.clear()
-        _SERIES[key] = entry
-    return entry
+        return (_ORDER[name], name, None, "", f"{name} ", _UNSET, "")
+    prefix = f"{name}{{{_label_text(names, label_values)}"
+    uuid = label_values[1] if names[:2] == _GPU_IDS else None
+    return (_ORDER[name], prefix, uuid, "", f"{prefix}}} ", _UNSET, "")
 
 
 # (names, label values, tails) -> the same for a group of series written by one Writer.add_many call: (the GPU
 # UUID whose identity labels the group's gpu, uuid series carry or None, those labels as last rendered, each
 # series' family position, prefix, head (None where no identity labels apply: the head is then fixed), last
-# value and line). Bounded and replaced whole like _SERIES.
+# value and line). Replaced whole, in two generations, like _SERIES.
 _GROUPS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_GROUPS_MAX = 5_000
+_GROUPS_OLD: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_GROUPS_MAX = 1_000  # entries per generation (the reference host with 50 pods uses ~220)
 
 
 def _group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tuple[Any, ...] | None,
            key: tuple[Any, ...] | None) -> tuple[Any, ...]:
-    """A new entry of _GROUPS: each series checked against the catalogue as ``Writer.add`` checks it."""
+    """The entry of _GROUPS, from the old generation or new: each series checked against the catalogue as
+    ``Writer.add`` checks it."""
+    global _GROUPS, _GROUPS_OLD
+    entry = _GROUPS_OLD.pop(key, None) if key is not None else None
+    if entry is None:
+        entry = _new_group(names, label_values, tails)
+    if key is not None:
+        if len(_GROUPS) >= _GROUPS_MAX:
+            _GROUPS_OLD, _GROUPS = _GROUPS, {}
+        _GROUPS[key] = entry
+    return entry
+
+
+def _new_group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tuple[Any, ...] | None
+               ) -> tuple[Any, ...]:
     if tails is not None and len(tails) != len(names):
         raise ValueError(f"{len(names)} names but {len(tails)} tail labels")
     uuid, indexes, prefixes, heads = None, [], [], []
     for i, name in enumerate(names):
         labels = label_values if tails is None or tails[i] is None else (*label_values, tails[i])
-        index, prefix, gpu, _, head, _, _ = _series(name, labels, None)
+        index, prefix, gpu, _, head, _, _ = _new_series(name, labels)
         indexes.append(index)
         prefixes.append(prefix if gpu is not None else None)
         heads.append(head)
         uuid = gpu if gpu is not None else uuid
     unset = (_UNSET,) * len(names)
-    entry = (uuid, "", tuple(indexes), tuple(prefixes), tuple(heads), unset, unset)
-    if key is not None:
-        if len(_GROUPS) >= _GROUPS_MAX:
-            _GROUPS.clear()
-        _GROUPS[key] = entry
-    return entry
+    return (uuid, "", tuple(indexes), tuple(prefixes), tuple(heads), unset, unset)
 
 
 def clear_caches() -> None:
     """Empty the rendered-text caches (bounded, so never a leak; a memory measurement clears them first)."""
     _LABEL_TEXT.clear()
-    _SERIES.clear()
-    _GROUPS.clear()
+    for cache in (_SERIES, _SERIES_OLD, _GROUPS, _GROUPS_OLD):
+        cache.clear()
 
 
 def format_value(value: float | int | bool) -> str:
