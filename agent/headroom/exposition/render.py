@@ -78,7 +78,7 @@ def _label_text(names: tuple[str, ...], values: tuple[Any, ...]) -> str:
 # moved back from the old one on its next use, so the swap costs no rendering.
 _SERIES: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
 _SERIES_OLD: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
-_SERIES_MAX = 5_000  # entries per generation (the reference host with 50 pods uses ~250, 8 GPUs' groups aside)
+_SERIES_MAX = 2_000  # entries per generation (the reference host with 50 pods uses ~250: most series go in groups)
 _UNSET = object()  # the value of an entry not rendered yet: equal to no value
 
 
