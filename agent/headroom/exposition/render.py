@@ -112,9 +112,9 @@ def _new_series(name: str, label_values: tuple[Any, ...]) -> tuple[int, str, str
 
 
 # (names, label values, tails) -> the same for a group of series written by one Writer.add_many call: (the GPU
-# UUID whose identity labels the group's gpu, uuid series carry or None, those labels as last rendered, each
-# series' family position, prefix, head (None where no identity labels apply: the head is then fixed), last
-# value and line). Replaced whole, in two generations, like _SERIES.
+# UUID whose identity labels the group's gpu, uuid series carry or None, those labels as last rendered, then
+# per series: family position, prefix (None where no identity labels apply: the head is then fixed), head,
+# last value and line). Replaced whole, in two generations, like _SERIES.
 _GROUPS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _GROUPS_OLD: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _GROUPS_MAX = 1_000  # entries per generation (the reference host with 50 pods uses ~220)
