@@ -141,7 +141,9 @@ def _new_group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tup
         raise ValueError(f"{len(names)} names but {len(tails)} tail labels")
     uuid, indexes, prefixes, heads = None, [], [], []
     for i, name in enumerate(names):
-        labels = label_values if tails is None or tails[i] is None else (*label_values, tails[i])
+        tail = None if tails is None else tails[i]
+        labels = (label_values if tail is None else (*label_values, *tail) if type(tail) is tuple
+                  else (*label_values, tail))
         index, prefix, gpu, _, head, _, _ = _new_series(name, labels)
         indexes.append(index)
         prefixes.append(prefix if gpu is not None else None)
@@ -220,9 +222,10 @@ class Writer:
 
     def add_many(self, names: tuple[str, ...], values: Iterable[float | int | bool | None],
                  label_values: tuple[Any, ...] = (), tails: tuple[Any, ...] | None = None) -> None:
-        """``add(names[i], value_i, *label_values)`` for each value in order, and with ``tails[i]`` as the last
-        label where ``tails`` is given (and not None), in one call: the same output as those ``add`` calls, at
-        a fraction of their cost for a group of series that repeats every tick (a GPU's gauges, a verdict)."""
+        """``add(names[i], value_i, *label_values)`` for each value in order, with ``tails[i]`` as the last
+        label where ``tails`` is given (and not None; a tuple: the last labels), in one call: the same output as
+        those ``add`` calls, at a fraction of their cost for a group of series that repeats every tick (a GPU's
+        gauges, a verdict, a workload's series)."""
         key = (names, label_values, tails)
         try:
             group = _GROUPS.get(key)
@@ -429,14 +432,10 @@ def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
 
 
 def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
-    """Measured against expected per workload (analysis.workloads.WorkloadStatus), declared and automatic."""
+    """Measured against expected per workload (analysis.workloads.WorkloadStatus), declared and automatic: each
+    workload's series in one group."""
     for st in statuses:
-        name = st.name
-        ids = (name,)
         source = getattr(st, "source", "declared")
-        w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime, source)
-        if st.job or st.team:
-            w.add("headroom_workload_fleet_info", 1, name, st.team, st.job)
         m = st.measured
         if m is not None:
             cg = m.cgroup
@@ -445,30 +444,38 @@ def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
         else:  # an automatic workload without measured processes still counts them, and has its cgroup
             cg = getattr(st, "cgroup", None) if source == "auto" else None
             measured = (st.processes if source == "auto" else None, None, None, None, None, None, None)
-        w.add_many(_WORKLOAD_ROW, (
-            *measured,
-            *((None, None, None) if cg is None else (_r(cg.cpu_user_seconds_total, 6), _r(cg.cpu_system_seconds_total, 6),
-                                                     cg.memory_bytes)),
-            st.dataloader_workers, st.expected_peak_bytes, st.gpu_memory_capacity_bytes,
-        ), ids, _WORKLOAD_ROW_TAILS)
+        names = _WORKLOAD_ROW
+        tails = ((st.kind, st.model, st.precision, st.runtime, source), (st.team, st.job), *_WORKLOAD_ROW_TAILS)
+        values = [1, 1 if st.job or st.team else None, *measured]
+        if cg is None:
+            values += (None, None, None)
+        else:
+            values += (_r(cg.cpu_user_seconds_total, 6), _r(cg.cpu_system_seconds_total, 6), cg.memory_bytes)
+        values += (st.dataloader_workers, st.expected_peak_bytes, st.gpu_memory_capacity_bytes)
         if cg is not None and cg.pressure_some_avg10:
             pressure = sorted(cg.pressure_some_avg10.items())
-            w.add_many(("headroom_workload_cgroup_pressure_ratio",) * len(pressure), [v for _, v in pressure], ids,
-                       tuple(k for k, _ in pressure))
+            names += ("headroom_workload_cgroup_pressure_ratio",) * len(pressure)
+            tails += tuple(k for k, _ in pressure)
+            values += (v for _, v in pressure)
         for g in st.gpus:
-            w.add_many(_WORKLOAD_GPU_ROW, (g.memory_used_bytes, _r(g.utilization_ratio, 4)), (name, str(g.index)))
+            index = str(g.index)
+            names += _WORKLOAD_GPU_ROW
+            tails += (index, index)
+            values += (g.memory_used_bytes, _r(g.utilization_ratio, 4))
         components = st.expected_components
         if components:
-            w.add_many(("headroom_workload_memory_expected_bytes",) * len(components), components.values(), ids,
-                       tuple(components))
+            names += ("headroom_workload_memory_expected_bytes",) * len(components)
+            tails += tuple(components)
+            values += components.values()
+        w.add_many(names, values, (st.name,), tails)
 
 
-# a workload's series labelled workload (and the tail label given here, where not None), in the order of the
-# values _render_workloads passes for them
+# a workload's series (labelled workload, then the tail labels given here), in the order of the values
+# _render_workloads passes for them; its cgroup's pressure, its GPUs and its expected components follow
 _WORKLOAD_ROW = tuple(f"headroom_workload_{n}" for n in (
-    "processes", "threads", "cpu_seconds_total", "cpu_seconds_total", "resident_memory_bytes", "read_bytes_total",
-    "written_bytes_total", "cgroup_cpu_seconds_total", "cgroup_cpu_seconds_total", "cgroup_memory_bytes",
-    "dataloader_workers", "gpu_memory_expected_peak_bytes", "gpu_memory_capacity_bytes"))
+    "info", "fleet_info", "processes", "threads", "cpu_seconds_total", "cpu_seconds_total", "resident_memory_bytes",
+    "read_bytes_total", "written_bytes_total", "cgroup_cpu_seconds_total", "cgroup_cpu_seconds_total",
+    "cgroup_memory_bytes", "dataloader_workers", "gpu_memory_expected_peak_bytes", "gpu_memory_capacity_bytes"))
 _WORKLOAD_ROW_TAILS = (None, None, "user", "system", None, None, None, "user", "system", None, None, None, None)
 _WORKLOAD_GPU_ROW = ("headroom_workload_gpu_memory_used_bytes", "headroom_workload_gpu_utilization_ratio")
 
