@@ -137,6 +137,8 @@ def test_add_many_checks_each_series_like_add_even_when_cached():
             w.add_many(ROW[:1], (1, 2), ("0", "GPU-0"))
         with pytest.raises(ValueError, match="tail labels"):
             w.add_many(ROW[:2], (1, 2), ("0", "GPU-0"), ("x",))
+        with pytest.raises(ValueError, match="GPUs GPU-0 and GPU-1"):
+            w.add_many(("headroom_gpu_up",) * 2, (1, 1), (), (("0", "GPU-0"), ("1", "GPU-1")))
     w = Writer()
     w.add_many(("headroom_shm_used_bytes",), (5,), (["unhashable"],))  # rendered from its str(), never cached
     assert 'headroom_shm_used_bytes{mountpoint="[\'unhashable\']"} 5' in w.render().decode()

@@ -148,7 +148,10 @@ def _new_group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tup
         indexes.append(index)
         prefixes.append(prefix if gpu is not None else None)
         heads.append(head)
-        uuid = gpu if gpu is not None else uuid
+        if gpu is not None:
+            if uuid is not None and gpu != uuid:  # the group's identity labels are one GPU's
+                raise ValueError(f"one group holds the series of GPUs {uuid} and {gpu}")
+            uuid = gpu
     unset = (_UNSET,) * len(names)
     return (uuid, "", tuple(indexes), tuple(prefixes), tuple(heads), unset, unset)
 
