@@ -312,18 +312,21 @@ def _render_self(w: Writer, snap: Snapshot) -> None:
     w.add("headroom_build_info", 1, __version__, platform.python_version())
     if snap.scenario:
         w.add("headroom_simulation_info", 1, snap.scenario)
-    for name, result in snap.sample.sources.items():
-        w.add("headroom_collector_success", result.ok, name)
-        w.add("headroom_collector_duration_seconds", round(result.duration_seconds, 6), name)
-    w.add("headroom_last_sample_timestamp_seconds", round(snap.sample.timestamp, 3))
-    w.add("headroom_sample_duration_seconds", round(snap.tick_duration_seconds, 6))
-    w.add("headroom_samples_total", snap.ticks)
-    w.add("headroom_sample_interval_seconds", snap.interval)
-    w.add("headroom_config_last_reload_successful", snap.config_reload_ok)
-    w.add("headroom_config_last_reload_success_timestamp_seconds", _r(snap.config_reload_success_timestamp))
-    w.add("headroom_record_success", snap.record_ok)
-    w.add("headroom_record_written_bytes_total", snap.record_written_bytes_total)
-    w.add("headroom_web_config_last_reload_successful", snap.web_config_reload_ok)
+    sources = snap.sample.sources
+    values: list[Any] = []
+    for result in sources.values():
+        values += (result.ok, round(result.duration_seconds, 6))
+    w.add_many(_COLLECTOR_ROW * len(sources), values, (), tuple(n for n in sources for _ in _COLLECTOR_ROW))
+    w.add_many(_SELF_ROW, (round(snap.sample.timestamp, 3), round(snap.tick_duration_seconds, 6), snap.ticks,
+                           snap.interval, snap.config_reload_ok, _r(snap.config_reload_success_timestamp),
+                           snap.record_ok, snap.record_written_bytes_total, snap.web_config_reload_ok))
+
+
+_COLLECTOR_ROW = ("headroom_collector_success", "headroom_collector_duration_seconds")
+_SELF_ROW = tuple(f"headroom_{n}" for n in (
+    "last_sample_timestamp_seconds", "sample_duration_seconds", "samples_total", "sample_interval_seconds",
+    "config_last_reload_successful", "config_last_reload_success_timestamp_seconds", "record_success",
+    "record_written_bytes_total", "web_config_last_reload_successful"))
 
 
 def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
@@ -552,66 +555,69 @@ def _render_serving(w: Writer, data: Any, snap: Snapshot) -> None:
 
 
 def _render_cpu(w: Writer, cpu: CpuSample, snap: Snapshot) -> None:
-    for mode, seconds in cpu.times.modes().items():
-        w.add("headroom_cpu_seconds_total", _r(seconds, 2), mode)
-    w.add("headroom_cpu_logical_cpus", cpu.logical_cpus)
-    w.add("headroom_cpu_utilization_ratio", _r(snap.rates.get("cpu_utilization_ratio"), 4))
-    w.add("headroom_load1", cpu.load1)
-    w.add("headroom_load5", cpu.load5)
-    w.add("headroom_load15", cpu.load15)
-    w.add("headroom_procs_running", cpu.procs_running)
-    w.add("headroom_procs_blocked", cpu.procs_blocked)
+    modes = cpu.times.modes()
+    w.add_many(("headroom_cpu_seconds_total",) * len(modes), [_r(v, 2) for v in modes.values()], (), tuple(modes))
+    w.add_many(_CPU_ROW, (cpu.logical_cpus, _r(snap.rates.get("cpu_utilization_ratio"), 4), cpu.load1, cpu.load5,
+                          cpu.load15, cpu.procs_running, cpu.procs_blocked))
+    names: tuple[str, ...] = ()
+    tails: tuple[tuple[str, ...], ...] = ()
+    values: list[Any] = []
     for resource, pressure in sorted(cpu.pressure.items()):
         for kind, line in (("some", pressure.some), ("full", pressure.full)):
             if line is None:
                 continue
-            w.add("headroom_pressure_stalled_seconds_total", _r(line.total_seconds, 6), resource, kind)
-            for window, value in (("10s", line.avg10), ("60s", line.avg60), ("300s", line.avg300)):
-                w.add("headroom_pressure_ratio", value, resource, kind, window)
+            names += _PRESSURE_ROW
+            tails += ((resource, kind), (resource, kind, "10s"), (resource, kind, "60s"), (resource, kind, "300s"))
+            values += (_r(line.total_seconds, 6), line.avg10, line.avg60, line.avg300)
+    if names:
+        w.add_many(names, values, (), tails)
+
+
+_CPU_ROW = tuple(f"headroom_{n}" for n in (
+    "cpu_logical_cpus", "cpu_utilization_ratio", "load1", "load5", "load15", "procs_running", "procs_blocked"))
+_PRESSURE_ROW = ("headroom_pressure_stalled_seconds_total",) + ("headroom_pressure_ratio",) * 3
 
 
 def _render_memory(w: Writer, m: MemorySample, snap: Snapshot) -> None:
-    w.add("headroom_memory_size_bytes", m.total_bytes)
-    w.add("headroom_memory_available_bytes", m.available_bytes)
-    w.add("headroom_memory_free_bytes", m.free_bytes)
-    w.add("headroom_memory_buffers_bytes", m.buffers_bytes)
-    w.add("headroom_memory_cached_bytes", m.cached_bytes)
-    w.add("headroom_memory_shmem_bytes", m.shmem_bytes)
-    w.add("headroom_memory_dirty_bytes", m.dirty_bytes)
-    w.add("headroom_memory_writeback_bytes", m.writeback_bytes)
-    w.add("headroom_memory_swap_size_bytes", m.swap_total_bytes)
-    w.add("headroom_memory_swap_free_bytes", m.swap_free_bytes)
-    w.add("headroom_memory_major_faults_total", m.major_faults_total)
+    w.add_many(_MEMORY_ROW, (m.total_bytes, m.available_bytes, m.free_bytes, m.buffers_bytes, m.cached_bytes,
+                             m.shmem_bytes, m.dirty_bytes, m.writeback_bytes, m.swap_total_bytes, m.swap_free_bytes,
+                             m.major_faults_total))
+
+
+_MEMORY_ROW = tuple(f"headroom_memory_{n}" for n in (
+    "size_bytes", "available_bytes", "free_bytes", "buffers_bytes", "cached_bytes", "shmem_bytes", "dirty_bytes",
+    "writeback_bytes", "swap_size_bytes", "swap_free_bytes", "major_faults_total"))
 
 
 def _render_shm(w: Writer, shm: ShmSample, snap: Snapshot) -> None:
     for mount in shm.mounts:
-        w.add("headroom_shm_present", 1, mount.mountpoint)
-        w.add("headroom_shm_size_bytes", mount.size_bytes, mount.mountpoint)
-        w.add("headroom_shm_used_bytes", mount.used_bytes, mount.mountpoint)
-        w.add("headroom_shm_available_bytes", mount.available_bytes, mount.mountpoint)
+        w.add_many(_SHM_ROW, (1, mount.size_bytes, mount.used_bytes, mount.available_bytes), (mount.mountpoint,))
     for missing in shm.missing:
         w.add("headroom_shm_present", 0, missing)
 
 
+_SHM_ROW = ("headroom_shm_present", "headroom_shm_size_bytes", "headroom_shm_used_bytes", "headroom_shm_available_bytes")
+
+
 def _render_disk(w: Writer, disk: DiskSample, snap: Snapshot) -> None:
     for d in disk.devices:
-        w.add("headroom_disk_reads_completed_total", d.reads_completed, d.device)
-        w.add("headroom_disk_read_bytes_total", d.read_bytes, d.device)
-        w.add("headroom_disk_writes_completed_total", d.writes_completed, d.device)
-        w.add("headroom_disk_written_bytes_total", d.written_bytes, d.device)
-        w.add("headroom_disk_io_time_seconds_total", _r(d.io_time_seconds), d.device)
-        w.add("headroom_disk_io_time_weighted_seconds_total", _r(d.weighted_io_time_seconds), d.device)
-        w.add("headroom_disk_io_in_flight", d.in_flight, d.device)
+        w.add_many(_DISK_ROW, (d.reads_completed, d.read_bytes, d.writes_completed, d.written_bytes,
+                               _r(d.io_time_seconds), _r(d.weighted_io_time_seconds), d.in_flight), (d.device,))
+
+
+_DISK_ROW = tuple(f"headroom_disk_{n}" for n in (
+    "reads_completed_total", "read_bytes_total", "writes_completed_total", "written_bytes_total",
+    "io_time_seconds_total", "io_time_weighted_seconds_total", "io_in_flight"))
 
 
 def _render_net(w: Writer, net: NetSample, snap: Snapshot) -> None:
     for d in net.devices:
-        w.add("headroom_network_receive_bytes_total", d.receive_bytes, d.device)
-        w.add("headroom_network_transmit_bytes_total", d.transmit_bytes, d.device)
-        w.add("headroom_network_receive_drops_total", d.receive_drops, d.device)
-        w.add("headroom_network_transmit_drops_total", d.transmit_drops, d.device)
-        w.add("headroom_network_speed_bytes", d.speed_bytes_per_second, d.device)
+        w.add_many(_NET_ROW, (d.receive_bytes, d.transmit_bytes, d.receive_drops, d.transmit_drops,
+                              d.speed_bytes_per_second), (d.device,))
+
+
+_NET_ROW = tuple(f"headroom_network_{n}" for n in (
+    "receive_bytes_total", "transmit_bytes_total", "receive_drops_total", "transmit_drops_total", "speed_bytes"))
 
 
 def _render_agent(w: Writer, a: Any, snap: Snapshot) -> None:
