@@ -1,5 +1,5 @@
 """The rendered-text caches of exposition/render.py: a series' last line is reused while its value and labels
-do not change (render._SERIES, Writer.add_many's render._GROUPS). They must never serve stale text and never
+do not change (a Renderer's series, and groups for Writer.add_many). They must never serve stale text and never
 grow past their bounds, whatever the labels churn."""
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ ROW = ("headroom_gpu_power_watts", "headroom_gpu_temperature_celsius", "headroom
 ROW_TAILS = (None, None, "correctable", "uncorrectable")
 
 
-def _tick(rng: random.Random, extras: dict[str, str], workloads: list[str]) -> bytes:
-    w = Writer()
+def _tick(rng: random.Random, extras: dict[str, str], workloads: list[str], cache: render.Renderer | None = None
+          ) -> bytes:
+    w = Writer(cache)
     w.gpu_extra.update(extras)
     for gpu in ("0", "1"):
         ids = (gpu, f"GPU-{gpu}")
@@ -40,13 +41,12 @@ def _tick(rng: random.Random, extras: dict[str, str], workloads: list[str]) -> b
     return w.render()
 
 
-def _fresh(monkeypatch: pytest.MonkeyPatch, tick) -> bytes:
+def _fresh(monkeypatch: pytest.MonkeyPatch, rng: random.Random, extras: dict[str, str], workloads: list[str]
+           ) -> bytes:
     """What a tick renders with every cache empty (the reference the cached rendering must equal)."""
     with monkeypatch.context() as m:
-        for cache in ("_SERIES", "_SERIES_OLD", "_GROUPS", "_GROUPS_OLD"):
-            m.setattr(render, cache, {})
         m.setattr(render, "_LABEL_TEXT", {})
-        return tick()
+        return _tick(rng, extras, workloads, render.Renderer())
 
 
 def test_cached_lines_equal_a_fresh_rendering_tick_after_tick(monkeypatch):
@@ -62,7 +62,7 @@ def test_cached_lines_equal_a_fresh_rendering_tick_after_tick(monkeypatch):
         state = rng.getstate()
         cached = _tick(rng, extras, workloads)
         rng.setstate(state)
-        assert cached == _fresh(monkeypatch, lambda: _tick(rng, extras, workloads)), tick  # noqa: B023
+        assert cached == _fresh(monkeypatch, rng, extras, workloads), tick
 
 
 @pytest.mark.parametrize(("first", "then", "text"), [(1e15, 10**15, "1000000000000000"), (10**15, 1e15, "1000000000000000.0"),
@@ -107,18 +107,20 @@ def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
         state = rng.getstate()
         cached = _tick(rng, {}, workloads)
         rng.setstate(state)
-        assert cached == _fresh(monkeypatch, lambda: _tick(rng, {}, workloads)), tick  # noqa: B023
-        assert len(render._SERIES) <= 40 and len(render._SERIES_OLD) <= 40 and len(render._LABEL_TEXT) <= 50
-        assert len(render._GROUPS) <= 30 and len(render._GROUPS_OLD) <= 30
-        sizes.add(len(render._GROUPS_OLD))
+        assert cached == _fresh(monkeypatch, rng, {}, workloads), tick
+        c = render._PROCESS
+        assert len(c.series) <= 40 and len(c.series_old) <= 40 and len(render._LABEL_TEXT) <= 50
+        assert len(c.groups) <= 30 and len(c.groups_old) <= 30
+        sizes.add(len(c.groups_old))
     assert max(sizes) == 30  # a full generation was set aside, so the bound was what held the cache
     built = []
     for fn in ("_new_series", "_new_group"):
         real = getattr(render, fn)
         monkeypatch.setattr(render, fn, lambda *args, real=real: built.append(args) or real(*args))
-    for cache in ("_SERIES", "_GROUPS"):  # a swap just now: the last tick's entries all in the old generation
-        monkeypatch.setattr(render, cache + "_OLD", {**getattr(render, cache + "_OLD"), **getattr(render, cache)})
-        monkeypatch.setattr(render, cache, {})
+    c = render._PROCESS
+    for cache in ("series", "groups"):  # a swap just now: the last tick's entries all in the old generation
+        setattr(c, cache + "_old", {**getattr(c, cache + "_old"), **getattr(c, cache)})
+        setattr(c, cache, {})
     rng.setstate(state)
     assert _tick(rng, {}, workloads) == cached  # the last tick again: moved back, none built anew
     assert built == []
@@ -193,3 +195,23 @@ def test_each_workload_value_lands_in_its_own_series():
         f"headroom_workload_headroom_power_watts{{{w_}}}": "26.5",
         f"headroom_workload_headroom_thermal_celsius{{{w_}}}": "27.5",
     }
+
+
+def test_each_renderer_keeps_its_own_caches():
+    """Two samplers in one process (a benchmark's pair: one with pods, one without) each render with their own
+    Renderer: neither evicts nor relabels the other's series."""
+    render.clear_caches()
+    a, b = render.Renderer(), render.Renderer()
+    for tick in range(3):
+        for cache, extra in ((a, ',pod="p"'), (b, "")):
+            w = Writer(cache)
+            w.gpu_extra["GPU-0"] = extra
+            w.add_many(ROW[:1], (300.0 + tick,), ("0", "GPU-0"))
+            w.add("headroom_gpu_utilization_ratio", 0.5, "0", "GPU-0")
+            lines = w.render().decode().splitlines()
+            assert f'headroom_gpu_utilization_ratio{{gpu="0",uuid="GPU-0"{extra}}} 0.5' in lines
+            assert f'headroom_gpu_power_watts{{gpu="0",uuid="GPU-0"{extra}}} {300 + tick}' in lines
+    assert len(a.series) == len(b.series) == 1 and len(a.groups) == len(b.groups) == 1
+    assert a.series[("headroom_gpu_utilization_ratio", ("0", "GPU-0"))][3] == ',pod="p"'  # rendered once, kept
+    assert b.series[("headroom_gpu_utilization_ratio", ("0", "GPU-0"))][3] == ""
+    assert not render._PROCESS.series and not render._PROCESS.groups

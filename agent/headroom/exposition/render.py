@@ -75,25 +75,23 @@ def _label_text(names: tuple[str, ...], values: tuple[Any, ...]) -> str:
 # changed in place, so a render in another thread sees an old or a new entry, both consistent. Checked
 # against the catalogue when first seen. Kept in two generations so churning pods cannot grow it: when the
 # current one reaches the bound it becomes the old one (the one before is dropped); an entry still in use is
-# moved back from the old one on its next use, so the swap costs no rendering.
-_SERIES: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
-_SERIES_OLD: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
+# moved back from the old one on its next use, so the swap costs no rendering. Each Renderer has its own
+# (Renderer.series, .series_old): two samplers in one process (a benchmark's pair) do not evict each other.
 _SERIES_MAX = 2_000  # entries per generation (the reference host with 50 pods uses ~250: most series go in groups)
 _UNSET = object()  # the value of an entry not rendered yet: equal to no value
 
 
-def _series(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any, ...]] | None
+def _series(cache: Renderer, name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any, ...]] | None
             ) -> tuple[int, str, str | None, str, str, Any, str]:
-    """The entry of _SERIES for this series, from the old generation or new (stored unless ``key`` is None: an
+    """The cache's entry for this series, from the old generation or new (stored unless ``key`` is None: an
     unhashable label value)."""
-    global _SERIES, _SERIES_OLD
-    entry = _SERIES_OLD.pop(key, None) if key is not None else None
+    entry = cache.series_old.pop(key, None) if key is not None else None
     if entry is None:
         entry = _new_series(name, label_values)
     if key is not None:
-        if len(_SERIES) >= _SERIES_MAX:
-            _SERIES_OLD, _SERIES = _SERIES, {}
-        _SERIES[key] = entry
+        if len(cache.series) >= _SERIES_MAX:
+            cache.series_old, cache.series = cache.series, {}
+        cache.series[key] = entry
     return entry
 
 
@@ -114,24 +112,21 @@ def _new_series(name: str, label_values: tuple[Any, ...]) -> tuple[int, str, str
 # (names, label values, tails) -> the same for a group of series written by one Writer.add_many call: (the GPU
 # UUID whose identity labels the group's gpu, uuid series carry or None, those labels as last rendered, then
 # per series: family position, prefix (None where no identity labels apply: the head is then fixed), head,
-# last value and line). Replaced whole, in two generations, like _SERIES.
-_GROUPS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_GROUPS_OLD: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+# last value and line). Replaced whole, in two generations per Renderer (.groups, .groups_old), like the series.
 _GROUPS_MAX = 1_000  # entries per generation (the reference host with 50 pods uses ~220)
 
 
-def _group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tuple[Any, ...] | None,
+def _group(cache: Renderer, names: tuple[str, ...], label_values: tuple[Any, ...], tails: tuple[Any, ...] | None,
            key: tuple[Any, ...] | None) -> tuple[Any, ...]:
-    """The entry of _GROUPS, from the old generation or new: each series checked against the catalogue as
-    ``Writer.add`` checks it."""
-    global _GROUPS, _GROUPS_OLD
-    entry = _GROUPS_OLD.pop(key, None) if key is not None else None
+    """The cache's entry for this group, from the old generation or new: each series checked against the
+    catalogue as ``Writer.add`` checks it."""
+    entry = cache.groups_old.pop(key, None) if key is not None else None
     if entry is None:
         entry = _new_group(names, label_values, tails)
     if key is not None:
-        if len(_GROUPS) >= _GROUPS_MAX:
-            _GROUPS_OLD, _GROUPS = _GROUPS, {}
-        _GROUPS[key] = entry
+        if len(cache.groups) >= _GROUPS_MAX:
+            cache.groups_old, cache.groups = cache.groups, {}
+        cache.groups[key] = entry
     return entry
 
 
@@ -156,11 +151,34 @@ def _new_group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tup
     return (uuid, "", tuple(indexes), tuple(prefixes), tuple(heads), unset, unset)
 
 
+class Renderer:
+    """Renders snapshots with its own rendered-text caches (the series and groups above): a sampler renders
+    with one. ``render()`` below uses the process's."""
+
+    __slots__ = ("groups", "groups_old", "series", "series_old")
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
+        self.series_old: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
+        self.groups: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.groups_old: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+    def render(self, snapshot: Snapshot) -> bytes:
+        """The full exposition for one snapshot."""
+        w = Writer(self)
+        render_into(w, snapshot)
+        return w.render()
+
+    def clear(self) -> None:
+        for cache in (self.series, self.series_old, self.groups, self.groups_old):
+            cache.clear()
+
+
 def clear_caches() -> None:
-    """Empty the rendered-text caches (bounded, so never a leak; a memory measurement clears them first)."""
+    """Empty the process's rendered-text caches (bounded, so never a leak; a memory measurement clears them
+    first)."""
     _LABEL_TEXT.clear()
-    for cache in (_SERIES, _SERIES_OLD, _GROUPS, _GROUPS_OLD):
-        cache.clear()
+    _PROCESS.clear()
 
 
 def format_value(value: float | int | bool) -> str:
@@ -195,9 +213,10 @@ _INFINITIES = (math.inf, -math.inf)
 class Writer:
     """Collects series per family; ``add`` takes label values in the catalogue's label order."""
 
-    __slots__ = ("_lines", "gpu_extra")
+    __slots__ = ("_cache", "_lines", "gpu_extra")
 
-    def __init__(self) -> None:
+    def __init__(self, cache: Renderer | None = None) -> None:
+        self._cache = cache or _PROCESS  # where series and groups keep their text across ticks
         self._lines: list[list[str]] = [[] for _ in _HEADERS]  # each family's series lines, in catalogue order
         # GPU UUID -> ',namespace="..",pod=".."': appended to every series labelled gpu, uuid (identity labels)
         self.gpu_extra: dict[str, str] = {}
@@ -206,12 +225,13 @@ class Writer:
         if value is None:
             return  # unknown / unsupported: the series is absent, never 0
         key = (name, label_values)
+        cache = self._cache
         try:
-            index, prefix, uuid, extra, head, last, line = _SERIES[key]
+            index, prefix, uuid, extra, head, last, line = cache.series[key]
         except KeyError:
-            index, prefix, uuid, extra, head, last, line = _series(name, label_values, key)
+            index, prefix, uuid, extra, head, last, line = _series(cache, name, label_values, key)
         except TypeError:  # an unhashable label value: rendered, not cached
-            index, prefix, uuid, extra, head, last, line = _series(name, label_values, None)
+            index, prefix, uuid, extra, head, last, line = _series(cache, name, label_values, None)
             key = None
         if uuid is not None:
             now = self.gpu_extra.get(uuid, "")
@@ -220,7 +240,7 @@ class Writer:
         if type(value) is not type(last) or value != last:
             line = head + format_value(value)
             if key is not None:
-                _SERIES[key] = (index, prefix, uuid, extra, head, value, line)
+                cache.series[key] = (index, prefix, uuid, extra, head, value, line)
         self._lines[index].append(line)
 
     def add_many(self, names: tuple[str, ...], values: Iterable[float | int | bool | None],
@@ -230,12 +250,13 @@ class Writer:
         those ``add`` calls, at a fraction of their cost for a group of series that repeats every tick (a GPU's
         gauges, a verdict, a workload's series)."""
         key = (names, label_values, tails)
+        cache = self._cache
         try:
-            group = _GROUPS.get(key)
+            group = cache.groups.get(key)
         except TypeError:  # an unhashable label value: rendered, not cached
             key, group = None, None
         if group is None:
-            group = _group(names, label_values, tails, key)
+            group = _group(cache, names, label_values, tails, key)
         uuid, extra, indexes, prefixes, heads, lasts, lines = group
         if type(values) is not tuple:
             values = tuple(values)
@@ -262,7 +283,7 @@ class Writer:
                     out[indexes[i]].append(line)
             i += 1
         if (fresh is not None or changed) and key is not None:
-            _GROUPS[key] = (uuid, extra, indexes, prefixes, heads, values, lines if fresh is None else tuple(fresh))
+            cache.groups[key] = (uuid, extra, indexes, prefixes, heads, values, lines if fresh is None else tuple(fresh))
 
     def names(self) -> set[str]:
         return {m.name for m, lines in zip(CATALOG, self._lines, strict=True) if lines}
@@ -281,11 +302,12 @@ class Writer:
 _HEADERS = tuple(f"# HELP {m.name} {m.help.replace(chr(92), chr(92) * 2)}\n# TYPE {m.name} {m.type}" for m in CATALOG)
 
 
+_PROCESS = Renderer()  # the process's caches: render() and a Writer made without one use them
+
+
 def render(snapshot: Snapshot) -> bytes:
-    """The full exposition for one snapshot."""
-    w = Writer()
-    render_into(w, snapshot)
-    return w.render()
+    """The full exposition for one snapshot (with the process's caches: an agent has one sampler)."""
+    return _PROCESS.render(snapshot)
 
 
 
