@@ -285,6 +285,57 @@ def test_long_scores_are_refreshed_from_the_thinned_long_window(monkeypatch):
     assert every["disk_io"] > 0.5 and gpu.verdict.long_scores["disk_io"] == pytest.approx(every["disk_io"])
 
 
+def test_short_and_long_verdicts_each_read_their_own_window_of_the_host():
+    """The host's side of the starvation rules is worked out once per window (bottleneck.host_view) and shared by
+    every GPU and workload: the short verdicts read the short window's host, the long ones the long window's. A
+    disk busy only in the last 15 s makes disk_io the short verdict of a starved GPU and its workload, not the
+    long one (and the evidence says which)."""
+    from headroom.analysis import bottleneck, signals
+
+    window = build_window(Host(disk_busy=0.0), [Gpu(util=0.3)], seconds=300)
+    window = [_with(s, "disk", _disk(max(0.0, t - 284.0))) if t >= 285 else s for t, s in enumerate(window)]
+    analysis = Analysis(check_config_text(TRAINER, "c.yaml"))
+    analysis._attribute = lambda sample: (SimpleNamespace(name="trainer", gpu_indices=(0,), processes=1, estimate=None,
+                                                          expected_peak_bytes=None),)
+    _, findings = analysis(window)  # a first tick: short and long scores alike
+    (gpu,) = findings.gpu_findings
+    (workload,) = findings.workload_findings
+    for verdict in (gpu.verdict, workload.verdict):
+        assert verdict.scores["disk_io"] > 0.5 and "nvme0n1 busy 100 %" in verdict.evidence["disk_io"]
+        assert verdict.long_scores["disk_io"] < 0.1
+    (g,) = signals.gpu_signals(window, 15.0)
+    alone = bottleneck.score_gpu(g, signals.host_signals(window, 15.0), bottleneck.DEFAULT_THRESHOLDS)
+    assert (gpu.verdict.scores, gpu.verdict.evidence) == (alone.scores, alone.evidence)
+
+
+def test_a_gpus_own_rules_run_once_per_signals_object_and_are_never_another_gpus():
+    """bottleneck.GpuRules: the rules that read one GPU's signals alone run once per GpuSignals object in a tick
+    and are shared by its verdict and its workloads'; another object (another GPU, a MIG slice's signals, a GPU
+    made at an address an earlier one freed) gets its own results, and other thresholds their own rules."""
+    from headroom.analysis import bottleneck
+    from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
+
+    t = bottleneck.DEFAULT_THRESHOLDS
+    rules = bottleneck.GpuRules(t)
+    hot = GpuSignals(index=0, uuid="GPU-0", name="H100", up=True, busy=0.97, thermal_share=0.6,
+                     temperature_celsius=90.0, thermal_limit_celsius=87.0, sm_clock_ratio=0.7)
+    assert rules(hot) is rules(hot)
+    for name, rule in bottleneck.GPU_OWN_RULES:
+        assert rules(hot)[name] == rule(hot, t)
+    for i in range(50):  # each one dropped after use: CPython hands its memory to the next
+        g = GpuSignals(index=1, uuid="GPU-1", name="H100", up=True, busy=i / 50)
+        assert rules(g)["gpu_compute"] == bottleneck.rule_gpu_compute(g, t)
+    w = WorkloadSignals(name="trainer", gpus=(0,))
+    trainer = SimpleNamespace(name="trainer", kind="training", runtime=None, dataloader_workers=None, parallel=None)
+    strict = {**t, "compute_busy_high": 0.99}
+    for thresholds in (t, strict):  # rules made for other thresholds are not used
+        alone = bottleneck.score_workload(trainer, w, [hot], HostSignals(), thresholds)
+        shared = bottleneck.score_workload(trainer, w, [hot], HostSignals(), thresholds, rules=rules)
+        assert (shared.scores, shared.evidence) == (alone.scores, alone.evidence)
+    assert bottleneck.score_workload(trainer, w, [hot], HostSignals(), strict, rules=rules).scores["gpu_compute"] != \
+        bottleneck.score_workload(trainer, w, [hot], HostSignals(), t, rules=rules).scores["gpu_compute"]
+
+
 def bottleneck_score_gpu_long(window):
     """The GPU's long-window scores from every sample of the long window (no thinning)."""
     from headroom.analysis import bottleneck, signals

@@ -219,3 +219,151 @@ def test_the_estimate_and_a_refusal_are_memoised_across_ticks():
     for m, c in results:  # the memoised answers are the first tick's, refusal and estimate alike
         assert m.estimate_error == results[0][0].estimate_error and "params" in m.estimate_error
         assert c.estimate == results[0][1].estimate and c.estimate_error is None
+
+
+# ------------------------------------------------------------------ automatic workloads remembered across ticks
+def _tick(gpus: list[GpuSample], groups: tuple, workloads: tuple = ()) -> Sample:
+    from headroom.samples import IdentitySample
+
+    s = sample(*gpus, workloads=workloads)
+    return Sample(0.0, 0.0, {**s.sources, "identity": SourceResult("identity", True, 0.0, IdentitySample(
+        groups=groups, max_groups=100))})
+
+
+def test_an_unchanged_automatic_workload_keeps_its_status_and_a_change_makes_a_new_one():
+    """AutoStatuses: last tick's status comes back (the same object) while its inputs are equal; each input
+    that changes gives a status equal to one made without the memo (never last tick's)."""
+    from dataclasses import replace
+
+    from headroom.samples import CgroupStats, IdentityGroup
+    from headroom.workload.attribution import AutoStatuses
+
+    a, b = GpuProcess(1000, 4 * GIB, sm_utilization_ratio=0.1), GpuProcess(1001, 2 * GIB)
+    gpus = [gpu(0, a, GpuProcess(1500, GIB)), gpu(1, b)]
+    pod = IdentityGroup("pod", "ns/a", pids=(1000,), gpus=("GPU-0",), cgroup=CgroupStats("/a", 1.0, 0.5))
+    other = IdentityGroup("pod", "ns/b", pids=(1001,), gpus=("GPU-1",))
+    memo = AutoStatuses()
+    first = {st.name: st for st in attribute(_tick(gpus, (pod, other)), [], memo=memo)}
+    again = {st.name: st for st in attribute(_tick(gpus, (replace(pod), other)), [], memo=memo)}
+    assert again["ns/a"] is first["ns/a"] and again["ns/b"] is first["ns/b"]
+    # a neighbour on its GPU comes and goes (its own listing moves in the list): still the same status
+    moved = [gpu(0, GpuProcess(1600, GIB), GpuProcess(1700, GIB), a), gpu(1, b)]
+    assert {st.name: st for st in attribute(_tick(moved, (pod, other)), [], memo=memo)}["ns/a"] is first["ns/a"]
+
+    changes = {
+        "its process's memory": ([gpu(0, GpuProcess(1000, 9 * GIB, sm_utilization_ratio=0.1)), gpu(1, b)], (pod,)),
+        "its utilization": ([gpu(0, GpuProcess(1000, 4 * GIB, sm_utilization_ratio=0.7)), gpu(1, b)], (pod,)),
+        "its GPU": ([gpu(0), gpu(1, a, b)], (pod,)),
+        "its GPU down": ([gpu(0, a, up=False), gpu(1, b)], (pod,)),
+        "its GPU's memory": ([gpu(0, a, total=40 * GIB), gpu(1, b)], (pod,)),
+        "a second process": ([gpu(0, a), gpu(1, b)], (replace(pod, pids=(1000, 1001)),)),
+        "a process NVML does not list": ([gpu(0, a), gpu(1, b)], (replace(pod, pids=(1000, 1999)),)),
+        "a GPU assigned": ([gpu(0, a), gpu(1, b)], (replace(pod, gpus=("GPU-0", "GPU-1")),)),
+        "its process count": ([gpu(0, a), gpu(1, b)], (replace(pod, processes=7),)),
+        "its cgroup": ([gpu(0, a), gpu(1, b)], (replace(pod, cgroup=CgroupStats("/a", 2.0, 0.5)),)),
+        "its kind": ([gpu(0, a), gpu(1, b)], (replace(pod, kind="job"),)),
+    }
+    for why, (tick_gpus, groups) in changes.items():
+        memo = AutoStatuses()
+        before = attribute(_tick(gpus, (pod,)), [], memo=memo)[0]
+        after = attribute(_tick(tick_gpus, groups), [], memo=memo)[0]
+        fresh = attribute(_tick(tick_gpus, groups), [])[0]
+        assert after == fresh and after != before, why
+    # a declared profile that takes its process: the pod is gone, and forgotten
+    memo = AutoStatuses()
+    attribute(_tick(gpus, (pod, other)), [], memo=memo)
+    assert len(memo) == 2
+    statuses = attribute(_tick(gpus, (pod, other), workloads=(members("mine", 1000),)),
+                         [prof({"name": "mine", "kind": "training", "match": {"exe": "x"}})], memo=memo)
+    assert [st.name for st in statuses] == ["mine", "ns/b"] and len(memo) == 1
+    attribute(_tick(gpus, ()), [], memo=memo)
+    assert len(memo) == 0  # ended workloads leave nothing behind
+
+
+def test_remembered_statuses_equal_fresh_ones_over_random_churn():
+    """Ticks of pods coming, going, moving, changing memory and utilization, reordered in NVML's lists (float
+    sums depend on the order), MIG instances resized, GPUs lost, declared profiles claiming pids: with the
+    memo every tick's statuses equal those made without it, and most are reused."""
+    import random
+    from dataclasses import replace
+
+    from headroom.samples import CgroupStats, IdentityGroup
+    from headroom.workload.attribution import AutoStatuses
+
+    rng = random.Random(15)
+    claimer = prof({"name": "claimer", "kind": "training", "match": {"exe": "x"}})
+    pods: dict[str, IdentityGroup] = {}
+    procs: dict[int, tuple[int, int, GpuProcess]] = {}  # pid -> (GPU, MIG instance or -1, entry)
+    mig_totals = [40 * GIB, 20 * GIB]
+    down: set[int] = set()
+    serial = 0
+
+    def new_pod() -> None:
+        nonlocal serial
+        serial += 1
+        pids = tuple(10_000 + serial * 10 + k for k in range(rng.choice((1, 1, 3))))
+        where = rng.randrange(4)
+        for pid in pids:
+            procs[pid] = (where, rng.choice((0, 1)) if where == 3 else -1,
+                          GpuProcess(pid, rng.choice((GIB, 2 * GIB, None)), sm_utilization_ratio=rng.choice((0.1, 0.2, 0.3, None))))
+        refs = (f"GPU-{where}",) if rng.random() < 0.7 else ()
+        pods[f"ns/p{serial}"] = IdentityGroup("pod", f"ns/p{serial}", pids=pids, gpus=refs,
+                                              cgroup=CgroupStats(f"/p{serial}", 1.0, 1.0))
+
+    for _ in range(12):
+        new_pod()
+    memo = AutoStatuses()
+    reused = total = 0
+    previous: dict[str, object] = {}
+    for _tick_number in range(150):
+        for _ in range(rng.randrange(4)):
+            what = rng.randrange(9)
+            name = rng.choice(sorted(pods))
+            g = pods[name]
+            pid = rng.choice(g.pids)
+            if what == 0:
+                del pods[name]
+                new_pod()
+            elif what == 1:
+                i, j, x = procs[pid]
+                procs[pid] = (i, j, replace(x, used_memory_bytes=rng.choice((GIB, 3 * GIB))))
+            elif what == 2:
+                i, j, x = procs[pid]
+                procs[pid] = (i, j, replace(x, sm_utilization_ratio=rng.choice((0.1, 0.2, 0.3, 0.7))))
+            elif what == 3:
+                where = rng.randrange(4)
+                procs[pid] = (where, rng.choice((0, 1)) if where == 3 else -1, procs[pid][2])
+            elif what == 4:
+                pods[name] = replace(g, cgroup=CgroupStats(g.cgroup.path, rng.random(), 1.0))
+            elif what == 5:
+                mig_totals[rng.randrange(2)] = rng.choice((20 * GIB, 40 * GIB))
+            elif what == 6:
+                down ^= {rng.randrange(4)}
+            elif what == 7:
+                pods[name] = replace(g, processes=rng.choice((None, 1, 5)))
+            else:
+                items = list(procs.items())
+                rng.shuffle(items)  # NVML lists the same processes in another order
+                procs.clear()
+                procs.update(items)
+        gpus = []
+        for i in range(4):
+            listed = tuple(x for (w, j, x) in procs.values() if w == i and j == -1)
+            mig = ()
+            if i == 3:
+                mig = tuple(MigInstance(gpu_instance_id=k, compute_instance_id=0, uuid=f"MIG-3{k}",
+                                        memory_total_bytes=mig_totals[k], memory_used_bytes=0,
+                                        processes=tuple(x for (w, j, x) in procs.values() if w == 3 and j == k))
+                            for k in (0, 1))
+            gpus.append(gpu(i, *listed, up=i not in down, mig=mig))
+        claimed = rng.choice(sorted(procs)) if rng.random() < 0.2 else None
+        workloads = (members("claimer", claimed),) if claimed is not None else ()
+        s = _tick(gpus, tuple(pods.values()), workloads)
+        remembered = attribute(s, [claimer], memo=memo)
+        fresh = attribute(s, [claimer])
+        assert remembered == fresh
+        assert [repr(st) for st in remembered] == [repr(st) for st in fresh]  # -0.0, 1 and 1.0 told apart
+        total += len(remembered)
+        reused += sum(previous.get(st.name) is st for st in remembered)
+        previous = {st.name: st for st in remembered}
+    assert reused > total / 3

@@ -12,7 +12,7 @@ config.yaml (analysis.thresholds).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -334,7 +334,88 @@ def rule_nvlink(g: GpuSignals, t: Mapping[str, float]) -> tuple[float, str]:
     return score, text
 
 
+class GpuRules:
+    """The rules that read only one GPU's signals and the thresholds (GPU_OWN_RULES), run once per GpuSignals
+    object and shared: the pipeline makes one per window, so a GPU's verdict and those of the workloads on it
+    read the same results instead of running the rules again for each (a workload on a MIG slice has its own
+    GpuSignals object, so its own results)."""
+
+    __slots__ = ("t", "_seen")
+
+    def __init__(self, t: Mapping[str, float]) -> None:
+        self.t = t
+        self._seen: dict[int, tuple[GpuSignals, dict[str, tuple[float, str]]]] = {}
+
+    def __call__(self, g: GpuSignals) -> dict[str, tuple[float, str]]:
+        seen = self._seen.get(id(g))
+        if seen is not None and seen[0] is g:  # the object itself (kept alive here), not one at a reused id
+            return seen[1]
+        results = {name: rule(g, self.t) for name, rule in GPU_OWN_RULES}
+        self._seen[id(g)] = (g, results)
+        return results
+
+    @classmethod
+    def for_thresholds(cls, rules: GpuRules | None, t: Mapping[str, float]) -> GpuRules:
+        """``rules`` when made for these thresholds, else a new one."""
+        return rules if rules is not None and rules.t is t else cls(t)
+
+
+GPU_OWN_RULES = (("gpu_compute", rule_gpu_compute), ("gpu_thermal", rule_gpu_thermal), ("gpu_power", rule_gpu_power),
+                 ("pcie", rule_pcie), ("nvlink", rule_nvlink))
+
+
 # --------------------------------------------------------------------------- starvation rules
+@dataclass(frozen=True)
+class HostView:
+    """What the starvation rules read of the host alone, worked out once per tick (``host_view``) and shared by
+    every GPU's and workload's verdict instead of once for each: per rule, the host-wide score and its evidence."""
+
+    cpu: tuple[float, tuple[str, ...]]  # host CPU busy and PSI cpu: (score, evidence parts)
+    memory: tuple[float, tuple[str, ...]]  # PSI memory full, RAM available, major faults
+    shm: tuple[float, str | None]  # (fill score, the fullest mount's sentence; None when unknown)
+    disk: tuple[float, tuple[str, ...]]  # the busiest disk, PSI io, iowait
+
+
+def host_view(h: HostSignals, t: Mapping[str, float]) -> HostView:
+    return HostView(_host_cpu(h, t), _host_memory(h, t), _host_shm(h, t), _host_disk(h, t))
+
+
+def _host_cpu(h: HostSignals, t: Mapping[str, float]) -> tuple[float, tuple[str, ...]]:
+    host, parts = 0.0, []
+    if h.cpu_busy is not None:
+        host = max(host, ramp(h.cpu_busy, t["host_cpu_low"], t["host_cpu_high"]))
+        parts.append(f"host CPU {pct(h.cpu_busy)} busy")
+    psi = h.psi.get("cpu.some")
+    if psi is not None:
+        host = max(host, ramp(psi, t["psi_cpu_low"], t["psi_cpu_high"]))
+        parts.append(f"PSI cpu some avg10 {pct(psi)}")
+    return host, tuple(parts)
+
+
+def _host_shm(h: HostSignals, t: Mapping[str, float]) -> tuple[float, str | None]:
+    fill = ramp(h.shm_fill, t["shm_low"], t["shm_high"])
+    if h.shm_fill is None:
+        return fill, None
+    return fill, (f"{h.shm_mountpoint} {pct(h.shm_fill)} full ({gib(h.shm_available_bytes)} left of "
+                  f"{gib(h.shm_size_bytes)})")
+
+
+def _host_disk(h: HostSignals, t: Mapping[str, float]) -> tuple[float, tuple[str, ...]]:
+    parts, host = [], 0.0
+    if h.disk_busy is not None:
+        host = max(host, ramp(h.disk_busy, t["disk_busy_low"], t["disk_busy_high"]))
+        queue = "" if h.disk_queue is None else f", queue depth {h.disk_queue:.1f}"
+        parts.append(f"{h.disk_device} busy {pct(h.disk_busy)}{queue}")
+    psi = h.psi.get("io.some")
+    if psi is not None:
+        host = max(host, ramp(psi, t["psi_io_low"], t["psi_io_high"]))
+        parts.append(f"PSI io some avg10 {pct(psi)}")
+    if h.cpu_iowait is not None and h.cpu_iowait > 0.05:
+        host = max(host, t["iowait_weight"] * ramp(h.cpu_iowait, 0.05, 0.5))
+        parts.append(f"iowait {pct(h.cpu_iowait)} (weak signal)")
+    return host, tuple(parts)
+
+
 def starvation(busy: float | None, t: Mapping[str, float]) -> float:
     """1 when the GPUs are at or below busy_low, 0 at or above busy_high; 0 when unknown."""
     if busy is None:
@@ -363,7 +444,7 @@ def _involvement(own: float | None, full: float) -> float:
 
 
 def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals | None,
-             t: Mapping[str, float], cpu_is_compute: bool = False) -> Scored:
+             t: Mapping[str, float], cpu_is_compute: bool = False, view: HostView | None = None) -> Scored:
     """CPU starving the GPU. The workload's own saturation (all its cores, one process pinned at a core, its
     cgroup's PSI cpu) is direct evidence; busy host CPUs and host PSI count only in proportion to the CPU the
     workload itself uses (a compile job saturating the host does not starve a trainer that waits on storage)."""
@@ -401,14 +482,8 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
     if cgroup_psi is not None:
         own = max(own, ramp(cgroup_psi, t["psi_cpu_low"], t["psi_cpu_high"]))
         parts.append(f"its cgroup's PSI cpu some avg10 {pct(cgroup_psi)}")
-    host = 0.0
-    if h.cpu_busy is not None:
-        host = max(host, ramp(h.cpu_busy, t["host_cpu_low"], t["host_cpu_high"]))
-        parts.append(f"host CPU {pct(h.cpu_busy)} busy")
-    psi = h.psi.get("cpu.some")
-    if psi is not None:
-        host = max(host, ramp(psi, t["psi_cpu_low"], t["psi_cpu_high"]))
-        parts.append(f"PSI cpu some avg10 {pct(psi)}")
+    host, host_parts = view.cpu if view is not None else _host_cpu(h, t)
+    parts.extend(host_parts)
     own_cores = w.cores_used if w is not None else None
     involved = _involvement(own_cores, t["own_cpu_cores"])
     if host > 0 and own_cores is not None and involved < 1.0:
@@ -418,7 +493,15 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
     return Scored(factor * signal, _join(busy_text, parts, cpu_is_compute), own > 0 and own >= host * involved)
 
 
-def rule_host_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float]) -> tuple[float, str]:
+def rule_host_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
+                     view: HostView | None = None) -> tuple[float, str]:
+    signal, parts = view.memory if view is not None else _host_memory(h, t)
+    # memory pressure slows everything on the host: it needs no starved GPU to count, but a starved one
+    # makes it more certain that it costs the workload throughput
+    return signal * (0.6 + 0.4 * starved), _join(busy_text, parts)
+
+
+def _host_memory(h: HostSignals, t: Mapping[str, float]) -> tuple[float, tuple[str, ...]]:
     parts, signal = [], 0.0
     full = h.psi.get("memory.full")
     if full is not None:
@@ -430,42 +513,29 @@ def rule_host_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[
         parts.append(f"{gib(h.memory_available_bytes)} of {gib(h.memory_total_bytes)} RAM available")
     if h.major_faults_per_second is not None and h.major_faults_per_second >= 1:
         parts.append(f"{h.major_faults_per_second:.0f} major faults/s")
-    # memory pressure slows everything on the host: it needs no starved GPU to count, but a starved one
-    # makes it more certain that it costs the workload throughput
-    return signal * (0.6 + 0.4 * starved), _join(busy_text, parts)
+    return signal, tuple(parts)
 
 
 def rule_shared_memory(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
-                       workers_declared: bool) -> Scored:
-    fill = ramp(h.shm_fill, t["shm_low"], t["shm_high"])
+                       workers_declared: bool, view: HostView | None = None) -> Scored:
+    fill, text = view.shm if view is not None else _host_shm(h, t)
     # a full /dev/shm kills DataLoader workers ("No space left on device", "Bus error"): it limits a
     # workload that declares workers even before the GPU starves
     factor = max(starved, 0.8 if workers_declared else 0.0)
-    if h.shm_fill is None:
+    if text is None:
         return Scored(0.0, "shared memory unknown", False)
-    text = f"{h.shm_mountpoint} {pct(h.shm_fill)} full ({gib(h.shm_available_bytes)} left of {gib(h.shm_size_bytes)})"
     if workers_declared:
         text += " while the workload declares DataLoader workers"
     return Scored(fill * factor, _join(busy_text, [text]), workers_declared)  # its workers pass batches through it
 
 
 def rule_disk_io(starved: float, busy_text: str, h: HostSignals, t: Mapping[str, float],
-                 w: WorkloadSignals | None = None) -> Scored:
+                 w: WorkloadSignals | None = None, view: HostView | None = None) -> Scored:
     """Storage starving the GPU. Its cgroup's PSI io is direct evidence; a busy disk, host PSI io and iowait count
     only in proportion to the block I/O the workload itself does (a backup saturating the disk does not starve a
     trainer whose data sits in RAM)."""
-    parts, host = [], 0.0
-    if h.disk_busy is not None:
-        host = max(host, ramp(h.disk_busy, t["disk_busy_low"], t["disk_busy_high"]))
-        queue = "" if h.disk_queue is None else f", queue depth {h.disk_queue:.1f}"
-        parts.append(f"{h.disk_device} busy {pct(h.disk_busy)}{queue}")
-    psi = h.psi.get("io.some")
-    if psi is not None:
-        host = max(host, ramp(psi, t["psi_io_low"], t["psi_io_high"]))
-        parts.append(f"PSI io some avg10 {pct(psi)}")
-    if h.cpu_iowait is not None and h.cpu_iowait > 0.05:
-        host = max(host, t["iowait_weight"] * ramp(h.cpu_iowait, 0.05, 0.5))
-        parts.append(f"iowait {pct(h.cpu_iowait)} (weak signal)")
+    host, host_parts = view.disk if view is not None else _host_disk(h, t)
+    parts = list(host_parts)
     own_io = w.io_bytes_per_second if w is not None else None
     involved = _involvement(None if own_io is None else own_io / 2**20, t["own_io_mib_per_second"])
     if own_io is not None and host > 0:
@@ -534,7 +604,7 @@ def _name_neighbours(results: dict[str, Result], h: HostSignals, workload: str) 
                                        getattr(res, "direct", False))
 
 
-def _join(busy_text: str, parts: list[str], standalone: bool = False) -> str:
+def _join(busy_text: str, parts: Sequence[str], standalone: bool = False) -> str:
     if not parts:
         return f"{busy_text}; no corroborating signal"
     return ("" if standalone else f"{busy_text} while ") + "; ".join(parts)
@@ -553,24 +623,29 @@ def _without_demand(results: dict[str, Result], why: str) -> dict[str, Result]:
     return out
 
 
-def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float], reserved_by: str | None = None) -> Verdict:
+def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float], reserved_by: str | None = None,
+              view: HostView | None = None, rules: GpuRules | None = None) -> Verdict:
     """Scores for one GPU on its own (also for GPUs no profile claims): host rules use host signals only.
-    ``reserved_by``: the serving runtime on this GPU that reserves its memory up front (vLLM, SGLang)."""
+    ``reserved_by``: the serving runtime on this GPU that reserves its memory up front (vLLM, SGLang).
+    ``view``: host_view(h, t), ``rules``: a GpuRules, when the caller has them (one per tick for every GPU and
+    workload)."""
     if not g.up:
         return Verdict({r: 0.0 for r in RESOURCES}, {r: f"GPU {g.index} is down" for r in RESOURCES}, NONE)
+    view = view or host_view(h, t)
+    own = GpuRules.for_thresholds(rules, t)(g)
     starved = starvation(g.busy, t)
     busy_text = f"GPU {g.index} busy {pct(g.busy)}"
     results: dict[str, Result] = {
-        "gpu_compute": rule_gpu_compute(g, t),
+        "gpu_compute": own["gpu_compute"],
         "gpu_memory": rule_gpu_memory(g, t, None, reserved_by or False),
-        "gpu_thermal": rule_gpu_thermal(g, t),
-        "gpu_power": rule_gpu_power(g, t),
-        "pcie": rule_pcie(g, t),
-        "nvlink": rule_nvlink(g, t),
-        "cpu": rule_cpu(starved, busy_text, h, None, t),
-        "host_memory": rule_host_memory(starved, busy_text, h, t),
-        "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=False),
-        "disk_io": rule_disk_io(starved, busy_text, h, t),
+        "gpu_thermal": own["gpu_thermal"],
+        "gpu_power": own["gpu_power"],
+        "pcie": own["pcie"],
+        "nvlink": own["nvlink"],
+        "cpu": rule_cpu(starved, busy_text, h, None, t, view=view),
+        "host_memory": rule_host_memory(starved, busy_text, h, t, view),
+        "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=False, view=view),
+        "disk_io": rule_disk_io(starved, busy_text, h, t, view=view),
         "network": (0.0, "network is judged per distributed workload"),
         "kv_cache": (0.0, "the KV cache is judged per serving workload"),
     }
@@ -616,8 +691,9 @@ def straggler(gpus: list[GpuSignals], t: Mapping[str, float]) -> GpuSignals | No
 
 def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
                    t: Mapping[str, float], expected_peak: float | None = None, serving: Any = None,
-                   kv_alternatives: str = "") -> Verdict:
-    """Scores for one declared workload from its GPUs, its processes and the host."""
+                   kv_alternatives: str = "", view: HostView | None = None, rules: GpuRules | None = None) -> Verdict:
+    """Scores for one declared workload from its GPUs, its processes and the host (``view``, ``rules``: as
+    score_gpu)."""
     kind = getattr(profile.kind, "value", str(profile.kind))
     cpu_only = kind == "cpu-inference"
     up = [g for g in gpus if g.up]
@@ -634,22 +710,23 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
     # distributed: replicas or stages that exchange data every step (we cannot see whether peers share the host)
     distributed = bool(parallel and (parallel.data > 1 or parallel.pipeline > 1))
 
-    def best(rule, *args) -> tuple[float, str]:
-        pairs = [rule(g, t, *args) for g in up]
+    own = [GpuRules.for_thresholds(rules, t)(g) for g in up]
+
+    def best(pairs: list[tuple[float, str]]) -> tuple[float, str]:
         return max(pairs, key=lambda p: p[0]) if pairs else (0.0, "no GPU attributed to the workload")
 
     per_gpu_peak = (expected_peak / max(1, len(up))) if expected_peak else None
     results: dict[str, Result] = {
-        "gpu_compute": best(rule_gpu_compute),
-        "gpu_memory": best(rule_gpu_memory, per_gpu_peak, reserved or False),
-        "gpu_thermal": best(rule_gpu_thermal),
-        "gpu_power": best(rule_gpu_power),
-        "pcie": best(rule_pcie),
-        "nvlink": best(rule_nvlink),
-        "cpu": rule_cpu(starved, busy_text, h, w, t, cpu_is_compute=cpu_only),
-        "host_memory": rule_host_memory(starved, busy_text, h, t),
-        "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=workers),
-        "disk_io": rule_disk_io(starved, busy_text, h, t, w),
+        "gpu_compute": best([r["gpu_compute"] for r in own]),
+        "gpu_memory": best([rule_gpu_memory(g, t, per_gpu_peak, reserved or False) for g in up]),
+        "gpu_thermal": best([r["gpu_thermal"] for r in own]),
+        "gpu_power": best([r["gpu_power"] for r in own]),
+        "pcie": best([r["pcie"] for r in own]),
+        "nvlink": best([r["nvlink"] for r in own]),
+        "cpu": rule_cpu(starved, busy_text, h, w, t, cpu_is_compute=cpu_only, view=view),
+        "host_memory": rule_host_memory(starved, busy_text, h, t, view),
+        "shared_memory": rule_shared_memory(starved, busy_text, h, t, workers_declared=workers, view=view),
+        "disk_io": rule_disk_io(starved, busy_text, h, t, w, view),
         "network": rule_network(starved, busy_text, h, t, distributed),
         "kv_cache": serving_rules.rule_kv_cache(serving, t, busy, kv_alternatives),
     }

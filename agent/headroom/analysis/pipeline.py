@@ -113,6 +113,7 @@ class Analysis:
         self._idle_cost = 0.0
         self._long_at: float | None = None
         self._long_scores: dict[str, Mapping[str, float]] = {}
+        self._auto: Any = None  # attribution.AutoStatuses: last tick's automatic workload statuses
 
     def _hold(self, key: str) -> Hysteresis:
         h = self._hysteresis.get(key)
@@ -128,7 +129,9 @@ class Analysis:
             from headroom.workload import attribution
         except ImportError:
             return ()
-        return attribution.attribute(sample, self.profiles, getattr(self.config, "sizing", None))
+        if self._auto is None:
+            self._auto = attribution.AutoStatuses()
+        return attribution.attribute(sample, self.profiles, getattr(self.config, "sizing", None), self._auto)
 
     def __call__(self, window: Sequence[Sample]) -> tuple[Mapping[str, Any], Findings]:
         derived = rates.derive(window, self.settings["short_window"])
@@ -141,6 +144,8 @@ class Analysis:
         t, s = self.thresholds, self.settings
         statuses = self._attribute(sample)
         host = signals.host_signals(window, s["short_window"])
+        view = bottleneck.host_view(host, t)  # the host's side of the starvation rules, shared by every verdict
+        rules = bottleneck.GpuRules(t)  # each GPU's own rules, shared by its verdict and its workloads'
         gpus = signals.gpu_signals(window, s["short_window"], s["gpu_slowdown_celsius"])
         # the long window (minutes of samples) changes slowly: its scores are refreshed every
         # LONG_REFRESH_SECONDS of sample time, not every tick (a full pass costs ~20x a short one)
@@ -150,6 +155,8 @@ class Analysis:
             self._long_scores = {}
             long_span = signals.thinned(window, s["long_window"], LONG_POINTS)
             host_long = signals.host_signals(long_span, s["long_window"])
+            view_long = bottleneck.host_view(host_long, t)
+            rules_long = bottleneck.GpuRules(t)
             gpus_long = {g.uuid: g for g in signals.gpu_signals(long_span, s["long_window"], s["gpu_slowdown_celsius"])}
         changes: list[Change] = []
         self._settled = set()
@@ -167,11 +174,11 @@ class Analysis:
                     if (name := bottleneck.reserving_runtime(getattr(p, "runtime", None))) for i in indices_of[p.name]}
         gpu_findings = []
         for g in gpus:
-            v = bottleneck.score_gpu(g, host, t, reserved.get(g.index))
+            v = bottleneck.score_gpu(g, host, t, reserved.get(g.index), view, rules)
             key = f"gpu/{g.uuid}"
             if refresh:
                 self._long_scores[key] = bottleneck.score_gpu(gpus_long.get(g.uuid, g), host_long, t,
-                                                              reserved.get(g.index)).scores
+                                                              reserved.get(g.index), view_long, rules_long).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes)
             gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s),
                                            clock_events=dict(g.reason_shares)))
@@ -193,7 +200,7 @@ class Analysis:
             alt = ""
             if srv is not None and srv.up and est is not None and (srv.usage or 0) >= t["kv_usage_low"]:
                 alt = serving_analysis.alternatives(p, est.gpu_memory_bytes, est.gpus_available, srv.capacity_tokens)
-            v = bottleneck.score_workload(p, w, mine, host, t, peak, srv, alt)
+            v = bottleneck.score_workload(p, w, mine, host, t, peak, srv, alt, view, rules)
             key = f"workload/{p.name}"
             if refresh:
                 w_long = signals.workload_signals(long_span, s["long_window"], st, p, host.logical_cpus)
@@ -201,7 +208,7 @@ class Analysis:
                              if g.index in slices else gpus_long.get(g.uuid, g) for g in mine]
                 srv_long = serving_analysis.serving_signals(long_span, s["long_window"], p.name)
                 self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak,
-                                                                   srv_long).scores
+                                                                   srv_long, view=view_long, rules=rules_long).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)
             room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
             workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices), srv,

@@ -22,14 +22,16 @@ Semantics (also in the metric HELP texts and docs/sizing.md, "Expected against m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
+from operator import attrgetter
 from types import MappingProxyType
 
 from headroom.samples import (
     EMPTY,
     CgroupStats,
+    GpuProcess,
     GpuSample,
     IdentityGroup,
     IdentitySample,
@@ -94,9 +96,12 @@ class WorkloadStatus:
 
 
 def attribute(
-    sample: Sample, profiles: Sequence[WorkloadProfile], constants: OverheadConstants | None = None
+    sample: Sample, profiles: Sequence[WorkloadProfile], constants: OverheadConstants | None = None,
+    memo: AutoStatuses | None = None,
 ) -> tuple[WorkloadStatus, ...]:
-    """Returns one WorkloadStatus per profile, in declaration order."""
+    """Returns one WorkloadStatus per profile, in declaration order, then one per automatic workload.
+    ``memo``: the caller's AutoStatuses, kept from tick to tick (pipeline.Analysis holds one), so that an
+    automatic workload whose inputs did not change gets last tick's status again instead of a new one."""
     constants = constants or DEFAULTS
     procs_sample = sample.data("processes")
     by_name: dict[str, WorkloadProcesses] = {w.name: w for w in procs_sample.workloads} if procs_sample else {}
@@ -104,15 +109,68 @@ def attribute(
     gpus = nvml.gpus if nvml is not None else ()
     memory = sample.data("memory")
     host_memory = getattr(memory, "total_bytes", None)
-    declared = tuple(_status(p, by_name.get(p.name), gpus, host_memory, constants) for p in profiles)
+    where = _GpuIndex.of(gpus)
+    declared = tuple(_status(p, by_name.get(p.name), gpus, host_memory, constants, where) for p in profiles)
     identity = sample.data("identity")
     if not isinstance(identity, IdentitySample) or not identity.groups:
+        if memo is not None:
+            memo.tick_done()  # no automatic workload this tick: forget them all
         return declared
     claimed = {pid for w in by_name.values() for pid in w.pids}
     names = {p.name for p in profiles}
-    where = _GpuIndex.of(gpus)
-    return declared + tuple(st for g in identity.groups
-                            if (st := _auto_status(g, claimed, names, gpus, constants, where)) is not None)
+    autos = tuple(st for g in identity.groups
+                  if (st := _auto_status(g, claimed, names, gpus, constants, where, memo)) is not None)
+    if memo is not None:
+        memo.tick_done()
+    return declared + autos
+
+
+_STATUS_FIELDS = tuple(f.name for f in fields(WorkloadStatus) if f.init)  # in __init__'s order
+_STATUS_VALUES = attrgetter(*_STATUS_FIELDS)
+_CGROUP = _STATUS_FIELDS.index("cgroup")
+
+
+class AutoStatuses:
+    """Last tick's automatic workload statuses, each with the inputs it was made from (``_auto_status``):
+    a workload whose inputs equal (``==``) last tick's gets the same WorkloadStatus object again, with only
+    its cgroup figures replaced where they changed; one whose inputs changed is made anew. Fifty idle pods
+    time-slicing eight GPUs are then fifty comparisons a tick, not fifty statuses built
+    (docs/workload-identity.md, "Cost").
+
+    The inputs are all that ``_auto_status`` reads: the identity group's fields but its cgroup, the pids left
+    to it after the declared profiles' claims, the sizing constants, each GPU it uses (index, UUID, up, memory
+    total, its MIG instances' UUIDs and memory totals) and each listing of its pids in NVML's process lists
+    (``_GpuIndex.lookup``; NVML's collector keeps an unchanged process's entry the same object, so comparing
+    them is cheap). Only the workloads of the newest tick are kept: one that ends is forgotten at the next
+    tick (churn leaks nothing)."""
+
+    __slots__ = ("_last", "_now")
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[tuple, WorkloadStatus]] = {}
+        self._now: dict[str, tuple[tuple, WorkloadStatus]] = {}
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def get(self, name: str, key: tuple, cgroup: CgroupStats | None) -> WorkloadStatus | None:
+        """Last tick's status of ``name`` if it was made from inputs equal to ``key`` (its cgroup ``cgroup``)."""
+        found = self._last.get(name)
+        if found is None or found[0] != key:
+            return None
+        st = found[1]
+        if st.cgroup is not cgroup and st.cgroup != cgroup:  # busy pods: every tick
+            values = _STATUS_VALUES(st)  # as dataclasses.replace, at half its cost
+            st = WorkloadStatus(*values[:_CGROUP], cgroup, *values[_CGROUP + 1:])
+        self._now[name] = (key, st)
+        return st
+
+    def put(self, name: str, key: tuple, status: WorkloadStatus) -> None:
+        self._now[name] = (key, status)
+
+    def tick_done(self) -> None:
+        """This tick's statuses become the ones the next tick compares with; older ones are dropped."""
+        self._last, self._now = self._now, {}
 
 
 def claimed_by_declared(g: IdentityGroup, claimed: set[int] | frozenset[int], names: set[str] | frozenset[str]) -> bool:
@@ -123,35 +181,67 @@ def claimed_by_declared(g: IdentityGroup, claimed: set[int] | frozenset[int], na
 
 @dataclass(frozen=True, slots=True)
 class _GpuIndex:
-    """Where each GPU process and device is among a tick's GPUs, so that each of many automatic workloads
-    (50 pods time-slicing 8 GPUs) looks only at its own GPUs."""
+    """Where each GPU process and device is among a tick's GPUs, built once per tick, so that each workload (50
+    pods time-slicing 8 GPUs, and the declared ones) looks only at its own GPUs."""
 
-    by_pid: Mapping[int, frozenset[int]]  # pid -> positions of the GPUs that list it
-    by_uuid: Mapping[str, int]  # GPU or MIG UUID -> position of its GPU
+    # pid -> where NVML lists it, in list order: (GPU position, MIG instance position or -1 for the whole-GPU
+    # list, position in that list, the GpuProcess): all that attribution reads of a process
+    by_pid: Mapping[int, tuple[tuple[int, int, int, GpuProcess], ...]]
+    # a GPU's index or UUID, or a MIG instance's UUID -> positions of the GPUs that have it (what a profile's
+    # or an identity's ``gpus`` may name; a dict lookup matches as the set membership ``_gpus_of`` tests)
+    by_ref: Mapping[object, Sequence[int]]
+    # per GPU position, what attribution reads of the GPU itself: index, UUID, up, memory total and its MIG
+    # instances' (UUID, memory total)
+    facts: tuple[tuple, ...]
 
     @classmethod
     def of(cls, gpus: Sequence[GpuSample]) -> _GpuIndex:
-        by_pid: dict[int, set[int]] = {}
-        by_uuid: dict[str, int] = {}
+        by_pid: dict[int, list[tuple[int, int, int, GpuProcess]]] = {}
+        by_ref: dict[object, list[int]] = {}
+        facts = []
         for i, g in enumerate(gpus):
-            by_uuid[g.uuid] = i
-            for m in g.mig_instances:
-                by_uuid[m.uuid] = i
-                for x in m.processes:  # listed only by its instance (the whole-GPU list needs privileges)
-                    by_pid.setdefault(x.pid, set()).add(i)
-            for x in g.processes:
-                by_pid.setdefault(x.pid, set()).add(i)
-        return cls({k: frozenset(v) for k, v in by_pid.items()}, by_uuid)
+            by_ref.setdefault(g.index, []).append(i)
+            by_ref.setdefault(g.uuid, []).append(i)
+            for j, m in enumerate(g.mig_instances):
+                by_ref.setdefault(m.uuid, []).append(i)
+                for k, x in enumerate(m.processes):  # listed only by its instance (the whole-GPU list needs privileges)
+                    by_pid.setdefault(x.pid, []).append((i, j, k, x))
+            for k, x in enumerate(g.processes):
+                by_pid.setdefault(x.pid, []).append((i, -1, k, x))
+            facts.append((g.index, g.uuid, g.up, g.memory_total_bytes,
+                          tuple((m.uuid, m.memory_total_bytes) for m in g.mig_instances)))
+        return cls({k: tuple(v) for k, v in by_pid.items()}, by_ref, tuple(facts))
 
-    def gpus(self, pids: set[int], uuids: set, gpus: Sequence[GpuSample]) -> list[GpuSample]:
-        """The GPUs that list one of ``pids`` or are one of ``uuids`` (GPU or MIG UUIDs), in their order."""
-        found = {i for pid in pids for i in self.by_pid.get(pid, ())}
-        found.update(self.by_uuid[u] for u in uuids if u in self.by_uuid)
-        return [gpus[i] for i in sorted(found)]
+    def lookup(self, pids: Sequence[int], refs: Iterable, inputs: bool = True) -> tuple[list[int], tuple]:
+        """(the positions of the GPUs that list one of ``pids`` or that ``refs`` name, what ``_gpus_of`` reads for
+        ``pids`` on those GPUs when ``inputs``: the GPUs' facts and every listing of the pids (GPU, MIG instance,
+        GpuProcess) in list order (the order of its sums), without their places in the lists (other processes
+        coming and going move them))."""
+        by_pid = self.by_pid
+        if len(pids) == 1:
+            listed = by_pid.get(pids[0], ())
+        else:
+            listed = [e for pid in pids for e in by_pid.get(pid, ())]
+            if inputs:
+                listed.sort(key=_place)
+        found = {e[0] for e in listed}
+        by_ref = self.by_ref
+        for ref in refs:
+            found.update(by_ref.get(ref, ()))
+        positions = sorted(found)
+        if not inputs:
+            return positions, ()
+        facts = self.facts
+        return positions, (tuple([facts[i] for i in positions]), tuple([(i, j, x) for i, j, _, x in listed]))
+
+
+def _place(listing: tuple[int, int, int, GpuProcess]) -> tuple[int, int, int]:
+    return listing[0], listing[1], listing[2]
 
 
 def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Sequence[GpuSample],
-                 constants: OverheadConstants, where: _GpuIndex | None = None) -> WorkloadStatus | None:
+                 constants: OverheadConstants, where: _GpuIndex | None = None,
+                 memo: AutoStatuses | None = None) -> WorkloadStatus | None:
     """An automatic workload (a pod, job, container, unit or launcher holding a GPU); None when a declared
     profile already matches its GPU processes (the declared profile wins) or carries the same name. One
     started by a serving or training launcher gets a profile from its command line and model config
@@ -159,9 +249,16 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
     measured values and the reason in ``estimate_error``, nothing guessed."""
     if claimed_by_declared(g, claimed, names):
         return None
-    pids = [pid for pid in g.pids if pid not in claimed]
-    mine, refs = set(pids), set(g.gpus)
-    used = _gpus_of(mine, refs, where.gpus(mine, refs, gpus) if where is not None else gpus)
+    pids = [pid for pid in g.pids if pid not in claimed] if claimed else list(g.pids)
+    if where is None:
+        where = _GpuIndex.of(gpus)
+    positions, inputs = where.lookup(pids, g.gpus)
+    key: tuple = ()
+    if memo is not None:  # every input below but the cgroup, which the status only carries (AutoStatuses)
+        key = (g.kind, g.processes, g.launcher, g.model, g.gpus, tuple(pids), constants, inputs)
+        if (known := memo.get(g.name, key, g.cgroup)) is not None:
+            return known
+    used = _gpus_of(set(pids), set(g.gpus), [gpus[i] for i in positions])
     known_used = [x.memory_used_bytes for x in used if x.memory_used_bytes is not None]
     totals = [x.memory_total_bytes for x in used if x.memory_total_bytes is not None]
     processes = g.processes if g.processes is not None else (len(pids) if pids else None)
@@ -182,13 +279,16 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
             if est is not None:
                 expected = _expected(profile, est, len(used))
     components, per_gpu, peak = expected
-    return WorkloadStatus(
+    status = WorkloadStatus(
         name=g.name, kind=kind, model=model, precision=precision, runtime=runtime, processes=processes,
         measured=None, gpus=used, gpu_memory_used_bytes=sum(known_used) if known_used else None,
         gpu_memory_capacity_bytes=sum(totals) if used and len(totals) == len(used) else None,
         estimate=est, expected_components=components, expected_per_gpu_bytes=per_gpu, expected_peak_bytes=peak,
         estimate_error=error, source="auto", cgroup=g.cgroup, profile=profile,
     )  # fmt: skip
+    if memo is not None:
+        memo.put(g.name, key, status)
+    return status
 
 
 def _sized(p: WorkloadProfile, totals: Sequence[int], gpus: int, constants: OverheadConstants
@@ -231,8 +331,8 @@ def gpu_identity_labels(sample: Sample) -> dict[str, tuple[str, str, str, str]]:
 
 
 def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample],
-            host_memory: int | None, constants: OverheadConstants) -> WorkloadStatus:
-    used = _gpus(p, procs, gpus) if p.kind != Kind.CPU_INFERENCE else ()
+            host_memory: int | None, constants: OverheadConstants, where: _GpuIndex | None = None) -> WorkloadStatus:
+    used = _gpus(p, procs, gpus, where) if p.kind != Kind.CPU_INFERENCE else ()
     known_used = [g.memory_used_bytes for g in used if g.memory_used_bytes is not None]
     totals = [g.memory_total_bytes for g in used if g.memory_total_bytes is not None]
     capacity = sum(totals) if used and len(totals) == len(used) else None
@@ -260,9 +360,13 @@ def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[
     )  # fmt: skip
 
 
-def _gpus(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
+def _gpus(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample],
+          where: _GpuIndex | None = None) -> tuple[WorkloadGpu, ...]:
     """The GPUs the workload uses: where NVML lists its processes, plus the declared ones."""
-    return _gpus_of(set(getattr(procs, "pids", ())), set(p.gpus), gpus)
+    pids = tuple(getattr(procs, "pids", ()))
+    if where is not None:  # only those the index says it may use, not every GPU
+        gpus = [gpus[i] for i in where.lookup(pids, p.gpus, inputs=False)[0]]
+    return _gpus_of(set(pids), set(p.gpus), gpus)
 
 
 def _gpus_of(pids: set[int], declared: set, gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
