@@ -360,7 +360,13 @@ What a tick does on each GPU since this work, and what it no longer does:
   cached or refreshed on their own cadence;
 - memory and utilization structs read with the plain ctypes getter; an unchanged process list (same pids,
   memory, SM use) is last tick's tuple, and clock-event dicts are shared per mask (fewer objects in the
-  sample window too).
+  sample window too);
+- the process lists (`nvmlDeviceGetComputeRunningProcesses_v3`, per GPU and per MIG instance) and the
+  per-process utilization samples (`nvmlDeviceGetProcessUtilization`, from the newest timestamp seen) are
+  read with one call each into an array kept per GPU (a second call only when the list outgrew it; the
+  binding's wrappers ask the size first, then build a friendly object or a printable struct per entry),
+  decoded in one pass from the bytes (not at all when they are last tick's bytes), and a process that did
+  not change keeps its object when its GPU's list changes (a pod replaced on a shared GPU).
 """
 
 

@@ -199,7 +199,7 @@ class _Ticking:
                                       pods.rootfs if pods else None, scenario)
         self.scenario, self.hide_pods = scenario, hide_pods
         self.analyse = _Timed(make_analysis(config))
-        self.render = _Timed(render_module.render)
+        self.render = _Timed(render_module.Renderer().render)  # its own caches, as an agent (one sampler) has
         self.mono, self.wall = SteppedClock(time.monotonic), SteppedClock(time.time)
         self.sampler = Sampler(collectors, interval=config.sample_interval, window_seconds=config.agent["window"],
                                collector_timeout=config.agent.get("collector_timeout"), scenario=scenario.name,

@@ -336,7 +336,8 @@ def test_processes_fall_back_from_v3_to_v2(make, missing, used, error):
     sample = rig.tick()
     if _binding_calls(used):
         assert [p.pid for p in sample.gpus[0].processes] == [1001, 1002]
-        assert rig.lib.calls[(used, 0)] - calls == 2  # the binding's two calls: the size, then the list
+        # one call a tick into the array kept for this GPU (the binding's wrapper asks the size first: two)
+        assert rig.lib.calls[(used, 0)] - calls == 1
     else:  # a binding without the _v2 function: nothing to fall back to
         assert sample.gpus[0].processes == () and rig.lib.calls[(used, 0)] == 0
     assert not missing or rig.calls_on(0, *missing) == first  # the missing versions are not tried every tick
@@ -733,6 +734,188 @@ def test_a_failed_process_query_keeps_the_last_list_marked_stale(make, error):
     assert again.processes == fresh.processes and again.processes_stale is False
 
 
+def _attach(rig: Rig, rows: list[tuple[int, int, float | None]], gpu: int = 0) -> None:
+    """Processes (pid, used GiB, SM utilization or None) listed on ``gpu`` beside the scenario's own."""
+    from headroom.simulation.scenario import StandInGpu, constant
+
+    rig.scenario.attach_processes(tuple(
+        (pid, StandInGpu(gpu, constant(used * GIB), None if sm is None else constant(sm)), None) for pid, used, sm in rows))
+
+
+def test_a_process_list_longer_than_the_kept_array_grows_it_once_and_reads_every_entry(make):
+    """The list is read into an array kept per GPU, one call a tick; a list that outgrew it gets the size the
+    driver asks for and a second call that tick (the binding's two-call protocol), then one call again."""
+    rig = make()
+    rig.tick()
+    many = [(5000 + i, 1 + i % 3, 0.5 if i % 2 else None) for i in range(nvml._LIST_CAPACITY + 8)]
+    _attach(rig, many)
+    calls = rig.lib.calls[("nvmlDeviceGetComputeRunningProcesses_v3", 0)]
+    g0 = rig.tick().gpus[0]
+    assert [(p.pid, p.used_memory_bytes) for p in g0.processes] == [(1001, 30 * GIB), (1002, None)] + [
+        (pid, used * GIB) for pid, used, _ in many]
+    assert {p.pid: p.sm_utilization_ratio for p in g0.processes if p.pid >= 5000} == {
+        pid: (0.5 if sm else 0.0) for pid, _, sm in many}  # listed without a sample: ran no kernel, 0
+    assert rig.lib.calls[("nvmlDeviceGetComputeRunningProcesses_v3", 0)] - calls == 2
+    assert rig.tick().gpus[0].processes[2:] == g0.processes[2:]
+    assert rig.lib.calls[("nvmlDeviceGetComputeRunningProcesses_v3", 0)] - calls == 3
+
+
+def test_an_unchanged_process_keeps_its_object_when_the_list_changes(make):
+    """A pod replaced on a shared GPU changes its list: the new tuple holds last tick's object for every
+    process that did not change (the window keeps it once), a new one for the newcomer and the changed."""
+    rig = make()
+    _attach(rig, [(7001, 4, 0.12), (7002, 4, 0.12), (7003, 2, None)])
+    rig.tick()
+    before = {p.pid: p for p in rig.tick().gpus[0].processes}
+    _attach(rig, [(7002, 4, 0.12), (7003, 3, None), (7004, 4, 0.12)])
+    after = {p.pid: p for p in rig.tick().gpus[0].processes}
+    assert sorted(after) == [1001, 1002, 7002, 7003, 7004]
+    assert all(after[pid] is before[pid] for pid in (1001, 1002, 7002))
+    assert after[7003] is not before[7003] and after[7003].used_memory_bytes == 3 * GIB
+    assert (after[7004].used_memory_bytes, after[7004].sm_utilization_ratio) == (4 * GIB, 0.12)
+    again = rig.tick().gpus[0].processes
+    assert again is rig.collector._gpus[0].cache["processes_last"] and [p.pid for p in again] == [1001, 1002, 7002, 7003, 7004]
+
+
+def test_process_lists_and_samples_read_the_same_through_the_binding_wrappers(make):
+    """Without the binding's function lookup (a binding that renamed it), the process lists and the
+    utilization samples go through the binding's wrappers (two calls each) and read the same."""
+    asked: set[str] = set()
+
+    class WithoutLookup:
+        def __getattr__(self, name: str) -> object:
+            if name == "_nvmlGetFunctionPointer":
+                raise AttributeError(name)
+            value = getattr(pynvml, name)
+            if name.startswith(("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetProcessUtilization")):
+                return lambda *args: asked.add(name) or value(*args)
+            return value
+
+    def read(rig: Rig) -> list[object]:  # one rig after the other: the binding has one library at a time
+        _attach(rig, [(7001, 4, 0.12), (7002, 2, None)])
+        ticks = [rig.tick() for _ in range(2)]
+        return [[(g.processes, [m.processes for m in g.mig_instances]) for g in t.gpus] for t in ticks]
+
+    fast = read(make())
+    assert [len(m) for m in fast[1][1][1]] == [1, 1]  # GPU 1's MIG instances list their own processes
+    rig = make()
+    rig.collector.lib = WithoutLookup()
+    assert read(rig) == fast
+    assert asked == {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetProcessUtilization"}
+    g0 = rig.tick().gpus[0]
+    assert {(p.pid, p.sm_utilization_ratio) for p in g0.processes} >= {(7001, 0.12), (7002, 0.0)}
+
+
+def test_several_samples_of_one_process_are_averaged_and_the_newest_timestamp_is_asked_from_next():
+    """A driver may hold several samples of a process since the last read: its ratio is their mean (capped at
+    1), and the next read asks only for samples newer than the newest one seen (each read once)."""
+    asked: list[int] = []
+    batches = [[(9, 1_000, 30), (10, 1_100, 120), (9, 1_200, 50)], []]
+
+    def entry(handle: object, array: object, count: object, last_seen: ctypes.c_ulonglong) -> int:
+        asked.append(last_seen.value)
+        rows = batches.pop(0)
+        if not rows:
+            return pynvml.NVML_ERROR_NOT_FOUND
+        for slot, (pid, stamp, sm) in zip(array, rows, strict=False):
+            slot.pid, slot.timeStamp, slot.smUtil = pid, stamp, sm
+        ctypes.cast(count, ctypes.POINTER(ctypes.c_uint)).contents.value = len(rows)
+        return 0
+
+    class Library:
+        nvmlDeviceGetProcessUtilization = staticmethod(lambda *args: pytest.fail("the wrapper is not used"))
+
+        @staticmethod
+        def _nvmlGetFunctionPointer(name: str) -> object:
+            assert name == "nvmlDeviceGetProcessUtilization"
+            return entry
+
+    collector = NvmlCollector(SourceContext())
+    collector.lib = Library()
+    gpu = nvml._Gpu(collector.lib, 0, handle=object())
+    assert collector._process_utilization(gpu) == {9: 0.4, 10: 1.0}
+    assert collector._process_utilization(gpu) == {}  # NOT_FOUND: nothing ran since, every process idle
+    assert asked == [0, 1_200]
+
+
+def test_a_list_that_fills_the_kept_array_to_its_last_entry_is_read_again_into_a_larger_one():
+    """A driver may fill what fits and answer SUCCESS: a full array may hold a list cut short, so it is read
+    once more into one twice as large, and every process is there."""
+    pids = list(range(100, 100 + nvml._LIST_CAPACITY + 3))
+    capacities: list[int] = []
+
+    def entry(handle: object, count: object, array: object) -> int:
+        counter = ctypes.cast(count, ctypes.POINTER(ctypes.c_uint)).contents
+        capacities.append(counter.value)
+        written = pids[:counter.value]
+        for slot, pid in zip(array, written, strict=False):
+            slot.pid, slot.usedGpuMemory = pid, GIB
+        counter.value = len(written)
+        return 0
+
+    class Library:
+        nvmlDeviceGetComputeRunningProcesses_v3 = staticmethod(lambda *args: pytest.fail("the wrapper is not used"))
+
+        @staticmethod
+        def _nvmlGetFunctionPointer(name: str) -> object:
+            return entry
+
+    collector = NvmlCollector(SourceContext())
+    collector.lib = Library()
+    gpu = nvml._Gpu(collector.lib, 0, handle=object())
+    rows, failed = collector._process_list(gpu, gpu.handle)
+    assert not failed and [pid for pid, _ in rows] == pids
+    assert capacities == [nvml._LIST_CAPACITY, nvml._LIST_CAPACITY * 2 + 5]
+    collector._process_list(gpu, gpu.handle)
+    assert capacities[2:] == [nvml._LIST_CAPACITY * 2 + 5]  # large enough now: one call
+
+
+@pytest.mark.parametrize(("error", "outcome"), [
+    ("NOT_SUPPORTED", "absent, not asked again"), ("NO_PERMISSION", "absent, not asked again"),
+    ("FUNCTION_NOT_FOUND", "absent, not asked again"), ("TIMEOUT", "absent this tick"),
+    ("GPU_IS_LOST", "gpu down"), ("UNKNOWN", "gpu down"), ("UNINITIALIZED", "nvml down"),
+])
+def test_per_process_utilization_errors_are_handled_as_every_other_query(make, error, outcome):
+    """nvmlDeviceGetProcessUtilization read into the kept array answers every error class as before: absent
+    (remembered or for this tick), the GPU down, or NVML down; the process list itself stays."""
+    rig = make()
+    _attach(rig, [(7001, 4, 0.25)])
+    assert {p.pid: p.sm_utilization_ratio for p in rig.tick().gpus[0].processes} == {1001: 0.0, 1002: 0.0, 7001: 0.25}
+    rig.lib.inject("nvmlDeviceGetProcessUtilization", gpu=0, error=error, calls=1)
+    if outcome == "nvml down":
+        with pytest.raises(CollectorError, match=error):
+            rig.tick()
+        return
+    g0 = rig.tick().gpus[0]
+    if outcome == "gpu down":
+        assert not g0.up and error in g0.error and "nvmlDeviceGetProcessUtilization" in g0.error
+        return
+    assert g0.up and [(p.pid, p.sm_utilization_ratio) for p in g0.processes] == [(1001, None), (1002, None), (7001, None)]
+    calls = rig.lib.calls[("nvmlDeviceGetProcessUtilization", 0)]
+    again = rig.tick().gpus[0]
+    if outcome == "absent this tick":
+        assert {p.pid: p.sm_utilization_ratio for p in again.processes} == {1001: 0.0, 1002: 0.0, 7001: 0.25}
+    else:
+        assert [p.sm_utilization_ratio for p in again.processes] == [None, None, None]
+        assert rig.lib.calls[("nvmlDeviceGetProcessUtilization", 0)] == calls
+
+
+def test_the_process_layouts_read_what_the_binding_declares():
+    """The one-pass reads take offsets and C types from the binding's own structs; NVML_VALUE_NOT_AVAILABLE
+    is no figure (None), as the binding's wrapper makes it."""
+    assert nvml._PROCESS_LAYOUT.ready and nvml._SAMPLE_LAYOUT.ready
+    procs = (pynvml.c_nvmlProcessInfo_v2_t * 2)()
+    procs[0].pid, procs[0].usedGpuMemory, procs[0].gpuInstanceId = 4_000_000_001, 2**40 + 3, 7
+    procs[1].pid, procs[1].usedGpuMemory = 12, nvml._NOT_AVAILABLE
+    raw = ctypes.string_at(procs, ctypes.sizeof(procs))
+    assert nvml._process_rows(nvml._PROCESS_LAYOUT.rows(raw)) == ((4_000_000_001, 2**40 + 3), (12, None))
+    found = (pynvml.c_nvmlProcessUtilizationSample_t * 2)()
+    found[0].pid, found[0].timeStamp, found[0].smUtil, found[0].memUtil = 9, 2**50 + 1, 37, 99
+    found[1].pid, found[1].timeStamp, found[1].smUtil = 10, 5, 100
+    raw = ctypes.string_at(found, ctypes.sizeof(found))
+    assert nvml._SAMPLE_LAYOUT.rows(raw) == [(9, 2**50 + 1, 37), (10, 5, 100)]
+
+
 def test_mig_instances_list_their_own_processes_when_the_whole_gpu_list_is_denied(make):
     """With MIG enabled, the device-level process list needs privileges the service user may lack
     (NO_PERMISSION): each MIG device handle lists its own processes, so workloads are attributed per
@@ -759,17 +942,18 @@ def test_an_unknown_error_at_event_registration_rebuilds_the_event_set(make):
     assert sample.gpus[1].xid_errors_total == {31: 1} and sample.gpus[0].xid_errors_total == {13: 1}
 
 
-def test_a_steady_tick_costs_at_most_sixteen_nvml_entry_point_calls_per_gpu(make):
-    """Counted at the driver's entry points, where the binding makes two calls per list query (the size,
-    then the list): 14 binding functions per GPU, 16 calls into libnvidia-ml."""
+def test_a_steady_tick_costs_at_most_fourteen_nvml_entry_point_calls_per_gpu(make):
+    """Counted at the driver's entry points: one call per query, the list queries (processes, per-process
+    utilization) included, into arrays kept per GPU (the binding's wrappers ask the size first: two calls
+    each). 14 calls into libnvidia-ml per GPU, two per MIG instance (its memory, its own process list)."""
     rig = make()
     rig.collector.collect()
     rig.tick()
     before = [rig.calls_on(0), rig.calls_on(1)]
     rig.tick()
     per_gpu = [rig.calls_on(0) - before[0], rig.calls_on(1) - before[1]]
-    # GPU 1 has two MIG instances: two more calls each for their own process lists
-    assert per_gpu[0] <= 16 and per_gpu[1] <= 16 + 2 * 2, per_gpu
+    # GPU 1: no utilization nor fan (unsupported), two MIG instances
+    assert per_gpu[0] <= 14 and per_gpu[1] <= 12 + 2 * 2, per_gpu
 
 
 def test_close_returns_and_stops_its_threads_while_a_call_is_stuck_in_nvml(make):

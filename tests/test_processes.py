@@ -402,6 +402,77 @@ def test_new_processes_are_found_from_the_pids_allocated_since_the_last_tick(tre
     assert c.listings == 4 and 5000 not in c._procs
 
 
+def test_a_newcomer_that_exits_before_its_next_look_is_forgotten_there_not_statted_every_tick(tree: Path, monkeypatch):
+    """An unmatched newcomer is due more looks; when one finds /proc/PID gone (a short-lived process, a pod
+    replaced), it is forgotten then: not stat-ed again on every tick until the 30 s listing (with a pod
+    replaced every second, that was dozens of failing stats a tick)."""
+    from headroom.simulation import ManualClock
+
+    clock = ManualClock(100.0)
+    live(tree, 6000)
+    c = ProcessesCollector(SourceContext(paths=Paths(procfs=tree, sysfs=SYS), monotonic=clock,
+                                         workloads=(profile("trainer", cmdline=r"train\.py"),)))
+    c.collect()
+    for pid in (6001, 6002):
+        write_proc(tree, pid, "sleep", 1, ["sleep", "60"], "/user.slice", starttime=990_000)
+    live(tree, 6002)
+    clock.advance(1.0)
+    c.collect()
+    assert {6001, 6002} <= set(c._recheck) and {6001, 6002} <= set(c._procs)
+    shutil.rmtree(tree / "6001")
+    statted: list[str] = []
+    real = os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: statted.append(str(path)) or real(path, *a, **k))
+    clock.advance(1.0)
+    c.collect()  # 6001's look is due: gone, forgotten; 6002 is looked at and stays due later looks
+    assert 6001 not in c._recheck and 6001 not in c._procs and 6002 in c._recheck and 6002 in c._procs
+    statted.clear()
+    for _ in range(10):
+        clock.advance(1.0)
+        c.collect()
+    assert f"{tree}/6001" not in statted and c.listings == 1
+    assert f"{tree}/6002" in statted  # its own later looks go on
+
+
+def _newcomer_looks(tree: Path, monkeypatch, match: dict, become: tuple[str, list[str]]) -> tuple[list[int], bool]:
+    """An unmatched newcomer (6001) on a live tree, changed to (comm, argv) ``become`` after its discovery:
+    (the pids whose stat was read on its later looks, whether it was found)."""
+    from headroom.simulation import ManualClock
+
+    clock = ManualClock(100.0)
+    live(tree, 6000)
+    c = ProcessesCollector(SourceContext(paths=Paths(procfs=tree, sysfs=SYS), monotonic=clock,
+                                         workloads=(profile("trainer", **match),)))
+    c.collect()
+    write_proc(tree, 6001, "bash", 1, ["bash", "launch.sh"], "/user.slice", starttime=990_000)
+    live(tree, 6001)
+    clock.advance(1.0)
+    assert 6001 not in c.collect().workloads[0].pids
+    comm, argv = become
+    stat = (tree / "6001" / "stat").read_text()
+    (tree / "6001" / "stat").write_text(stat.replace("(bash)", f"({comm})"))  # in place: the same inode
+    (tree / "6001" / "cmdline").write_bytes(b"".join(a.encode() + b"\0" for a in argv))
+    statted: list[int] = []
+    real = procfs.read_pid_stat
+    monkeypatch.setattr(procfs, "read_pid_stat", lambda root, pid, *a: statted.append(pid) or real(root, pid, *a))
+    clock.advance(1.0)
+    found = 6001 in c.collect().workloads[0].pids
+    return [pid for pid in statted if pid == 6001], found
+
+
+def test_another_look_at_a_newcomer_reads_its_argv_not_its_stat_again(tree: Path, monkeypatch):
+    """The same /proc/PID inode is the same process: another look (for an exec after discovery) needs its
+    argv, cgroup or uid, not the stat read at discovery (its start time is known); the exec is found."""
+    statted, found = _newcomer_looks(tree, monkeypatch, {"cmdline": r"train\.py"}, ("bash", ["python3", "train.py"]))
+    assert found and statted == []
+
+
+def test_with_an_exe_rule_another_look_reads_the_stat_again_for_a_new_comm(tree: Path, monkeypatch):
+    """An exe rule matches comm, which an exec (or a rename) changes: then the look reads the stat again."""
+    statted, found = _newcomer_looks(tree, monkeypatch, {"exe": "trainer"}, ("trainer", ["bash", "launch.sh"]))
+    assert found and statted == [6001]
+
+
 def test_a_tree_that_is_not_our_live_procfs_is_listed_every_tick(tree: Path):
     (tree / "loadavg").write_text("0.10 0.20 0.30 2/345 6000\n")
     os.symlink("1", tree / "self")  # another pid namespace's procfs (or a fixture): its counter is not ours
@@ -435,6 +506,67 @@ def test_the_real_proc_finds_a_new_process_and_not_its_threads():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_members_stat_and_io_stay_open_on_the_live_proc_and_close_when_they_exit(monkeypatch):
+    """On the agent's own /proc a member's stat and io are opened once and read again every tick (an open and
+    a close less per file and tick); past OPEN_MEMBER_FILES members the others are read by path; a member
+    that exits is forgotten and its descriptors closed."""
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from headroom.sources import processes
+
+    monkeypatch.setattr(processes, "OPEN_MEMBER_FILES", 1)
+    token = f"headroom-test-{uuid.uuid4().hex[:8]}"
+    c = ProcessesCollector(SourceContext(paths=Paths(), workloads=(profile("t", cmdline=token),)))
+    assert c._live
+    c.collect()
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", token]) for _ in range(2)]
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
+    try:
+        deadline = time.monotonic() + 10
+        while len(c.collect().workloads[0].pids) < 2:  # found within a tick or two (a recheck may be needed)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        kept, = c._kept
+        by_path = next(p.pid for p in procs if p.pid != kept)
+        opened.clear()
+        for _ in range(3):
+            w = c.collect().workloads[0]
+            assert w.pids == tuple(sorted(p.pid for p in procs)) and w.threads == 2
+        assert f"/proc/{kept}/stat" not in opened and f"/proc/{kept}/io" not in opened  # read through its descriptors
+        assert opened.count(f"/proc/{by_path}/stat") == 3  # past the cap: by path, every tick
+        files = c._procs[kept].files
+        assert files is not None and files.open_descriptors == 2
+        procs[[p.pid for p in procs].index(kept)].kill()
+        procs[[p.pid for p in procs].index(kept)].wait()
+        assert c.collect().workloads[0].pids == (by_path,)
+        assert files.open_descriptors == 0 and kept not in c._procs
+        assert c._kept == {by_path}  # the freed place is taken at the next member's read
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        c.close()
+    assert c._kept == set()
+
+
+def test_a_fixture_tree_keeps_no_member_file_open(tree: Path):
+    """Files of a tree of plain files are read by path: a process directory replaced by another is read anew."""
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    c.collect()
+    before = c.collect().workloads[0]
+    assert before.pids == (1000, 1001, 1002, 1003)
+    assert c._kept == set() and all(p.files is None for p in c._procs.values())
+    threads = procfs.read_pid_stat(tree, 1001).num_threads
+    write_proc(tree, 1001, "python3", 1000, ["python3", "train.py"], "/user.slice", starttime=900_000,
+               threads=threads + 8)
+    assert c.collect().workloads[0].threads == before.threads + 8
 
 
 def test_a_process_that_execs_seconds_after_discovery_is_still_found_and_rechecks_end(tree: Path, monkeypatch):

@@ -440,6 +440,16 @@ def test_pid_io_fixture_and_missing_field():
         procfs.parse_pid_io("rchar: 1\nwchar: 2\nread_bytes: 3\n")
 
 
+def test_pid_stat_fields_past_rss_are_not_split_and_do_not_matter():
+    """Only the fields up to rss are split off: a stat line with more fields after them (newer kernels) or
+    just enough parses the same."""
+    base = "77 (x y) S 1 77 77 0 -1 4194560 10 0 0 0 250 50 0 0 20 0 3 0 900 1000000 12"
+    longer = procfs.parse_pid_stat(base + " " + " ".join(["0"] * 30) + "\n", user_hz=100)
+    assert longer == procfs.parse_pid_stat(base + "\n", user_hz=100)
+    assert (longer.comm, longer.utime_seconds, longer.num_threads, longer.starttime_ticks, longer.rss_pages) == (
+        "x y", 2.5, 3, 900, 12)
+
+
 @pytest.mark.parametrize(
     ("situation", "data", "argv"),
     [
@@ -554,3 +564,54 @@ def test_pid_files_longer_than_one_read_are_read_whole_and_argv_up_to_its_limit(
     assert procfs.read_pid_cmdline(tmp_path, 77) == argv
     cut = procfs.read_pid_cmdline(tmp_path, 77, limit=5000)
     assert "\0".join(cut).encode() == (b"\0".join(a.encode() for a in argv) + b"\0")[:5000].rstrip(b"\0")
+
+
+def test_kept_pid_files_read_a_live_process_afresh_and_say_gone_once_it_is_reaped():
+    """PidFiles opens a process's stat and io once and reads them again from offset 0: the kernel regenerates
+    them (the CPU seconds move while it runs); once the process is reaped its descriptors answer ESRCH
+    (ProcessGone), never the files of a process that took the pid afterwards."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys\nwhile sys.stdin.read(1): sum(range(300000))"],
+                             stdin=subprocess.PIPE)
+    files = procfs.PidFiles(Path("/proc"), child.pid)
+    try:
+        first = files.stat()
+        assert first.pid == child.pid and files.io() is not None and files.open_descriptors == 2
+        opened = files._fds.copy()
+        for _ in range(20):  # let it burn some CPU
+            child.stdin.write(b"x")
+            child.stdin.flush()
+        deadline = time.monotonic() + 10
+        while (later := files.stat()).utime_seconds + later.stime_seconds <= first.utime_seconds + first.stime_seconds:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert files._fds == opened  # the same descriptors, read again
+        child.stdin.close()
+        child.wait()
+        with pytest.raises(ProcessGone, match=f"pid {child.pid} is gone"):
+            files.stat()
+        assert files.open_descriptors == 1  # the failed one is closed; io goes when the collector forgets it
+        files.close()
+        assert files.open_descriptors == 0
+    finally:
+        child.kill()
+        child.wait()
+        files.close()
+
+
+def test_kept_pid_files_of_a_denied_file_are_none_and_keep_no_descriptor():
+    """Without the right to read a file (another user's io), the read is None and nothing stays open."""
+    assert os.getuid() == 0, "this test drops privileges in a child and needs root to do so"
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            files = procfs.PidFiles(Path("/proc"), 1)
+            code = 0 if files.io() is None and files.stat().pid == 1 and files.open_descriptors == 1 else 1
+        except BaseException:
+            code = 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "expected io None (EACCES), stat read and kept"

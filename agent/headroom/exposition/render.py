@@ -64,16 +64,38 @@ def _label_text(names: tuple[str, ...], values: tuple[Any, ...]) -> str:
     return text
 
 
-# (family, label values) -> (the series' text up to its closing brace, e.g. ``name{gpu="0",uuid="GPU-.."``, and
-# the GPU UUID whose identity labels (Writer.gpu_extra) go before that brace, None for a series not labelled
-# gpu, uuid): most series repeat every tick, so a series costs one lookup, one value and one join; checked
-# against the catalogue when first seen, cleared past the bound like _LABEL_TEXT
-_SERIES_HEAD: dict[tuple[str, tuple[Any, ...]], tuple[str, str | None]] = {}
-_SERIES_HEAD_MAX = 20_000
+# (family, label values) -> what rendering that series needs, kept across ticks: most series repeat every tick
+# and most of their values too (samples.share_unchanged keeps unchanged values, and the analysis repeats its
+# scores), so a series usually costs one lookup and one append of last tick's line. Each entry is a tuple
+# (family's position in the catalogue, the text up to the closing brace or value, e.g. ``name{gpu="0",uuid="GPU-.."``,
+# the GPU UUID whose identity labels (Writer.gpu_extra) go before the brace (None for a series not labelled
+# gpu, uuid), those labels as last rendered, the head up to the value, the last value, its line). A line is
+# reused only for a value of the same type that compares equal (the same text by format_value; NaN never
+# equals, so it is written anew), and only with the same identity labels. The entry is replaced, never
+# changed in place, so a render in another thread sees an old or a new entry, both consistent. Checked
+# against the catalogue when first seen. Kept in two generations so churning pods cannot grow it: when the
+# current one reaches the bound it becomes the old one (the one before is dropped); an entry still in use is
+# moved back from the old one on its next use, so the swap costs no rendering. Each Renderer has its own
+# (Renderer.series, .series_old): two samplers in one process (a benchmark's pair) do not evict each other.
+_SERIES_MAX = 2_000  # entries per generation (the reference host with 50 pods uses ~250: most series go in groups)
+_UNSET = object()  # the value of an entry not rendered yet: equal to no value
 
 
-def _series_head(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any, ...]] | None
-                 ) -> tuple[str, str | None]:
+def _series(cache: Renderer, name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any, ...]] | None
+            ) -> tuple[int, str, str | None, str, str, Any, str]:
+    """The cache's entry for this series, from the old generation or new (stored unless ``key`` is None: an
+    unhashable label value)."""
+    entry = cache.series_old.pop(key, None) if key is not None else None
+    if entry is None:
+        entry = _new_series(name, label_values)
+    if key is not None:
+        if len(cache.series) >= _SERIES_MAX:
+            cache.series_old, cache.series = cache.series, {}
+        cache.series[key] = entry
+    return entry
+
+
+def _new_series(name: str, label_values: tuple[Any, ...]) -> tuple[int, str, str | None, str, str, Any, str]:
     spec = BY_NAME.get(name)
     if spec is None:
         raise UnknownMetric(f"{name} is not in the metric catalogue")
@@ -81,20 +103,82 @@ def _series_head(name: str, label_values: tuple[Any, ...], key: tuple[str, tuple
     if len(label_values) != len(names):
         raise ValueError(f"{name} takes labels {names}, got {len(label_values)} values")
     if not label_values:
-        head = (name, None)
-    else:
-        head = (f"{name}{{{_label_text(names, label_values)}", label_values[1] if names[:2] == _GPU_IDS else None)
+        return (_ORDER[name], name, None, "", f"{name} ", _UNSET, "")
+    prefix = f"{name}{{{_label_text(names, label_values)}"
+    uuid = label_values[1] if names[:2] == _GPU_IDS else None
+    return (_ORDER[name], prefix, uuid, "", f"{prefix}}} ", _UNSET, "")
+
+
+# (names, label values, tails) -> the same for a group of series written by one Writer.add_many call: (the GPU
+# UUID whose identity labels the group's gpu, uuid series carry or None, those labels as last rendered, then
+# per series: family position, prefix (None where no identity labels apply: the head is then fixed), head,
+# last value and line). Replaced whole, in two generations per Renderer (.groups, .groups_old), like the series.
+_GROUPS_MAX = 1_000  # entries per generation (the reference host with 50 pods uses ~220)
+
+
+def _group(cache: Renderer, names: tuple[str, ...], label_values: tuple[Any, ...], tails: tuple[Any, ...] | None,
+           key: tuple[Any, ...] | None) -> tuple[Any, ...]:
+    """The cache's entry for this group, from the old generation or new: each series checked against the
+    catalogue as ``Writer.add`` checks it."""
+    entry = cache.groups_old.pop(key, None) if key is not None else None
+    if entry is None:
+        entry = _new_group(names, label_values, tails)
     if key is not None:
-        if len(_SERIES_HEAD) >= _SERIES_HEAD_MAX:
-            _SERIES_HEAD.clear()
-        _SERIES_HEAD[key] = head
-    return head
+        if len(cache.groups) >= _GROUPS_MAX:
+            cache.groups_old, cache.groups = cache.groups, {}
+        cache.groups[key] = entry
+    return entry
+
+
+def _new_group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tuple[Any, ...] | None
+               ) -> tuple[Any, ...]:
+    if tails is not None and len(tails) != len(names):
+        raise ValueError(f"{len(names)} names but {len(tails)} tail labels")
+    uuid, indexes, prefixes, heads = None, [], [], []
+    for i, name in enumerate(names):
+        tail = None if tails is None else tails[i]
+        labels = (label_values if tail is None else (*label_values, *tail) if type(tail) is tuple
+                  else (*label_values, tail))
+        index, prefix, gpu, _, head, _, _ = _new_series(name, labels)
+        indexes.append(index)
+        prefixes.append(prefix if gpu is not None else None)
+        heads.append(head)
+        if gpu is not None:
+            if uuid is not None and gpu != uuid:  # the group's identity labels are one GPU's
+                raise ValueError(f"one group holds the series of GPUs {uuid} and {gpu}")
+            uuid = gpu
+    unset = (_UNSET,) * len(names)
+    return (uuid, "", tuple(indexes), tuple(prefixes), tuple(heads), unset, unset)
+
+
+class Renderer:
+    """Renders snapshots with its own rendered-text caches (the series and groups above): a sampler renders
+    with one. ``render()`` below uses the process's."""
+
+    __slots__ = ("groups", "groups_old", "series", "series_old")
+
+    def __init__(self) -> None:
+        self.series: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
+        self.series_old: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
+        self.groups: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.groups_old: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+    def render(self, snapshot: Snapshot) -> bytes:
+        """The full exposition for one snapshot."""
+        w = Writer(self)
+        render_into(w, snapshot)
+        return w.render()
+
+    def clear(self) -> None:
+        for cache in (self.series, self.series_old, self.groups, self.groups_old):
+            cache.clear()
 
 
 def clear_caches() -> None:
-    """Empty the rendered-text caches (bounded, so never a leak; a memory measurement clears them first)."""
+    """Empty the process's rendered-text caches (bounded, so never a leak; a memory measurement clears them
+    first)."""
     _LABEL_TEXT.clear()
-    _SERIES_HEAD.clear()
+    _PROCESS.clear()
 
 
 def format_value(value: float | int | bool) -> str:
@@ -129,10 +213,11 @@ _INFINITIES = (math.inf, -math.inf)
 class Writer:
     """Collects series per family; ``add`` takes label values in the catalogue's label order."""
 
-    __slots__ = ("_families", "gpu_extra")
+    __slots__ = ("_cache", "_lines", "gpu_extra")
 
-    def __init__(self) -> None:
-        self._families: dict[str, list[str]] = {}  # family name -> its series lines
+    def __init__(self, cache: Renderer | None = None) -> None:
+        self._cache = cache or _PROCESS  # where series and groups keep their text across ticks
+        self._lines: list[list[str]] = [[] for _ in _HEADERS]  # each family's series lines, in catalogue order
         # GPU UUID -> ',namespace="..",pod=".."': appended to every series labelled gpu, uuid (identity labels)
         self.gpu_extra: dict[str, str] = {}
 
@@ -140,40 +225,89 @@ class Writer:
         if value is None:
             return  # unknown / unsupported: the series is absent, never 0
         key = (name, label_values)
+        cache = self._cache
         try:
-            head = _SERIES_HEAD.get(key)
+            index, prefix, uuid, extra, head, last, line = cache.series[key]
+        except KeyError:
+            index, prefix, uuid, extra, head, last, line = _series(cache, name, label_values, key)
         except TypeError:  # an unhashable label value: rendered, not cached
-            key, head = None, None
-        if head is None:
-            head = _series_head(name, label_values, key)
-        lines = self._families.get(name)
-        if lines is None:
-            lines = self._families[name] = []
-        prefix, uuid = head
-        if uuid is not None and self.gpu_extra:
-            lines.append(f"{prefix}{self.gpu_extra.get(uuid, '')}}} {format_value(value)}")
-        else:
-            lines.append(f"{prefix}{'}' if label_values else ''} {format_value(value)}")
+            index, prefix, uuid, extra, head, last, line = _series(cache, name, label_values, None)
+            key = None
+        if uuid is not None:
+            now = self.gpu_extra.get(uuid, "")
+            if now != extra:
+                extra, head, last = now, f"{prefix}{now}}} ", _UNSET
+        if type(value) is not type(last) or value != last:
+            line = head + format_value(value)
+            if key is not None:
+                cache.series[key] = (index, prefix, uuid, extra, head, value, line)
+        self._lines[index].append(line)
+
+    def add_many(self, names: tuple[str, ...], values: Iterable[float | int | bool | None],
+                 label_values: tuple[Any, ...] = (), tails: tuple[Any, ...] | None = None) -> None:
+        """``add(names[i], value_i, *label_values)`` for each value in order, with ``tails[i]`` as the last
+        label where ``tails`` is given (and not None; a tuple: the last labels), in one call: the same output as
+        those ``add`` calls, at a fraction of their cost for a group of series that repeats every tick (a GPU's
+        gauges, a verdict, a workload's series)."""
+        key = (names, label_values, tails)
+        cache = self._cache
+        try:
+            group = cache.groups.get(key)
+        except TypeError:  # an unhashable label value: rendered, not cached
+            key, group = None, None
+        if group is None:
+            group = _group(cache, names, label_values, tails, key)
+        uuid, extra, indexes, prefixes, heads, lasts, lines = group
+        if type(values) is not tuple:
+            values = tuple(values)
+        if len(values) != len(indexes):
+            raise ValueError(f"{len(indexes)} series but {len(values)} values")
+        changed = False
+        if uuid is not None:
+            now = self.gpu_extra.get(uuid, "")
+            if now != extra:
+                extra, changed = now, True
+                heads = tuple(h if p is None else f"{p}{now}}} " for p, h in zip(prefixes, heads, strict=True))
+                lasts = (_UNSET,) * len(indexes)
+        fresh = None
+        out = self._lines
+        i = 0
+        for value, last in zip(values, lasts, strict=True):
+            if value is not None:
+                if type(value) is type(last) and value == last:
+                    out[indexes[i]].append(lines[i])
+                else:
+                    if fresh is None:
+                        fresh = list(lines)
+                    fresh[i] = line = heads[i] + format_value(value)
+                    out[indexes[i]].append(line)
+            i += 1
+        if (fresh is not None or changed) and key is not None:
+            cache.groups[key] = (uuid, extra, indexes, prefixes, heads, values, lines if fresh is None else tuple(fresh))
 
     def names(self) -> set[str]:
-        return set(self._families)
+        return {m.name for m, lines in zip(CATALOG, self._lines, strict=True) if lines}
 
     def render(self) -> bytes:
         out: list[str] = []
-        for name in sorted(self._families, key=_ORDER.__getitem__):
-            spec = BY_NAME[name]
-            out.append(f"# HELP {name} {spec.help.replace(chr(92), chr(92) * 2)}")
-            out.append(f"# TYPE {name} {spec.type}")
-            out.extend(self._families[name])
+        for header, lines in zip(_HEADERS, self._lines, strict=True):
+            if lines:
+                out.append(header)
+                out.extend(lines)
         out.append("")
         return "\n".join(out).encode("utf-8")
 
 
+# each family's HELP and TYPE lines, in catalogue order
+_HEADERS = tuple(f"# HELP {m.name} {m.help.replace(chr(92), chr(92) * 2)}\n# TYPE {m.name} {m.type}" for m in CATALOG)
+
+
+_PROCESS = Renderer()  # the process's caches: render() and a Writer made without one use them
+
+
 def render(snapshot: Snapshot) -> bytes:
-    """The full exposition for one snapshot."""
-    w = Writer()
-    render_into(w, snapshot)
-    return w.render()
+    """The full exposition for one snapshot (with the process's caches: an agent has one sampler)."""
+    return _PROCESS.render(snapshot)
 
 
 
@@ -200,18 +334,21 @@ def _render_self(w: Writer, snap: Snapshot) -> None:
     w.add("headroom_build_info", 1, __version__, platform.python_version())
     if snap.scenario:
         w.add("headroom_simulation_info", 1, snap.scenario)
-    for name, result in snap.sample.sources.items():
-        w.add("headroom_collector_success", result.ok, name)
-        w.add("headroom_collector_duration_seconds", round(result.duration_seconds, 6), name)
-    w.add("headroom_last_sample_timestamp_seconds", round(snap.sample.timestamp, 3))
-    w.add("headroom_sample_duration_seconds", round(snap.tick_duration_seconds, 6))
-    w.add("headroom_samples_total", snap.ticks)
-    w.add("headroom_sample_interval_seconds", snap.interval)
-    w.add("headroom_config_last_reload_successful", snap.config_reload_ok)
-    w.add("headroom_config_last_reload_success_timestamp_seconds", _r(snap.config_reload_success_timestamp))
-    w.add("headroom_record_success", snap.record_ok)
-    w.add("headroom_record_written_bytes_total", snap.record_written_bytes_total)
-    w.add("headroom_web_config_last_reload_successful", snap.web_config_reload_ok)
+    sources = snap.sample.sources
+    values: list[Any] = []
+    for result in sources.values():
+        values += (result.ok, round(result.duration_seconds, 6))
+    w.add_many(_COLLECTOR_ROW * len(sources), values, (), tuple(n for n in sources for _ in _COLLECTOR_ROW))
+    w.add_many(_SELF_ROW, (round(snap.sample.timestamp, 3), round(snap.tick_duration_seconds, 6), snap.ticks,
+                           snap.interval, snap.config_reload_ok, _r(snap.config_reload_success_timestamp),
+                           snap.record_ok, snap.record_written_bytes_total, snap.web_config_reload_ok))
+
+
+_COLLECTOR_ROW = ("headroom_collector_success", "headroom_collector_duration_seconds")
+_SELF_ROW = tuple(f"headroom_{n}" for n in (
+    "last_sample_timestamp_seconds", "sample_duration_seconds", "samples_total", "sample_interval_seconds",
+    "config_last_reload_successful", "config_last_reload_success_timestamp_seconds", "record_success",
+    "record_written_bytes_total", "web_config_last_reload_successful"))
 
 
 def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
@@ -226,50 +363,27 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
         w.add("headroom_gpu_memory_size_bytes", g.memory_total_bytes, *ids)
         if not g.up:
             continue
-        w.add("headroom_gpu_utilization_ratio", g.utilization_ratio, *ids)
-        w.add("headroom_gpu_memory_utilization_ratio", g.memory_utilization_ratio, *ids)
-        w.add("headroom_gpu_busy_seconds_total", _r(g.busy_seconds_total), *ids)
-        w.add("headroom_gpu_memory_used_bytes", g.memory_used_bytes, *ids)
-        w.add("headroom_gpu_memory_free_bytes", g.memory_free_bytes, *ids)
-        w.add("headroom_gpu_memory_reserved_bytes", g.memory_reserved_bytes, *ids)
-        w.add("headroom_gpu_power_watts", g.power_watts, *ids)
-        w.add("headroom_gpu_power_limit_watts", g.power_limit_watts, *ids)
-        w.add("headroom_gpu_energy_joules_total", g.energy_joules_total, *ids)
-        w.add("headroom_gpu_temperature_celsius", g.temperature_celsius, *ids)
-        w.add("headroom_gpu_memory_temperature_celsius", g.memory_temperature_celsius, *ids)
-        w.add("headroom_gpu_sm_clock_hertz", g.sm_clock_hertz, *ids)
-        w.add("headroom_gpu_sm_clock_max_hertz", g.sm_clock_max_hertz, *ids)
-        w.add("headroom_gpu_memory_clock_hertz", g.memory_clock_hertz, *ids)
-        w.add("headroom_gpu_memory_clock_max_hertz", g.memory_clock_max_hertz, *ids)
-        w.add("headroom_gpu_performance_state", g.performance_state, *ids)
-        w.add("headroom_gpu_fan_speed_ratio", g.fan_speed_ratio, *ids)
-        for reason, active in g.clock_events_active.items():
-            w.add("headroom_gpu_clock_event_active", active, *ids, reason)
-        for reason, seconds in g.clock_events_seconds_total.items():
-            w.add("headroom_gpu_clock_event_seconds_total", _r(seconds), *ids, reason)
-        w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_tx_bytes_per_second, *ids, "tx")
-        w.add("headroom_gpu_pcie_throughput_bytes_per_second", g.pcie_rx_bytes_per_second, *ids, "rx")
-        w.add("headroom_gpu_pcie_bytes_total", g.pcie_tx_bytes_total, *ids, "tx")
-        w.add("headroom_gpu_pcie_bytes_total", g.pcie_rx_bytes_total, *ids, "rx")
-        w.add("headroom_gpu_pcie_link_generation", g.pcie_link_generation, *ids)
-        w.add("headroom_gpu_pcie_link_max_generation", g.pcie_link_max_generation, *ids)
-        w.add("headroom_gpu_pcie_link_width", g.pcie_link_width, *ids)
-        w.add("headroom_gpu_pcie_link_max_width", g.pcie_link_max_width, *ids)
-        w.add("headroom_gpu_sm_active_ratio", g.sm_active_ratio, *ids)
-        w.add("headroom_gpu_sm_occupancy_ratio", g.sm_occupancy_ratio, *ids)
-        w.add("headroom_gpu_tensor_active_ratio", g.tensor_active_ratio, *ids)
-        w.add("headroom_gpu_dram_active_ratio", g.dram_active_ratio, *ids)
+        active, seconds = g.clock_events_active, g.clock_events_seconds_total
+        known = [p.used_memory_bytes for p in g.processes if p.used_memory_bytes is not None]
+        w.add_many(_GPU_ROW, (
+            g.utilization_ratio, g.memory_utilization_ratio, _r(g.busy_seconds_total), g.memory_used_bytes,
+            g.memory_free_bytes, g.memory_reserved_bytes, g.power_watts, g.power_limit_watts, g.energy_joules_total,
+            g.temperature_celsius, g.memory_temperature_celsius, g.sm_clock_hertz, g.sm_clock_max_hertz,
+            g.memory_clock_hertz, g.memory_clock_max_hertz, g.performance_state, g.fan_speed_ratio,
+            g.pcie_tx_bytes_per_second, g.pcie_rx_bytes_per_second, g.pcie_tx_bytes_total, g.pcie_rx_bytes_total,
+            g.pcie_link_generation, g.pcie_link_max_generation, g.pcie_link_width, g.pcie_link_max_width,
+            g.sm_active_ratio, g.sm_occupancy_ratio, g.tensor_active_ratio, g.dram_active_ratio,
+            len(g.processes), sum(known) if known or not g.processes else None, g.processes_stale, g.mig_enabled,
+            g.ecc_uncorrected_volatile_total, g.ecc_uncorrected_aggregate_total, g.remapped_rows_correctable,
+            g.remapped_rows_uncorrectable, g.remapped_rows_pending, g.remapped_rows_failure,
+        ), ids, _GPU_ROW_TAILS)
+        w.add_many(("headroom_gpu_clock_event_active",) * len(active)
+                   + ("headroom_gpu_clock_event_seconds_total",) * len(seconds),
+                   (*active.values(), *map(_r, seconds.values())), ids, (*active, *seconds))
         for link in g.nvlink_links:
             w.add("headroom_gpu_nvlink_link_up", link.up, *ids, str(link.link))
             w.add("headroom_gpu_nvlink_bytes_total", link.tx_bytes_total, *ids, str(link.link), "tx")
             w.add("headroom_gpu_nvlink_bytes_total", link.rx_bytes_total, *ids, str(link.link), "rx")
-        w.add("headroom_gpu_processes", len(g.processes), *ids)
-        known = [p.used_memory_bytes for p in g.processes if p.used_memory_bytes is not None]
-        w.add("headroom_gpu_process_memory_used_bytes", sum(known) if known or not g.processes else None, *ids)
-        if g.processes_stale is not None:
-            w.add("headroom_gpu_processes_stale", g.processes_stale, *ids)
-        if g.mig_enabled is not None:
-            w.add("headroom_gpu_mig_enabled", g.mig_enabled, *ids)
         for mig in g.mig_instances:
             mids = (*ids, str(mig.gpu_instance_id), mig.uuid)
             w.add("headroom_gpu_mig_memory_used_bytes", mig.memory_used_bytes, *mids)
@@ -279,12 +393,27 @@ def _render_nvml(w: Writer, data: NvmlSample | None) -> None:
             w.add("headroom_gpu_mig_process_memory_used_bytes", sum(mig_known) if mig_known or not mig.processes else None, *mids)
         for xid, count in sorted(g.xid_errors_total.items()):
             w.add("headroom_gpu_xid_errors_total", count, *ids, str(xid))
-        w.add("headroom_gpu_ecc_uncorrected_errors_total", g.ecc_uncorrected_volatile_total, *ids, "volatile")
-        w.add("headroom_gpu_ecc_uncorrected_errors_total", g.ecc_uncorrected_aggregate_total, *ids, "aggregate")
-        w.add("headroom_gpu_remapped_rows", g.remapped_rows_correctable, *ids, "correctable")
-        w.add("headroom_gpu_remapped_rows", g.remapped_rows_uncorrectable, *ids, "uncorrectable")
-        w.add("headroom_gpu_remapped_rows_pending", g.remapped_rows_pending, *ids)
-        w.add("headroom_gpu_remapped_rows_failure", g.remapped_rows_failure, *ids)
+
+
+# the series of a GPU that is up with the labels gpu, uuid (and the tail label given here, where not None), in
+# the order of the values _render_nvml passes for them
+_GPU_ROW, _GPU_ROW_TAILS = (tuple(c) for c in zip(*(
+    (f"headroom_gpu_{name}", tail) for name, tail in (
+        ("utilization_ratio", None), ("memory_utilization_ratio", None), ("busy_seconds_total", None),
+        ("memory_used_bytes", None), ("memory_free_bytes", None), ("memory_reserved_bytes", None),
+        ("power_watts", None), ("power_limit_watts", None), ("energy_joules_total", None),
+        ("temperature_celsius", None), ("memory_temperature_celsius", None), ("sm_clock_hertz", None),
+        ("sm_clock_max_hertz", None), ("memory_clock_hertz", None), ("memory_clock_max_hertz", None),
+        ("performance_state", None), ("fan_speed_ratio", None),
+        ("pcie_throughput_bytes_per_second", "tx"), ("pcie_throughput_bytes_per_second", "rx"),
+        ("pcie_bytes_total", "tx"), ("pcie_bytes_total", "rx"), ("pcie_link_generation", None),
+        ("pcie_link_max_generation", None), ("pcie_link_width", None), ("pcie_link_max_width", None),
+        ("sm_active_ratio", None), ("sm_occupancy_ratio", None), ("tensor_active_ratio", None),
+        ("dram_active_ratio", None), ("processes", None), ("process_memory_used_bytes", None),
+        ("processes_stale", None), ("mig_enabled", None), ("ecc_uncorrected_errors_total", "volatile"),
+        ("ecc_uncorrected_errors_total", "aggregate"), ("remapped_rows", "correctable"),
+        ("remapped_rows", "uncorrectable"), ("remapped_rows_pending", None), ("remapped_rows_failure", None),
+    )), strict=True))
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
@@ -292,16 +421,25 @@ def _r(value: float | None, digits: int = 3) -> float | None:
 
 
 def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Any) -> None:
+    resources, names, tails = _VERDICT_SERIES.get(prefix) or _verdict_series(prefix)
+    primary = verdict.primary
+    w.add_many(names, (*map(verdict.scores.get, resources), *map(verdict.long_scores.get, resources),
+                       *[resource == primary for resource in tails[len(resources) * 2:]]), ids, tails)
+
+
+# prefix -> (the resources scored, the names and the resource labels of a verdict's series)
+_VERDICT_SERIES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _verdict_series(prefix: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     from headroom.analysis.bottleneck import NONE, RESOURCES
 
     if prefix == "headroom_gpu":  # a KV cache belongs to a serving workload, never to a GPU on its own
         RESOURCES = tuple(r for r in RESOURCES if r != "kv_cache")  # noqa: N806
-    for resource in RESOURCES:
-        w.add(f"{prefix}_bottleneck_score", verdict.scores.get(resource), *ids, resource)
-    for resource in RESOURCES:
-        w.add(f"{prefix}_bottleneck_long_score", verdict.long_scores.get(resource), *ids, resource)
-    for resource in (*RESOURCES, NONE):
-        w.add(f"{prefix}_bottleneck", resource == verdict.primary, *ids, resource)
+    n = len(RESOURCES)
+    names = (f"{prefix}_bottleneck_score",) * n + (f"{prefix}_bottleneck_long_score",) * n + (f"{prefix}_bottleneck",) * (n + 1)
+    _VERDICT_SERIES[prefix] = entry = (RESOURCES, names, (*RESOURCES, *RESOURCES, *RESOURCES, NONE))
+    return entry
 
 
 def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
@@ -322,53 +460,59 @@ def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
 
 
 def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
-    """Measured against expected per workload (analysis.workloads.WorkloadStatus), declared and automatic."""
+    """Measured against expected per workload (analysis.workloads.WorkloadStatus), declared and automatic: each
+    workload's series in one group."""
     for st in statuses:
-        name = st.name
-        w.add("headroom_workload_info", 1, name, st.kind, st.model, st.precision, st.runtime,
-              getattr(st, "source", "declared"))
-        if st.job or st.team:
-            w.add("headroom_workload_fleet_info", 1, name, st.team, st.job)
+        source = getattr(st, "source", "declared")
         m = st.measured
-        auto_cgroup = getattr(st, "cgroup", None)
-        if m is None and getattr(st, "source", "declared") == "auto":
-            w.add("headroom_workload_processes", st.processes, name)
-            if auto_cgroup is not None:
-                _render_cgroup(w, name, auto_cgroup)
         if m is not None:
-            w.add("headroom_workload_processes", m.processes, name)
-            w.add("headroom_workload_threads", m.threads, name)
-            w.add("headroom_workload_cpu_seconds_total", _r(m.cpu_user_seconds_total, 2), name, "user")
-            w.add("headroom_workload_cpu_seconds_total", _r(m.cpu_system_seconds_total, 2), name, "system")
-            w.add("headroom_workload_resident_memory_bytes", m.resident_memory_bytes, name)
-            w.add("headroom_workload_read_bytes_total", m.read_bytes_total, name)
-            w.add("headroom_workload_written_bytes_total", m.written_bytes_total, name)
-            if m.cgroup is not None:
-                _render_cgroup(w, name, m.cgroup)
-        w.add("headroom_workload_dataloader_workers", st.dataloader_workers, name)
+            cg = m.cgroup
+            measured = (m.processes, m.threads, _r(m.cpu_user_seconds_total, 2), _r(m.cpu_system_seconds_total, 2),
+                        m.resident_memory_bytes, m.read_bytes_total, m.written_bytes_total)
+        else:  # an automatic workload without measured processes still counts them, and has its cgroup
+            cg = getattr(st, "cgroup", None) if source == "auto" else None
+            measured = (st.processes if source == "auto" else None, None, None, None, None, None, None)
+        names = _WORKLOAD_ROW
+        tails = ((st.kind, st.model, st.precision, st.runtime, source), (st.team, st.job), *_WORKLOAD_ROW_TAILS)
+        values = [1, 1 if st.job or st.team else None, *measured]
+        if cg is None:
+            values += (None, None, None)
+        else:
+            values += (_r(cg.cpu_user_seconds_total, 6), _r(cg.cpu_system_seconds_total, 6), cg.memory_bytes)
+        values += (st.dataloader_workers, st.expected_peak_bytes, st.gpu_memory_capacity_bytes)
+        if cg is not None and cg.pressure_some_avg10:
+            pressure = sorted(cg.pressure_some_avg10.items())
+            names += ("headroom_workload_cgroup_pressure_ratio",) * len(pressure)
+            tails += tuple(k for k, _ in pressure)
+            values += (v for _, v in pressure)
         for g in st.gpus:
-            w.add("headroom_workload_gpu_memory_used_bytes", g.memory_used_bytes, name, str(g.index))
-            w.add("headroom_workload_gpu_utilization_ratio", _r(g.utilization_ratio, 4), name, str(g.index))
-        for component, value in st.expected_components.items():
-            w.add("headroom_workload_memory_expected_bytes", value, name, component)
-        w.add("headroom_workload_gpu_memory_expected_peak_bytes", st.expected_peak_bytes, name)
-        w.add("headroom_workload_gpu_memory_capacity_bytes", st.gpu_memory_capacity_bytes, name)
+            index = str(g.index)
+            names += _WORKLOAD_GPU_ROW
+            tails += (index, index)
+            values += (g.memory_used_bytes, _r(g.utilization_ratio, 4))
+        components = st.expected_components
+        if components:
+            names += ("headroom_workload_memory_expected_bytes",) * len(components)
+            tails += tuple(components)
+            values += components.values()
+        w.add_many(names, values, (st.name,), tails)
 
 
-def _render_cgroup(w: Writer, name: str, cg: Any) -> None:
-    w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_user_seconds_total, 6), name, "user")
-    w.add("headroom_workload_cgroup_cpu_seconds_total", _r(cg.cpu_system_seconds_total, 6), name, "system")
-    w.add("headroom_workload_cgroup_memory_bytes", cg.memory_bytes, name)
-    for resource, ratio in sorted(cg.pressure_some_avg10.items()):
-        w.add("headroom_workload_cgroup_pressure_ratio", ratio, name, resource)
+# a workload's series (labelled workload, then the tail labels given here), in the order of the values
+# _render_workloads passes for them; its cgroup's pressure, its GPUs and its expected components follow
+_WORKLOAD_ROW = tuple(f"headroom_workload_{n}" for n in (
+    "info", "fleet_info", "processes", "threads", "cpu_seconds_total", "cpu_seconds_total", "resident_memory_bytes",
+    "read_bytes_total", "written_bytes_total", "cgroup_cpu_seconds_total", "cgroup_cpu_seconds_total",
+    "cgroup_memory_bytes", "dataloader_workers", "gpu_memory_expected_peak_bytes", "gpu_memory_capacity_bytes"))
+_WORKLOAD_ROW_TAILS = (None, None, "user", "system", None, None, None, "user", "system", None, None, None, None)
+_WORKLOAD_GPU_ROW = ("headroom_workload_gpu_memory_used_bytes", "headroom_workload_gpu_utilization_ratio")
 
 
 def _render_findings(w: Writer, f: Any) -> None:
     for g in f.gpu_findings:
         ids = (str(g.index), g.uuid)
         _render_verdict(w, "headroom_gpu", ids, g.verdict)
-        w.add("headroom_gpu_idle", g.idle, *ids)
-        w.add("headroom_gpu_cost_per_hour", f.host.gpu_cost_per_hour.get(g.index), *ids)
+        w.add_many(_GPU_FINDINGS_ROW, (g.idle, f.host.gpu_cost_per_hour.get(g.index)), ids)
     if f.gpu_findings:
         w.add("headroom_gpus_idle", f.host.gpus_idle)
         w.add("headroom_gpu_idle_seconds_total", _r(f.host.gpu_idle_seconds_total))
@@ -377,15 +521,15 @@ def _render_findings(w: Writer, f: Any) -> None:
         ids = (wf.name,)
         _render_verdict(w, "headroom_workload", ids, wf.verdict)
         h = wf.headroom
-        w.add("headroom_workload_headroom_gpu_memory_bytes", h.gpu_memory_bytes, *ids)
-        w.add("headroom_workload_headroom_sequences", h.sequences, *ids)
-        w.add("headroom_workload_headroom_context_tokens", h.context_tokens, *ids)
-        w.add("headroom_workload_headroom_cpu_cores", h.cpu_cores, *ids)
-        w.add("headroom_workload_headroom_host_memory_bytes", h.host_memory_bytes, *ids)
-        w.add("headroom_workload_headroom_shared_memory_bytes", h.shared_memory_bytes, *ids)
-        w.add("headroom_workload_headroom_power_watts", h.power_watts, *ids)
-        w.add("headroom_workload_headroom_thermal_celsius", h.thermal_celsius, *ids)
+        w.add_many(_HEADROOM_ROW, (h.gpu_memory_bytes, h.sequences, h.context_tokens, h.cpu_cores, h.host_memory_bytes,
+                                   h.shared_memory_bytes, h.power_watts, h.thermal_celsius), ids)
         _render_serving_findings(w, wf)
+
+
+_GPU_FINDINGS_ROW = ("headroom_gpu_idle", "headroom_gpu_cost_per_hour")
+_HEADROOM_ROW = tuple(f"headroom_workload_headroom_{n}" for n in (
+    "gpu_memory_bytes", "sequences", "context_tokens", "cpu_cores", "host_memory_bytes", "shared_memory_bytes",
+    "power_watts", "thermal_celsius"))
 
 
 def _render_serving_findings(w: Writer, wf: Any) -> None:
@@ -433,66 +577,69 @@ def _render_serving(w: Writer, data: Any, snap: Snapshot) -> None:
 
 
 def _render_cpu(w: Writer, cpu: CpuSample, snap: Snapshot) -> None:
-    for mode, seconds in cpu.times.modes().items():
-        w.add("headroom_cpu_seconds_total", _r(seconds, 2), mode)
-    w.add("headroom_cpu_logical_cpus", cpu.logical_cpus)
-    w.add("headroom_cpu_utilization_ratio", _r(snap.rates.get("cpu_utilization_ratio"), 4))
-    w.add("headroom_load1", cpu.load1)
-    w.add("headroom_load5", cpu.load5)
-    w.add("headroom_load15", cpu.load15)
-    w.add("headroom_procs_running", cpu.procs_running)
-    w.add("headroom_procs_blocked", cpu.procs_blocked)
+    modes = cpu.times.modes()
+    w.add_many(("headroom_cpu_seconds_total",) * len(modes), [_r(v, 2) for v in modes.values()], (), tuple(modes))
+    w.add_many(_CPU_ROW, (cpu.logical_cpus, _r(snap.rates.get("cpu_utilization_ratio"), 4), cpu.load1, cpu.load5,
+                          cpu.load15, cpu.procs_running, cpu.procs_blocked))
+    names: tuple[str, ...] = ()
+    tails: tuple[tuple[str, ...], ...] = ()
+    values: list[Any] = []
     for resource, pressure in sorted(cpu.pressure.items()):
         for kind, line in (("some", pressure.some), ("full", pressure.full)):
             if line is None:
                 continue
-            w.add("headroom_pressure_stalled_seconds_total", _r(line.total_seconds, 6), resource, kind)
-            for window, value in (("10s", line.avg10), ("60s", line.avg60), ("300s", line.avg300)):
-                w.add("headroom_pressure_ratio", value, resource, kind, window)
+            names += _PRESSURE_ROW
+            tails += ((resource, kind), (resource, kind, "10s"), (resource, kind, "60s"), (resource, kind, "300s"))
+            values += (_r(line.total_seconds, 6), line.avg10, line.avg60, line.avg300)
+    if names:
+        w.add_many(names, values, (), tails)
+
+
+_CPU_ROW = tuple(f"headroom_{n}" for n in (
+    "cpu_logical_cpus", "cpu_utilization_ratio", "load1", "load5", "load15", "procs_running", "procs_blocked"))
+_PRESSURE_ROW = ("headroom_pressure_stalled_seconds_total",) + ("headroom_pressure_ratio",) * 3
 
 
 def _render_memory(w: Writer, m: MemorySample, snap: Snapshot) -> None:
-    w.add("headroom_memory_size_bytes", m.total_bytes)
-    w.add("headroom_memory_available_bytes", m.available_bytes)
-    w.add("headroom_memory_free_bytes", m.free_bytes)
-    w.add("headroom_memory_buffers_bytes", m.buffers_bytes)
-    w.add("headroom_memory_cached_bytes", m.cached_bytes)
-    w.add("headroom_memory_shmem_bytes", m.shmem_bytes)
-    w.add("headroom_memory_dirty_bytes", m.dirty_bytes)
-    w.add("headroom_memory_writeback_bytes", m.writeback_bytes)
-    w.add("headroom_memory_swap_size_bytes", m.swap_total_bytes)
-    w.add("headroom_memory_swap_free_bytes", m.swap_free_bytes)
-    w.add("headroom_memory_major_faults_total", m.major_faults_total)
+    w.add_many(_MEMORY_ROW, (m.total_bytes, m.available_bytes, m.free_bytes, m.buffers_bytes, m.cached_bytes,
+                             m.shmem_bytes, m.dirty_bytes, m.writeback_bytes, m.swap_total_bytes, m.swap_free_bytes,
+                             m.major_faults_total))
+
+
+_MEMORY_ROW = tuple(f"headroom_memory_{n}" for n in (
+    "size_bytes", "available_bytes", "free_bytes", "buffers_bytes", "cached_bytes", "shmem_bytes", "dirty_bytes",
+    "writeback_bytes", "swap_size_bytes", "swap_free_bytes", "major_faults_total"))
 
 
 def _render_shm(w: Writer, shm: ShmSample, snap: Snapshot) -> None:
     for mount in shm.mounts:
-        w.add("headroom_shm_present", 1, mount.mountpoint)
-        w.add("headroom_shm_size_bytes", mount.size_bytes, mount.mountpoint)
-        w.add("headroom_shm_used_bytes", mount.used_bytes, mount.mountpoint)
-        w.add("headroom_shm_available_bytes", mount.available_bytes, mount.mountpoint)
+        w.add_many(_SHM_ROW, (1, mount.size_bytes, mount.used_bytes, mount.available_bytes), (mount.mountpoint,))
     for missing in shm.missing:
         w.add("headroom_shm_present", 0, missing)
 
 
+_SHM_ROW = ("headroom_shm_present", "headroom_shm_size_bytes", "headroom_shm_used_bytes", "headroom_shm_available_bytes")
+
+
 def _render_disk(w: Writer, disk: DiskSample, snap: Snapshot) -> None:
     for d in disk.devices:
-        w.add("headroom_disk_reads_completed_total", d.reads_completed, d.device)
-        w.add("headroom_disk_read_bytes_total", d.read_bytes, d.device)
-        w.add("headroom_disk_writes_completed_total", d.writes_completed, d.device)
-        w.add("headroom_disk_written_bytes_total", d.written_bytes, d.device)
-        w.add("headroom_disk_io_time_seconds_total", _r(d.io_time_seconds), d.device)
-        w.add("headroom_disk_io_time_weighted_seconds_total", _r(d.weighted_io_time_seconds), d.device)
-        w.add("headroom_disk_io_in_flight", d.in_flight, d.device)
+        w.add_many(_DISK_ROW, (d.reads_completed, d.read_bytes, d.writes_completed, d.written_bytes,
+                               _r(d.io_time_seconds), _r(d.weighted_io_time_seconds), d.in_flight), (d.device,))
+
+
+_DISK_ROW = tuple(f"headroom_disk_{n}" for n in (
+    "reads_completed_total", "read_bytes_total", "writes_completed_total", "written_bytes_total",
+    "io_time_seconds_total", "io_time_weighted_seconds_total", "io_in_flight"))
 
 
 def _render_net(w: Writer, net: NetSample, snap: Snapshot) -> None:
     for d in net.devices:
-        w.add("headroom_network_receive_bytes_total", d.receive_bytes, d.device)
-        w.add("headroom_network_transmit_bytes_total", d.transmit_bytes, d.device)
-        w.add("headroom_network_receive_drops_total", d.receive_drops, d.device)
-        w.add("headroom_network_transmit_drops_total", d.transmit_drops, d.device)
-        w.add("headroom_network_speed_bytes", d.speed_bytes_per_second, d.device)
+        w.add_many(_NET_ROW, (d.receive_bytes, d.transmit_bytes, d.receive_drops, d.transmit_drops,
+                              d.speed_bytes_per_second), (d.device,))
+
+
+_NET_ROW = tuple(f"headroom_network_{n}" for n in (
+    "receive_bytes_total", "transmit_bytes_total", "receive_drops_total", "transmit_drops_total", "speed_bytes"))
 
 
 def _render_agent(w: Writer, a: Any, snap: Snapshot) -> None:

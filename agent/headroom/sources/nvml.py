@@ -17,7 +17,10 @@ NVLink link count, state and version are re-read every 30 s, the enforced power 
 tick and GPU: one field-values call (health counters, energy, PCIe byte counters, NVLink data counters
 per active link) into an array prepared once and decoded in one pass, and where the GPU
 has GPM one nvmlGpmSampleGet plus one nvmlGpmMetricsGet (SM activity, occupancy, tensor and DRAM
-activity between this tick's sample and the last). Slow or blocking calls stay off the tick: for GPUs
+activity between this tick's sample and the last). The process lists (per GPU, and per MIG instance) and
+the per-process utilization samples (since the newest timestamp seen on that GPU) take one call each into
+an array kept per GPU and handle (a second call only when the list outgrew it), decoded in one pass from
+its bytes, and not at all when the bytes are last tick's. Slow or blocking calls stay off the tick: for GPUs
 without PCIe byte counters a daemon thread polls nvmlDeviceGetPcieThroughput (~20 ms each)
 round-robin and the tick reads its last value; another waits on an NVML event set for XIDs.
 The library is always the real ``pynvml`` binding; under simulation the scenario's stand-in for
@@ -310,24 +313,144 @@ _UNSIGNED_MASKS = {1: 0xFFFFFFFF, 2: 0xFFFFFFFFFFFFFFFF if ctypes.sizeof(ctypes.
 _FIELD_DECODER = _FieldDecoder()
 
 
+_INTEGER_CODES = {**dict.fromkeys("bhilq", {1: "b", 2: "h", 4: "i", 8: "q"}),
+                  **dict.fromkeys("BHILQ", {1: "B", 2: "H", 4: "I", 8: "Q"})}
+
+
+class _Layout:
+    """Some fields of each entry of an array of a binding struct, read in one pass over its bytes: one
+    ``struct.Struct`` whose offsets and C types come from the binding's own ctypes declaration (``names`` in
+    the order of their offsets). ``ready`` is False when the binding lacks the struct or a field, or its
+    types have no plain struct format: the caller then goes through the binding's wrapper."""
+
+    def __init__(self, ctype_name: str, names: Sequence[str]) -> None:
+        import struct
+
+        self.ready = False
+        self.ctype: Any = getattr(pynvml, ctype_name, None) if pynvml is not None else None
+        if self.ctype is None:
+            return
+        try:
+            types = dict(self.ctype._fields_)
+            self.size = ctypes.sizeof(self.ctype)
+            fmt, at = "=", 0
+            for name in names:
+                offset, code, width = getattr(self.ctype, name).offset, types[name]._type_, ctypes.sizeof(types[name])
+                if code in _INTEGER_CODES:  # by its size: ctypes calls c_ulonglong "L" where long has 8 bytes
+                    code = _INTEGER_CODES[code][width]
+                if offset < at or code not in "bBhHiIqQfd" or struct.calcsize("=" + code) != width:
+                    return
+                fmt += "x" * (offset - at) + code
+                at = offset + width
+            self.struct = struct.Struct(fmt + "x" * (self.size - at))
+        except (KeyError, AttributeError, TypeError, struct.error):
+            return
+        self.ready = self.struct.size == self.size
+
+    def rows(self, raw: bytes) -> list[tuple[Any, ...]]:
+        return list(self.struct.iter_unpack(raw))
+
+
+# nvmlProcessInfo_v2_t: what the _v2 and _v3 process-list entry points fill (nvml.h; the binding's
+# c_nvmlProcessInfo_v3_t is the same struct); nvmlProcessUtilizationSample_t for per-process utilization
+_PROCESS_LAYOUT = _Layout("c_nvmlProcessInfo_v2_t", ("pid", "usedGpuMemory"))
+_SAMPLE_LAYOUT = _Layout("c_nvmlProcessUtilizationSample_t", ("pid", "timeStamp", "smUtil"))
+_LIST_CAPACITY = 32  # entries in a new list array; it grows to twice what the driver asks for, plus 5
+
+
+class _ListQuery:
+    """One list query (the entry point ``function``) of one handle, into an array of the binding's struct kept
+    and reused tick after tick as the field array is: one call while the array is large enough, else a second
+    call into twice the size the driver asked for (the binding's two-call protocol with its first call
+    skipped; an array the driver filled to its last entry is taken as too small as well).
+    The entry point is found through the binding's own lookup (FUNCTION_NOT_FOUND included); the entries are
+    decoded in one pass (``_Layout``) and through ``convert``, and only when the driver wrote other bytes
+    than last time: otherwise the same object as last time is returned."""
+
+    __slots__ = ("lookup", "function", "layout", "convert", "samples_first", "array", "capacity", "count",
+                 "count_ref", "raw", "converted")
+
+    def __init__(self, lookup: Callable[[str], Any], function: str, layout: _Layout,
+                 convert: Callable[[list[tuple[Any, ...]]], Any]) -> None:
+        self.lookup, self.function, self.layout, self.convert = lookup, function, layout, convert
+        # nvmlDeviceGetProcessUtilization(device, samples, *count, lastSeen) against the process lists'
+        # (device, *count, infos)
+        self.samples_first = layout is _SAMPLE_LAYOUT
+        self.capacity = 0
+        self.array: Any = None
+        self.count = ctypes.c_uint(0)
+        self.count_ref = ctypes.byref(self.count)
+        self.raw: bytes | None = None
+        self.converted: Any = None
+        self.reserve(_LIST_CAPACITY)
+
+    def reserve(self, entries: int) -> None:
+        if entries > self.capacity:
+            self.capacity = entries
+            self.array = (self.layout.ctype * entries)()
+
+    def _invoke(self, fn: Any, handle: Any, tail: tuple[Any, ...]) -> int:
+        self.count.value = self.capacity
+        if self.samples_first:
+            return fn(handle, self.array, self.count_ref, *tail)
+        return fn(handle, self.count_ref, self.array, *tail)
+
+    def read(self, handle: Any, *tail: Any) -> tuple[int, Any]:
+        """(NVML return code, the converted entries on success, else None)."""
+        fn = self.lookup(self.function)
+        ret = self._invoke(fn, handle, tail)
+        if ret == _ERR["INSUFFICIENT_SIZE"] or (ret == _SUCCESS and self.count.value >= self.capacity):
+            # too small (the driver says how many it has), or filled to the last entry, which may be a list cut
+            # to what fits (nvml.h describes the sample queries so): once more, into twice as much
+            self.reserve(max(self.count.value, self.capacity) * 2 + 5)
+            ret = self._invoke(fn, handle, tail)
+        if ret != _SUCCESS:
+            return ret, None
+        raw = ctypes.string_at(self.array, min(self.count.value, self.capacity) * self.layout.size)
+        if raw != self.raw:
+            self.raw, self.converted = raw, self.convert(self.layout.rows(raw))
+        return ret, self.converted
+
+    def __call__(self, handle: Any, *tail: Any) -> Any:
+        """The converted entries; raises the binding's NVMLError for any other return code (``_Gpu.query``
+        maps it as it maps the binding's own calls)."""
+        ret, converted = self.read(handle, *tail)
+        if ret != _SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return converted
+
+
 def _kib(value: int | None) -> int | None:
     return None if value is None else int(value) * 1024
 
 
-def _memory_of(process: Any) -> int | None:
-    used = getattr(process, "usedGpuMemory", None)
-    return None if used is None or used == _NOT_AVAILABLE else int(used)
+def _process_rows(rows: Sequence[tuple[Any, Any]]) -> tuple[tuple[int, int | None], ...]:
+    """(pid, used GPU memory) rows of a process list, the memory None where NVML cannot say (None from the
+    binding's wrapper, NVML_VALUE_NOT_AVAILABLE in the struct)."""
+    return tuple((int(pid), None if used is None or used == _NOT_AVAILABLE else int(used)) for pid, used in rows)
 
 
-def _unchanged(last: tuple[samples.GpuProcess, ...] | None, rows: Sequence[tuple[int, int | None, float | None]]) -> tuple[samples.GpuProcess, ...] | None:
-    """``last`` when it holds exactly ``rows`` (pid, used memory, SM utilization) in order, else None: an
-    unchanged process list is the same (immutable) tuple as last tick's, built once and shared."""
-    if last is None or len(last) != len(rows):
-        return None
-    for p, (pid, used, ratio) in zip(last, rows, strict=True):
-        if p.pid != pid or p.used_memory_bytes != used or p.sm_utilization_ratio != ratio:
-            return None
-    return last
+def _gpu_processes(last: tuple[samples.GpuProcess, ...] | None, rows: Sequence[tuple[int, int | None]],
+                   sm: Mapping[int, float] | None) -> tuple[samples.GpuProcess, ...]:
+    """The GpuProcess tuple for ``rows`` (pid, used memory) and ``sm`` (pid -> SM utilization; None: no
+    sampling, a listed pid without a sample: 0). ``last`` itself when it holds exactly that in order (an
+    unchanged list is built once and shared); otherwise a new tuple in which each process that did not change
+    is last tick's object."""
+    ratios = [None if sm is None else sm.get(pid, 0.0) for pid, _ in rows]
+    if last is not None and len(last) == len(rows):
+        for p, (pid, used), ratio in zip(last, rows, ratios, strict=True):
+            if p.pid != pid or p.used_memory_bytes != used or p.sm_utilization_ratio != ratio:
+                break
+        else:
+            return last
+    known = {p.pid: p for p in last} if last else {}
+    out = []
+    for (pid, used), ratio in zip(rows, ratios, strict=True):
+        p = known.get(pid)
+        if p is None or p.used_memory_bytes != used or p.sm_utilization_ratio != ratio:
+            p = samples.GpuProcess(pid=pid, used_memory_bytes=used, sm_utilization_ratio=ratio)
+        out.append(p)
+    return tuple(out)
 
 
 def _text(value: Any) -> str:
@@ -996,16 +1119,33 @@ class NvmlCollector(Collector):
                 _CLOCK_EVENTS[key] = events
         return events
 
-    def _process_list(self, gpu: _Gpu, handle: Any, prefix: str = "") -> tuple[list[Any] | None, bool]:
-        """(processes on ``handle``, failed): the list, or None when this handle cannot list them
-        (unsupported, no permission); failed is True when the query failed this tick (transient)."""
+    def _process_list(self, gpu: _Gpu, handle: Any, prefix: str = "") -> tuple[tuple[tuple[int, int | None], ...] | None, bool]:
+        """(processes on ``handle`` as (pid, used memory or None) rows, failed): the rows, or None when this
+        handle cannot list them (unsupported, no permission); failed is True when the query failed this tick
+        (transient). The same rows object as last tick's when the driver listed the same bytes."""
         for key, function in (("processes_v3", "nvmlDeviceGetComputeRunningProcesses_v3"),
                               ("processes_v2", "nvmlDeviceGetComputeRunningProcesses_v2")):  # fmt: skip
-            procs = gpu.query(prefix + key, function, handle)
+            call = self._list_query(gpu, f"list:{prefix}{key}", function, _PROCESS_LAYOUT, _process_rows)
+            procs = gpu.query(prefix + key, function, handle, call=call)
             if procs is _ABSENT:
                 continue
-            return procs, procs is None
+            if procs is None:
+                return None, True
+            return (procs if call is not None else _process_rows(tuple((p.pid, p.usedGpuMemory) for p in procs))), False
         return None, False
+
+    def _list_query(self, gpu: _Gpu, key: str, function: str, layout: _Layout,
+                    convert: Callable[[list[tuple[Any, ...]]], Any]) -> _ListQuery | None:
+        """The list query kept under ``key`` on this GPU (see _ListQuery). None where the binding has no such
+        function (the query then finds it missing, as before), no function lookup, or no usable layout of the
+        struct: then the binding's wrapper is called."""
+        query = gpu.cache.get(key)
+        if query is None:
+            lookup = getattr(self.lib, "_nvmlGetFunctionPointer", None)
+            if lookup is None or not layout.ready or not hasattr(self.lib, function):
+                return None
+            query = gpu.cache[key] = _ListQuery(lookup, function, layout, convert)
+        return query
 
     def _processes(self, gpu: _Gpu, mig: tuple[samples.MigInstance, ...]) -> tuple[tuple[samples.GpuProcess, ...], bool | None]:
         """(processes, stale). A transient failure (INSUFFICIENT_SIZE when processes doubled between the
@@ -1020,15 +1160,12 @@ class NvmlCollector(Collector):
             merged = {p.pid: p for m in mig for p in m.processes}
             return tuple(merged.values()), (None if not mig else False)
         sm = self._process_utilization(gpu) if procs else None
-        rows = []
-        for p in procs:
-            pid = int(p.pid)
-            # a process on the GPU without a sample ran no kernel since the last read: 0, where sampling works
-            rows.append((pid, _memory_of(p), None if sm is None else sm.get(pid, 0.0)))
-        result = _unchanged(gpu.cache.get("processes_last"), rows)
-        if result is None:
-            result = tuple(samples.GpuProcess(pid=pid, used_memory_bytes=used, sm_utilization_ratio=ratio) for pid, used, ratio in rows)
-        gpu.cache["processes_last"] = result
+        last = gpu.cache.get("processes_last")
+        memo = gpu.cache.get("processes_memo")
+        if memo is not None and memo[0] is procs and memo[1] == sm and memo[2] is last:
+            return last, False  # the same rows and samples as last tick: last tick's tuple, nothing rebuilt
+        result = gpu.cache["processes_last"] = _gpu_processes(last, procs, sm)
+        gpu.cache["processes_memo"] = (procs, sm, result)
         return result, False
 
     def _process_utilization(self, gpu: _Gpu) -> dict[int, float] | None:
@@ -1038,6 +1175,7 @@ class NvmlCollector(Collector):
         nvmlDeviceGetProcessUtilization returns samples only for processes that ran a kernel since the given
         timestamp, and NOT_FOUND when none did: that is "every process idle", not "unsupported".
         NOT_SUPPORTED (and the other absent codes) mark it unsupported on this GPU like any other query.
+        The newest sample's timestamp is kept per GPU and passed next tick, so each sample is read once.
         """
         key = "process_utilization"
         retry_at = gpu.unsupported.get(key)
@@ -1046,8 +1184,18 @@ class NvmlCollector(Collector):
                 return None
             del gpu.unsupported[key]
         last_seen = gpu.cache.get("process_utilization_seen", 0)
+        function = "nvmlDeviceGetProcessUtilization"
+        query = self._list_query(gpu, "list:process_utilization", function, _SAMPLE_LAYOUT, tuple)
         try:
-            found = gpu.lib.nvmlDeviceGetProcessUtilization(gpu.handle, last_seen)
+            if query is not None:
+                ret, found = query.read(gpu.handle, ctypes.c_ulonglong(last_seen))
+                if ret == _ERR["NOT_FOUND"]:  # the usual answer on a quiet GPU: no exception raised for it
+                    return {}
+                if ret != _SUCCESS:
+                    raise pynvml.NVMLError(ret)
+            else:
+                found = tuple(_struct_values(s, "pid", "timeStamp", "smUtil")
+                              for s in getattr(gpu.lib, function)(gpu.handle, last_seen) or ())
         except pynvml.NVMLError as exc:
             if exc.value in (_ERR["NOT_FOUND"], _SUCCESS):
                 return {}
@@ -1055,20 +1203,25 @@ class NvmlCollector(Collector):
                 gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
                 return None
             if exc.value in _DEVICE_CODES:
-                raise _GpuDown(f"nvmlDeviceGetProcessUtilization: {describe(exc)}") from None
+                raise _GpuDown(f"{function}: {describe(exc)}") from None
             if exc.value in _LIBRARY_CODES:
                 raise _LibraryDown(exc) from None
             return None
         except AttributeError:  # a binding without the function
             gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
             return None
-        sums: dict[int, list[float]] = {}
-        for s in found or ():
-            pid, sm, stamp = _struct_values(s, "pid", "smUtil", "timeStamp")
-            sums.setdefault(int(pid), []).append(float(sm))
-            last_seen = max(last_seen, int(stamp))
+        sums: dict[int, int] = {}
+        counts: dict[int, int] = {}  # pids with more than one sample (a driver may keep several per process)
+        for pid, stamp, sm in found:
+            if pid in sums:
+                sums[pid] += sm
+                counts[pid] = counts.get(pid, 1) + 1
+            else:
+                sums[pid] = sm
+            if stamp > last_seen:
+                last_seen = stamp
         gpu.cache["process_utilization_seen"] = last_seen
-        return {pid: min(1.0, sum(v) / len(v) / 100) for pid, v in sums.items()}
+        return {pid: min(1.0, total / counts.get(pid, 1) / 100) for pid, total in sums.items()}
 
     def _mig(self, gpu: _Gpu, now: float) -> tuple[bool | None, tuple[samples.MigInstance, ...]]:
         """(MIG enabled, instances with memory); the layout is re-read every _MIG_REFRESH seconds."""
@@ -1096,11 +1249,7 @@ class NvmlCollector(Collector):
             if failed:
                 processes = gpu.cache.get(key, ())
             else:
-                rows = [(int(p.pid), _memory_of(p), None) for p in procs or ()]
-                processes = _unchanged(gpu.cache.get(key), rows)
-                if processes is None:
-                    processes = tuple(samples.GpuProcess(pid=pid, used_memory_bytes=used) for pid, used, _ in rows)
-                gpu.cache[key] = processes
+                processes = gpu.cache[key] = _gpu_processes(gpu.cache.get(key), procs or (), None)
             instance = samples.MigInstance(
                 gpu_instance_id=m.gpu_instance_id,
                 compute_instance_id=m.compute_instance_id,

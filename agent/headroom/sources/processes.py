@@ -28,14 +28,19 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
   when a rule needs it), once; one that appeared after the first scan and matched nothing is re-read
   ``RECHECKS`` more times at doubling intervals (the next tick, then about 3, 7 and 15 s after discovery), so a fork ->
   exec (or a move into its unit's cgroup) that happened after discovery is not missed even when a
-  loaded host or a launcher script delays the exec past one tick; later changes are seen by the
+  loaded host or a launcher script delays the exec past one tick (such a look re-reads what the rules
+  match, not the stat: the same inode is the same process, whose start time is known; comm, which an exec
+  changes, only for an ``exe`` rule); later changes are seen by the
   ``FULL_SCAN_SECONDS`` listing. The cost grows with the fork rate, not the process count;
 - per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
   time that detects pid reuse; each member's own CPU seconds are reported beside the workload's sum, for
   per-process saturation; and, while a main process runs at HOT_CORES or more, its threads'
   /proc/PID/task/TID/stat, for per-thread saturation) and /proc/PID/io (skipped for good once denied; not read for a simulation's
   stand-ins that are real processes of this machine, which perform none of the I/O they model: unknown,
-  not zero);
+  not zero); on a live procfs a member's stat and io stay open (``procfs.PidFiles``, for the first
+  ``OPEN_MEMBER_FILES`` members) and are read again from offset 0, and closed when it exits or leaves;
+- a newcomer due another look whose /proc/PID has gone is forgotten at that look (short-lived processes, pods
+  replaced), not stat-ed again on every tick until the next listing;
 - a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
   files through ``--path.sysfs``: cpu.stat, cpu.max, memory.current, io.stat, {cpu,memory,io}.pressure.
 
@@ -55,7 +60,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -72,6 +77,7 @@ HOT_CORES = 0.8  # a main process using this many cores since the previous tick 
 FULL_SCAN_SECONDS = 30.0  # /proc is listed at least this often (exits of non-members, a safety net)
 MIN_LISTING_WORTH = 64  # new pids a tick stats one by one before listing /proc instead (and 1/8 of the known)
 RECHECKS = 4  # an unmatched newcomer is examined again at the next tick, then about 3, 7 and 15 s after discovery
+OPEN_MEMBER_FILES = 128  # members whose stat and io stay open (2 descriptors each); the others are read by path
 
 try:
     PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
@@ -153,6 +159,16 @@ class Rule:
         return None
 
 
+class _Again(NamedTuple):
+    """What another look at a known process (same /proc/PID inode) needs of its stat: known already, except
+    comm, which only an ``exe`` rule reads (then the stat is read again)."""
+
+    pid: int
+    comm: str
+    ppid: int
+    starttime_ticks: int
+
+
 @dataclass(slots=True)
 class _Proc:
     """What the collector remembers about one process instance (pid + start time)."""
@@ -170,6 +186,7 @@ class _Proc:
     cpu: tuple[float, float] | None = None  # (utime, stime) already added to the workload's counters
     cpu_at: float | None = None  # monotonic time of that reading
     io: tuple[int, int] | None = None  # (read_bytes, write_bytes) already added
+    files: procfs.PidFiles | None = None  # its stat and io kept open while it is a member (live procfs only)
 
 
 @dataclass(slots=True)
@@ -200,6 +217,7 @@ class ProcessesCollector(Collector):
         self._needs_cmdline = any(r.needs_cmdline for r in self._rules)
         self._needs_cgroup = any(r.needs_cgroup for r in self._rules)
         self._needs_uid = any(r.restricted for r in self._rules)
+        self._needs_comm = any(r.exe is not None for r in self._rules)  # an exec changes comm: read it again
         self._user_hz = clock_ticks_per_second()
         self._procs: dict[int, _Proc] = {}
         self._totals = [_Totals() for _ in self._profiles]
@@ -218,6 +236,7 @@ class ProcessesCollector(Collector):
         self._now = 0.0  # this tick's monotonic time (set by _listing)
         self._listed_at: float | None = None
         self.listings = 0  # full /proc listings so far (bench/processes.py reports them)
+        self._kept: set[int] = set()  # members whose files are kept open (at most OPEN_MEMBER_FILES)
 
     def collect(self) -> ProcessesSample:
         """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
@@ -264,12 +283,16 @@ class ProcessesCollector(Collector):
                 and 0 <= now - self._listed_at < FULL_SCAN_SECONDS
                 and 0 <= last - previous <= max(MIN_LISTING_WORTH, len(self._procs) // 8)):
             listing: dict[int, int] = {}
-            due = [pid for pid, at in self._recheck.items() if at <= now]
+            due = {pid for pid, at in self._recheck.items() if at <= now}
             for pid in (*range(previous + 1, last + 1), *due):
                 try:
                     inode = os.stat(f"{root}/{pid}").st_ino
+                except FileNotFoundError:
+                    if pid in due:  # a newcomer due another look has exited: no more looks (nor stats)
+                        self._forget(pid)
+                    continue
                 except OSError:
-                    continue  # exited already, or never a process of ours to see
+                    continue  # never a process of ours to see
                 if pid > previous and not is_thread_group_leader(root, pid):
                     continue  # a thread's id: /proc/TID exists but is not listed
                 listing[pid] = inode
@@ -289,8 +312,12 @@ class ProcessesCollector(Collector):
         todo = []
         for pid, inode in listing.items():
             p = self._procs.get(pid)
-            if p is not None and p.inode == inode and not self._due(p, pid):
-                continue
+            if p is not None and p.inode == inode:
+                if not self._due(p, pid):
+                    continue
+                if not self._needs_comm:  # another look at the same process (same inode): only its argv,
+                    todo.append((_Again(pid, "", p.ppid, p.starttime), inode, p))  # cgroup or uid can change
+                    continue
             try:
                 st = procfs.read_pid_stat(root, pid, self._user_hz)
             except (OSError, ValueError):
@@ -357,6 +384,23 @@ class ProcessesCollector(Collector):
         p = self._procs.pop(pid, None)
         if p is not None and p.workload is not None:
             self._totals[p.workload].members.discard(pid)
+        if p is not None and p.files is not None:
+            self._release(p, pid)
+
+    def _release(self, p: _Proc, pid: int) -> None:
+        """Close the files kept open for ``p`` (it exited, or is no member any more)."""
+        if p.files is not None:
+            p.files.close()
+            p.files = None
+        self._kept.discard(pid)
+
+    def close(self) -> None:
+        """Close every member's kept files."""
+        for pid in list(self._kept):
+            p = self._procs.get(pid)
+            if p is not None:
+                self._release(p, pid)
+        self._kept.clear()
 
     def _read_pid_files(self) -> list[frozenset[int]]:
         """Per workload, the pid its pid file names (empty when it has none, or it is missing/garbled)."""
@@ -406,6 +450,8 @@ class ProcessesCollector(Collector):
             p.workload = min(candidates) if candidates else None
             if only is not None and before is not None and before != p.workload:
                 self._totals[before].members.discard(pid)
+            if p.workload is None and p.files is not None:
+                self._release(p, pid)
             if p.workload is not None:
                 self._totals[p.workload].members.add(pid)
 
@@ -419,8 +465,12 @@ class ProcessesCollector(Collector):
         now = (self.ctx.monotonic or time.monotonic)()
         for pid in sorted(t.members):
             p = self._procs[pid]
+            files = p.files
+            if files is None and self._live and len(self._kept) < OPEN_MEMBER_FILES:
+                files = p.files = procfs.PidFiles(root, pid)  # opened at its first read below
+                self._kept.add(pid)
             try:
-                st = procfs.read_pid_stat(root, pid, self._user_hz)
+                st = files.stat(self._user_hz) if files is not None else procfs.read_pid_stat(root, pid, self._user_hz)
             except procfs.ProcessGone:
                 self._forget(pid)
                 continue
@@ -444,7 +494,7 @@ class ProcessesCollector(Collector):
             rss += st.rss_pages * PAGE_SIZE
             if not p.io_denied and self._io_real:
                 try:
-                    io = procfs.read_pid_io(root, pid)
+                    io = files.io() if files is not None else procfs.read_pid_io(root, pid)
                 except (procfs.ProcessGone, OSError, ValueError):
                     io = None  # it ran until now; its stat still counts
                 else:

@@ -382,7 +382,7 @@ def parse_pid_stat(text: str, user_hz: int = USER_HZ_DEFAULT) -> PidStat:
     close = text.rfind(")")
     if open_ < 0 or close < open_:
         raise ValueError(f"no '(comm)' in {text[:80]!r}")
-    rest = text[close + 1 :].split()
+    rest = text[close + 1 :].split(None, 22)  # the fields up to rss (the 22nd after comm): the rest stays whole
     if len(rest) < 22:
         raise ValueError(f"{len(rest)} fields after comm, at least 22 expected")
     try:
@@ -648,6 +648,84 @@ def read_mounts(procfs: Path) -> list[MountEntry]:
     return parse_mounts(text)
 
 
+def _pid_read_error(exc: OSError, pid: int, path: str) -> None:
+    """Returns for a denied read (PermissionError: the caller's None); raises ProcessGone for a vanished pid
+    (ENOENT, ESRCH: what a kept descriptor answers once its process was reaped), the OSError itself otherwise."""
+    if isinstance(exc, PermissionError):
+        return
+    if isinstance(exc, (FileNotFoundError, ProcessLookupError)) or exc.errno == errno.ESRCH:
+        raise ProcessGone(f"pid {pid} is gone ({path}: {exc.strerror})") from None
+    raise exc
+
+
+def _read_record(fd: int) -> bytes:
+    """A /proc/PID file of one record (stat, status, io, cgroup: seq_file single_open, or a plain file in a
+    fixture tree) from offset 0: a read that did not fill the buffer had all of it, a full one reads on."""
+    data = os.pread(fd, 4096, 0)
+    if len(data) == 4096:
+        parts = [data]
+        while parts[-1]:
+            parts.append(os.pread(fd, 65536, sum(map(len, parts))))
+        data = b"".join(parts)
+    return data
+
+
+class PidFiles:
+    """The /proc/PID files of one process that a collector reads on every tick (stat, io), each opened once and
+    read again from offset 0 (pread: procfs regenerates the record), without the open and close each time.
+
+    A kept descriptor belongs to that process instance: once it is reaped, a read answers ESRCH
+    (ProcessGone), never what a process that reused the pid holds. Only for a live procfs: in a tree of plain
+    files (fixtures) a file replaced by another would keep being read through the old descriptor. A failed
+    read closes that file's descriptor (the caller forgets a gone process, and stops reading a denied file)."""
+
+    __slots__ = ("root", "pid", "_fds")
+
+    def __init__(self, root: str | Path, pid: int) -> None:
+        self.root, self.pid = str(root), pid
+        self._fds: dict[str, int] = {}
+
+    def text(self, name: str) -> str | None:
+        """The file's text; None if access is denied; raises ProcessGone if the process is gone."""
+        fd = self._fds.get(name)
+        try:
+            if fd is None:
+                fd = self._fds[name] = os.open(f"{self.root}/{self.pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            data = _read_record(fd)
+        except OSError as exc:
+            self._close(name)
+            _pid_read_error(exc, self.pid, f"{self.root}/{self.pid}/{name}")
+            return None
+        return data.decode("utf-8", "surrogateescape")
+
+    def stat(self, user_hz: int = USER_HZ_DEFAULT) -> PidStat | None:
+        text = self.text("stat")
+        return None if text is None else parse_pid_stat(text, user_hz)
+
+    def io(self) -> PidIo | None:
+        text = self.text("io")
+        return None if text is None else parse_pid_io(text)
+
+    @property
+    def open_descriptors(self) -> int:
+        return len(self._fds)
+
+    def _close(self, name: str) -> None:
+        fd = self._fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for name in list(self._fds):
+            self._close(name)
+
+    def __del__(self) -> None:  # dropped without close() (tests, a reload): no descriptor leaks
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: os may be gone already
+            pass
+
+
 def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False,
                    limit: int = -1) -> str | bytes | None:
     """Read <procfs>/<pid>/<name> (binary: at most ``limit`` bytes); raises ProcessGone if the pid
@@ -664,25 +742,13 @@ def _read_pid_file(procfs: Path, pid: int, name: str, binary: bool = False,
                     if not more:
                         break
                     data += more
-            else:
-                # stat, status, io and cgroup are one record each (seq_file single_open), as is a plain file in
-                # a fixture tree: a read that did not fill the buffer had all of it, a full one reads on
-                data = os.read(fd, 4096)
-                if len(data) == 4096:
-                    parts = [data]
-                    while parts[-1]:
-                        parts.append(os.read(fd, 65536))
-                    data = b"".join(parts)
+            else:  # stat, status, io and cgroup: one record each
+                data = _read_record(fd)
         finally:
             os.close(fd)
-    except PermissionError:
-        return None
-    except (FileNotFoundError, ProcessLookupError) as exc:
-        raise ProcessGone(f"pid {pid} is gone ({path}: {exc.strerror})") from None
     except OSError as exc:
-        if exc.errno == errno.ESRCH:
-            raise ProcessGone(f"pid {pid} is gone ({path}: {exc.strerror})") from None
-        raise
+        _pid_read_error(exc, pid, path)
+        return None
     return data if binary else data.decode("utf-8", "surrogateescape")
 
 
