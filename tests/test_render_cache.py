@@ -215,3 +215,48 @@ def test_each_renderer_keeps_its_own_caches():
     assert a.series[("headroom_gpu_utilization_ratio", ("0", "GPU-0"))][3] == ',pod="p"'  # rendered once, kept
     assert b.series[("headroom_gpu_utilization_ratio", ("0", "GPU-0"))][3] == ""
     assert not render._PROCESS.series and not render._PROCESS.groups
+
+
+def _status(name: str, processes: int, cpu: float, gpu_util: float) -> object:
+    from headroom.workload.attribution import WorkloadGpu, WorkloadStatus
+
+    cgroup = SimpleNamespace(cpu_user_seconds_total=cpu, cpu_system_seconds_total=cpu / 2, memory_bytes=2**30,
+                             pressure_some_avg10=None)
+    gpu = WorkloadGpu(index=0, uuid="GPU-0", memory_used_bytes=2**33, utilization_ratio=gpu_util,
+                      memory_total_bytes=2**37, declared=False, attributed=True)
+    return WorkloadStatus(name=name, kind="pod", model="", precision="", runtime="", processes=processes,
+                          measured=None, gpus=(gpu,), source="auto", cgroup=cgroup)
+
+
+def _workloads_text(cache: render.Renderer, statuses: list) -> bytes:
+    w = Writer(cache)
+    render._render_workloads(w, statuses)
+    return w.render()
+
+
+def test_an_unchanged_status_writes_last_ticks_lines_and_a_new_one_its_own(monkeypatch):
+    """The analysis hands back the same status object while a workload's inputs do not change: its lines are
+    last tick's. A new object, even under the same name, is rendered anew, and each tick equals a rendering
+    with empty caches; only the last tick's workloads are kept."""
+    import dataclasses
+
+    render.clear_caches()
+    cache = render.Renderer()
+    a, b = _status("ns/a", 1, 1.5, 0.25), _status("ns/b", 2, 2.5, 0.5)
+    ticks = [[a, b], [a, dataclasses.replace(b, processes=3)], [a, _status("ns/b", 3, 7.25, 0.75)],
+             [_status("ns/a", 1, 1.5, 0.25), _status("ns/c", 1, 0.5, 0.125)], [b]]
+    for statuses in ticks:
+        assert _workloads_text(cache, statuses) == _workloads_text(render.Renderer(), statuses)
+        assert set(cache.workloads) == {st.name for st in statuses}
+    text = _workloads_text(cache, [dataclasses.replace(b, processes=9)]).decode()
+    assert 'headroom_workload_processes{workload="ns/b"} 9' in text  # same name, new object: not replayed
+
+    def no_rendering(*args, **kwargs):
+        raise AssertionError("an unchanged status was rendered again")
+
+    same = [b]
+    _workloads_text(cache, same)
+    monkeypatch.setattr(Writer, "add_many", no_rendering)
+    replayed = _workloads_text(cache, same).decode()
+    assert 'headroom_workload_processes{workload="ns/b"} 2' in replayed
+    assert 'headroom_workload_gpu_utilization_ratio{workload="ns/b",gpu="0"} 0.5' in replayed

@@ -155,13 +155,19 @@ class Renderer:
     """Renders snapshots with its own rendered-text caches (the series and groups above): a sampler renders
     with one. ``render()`` below uses the process's."""
 
-    __slots__ = ("groups", "groups_old", "series", "series_old")
+    __slots__ = ("groups", "groups_old", "series", "series_old", "workloads")
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
         self.series_old: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
         self.groups: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self.groups_old: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        # workload name -> (its status as last rendered, the lines it wrote: (family position, lines) pairs). A
+        # status is immutable and the analysis hands back the same object while a workload's inputs do not change
+        # (attribution.AutoStatuses: most pods, most ticks), so the same object writes the same lines (no workload
+        # series carries a GPU's identity labels). Holding the object keeps its id from being reused; only the
+        # last render's workloads are kept.
+        self.workloads: dict[str, tuple[Any, tuple[tuple[int, list[str]], ...]]] = {}
 
     def render(self, snapshot: Snapshot) -> bytes:
         """The full exposition for one snapshot."""
@@ -170,7 +176,7 @@ class Renderer:
         return w.render()
 
     def clear(self) -> None:
-        for cache in (self.series, self.series_old, self.groups, self.groups_old):
+        for cache in (self.series, self.series_old, self.groups, self.groups_old, self.workloads):
             cache.clear()
 
 
@@ -461,41 +467,60 @@ def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
 
 def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
     """Measured against expected per workload (analysis.workloads.WorkloadStatus), declared and automatic: each
-    workload's series in one group."""
+    workload's series in one group; a status rendered last tick writes last tick's lines (Renderer.workloads)."""
+    cache = w._cache
+    last, kept = cache.workloads, {}
+    out = w._lines
     for st in statuses:
-        source = getattr(st, "source", "declared")
-        m = st.measured
-        if m is not None:
-            cg = m.cgroup
-            measured = (m.processes, m.threads, _r(m.cpu_user_seconds_total, 2), _r(m.cpu_system_seconds_total, 2),
-                        m.resident_memory_bytes, m.read_bytes_total, m.written_bytes_total)
-        else:  # an automatic workload without measured processes still counts them, and has its cgroup
-            cg = getattr(st, "cgroup", None) if source == "auto" else None
-            measured = (st.processes if source == "auto" else None, None, None, None, None, None, None)
-        names = _WORKLOAD_ROW
-        tails = ((st.kind, st.model, st.precision, st.runtime, source), (st.team, st.job), *_WORKLOAD_ROW_TAILS)
-        values = [1, 1 if st.job or st.team else None, *measured]
-        if cg is None:
-            values += (None, None, None)
-        else:
-            values += (_r(cg.cpu_user_seconds_total, 6), _r(cg.cpu_system_seconds_total, 6), cg.memory_bytes)
-        values += (st.dataloader_workers, st.expected_peak_bytes, st.gpu_memory_capacity_bytes)
-        if cg is not None and cg.pressure_some_avg10:
-            pressure = sorted(cg.pressure_some_avg10.items())
-            names += ("headroom_workload_cgroup_pressure_ratio",) * len(pressure)
-            tails += tuple(k for k, _ in pressure)
-            values += (v for _, v in pressure)
-        for g in st.gpus:
-            index = str(g.index)
-            names += _WORKLOAD_GPU_ROW
-            tails += (index, index)
-            values += (g.memory_used_bytes, _r(g.utilization_ratio, 4))
-        components = st.expected_components
-        if components:
-            names += ("headroom_workload_memory_expected_bytes",) * len(components)
-            tails += tuple(components)
-            values += components.values()
+        hit = last.get(st.name)
+        if hit is not None and hit[0] is st:
+            for index, lines in hit[1]:
+                out[index].extend(lines)
+            kept[st.name] = hit
+            continue
+        names, values, tails = _workload_series(st)
+        families = {_ORDER[n] for n in names}
+        before = {i: len(out[i]) for i in families}
         w.add_many(names, values, (st.name,), tails)
+        kept[st.name] = (st, tuple((i, out[i][n:]) for i, n in before.items() if len(out[i]) > n))
+    cache.workloads = kept
+
+
+def _workload_series(st: Any) -> tuple[tuple[str, ...], list[Any], tuple[Any, ...]]:
+    """One workload's series for Writer.add_many: (names, values, tail labels)."""
+    source = getattr(st, "source", "declared")
+    m = st.measured
+    if m is not None:
+        cg = m.cgroup
+        measured = (m.processes, m.threads, _r(m.cpu_user_seconds_total, 2), _r(m.cpu_system_seconds_total, 2),
+                    m.resident_memory_bytes, m.read_bytes_total, m.written_bytes_total)
+    else:  # an automatic workload without measured processes still counts them, and has its cgroup
+        cg = getattr(st, "cgroup", None) if source == "auto" else None
+        measured = (st.processes if source == "auto" else None, None, None, None, None, None, None)
+    names = _WORKLOAD_ROW
+    tails = ((st.kind, st.model, st.precision, st.runtime, source), (st.team, st.job), *_WORKLOAD_ROW_TAILS)
+    values = [1, 1 if st.job or st.team else None, *measured]
+    if cg is None:
+        values += (None, None, None)
+    else:
+        values += (_r(cg.cpu_user_seconds_total, 6), _r(cg.cpu_system_seconds_total, 6), cg.memory_bytes)
+    values += (st.dataloader_workers, st.expected_peak_bytes, st.gpu_memory_capacity_bytes)
+    if cg is not None and cg.pressure_some_avg10:
+        pressure = sorted(cg.pressure_some_avg10.items())
+        names += ("headroom_workload_cgroup_pressure_ratio",) * len(pressure)
+        tails += tuple(k for k, _ in pressure)
+        values += (v for _, v in pressure)
+    for g in st.gpus:
+        index = str(g.index)
+        names += _WORKLOAD_GPU_ROW
+        tails += (index, index)
+        values += (g.memory_used_bytes, _r(g.utilization_ratio, 4))
+    components = st.expected_components
+    if components:
+        names += ("headroom_workload_memory_expected_bytes",) * len(components)
+        tails += tuple(components)
+        values += components.values()
+    return names, values, tails
 
 
 # a workload's series (labelled workload, then the tail labels given here), in the order of the values
