@@ -183,3 +183,25 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("reports")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def kubelet(tmp_path):
+    """The kubelet's pod-resources v1 service, a real gRPC server on a unix socket in a temp dir (the servicer
+    of tests/test_kubelet.py, answering what the test sets on it); yields (socket path, servicer).
+    tests/test_kubelet.py has its own, which also yields the server."""
+    from concurrent import futures
+
+    import grpc
+
+    from headroom.sources.podresources import api_pb2_grpc
+    from test_kubelet import Lister
+
+    sock = tmp_path / "kubelet.sock"
+    servicer = Lister()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix://{sock}")
+    server.start()
+    yield sock, servicer
+    server.stop(0)

@@ -10,10 +10,8 @@ import re
 import shutil
 import subprocess
 import threading
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
 
 from headroom.analysis.pipeline import Analysis
@@ -43,9 +41,7 @@ from headroom.sources.identity import (
     read_job_mapping,
 )
 from headroom.sources.nvml import NvmlCollector
-from headroom.sources.podresources import api_pb2_grpc
 from headroom.workload import attribution
-from test_kubelet import Lister
 
 CGROUPS = Path(__file__).resolve().parent / "fixtures" / "cgroup"
 UID = "8f1d5e2a-3b4c-4d5e-9f60-718293a4b5c6"
@@ -182,18 +178,6 @@ def _cgroup(sysfs: Path, path: str, memory: int, pids: int) -> None:
     (d / "cpu.stat").write_text("usage_usec 5000000\nuser_usec 4000000\nsystem_usec 1000000\n")
     (d / "memory.current").write_text(f"{memory}\n")
     (d / "pids.current").write_text(f"{pids}\n")
-
-
-@pytest.fixture
-def kubelet(tmp_path):
-    sock = tmp_path / "kubelet.sock"
-    servicer = Lister()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
-    server.add_insecure_port(f"unix://{sock}")
-    server.start()
-    yield sock, servicer
-    server.stop(0)
 
 
 def promtool_check(text: str) -> str:

@@ -217,25 +217,6 @@ def test_an_unchanged_identity_is_last_ticks_object(tmp_path):
     assert grown is not two and grown.cgroup.memory_bytes == 300
 
 
-@pytest.fixture
-def kubelet(tmp_path):
-    from concurrent import futures
-
-    import grpc
-
-    from headroom.sources.podresources import api_pb2_grpc
-    from test_kubelet import Lister
-
-    sock = tmp_path / "kubelet.sock"
-    servicer = Lister()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    api_pb2_grpc.add_PodResourcesListerServicer_to_server(servicer, server)
-    server.add_insecure_port(f"unix://{sock}")
-    server.start()
-    yield sock, servicer
-    server.stop(0)
-
-
 def _values(sample) -> list[tuple]:
     return sorted((g.kind, g.name, g.pids, g.gpus, g.namespace, g.pod, g.container, g.pod_uid, g.job_id, g.processes,
                    g.cgroup) for g in sample.groups)
