@@ -70,29 +70,3 @@ def test_agent_collector_counts_its_open_files_and_threads():
         for t in extra:
             t.join()
 
-
-def test_open_files_counted_by_listing_where_the_kernel_reports_no_size(monkeypatch):
-    """Kernels before 6.2 report /proc/PID/fd's size as 0: the entries are counted instead, less the listing's own
-    descriptor (an older kernel cannot run here, so its answer is what os.stat returns for that one path)."""
-    from headroom.sources import agent
-
-    real_stat = os.stat
-
-    def old_kernel_stat(path, *args, **kwargs):
-        st = real_stat(path, *args, **kwargs)
-        if str(path).endswith("/fd"):
-            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid, 0,
-                                   st.st_atime, st.st_mtime, st.st_ctime))
-        return st
-
-    monkeypatch.setattr(agent.os, "stat", old_kernel_stat)
-    reported, kernel = settled(fds, "open_fds")
-    assert abs(reported - kernel) <= 1
-    held = [open(__file__) for _ in range(20)]  # noqa: SIM115 - closed below
-    try:
-        reported_held, kernel_held = settled(fds, "open_fds")
-        assert abs(reported_held - kernel_held) <= 1
-        assert kernel_held >= kernel + 10
-    finally:
-        for f in held:
-            f.close()
