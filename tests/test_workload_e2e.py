@@ -63,12 +63,25 @@ def cmdline(pid: int) -> bytes:
 
 
 def wait_gone(pids, timeout: float = 5.0) -> list[int]:
+    """The pids still alive (not zombies) after up to ``timeout`` s. A pid taken by a process that started after
+    this call (the suite's other workers start many processes, so a pid is reused within seconds once the pid
+    space wraps) is not the one asked about: gone."""
+    since = time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")
     deadline = time.monotonic() + timeout
     alive = list(pids)
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if os.path.exists(f"/proc/{p}") and b"" != _state(p)]
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}") and b"" != _state(p) and _started(p) <= since]
         time.sleep(0.05)
     return alive
+
+
+def _started(pid: int) -> float:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22); +inf once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return float(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return float("inf")
 
 
 def _state(pid: int) -> bytes:
