@@ -75,6 +75,21 @@ def wait_gone(pids, timeout: float = 5.0) -> list[int]:
     return alive
 
 
+def describe(pids: list[int]) -> str:
+    """What the kernel says of each pid (state, parent, command line): why a stand-in outlived its stop."""
+    out = []
+    for pid in pids:
+        try:
+            status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                          if ":" in line)
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            out.append(f"{pid}: state {status.get('State', '?').strip()}, ppid {status.get('PPid', '?').strip()}, "
+                       f"{cmdline[:200]!r}")
+        except OSError as exc:
+            out.append(f"{pid}: {exc}")
+    return "; ".join(out)
+
+
 def _started(pid: int) -> float:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22); +inf once it is gone."""
     try:
@@ -242,7 +257,8 @@ def test_demo_shows_the_stand_in_vllm_under_its_workload_with_gpu_memory_from_th
     assert chat["expected_peak_bytes"] == 2 * int(81559 * (1 << 20) * 0.9)
     assert chat["gpu_memory_capacity_bytes"] == 2 * 81559 * (1 << 20)
     assert chat["estimate_error"] is None
-    assert wait_gone(on_gpu) == []  # snapshot stopped its stand-ins on the way out
+    left = wait_gone(on_gpu)
+    assert left == [], describe(left)  # snapshot stopped its stand-ins on the way out
 
 
 # ------------------------------------------------------------------- per-process GPU utilization
