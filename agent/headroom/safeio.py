@@ -61,6 +61,13 @@ def is_regular_file(path: Path) -> bool:
 
 EXCERPT_CHARS = 32  # at most this much of a value is quoted back in an error message
 
+def clip(text: str, limit: int = 160) -> str:
+    """``text`` as it is, or its first ``limit`` characters and how long it was (a message built from what another
+    process controls, such as an exception about its file, stays one short line)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 _QUOTED = re.compile(r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*\"""")
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 
 from headroom.analysis import rates
+from headroom.safeio import clip
 from headroom.samples import Sample, Snapshot, SourceResult
 from headroom.sources import Collector
 
@@ -161,6 +162,8 @@ class Sampler:
         self.web_config_watcher: Any = None  # headroom.exposition.webconfig.WebConfigWatcher when a web config is used
         self._ticks = 0
         self._failing: dict[str, str] = {}
+        self._analysis_error: str | None = None  # why the last tick's analysis failed (None: it did not)
+        self._workload_errors: dict[str, str] = {}  # workload entity -> why its analysis failed, last logged
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.snapshot: Snapshot | None = None
@@ -234,7 +237,7 @@ class Sampler:
         sample = Sample(timestamp=self._wall(), monotonic=self._clock(), sources=results)
         self._log_changes(results)
         self.window.append(sample)
-        derived, findings = self._analyse(self.window)
+        derived, findings = self._analysis(self.window)
         for change in getattr(findings, "changes", ()) or ():
             log.info("bottleneck_changed", entity=change.entity, name=change.name, before=change.before,
                      after=change.after, evidence=change.evidence)
@@ -262,6 +265,29 @@ class Sampler:
         if self._on_snapshot is not None:
             self._on_snapshot(snap)
         return snap
+
+    def _analysis(self, window: deque[Sample]) -> tuple[Mapping[str, Any], Any]:
+        """The analysis of the window; a fault in it costs this tick's verdicts, never the tick: the raw signals are
+        still rendered, ``failing`` (hence /healthz) names it, and it is logged once until it recovers. Workloads
+        whose own analysis failed (``Findings.errors``) are logged once each, at error level."""
+        try:
+            derived, findings = self._analyse(window)
+        except Exception as exc:
+            message = f"{type(exc).__name__}: {clip(str(exc))}"
+            if self._analysis_error is None:
+                log.exception("analysis_failed", error=message)
+            self._analysis_error = message
+            return {}, None
+        if self._analysis_error is not None:
+            self._analysis_error = None
+            log.info("analysis_recovered")
+        errors = dict(getattr(findings, "errors", ()) or ())
+        if errors != self._workload_errors:
+            for entity, reason in errors.items():
+                if self._workload_errors.get(entity) != reason:
+                    log.error("workload_analysis_failed", workload=entity.partition("/")[2], error=reason)
+            self._workload_errors = errors
+        return derived, findings
 
     def _collect(self, start: float) -> dict[str, SourceResult]:
         """Run every lane once; a collector stuck past the deadline is isolated in its own lane."""
@@ -309,6 +335,8 @@ class Sampler:
     def failing(self) -> Mapping[str, str]:
         """Collectors failing now, with their error (and the recorder, under "record", when its writes fail)."""
         out = dict(self._failing)
+        if self._analysis_error is not None:
+            out["analysis"] = self._analysis_error
         if self.recorder is not None and not self.recorder.ok:
             out["record"] = self.recorder.error or "writes failing"
         return out

@@ -19,6 +19,7 @@ powers of 1000. A bare number of bytes is taken as is.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
@@ -69,6 +70,14 @@ def _decimal(value: object, what: str, accepted: str) -> tuple[Decimal, str]:
     return (-number if negative else number), match.group(2)
 
 
+MAX_QUANTITY = 10**18  # the largest count or size parsed: 1e400 or 1e999999999 is refused, never expanded
+
+
+def _brief(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+
+
 def parse_count(value: object, what: str = "count") -> int:
     """Return a non-negative integer count from 7B, 1.5B, 70M, 7e9, 70000000000 or an int.
 
@@ -79,9 +88,13 @@ def parse_count(value: object, what: str = "count") -> int:
     factor = _COUNT_SUFFIXES.get(suffix.upper())
     if factor is None:
         raise ValueError(f"invalid {what} {value!r}: unknown suffix {suffix!r}; expected {accepted}")
+    if number.is_finite() and number.adjusted() > 18:  # before any arithmetic: 1e999999999 overflows Decimal
+        raise ValueError(f"invalid {what} {_brief(value)}: more than 10^18")
     total = number * factor
     if total < 0:
         raise ValueError(f"invalid {what} {value!r}: must not be negative")
+    if total > MAX_QUANTITY:
+        raise ValueError(f"invalid {what} {_brief(value)}: more than 10^18")
     if total != total.to_integral_value():
         raise ValueError(f"invalid {what} {value!r}: not a whole number ({total.normalize():f})")
     return int(total)
@@ -104,6 +117,8 @@ def parse_bytes(value: object, what: str = "size") -> int:
         raise ValueError(f"invalid {what} {value!r}: unknown unit {unit!r}; expected {accepted}")
     if number < 0:
         raise ValueError(f"invalid {what} {value!r}: must not be negative")
+    if number.adjusted() > 18 or number * factor > MAX_QUANTITY:
+        raise ValueError(f"invalid {what} {_brief(value)}: more than 10^18 bytes")
     return int((number * factor).to_integral_value(rounding=ROUND_HALF_EVEN))
 
 
@@ -159,8 +174,11 @@ def format_duration(seconds: float) -> str:
     return "".join(parts)
 
 
-def format_bytes(n: int) -> str:
-    """Return bytes as GiB with two decimals ("13.04 GiB"), or MiB below one GiB ("512.00 MiB")."""
+def format_bytes(n: int | float) -> str:
+    """Return bytes as GiB with two decimals ("13.04 GiB"), or MiB below one GiB ("512.00 MiB"). Never raises: a
+    value too large for a float (a hostile config.json's product) reads "more than 10^300 bytes"."""
+    if isinstance(n, int) and abs(n) > 10**300 or isinstance(n, float) and not math.isfinite(n):
+        return f"{'-' if n < 0 else ''}more than 10^300 bytes" if n == n else "an unknown number of bytes"
     if abs(n) >= GIB:
         return f"{n / GIB:.2f} GiB"
     return f"{n / 1024**2:.2f} MiB"

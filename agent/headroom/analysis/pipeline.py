@@ -16,6 +16,7 @@ from headroom.analysis import bottleneck, rates, signals
 from headroom.analysis import serving as serving_analysis
 from headroom.analysis.bottleneck import NONE, Hysteresis, Verdict
 from headroom.analysis.headroom import WorkloadHeadroom, workload_headroom
+from headroom.safeio import clip
 from headroom.samples import NvmlSample, Sample
 
 LONG_REFRESH_SECONDS = 5.0  # long-window scores are recomputed this often (sample time), not every tick
@@ -86,6 +87,8 @@ class Findings:
     workload_findings: tuple[WorkloadFinding, ...] = ()
     host: HostFinding = field(default_factory=HostFinding)
     changes: tuple[Change, ...] = ()
+    # (entity, reason) of each workload whose analysis failed this tick: its verdict says why; the sampler logs it
+    errors: tuple[tuple[str, str], ...] = ()
 
     def primaries(self) -> dict[str, str]:
         """{"workload/<name>": primary, "gpu/<index>": primary}: what replay compares."""
@@ -185,36 +188,44 @@ class Analysis:
 
         by_index = {g.index: g for g in gpus}
         workload_findings = []
+        errors: list[tuple[str, str]] = []
         for p in profiles:
-            st = status_by_name.get(p.name)
-            indices = indices_of[p.name]
-            w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
-            # a workload on MIG instances: its GPUs' memory figures are those of its instances
-            slices = {wg.index: wg.mig_instances for wg in getattr(st, "gpus", ()) or ()
-                      if getattr(wg, "mig_instances", ())}
-            mine = [signals.mig_memory(by_index[i], window, s["short_window"], slices[i]) if i in slices
-                    else by_index[i] for i in indices if i in by_index]
-            peak = getattr(st, "expected_peak_bytes", None)
-            est = getattr(st, "estimate", None)
-            srv = serving_analysis.serving_signals(window, s["short_window"], p.name)  # declared or detected
-            alt = ""
-            if srv is not None and srv.up and est is not None and (srv.usage or 0) >= t["kv_usage_low"]:
-                alt = serving_analysis.alternatives(p, est.gpu_memory_bytes, est.gpus_available, srv.capacity_tokens)
-            v = bottleneck.score_workload(p, w, mine, host, t, peak, srv, alt, view, rules)
-            key = f"workload/{p.name}"
-            if refresh:
-                w_long = signals.workload_signals(long_span, s["long_window"], st, p, host.logical_cpus)
-                mine_long = [signals.mig_memory(gpus_long.get(g.uuid, g), long_span, s["long_window"], slices[g.index])
-                             if g.index in slices else gpus_long.get(g.uuid, g) for g in mine]
-                srv_long = serving_analysis.serving_signals(long_span, s["long_window"], p.name)
-                self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak,
-                                                                   srv_long, view=view_long, rules=rules_long).scores
-            v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)
-            room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
-            workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices), srv,
-                                                     serving_analysis.serving_headroom(srv, p, est),
-                                                     serving_analysis.slo_status(p, srv),
-                                                     _neighbours(host, p.name)))
+            try:
+                st = status_by_name.get(p.name)
+                indices = indices_of[p.name]
+                w = signals.workload_signals(window, s["short_window"], st, p, host.logical_cpus)
+                # a workload on MIG instances: its GPUs' memory figures are those of its instances
+                slices = {wg.index: wg.mig_instances for wg in getattr(st, "gpus", ()) or ()
+                          if getattr(wg, "mig_instances", ())}
+                mine = [signals.mig_memory(by_index[i], window, s["short_window"], slices[i]) if i in slices
+                        else by_index[i] for i in indices if i in by_index]
+                peak = getattr(st, "expected_peak_bytes", None)
+                est = getattr(st, "estimate", None)
+                srv = serving_analysis.serving_signals(window, s["short_window"], p.name)  # declared or detected
+                alt = ""
+                if srv is not None and srv.up and est is not None and (srv.usage or 0) >= t["kv_usage_low"]:
+                    alt = serving_analysis.alternatives(p, est.gpu_memory_bytes, est.gpus_available, srv.capacity_tokens)
+                v = bottleneck.score_workload(p, w, mine, host, t, peak, srv, alt, view, rules)
+                key = f"workload/{p.name}"
+                if refresh:
+                    w_long = signals.workload_signals(long_span, s["long_window"], st, p, host.logical_cpus)
+                    mine_long = [signals.mig_memory(gpus_long.get(g.uuid, g), long_span, s["long_window"], slices[g.index])
+                                 if g.index in slices else gpus_long.get(g.uuid, g) for g in mine]
+                    srv_long = serving_analysis.serving_signals(long_span, s["long_window"], p.name)
+                    self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak,
+                                                                       srv_long, view=view_long, rules=rules_long).scores
+                v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)
+                room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
+                workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices), srv,
+                                                         serving_analysis.serving_headroom(srv, p, est),
+                                                         serving_analysis.slo_status(p, srv),
+                                                         _neighbours(host, p.name)))
+            except Exception as exc:  # a fault in one workload's figures (a hostile config.json) degrades that
+                # workload only: its verdict says why, the other workloads and the tick go on (docs/reliability.md)
+                reason = f"analysis failed: {type(exc).__name__}: {clip(str(exc))}"
+                errors.append((f"workload/{p.name}", reason))
+                workload_findings.append(WorkloadFinding(p.name, Verdict({}, {NONE: reason}, NONE), WorkloadHeadroom(),
+                                                         tuple(indices_of[p.name])))
 
         declared = {f"workload/{p.name}" for p in self.profiles}
         for key in [k for k in self._hysteresis if k.startswith("workload/") and k not in self._settled
@@ -237,7 +248,7 @@ class Analysis:
                                if (c := costs.get(g.index, default_cost)) is not None},
         )
         return derived, Findings(tuple(statuses), tuple(gpu_findings), tuple(workload_findings), host_finding,
-                                 tuple(changes))
+                                 tuple(changes), tuple(errors))
 
     def _settle(self, v: Verdict, long_scores: Mapping[str, float], key: str, entity: str, name: str, now: float,
                 changes: list[Change]) -> Verdict:

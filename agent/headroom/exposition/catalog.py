@@ -83,6 +83,10 @@ CATALOG: tuple[MetricSpec, ...] = (
           "With a web config file: 1 when its last (re)load succeeded; 0 while a changed file is refused "
           "(invalid, empty, or turning TLS or basic auth off, which needs a restart) and the previous "
           "TLS and auth settings keep applying."),
+    _self("headroom_exposition_refused_samples", GAUGE, "", (),
+          "Samples left out of the last exposition because Prometheus could not parse their value (an integer "
+          "beyond a float's range, which would fail the whole scrape); 0 normally. The agent logs "
+          "exposition_value_refused with the series names."),
     MetricSpec("headroom_agent_cpu_seconds_total", COUNTER, "seconds", ("mode",),
                "CPU time the agent process used, mode user or system.", "agent collector (sources/agent.py): psutil",
                "agent"),

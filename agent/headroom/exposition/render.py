@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import math
 import platform
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+import structlog
 
 from headroom import __version__
 from headroom.exposition.catalog import BY_NAME, CATALOG
 from headroom.samples import CpuSample, DiskSample, MemorySample, NetSample, NvmlSample, ShmSample
+
+log = structlog.get_logger()
 
 if TYPE_CHECKING:
     from headroom.samples import Snapshot
@@ -155,7 +160,7 @@ class Renderer:
     """Renders snapshots with its own rendered-text caches (the series and groups above): a sampler renders
     with one. ``render()`` below uses the process's."""
 
-    __slots__ = ("groups", "groups_old", "series", "series_old", "workloads")
+    __slots__ = ("groups", "groups_old", "refused", "series", "series_old", "workloads")
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
@@ -168,11 +173,19 @@ class Renderer:
         # series carries a GPU's identity labels). Holding the object keeps its id from being reused; only the
         # last render's workloads are kept.
         self.workloads: dict[str, tuple[Any, tuple[tuple[int, list[str]], ...]]] = {}
+        self.refused: frozenset[str] = frozenset()  # the series names the last render left out (logged when new)
 
     def render(self, snapshot: Snapshot) -> bytes:
         """The full exposition for one snapshot."""
         w = Writer(self)
         render_into(w, snapshot)
+        refused = frozenset(w.refused)
+        if refused - self.refused:
+            log.error("exposition_value_refused", series=sorted(refused - self.refused)[:20], samples=len(w.refused),
+                      reason="a value Prometheus cannot parse (an integer beyond a float's range) is left out, so "
+                             "the scrape is not rejected whole")  # fmt: skip
+        self.refused = refused
+        w.add("headroom_exposition_refused_samples", len(w.refused))
         return w.render()
 
     def clear(self) -> None:
@@ -187,7 +200,17 @@ def clear_caches() -> None:
     _PROCESS.clear()
 
 
+class ValueRefused(ValueError):
+    """A value the exposition cannot carry: Prometheus' parser rejects the whole scrape over it."""
+
+
+# An integer beyond a float's range fails Prometheus' ParseFloat ("value out of range") and with it the whole
+# scrape: the host drops out of Prometheus. Such a sample is left out and counted (headroom_exposition_refused_samples).
+_INT_LIMIT = int(sys.float_info.max)
+
+
 def format_value(value: float | int | bool) -> str:
+    """The sample's text; ValueRefused for an integer Prometheus could not parse."""
     kind = type(value)
     if kind is float:  # most values: tested first, by exact type (a float subclass takes the general path)
         if value.is_integer():
@@ -199,11 +222,15 @@ def format_value(value: float | int | bool) -> str:
             return "+Inf" if value > 0 else "-Inf"
         return repr(value)
     if kind is int:
-        return str(value)
+        if -_INT_LIMIT <= value <= _INT_LIMIT:
+            return str(value)
+        raise ValueRefused("an integer beyond a float's range")
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
-        return str(value)
+        if -_INT_LIMIT <= value <= _INT_LIMIT:
+            return str(value)
+        raise ValueRefused("an integer beyond a float's range")
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
@@ -219,13 +246,14 @@ _INFINITIES = (math.inf, -math.inf)
 class Writer:
     """Collects series per family; ``add`` takes label values in the catalogue's label order."""
 
-    __slots__ = ("_cache", "_lines", "gpu_extra")
+    __slots__ = ("_cache", "_lines", "gpu_extra", "refused")
 
     def __init__(self, cache: Renderer | None = None) -> None:
         self._cache = cache or _PROCESS  # where series and groups keep their text across ticks
         self._lines: list[list[str]] = [[] for _ in _HEADERS]  # each family's series lines, in catalogue order
         # GPU UUID -> ',namespace="..",pod=".."': appended to every series labelled gpu, uuid (identity labels)
         self.gpu_extra: dict[str, str] = {}
+        self.refused: list[str] = []  # the names of the samples left out (format_value refused their value)
 
     def add(self, name: str, value: float | int | bool | None, *label_values: Any) -> None:
         if value is None:
@@ -244,7 +272,11 @@ class Writer:
             if now != extra:
                 extra, head, last = now, f"{prefix}{now}}} ", _UNSET
         if type(value) is not type(last) or value != last:
-            line = head + format_value(value)
+            try:
+                line = head + format_value(value)
+            except ValueRefused:
+                self.refused.append(name)
+                return
             if key is not None:
                 cache.series[key] = (index, prefix, uuid, extra, head, value, line)
         self._lines[index].append(line)
@@ -285,8 +317,13 @@ class Writer:
                 else:
                     if fresh is None:
                         fresh = list(lines)
-                    fresh[i] = line = heads[i] + format_value(value)
-                    out[indexes[i]].append(line)
+                    try:
+                        fresh[i] = line = heads[i] + format_value(value)
+                    except ValueRefused:
+                        self.refused.append(names[i])
+                        key = None  # not cached: the value is refused again (and counted) while it lasts
+                    else:
+                        out[indexes[i]].append(line)
             i += 1
         if (fresh is not None or changed) and key is not None:
             cache.groups[key] = (uuid, extra, indexes, prefixes, heads, values, lines if fresh is None else tuple(fresh))
@@ -481,8 +518,10 @@ def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
         names, values, tails = _workload_series(st)
         families = {_ORDER[n] for n in names}
         before = {i: len(out[i]) for i in families}
+        refused = len(w.refused)
         w.add_many(names, values, (st.name,), tails)
-        kept[st.name] = (st, tuple((i, out[i][n:]) for i, n in before.items() if len(out[i]) > n))
+        if len(w.refused) == refused:  # one with a refused value is rendered (and counted) again while it lasts
+            kept[st.name] = (st, tuple((i, out[i][n:]) for i, n in before.items() if len(out[i]) > n))
     cache.workloads = kept
 
 

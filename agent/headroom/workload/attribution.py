@@ -28,6 +28,7 @@ from functools import lru_cache
 from operator import attrgetter
 from types import MappingProxyType
 
+from headroom.safeio import clip
 from headroom.samples import (
     EMPTY,
     CgroupStats,
@@ -410,4 +411,6 @@ def _estimate(p: WorkloadProfile, memory: int | None, gpus: int | None, constant
         return estimate(p, gpu_memory_bytes=memory, gpus=gpus, overhead=constants), None
     except SizingError as exc:
         return None, str(exc)
+    except (ArithmeticError, ValueError, TypeError) as exc:  # figures the model cannot hold: that workload unsized
+        return None, f"the memory model cannot size this profile ({type(exc).__name__}: {clip(str(exc), 120)})"
 

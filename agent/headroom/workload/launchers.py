@@ -32,6 +32,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
+from headroom.safeio import excerpt
 from headroom.samples import Launcher, ModelInfo
 
 # runtime -> (module names run with -m, executable base names)
@@ -130,6 +131,11 @@ _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT]?)")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 MAX_ARGS = 512  # arguments read per command line (a longer one is read up to here)
+# the largest value of each numeric setting read from a command line (another user's: a 400-digit
+# --max-model-len must not reach the memory model or the exposition); larger ones are ignored with a problem note
+_LIMITS = {"tensor_parallel": 4096, "pipeline_parallel": 4096, "data_parallel": 4096, "max_model_len": 2**31 - 1,
+           "max_num_seqs": 2**20, "max_num_batched_tokens": 2**31 - 1, "port": 65535, "metrics_port": 65535,
+           "world_size": 2**20}  # fmt: skip
 
 
 def _flag_name(arg: str) -> str:
@@ -244,13 +250,13 @@ def parse(argv: Sequence[str]) -> Launcher | None:
             continue  # an alias already gave it (flags are read in the order the table lists them)
         try:
             settings[key] = _convert(typ, value)
-        except ValueError:
-            problems.append(f"{flag} {value!r}: not a valid {'number' if typ == _FLOAT else 'integer'}; ignored")
-    for key in ("tensor_parallel", "pipeline_parallel", "data_parallel", "max_model_len", "max_num_seqs",
-                "max_num_batched_tokens", "port", "metrics_port", "world_size"):  # fmt: skip
+        except (ValueError, OverflowError):
+            problems.append(f"{flag} {excerpt(value)}: not a valid {'number' if typ == _FLOAT else 'integer'}; "
+                            "ignored")  # fmt: skip
+    for key, limit in _LIMITS.items():
         v = settings.get(key)
-        if v is not None and (v < 1 or (key.endswith("port") and v > 65535)):
-            problems.append(f"{_flags_for(runtime, key)} {v}: out of range; ignored")
+        if v is not None and not 1 <= v <= limit:
+            problems.append(f"{_flags_for(runtime, key)} {v}: out of range (1 to {limit}); ignored")
             del settings[key]
     for key in ("gpu_memory_utilization", "mem_fraction_static"):
         v = settings.get(key)
@@ -274,10 +280,10 @@ def parse(argv: Sequence[str]) -> Launcher | None:
             flag = next((f for f in flags if script_values.get(f)), None)
             if flag is not None:
                 text = script_values[flag]
-                if text.isdigit() and 0 < int(text) <= 10**8:
+                if text.isdigit() and len(text) <= 9 and 0 < int(text) <= 10**8:
                     settings[key] = int(text)
                 else:
-                    problems.append(f"{flag} {text!r}: not a positive integer; ignored")
+                    problems.append(f"{flag} {excerpt(text)}: not a positive integer up to 10^8; ignored")
         settings["gradient_checkpointing"] = _switch(after, "--gradient-checkpointing")
         settings["sharding"], settings["sharding_unknown"] = _sharding(runtime, values, after)
         settings["nproc_per_node"], settings["nnodes"], settings["world_size"] = _world(runtime, settings, problems)
@@ -343,6 +349,8 @@ def _flags_for(runtime: str, key: str) -> str:
 
 
 def _convert(typ: str, value: str) -> Any:
+    if typ != _STR and len(value) > 32:  # no number is longer; int() of 5 000 digits is slow before it refuses
+        raise ValueError(value)
     if typ == _INT:
         return int(value.strip())
     if typ == _HUMAN:

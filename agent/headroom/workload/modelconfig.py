@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headroom.safeio import excerpt
+
 
 class ModelConfigError(ValueError):
     """A config.json or cache problem; ``field`` is the config key (or path) at fault."""
@@ -66,17 +68,56 @@ def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
-def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: bool = False) -> int | None:
+# The largest value each integer field may have (the first key of a field names its aliases too). A config.json
+# is written by whoever started the process, so a number is bounded before the memory model multiplies it. The caps
+# are far above every real config (the largest in tests/fixtures/hf: 94 layers, hidden size 8 192, intermediate size
+# 36 864, vocabulary 262 208, 256 experts, context 163 840; Llama 3.1 405B has 126 layers, Llama 4 Scout a context of
+# 10 485 760) and low enough that every figure the memory model derives from them is a finite float. A value above
+# its cap refuses the model with the field named (docs/sizing.md, "Model configs").
+MAX_LAYERS = 4096
+MAX_WIDTH = 2**18  # hidden size, heads, head dims, LoRA ranks of MLA
+MAX_FFN = 2**21  # intermediate sizes
+MAX_VOCAB = 2**23
+MAX_EXPERTS = 2**16
+MAX_TOKENS = 2**31 - 1  # context lengths and sliding windows
+MAX_PARAMS = 10**15  # parameters in one checkpoint (the largest published: about 2 x 10^12)
+MAX_CHECKPOINT_BYTES = 2**60  # bytes of weights in one checkpoint
+MAX_TENSOR_DIM = 2**40  # one dimension of one safetensors tensor
+_LIMITS = {
+    "num_hidden_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "num_attention_heads": MAX_WIDTH,
+    "num_key_value_heads": MAX_WIDTH, "head_dim": MAX_WIDTH, "intermediate_size": MAX_FFN, "vocab_size": MAX_VOCAB,
+    "num_local_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS, "moe_intermediate_size": MAX_FFN,
+    "kv_lora_rank": MAX_WIDTH, "qk_rope_head_dim": MAX_WIDTH, "qk_nope_head_dim": MAX_WIDTH, "v_head_dim": MAX_WIDTH,
+    "q_lora_rank": MAX_WIDTH, "sliding_window": MAX_TOKENS, "sliding_window_pattern": MAX_LAYERS,
+    "attn_layer_period": MAX_LAYERS, "attn_layer_offset": MAX_LAYERS, "full_attention_interval": MAX_LAYERS,
+    "first_k_dense_replace": MAX_LAYERS, "n_shared_experts": MAX_EXPERTS, "max_position_embeddings": MAX_TOKENS,
+}  # fmt: skip
+
+
+def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: bool = False, minimum: int = 1) -> int | None:
     v = _first(cfg, *keys)
     if v is None:
         if required:
             raise ModelConfigError(where + keys[0], f"required by the memory model; not in config.json (also looked "
                                                     f"for {', '.join(keys[1:]) or 'no alias'})")  # fmt: skip
         return None
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        key = next(k for k in keys if cfg.get(k) is not None)
-        raise ModelConfigError(where + key, f"expected a positive integer; got {v!r}")
+    key = next(k for k in keys if cfg.get(k) is not None)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ModelConfigError(where + key, f"expected {what}; got {_quote(v)}")
+    limit = _LIMITS.get(keys[0], MAX_TOKENS)
+    if v > limit:
+        raise ModelConfigError(where + key, f"{_quote(v)} is out of range: at most {limit} is modelled "
+                                            "(docs/sizing.md, \"Model configs\")")  # fmt: skip
     return v
+
+
+def _quote(v: Any) -> str:
+    """A value from config.json as an error message quotes it: short (a 400-digit number is not repeated)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**15:
+        return f"a {len(str(abs(v)))}-digit number"
+    text = repr(v)
+    return text if len(text) <= 32 else f"{text[:32]}... ({len(text)} characters)"
 
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
@@ -178,7 +219,7 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
     if isinstance(block_types, list):
         kv_layers = sum(1 for t in block_types if str(t) == "attention")
     elif cfg.get("attn_layer_period") is not None:
-        period, offset = _int(cfg, where, "attn_layer_period"), cfg.get("attn_layer_offset", 0)
+        period, offset = _int(cfg, where, "attn_layer_period"), _int(cfg, where, "attn_layer_offset", minimum=0) or 0
         kv_layers = sum(1 for i in range(layers) if i % period == offset)
     elif cfg.get("full_attention_interval") is not None:
         kv_layers = layers // _int(cfg, where, "full_attention_interval")
@@ -197,7 +238,13 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
     fields.update(_precision_fields(cfg, top, where))
     params, params_from = _safetensors_params(p.parent, fields)
     if params is None and "mla" in layout:
-        params, params_from = _mla_params(cfg, arch), "config (MLA layout)"
+        params, params_from = _mla_params(cfg, arch, where), "config (MLA layout)"
+    if params is not None and params > MAX_PARAMS:
+        raise ModelConfigError(params_from, f"{_quote(params)} parameters is out of range: at most {MAX_PARAMS:.0e} "
+                                            "are modelled")  # fmt: skip
+    if fields.get("weight_bytes", 0) > MAX_CHECKPOINT_BYTES:
+        raise ModelConfigError(params_from, f"{_quote(fields['weight_bytes'])} bytes of weights is out of range: at "
+                                            f"most {MAX_CHECKPOINT_BYTES} are modelled")  # fmt: skip
     if params is not None:
         fields["params"] = params
     return ModelConfig(source=str(p), model_type=model_type, layout=",".join(layout) or "dense",
@@ -206,22 +253,25 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
                                                             "max_sequence_length", "seq_length"))  # fmt: skip
 
 
-def _mla_params(cfg: Mapping[str, Any], arch: Mapping[str, Any]) -> int | None:
+def _mla_params(cfg: Mapping[str, Any], arch: Mapping[str, Any], where: str = "") -> int | None:
     """DeepSeek V2/V3 parameters from the config: low-rank query and latent KV projections, dense layers
     before ``first_k_dense_replace``, routed + shared experts and the router after, untied embeddings."""
     h, layers, heads, vocab = arch["hidden_size"], arch["layers"], arch["heads"], arch.get("vocab_size")
-    nope, rope, v = cfg.get("qk_nope_head_dim"), arch["qk_rope_head_dim"], cfg.get("v_head_dim")
-    kv_rank, q_rank = arch["kv_lora_rank"], cfg.get("q_lora_rank")
+    def optional(key: str) -> int | None:  # an integer bounded like the others; None when it is not one
+        return _int(cfg, where, key, minimum=0) if isinstance(cfg.get(key), int) else None
+
+    nope, rope, v = optional("qk_nope_head_dim"), arch["qk_rope_head_dim"], optional("v_head_dim")
+    kv_rank, q_rank = arch["kv_lora_rank"], arch.get("q_lora_rank")
     if not all(isinstance(x, int) for x in (nope, v, vocab)):
         return None
     q = h * heads * (nope + rope) if not q_rank else h * q_rank + q_rank + q_rank * heads * (nope + rope)
     attn = q + h * (kv_rank + rope) + kv_rank + kv_rank * heads * (nope + v) + heads * v * h
-    dense_layers = min(int(cfg.get("first_k_dense_replace") or 0), layers) if arch.get("experts") else layers
+    dense_layers = min(_int(cfg, where, "first_k_dense_replace", minimum=0) or 0, layers) if arch.get("experts") else layers
     dense = 3 * h * (arch.get("intermediate_size") or 0)
     moe = 0
     if arch.get("experts"):
         width = arch["moe_intermediate_size"]
-        moe = (arch["experts"] + int(cfg.get("n_shared_experts") or 0)) * 3 * h * width + arch["experts"] * h
+        moe = (arch["experts"] + (_int(cfg, where, "n_shared_experts", minimum=0) or 0)) * 3 * h * width + arch["experts"] * h
     embeddings = vocab * h * (1 if arch.get("tie_embeddings") else 2)
     return layers * (attn + 2 * h) + dense_layers * dense + (layers - dense_layers) * moe + embeddings + h
 
@@ -258,7 +308,10 @@ def _precision_fields(cfg: Mapping[str, Any], top: Mapping[str, Any], where: str
         out["precision"] = f"int{bits}"
         spec: dict[str, Any] = {"method": method}
         group = q.get("group_size", q.get("q_group_size"))
-        if isinstance(group, int) and group > 0:
+        if isinstance(group, int) and group > 0:  # -1: one group per output channel (the default)
+            if group > MAX_WIDTH:
+                raise ModelConfigError("quantization_config.group_size", f"{_quote(group)} is out of range: at most "
+                                                                         f"{MAX_WIDTH} is modelled")  # fmt: skip
             spec["group_size"] = group
         out["quantization"] = spec
     elif method in ("fp8", "fbgemm_fp8"):
@@ -288,7 +341,7 @@ def _precision_fields(cfg: Mapping[str, Any], top: Mapping[str, Any], where: str
         elif kind == "int" and nbits == 4:
             out["precision"] = "int4"
             spec = {"method": "gptq"}
-            if isinstance(w.get("group_size"), int) and w["group_size"] > 0:
+            if isinstance(w.get("group_size"), int) and 0 < w["group_size"] <= MAX_WIDTH:
                 spec["group_size"] = w["group_size"]
             out["quantization"] = spec
         else:
@@ -321,13 +374,25 @@ def safetensors_header(path: Path) -> dict[str, Any]:
     return header
 
 
+def _elements(name: str, info: Mapping[str, Any]) -> int:
+    """The number of elements of one safetensors tensor; ModelConfigError for a shape that is not a short list of
+    sizes up to MAX_TENSOR_DIM (the header is the checkpoint owner's: it bounds nothing by itself)."""
+    shape = info.get("shape", [])
+    if not isinstance(shape, list) or len(shape) > 16 or not all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_TENSOR_DIM for d in shape):
+        raise ModelConfigError("safetensors header", f"tensor {excerpt(name)}: shape is not a list of at most 16 "
+                                                     f"sizes of at most {MAX_TENSOR_DIM}")  # fmt: skip
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
 def _tensor_params(name: str, info: Mapping[str, Any], bits: int | None) -> int:
     """Logical parameters in one tensor: packed quantized weights unpacked, quantization constants skipped."""
     if any(marker in name for marker in _QUANT_AUX):
         return 0
-    n = 1
-    for d in info.get("shape", []):
-        n *= int(d)
+    n = _elements(name, info)
     dtype = info.get("dtype")
     if name.endswith(".qweight") and dtype == "I32" and bits:
         return n * (32 // bits)
@@ -336,11 +401,8 @@ def _tensor_params(name: str, info: Mapping[str, Any], bits: int | None) -> int:
     return n
 
 
-def _tensor_bytes(info: Mapping[str, Any]) -> int:
-    n = 1
-    for d in info.get("shape", []):
-        n *= int(d)
-    return n * _ST_BYTES.get(str(info.get("dtype")), 0)
+def _tensor_bytes(name: str, info: Mapping[str, Any]) -> int:
+    return _elements(name, info) * _ST_BYTES.get(str(info.get("dtype")), 0)
 
 
 def _safetensors_params(directory: Path, fields: dict[str, Any]) -> tuple[int | None, str]:
@@ -364,12 +426,13 @@ def _safetensors_params(directory: Path, fields: dict[str, Any]) -> tuple[int | 
             for name, info in safetensors_header(f).items():
                 if name != "__metadata__" and isinstance(info, dict):
                     total += _tensor_params(name, info, bits)
-                    stored += _tensor_bytes(info)
+                    stored += _tensor_bytes(name, info)
         if stored and precision != "fp32":  # runtimes serve FP32 checkpoints in 16 bits: not as stored
             fields["weight_bytes"] = stored
         return total, "safetensors headers"
     if index is not None and "quantization" not in fields and precision in ("bf16", "fp16", "fp32", "fp8"):
-        size = (index.get("metadata") or {}).get("total_size")
+        metadata = index.get("metadata")
+        size = metadata.get("total_size") if isinstance(metadata, dict) else None
         if isinstance(size, int) and size > 0:
             per = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[precision]
             return size // per, "safetensors index"

@@ -439,6 +439,19 @@ PROFILE_KEYS = {
 }
 
 
+# Every integer of a profile (declared, or made from another user's command line and config.json) is at most 2^53:
+# exact as a float, so every figure the memory model derives stays a finite float that Prometheus can parse.
+MAX_INTEGER = 2**53
+
+
+def _short(v: Any) -> str:
+    """A value as an error message quotes it: a 400-digit number is not repeated."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**15:
+        return f"a {len(str(abs(v)))}-digit number"
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+
+
 class _Reader:
     def __init__(self) -> None:
         self.errors: list[ProfileError] = []
@@ -475,9 +488,11 @@ class _Reader:
             return None
         v = m[key]
         if isinstance(v, bool) or not isinstance(v, int):
-            return self.error(path + (key,), f"expected an integer >= {minimum}; got {v!r}")
+            return self.error(path + (key,), f"expected an integer >= {minimum}; got {_short(v)}")
         if v < minimum:
-            return self.error(path + (key,), f"must be >= {minimum}; got {v}")
+            return self.error(path + (key,), f"must be >= {minimum}; got {_short(v)}")
+        if v > MAX_INTEGER:
+            return self.error(path + (key,), f"must be <= 2^53 ({MAX_INTEGER}); got {_short(v)}")
         return v
 
     def number(self, m: Mapping, key: str, path: Path, minimum: float, maximum: float | None = None,
@@ -514,6 +529,8 @@ class _Reader:
             return self.error(path + (key,), str(exc))
         if n == 0:
             return self.error(path + (key,), "must be > 0")
+        if n > MAX_INTEGER:
+            return self.error(path + (key,), f"must be <= 2^53 ({MAX_INTEGER}); got {_short(n)}")
         return n
 
     def choice(
