@@ -264,7 +264,7 @@ def test_pods_and_jobs_holding_gpus_become_workloads_with_labels(tmp_path, kubel
     assert 'headroom_workload_identities 3' in text
     assert 'headroom_identity_unknown_devices{source="kubelet"} 0' in text
     doc = landing.status(sampler)["identity"]
-    assert doc["sources"] == [{"name": "kubelet", "up": True, "error": None, "unknown_devices": []}]
+    assert doc["sources"] == [{"name": "kubelet", "up": True, "error": None, "unknown_devices": [], "refused": []}]
     chat = next(w for w in doc["workloads"] if w["name"] == "ml/chat-0")
     assert (chat["kind"], chat["container"], chat["processes"], chat["gpu_memory_used_bytes"]) == (
         "pod", "vllm", 7, 20 * 2**30)

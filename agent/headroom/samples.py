@@ -410,6 +410,8 @@ class CgroupIdentity:
     job_id: str = ""  # Slurm job
     step: str = ""  # Slurm step (batch, extern, 0, 1 ...)
     unit: str = ""  # innermost systemd unit (foo.service)
+    # a user's own container or unit: the delegated subtree it is below ("user@1000.service"), "" for the system's
+    delegated: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,6 +485,8 @@ class IdentitySource:
     up: bool
     error: str | None = None
     unknown_devices: tuple[str, ...] = ()  # device IDs it assigned that no GPU or MIG instance here has
+    # one line each: what it was given that does not make an identity (a pod it does not list, a file refused)
+    refused: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

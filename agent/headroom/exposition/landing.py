@@ -77,8 +77,8 @@ def _identity_status(identity: Any, statuses: Any) -> dict[str, Any]:
     """Identity sources (kubelet, job mapping) with their errors, the cap, and the automatic workloads."""
     auto = {st.name: st for st in statuses if getattr(st, "source", "declared") == "auto"}
     return {
-        "sources": [{"name": s.name, "up": s.up, "error": s.error, "unknown_devices": list(s.unknown_devices)}
-                    for s in identity.sources],
+        "sources": [{"name": s.name, "up": s.up, "error": s.error, "unknown_devices": list(s.unknown_devices),
+                     "refused": list(s.refused)} for s in identity.sources],
         "max_workloads": identity.max_groups,
         "dropped_total": identity.dropped_total,
         "workloads": [{

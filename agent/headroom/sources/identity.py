@@ -46,6 +46,7 @@ import operator
 import os
 import re
 import select
+import stat as stat_module
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -90,17 +91,119 @@ _RUNTIMES = {"cri-containerd": "containerd", "crio": "cri-o", "docker": "docker"
 _JOB = re.compile(r"^job_(\d+)$")
 _STEP = re.compile(r"^step_([A-Za-z0-9_.-]+)$")
 
+# Who may name a cgroup. A process can move itself into any cgroup it can write, and a user can write below her
+# own delegated subtree (systemd's user@UID.service, or any unit with Delegate= and User=): there she can create
+# `slurm/job_4242/step_0` or `kubepods/pod<uid>/...`. Job and pod names are taken only where the scheduler puts
+# them, never at or below a user's part of the tree (docs/workload-identity.md, "Who may name a workload").
+_USER_TERRITORY = re.compile(r"^(?:user\.slice|user-\d+\.slice|user@\d+\.service)$")  # jobs and pods never here
+_USER_MANAGER = re.compile(r"^user@\d+\.service$")  # systemd delegates this unit's subtree to its user
+_SLURM_V1 = re.compile(r"^slurm(?:_[^/]+)?$")  # /slurm, or /slurm_<node> with multiple slurmd
+_SLURM_UID = re.compile(r"^uid_\d+$")
+_SLURM_V2 = re.compile(r"^(?:[^/]+_)?slurmstepd\.scope$")  # slurmstepd.scope, <node>_slurmstepd.scope
+_KUBEPODS = frozenset(("kubepods", "kubepods.slice"))
+_QOS = frozenset(("besteffort", "burstable", "kubepods-besteffort.slice", "kubepods-burstable.slice"))
 
-def parse_cgroup_path(path: str) -> CgroupIdentity | None:
+
+def _is(value: str) -> Callable[[str], bool]:
+    return value.__eq__
+
+
+# the cgroups above a job or a pod, from the hierarchy's root, as Slurm and the kubelet make them
+_JOB_LAYOUTS: tuple[tuple[Callable[[str], bool], ...], ...] = (
+    (_is("system.slice"), _SLURM_V2.match),  # cgroup v2: /system.slice/slurmstepd.scope/job_N
+    (_SLURM_V1.match, _SLURM_UID.match),  # cgroup v1: /slurm/uid_N/job_N
+    (_SLURM_V1.match,),
+)
+_POD_LAYOUTS: tuple[tuple[Callable[[str], bool], ...], ...] = (
+    (_KUBEPODS.__contains__, _QOS.__contains__),  # /kubepods.slice/kubepods-burstable.slice/..., /kubepods/besteffort
+    (_KUBEPODS.__contains__,),  # guaranteed pods
+)
+_COLON_LAYOUTS: tuple[tuple[Callable[[str], bool], ...], ...] = (
+    (_is("system.slice"), lambda c: c.endswith(".service")),  # containerd's own unit, systemd driver names
+)
+
+
+def _laid_out(above: list[str], layouts: tuple[tuple[Callable[[str], bool], ...], ...], verified: bool) -> bool:
+    """True when the cgroups ``above`` a job or pod component (from the hierarchy's root) are one of ``layouts``:
+    exactly, from the root; or, for a path relative to the agent's own cgroup namespace (leading ``..``: the
+    part left out is the agent's own ancestors), the end of one; or, when ``verified`` (every directory on the
+    way was seen, owned by the hierarchy's owner), ending with one (the kubelet's --cgroup-root, a bench's own
+    top cgroup)."""
+    n = 0
+    while n < len(above) and above[n] == "..":
+        n += 1
+    rest = above[n:]
+    for layout in layouts:
+        if len(rest) == len(layout) or (n and len(rest) < len(layout)):
+            if all(test(c) for test, c in zip(layout[len(layout) - len(rest):], rest, strict=True)):
+                return True
+        elif verified and not n and len(rest) > len(layout):
+            if all(test(c) for test, c in zip(layout, rest[-len(layout):], strict=True)):
+                return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class Owners:
+    """What the cgroup directories on a path say about who made them (``cgroup_owners``): ``delegated``, the
+    index of the first component whose directory another uid than the hierarchy's own owns (-1: none seen);
+    ``seen``, how many components' directories were seen (from the first), up to that one."""
+
+    delegated: int = -1
+    seen: int = 0
+    uid: int = -1  # the owner of the ``delegated`` component
+
+
+def cgroup_owners(hierarchy: str, path: str) -> Owners:
+    """Walk ``path`` down the cgroup hierarchy mounted at ``hierarchy`` while its directories exist: where a
+    delegated subtree begins (systemd gives a delegated unit's directory to its user; everything she makes
+    below it is hers). Relative paths (``..``, another cgroup namespace) are not followed."""
+    try:
+        root_uid = os.lstat(hierarchy).st_uid
+    except OSError:
+        return Owners()
+    parts = path.split("/")
+    d = hierarchy
+    for i in range(1, len(parts)):
+        comp = parts[i]
+        if comp in ("", ".", ".."):
+            return Owners(seen=i - 1)
+        d = f"{d}/{comp}"
+        try:
+            st = os.lstat(d)
+        except OSError:
+            return Owners(seen=i - 1)
+        if not stat_module.S_ISDIR(st.st_mode):
+            return Owners(seen=i - 1)
+        if st.st_uid != root_uid:
+            return Owners(delegated=i, seen=i, uid=st.st_uid)
+    return Owners(seen=len(parts) - 1)
+
+
+def parse_cgroup_path(path: str, owners: Owners | None = None) -> CgroupIdentity | None:
     """The identity a cgroup path names (pod > Slurm job > container > systemd unit), or None."""
+    return classify_cgroup_path(path, owners)[0]
+
+
+def classify_cgroup_path(path: str, owners: Owners | None = None) -> tuple[CgroupIdentity | None, str]:
+    """(the identity a cgroup path names, or None; "" or the one-line reason a job or pod it names was not
+    taken). A job or pod is taken only in Slurm's and the kubelet's own layouts (``_JOB_LAYOUTS``,
+    ``_POD_LAYOUTS``), never at or below ``user.slice``, ``user-UID.slice`` or ``user@UID.service``, nor below a
+    delegated subtree (``owners``: what the hierarchy's directories say, ``cgroup_owners``). A container or
+    unit below a delegated subtree is that user's (``CgroupIdentity.delegated``): named and kept apart from
+    the system's."""
     parts = path.split("/")
     pod_uid = container = runtime = job = step = unit = ""
-    pod_at = container_at = job_at = unit_at = -1
+    pod_at = container_at = job_at = unit_at = user_at = manager_at = -1
     colon_form = False
     for i, comp in enumerate(parts):
         if not comp:
             continue
-        m = _POD.match(comp) if "pod" in comp else None  # (a cheap test first: it runs per component)
+        if user_at < 0 and comp.startswith("user") and _USER_TERRITORY.match(comp):
+            user_at = i
+            if comp.endswith(".service"):
+                manager_at = i
+        m = _POD.match(comp) if "pod" in comp and pod_at < 0 else None  # (a cheap test first: it runs per component)
         if m is not None and "kubepods" in path:
             pod_uid, pod_at = m.group(1).replace("_", "-"), i
             if m.group(3):
@@ -114,45 +217,111 @@ def parse_cgroup_path(path: str) -> CgroupIdentity | None:
             if runtime == "" and parts[i - 1] == "docker":  # cgroupfs Docker: /docker/<id>
                 runtime = "docker"
             continue
-        m = _JOB.match(comp) if comp.startswith("job_") else None
+        m = _JOB.match(comp) if comp.startswith("job_") and job_at < 0 else None
         if m is not None and "slurm" in path:  # slurmstepd.scope (v2), /slurm or /slurm_<node> (v1)
             job, job_at = m.group(1), i
             continue
         m = _STEP.match(comp) if comp.startswith("step_") else None
-        if m is not None and job:
+        if m is not None and job and i == job_at + 1:
             step = m.group(1)
             continue
         if comp.endswith(".service"):
             unit, unit_at = comp, i
+        if manager_at < 0 and user_at >= 0 and _USER_MANAGER.match(comp):
+            manager_at = i  # user.slice/user-1000.slice/user@1000.service
+    owners = owners or Owners()
+    delegated_at = min((x for x in (manager_at, owners.delegated) if x >= 0), default=-1)
+    why = ""
     if pod_uid:
-        cgroup = "" if colon_form else "/".join(parts[: pod_at + 1])
-        return CgroupIdentity("pod", cgroup, pod_uid=pod_uid, container_id=container, runtime=runtime)
+        why = _untrusted(parts, pod_at, user_at, delegated_at, owners, _COLON_LAYOUTS if colon_form else _POD_LAYOUTS,
+                         f"pod {pod_uid}", "a pod")
+        if not why:
+            cgroup = "" if colon_form else "/".join(parts[: pod_at + 1])
+            return CgroupIdentity("pod", cgroup, pod_uid=pod_uid, container_id=container, runtime=runtime), ""
+        if colon_form:
+            container = ""  # the container ID came with the pod's name: neither is taken
     if job:
-        return CgroupIdentity("job", "/".join(parts[: job_at + 1]), job_id=job, step=step)
+        reason = _untrusted(parts, job_at, user_at, delegated_at, owners, _JOB_LAYOUTS, f"job_{job}", "a Slurm job")
+        if not reason:
+            return CgroupIdentity("job", "/".join(parts[: job_at + 1]), job_id=job, step=step), why
+        why = why or reason
+    below = _delegation(parts, delegated_at, owners)
     if container:
+        mine = below if 0 <= delegated_at < container_at else ""
         return CgroupIdentity("container", "/".join(parts[: container_at + 1]), container_id=container,
-                              runtime=runtime)
+                              runtime=runtime, delegated=mine), why
     if unit and unit_at > 0:
-        return CgroupIdentity("unit", "/".join(parts[: unit_at + 1]), unit=unit)
-    return None
+        mine = below if 0 <= delegated_at < unit_at else ""
+        return CgroupIdentity("unit", "/".join(parts[: unit_at + 1]), unit=unit, delegated=mine), why
+    return None, why
+
+
+def _delegation(parts: list[str], at: int, owners: Owners) -> str:
+    """How a delegated subtree is named in a user's identities: its unit (``user@1000.service``; another one
+    with its owner's uid)."""
+    if at < 0:
+        return ""
+    comp = parts[at]
+    if _USER_MANAGER.match(comp):
+        return comp
+    name = comp if len(comp) <= 64 and comp.isprintable() else f"{comp[:48].encode('unicode_escape').decode()}..."
+    return f"{name}(uid {owners.uid})" if owners.delegated == at else name
+
+
+def _untrusted(parts: list[str], at: int, user_at: int, delegated_at: int, owners: Owners,
+               layouts: tuple[tuple[Callable[[str], bool], ...], ...], what: str, kind: str) -> str:
+    """Why the job or pod component at ``at`` is not taken for one ("" when it is)."""
+    if 0 <= delegated_at <= at:
+        return (f"{what} is below {_delegation(parts, delegated_at, owners)}, a subtree delegated to its user: "
+                f"not taken for {kind}")
+    if 0 <= user_at <= at:
+        return f"{what} is below {parts[user_at]}, a user's part of the cgroup tree: not taken for {kind}"
+    if not _laid_out(parts[1:at], layouts, owners.seen >= at):
+        where = "Slurm makes jobs" if "job" in kind else "the kubelet makes pods"
+        return f"{what} is not where {where}: not taken for {kind}"
+    return ""
 
 
 _V1_ORDER = ("memory", "cpu,cpuacct", "cpuacct,cpu", "cpu", "pids", "name=systemd")
 
 
-def identity_of(groups: procfs.PidCgroups) -> CgroupIdentity | None:
+def identity_of(groups: procfs.PidCgroups, sysfs: str | None = None) -> CgroupIdentity | None:
     """The identity of a process from its /proc/PID/cgroup: the v2 path first, then the v1 paths."""
-    paths = []
+    return classify(groups, sysfs)[0]
+
+
+def classify(groups: procfs.PidCgroups, sysfs: str | None = None) -> tuple[CgroupIdentity | None, str]:
+    """(``identity_of``, "" or why a job or pod its cgroup names was not taken). With ``sysfs``, the owners of the
+    cgroup directories on the way are checked (``cgroup_owners``) for paths that name an identity."""
+    paths: list[tuple[str, str | None]] = []
     if groups.unified not in (None, "", "/"):
-        paths.append(groups.unified)
-    paths += [groups.controllers[c] for c in _V1_ORDER if c in groups.controllers]
-    paths += [p for c, p in sorted(groups.controllers.items()) if c not in _V1_ORDER]
-    for path in paths:
-        ident = parse_cgroup_path(path)
+        paths.append((groups.unified, None))
+    paths += [(groups.controllers[c], c) for c in _V1_ORDER if c in groups.controllers]
+    paths += [(p, c) for c, p in sorted(groups.controllers.items()) if c not in _V1_ORDER]
+    first_why = ""
+    for path, controller in paths:
+        ident, why = classify_cgroup_path(path)
+        if (ident is not None or why) and sysfs is not None and path.startswith("/") \
+                and not path.startswith("/.."):
+            owners = cgroup_owners(_hierarchy(sysfs, controller, path), path)
+            if owners != Owners():
+                ident, why = classify_cgroup_path(path, owners)
+        first_why = first_why or why
         if ident is not None:
             # the v1 path of a v1-only host is not a cgroup v2 path: no stats from it
-            return ident if path == groups.unified else _no_stats(ident)
-    return None
+            return (ident if controller is None else _no_stats(ident)), first_why
+    return None, first_why
+
+
+def _hierarchy(sysfs: str, controller: str | None, path: str) -> str:
+    """Where the hierarchy a /proc/PID/cgroup line names is mounted under ``sysfs``: cgroup v2 at fs/cgroup, or
+    fs/cgroup/unified on a hybrid host (where the path's first directory is); a v1 controller at
+    fs/cgroup/CONTROLLER (``name=systemd``: fs/cgroup/systemd)."""
+    if controller is not None:
+        return f"{sysfs}/fs/cgroup/{controller.removeprefix('name=')}"
+    first = path.strip("/").split("/", 1)[0]
+    unified = f"{sysfs}/fs/cgroup/unified"
+    return unified if first and os.path.isdir(f"{unified}/{first}") else f"{sysfs}/fs/cgroup"
 
 
 def _no_stats(ident: CgroupIdentity) -> CgroupIdentity:
@@ -382,6 +551,7 @@ class IdentityCollector(Collector):
         mapping = s.get("hpc_job_mapping_dir")
         self.mapping_dir = Path(mapping) if mapping else None  # as given, like the socket (not under --path.rootfs)
         self._mapping_error: str | None = None
+        self._sysfs = str(ctx.paths.sysfs)  # the cgroup directories' owners: who made a cgroup a job or pod is in
         self.poller = None
         if self.kubernetes:
             from headroom.sources.kubelet import DEFAULT_SOCKET, PodResourcesPoller
@@ -445,6 +615,7 @@ class IdentityCollector(Collector):
         self._ancestors: dict[int, tuple[int, Launcher | None, int]] = {}
         self._ancestor_fds: dict[int, int] = {}  # pidfd -> pid
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
+        self._hidden: dict[tuple[str, str], str] = {}  # pod groups the kubelet's answer does not confirm -> why
         self._kubelet_view: tuple[Any, Any, Any] | None = None  # (answer, known devices, what _kubelet read from it)
         self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
         # config.json and safetensors headers are read off the tick, in one worker thread (a big checkpoint
@@ -504,7 +675,7 @@ class IdentityCollector(Collector):
         known = self._pids.pop(pid, None)
         if known is not None:
             self._touched.add(pid)
-            cid = known.identity.container_id if known.identity is not None else ""
+            cid = known.identity.container_id if known.identity is not None and not known.identity.delegated else ""
             if cid and self._containers.get(cid, 0) <= 1:  # its container's last GPU process: its names go
                 self._containers.pop(cid, None)
                 self._meta.pop(cid, None)
@@ -604,8 +775,10 @@ class IdentityCollector(Collector):
             groups = procfs.read_pid_cgroup(root, pid)
         except (procfs.ProcessGone, OSError, ValueError):
             groups = None
-        ident = identity_of(groups) if groups is not None else None
-        if ident is not None and ident.container_id:
+        ident, why = classify(groups, self._sysfs) if groups is not None else (None, "")
+        if why:  # another user's cgroup names are hers to choose: what she named is not taken, and said so once
+            log.debug("identity_not_taken", pid=pid, reason=why)
+        if ident is not None and ident.container_id and not ident.delegated:
             self._containers[ident.container_id] = self._containers.get(ident.container_id, 0) + 1
         launcher_pid, launcher = find_launcher(root, pid, lambda p: launcher_step(root, p) if p == pid
                                                else self._ancestor(p))
@@ -627,24 +800,29 @@ class IdentityCollector(Collector):
         if ident is None:
             pass
         elif ident.kind == "pod" and self.kubernetes and "pods" in self.auto:
-            named = meta is not None and bool(meta.pod)
+            # the runtime's record names this container's pod: taken when it is this pod (its UID, where recorded)
+            named = meta is not None and bool(meta.pod) and meta.pod_uid in ("", ident.pod_uid)
             return _Slot("pod", ident.pod_uid, pod_uid=ident.pod_uid, namespace=meta.namespace if named else "",
                          pod=meta.pod if named else "", container=meta.container if named else "",
                          cgroup=ident.cgroup)
         elif ident.kind == "job" and "jobs" in self.auto:
             return _Slot("job", ident.job_id, job_id=ident.job_id, cgroup=ident.cgroup)
         elif ident.kind == "container" and "containers" in self.auto:
+            if ident.delegated:  # a user's own (rootless Podman): apart from the system's, whatever its ID
+                return _Slot("container", f"{ident.delegated}/{ident.container_id}", cgroup=ident.cgroup,
+                             name=f"{ident.delegated}/{ident.container_id[:12]}")
             return _Slot("container", ident.container_id, cgroup=ident.cgroup,
                          name=(meta.name if meta is not None else "") or ident.container_id[:12])
         elif ident.kind == "unit" and "units" in self.auto:
-            return _Slot("unit", ident.unit, name=ident.unit, cgroup=ident.cgroup)
+            name = f"{ident.delegated}/{ident.unit}" if ident.delegated else ident.unit
+            return _Slot("unit", name, name=name, cgroup=ident.cgroup)
         if launcher is None or "launchers" not in self.auto:
             return None
         return _Slot("launcher", str(launcher_pid), name=display_name(launcher))  # outside a pod, job, container, unit
 
     def _container_meta(self, ident: CgroupIdentity) -> ContainerMeta | None:
         cid = ident.container_id
-        if not cid:
+        if not cid or ident.delegated:  # the system runtimes' state does not describe a user's own containers
             return None
         if cid not in self._meta:
             self._meta[cid] = container_meta(self.ctx.paths.rootfs, cid, ident.runtime)
@@ -681,6 +859,9 @@ class IdentityCollector(Collector):
         additions.append((self._launcher_names(), None))
         groups = self._assemble(dirty, additions)
         self._unassembled = set()
+        if self._hidden:  # pods the kubelet does not list: not exported (the kubelet's source says why)
+            hidden = self._hidden
+            groups = {k: g for k, g in groups.items() if k not in hidden}
 
         # the cap keeps what it exported before (its series go on), then takes newcomers by kind and key
         # (set operations and sorts, no Python loop over the identities: this runs every tick)
@@ -983,6 +1164,7 @@ class IdentityCollector(Collector):
         self.poller.start()
         state = self.poller.state()
         if state.devices is None:
+            self._hidden = {}
             return IdentitySource("kubelet", False, state.error), {}, None
         known = _known_devices(nvml)
         view = self._kubelet_view
@@ -1007,6 +1189,7 @@ class IdentityCollector(Collector):
         source = IdentitySource("kubelet", state.error is None, state.error, unknown_devices=tuple(unknown))
         # up: the last call answered; after a failure the last answer is still used for a while (kubelet.py)
         if "pods" not in self.auto:
+            self._hidden = {}
             return source, {}, None
         by_name, unnamed, cached = self._by_name, self._unnamed, self._kube
         if not unnamed and cached is not None and cached[0] is pods:
@@ -1025,7 +1208,7 @@ class IdentityCollector(Collector):
                         changed.add(old)
                     out[key], ref_key[ref] = add, key
                     changed.add(key)
-            return source, out, changed
+            return self._kubelet_lists(source, state.pods, out), out, changed
         out, ref_key = {}, {}
         if unnamed:
             by_name = dict(by_name)  # the map kept from tick to tick stays as the groups' own names make it
@@ -1043,7 +1226,36 @@ class IdentityCollector(Collector):
             out[key] = add
             ref_key[ref] = key
         self._kube = None if unnamed else (pods, out, ref_key)
-        return source, out, None
+        return self._kubelet_lists(source, state.pods, out), out, None
+
+    def _kubelet_lists(self, source: IdentitySource, listed: frozenset[tuple[str, str]] | None,
+                       out: dict[tuple[str, str], _Addition]) -> IdentitySource:
+        """Cross-check the pods that cgroup paths name with the kubelet's answer: a pod UID is shown as a pod only
+        when the kubelet lists that pod, by the name its runtime's record gives it, or, without one, as the only
+        pod holding its GPUs (the answer has no UIDs). The others are not exported (``_hidden``; their processes
+        belong to no automatic workload) and ``source.refused`` says why, one line each."""
+        hidden: dict[tuple[str, str], str] = {}
+        if listed is not None:
+            for key in self._unnamed:
+                add = out.get(key)
+                if add is None or add.pod is None:
+                    hidden[key] = (f"pod {key[1]}: no pod the kubelet lists holds its GPUs alone, and no runtime "
+                                   "record names it: not shown as a pod")
+            for ref, key in self._by_name.items():
+                if ref not in listed and key[1] not in hidden:
+                    hidden[key] = (f"pod {key[1]}: its runtime's record names it {ref[0]}/{ref[1]}, which the "
+                                   "kubelet does not list: not shown as a pod")
+        if hidden != self._hidden:
+            if hidden:
+                log.debug("identity_pods_not_listed", pods=sorted(k[1] for k in hidden),
+                          hint="pod UIDs from cgroup paths that the kubelet's pod-resources answer does not confirm")
+            self._hidden = hidden
+        if not hidden:
+            return source
+        reasons = sorted(hidden.values())
+        if len(reasons) > REFUSED_REASONS:
+            reasons[REFUSED_REASONS - 1:] = [f"... and {len(reasons) - REFUSED_REASONS + 1} more"]
+        return replace(source, refused=tuple(reasons))
 
     def _job_mapping(self, nvml: NvmlSample | None
                      ) -> tuple[IdentitySource, dict[tuple[str, str], _Addition], set[tuple[str, str]] | None]:
@@ -1333,6 +1545,7 @@ CGROUP_EVERY_TICK = 5
 # 256 + 384 stay well under the usual limit of 1 024); more GPU processes are checked by /proc/PID's inode each tick
 WATCHED_PIDS = 256
 ANCESTORS = 64  # of those, live ancestors of GPU processes remembered for the launcher search
+REFUSED_REASONS = 16  # one-line reasons a source's status lists (the rest are counted in one more line)
 OPEN_CGROUP_DIRS = 128  # identity cgroups whose files are kept open (3 descriptors each); the rest are read by path
 
 

@@ -88,6 +88,10 @@ class PodResourcesClient:
 
     def list(self) -> tuple[ContainerDevices, ...]:
         """Every container's devices, as the kubelet reports them now."""
+        return self.answer()[0]
+
+    def answer(self) -> tuple[tuple[ContainerDevices, ...], frozenset[tuple[str, str]]]:
+        """(every container's devices, every pod the kubelet lists: (namespace, name), with devices or not)."""
         self._check_socket()
         stub = self._connect()
         from headroom.sources.podresources import api_pb2
@@ -110,12 +114,14 @@ class PodResourcesClient:
             name = code.name if code is not None else "error"
             raise KubeletError(f"pod-resources List failed: {name}: {details or 'no details'}") from None
         out = []
+        pods = set()
         for pod in answer.pod_resources:
+            pods.add((pod.namespace, pod.name))
             for c in pod.containers:
                 for d in c.devices:
                     out.append(ContainerDevices(pod.namespace, pod.name, c.name, d.resource_name,
                                                 tuple(d.device_ids)))
-        return tuple(out)
+        return tuple(out), frozenset(pods)
 
     def close(self) -> None:
         if self._channel is not None:
@@ -128,6 +134,7 @@ class PodResourcesState:
     devices: tuple[ContainerDevices, ...] | None  # None: no usable answer
     error: str | None  # why the last call failed (None: it succeeded)
     answered_at: float | None  # monotonic time of the last good answer
+    pods: frozenset[tuple[str, str]] | None = None  # every pod of that answer (namespace, name); None with devices
 
 
 class PodResourcesPoller:
@@ -141,6 +148,7 @@ class PodResourcesPoller:
         self._clock = clock
         self._lock = threading.Lock()
         self._devices: tuple[ContainerDevices, ...] | None = None
+        self._pods: frozenset[tuple[str, str]] | None = None
         self._answered_at: float | None = None
         self._error: str | None = "no answer yet"
         self._stop = threading.Event()
@@ -162,7 +170,7 @@ class PodResourcesPoller:
     def poll_once(self) -> None:
         self.calls += 1
         try:
-            devices = self.client.list()
+            devices, pods = self.client.answer()
         except KubeletError as exc:
             error = str(exc)
             with self._lock:
@@ -177,16 +185,16 @@ class PodResourcesPoller:
             return
         with self._lock:
             recovered = self._error is not None and self._answered_at is not None
-            self._devices, self._answered_at, self._error = devices, self._clock(), None
+            self._devices, self._pods, self._answered_at, self._error = devices, pods, self._clock(), None
         if recovered:
             log.info("kubelet_pod_resources_recovered", socket=self.client.socket_path)
 
     def state(self) -> PodResourcesState:
         with self._lock:
-            devices = self._devices
+            devices, pods = self._devices, self._pods
             if devices is not None and self._answered_at is not None and self._clock() - self._answered_at > self.keep:
-                devices = None  # too old to trust: pods may have ended
-            return PodResourcesState(devices, self._error, self._answered_at)
+                devices = pods = None  # too old to trust: pods may have ended
+            return PodResourcesState(devices, self._error, self._answered_at, pods)
 
     def close(self) -> None:
         self._stop.set()
