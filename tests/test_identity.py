@@ -6,6 +6,7 @@ the cardinality cap."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -33,6 +34,7 @@ from headroom.samples import (
 )
 from headroom.simulation import ManualClock, parse_scenario
 from headroom.sources import Paths, SourceContext, procfs
+from headroom.sources import identity as identity_module
 from headroom.sources.identity import (
     IdentityCollector,
     container_meta,
@@ -573,3 +575,162 @@ def test_cgroup_cpu_stat_user_and_system_seconds(text, expected):
     from headroom.sources.identity import _cpu_seconds
 
     assert _cpu_seconds(text) == expected
+
+
+# ------------------------------------------------------------------- who may name a job or a pod (issue 24, 9)
+USER_MANAGER = "/user.slice/user-1001.slice/user@1001.service"
+POSES = {  # a process of uid 1001 in her own delegated cgroup -> what it is (kind, name) with every kind on
+    "slurm job below user@.service": (f"{USER_MANAGER}/slurm/job_4242/step_0", ("unit", "user@1001.service")),
+    "slurm v2 job below user@.service": (f"{USER_MANAGER}/app.slice/slurmstepd.scope/job_4242/step_0",
+                                         ("unit", "user@1001.service")),
+    "slurm v1 job below user@.service": (f"{USER_MANAGER}/slurm/uid_0/job_4242/step_batch",
+                                         ("unit", "user@1001.service")),
+    "pod (systemd driver) below user@.service": (
+        f"{USER_MANAGER}{SYSTEMD_POD}/cri-containerd-{CID}.scope", ("container", f"user@1001.service/{CID[:12]}")),
+    "pod (cgroupfs driver) below user@.service": (
+        f"{USER_MANAGER}/kubepods/besteffort/pod{UID}/{CID}", ("container", f"user@1001.service/{CID[:12]}")),
+    "pod (colon form) below user@.service": (
+        f"{USER_MANAGER}/app.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice:cri-containerd:{CID}",
+        ("unit", "user@1001.service")),
+    "a job named inside a real job": ("/system.slice/slurmstepd.scope/job_77/step_0/user/task_0/job_4242/step_0",
+                                      ("job", "job_77")),
+    "slurm's name below another unit": ("/system.slice/foo.service/slurm/job_4242/step_0", ("unit", "foo.service")),
+}
+
+
+def _collector(tmp_path: Path, previous, **settings) -> IdentityCollector:
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path / "proc", sysfs=tmp_path / "sys",
+                                                    rootfs=tmp_path / "root"),
+                                        settings={"auto": ["pods", "jobs", "containers", "units"], **settings},
+                                        previous=lambda: previous))
+    c.kubernetes = True  # pods from their cgroups alone, no kubelet thread
+    return c
+
+
+@pytest.mark.parametrize("pose", sorted(POSES))
+def test_a_user_cannot_pose_as_a_slurm_job_or_a_pod(tmp_path, pose):
+    """A process in her own delegated subtree (user@1001.service: she may create any cgroup below it) names a
+    Slurm job or a pod there: it is not that job or pod; it is what it honestly is (her user manager's unit,
+    her own container), and the reason (logged at debug) is one line."""
+    path, expected = POSES[pose]
+    _proc(tmp_path / "proc", 4242, f"0::{path}")
+    c = _collector(tmp_path, _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(4242, 1),))]))
+    groups = c.collect().groups
+    assert [(g.kind, g.name) for g in groups] == [expected], pose
+    assert all(not g.job_id or g.job_id == "77" for g in groups) and all(not g.pod_uid for g in groups)
+    why = identity_module.classify(procfs.parse_pid_cgroup(f"0::{path}\n"))[1]
+    assert (why == "") == (pose == "a job named inside a real job") and "\n" not in why, why
+
+
+def test_the_schedulers_own_layouts_are_still_jobs_and_pods(tmp_path):
+    """What Slurm and the kubelet make keeps working, including a path relative to the agent's own cgroup
+    namespace (a DaemonSet's: the kubelet's part above it is left out as ``..``) and, where every directory on
+    the way is seen and the hierarchy's owner's, a kubelet tree below another root (--cgroup-root, the bench)."""
+    classify = identity_module.classify_cgroup_path
+    pod = f"kubepods-besteffort-pod{UID.replace('-', '_')}.slice/cri-containerd-{CID}.scope"
+    for path in (f"/../../kubepods-besteffort.slice/{pod}", f"/../{pod}", f"/kubepods.slice/kubepods-besteffort.slice/{pod}",
+                 f"/kubepods/pod{UID}/{CID}", f"/kubepods/burstable/pod{UID}/{CID}"):
+        assert classify(path) == (identity_module.parse_cgroup_path(path), "") and classify(path)[0].kind == "pod", path
+    for path in ("/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0", "/system.slice/n7_slurmstepd.scope/job_4242",
+                 "/slurm/uid_1000/job_4242/step_batch", "/slurm_n7/uid_5/job_4242/step_1", "/slurm/job_4242/step_0"):
+        assert classify(path)[0].job_id == "4242", path
+    # a kubelet tree below a root of its own: a pod only where the directories on the way say who made them
+    top = f"/headroom-bench/kubepods.slice/kubepods-besteffort.slice/{pod}"
+    ident, why = classify(top)
+    assert ident.kind == "container" and "not where the kubelet makes pods" in why
+    (tmp_path / "sys/fs/cgroup" / top.lstrip("/")).mkdir(parents=True)
+    groups = procfs.parse_pid_cgroup(f"0::{top}\n")
+    assert identity_module.classify(groups, str(tmp_path / "sys"))[0].kind == "pod"
+
+
+def test_a_users_own_units_and_containers_are_kept_apart_from_the_systems(tmp_path):
+    """Her `vllm.service` (a user unit) and a rootless container named with a system container's ID are hers:
+    not merged into the system's `vllm.service` or Docker's `sd-webui`, and not named from the system
+    runtimes' records."""
+    proc = tmp_path / "proc"
+    _proc(proc, 10, "0::/system.slice/vllm.service")
+    _proc(proc, 11, f"0::{USER_MANAGER}/app.slice/vllm.service")
+    _proc(proc, 12, f"0::/system.slice/docker-{CID}.scope")
+    _proc(proc, 13, f"0::{USER_MANAGER}/user.slice/libpod-{CID}.scope")
+    _write_json(tmp_path / f"root/var/lib/docker/containers/{CID}/config.v2.json", {"Name": "/sd-webui"})
+    c = _collector(tmp_path, _sample([GpuSample(0, "GPU-a", "x", "0", processes=tuple(
+        GpuProcess(p, 1) for p in (10, 11, 12, 13)))]))
+    assert sorted((g.kind, g.name, g.pids) for g in c.collect().groups) == [
+        ("container", "sd-webui", (12,)), ("container", f"user@1001.service/{CID[:12]}", (13,)),
+        ("unit", "user@1001.service/vllm.service", (11,)), ("unit", "vllm.service", (10,))]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a cgroup directory given to another uid (chown)")
+def test_nothing_below_a_unit_delegated_to_a_user_is_a_pod_or_a_job(tmp_path):
+    """Any unit with Delegate= and User= (not only user@.service) gives its cgroup to that user, who may create
+    what she likes below it, named as containerd's own unit names pods: the directory's owner says so, and a
+    pod there is not taken; the same layout below a directory the hierarchy's owner owns is a pod."""
+    colon = f"kubepods-burstable-pod{UID.replace('-', '_')}.slice:cri-containerd:{CID}"
+    sysfs = tmp_path / "sys"
+    for unit, owner in (("containerd.service", 0), ("alice.service", 1001)):
+        d = sysfs / "fs/cgroup/system.slice" / unit / colon
+        d.mkdir(parents=True)
+        os.chown(d.parent, owner, owner)
+        os.chown(d, owner, owner)
+    proc = tmp_path / "proc"
+    _proc(proc, 20, f"0::/system.slice/containerd.service/{colon}")
+    _proc(proc, 21, f"0::/system.slice/alice.service/{colon}")
+    previous = _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(20, 1), GpuProcess(21, 1)))])
+    c = _collector(tmp_path, previous)
+    assert sorted((g.kind, g.name, g.pids) for g in c.collect().groups) == [
+        ("pod", UID, (20,)), ("unit", "alice.service", (21,))]
+    ident, why = identity_module.classify(procfs.parse_pid_cgroup(f"0::/system.slice/alice.service/{colon}\n"),
+                                          str(sysfs))
+    assert why == f"pod {UID} is below alice.service(uid 1001), a subtree delegated to its user: not taken for a pod"
+
+
+def test_a_pod_the_kubelet_does_not_list_is_not_shown_as_that_pod(tmp_path, kubelet):
+    """With the kubelet's answer, a pod UID from a cgroup path is a pod only when the kubelet confirms it: by
+    the name its runtime's record gives it, or as the only pod holding its GPUs. A pod whose record names a pod
+    the kubelet does not list, and one no record names on a GPU no listed pod holds, are not exported (their
+    processes belong to no automatic workload), and the kubelet's status says why, one line each."""
+    sock, servicer = kubelet
+    proc, rootfs = tmp_path / "proc", tmp_path / "root"
+    ghost, stray = "0c0c0c0c-1111-2222-3333-444455556666", "0d0d0d0d-1111-2222-3333-444455556666"
+    _proc(proc, 30, f"0::{SYSTEMD_POD}/cri-containerd-{CID}.scope")  # named ml/chat-0 by containerd: listed
+    _proc(proc, 31, f"0::/kubepods/burstable/pod{ghost}/{'b' * 64}")  # named ml/ghost: not listed
+    _proc(proc, 32, f"0::/kubepods/burstable/pod{stray}/{'c' * 64}")  # no record, on GPU-b that no listed pod holds
+    for cid, name in ((CID, "chat-0"), ("b" * 64, "ghost")):
+        _write_json(rootfs / f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{cid}/config.json",
+                    {"annotations": {"io.kubernetes.cri.sandbox-namespace": "ml", "io.kubernetes.cri.sandbox-name": name,
+                                     "io.kubernetes.cri.container-name": "main"}})
+    servicer.pods = {("ml", "chat-0"): {"main": [("nvidia.com/gpu", ["GPU-a::0"])]}, ("ml", "web"): {"nginx": []}}
+    previous = _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(30, 1), GpuProcess(31, 1))),
+                        GpuSample(1, "GPU-b", "x", "1", processes=(GpuProcess(32, 1),))])
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=rootfs),
+                                        settings={"kubernetes": True, "pod_resources_socket": str(sock),
+                                                  "pod_resources_refresh": 3600.0}, previous=lambda: previous))
+    try:
+        before = c.collect()  # no answer yet: pods from their cgroups alone
+        assert sorted(g.name for g in before.groups) == [stray, "ml/chat-0", "ml/ghost"]
+        c.poller.poll_once()
+        s = c.collect()
+        assert [(g.name, g.pids) for g in s.groups] == [("ml/chat-0", (30,))]
+        assert s.sources[0].refused == (
+            f"pod {ghost}: its runtime's record names it ml/ghost, which the kubelet does not list: not shown as a pod",
+            f"pod {stray}: no pod the kubelet lists holds its GPUs alone, and no runtime record names it: not shown "
+            "as a pod")
+        assert attribution.gpu_identity_labels(_sample(previous.data("nvml").gpus, s)) == {
+            "GPU-a": ("ml", "chat-0", "main", "")}
+        servicer.pods[("ml", "ghost")] = {"main": []}  # the kubelet lists it now
+        c.poller.poll_once()
+        assert sorted(g.name for g in c.collect().groups) == ["ml/chat-0", "ml/ghost"]
+    finally:
+        c.close()
+
+
+def test_a_runtime_record_of_another_pod_does_not_name_this_one(tmp_path):
+    """The container ID in a cgroup path is the path's to say: a record whose pod UID is another pod's does not
+    give this pod its name."""
+    other = "0c0c0c0c-1111-2222-3333-444455556666"
+    _proc(tmp_path / "proc", 40, f"0::{SYSTEMD_POD}/cri-containerd-{CID}.scope")
+    _write_json(tmp_path / f"root/run/containerd/io.containerd.runtime.v2.task/k8s.io/{CID}/config.json",
+                {"annotations": {"io.kubernetes.cri.sandbox-namespace": "ml", "io.kubernetes.cri.sandbox-name": "chat-0",
+                                 "io.kubernetes.cri.sandbox-uid": other}})
+    c = _collector(tmp_path, _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(40, 1),))]))
+    assert [(g.kind, g.name) for g in c.collect().groups] == [("pod", UID)]
