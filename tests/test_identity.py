@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -734,3 +735,102 @@ def test_a_runtime_record_of_another_pod_does_not_name_this_one(tmp_path):
                                  "io.kubernetes.cri.sandbox-uid": other}})
     c = _collector(tmp_path, _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(40, 1),))]))
     assert [(g.kind, g.name) for g in c.collect().groups] == [("pod", UID)]
+
+
+# ------------------------------------------------------------------- the job mapping directory, bounded (issue 24)
+def _old(path: Path, seconds: float = 3600.0) -> None:
+    """Set ``path``'s mtime an hour back: a file changed long ago (not within MAPPING_RACY_SECONDS)."""
+    import time
+
+    then = time.time_ns() - int(seconds * 1e9)
+    os.utime(path, ns=(then, then))
+
+
+def test_job_mapping_is_read_again_only_when_it_changed(tmp_path):
+    """The directory and its files are looked at with a stat each a tick and read only when their inode, size or
+    mtime changed: content replaced in place under the same mtime and size is not seen (it was not read again),
+    the same replacement with the mtime moved on is."""
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (mapping / "0").write_text("4242\n")
+    _old(mapping / "0")
+    _old(mapping)
+    previous = _sample([GpuSample(0, "GPU-a", "x", "0")])
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path, sysfs=tmp_path, rootfs=tmp_path),
+                                        settings={"hpc_job_mapping_dir": str(mapping)}, previous=lambda: previous))
+    assert [g.name for g in c.collect().groups] == ["job_4242"]
+    mtime = (mapping / "0").stat().st_mtime_ns
+    (mapping / "0").write_text("4343\n")  # same size
+    os.utime(mapping / "0", ns=(mtime, mtime))
+    assert [g.name for g in c.collect().groups] == ["job_4242"]  # not read again
+    (mapping / "0").touch()
+    assert [g.name for g in c.collect().groups] == ["job_4343"]
+    (mapping / "0").write_text("4444\n")  # rewritten within the racy window, mtime kept: still seen
+    os.utime(mapping / "0", ns=((mapping / "0").stat().st_mtime_ns,) * 2)
+    assert [g.name for g in c.collect().groups] == ["job_4444"]
+    (mapping / "1").write_text("77\n")  # a new file: the directory changed
+    previous = _sample([GpuSample(0, "GPU-a", "x", "0"), GpuSample(1, "GPU-b", "x", "1")])
+    assert sorted(g.name for g in c.collect().groups) == ["job_4444", "job_77"]
+
+
+def test_a_huge_job_mapping_directory_is_bounded(tmp_path):
+    """10 000 GPU files: at most MAPPING_ENTRIES entries are looked at and MAPPING_FILES read (and this host's
+    GPUs' own files), said in the source's status; looking at it again unchanged reads none of them."""
+    import time
+
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    for i in range(10_000):
+        (mapping / str(i)).write_text(f"{i}\n")
+    previous = _sample([GpuSample(0, "GPU-a", "x", "0")])
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path, sysfs=tmp_path, rootfs=tmp_path),
+                                        settings={"hpc_job_mapping_dir": str(mapping)}, previous=lambda: previous))
+    s = c.collect()
+    src = s.sources[0]
+    assert [g.name for g in s.groups] == ["job_0"]  # this host's GPU's file, wherever the listing stopped
+    assert len(src.unknown_devices) <= identity_module.MAPPING_FILES
+    assert any(f"more than {identity_module.MAPPING_ENTRIES} entries" in r for r in src.refused), src.refused
+    _old(mapping)
+    for name in c._mapping_reader._names:
+        _old(mapping / name)
+    c.collect()
+    started = time.perf_counter()
+    for _ in range(10):
+        c.collect()
+    assert (time.perf_counter() - started) / 10 < 0.05  # 65 stats a tick (10 000 file reads before: ~0.3 s)
+
+
+SPARSE_MAPPING = r"""
+import os, resource, sys
+sys.path[:0] = [{agent!r}]
+from headroom.sources.identity import JobMappingReader
+def hwm():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) // 1024
+before = hwm()
+mapping, refused = JobMappingReader({directory!r}).read()
+print(hwm() - before, sorted(mapping), list(refused))
+"""
+
+
+def test_a_huge_file_a_fifo_and_a_device_in_the_job_mapping_are_refused(tmp_path):
+    """A 512 MiB (sparse) GPU file is refused by its size without being read (the agent's peak RSS grows by
+    less than 16 MiB; it took the whole file before), a FIFO does not block the read, a symlink to /dev/zero
+    does not grow memory; each gets a one-line reason, and the good file is read."""
+    mapping = tmp_path / "map"
+    mapping.mkdir()
+    (mapping / "0").write_text("4242\n")
+    with open(mapping / "1", "wb") as f:
+        f.truncate(512 * 2**20)
+    os.mkfifo(mapping / "2")
+    os.symlink("/dev/zero", mapping / "3")
+    (mapping / "4").write_text("ok_1\n$(rm -rf)\n" + "x" * 100 + "\n")
+    script = SPARSE_MAPPING.format(agent=str(Path(identity_module.__file__).parents[2]), directory=str(mapping))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    grown, rest = r.stdout.split(" ", 1)
+    assert int(grown) < 16, r.stdout
+    assert "[0, 4]" in rest
+    for reason in (f"1: is {512 * 2**20} bytes, more than the {identity_module.MAPPING_FILE_BYTES} allowed: not read",
+                   "2: is a FIFO, not a regular file: not read", "3: is a character device, not a regular file: not read",
+                   "4: 2 line(s) are not job IDs (letters, digits and _.+-, at most 64): ignored"):
+        assert reason in rest, rest
