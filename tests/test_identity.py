@@ -834,3 +834,32 @@ def test_a_huge_file_a_fifo_and_a_device_in_the_job_mapping_are_refused(tmp_path
                    "2: is a FIFO, not a regular file: not read", "3: is a character device, not a regular file: not read",
                    "4: 2 line(s) are not job IDs (letters, digits and _.+-, at most 64): ignored"):
         assert reason in rest, rest
+
+
+CLOSED_MODEL = r"""
+import sys
+sys.path[:0] = [{agent!r}]
+from pathlib import Path
+from headroom.sources.identity import read_launcher_model
+print(read_launcher_model(Path("/proc"), {pid}, "/models/Qwen3-0.6B").error)
+print(read_launcher_model(Path("/proc"), {pid}, "Qwen/Qwen3-0.6B").error)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv(1)")
+def test_a_process_whose_files_are_closed_to_the_agent_says_so(tmp_path):
+    """The DaemonSet's agent (uid 0, every capability dropped) cannot see /proc/PID/root or environ of a root
+    process holding capabilities (a serving container's default set): the model config's reason says that, in
+    one line, instead of a bare "Permission denied" on a path."""
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        script = CLOSED_MODEL.format(agent=str(Path(identity_module.__file__).parents[2]), pid=target.pid)
+        r = subprocess.run(["setpriv", "--reuid=0", "--regid=0", "--keep-groups", "--inh-caps=-all",
+                            "--ambient-caps=-all", "--bounding-set=-all", sys.executable, "-c", script],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        target.kill()
+        target.wait()
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 2 and all("closed to the agent" in line and "permission denied" in line for line in lines), lines

@@ -1531,6 +1531,9 @@ def read_launcher_model(procfs_root: Path, pid: int, model: str) -> ModelInfo:
 
     root = procfs_root / str(pid) / "root"
     cwd = procfs_root / str(pid) / "cwd"
+    closed = _files_closed(root)
+    if closed:
+        return ModelInfo(error=closed)
     try:
         local = root / model.lstrip("/") if model.startswith("/") else cwd / model
         if model.startswith("/") or not _looks_like_hub_name(model) or (local / "config.json").exists():
@@ -1553,6 +1556,21 @@ def read_launcher_model(procfs_root: Path, pid: int, model: str) -> ModelInfo:
                                          str(cwd)))
     return ModelInfo(source=source, fields_json=_json.dumps(mc.fields, sort_keys=True),
                      max_context=mc.max_context, encoder_only=mc.encoder_only)
+
+
+def _files_closed(root: Path) -> str:
+    """Why the process's files cannot be seen through /proc/PID/root ("" when they can): the kernel's ptrace
+    access check (PTRACE_MODE_READ) closes /proc/PID/root, cwd and environ of another uid's process, and of a
+    root process holding capabilities the agent lacks, to an agent without CAP_SYS_PTRACE (docs/deploy.md)."""
+    try:
+        os.stat(root)
+    except PermissionError:
+        return ("its files and environment are closed to the agent (/proc/PID/root: permission denied; another "
+                "user's process, or root's with capabilities the agent lacks): its model config is not read; run "
+                "the agent as root with its capabilities, or declare a profile")
+    except OSError:
+        return ""  # gone: the reader says so
+    return ""
 
 
 def _not_readable_by_owner(procfs_root: Path, pid: int, path: Path) -> str:
