@@ -303,15 +303,26 @@ def classify(groups: procfs.PidCgroups, sysfs: str | None = None) -> tuple[Cgrou
     for path, controller in paths:
         ident, why = classify_cgroup_path(path)
         if (ident is not None or why) and sysfs is not None and path.startswith("/") \
-                and not path.startswith("/.."):
+                and not path.startswith("/..") and not (ident is not None and not why and _rooted(ident)):
             owners = cgroup_owners(_hierarchy(sysfs, controller, path), path)
-            if owners != Owners():
+            if owners.delegated >= 0 or (why and owners.seen):  # else the same answer
                 ident, why = classify_cgroup_path(path, owners)
         first_why = first_why or why
         if ident is not None:
             # the v1 path of a v1-only host is not a cgroup v2 path: no stats from it
             return (ident if controller is None else _no_stats(ident)), first_why
     return None, first_why
+
+
+def _rooted(ident: CgroupIdentity) -> bool:
+    """A job or pod in Slurm's or the kubelet's layout from the hierarchy's root (`/kubepods.slice/...`,
+    `/slurm/...`, `/system.slice/slurmstepd.scope/...`): only root makes those, nothing there is delegated to
+    a user, so the owners need not be looked at."""
+    if ident.kind not in ("pod", "job") or not ident.cgroup:
+        return False
+    parts = ident.cgroup.split("/", 3)
+    return len(parts) > 2 and (parts[1] in _KUBEPODS or bool(_SLURM_V1.match(parts[1]))
+                               or (parts[1] == "system.slice" and bool(_SLURM_V2.match(parts[2]))))
 
 
 def _hierarchy(sysfs: str, controller: str | None, path: str) -> str:
