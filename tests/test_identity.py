@@ -682,7 +682,15 @@ def test_nothing_below_a_unit_delegated_to_a_user_is_a_pod_or_a_job(tmp_path):
         ("pod", UID, (20,)), ("unit", "alice.service", (21,))]
     ident, why = identity_module.classify(procfs.parse_pid_cgroup(f"0::/system.slice/alice.service/{colon}\n"),
                                           str(sysfs))
-    assert why == f"pod {UID} is below alice.service(uid 1001), a subtree delegated to its user: not taken for a pod"
+    assert why == (f"pod {UID} is below alice.service (its cgroup is uid 1001's), a subtree delegated to its user: "
+                   "not taken for a pod")
+    _proc(proc, 22, "0::/system.slice/alice.service/vllm.service")  # her own unit below it: hers, apart
+    _proc(proc, 23, "0::/system.slice/vllm.service")
+    (sysfs / "fs/cgroup/system.slice/alice.service/vllm.service").mkdir()
+    os.chown(sysfs / "fs/cgroup/system.slice/alice.service/vllm.service", 1001, 1001)
+    c = _collector(tmp_path, _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(22, 1), GpuProcess(23, 1)))]))
+    assert sorted((g.name, g.pids) for g in c.collect().groups) == [("alice.service/vllm.service", (22,)),
+                                                                     ("vllm.service", (23,))]
 
 
 def test_a_pod_the_kubelet_does_not_list_is_not_shown_as_that_pod(tmp_path, kubelet):

@@ -246,7 +246,7 @@ def classify_cgroup_path(path: str, owners: Owners | None = None) -> tuple[Cgrou
         if not reason:
             return CgroupIdentity("job", "/".join(parts[: job_at + 1]), job_id=job, step=step), why
         why = why or reason
-    below = _delegation(parts, delegated_at, owners)
+    below = _delegation(parts, delegated_at)
     if container:
         mine = below if 0 <= delegated_at < container_at else ""
         return CgroupIdentity("container", "/".join(parts[: container_at + 1]), container_id=container,
@@ -257,23 +257,21 @@ def classify_cgroup_path(path: str, owners: Owners | None = None) -> tuple[Cgrou
     return None, why
 
 
-def _delegation(parts: list[str], at: int, owners: Owners) -> str:
-    """How a delegated subtree is named in a user's identities: its unit (``user@1000.service``; another one
-    with its owner's uid)."""
+def _delegation(parts: list[str], at: int) -> str:
+    """How a delegated subtree is named in a user's identities: its cgroup's name (``user@1000.service``,
+    ``alice.service``: unit names are unique on a host), cut and escaped when it is not a plain one."""
     if at < 0:
         return ""
     comp = parts[at]
-    if _USER_MANAGER.match(comp):
-        return comp
-    name = comp if len(comp) <= 64 and comp.isprintable() else f"{comp[:48].encode('unicode_escape').decode()}..."
-    return f"{name}(uid {owners.uid})" if owners.delegated == at else name
+    return comp if len(comp) <= 64 and comp.isprintable() else f"{comp[:48].encode('unicode_escape').decode()}..."
 
 
 def _untrusted(parts: list[str], at: int, user_at: int, delegated_at: int, owners: Owners,
                layouts: tuple[tuple[Callable[[str], bool], ...], ...], what: str, kind: str) -> str:
     """Why the job or pod component at ``at`` is not taken for one ("" when it is)."""
     if 0 <= delegated_at <= at:
-        return (f"{what} is below {_delegation(parts, delegated_at, owners)}, a subtree delegated to its user: "
+        owner = f" (its cgroup is uid {owners.uid}'s)" if owners.delegated == delegated_at else ""
+        return (f"{what} is below {_delegation(parts, delegated_at)}{owner}, a subtree delegated to its user: "
                 f"not taken for {kind}")
     if 0 <= user_at <= at:
         return f"{what} is below {parts[user_at]}, a user's part of the cgroup tree: not taken for {kind}"
