@@ -135,6 +135,24 @@ def test_container_names_from_each_runtimes_on_disk_state(tmp_path):
     assert container_meta(root, "9" * 64, "") is None
 
 
+def test_a_fifo_or_device_in_place_of_a_runtime_record_neither_blocks_nor_is_read(tmp_path):
+    """Before: the bundle's config.json was opened blocking, so a FIFO there held the tick forever."""
+    bundle = tmp_path / f"run/containerd/io.containerd.runtime.v2.task/k8s.io/{'a' * 64}"
+    bundle.mkdir(parents=True)
+    os.mkfifo(bundle / "config.json")
+    os.symlink("/dev/zero", tmp_path / "zero.json")
+    docker = tmp_path / f"var/lib/docker/containers/{'c' * 64}"
+    docker.mkdir(parents=True)
+    os.symlink("/dev/zero", docker / "config.v2.json")
+    result: list = []
+    t = threading.Thread(target=lambda: result.extend((container_meta(tmp_path, "a" * 64, "containerd"),
+                                                       container_meta(tmp_path, "c" * 64, "docker"))), daemon=True)
+    t.start()
+    t.join(5)
+    assert not t.is_alive(), "blocked on the FIFO"
+    assert result == [None, None]
+
+
 # ----------------------------------------------------------------------------------- job mapping dir
 def test_job_mapping_directory_in_dcgm_exporters_format(tmp_path):
     (tmp_path / "0").write_text("4242\n4242\n\n")

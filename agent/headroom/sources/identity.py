@@ -370,11 +370,15 @@ JSON_BYTES = 4 * 2**20  # of a runtime's state file: a larger one is cut there (
 
 def _load_json(path: Path | str) -> Any:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # no Python file object: once per new container, in the tick
+        # no Python file object: once per new container, in the tick; O_NONBLOCK: a FIFO put there cannot block it
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
-        size = os.fstat(fd).st_size  # read(4 MiB) would allocate 4 MiB for a 1 KiB bundle config
+        st = os.fstat(fd)
+        if not stat_module.S_ISREG(st.st_mode):  # a FIFO, a device, a directory: not a runtime's record
+            return None
+        size = st.st_size  # read(4 MiB) would allocate 4 MiB for a 1 KiB bundle config
         want = min(size, JSON_BYTES) if size else JSON_BYTES
         chunks, got = [], 0
         while got < want:
