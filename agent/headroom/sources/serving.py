@@ -10,9 +10,12 @@ runtime metric feeds which field, per runtime version).
 Never on the tick's time: each endpoint has a worker thread of its own. ``collect()`` hands out the
 newest finished scrape and wakes the idle workers for the next one, so a tick costs a few dict reads
 per endpoint; a slow endpoint holds only its own worker (one request in flight per endpoint), and its
-values arrive one tick late. Every scrape is bounded: one deadline for connect, headers and body
-(``collectors.serving.timeout``, default 500 ms) and a body cap (``collectors.serving.max_body``,
-default 8 MiB). Anything else an endpoint does (refuse, hang, trickle, answer HTML, 401, bytes that are
+values arrive one tick late. Every scrape is bounded: one deadline for connect, headers, body and parsing
+(``collectors.serving.timeout``, default 500 ms), a body cap (``collectors.serving.max_body``,
+default 8 MiB), caps on what is parsed (MAX_LINES, MAX_SERIES, MAX_LINE_CHARS, MAX_HISTOGRAM_BUCKETS: over
+one, the endpoint is reported oversized and what was not read counted) and a CPU share per endpoint
+(MAX_CPU_SHARE): the endpoint is anyone's who runs the process, so it must not cost the agent more than
+that. Anything else an endpoint does (refuse, hang, trickle, answer HTML, 401, bytes that are
 not UTF-8, metrics of something that is not a serving runtime, switch runtime) becomes ``up`` False
 with a one-line reason in the status API and a log event when it changes, never a traceback.
 """
