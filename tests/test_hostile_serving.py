@@ -245,14 +245,18 @@ def test_four_endpoints_of_140k_series_cost_little_and_an_honest_one_beside_them
     out = json.loads(r.stdout.strip().splitlines()[-1])
     scrapes = sorted(set(d for up, _, d in out["honest"][1:] if up) - {out["honest"][0][2]})  # after the first
     report(request, f"4 x 140k-series endpoints + 1 honest: agent CPU {out['cpu_per_second']:.3f} s/s, VmHWM "
-           f"{out['hwm_mib']:.0f} MiB, honest scrape max {max(scrapes, default=0) * 1000:.1f} ms, slowest collect() "
+           f"{out['hwm_mib']:.0f} MiB, honest scrape median {scrapes[len(scrapes) // 2] * 1000 if scrapes else 0:.1f} ms, "
+           f"max {max(scrapes, default=0) * 1000:.1f} ms, slowest collect() "
            f"{out['slowest_collect'] * 1000:.2f} ms")
     assert all(up is False and oversized and oversized.startswith("oversized: 140001 lines") and dropped >= 140_000
                for up, oversized, dropped in out["hostile"]), out["hostile"]
     assert out["honest"] and all(up and running == 12 for up, running, _ in out["honest"]), out["honest"]
-    assert out["cpu_per_second"] < 0.1  # before: a core (15.6 s of CPU per 20 s for one of them)
-    assert scrapes and max(scrapes) < 0.1  # before: 0.30 s of its 0.5 s deadline
-    assert out["hwm_mib"] < 200  # before: 432 MiB
+    # before (this test on the code without the caps): 0.37 s/s (0.85 s/s over 20 s at 1 s ticks), the honest
+    # scrapes' median 182 ms and max 520 ms, 166 MiB; after: 0.04 s/s, 2 ms and 74 ms, 80 MiB (wall times on a
+    # loaded 2-core machine: the bounds are generous)
+    assert out["cpu_per_second"] < 0.15
+    assert scrapes and scrapes[len(scrapes) // 2] < 0.05 and max(scrapes) < 0.4
+    assert out["hwm_mib"] < 150  # before: 166 MiB here, 314 MiB over 20 s (the issue saw 432 MiB)
 
 
 # ------------------------------------------------------------------------ the reason phrase (Low item)
