@@ -152,3 +152,106 @@ def test_a_user_rule_alone_matches_that_users_processes():
 def test_bad_user_and_uid_values(match, fragment):
     with pytest.raises(ProfileErrors, match=fragment):
         profile_from_dict({"name": "w", "kind": "inference", "match": match})
+
+
+# ------------------------------------------------------------- serving endpoint detection (issue 24 item 4)
+# The serving collector's detection (serving.discover) once ran Python's re over every launcher's whole argv:
+# a 1.88 MB one kept the agent from listening for 88 s. It now matches as the processes collector does.
+_DISCOVER_CHILD = textwrap.dedent("""
+    import json, subprocess, sys, time
+    from headroom.workload.profiles import profile_from_dict
+    from headroom.sources.serving import discover
+
+    pattern = "vllm.*--served-model-name chat-" + "hostile"  # not in any command line, this one's included
+    w = profile_from_dict({"name": "chat", "kind": "inference", "match": {"cmdline": pattern}})
+
+    def timed():
+        cpu, wall = time.thread_time(), time.perf_counter()
+        found = discover("/proc", [w])
+        return time.thread_time() - cpu, time.perf_counter() - wall, found
+
+    before = [timed()[0] for _ in range(3)]
+    # a serving launcher (python3 -c CODE vllm serve ...) whose 1.88 MB argv backtracks a regex engine
+    argv = ["/usr/bin/python3", "-c", "import time; time.sleep(60)", "vllm", "serve", "m", "--port", "18000"]
+    argv += ["vllm " * 25_000] * 15
+    kwargs = json.loads(sys.argv[1])
+    hostile = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{hostile.pid}/cmdline", "rb") as f:
+                    size = len(f.read())
+            except OSError:
+                size = 0
+            if size > 1_000_000:
+                break
+            time.sleep(0.02)
+        cpu, wall, found = timed()
+        print(json.dumps({"size": size, "before": before, "cpu": cpu, "wall": wall, "found": found}))
+    finally:
+        hostile.kill()
+        hostile.wait()
+""")
+
+
+def test_a_1_88_mb_launcher_command_line_does_not_stall_serving_detection(request):
+    try:
+        r = subprocess.run([sys.executable, "-c", _DISCOVER_CHILD, json.dumps(AS_OTHER_USER)], capture_output=True,
+                           text=True, timeout=60, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("serving detection was still matching the 1.88 MB command line after 60 s")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["size"] >= 1_800_000
+    baseline = sorted(out["before"])[1]
+    report(request, f"1.88 MB launcher argv: serving detection {out['cpu'] * 1000:.1f} ms CPU ({out['wall'] * 1000:.1f} ms "
+           f"wall), {baseline * 1000:.1f} ms without it")
+    assert out["cpu"] - baseline < 0.050
+    assert out["found"] == {}
+
+
+def _launcher(user: int | None, name: str) -> subprocess.Popen:
+    argv = ["/usr/bin/python3", "-c", "import time; time.sleep(30)", "vllm", "serve", name, "--port", "18001"]
+    return subprocess.Popen(argv, **({"user": user} if user is not None else {}))
+
+
+def _wait_for_argv(pid: int, word: str) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if word.encode() in f.read():
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"pid {pid} never showed {word!r} in its command line")
+
+
+def test_serving_detection_honours_the_profiles_user_and_uid_rules():
+    """A launcher of another uid that matches `cmdline:` but not `uid:` (or `user:`) is not taken as the workload's
+    endpoint; the same rule with its uid is (run as root, the launcher is nobody's; otherwise it is ours and the
+    rule names another uid)."""
+    from headroom.sources.serving import discover
+
+    owner = NOBODY if os.geteuid() == 0 else os.getuid()
+    other = 0 if os.geteuid() == 0 else owner + 1
+    child = _launcher(NOBODY if os.geteuid() == 0 else None, "uid-rule-test-model")
+    try:
+        _wait_for_argv(child.pid, "uid-rule-test-model")
+
+        def found(restriction):
+            w = profile_from_dict({"name": "chat", "kind": "inference",
+                                   "match": {"cmdline": "uid-rule-test-model", **restriction}})
+            return discover("/proc", [w])
+
+        url = {"chat": "http://127.0.0.1:18001/metrics"}
+        assert found({}) == url
+        assert found({"uid": owner}) == url
+        assert found({"uid": other}) == {}
+        if os.geteuid() == 0:
+            assert found({"user": "nobody"}) == url
+            assert found({"user": "root"}) == {}
+    finally:
+        child.kill()
+        child.wait()

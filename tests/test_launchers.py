@@ -542,3 +542,43 @@ def test_an_automatic_servers_metrics_are_scraped_where_its_command_line_says(tm
         c.close()
         proc.kill()
         proc.wait()
+
+
+# ---------------------------------------------------------------- host and port from another user's argv
+@pytest.mark.parametrize("host", [
+    "127.0.0.1/admin/delete?x=", "a@b", "127.0.0.1 evil", "x#y", "127.0.0.1:9999", "fe80::1%eth0", "-lead.example",
+    "a..b", "h\u00e9.example", "x" * 64 + ".example", "[::1", "127.0.0.1\x00",
+], ids=repr)
+def test_a_host_that_is_not_an_address_or_host_name_builds_no_metrics_url(host):
+    """`--host 127.0.0.1/admin/delete?x=` once made the agent GET /admin/delete on port 80 of loopback: a host
+    from argv is an IP literal or an RFC 1123 name, else refused with a note and no URL built from it."""
+    launcher = parse(["vllm", "serve", "m", "--host", host, "--port", "8001"])
+    assert launcher is not None and launcher.metrics_url == "" and launcher.host == ""
+    assert any(p.startswith("--host ") and "not an IP address or host name" in p for p in launcher.problems)
+    assert all(len(p) < 200 for p in launcher.problems)  # the value is quoted as an excerpt, never whole
+    assert metrics_endpoint(["vllm", "serve", "m", "--host", host]) is None
+
+
+@pytest.mark.parametrize(("host", "url"), [
+    ("::1", "http://[::1]:8001/metrics"), ("[::1]", "http://[::1]:8001/metrics"),
+    ("fd00:0:0::5", "http://[fd00::5]:8001/metrics"), ("10.1.2.3", "http://10.1.2.3:8001/metrics"),
+    ("localhost", "http://localhost:8001/metrics"), ("vllm-0.vllm.svc.cluster.local.",
+                                                      "http://vllm-0.vllm.svc.cluster.local.:8001/metrics"),
+    ("0.0.0.0", "http://127.0.0.1:8001/metrics"), ("::", "http://127.0.0.1:8001/metrics"),
+])
+def test_addresses_and_host_names_build_a_well_formed_url(host, url):
+    from urllib.parse import urlsplit
+
+    launcher = parse(["vllm", "serve", "m", "--host", host, "--port", "8001"])
+    assert launcher.metrics_url == url and not launcher.problems
+    parts = urlsplit(url)
+    assert parts.path == "/metrics" and not parts.query and parts.port == 8001
+
+
+@pytest.mark.parametrize("port", ["8_000", "+80", "\u0668\u0660", "0", "65536", "80/x", "1e3", "9" * 5000])
+def test_a_port_that_is_not_1_to_65535_in_ascii_digits_builds_no_metrics_url(port):
+    launcher = parse(["vllm", "serve", "m", "--port", port])
+    assert launcher.metrics_url == "" and any(p.startswith("--port ") for p in launcher.problems)
+    assert all(len(p) < 200 for p in launcher.problems)
+    tgi = parse(["text-generation-launcher", "--model-id", "m", "--prometheus-port", port])
+    assert tgi.metrics_url == "" and any(p.startswith("--prometheus-port ") for p in tgi.problems)

@@ -387,6 +387,9 @@ class ServingEndpoint:
     generation_tokens_total: float | None = None
     time_to_first_token: Histogram | None = None
     inter_token_latency: Histogram | None = None
+    oversized: str | None = None  # what of the answer was over a cap of one scrape and not read (sources/serving.py)
+    dropped_series_total: int = 0  # runtime series not read over MAX_SERIES / MAX_LINES, since the endpoint was set up
+    dropped_buckets_total: int = 0  # bucket lines of histograms over MAX_HISTOGRAM_BUCKETS, since then
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ class ServingSignals:
     up: bool | None
     error: str | None = None
     runtime: str | None = None
+    oversized: str | None = None  # the newest scrape's answer was over a cap (sources/serving.py): what was not read
     usage: float | None = None  # mean KV cache usage over the window
     running: float | None = None  # mean requests running
     waiting: float | None = None  # mean requests waiting
@@ -110,7 +111,7 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str) -> 
     if not timed:
         return None
     now = timed[-1][1]
-    base = ServingSignals(workload, now.endpoint, now.up, now.error, now.runtime)
+    base = ServingSignals(workload, now.endpoint, now.up, now.error, now.runtime, now.oversized)
     ups = [(t, e) for t, e in timed if e.up]
     if not now.up or not ups:
         return base

@@ -340,6 +340,12 @@ CATALOG: tuple[MetricSpec, ...] = (
          "(vllm, sglang, tgi, triton)."),
     _srv("headroom_workload_serving_scrape_duration_seconds", GAUGE, "seconds", W,
          "Wall time of the last scrape of the serving endpoint (off the tick, in the endpoint's own thread)."),
+    _srv("headroom_workload_serving_dropped_series_total", COUNTER, "", (*W, "reason"),
+         "Runtime series of the serving endpoint's answers that were not read for being over a cap of one scrape "
+         "(docs/serving.md, Bounded): reason series (over serving.MAX_SERIES, MAX_LINES or MAX_LINE_CHARS: the "
+         "scrape is refused, up 0, the endpoint reported oversized in /api/v1/status), reason buckets (bucket lines "
+         "of a histogram over serving.MAX_HISTOGRAM_BUCKETS: that histogram is not read). Since the endpoint's "
+         "worker started."),
     _srv("headroom_workload_kv_cache_usage_ratio", GAUGE, "ratio", W,
          "Share of the runtime's KV cache in use (the fullest engine), as the runtime reports it."),
     _srv("headroom_workload_requests_running", GAUGE, "", W, "Requests the runtime is running now (in batches)."),

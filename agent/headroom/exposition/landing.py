@@ -312,8 +312,10 @@ def _serving_line(s: dict[str, Any] | None) -> str:
         latency += f", TTFT p95 <b>{ttft['0.95'] * 1000:.0f} ms</b>"
     if "0.95" in itl:
         latency += f", ITL p95 <b>{itl['0.95'] * 1000:.0f} ms</b>"
+    oversized = f' <span class="warn">(oversized: {e(s["oversized"])})</span>' if s.get("oversized") else ""
     return (f'<p class="serving">{e(s.get("runtime") or "")}: KV cache <b>{_fmt_pct(s.get("usage"))}</b> used, '
-            f'<b>{s.get("running") or 0:.0f}</b> running, <b>{s.get("waiting") or 0:.0f}</b> waiting{latency}</p>')
+            f'<b>{s.get("running") or 0:.0f}</b> running, <b>{s.get("waiting") or 0:.0f}</b> waiting{latency}'
+            f'{oversized}</p>')
 
 
 def _gpu_card(g: dict[str, Any], window: Sequence[Sample]) -> str:

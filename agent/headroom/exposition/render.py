@@ -623,6 +623,8 @@ def _render_serving(w: Writer, data: Any, snap: Snapshot) -> None:
             continue  # no scrape finished yet: absent, not down
         w.add("headroom_workload_serving_up", e.up, *ids)
         w.add("headroom_workload_serving_scrape_duration_seconds", _r(e.scrape_duration_seconds, 6), *ids)
+        w.add("headroom_workload_serving_dropped_series_total", e.dropped_series_total, *ids, "series")
+        w.add("headroom_workload_serving_dropped_series_total", e.dropped_buckets_total, *ids, "buckets")
         if not e.up:
             continue
         w.add("headroom_workload_serving_info", 1, *ids, e.runtime or "")

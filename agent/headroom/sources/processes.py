@@ -132,7 +132,7 @@ class Rule:
             return False
         if self.restricted and not self.others:
             return True
-        if self.cmdline is not None and argv and self.cmdline.search(" ".join(argv)):
+        if self.cmdline is not None and argv and self.cmdline.search(" ".join(argv)[:CMDLINE_MATCH_BYTES]):
             return True
         if self.exe is not None and (comm == self.exe[:15] or (argv and os.path.basename(argv[0]) == self.exe)):
             return True
@@ -157,6 +157,40 @@ class Rule:
                 if fnmatch.fnmatchcase(prefix, self.cgroup):
                     return prefix
         return None
+
+
+class Matcher:
+    """The static rules of a list of ``match:`` blocks and what of a process they need read: the one
+    matching code path of this collector and of the serving collector's endpoint detection
+    (sources/serving.py). ``cmdline`` is RE2 over the first CMDLINE_MATCH_BYTES of the argv; ``user`` /
+    ``uid`` compare the real uid of /proc/PID/status."""
+
+    def __init__(self, matches: Iterable[Any]) -> None:
+        self.rules = [Rule(m) for m in matches]
+        self.needs_cmdline = any(r.needs_cmdline for r in self.rules)
+        self.needs_cgroup = any(r.needs_cgroup for r in self.rules)
+        self.needs_uid = any(r.restricted for r in self.rules)
+        self.needs_comm = any(r.exe is not None for r in self.rules)  # an exec changes comm: read it again
+
+    def read(self, root: Path, pid: int) -> tuple[list[str], tuple[str, ...], int | None]:
+        """(argv: at most its first CMDLINE_MATCH_BYTES, cgroup paths: unified first, real uid) of ``pid``, each
+        only when a rule needs it; all empty when one is unreadable; ProcessGone when the pid vanished."""
+        try:
+            argv = (procfs.read_pid_cmdline(root, pid, limit=CMDLINE_MATCH_BYTES) or []) if self.needs_cmdline else []
+            groups = procfs.read_pid_cgroup(root, pid) if self.needs_cgroup else None
+            status = procfs.read_pid_status(root, pid) if self.needs_uid else None
+        except (OSError, ValueError):
+            return [], (), None
+        paths: tuple[str, ...] = ()
+        if groups is not None:
+            paths = tuple(dict.fromkeys(
+                ([groups.unified] if groups.unified is not None else []) + list(groups.controllers.values())
+            ))  # fmt: skip
+        return argv, paths, status.uid if status is not None else None
+
+    def matching(self, comm: str, argv: list[str], paths: Iterable[str], uid: int | None) -> frozenset[int]:
+        """The indexes of the rules that match this process (what ``read`` returned, and its comm)."""
+        return frozenset(i for i, r in enumerate(self.rules) if r.matches(comm, argv, paths, uid))
 
 
 class _Again(NamedTuple):
@@ -213,11 +247,9 @@ class ProcessesCollector(Collector):
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
         self._profiles = [w for w in ctx.workloads if not w.match.empty]
-        self._rules = [Rule(w.match) for w in self._profiles]
-        self._needs_cmdline = any(r.needs_cmdline for r in self._rules)
-        self._needs_cgroup = any(r.needs_cgroup for r in self._rules)
-        self._needs_uid = any(r.restricted for r in self._rules)
-        self._needs_comm = any(r.exe is not None for r in self._rules)  # an exec changes comm: read it again
+        self._matcher = Matcher(w.match for w in self._profiles)
+        self._rules = self._matcher.rules
+        self._needs_comm = self._matcher.needs_comm
         self._user_hz = clock_ticks_per_second()
         self._procs: dict[int, _Proc] = {}
         self._totals = [_Totals() for _ in self._profiles]
@@ -338,22 +370,11 @@ class ProcessesCollector(Collector):
         for st, inode, old in todo:
             pid = st.pid
             try:
-                argv = ((procfs.read_pid_cmdline(root, pid, limit=CMDLINE_MATCH_BYTES) or [])
-                        if self._needs_cmdline else [])
-                groups = procfs.read_pid_cgroup(root, pid) if self._needs_cgroup else None
-                status = procfs.read_pid_status(root, pid) if self._needs_uid else None
+                argv, paths, uid = self._matcher.read(root, pid)
             except procfs.ProcessGone:
                 self._forget(pid)
                 continue
-            except (OSError, ValueError):
-                argv, groups, status = [], None, None
-            uid = status.uid if status is not None else None
-            paths: tuple[str, ...] = ()
-            if groups is not None:
-                paths = tuple(dict.fromkeys(
-                    ([groups.unified] if groups.unified is not None else []) + list(groups.controllers.values())
-                ))  # fmt: skip
-            direct = frozenset(i for i, r in enumerate(self._rules) if r.matches(st.comm, argv, paths, uid))
+            direct = self._matcher.matching(st.comm, argv, paths, uid)
             if old is not None and old.starttime == st.starttime_ticks:  # a re-examination
                 old.rechecks += 1
                 if direct or old.rechecks >= RECHECKS:

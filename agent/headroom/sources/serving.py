@@ -10,9 +10,12 @@ runtime metric feeds which field, per runtime version).
 Never on the tick's time: each endpoint has a worker thread of its own. ``collect()`` hands out the
 newest finished scrape and wakes the idle workers for the next one, so a tick costs a few dict reads
 per endpoint; a slow endpoint holds only its own worker (one request in flight per endpoint), and its
-values arrive one tick late. Every scrape is bounded: one deadline for connect, headers and body
-(``collectors.serving.timeout``, default 500 ms) and a body cap (``collectors.serving.max_body``,
-default 8 MiB). Anything else an endpoint does (refuse, hang, trickle, answer HTML, 401, bytes that are
+values arrive one tick late. Every scrape is bounded: one deadline for connect, headers, body and parsing
+(``collectors.serving.timeout``, default 500 ms), a body cap (``collectors.serving.max_body``,
+default 8 MiB), caps on what is parsed (MAX_LINES, MAX_SERIES, MAX_LINE_CHARS, MAX_HISTOGRAM_BUCKETS: over
+one, the endpoint is reported oversized and what was not read counted) and a CPU share per endpoint
+(MAX_CPU_SHARE): the endpoint is anyone's who runs the process, so it must not cost the agent more than
+that. Anything else an endpoint does (refuse, hang, trickle, answer HTML, 401, bytes that are
 not UTF-8, metrics of something that is not a serving runtime, switch runtime) becomes ``up`` False
 with a one-line reason in the status API and a log event when it changes, never a traceback.
 """
@@ -33,6 +36,7 @@ from urllib.parse import urlsplit
 import structlog
 
 from headroom import __version__
+from headroom.safeio import EXCERPT_CHARS, excerpt, shorten_quoted
 from headroom.samples import Histogram, ServingEndpoint, ServingSample
 from headroom.sources import Collector, SourceContext, register
 
@@ -42,6 +46,17 @@ DEFAULT_TIMEOUT = 0.5  # seconds: connect + request + headers + body
 DEFAULT_MAX_BODY = 8 * 2**20
 DEFAULT_DETECT_INTERVAL = 30.0  # seconds between command-line detection rounds (profiles without endpoint)
 MAX_HEADER_BYTES = 64 * 1024
+# What one scrape reads of an exposition, whatever the endpoint sends (docs/serving.md, "Bounded"): an answer
+# over a cap is refused (``up`` 0, the endpoint reported oversized, the series not read counted in
+# headroom_workload_serving_dropped_series_total), as Prometheus' sample_limit refuses a scrape.
+MAX_LINES = 65536  # lines of one answer (a real runtime's has a few hundred): checked before it is split
+MAX_SERIES = 4096  # runtime sample lines (vllm:, sglang:, tgi_, nv_*) parsed per scrape
+MAX_LINE_CHARS = 16384  # characters of one runtime sample line (vLLM's cache_config_info, the longest, ~1 KB)
+MAX_HISTOGRAM_BUCKETS = 64  # distinct bounds of one histogram (vLLM's have 22); more: that histogram is not read
+MAX_CPU_SHARE = 0.05  # of one core, an endpoint's worker over time: a scrape that took c CPU seconds waits c / 0.05
+THROTTLE_FLOOR = 0.02  # CPU seconds a scrape may take before the next one waits (honest ones take < 2 ms)
+OVERSIZED_RETRY = 10.0  # seconds before an endpoint whose answer was refused as oversized is scraped again
+MAX_ERROR_CHARS = 240  # an error message kept for the status API and the log (a reason phrase can be 60 KB)
 
 # runtime -> (how people call it, metric name prefixes that identify its exposition)
 RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -60,6 +75,14 @@ _PREFIXES = tuple(p for _, prefixes in RUNTIMES.values() for p in prefixes)
 
 class ScrapeError(Exception):
     """The endpoint could not be read or is not a serving runtime. The message is shown to users as is."""
+
+
+class Oversized(ScrapeError):
+    """The answer is over a cap of what one scrape reads; ``dropped``: the runtime series not read."""
+
+    def __init__(self, message: str, dropped: int) -> None:
+        super().__init__(message)
+        self.dropped = dropped
 
 
 # ------------------------------------------------------------------------------------------- HTTP
@@ -135,7 +158,7 @@ def http_get(target: Target, timeout: float, max_body: int,
                     try:
                         length = int(headers["content-length"])
                     except ValueError:
-                        raise ScrapeError(f"bad Content-Length {headers['content-length']!r}") from None
+                        raise ScrapeError(f"bad Content-Length {excerpt(headers['content-length'])}") from None
                     if length > max_body:
                         raise ScrapeError(f"body of {length} bytes is over the {_size(max_body)} cap "
                                           "(collectors.serving.max_body)")
@@ -219,6 +242,8 @@ class Metrics:
 
     def __init__(self, samples: Mapping[str, list[tuple[dict[str, str], float]]]) -> None:
         self.samples = samples
+        self.oversized: list[str] = []  # histograms not read for their buckets (MAX_HISTOGRAM_BUCKETS)
+        self.dropped_buckets = 0  # their bucket lines
 
     def total(self, *names: str, where: Mapping[str, str] | None = None) -> float | None:
         """The sum over label sets of the first name present (engines, ranks and models add up)."""
@@ -250,6 +275,11 @@ class Metrics:
                     continue
                 if not math.isnan(bound):
                     by_bound[bound] = by_bound.get(bound, 0.0) + value
+            if len(by_bound) > MAX_HISTOGRAM_BUCKETS:  # each sample would keep them all in the window
+                self.oversized.append(f"{name}: more than {MAX_HISTOGRAM_BUCKETS} buckets "
+                                      "(serving.MAX_HISTOGRAM_BUCKETS), not read")
+                self.dropped_buckets += len(rows)
+                continue
             if not by_bound or math.inf not in by_bound:
                 continue
             bounds = sorted(by_bound)
@@ -266,10 +296,16 @@ class Metrics:
         return [(labels, v) for labels, v in rows if not math.isnan(v)]
 
 
-SERIES_CACHE_MAX = 4096  # distinct series whose parsed name and labels an endpoint remembers
+SERIES_CACHE_MAX = MAX_SERIES  # distinct series whose parsed name and labels an endpoint remembers
 
 
-def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] | None = None
+def _runtime_lines(text: str) -> int:
+    """Runtime sample lines in ``text``, counted without splitting it (str.count per prefix)."""
+    return sum(text.count("\n" + p) for p in _PREFIXES) + text.startswith(_PREFIXES)
+
+
+def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] | None = None,
+          deadline: float | None = None, clock: Callable[[], float] = time.monotonic
           ) -> tuple[Metrics, dict[str, int], int]:
     """(the samples the normalizers read, samples per runtime prefix, other metric families) of a text exposition.
 
@@ -280,13 +316,28 @@ def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] |
     examined the first time it is seen, its labels by prometheus-client's text parser; ``series``
     remembers (runtime prefix, sample name, labels or None when no normalizer reads it) by that key, so
     later scrapes look each line up once and only convert the value (the same float() the parser uses).
-    Detection counts every runtime sample line by its prefix."""
+    Detection counts every runtime sample line by its prefix.
+
+    Bounded whatever the text (docs/serving.md): over MAX_LINES lines, a runtime line over MAX_LINE_CHARS or
+    a runtime sample line past MAX_SERIES is ``Oversized`` (parsing stops there); past ``deadline`` (the
+    scrape's, on ``clock``) a ScrapeError."""
+    lines_total = text.count("\n") + (not text.endswith("\n"))
+    if lines_total > MAX_LINES:
+        raise Oversized(f"oversized: {lines_total} lines, more than the {MAX_LINES} read per scrape "
+                        "(serving.MAX_LINES); not read", _runtime_lines(text))
+    # refused before any is parsed (counted only when there are enough lines: the count costs a pass per prefix)
+    runtime_lines = _runtime_lines(text) if lines_total > MAX_SERIES else 0
+    if runtime_lines > MAX_SERIES:
+        raise _too_many(runtime_lines)
     cache = series if series is not None else {}
     typed, untyped = set(), set()
     by_prefix: dict[str, int] = {}
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     others_unseen = False  # sample lines of other families, named only when no TYPE line names them
-    for line in text.splitlines():
+    lines = text.split("\n")  # the text format's only line end (splitlines() would split \r, \x1c, \u2028 ... too,
+    if "\r" in text:  # into more lines than MAX_LINES counted); a CRLF answer is still read
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    for index, line in enumerate(lines):
         if not line.startswith(_PREFIXES):
             if line.startswith("#"):
                 if "TYPE" in line:  # HELP lines and other comments are skipped without splitting them
@@ -298,6 +349,8 @@ def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] |
                 others_unseen = True  # another family's sample: its name matters only without TYPE lines
                 continue
         else:  # a runtime's series seen before: one lookup by the line up to its value
+            if len(line) > MAX_LINE_CHARS:
+                raise _too_long(line, runtime_lines)
             end = line.rfind("}") + 1 if "{" in line else line.find(" ")
             known = cache.get(line[:end]) if end > 0 else None
             if known is not None:
@@ -318,9 +371,18 @@ def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] |
             continue
         prefix = next(p for p in _PREFIXES if name.startswith(p))
         by_prefix[prefix] = by_prefix.get(prefix, 0) + 1
+        if not line.startswith(_PREFIXES):  # a runtime line the count above missed (leading blanks)
+            runtime_lines += 1
+            if runtime_lines > MAX_SERIES:
+                raise _too_many(runtime_lines + sum(1 for rest in lines[index + 1:] if rest.lstrip().startswith(_PREFIXES)))
+            if len(line) > MAX_LINE_CHARS:
+                raise _too_long(line, runtime_lines)
         end = line.rfind("}") + 1 if "{" in line else len(name)
         key, rest = line[:end], line[end:].split()
         kept = name in _KEEP
+        if kept and deadline is not None and clock() > deadline:  # the costly step: prometheus-client's parser
+            raise ScrapeError("the answer was not parsed by the deadline (collectors.serving.timeout): "
+                              f"{index} of {len(lines)} lines read")
         try:
             known = (prefix, *_parse_series(line)) if kept else (prefix, name, None)
             if kept:
@@ -334,11 +396,21 @@ def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] |
         if kept:
             samples.setdefault(known[1], []).append((known[2], value))
     if not typed and others_unseen:  # no TYPE lines: count the other families by their sample names
-        for line in text.splitlines():
+        for line in lines:
             if line and not line.startswith(("#", *_PREFIXES)) and (line[0].isalpha() or line[0] in "_:"):
                 untyped.add(line.split("{", 1)[0].split(None, 1)[0])
     others = len(typed or untyped)  # families by their TYPE lines; sample names when there are none
     return Metrics(samples), by_prefix, others
+
+
+def _too_many(series: int) -> Oversized:
+    return Oversized(f"oversized: {series} runtime series, more than the {MAX_SERIES} read per scrape "
+                     "(serving.MAX_SERIES); not read", series)
+
+
+def _too_long(line: str, series: int) -> Oversized:
+    return Oversized(f"oversized: a runtime sample line of {len(line)} characters, more than {MAX_LINE_CHARS} "
+                     "(serving.MAX_LINE_CHARS); not read", series)
 
 
 def _invalid(exc: Exception) -> ScrapeError:
@@ -469,9 +541,11 @@ _KEEP = _names_read()
 
 
 def read_exposition(body: bytes, content_type: str, declared: str | None,
-                    series: dict[str, tuple[str, str, dict[str, str] | None]] | None = None
-                    ) -> tuple[str, dict[str, Any]]:
-    """(runtime, normalized fields) of a /metrics body; ScrapeError when it is not a serving runtime's."""
+                    series: dict[str, tuple[str, str, dict[str, str] | None]] | None = None,
+                    deadline: float | None = None) -> tuple[str, dict[str, Any]]:
+    """(runtime, normalized fields) of a /metrics body; ScrapeError when it is not a serving runtime's (Oversized
+    when it is over a cap). A histogram over MAX_HISTOGRAM_BUCKETS is left out: the fields then say so in
+    ``oversized`` and count its lines in ``dropped_buckets``."""
     kind = content_type.split(";", 1)[0].strip().lower()
     head = body[:512].lstrip().lower()
     if kind in ("text/html", "application/xhtml+xml") or head.startswith((b"<!doctype html", b"<html")):
@@ -485,7 +559,7 @@ def read_exposition(body: bytes, content_type: str, declared: str | None,
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ScrapeError(f"body is not UTF-8 text (byte 0x{body[exc.start]:02x} at offset {exc.start})") from None
-    metrics, by_prefix, others = parse(text, series)
+    metrics, by_prefix, others = parse(text, series, deadline)
     runtime = detect(by_prefix)
     if runtime is None:
         raise ScrapeError(f"not a serving runtime's metrics: {others} metric families, none from "
@@ -493,7 +567,10 @@ def read_exposition(body: bytes, content_type: str, declared: str | None,
     if declared is not None and runtime != declared:
         raise ScrapeError(f"endpoint serves {RUNTIMES[runtime][0]} metrics but the profile declares runtime "
                           f"{declared}")
-    return runtime, NORMALIZERS[runtime](metrics)
+    fields = NORMALIZERS[runtime](metrics)
+    if metrics.oversized:
+        fields.update(oversized="; ".join(metrics.oversized), dropped_buckets=metrics.dropped_buckets)
+    return runtime, fields
 
 
 # ------------------------------------------------------------------------------------- detection
@@ -507,36 +584,47 @@ def endpoint_from_argv(argv: list[str]) -> tuple[str, str] | None:
 
 
 def discover(procfs: Any, profiles: list[Any]) -> dict[str, str]:
-    """Workload name -> /metrics URL, for profiles whose ``match.cmdline`` finds a serving runtime's process.
+    """Workload name -> /metrics URL, for profiles with a ``match.cmdline`` rule whose match finds a serving
+    runtime's process.
 
-    One pass over /proc (cmdline of every process); the first matching process of a profile wins."""
+    One pass over /proc; the first matching process of a profile wins. Matching is the processes
+    collector's (``processes.Matcher``): RE2 over the first CMDLINE_MATCH_BYTES of each command line, and
+    the profile's ``user``/``uid`` rules against the real uid in /proc/PID/status, so a process of another
+    user never becomes a restricted profile's endpoint and a megabyte-long command line costs what 4 KiB
+    does. Only a process that matches has its launcher flags read (the first ``identity.CMDLINE_BYTES``)."""
     import os
 
     from headroom.sources import procfs as proc
+    from headroom.sources.identity import CMDLINE_BYTES
+    from headroom.sources.processes import Matcher
 
-    rules = [(p.name, re.compile(p.match.cmdline)) for p in profiles if getattr(p.match, "cmdline", None)]
+    wanted = [p for p in profiles if getattr(p.match, "cmdline", None)]
     found: dict[str, str] = {}
-    if not rules:
+    if not wanted:
         return found
+    matcher = Matcher(p.match for p in wanted)
     try:
         pids = sorted(int(e.name) for e in os.scandir(procfs) if e.name.isdigit())
     except OSError:
         return found
     for pid in pids:
         try:
-            argv = proc.read_pid_cmdline(procfs, pid)
+            argv, paths, uid = matcher.read(procfs, pid)
+            comm = ""
+            if matcher.needs_comm:
+                st = proc.read_pid_stat(procfs, pid)
+                comm = st.comm if st is not None else ""
+            hits = [i for i in matcher.matching(comm, argv, paths, uid) if wanted[i].name not in found]
+            if not hits:
+                continue
+            endpoint = endpoint_from_argv(proc.read_pid_cmdline(procfs, pid, limit=CMDLINE_BYTES) or [])
         except Exception:  # the process is gone, or unreadable: not ours to explain
             continue
-        if not argv:
-            continue
-        endpoint = endpoint_from_argv(argv)
         if endpoint is None:
             continue
-        line = " ".join(argv)
-        for name, rule in rules:
-            if name not in found and rule.search(line):
-                found[name] = endpoint[1]
-        if len(found) == len(rules):
+        for i in sorted(hits):
+            found[wanted[i].name] = endpoint[1]
+        if len(found) == len(wanted):
             break
     return found
 
@@ -552,6 +640,8 @@ class _Endpoint:
         self._runtime: str | None = None
         self._series: dict[str, tuple[str, str, dict[str, str] | None]] = {}  # series seen (parse())
         self._state: tuple[bool | None, str | None] = (None, None)
+        self._dropped_series = self._dropped_buckets = 0  # the drop counters (headroom_workload_serving_dropped_...)
+        self._not_before = 0.0  # monotonic time before which no scrape starts (MAX_CPU_SHARE)
         self._cv = threading.Condition()
         self._wanted = False
         self._busy = False
@@ -560,14 +650,14 @@ class _Endpoint:
             self._target: Target | None = Target.parse(url)
         except ScrapeError as exc:
             self._target = None
-            self.latest = ServingEndpoint(workload, url, up=False, error=str(exc))
+            self.latest = ServingEndpoint(workload, url, up=False, error=one_line(str(exc)))
         self._thread = threading.Thread(target=self._loop, name=f"serving-{workload}", daemon=True)
         self._thread.start()
 
     def kick(self) -> None:
-        """Start a scrape unless one is in flight."""
+        """Start a scrape unless one is in flight, or the last one's CPU time asks this endpoint to wait."""
         with self._cv:
-            if not self._busy and self._target is not None:
+            if not self._busy and self._target is not None and time.monotonic() >= self._not_before:
                 self._wanted = True
                 self._cv.notify()
 
@@ -577,16 +667,26 @@ class _Endpoint:
             self._cv.notify()
 
     def _loop(self) -> None:
+        from prometheus_client.parser import text_string_to_metric_families  # noqa: F401 - loaded here, not on
+        # the first scrape's CPU time (MAX_CPU_SHARE)
+
         while True:
             with self._cv:
                 self._cv.wait_for(lambda: self._wanted or self._stop)
                 if self._stop:
                     return
                 self._wanted, self._busy = False, True
+            started, cpu = time.monotonic(), time.thread_time()
             try:
                 result = self.scrape()
             except Exception as exc:  # a bug must not kill the worker: report it as this endpoint's failure
-                result = ServingEndpoint(self.workload, self.url, up=False, error=f"{type(exc).__name__}: {exc}")
+                result = ServingEndpoint(self.workload, self.url, up=False,
+                                         error=one_line(f"{type(exc).__name__}: {exc}"))
+            spent = time.thread_time() - cpu
+            if spent > THROTTLE_FLOOR:  # an answer that costs CPU is read less often: MAX_CPU_SHARE of a core
+                self._not_before = started + spent / MAX_CPU_SHARE
+            if result.oversized and not result.up:  # it will not be smaller a tick later
+                self._not_before = max(self._not_before, started + OVERSIZED_RETRY)
             self._note(result)
             with self._cv:
                 self.latest = result
@@ -594,21 +694,32 @@ class _Endpoint:
                 self._cv.notify_all()  # wakes ServingCollector.wait_idle
 
     def scrape(self) -> ServingEndpoint:
+        """One scrape, HTTP and parsing within the one deadline (``timeout``)."""
         assert self._target is not None
         start = time.monotonic()
+        oversized = None
         try:
             status, reason, headers, body = http_get(self._target, self.timeout, self.max_body)
             if status in (401, 403):
-                raise ScrapeError(f"HTTP {status} {reason}: the endpoint wants credentials; headroom sends none "
-                                  "(expose /metrics without auth on a local address)")
+                raise ScrapeError(f"HTTP {status} {_reason(reason)}: the endpoint wants credentials; headroom sends "
+                                  "none (expose /metrics without auth on a local address)")
             if status != 200:
-                raise ScrapeError(f"HTTP {status} {reason}".strip())
-            runtime, fields = read_exposition(body, headers.get("content-type", ""), self.declared, self._series)
+                raise ScrapeError(f"HTTP {status} {_reason(reason)}".strip())
+            runtime, fields = read_exposition(body, headers.get("content-type", ""), self.declared, self._series,
+                                              deadline=start + self.timeout)
         except ScrapeError as exc:
-            return ServingEndpoint(self.workload, self.url, up=False, error=str(exc),
-                                   runtime=self._runtime, scrape_duration_seconds=time.monotonic() - start)
+            if isinstance(exc, Oversized):
+                self._dropped_series += exc.dropped
+                oversized = one_line(str(exc))
+            return ServingEndpoint(self.workload, self.url, up=False, error=one_line(str(exc)), runtime=self._runtime,
+                                   scrape_duration_seconds=time.monotonic() - start, oversized=oversized,
+                                   dropped_series_total=self._dropped_series,
+                                   dropped_buckets_total=self._dropped_buckets)
+        self._dropped_buckets += fields.pop("dropped_buckets", 0)
         return ServingEndpoint(self.workload, self.url, up=True, runtime=runtime,
-                               scrape_duration_seconds=time.monotonic() - start, **fields)
+                               scrape_duration_seconds=time.monotonic() - start,
+                               dropped_series_total=self._dropped_series, dropped_buckets_total=self._dropped_buckets,
+                               **fields)
 
     def _note(self, result: ServingEndpoint) -> None:
         """Log changes of state and of runtime, once each (not every tick)."""
@@ -617,8 +728,9 @@ class _Endpoint:
                 log.warning("serving_runtime_changed", workload=self.workload, endpoint=self.url,
                             before=self._runtime, after=result.runtime)
             self._runtime = result.runtime
-        # one event per kind of failure: byte counts and sizes in the message do not make a new one
-        state = (result.up, None if result.up else re.sub(r"\d+", "N", result.error or ""))
+        # one event per kind of failure: byte counts, sizes and quoted values (a reason phrase, a header) in the
+        # message do not make a new one
+        state = (result.up, None if result.up else re.sub(r"\d+", "N", _QUOTED.sub("Q", result.error or "")))
         if state == self._state:
             return
         if result.up:
@@ -626,6 +738,25 @@ class _Endpoint:
         else:
             log.warning("serving_endpoint_down", workload=self.workload, endpoint=self.url, error=result.error)
         self._state = state
+
+
+_QUOTED = re.compile(r"""'(?:[^'\\\n]|\\.)*'(?:\.\.\. \(\d+ characters\))?|"(?:[^"\\\n]|\\.)*"(?:\.\.\. \(\d+ characters\))?""")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _reason(reason: str) -> str:
+    """An HTTP reason phrase for a message: as sent when it is a short printable one (every standard one is),
+    else a quoted excerpt (safeio.excerpt): an endpoint's 60 KB reason phrase is not repeated."""
+    if len(reason) <= EXCERPT_CHARS and reason.isprintable():
+        return reason
+    return excerpt(reason)
+
+
+def one_line(message: str) -> str:
+    """An error message as the status API and the log keep it: one line, quoted values cut to excerpts
+    (safeio.shorten_quoted), at most MAX_ERROR_CHARS."""
+    message = shorten_quoted(_CONTROL.sub(" ", message))
+    return message if len(message) <= MAX_ERROR_CHARS else message[:MAX_ERROR_CHARS - 25] + f"... ({len(message)} characters)"
 
 
 def declared_runtime(profile: Any) -> str | None:

@@ -25,6 +25,7 @@ version; SGLang's mem_fraction_static by GPU memory; TGI's prefill budget) are t
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -136,6 +137,10 @@ MAX_ARGS = 512  # arguments read per command line (a longer one is read up to he
 _LIMITS = {"tensor_parallel": 4096, "pipeline_parallel": 4096, "data_parallel": 4096, "max_model_len": 2**31 - 1,
            "max_num_seqs": 2**20, "max_num_batched_tokens": 2**31 - 1, "port": 65535, "metrics_port": 65535,
            "world_size": 2**20}  # fmt: skip
+_INTEGER = re.compile(r"-?[0-9]{1,18}")  # an integer flag's value: ASCII digits ("8_000", "+80", "٨٠" are not)
+# a host name as RFC 1123 spells one: dot-separated labels of letters, digits and inner hyphens
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+MAX_HOST_NAME = 253  # characters of a host name (RFC 1035), its optional final dot aside
 
 
 def _flag_name(arg: str) -> str:
@@ -290,13 +295,16 @@ def parse(argv: Sequence[str]) -> Launcher | None:
     host = str(settings.pop("host", "") or "")
     metrics_url = ""
     if runtime in _METRICS:
-        same = _METRICS[runtime][1] == _API_PORT[runtime][0]
+        host_flag, port_flag, default_port = _METRICS[runtime]
+        same = port_flag == _API_PORT[runtime][0]
         metrics_port = settings.get("port") if same else settings.pop("metrics_port", None)
-        metrics_port = metrics_port or _METRICS[runtime][2]
-        reach = "127.0.0.1" if host in _ANY_ADDRESS else host
-        if ":" in reach and not reach.startswith("["):
-            reach = f"[{reach}]"
-        metrics_url = f"http://{reach}:{metrics_port}/metrics"
+        reach = url_host(host)
+        if reach is None:
+            problems.append(f"{host_flag} {excerpt(host)}: not an IP address or host name; no metrics endpoint")
+            host = ""
+        # an unreadable port flag is named in problems above: never replaced by the default (a wrong endpoint)
+        elif not any(p.startswith(f"{port_flag} ") for p in problems):
+            metrics_url = f"http://{reach}:{metrics_port or default_port}/metrics"
         settings.setdefault("port", _API_PORT[runtime][1])
     return Launcher(runtime=runtime, role="training" if training else "serving", model=model, script=script,
                     host=host, metrics_url=metrics_url, problems=tuple(problems), **settings)
@@ -348,10 +356,34 @@ def _flags_for(runtime: str, key: str) -> str:
     return _FLAGS[runtime][key][1][0] if key in _FLAGS[runtime] else key
 
 
+def url_host(host: str) -> str | None:
+    """The host part of an http URL that reaches a runtime bound to ``host`` (a flag's value): 127.0.0.1 for a
+    wildcard or no address, an IPv6 literal in brackets, an IPv4 literal or an RFC 1123 host name as given;
+    None for anything else (a path, ``user@host``, spaces, ``#``, an IPv6 zone index), which must never become
+    part of a URL the agent requests."""
+    if host in _ANY_ADDRESS:
+        return "127.0.0.1"
+    literal = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        address = ipaddress.ip_address(literal)
+    except ValueError:
+        address = None
+    if address is not None:
+        if address.version == 4:
+            return address.compressed
+        return None if address.scope_id else f"[{address.compressed}]"  # a zone index needs a %25 in a URL
+    name = host[:-1] if host.endswith(".") else host
+    if 0 < len(name) <= MAX_HOST_NAME and all(_HOST_LABEL.fullmatch(label) for label in name.split(".")):
+        return host
+    return None
+
+
 def _convert(typ: str, value: str) -> Any:
     if typ != _STR and len(value) > 32:  # no number is longer; int() of 5 000 digits is slow before it refuses
         raise ValueError(value)
     if typ == _INT:
+        if not _INTEGER.fullmatch(value.strip()):
+            raise ValueError(value)
         return int(value.strip())
     if typ == _HUMAN:
         return _human_int(value)
@@ -394,10 +426,7 @@ def metrics_endpoint(argv: Sequence[str]) -> tuple[str, str] | None:
     """(runtime, /metrics URL) of a serving runtime's command line; None when it is not one or its port
     flag is unreadable (a wildcard bind address is reached on 127.0.0.1)."""
     launcher = parse(argv)
-    if launcher is None or not launcher.metrics_url:
-        return None
-    port_flag = _METRICS[launcher.runtime][1]
-    if any(p.startswith(port_flag + " ") for p in launcher.problems):  # never guess the port
+    if launcher is None or not launcher.metrics_url:  # parse() builds none from an unreadable host or port
         return None
     return launcher.runtime, launcher.metrics_url
 
@@ -561,4 +590,4 @@ def _precision(launcher: Launcher, d: dict[str, Any], notes: list[str], serving:
             notes.append(f"kv cache dtype {launcher.kv_cache_dtype!r} not modelled; the compute dtype is assumed")
 
 
-__all__ = ["MAX_ARGS", "auto_profile", "display_name", "metrics_endpoint", "parse"]
+__all__ = ["MAX_ARGS", "auto_profile", "display_name", "metrics_endpoint", "parse", "url_host"]
