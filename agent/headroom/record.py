@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import types
 import typing
 from collections import deque
@@ -83,8 +84,11 @@ def encode_sample(sample: Sample, verdicts: Mapping[str, str] | None = None) -> 
 
 
 # ------------------------------------------------------------------------------------------ decode
-MAX_LINE_BYTES = 16 * 2**20  # one tick of a large host is tens of KiB; a longer line is refused, not read
-MAX_WINDOW_SAMPLES = 1_000_000  # header window / interval: the replay window's length (bounds its memory)
+MAX_LINE_BYTES = 2**20  # one tick of a large host is tens of KiB; a longer line is refused, not read
+MAX_WINDOW_SAMPLES = 1_000_000  # header window / interval: the replay window's length in samples
+# the recorded bytes of the samples the replay window holds at once (the lines they were decoded from; decoded,
+# they take about 5 times as much memory): a recording that needs more is refused at the line that overflows it
+MAX_WINDOW_BYTES = 64 * 2**20
 MAX_INTERVAL_SECONDS = 3600.0
 _HINTS: dict[type, dict[str, Any]] = {}
 _MISSING = object()
@@ -257,11 +261,13 @@ def read_traces(paths: Sequence[str | Path]) -> Iterator[tuple[Mapping[str, Any]
 
     Any malformed content raises TraceError "FILE:LINE: message"; lines are read with a bounded
     buffer (MAX_LINE_BYTES), so memory does not grow with a hostile file."""
-    for _path, _number, header, sample, live in _read_located(paths):
+    for _path, _number, _size, header, sample, live in _read_located(paths):
         yield header, sample, live
 
 
-def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, Mapping[str, Any], Sample, Mapping[str, str]]]:
+def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, int, Mapping[str, Any], Sample,
+                                                                 Mapping[str, str]]]:
+    """(path, line number, line bytes, header, sample, live verdicts) for every tick."""
     for path in paths:
         path = Path(path)
         try:
@@ -283,6 +289,9 @@ def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, Mapp
                     raise TraceError(f"{path}:{number}: not JSON: {exc.msg}") from None
                 except RecursionError:
                     raise TraceError(f"{path}:{number}: JSON nested too deeply") from None
+                except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+                    raise TraceError(f"{path}:{number}: not JSON this reader takes: an integer of more than "
+                                     f"{sys.get_int_max_str_digits()} digits") from None
                 if header is None:
                     if not isinstance(line, dict) or line.get("format") != FORMAT:
                         raise TraceError(f"{path}:{number}: not a headroom recording (no '{FORMAT}' header)")
@@ -300,7 +309,7 @@ def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, Mapp
                     sample = decode_sample(line)
                 except (KeyError, TypeError, ValueError, RecursionError) as exc:
                     raise TraceError(f"{path}:{number}: invalid sample: {shorten_quoted(str(exc))}") from None
-                yield path, number, header, sample, line.get("v") or {}
+                yield path, number, len(raw), header, sample, line.get("v") or {}
             if header is None:
                 raise TraceError(f"{path}: empty recording")
 
@@ -414,11 +423,13 @@ def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
 
     analysis = None
     window: deque[Sample] = deque()
+    sizes: deque[int] = deque()  # the recorded bytes of each sample in the window
+    held = 0  # their sum, at most MAX_WINDOW_BYTES
     changes: list[dict[str, Any]] = []
     mismatches: list[dict[str, Any]] = []
     ticks = compared = 0
     final: dict[str, str] = {}
-    for path, number, header, sample, live in _read_located(paths):
+    for path, number, size, header, sample, live in _read_located(paths):
         if analysis is None:
             if config is None:
                 text = header.get("config")
@@ -434,7 +445,14 @@ def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
             analysis = Analysis(config)
             interval = float(header.get("interval") or 1.0)  # checked by the reader: finite, bounded
             window = deque(maxlen=max(2, int(float(header.get("window") or 600.0) / interval) + 1))
+        if len(window) == window.maxlen:
+            held -= sizes.popleft()
         window.append(sample)
+        sizes.append(size)
+        held += size
+        if held > MAX_WINDOW_BYTES:
+            raise TraceError(f"{path}:{number}: the replay window ({len(window)} samples) would hold {held} bytes "
+                             f"of samples, more than the {MAX_WINDOW_BYTES} allowed: not a recording of a real host")
         try:
             _, findings = analysis(window)
         except Exception as exc:  # a well-formed line whose values the analysis cannot take: still FILE:LINE
