@@ -268,6 +268,50 @@ def test_bad_framing_gets_400_and_a_closed_connection(server, data, why):
     assert why in answer and b"Connection: close" in answer
 
 
+SMUGGLED = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    # Python's email parser ended the headers at this line: Content-Length was ignored, the body ran as a request
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length : %d\r\n\r\n%s" % (len(SMUGGLED), SMUGGLED),
+     b"invalid header name"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length\t: 5\r\n\r\nabcde", b"invalid header name"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\x00c\r\n\r\n", b"invalid header value"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX\x00A: b\r\n\r\n", b"invalid header name"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: \x1b[2Jb\r\n\r\n", b"invalid header value"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\x7f\r\n\r\n", b"invalid header value"),
+    # a bare CR: Python split the line there and ended the headers, Go answers 400
+    (b"GET /metrics HTTP/1.1\r\nHost: a\rX\r\nContent-Length: %d\r\n\r\n%s" % (len(SMUGGLED), SMUGGLED),
+     b"invalid header value"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n", b"folded or indented header line"),
+    (b"GET /metrics HTTP/1.1\r\n Host: a\r\n\r\n", b"folded or indented header line"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nno colon here\r\n\r\n", b"header line without a colon"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\r\n\r\n", b"header line without a colon"),
+    (b"GET\t/metrics\tHTTP/1.1\r\nHost: a\r\n\r\n", b"control character in the request line"),
+    (b"GET /metrics\x00 HTTP/1.1\r\nHost: a\r\n\r\n", b"control character in the request line"),
+    (b"GET /metrics HTTP/1.1\r\r\nHost: a\r\n\r\n", b"control character in the request line"),
+    (b"GET  /metrics HTTP/1.1\r\nHost: a\r\n\r\n", b"malformed request line"),
+    (b"GET\xa0/metrics HTTP/1.1\r\nHost: a\r\n\r\n", b"invalid method"),  # str.split() took NBSP for a space
+    (b"G(T /metrics HTTP/1.1\r\nHost: a\r\n\r\n", b"invalid method"),
+], ids=["space before the colon", "tab before the colon", "NUL in a value", "NUL in a name", "ESC in a value",
+        "DEL in a value", "bare CR", "folded line", "indented first line", "no colon", "CR CR LF",
+        "tabs in the request line", "NUL in the target", "CR CR LF after the request line", "two spaces",
+        "NBSP as a separator", "not a token method"])
+def test_heads_go_net_http_refuses_get_400_and_a_closed_connection(server, data, why):
+    answer = exchange(server, data, settle=3)
+    assert _STATUS.findall(answer) == [b"400"], answer[:300]
+    assert why in answer and b"Connection: close" in answer
+
+
+def test_bare_lf_line_endings_are_accepted_as_go_accepts_them(server):
+    """Go's net/http reads lines with bufio ReadLine: LF or CRLF ends the request line and header lines."""
+    for data in (b"GET /metrics HTTP/1.1\nHost: a\n\n", b"GET /metrics HTTP/1.1\r\nHost: a\n\r\n"):
+        with connect(server) as s:
+            s.sendall(data)
+            status, _, body = read_response(s)
+        assert (status, body) == (200, EXPOSITION)
+
+
 def test_http_1_0_needs_no_host(server):
     assert _STATUS.findall(exchange(server, b"GET /metrics HTTP/1.0\r\n\r\n", settle=3)) == [b"200"]
 

@@ -16,6 +16,7 @@ still sending a later request's head; it is refused (503) only when every connec
 from __future__ import annotations
 
 import gzip
+import re
 import socket
 import threading
 import time
@@ -40,6 +41,72 @@ MAX_CONNECTIONS_PER_CLIENT = 128  # open connections from one client address
 MAX_REQUEST_BODY_BYTES = 64 * 1024  # a request body up to this is read and discarded; a larger one closes
 
 _HEAD, _IDLE, _BUSY = "head", "idle", "busy"
+
+# Request heads are held to what Go's net/http server (Prometheus exporter-toolkit) accepts, so that no proxy
+# in front and this server can read one request two ways (docs/serving.md, "Request parsing"): a line ends
+# with LF, one CR before it is part of the ending (Go's bufio ReadLine; a bare LF ending is accepted, as Go
+# and RFC 9112 2.2 do); the request line has no control character and single spaces; a header line is a token
+# name, a colon right after it (no space before it) and a value of VCHAR, SP, HTAB and obs-text (no NUL, CR,
+# ESC or other control character); a folded (obs-fold) line is refused (Go joins it; RFC 9112 5.2 allows 400).
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
+_VALUE_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # HTAB is allowed in a value
+
+
+def _without_line_ending(raw: bytes) -> bytes:
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+    return raw
+
+
+def request_line_problem(raw: bytes) -> str | None:
+    """Why a raw request line (with its line ending) is refused with 400, None when it is not."""
+    line = _without_line_ending(raw)
+    if not line:
+        return None  # http.server closes the connection without an answer, as Go skips it
+    if _CONTROL.search(line):
+        return "control character in the request line"
+    words = line.split(b" ")
+    if not all(words):
+        return "malformed request line"
+    if not _TOKEN.fullmatch(words[0]):
+        return "invalid method"
+    return None
+
+
+def header_line_problem(raw: bytes) -> str | None:
+    """Why a raw header line (with its line ending) is refused with 400, None when it is not."""
+    line = _without_line_ending(raw)
+    if line[:1] in (b" ", b"\t"):
+        return "folded or indented header line"
+    name, colon, value = line.partition(b":")
+    if not colon:
+        return "header line without a colon"
+    if not _TOKEN.fullmatch(name):
+        return "invalid header name"
+    if _VALUE_CONTROL.search(value):
+        return "invalid header value"
+    return None
+
+
+class _HeadReader:
+    """Stands in for rfile while http.server reads a request's header lines: keeps the first line's problem
+    (the stdlib's email parser would silently end the headers at ``Name : value`` or split at a bare CR)."""
+
+    def __init__(self, rfile: Any) -> None:
+        self._rfile = rfile
+        self.problem: str | None = None
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self._rfile.readline(limit)
+        if self.problem is None and line not in (b"\r\n", b"\n", b"") and line.endswith(b"\n"):
+            self.problem = header_line_problem(line)
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rfile, name)
 
 
 class _Conn:
@@ -133,6 +200,10 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         Content-Length get 400 and a closed connection (a body that is not read would otherwise be
         taken as the next request); a body up to MAX_REQUEST_BODY_BYTES is read and discarded, a
         larger one is answered and the connection closed."""
+        problem = self._head_reader.problem if self._head_reader is not None else None
+        if problem:
+            self.send_error(HTTPStatus.BAD_REQUEST, problem)
+            return False
         if self.request_version == "HTTP/0.9":  # "GET /x" or "GET /x HTTP/0.9": a response without headers
             self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
             return False
@@ -165,10 +236,28 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
             self.close_connection = True
         return True
 
+    _head_reader: _HeadReader | None = None
+
     def parse_request(self) -> bool:
-        ok = super().parse_request()
+        problem = request_line_problem(self.raw_requestline)
+        if problem:
+            self.command, self.requestline, self.request_version = None, "", "HTTP/1.0"
+            self.server.mark(self._conn, _BUSY, 0.0)
+            self.send_error(HTTPStatus.BAD_REQUEST, problem)
+            return False
+        rfile = self.rfile
+        self._head_reader = self.rfile = _HeadReader(rfile)  # checks each header line as http.server reads it
+        try:
+            ok = super().parse_request()
+        finally:
+            self.rfile = rfile
         self.server.mark(self._conn, _BUSY, 0.0)
         return ok
+
+    def handle_expect_100(self) -> bool:
+        if self._head_reader is not None and self._head_reader.problem:
+            return True  # no "100 Continue" for a head that request_framing_ok answers with 400
+        return super().handle_expect_100()
 
     # ---------------------------------------------------------------------------------- routing
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
