@@ -187,6 +187,82 @@ def test_idle_connections_make_room_before_busy_ones_and_503_only_when_all_are_b
         srv.server_close()
 
 
+BIG = b"# a large exposition\n" + b"x" * (2**20)
+
+
+class _BigState(_State):
+    snapshot = type("Snap", (), {"exposition": BIG})()
+
+
+class _SmallSendBuffers(HeadroomHTTPServer):
+    """A server whose connections have 16 KiB send buffers (a slow path), so an unread 1 MiB answer stalls."""
+
+    def process_request(self, request, client_address):
+        request.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        super().process_request(request, client_address)
+
+
+def _non_reader(srv, source: str) -> socket.socket:
+    """A client that sends a scrape and never reads the answer (a 4 KiB receive buffer)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(5)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", srv.server_address[1]))
+    s.sendall(SCRAPE)
+    return s
+
+
+def test_a_response_send_without_progress_closes_the_connection():
+    srv = _SmallSendBuffers(("127.0.0.1", 0), _BigState())
+    srv.write_stall_timeout = 1.0
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        s = _non_reader(srv, "127.0.0.1")
+        start = time.monotonic()
+        while not srv.open_connections and time.monotonic() - start < 5:  # accepted, answering
+            time.sleep(0.01)
+        while srv.open_connections and time.monotonic() - start < 8:
+            time.sleep(0.05)
+        elapsed = time.monotonic() - start
+        s.close()
+        # before: held until the handler's 10 s socket timeout ran out
+        assert srv.open_connections == 0 and elapsed < 4, f"still open after {elapsed:.1f} s"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_clients_that_do_not_read_their_answers_make_room_before_anyone_is_refused():
+    """600 clients that send a scrape and never read the answer (the issue: 16-23 % of scrapes got 503 at the
+    512-connection cap): scrapes from another address are all answered."""
+    srv = _SmallSendBuffers(("127.0.0.1", 0), _BigState())
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    held = []
+    try:
+        for i in range(600):  # 20 client addresses x 30, under the per-address cap
+            held.append(_non_reader(srv, f"127.0.1.{i % 20 + 1}"))
+        time.sleep(1.5)  # STALLED_WRITER_SECONDS and a sweep
+        statuses = []
+        start = time.monotonic()
+        for _ in range(20):  # a scrape every 0.2 s while the 512 slots hold writers nobody reads
+            with connect(srv, source="127.0.2.1", timeout=10) as s:
+                s.sendall(SCRAPE)
+                status, _, body = read_response(s)
+            statuses.append(status)
+            assert status != 200 or body == BIG
+            time.sleep(0.2)
+        elapsed = time.monotonic() - start
+        print(f"\n600 non-reading clients held: {statuses.count(200)} of 20 scrapes answered, "
+              f"{statuses.count(503)} refused, in {elapsed:.1f} s; {srv.connections_evicted} replaced")
+        assert statuses == [200] * 20 and elapsed < 9  # before: the 512 writers held their slots for 10 s
+    finally:
+        for s in held:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_one_client_address_gets_at_most_its_share(server):
     server.max_connections_per_client = 4
     held = [connect(server, source="127.0.3.1") for _ in range(4)]

@@ -11,11 +11,18 @@ request, whose head again has ``REQUEST_HEAD_TIMEOUT_SECONDS`` from its first by
 at the cap a new connection takes the place of an idle one: first the oldest that has not completed
 a request yet (silent, or trickling its head), then the longest-idle kept-alive one, then the oldest
 still sending a later request's head; it is refused (503) only when every connection is busy answering.
+A client that does not read its response counts as idle: a response send that makes no progress for
+``WRITE_STALL_TIMEOUT_SECONDS`` closes the connection, and at the cap a writer that has made no progress
+for ``STALLED_WRITER_SECONDS`` is replaced first, with the silent heads (oldest progress first).
+
+Request heads are held to what Go's net/http server accepts (``request_line_problem``,
+``header_line_problem``): anything else gets 400 and a closed connection.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import re
 import socket
 import threading
@@ -39,8 +46,11 @@ KEEPALIVE_TIMEOUT_SECONDS = 120.0  # idle between requests: above Prometheus' sc
 MAX_CONNECTIONS = 512  # open connections (one thread each)
 MAX_CONNECTIONS_PER_CLIENT = 128  # open connections from one client address
 MAX_REQUEST_BODY_BYTES = 64 * 1024  # a request body up to this is read and discarded; a larger one closes
+WRITE_STALL_TIMEOUT_SECONDS = 10.0  # a response send that makes no progress this long closes the connection
+STALLED_WRITER_SECONDS = 1.0  # at the cap, a writer without progress this long is replaced like an idle one
+WRITE_CHUNK_BYTES = 256 * 1024  # a response goes out in sends of at most this, each one progress
 
-_HEAD, _IDLE, _BUSY = "head", "idle", "busy"
+_HEAD, _IDLE, _BUSY, _WRITE = "head", "idle", "busy", "write"
 
 # Request heads are held to what Go's net/http server (Prometheus exporter-toolkit) accepts, so that no proxy
 # in front and this server can read one request two ways (docs/serving.md, "Request parsing"): a line ends
@@ -130,6 +140,31 @@ class _Conn:
             pass
 
 
+class _ResponseWriter(io.BufferedIOBase):
+    """The handler's wfile: sends in chunks and records each one's progress on the connection, so the accept
+    loop can close a client that does not read its response (module docstring) and replace it at the cap."""
+
+    def __init__(self, sock: Any, server: HeadroomHTTPServer, conn: _Conn | None) -> None:
+        super().__init__()
+        self._sock, self._server, self._conn = sock, server, conn
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        srv, conn = self._server, self._conn
+        view = memoryview(data).cast("B")
+        srv.mark(conn, _WRITE, srv.write_stall_timeout)
+        try:
+            while view:
+                sent = self._sock.send(view[:WRITE_CHUNK_BYTES])
+                view = view[sent:]
+                srv.mark(conn, _WRITE, srv.write_stall_timeout)  # progress: the stall deadline starts again
+        finally:
+            srv.mark(conn, _BUSY, 0.0)
+        return len(data)
+
+
 class State(Protocol):
     snapshot: Any
 
@@ -168,6 +203,7 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         if self._conn is not None:
             self._conn.sock = self.request  # the TLS socket, when wrapped
         super().setup()
+        self.wfile = _ResponseWriter(self.connection, self.server, self._conn)
 
     # ---------------------------------------------------------------------------- connection cycle
     def handle(self) -> None:
@@ -421,6 +457,8 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
     max_connections_per_client = MAX_CONNECTIONS_PER_CLIENT
     request_head_timeout = REQUEST_HEAD_TIMEOUT_SECONDS
     keepalive_timeout = KEEPALIVE_TIMEOUT_SECONDS
+    write_stall_timeout = WRITE_STALL_TIMEOUT_SECONDS
+    stalled_writer_seconds = STALLED_WRITER_SECONDS
 
     def __init__(self, address: tuple[str, int], state: State, telemetry_path: str = "/metrics",
                  family: int = socket.AF_INET, web_config: Callable[[], WebConfig] = WebConfig) -> None:
@@ -458,14 +496,15 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
             now = time.monotonic()
             conn.state, conn.since, conn.deadline = state, now, now + timeout
 
-    def _victim(self) -> _Conn | None:
+    def _victim(self, now: float) -> _Conn | None:
         """The connection a new one replaces at the cap (module docstring), None when all are busy."""
         best = None
         best_key: tuple[int, float] = (0, 0.0)
         for c in self._conns:
-            if c.state == _BUSY:
+            if c.state == _BUSY or (c.state == _WRITE and now - c.since < self.stalled_writer_seconds):
                 continue
-            key = (2 if not c.served else 1 if c.state == _IDLE else 0, -c.since)
+            # a writer's `since` is its last progress: a client not reading its answer ranks with the silent heads
+            key = (2 if c.state == _WRITE or not c.served else 1 if c.state == _IDLE else 0, -c.since)
             if best is None or key > best_key:
                 best, best_key = c, key
         return best
@@ -479,7 +518,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
             if self._per_client.get(client, 0) >= self.max_connections_per_client:
                 refusal = _REFUSED_CLIENT
             elif full:
-                victim = self._victim()
+                victim = self._victim(now)
                 if victim is None:
                     refusal = _REFUSED
                 else:
@@ -541,7 +580,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
 
     def service_actions(self) -> None:
         """Called by serve_forever between accepts (at least every poll interval): drop the connections
-        whose request head or keep-alive wait is past its deadline."""
+        whose request head, keep-alive wait or response send (no progress) is past its deadline."""
         now = time.monotonic()
         if now < self._next_sweep:
             return
