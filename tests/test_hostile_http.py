@@ -187,6 +187,82 @@ def test_idle_connections_make_room_before_busy_ones_and_503_only_when_all_are_b
         srv.server_close()
 
 
+BIG = b"# a large exposition\n" + b"x" * (2**20)
+
+
+class _BigState(_State):
+    snapshot = type("Snap", (), {"exposition": BIG})()
+
+
+class _SmallSendBuffers(HeadroomHTTPServer):
+    """A server whose connections have 16 KiB send buffers (a slow path), so an unread 1 MiB answer stalls."""
+
+    def process_request(self, request, client_address):
+        request.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        super().process_request(request, client_address)
+
+
+def _non_reader(srv, source: str) -> socket.socket:
+    """A client that sends a scrape and never reads the answer (a 4 KiB receive buffer)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(5)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", srv.server_address[1]))
+    s.sendall(SCRAPE)
+    return s
+
+
+def test_a_response_send_without_progress_closes_the_connection():
+    srv = _SmallSendBuffers(("127.0.0.1", 0), _BigState())
+    srv.write_stall_timeout = 1.0
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        s = _non_reader(srv, "127.0.0.1")
+        start = time.monotonic()
+        while not srv.open_connections and time.monotonic() - start < 5:  # accepted, answering
+            time.sleep(0.01)
+        while srv.open_connections and time.monotonic() - start < 8:
+            time.sleep(0.05)
+        elapsed = time.monotonic() - start
+        s.close()
+        # before: held until the handler's 10 s socket timeout ran out
+        assert srv.open_connections == 0 and elapsed < 4, f"still open after {elapsed:.1f} s"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_clients_that_do_not_read_their_answers_make_room_before_anyone_is_refused():
+    """600 clients that send a scrape and never read the answer (the issue: 16-23 % of scrapes got 503 at the
+    512-connection cap): scrapes from another address are all answered."""
+    srv = _SmallSendBuffers(("127.0.0.1", 0), _BigState())
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    held = []
+    try:
+        for i in range(600):  # 20 client addresses x 30, under the per-address cap
+            held.append(_non_reader(srv, f"127.0.1.{i % 20 + 1}"))
+        time.sleep(1.5)  # STALLED_WRITER_SECONDS and a sweep
+        statuses = []
+        start = time.monotonic()
+        for _ in range(20):  # a scrape every 0.2 s while the 512 slots hold writers nobody reads
+            with connect(srv, source="127.0.2.1", timeout=10) as s:
+                s.sendall(SCRAPE)
+                status, _, body = read_response(s)
+            statuses.append(status)
+            assert status != 200 or body == BIG
+            time.sleep(0.2)
+        elapsed = time.monotonic() - start
+        print(f"\n600 non-reading clients held: {statuses.count(200)} of 20 scrapes answered, "
+              f"{statuses.count(503)} refused, in {elapsed:.1f} s; {srv.connections_evicted} replaced")
+        assert statuses == [200] * 20 and elapsed < 9  # before: the 512 writers held their slots for 10 s
+    finally:
+        for s in held:
+            s.close()
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_one_client_address_gets_at_most_its_share(server):
     server.max_connections_per_client = 4
     held = [connect(server, source="127.0.3.1") for _ in range(4)]
@@ -266,6 +342,50 @@ def test_bad_framing_gets_400_and_a_closed_connection(server, data, why):
     answer = exchange(server, data, settle=3)
     assert _STATUS.findall(answer) == [b"400"], answer[:300]
     assert why in answer and b"Connection: close" in answer
+
+
+SMUGGLED = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n"
+
+
+@pytest.mark.parametrize(("data", "why"), [
+    # Python's email parser ended the headers at this line: Content-Length was ignored, the body ran as a request
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length : %d\r\n\r\n%s" % (len(SMUGGLED), SMUGGLED),
+     b"invalid header name"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nContent-Length\t: 5\r\n\r\nabcde", b"invalid header name"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\x00c\r\n\r\n", b"invalid header value"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX\x00A: b\r\n\r\n", b"invalid header name"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: \x1b[2Jb\r\n\r\n", b"invalid header value"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\x7f\r\n\r\n", b"invalid header value"),
+    # a bare CR: Python split the line there and ended the headers, Go answers 400
+    (b"GET /metrics HTTP/1.1\r\nHost: a\rX\r\nContent-Length: %d\r\n\r\n%s" % (len(SMUGGLED), SMUGGLED),
+     b"invalid header value"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n", b"folded or indented header line"),
+    (b"GET /metrics HTTP/1.1\r\n Host: a\r\n\r\n", b"folded or indented header line"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nno colon here\r\n\r\n", b"header line without a colon"),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\r\n\r\n", b"header line without a colon"),
+    (b"GET\t/metrics\tHTTP/1.1\r\nHost: a\r\n\r\n", b"control character in the request line"),
+    (b"GET /metrics\x00 HTTP/1.1\r\nHost: a\r\n\r\n", b"control character in the request line"),
+    (b"GET /metrics HTTP/1.1\r\r\nHost: a\r\n\r\n", b"control character in the request line"),
+    (b"GET  /metrics HTTP/1.1\r\nHost: a\r\n\r\n", b"malformed request line"),
+    (b"GET\xa0/metrics HTTP/1.1\r\nHost: a\r\n\r\n", b"invalid method"),  # str.split() took NBSP for a space
+    (b"G(T /metrics HTTP/1.1\r\nHost: a\r\n\r\n", b"invalid method"),
+], ids=["space before the colon", "tab before the colon", "NUL in a value", "NUL in a name", "ESC in a value",
+        "DEL in a value", "bare CR", "folded line", "indented first line", "no colon", "CR CR LF",
+        "tabs in the request line", "NUL in the target", "CR CR LF after the request line", "two spaces",
+        "NBSP as a separator", "not a token method"])
+def test_heads_go_net_http_refuses_get_400_and_a_closed_connection(server, data, why):
+    answer = exchange(server, data, settle=3)
+    assert _STATUS.findall(answer) == [b"400"], answer[:300]
+    assert why in answer and b"Connection: close" in answer
+
+
+def test_bare_lf_line_endings_are_accepted_as_go_accepts_them(server):
+    """Go's net/http reads lines with bufio ReadLine: LF or CRLF ends the request line and header lines."""
+    for data in (b"GET /metrics HTTP/1.1\nHost: a\n\n", b"GET /metrics HTTP/1.1\r\nHost: a\n\r\n"):
+        with connect(server) as s:
+            s.sendall(data)
+            status, _, body = read_response(s)
+        assert (status, body) == (200, EXPOSITION)
 
 
 def test_http_1_0_needs_no_host(server):

@@ -158,6 +158,85 @@ def test_a_1_gib_single_line_trace_is_refused_with_bounded_memory(tmp_path):
     assert peak_kib < 300 * 1024
 
 
+def test_a_5000_digit_integer_is_named_by_file_and_line(tmp_path):
+    # Python 3.11's json raises ValueError "Exceeds the limit (4300 digits) for integer string conversion"
+    path = trace(tmp_path, raw=json.dumps(HEADER).encode() + b"\n" + json.dumps(GOOD).encode() + b"\n"
+                 + b'{"t": 1, "m": ' + b"7" * 5000 + b', "s": {}}\n')
+    r = run_replay(path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr == f"headroom: {path}:3: not JSON this reader takes: an integer of more than 4300 digits\n"
+
+
+def _replay_measured(path: Path, timeout: float) -> tuple[subprocess.CompletedProcess, float, float]:
+    """`headroom replay PATH` in a child: (result, wall seconds, peak RSS MiB from getrusage of the child)."""
+    code = ("import resource, subprocess, sys, time\n"
+            "start = time.monotonic()\n"
+            "try:\n"
+            "    r = subprocess.run([sys.executable, '-m', 'headroom', 'replay', sys.argv[1]], capture_output=True,"
+            " text=True, timeout=float(sys.argv[2]))\n"
+            "    code, err = r.returncode, r.stderr\n"
+            "except subprocess.TimeoutExpired:\n"
+            "    code, err = 124, 'still running at the timeout'\n"
+            "wall = time.monotonic() - start\n"
+            "sys.stdout.write(f'{wall} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n')\n"
+            "sys.stderr.write(err)\n"
+            "sys.exit(code)")
+    r = subprocess.run([sys.executable, "-c", code, str(path), str(timeout)], capture_output=True, text=True,
+                       timeout=timeout + 30, cwd=ROOT)
+    wall, rss_kib = r.stdout.split()[-2:]
+    return r, float(wall), int(rss_kib) / 1024
+
+
+def _workloads_line(i: int, target_bytes: int) -> bytes:
+    """A valid sample line of about ``target_bytes``: a processes sample with that many small workloads."""
+    one = {"name": "w00000000", "pids": [1], "threads": 1, "cpu_user_seconds_total": 1.0,
+           "cpu_system_seconds_total": 1.0, "resident_memory_bytes": 1}
+    count = target_bytes // (len(json.dumps(one, separators=(",", ":"))) + 1)
+    workloads = [{**one, "name": f"w{j:08d}"} for j in range(count)]
+    line = {"t": 1000.0 + i, "m": 5.0 + i, "s": {"processes": {"ok": True, "d": 0.001, "data": {
+        "workloads": workloads}}}}
+    return json.dumps(line, separators=(",", ":")).encode() + b"\n"
+
+
+def test_40_lines_near_the_cap_are_refused_or_replayed_in_bounded_time_and_memory(tmp_path):
+    """Lines just under the line cap must not add up: 40 lines of 16 MiB took 228 s and 1.07 GiB before
+    (each decoded and held in the window); the window's recorded bytes are bounded by MAX_WINDOW_BYTES."""
+    old_cap = 16 * 2**20 - 4096  # just under the cap before
+    path = tmp_path / "big.jsonl"
+    with path.open("wb") as f:
+        f.write(json.dumps(HEADER).encode() + b"\n")
+        line = _workloads_line(0, old_cap)
+        for _ in range(40):
+            f.write(line)
+    r, wall, rss = _replay_measured(path, timeout=60)
+    print(f"\n40 lines of {len(line) / 2**20:.1f} MiB: exit {r.returncode}, {wall:.1f} s, peak RSS {rss:.0f} MiB")
+    assert r.returncode == 2 and r.stderr.startswith(f"headroom: {path}:2: line longer than"), r.stderr[-500:]
+    assert wall < 10 and rss < 150
+
+    near = record.MAX_LINE_BYTES - 4096  # just under today's cap: 40 of them go through the window
+    path = tmp_path / "near.jsonl"
+    with path.open("wb") as f:
+        f.write(json.dumps(HEADER).encode() + b"\n")
+        for i in range(40):
+            f.write(_workloads_line(i, near))
+    r, wall, rss = _replay_measured(path, timeout=120)
+    print(f"40 lines of {near / 2**20:.1f} MiB: exit {r.returncode}, {wall:.1f} s, peak RSS {rss:.0f} MiB")
+    assert r.returncode == 0, r.stderr[-500:]
+    assert wall < 60 and rss < 400
+
+
+def test_a_window_over_its_byte_budget_is_refused_at_the_line_that_overflows_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(record, "MAX_WINDOW_BYTES", 10_000)
+    line = _workloads_line(0, 3000)
+    path = trace(tmp_path, raw=json.dumps(HEADER).encode() + b"\n" + line * 5)
+    with pytest.raises(TraceError) as info:
+        replay([path])
+    assert str(info.value).startswith(f"{path}:5: the replay window (4 samples) would hold ")
+    assert "more than the 10000 allowed" in str(info.value)
+    short = trace(tmp_path, raw=json.dumps({**HEADER, "window": 2.0}).encode() + b"\n" + line * 8)
+    assert replay([short]).ticks == 8  # samples that leave the window give their bytes back
+
+
 # ------------------------------------------------------------------- the recorder drops, the reader needs
 def test_a_workload_without_processes_round_trips():
     empty = WorkloadProcesses(name="chat", pids=(), threads=0, cpu_user_seconds_total=0.0,

@@ -193,7 +193,8 @@ BAD_REQUESTS = [
     ("DELETE", b"DELETE / HTTP/1.1\r\nHost: x\r\n\r\n", 405),
     ("unknown path", b"GET /admin HTTP/1.1\r\nHost: x\r\n\r\n", 404),
     ("path traversal", b"GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n", 404),
-    ("non-UTF-8 path", b"GET /\xff\xfe\x00 HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+    ("non-UTF-8 path", b"GET /\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+    ("NUL in the path", b"GET /\xff\xfe\x00 HTTP/1.1\r\nHost: x\r\n\r\n", 400),  # as Go: a control character
     ("absolute-form target for another host", b"GET http://evil.example/metrics HTTP/1.1\r\nHost: x\r\n\r\n", 404),
     ("binary garbage", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n\r\n", 400),
     ("malformed version", b"GET /metrics HTTP/x.y\r\n\r\n", 400),

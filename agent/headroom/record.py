@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import types
 import typing
 from collections import deque
@@ -83,8 +84,11 @@ def encode_sample(sample: Sample, verdicts: Mapping[str, str] | None = None) -> 
 
 
 # ------------------------------------------------------------------------------------------ decode
-MAX_LINE_BYTES = 16 * 2**20  # one tick of a large host is tens of KiB; a longer line is refused, not read
-MAX_WINDOW_SAMPLES = 1_000_000  # header window / interval: the replay window's length (bounds its memory)
+MAX_LINE_BYTES = 2**20  # one tick of a large host is tens of KiB; a longer line is refused, not read
+MAX_WINDOW_SAMPLES = 1_000_000  # header window / interval: the replay window's length in samples
+# the recorded bytes of the samples the replay window holds at once (the lines they were decoded from; decoded,
+# they take about 5 times as much memory): a recording that needs more is refused at the line that overflows it
+MAX_WINDOW_BYTES = 64 * 2**20
 MAX_INTERVAL_SECONDS = 3600.0
 _HINTS: dict[type, dict[str, Any]] = {}
 _MISSING = object()
@@ -98,6 +102,28 @@ def _hints(cls: type) -> dict[str, Any]:
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)
     return _HINTS[cls]
+
+
+_LEAVES: dict[Any, type | None] = {}
+
+
+def _leaf(tp: Any) -> type | None:
+    """For a field type whose JSON value of exactly one Python type is taken as it is (int, float, str, bool,
+    or one of them Optional): that type; None for anything else. The fast path of ``decode`` for big lines."""
+    try:
+        return _LEAVES[tp]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable type expression
+        return None
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
+        tp_ = args[0]
+    else:
+        tp_ = tp
+    leaf = tp_ if tp_ in (int, float, str, bool) else None
+    _LEAVES[tp] = leaf
+    return leaf
 
 
 def _what(value: Any) -> str:
@@ -127,7 +153,12 @@ def decode(tp: Any, value: Any, where: str = "data") -> Any:
         if not isinstance(value, dict):
             raise _Invalid(f"{where}: expected an object, got {_what(value)}")
         hints = _hints(tp)
-        kwargs = {k: decode(hints[k], v, f"{where}.{k}") for k, v in value.items() if k in hints}
+        kwargs = {}
+        for k, v in value.items():
+            hint = hints.get(k, _MISSING)
+            if hint is _MISSING:
+                continue
+            kwargs[k] = v if type(v) is _leaf(hint) else decode(hint, v, f"{where}.{k}")
         for f in fields(tp):
             if f.name in kwargs or f.default is not MISSING or f.default_factory is not MISSING:
                 continue
@@ -146,6 +177,9 @@ def decode(tp: Any, value: Any, where: str = "data") -> Any:
             raise _Invalid(f"{where}: expected a list, got {_what(value)}")
         args = typing.get_args(tp)
         item = args[0] if args else Any
+        leaf = _leaf(item)
+        if leaf is not None and all(type(v) is leaf for v in value):
+            return tuple(value)
         return tuple(decode(item, v, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
         if not isinstance(value, dict):
@@ -257,11 +291,13 @@ def read_traces(paths: Sequence[str | Path]) -> Iterator[tuple[Mapping[str, Any]
 
     Any malformed content raises TraceError "FILE:LINE: message"; lines are read with a bounded
     buffer (MAX_LINE_BYTES), so memory does not grow with a hostile file."""
-    for _path, _number, header, sample, live in _read_located(paths):
+    for _path, _number, _size, header, sample, live in _read_located(paths):
         yield header, sample, live
 
 
-def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, Mapping[str, Any], Sample, Mapping[str, str]]]:
+def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, int, Mapping[str, Any], Sample,
+                                                                 Mapping[str, str]]]:
+    """(path, line number, line bytes, header, sample, live verdicts) for every tick."""
     for path in paths:
         path = Path(path)
         try:
@@ -283,6 +319,9 @@ def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, Mapp
                     raise TraceError(f"{path}:{number}: not JSON: {exc.msg}") from None
                 except RecursionError:
                     raise TraceError(f"{path}:{number}: JSON nested too deeply") from None
+                except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+                    raise TraceError(f"{path}:{number}: not JSON this reader takes: an integer of more than "
+                                     f"{sys.get_int_max_str_digits()} digits") from None
                 if header is None:
                     if not isinstance(line, dict) or line.get("format") != FORMAT:
                         raise TraceError(f"{path}:{number}: not a headroom recording (no '{FORMAT}' header)")
@@ -300,7 +339,7 @@ def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, Mapp
                     sample = decode_sample(line)
                 except (KeyError, TypeError, ValueError, RecursionError) as exc:
                     raise TraceError(f"{path}:{number}: invalid sample: {shorten_quoted(str(exc))}") from None
-                yield path, number, header, sample, line.get("v") or {}
+                yield path, number, len(raw), header, sample, line.get("v") or {}
             if header is None:
                 raise TraceError(f"{path}: empty recording")
 
@@ -414,11 +453,13 @@ def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
 
     analysis = None
     window: deque[Sample] = deque()
+    sizes: deque[int] = deque()  # the recorded bytes of each sample in the window
+    held = 0  # their sum, at most MAX_WINDOW_BYTES
     changes: list[dict[str, Any]] = []
     mismatches: list[dict[str, Any]] = []
     ticks = compared = 0
     final: dict[str, str] = {}
-    for path, number, header, sample, live in _read_located(paths):
+    for path, number, size, header, sample, live in _read_located(paths):
         if analysis is None:
             if config is None:
                 text = header.get("config")
@@ -434,7 +475,14 @@ def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
             analysis = Analysis(config)
             interval = float(header.get("interval") or 1.0)  # checked by the reader: finite, bounded
             window = deque(maxlen=max(2, int(float(header.get("window") or 600.0) / interval) + 1))
+        if len(window) == window.maxlen:
+            held -= sizes.popleft()
         window.append(sample)
+        sizes.append(size)
+        held += size
+        if held > MAX_WINDOW_BYTES:
+            raise TraceError(f"{path}:{number}: the replay window ({len(window)} samples) would hold {held} bytes "
+                             f"of samples, more than the {MAX_WINDOW_BYTES} allowed: not a recording of a real host")
         try:
             _, findings = analysis(window)
         except Exception as exc:  # a well-formed line whose values the analysis cannot take: still FILE:LINE

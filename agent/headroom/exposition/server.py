@@ -11,11 +11,19 @@ request, whose head again has ``REQUEST_HEAD_TIMEOUT_SECONDS`` from its first by
 at the cap a new connection takes the place of an idle one: first the oldest that has not completed
 a request yet (silent, or trickling its head), then the longest-idle kept-alive one, then the oldest
 still sending a later request's head; it is refused (503) only when every connection is busy answering.
+A client that does not read its response counts as idle: a response send that makes no progress for
+``WRITE_STALL_TIMEOUT_SECONDS`` closes the connection, and at the cap a writer that has made no progress
+for ``STALLED_WRITER_SECONDS`` is replaced first, with the silent heads (oldest progress first).
+
+Request heads are held to what Go's net/http server accepts (``request_line_problem``,
+``header_line_problem``): anything else gets 400 and a closed connection.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
+import re
 import socket
 import threading
 import time
@@ -38,8 +46,77 @@ KEEPALIVE_TIMEOUT_SECONDS = 120.0  # idle between requests: above Prometheus' sc
 MAX_CONNECTIONS = 512  # open connections (one thread each)
 MAX_CONNECTIONS_PER_CLIENT = 128  # open connections from one client address
 MAX_REQUEST_BODY_BYTES = 64 * 1024  # a request body up to this is read and discarded; a larger one closes
+WRITE_STALL_TIMEOUT_SECONDS = 10.0  # a response send that makes no progress this long closes the connection
+STALLED_WRITER_SECONDS = 1.0  # at the cap, a writer without progress this long is replaced like an idle one
+WRITE_CHUNK_BYTES = 256 * 1024  # a response goes out in sends of at most this, each one progress
 
-_HEAD, _IDLE, _BUSY = "head", "idle", "busy"
+_HEAD, _IDLE, _BUSY, _WRITE = "head", "idle", "busy", "write"
+
+# Request heads are held to what Go's net/http server (Prometheus exporter-toolkit) accepts, so that no proxy
+# in front and this server can read one request two ways (docs/serving.md, "Request parsing"): a line ends
+# with LF, one CR before it is part of the ending (Go's bufio ReadLine; a bare LF ending is accepted, as Go
+# and RFC 9112 2.2 do); the request line has no control character and single spaces; a header line is a token
+# name, a colon right after it (no space before it) and a value of VCHAR, SP, HTAB and obs-text (no NUL, CR,
+# ESC or other control character); a folded (obs-fold) line is refused (Go joins it; RFC 9112 5.2 allows 400).
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
+_VALUE_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # HTAB is allowed in a value
+
+
+def _without_line_ending(raw: bytes) -> bytes:
+    if raw.endswith(b"\n"):
+        raw = raw[:-1]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+    return raw
+
+
+def request_line_problem(raw: bytes) -> str | None:
+    """Why a raw request line (with its line ending) is refused with 400, None when it is not."""
+    line = _without_line_ending(raw)
+    if not line:
+        return None  # http.server closes the connection without an answer, as Go skips it
+    if _CONTROL.search(line):
+        return "control character in the request line"
+    words = line.split(b" ")
+    if not all(words):
+        return "malformed request line"
+    if not _TOKEN.fullmatch(words[0]):
+        return "invalid method"
+    return None
+
+
+def header_line_problem(raw: bytes) -> str | None:
+    """Why a raw header line (with its line ending) is refused with 400, None when it is not."""
+    line = _without_line_ending(raw)
+    if line[:1] in (b" ", b"\t"):
+        return "folded or indented header line"
+    name, colon, value = line.partition(b":")
+    if not colon:
+        return "header line without a colon"
+    if not _TOKEN.fullmatch(name):
+        return "invalid header name"
+    if _VALUE_CONTROL.search(value):
+        return "invalid header value"
+    return None
+
+
+class _HeadReader:
+    """Stands in for rfile while http.server reads a request's header lines: keeps the first line's problem
+    (the stdlib's email parser would silently end the headers at ``Name : value`` or split at a bare CR)."""
+
+    def __init__(self, rfile: Any) -> None:
+        self._rfile = rfile
+        self.problem: str | None = None
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self._rfile.readline(limit)
+        if self.problem is None and line not in (b"\r\n", b"\n", b"") and line.endswith(b"\n"):
+            self.problem = header_line_problem(line)
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rfile, name)
 
 
 class _Conn:
@@ -61,6 +138,31 @@ class _Conn:
             socket.socket.shutdown(self.sock, socket.SHUT_RDWR)  # the plain method, also for an SSLSocket
         except (OSError, ValueError):
             pass
+
+
+class _ResponseWriter(io.BufferedIOBase):
+    """The handler's wfile: sends in chunks and records each one's progress on the connection, so the accept
+    loop can close a client that does not read its response (module docstring) and replace it at the cap."""
+
+    def __init__(self, sock: Any, server: HeadroomHTTPServer, conn: _Conn | None) -> None:
+        super().__init__()
+        self._sock, self._server, self._conn = sock, server, conn
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        srv, conn = self._server, self._conn
+        view = memoryview(data).cast("B")
+        srv.mark(conn, _WRITE, srv.write_stall_timeout)
+        try:
+            while view:
+                sent = self._sock.send(view[:WRITE_CHUNK_BYTES])
+                view = view[sent:]
+                srv.mark(conn, _WRITE, srv.write_stall_timeout)  # progress: the stall deadline starts again
+        finally:
+            srv.mark(conn, _BUSY, 0.0)
+        return len(data)
 
 
 class State(Protocol):
@@ -101,6 +203,7 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         if self._conn is not None:
             self._conn.sock = self.request  # the TLS socket, when wrapped
         super().setup()
+        self.wfile = _ResponseWriter(self.connection, self.server, self._conn)
 
     # ---------------------------------------------------------------------------- connection cycle
     def handle(self) -> None:
@@ -133,6 +236,10 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         Content-Length get 400 and a closed connection (a body that is not read would otherwise be
         taken as the next request); a body up to MAX_REQUEST_BODY_BYTES is read and discarded, a
         larger one is answered and the connection closed."""
+        problem = self._head_reader.problem if self._head_reader is not None else None
+        if problem:
+            self.send_error(HTTPStatus.BAD_REQUEST, problem)
+            return False
         if self.request_version == "HTTP/0.9":  # "GET /x" or "GET /x HTTP/0.9": a response without headers
             self.send_error(HTTPStatus.BAD_REQUEST, "HTTP/0.9 is not supported")
             return False
@@ -165,10 +272,28 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
             self.close_connection = True
         return True
 
+    _head_reader: _HeadReader | None = None
+
     def parse_request(self) -> bool:
-        ok = super().parse_request()
+        problem = request_line_problem(self.raw_requestline)
+        if problem:
+            self.command, self.requestline, self.request_version = None, "", "HTTP/1.0"
+            self.server.mark(self._conn, _BUSY, 0.0)
+            self.send_error(HTTPStatus.BAD_REQUEST, problem)
+            return False
+        rfile = self.rfile
+        self._head_reader = self.rfile = _HeadReader(rfile)  # checks each header line as http.server reads it
+        try:
+            ok = super().parse_request()
+        finally:
+            self.rfile = rfile
         self.server.mark(self._conn, _BUSY, 0.0)
         return ok
+
+    def handle_expect_100(self) -> bool:
+        if self._head_reader is not None and self._head_reader.problem:
+            return True  # no "100 Continue" for a head that request_framing_ok answers with 400
+        return super().handle_expect_100()
 
     # ---------------------------------------------------------------------------------- routing
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
@@ -332,6 +457,8 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
     max_connections_per_client = MAX_CONNECTIONS_PER_CLIENT
     request_head_timeout = REQUEST_HEAD_TIMEOUT_SECONDS
     keepalive_timeout = KEEPALIVE_TIMEOUT_SECONDS
+    write_stall_timeout = WRITE_STALL_TIMEOUT_SECONDS
+    stalled_writer_seconds = STALLED_WRITER_SECONDS
 
     def __init__(self, address: tuple[str, int], state: State, telemetry_path: str = "/metrics",
                  family: int = socket.AF_INET, web_config: Callable[[], WebConfig] = WebConfig) -> None:
@@ -369,14 +496,15 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
             now = time.monotonic()
             conn.state, conn.since, conn.deadline = state, now, now + timeout
 
-    def _victim(self) -> _Conn | None:
+    def _victim(self, now: float) -> _Conn | None:
         """The connection a new one replaces at the cap (module docstring), None when all are busy."""
         best = None
         best_key: tuple[int, float] = (0, 0.0)
         for c in self._conns:
-            if c.state == _BUSY:
+            if c.state == _BUSY or (c.state == _WRITE and now - c.since < self.stalled_writer_seconds):
                 continue
-            key = (2 if not c.served else 1 if c.state == _IDLE else 0, -c.since)
+            # a writer's `since` is its last progress: a client not reading its answer ranks with the silent heads
+            key = (2 if c.state == _WRITE or not c.served else 1 if c.state == _IDLE else 0, -c.since)
             if best is None or key > best_key:
                 best, best_key = c, key
         return best
@@ -390,7 +518,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
             if self._per_client.get(client, 0) >= self.max_connections_per_client:
                 refusal = _REFUSED_CLIENT
             elif full:
-                victim = self._victim()
+                victim = self._victim(now)
                 if victim is None:
                     refusal = _REFUSED
                 else:
@@ -452,7 +580,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
 
     def service_actions(self) -> None:
         """Called by serve_forever between accepts (at least every poll interval): drop the connections
-        whose request head or keep-alive wait is past its deadline."""
+        whose request head, keep-alive wait or response send (no progress) is past its deadline."""
         now = time.monotonic()
         if now < self._next_sweep:
             return

@@ -15,7 +15,11 @@ Three answers:
   primary bottleneck more than --host-bound-threshold of the period: better GPUs would not help them.
 
 A bad URL, an unreachable Prometheus or one that answers with an error ends with a one-line message and exit
-status 2.
+status 2. So does anything that is not the API's answer (docs/fleet.md): a body that is not JSON or not shaped
+as the API's vector result, an answer over ``MAX_RESPONSE_BYTES`` (read in chunks, never past the cap), a
+redirect (not followed: the message names its Location) or an answer not complete within ``--timeout``
+(connect and every read of one query together). Label values are printed with control characters escaped
+(and ``|`` in Markdown tables), so a hostile label cannot write escape sequences to a terminal or break a row.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ import json
 import math
 import re
 import socket
+import threading
+import time
+import unicodedata
 import urllib.parse
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -39,6 +46,9 @@ GPU_CLASSES: tuple[tuple[str, int], ...] = (
 )
 HOST_RESOURCES = ("cpu", "host_memory", "shared_memory", "disk_io", "network")
 _DURATION = re.compile(r"^[1-9][0-9]*[smhdw]$")
+# one query's answer: a fleet's largest (per host, workload and GPU) is a few MB; json.loads takes ~6x its size
+MAX_RESPONSE_BYTES = 64 * 2**20
+MAX_ERROR_CHARS = 200  # of an error text, a Location or a label value quoted in a message
 
 
 class ReportError(Exception):
@@ -106,34 +116,138 @@ class Prometheus:
         self.timeout = timeout
 
     def query(self, expr: str) -> list[dict[str, Any]]:
-        import urllib.error  # here, not at the top: `headroom run` builds this command's parser and never queries
-        import urllib.request
-
-        url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
-                body = resp.read()
-        except urllib.error.HTTPError as exc:
-            body = exc.read()
-            try:
-                doc = json.loads(body)
-            except ValueError:
-                raise ReportError(f"{self.url} answered HTTP {exc.code} to the query API: is it Prometheus?") from None
-            raise ReportError(f"Prometheus at {self.url} rejected a query ({doc.get('error', exc.code)}): {expr}") \
-                from None
-        except (urllib.error.URLError, socket.timeout, ConnectionError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ReportError(f"cannot reach Prometheus at {self.url}: {reason}") from None
+        """The instant vector ``expr`` evaluates to, each item checked: {"metric": {str: str}, "value": [t, "v"]}."""
+        status, location, body = self._get(f"/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+        if 300 <= status < 400:
+            where = _quote(location) if location is not None else "no Location"
+            raise ReportError(f"{self.url} answered HTTP {status} redirecting to {where}: redirects are not followed, "
+                              f"give --prometheus the URL it names")
         try:
             doc = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # also an integer over Python's 4300-digit limit
+            if status != 200:
+                raise ReportError(f"{self.url} answered HTTP {status} to the query API: is it Prometheus?") from None
             raise ReportError(f"{self.url} did not answer with Prometheus API JSON: is it Prometheus?") from None
-        if not isinstance(doc, dict) or doc.get("status") != "success":
-            raise ReportError(f"Prometheus at {self.url} failed a query: {doc.get('error') if isinstance(doc, dict) else doc}")
-        data = doc.get("data") or {}
+        if status != 200:
+            error = doc.get("error") if isinstance(doc, dict) else None
+            reason = _quote(error, quotes=False) if isinstance(error, str) else f"HTTP {status}"
+            raise ReportError(f"Prometheus at {self.url} rejected a query ({reason}): {expr}")
+        if not isinstance(doc, dict):
+            raise ReportError(f"unexpected answer from {self.url}: {_shape(doc)} where the API's object belongs")
+        if doc.get("status") != "success":
+            error = doc.get("error")
+            raise ReportError(f"Prometheus at {self.url} failed a query: "
+                              f"{_quote(error, quotes=False) if isinstance(error, str) else _shape(error)}")
+        data = doc.get("data")
+        if not isinstance(data, dict):
+            raise ReportError(f"unexpected answer from {self.url}: data is {_shape(data)}, not an object")
         if data.get("resultType") != "vector":
-            raise ReportError(f"unexpected answer from {self.url}: resultType {data.get('resultType')}")
-        return data["result"]
+            kind = data.get("resultType")
+            raise ReportError(f"unexpected answer from {self.url}: resultType "
+                              f"{_quote(kind) if isinstance(kind, str) else _shape(kind)}")
+        result = data.get("result")
+        if not isinstance(result, list):
+            raise ReportError(f"unexpected answer from {self.url}: result is {_shape(result)}, not a list")
+        for n, item in enumerate(result):
+            problem = _vector_item_problem(item)
+            if problem:
+                raise ReportError(f"unexpected answer from {self.url}: result[{n}] {problem}")
+        return result
+
+    def _get(self, path: str) -> tuple[int, str | None, bytes]:
+        """(status, Location, body) of GET ``path``: connect and every read within ``timeout`` in all (a
+        watchdog shuts the socket down at the deadline, so a server trickling bytes cannot stretch it), the body
+        read in chunks up to MAX_RESPONSE_BYTES; every failure is a ReportError."""
+        import http.client  # here, not at the top: `headroom run` builds this command's parser and never queries
+
+        parts = urllib.parse.urlsplit(self.url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        conn = cls(parts.hostname, parts.port, timeout=self.timeout)
+        expired = threading.Event()
+        connected: list[socket.socket] = []  # getresponse() hands the socket to the response and clears conn.sock
+
+        def expire() -> None:
+            expired.set()
+            for sock in [*connected, conn.sock]:
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+
+        deadline = time.monotonic() + self.timeout
+        watchdog = threading.Timer(self.timeout, expire)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            conn.connect()
+            connected.append(conn.sock)
+            if expired.is_set():
+                raise TimeoutError
+            prefix = parts.path.rstrip("/")
+            conn.request("GET", prefix + path, headers={"Accept": "application/json"})
+            resp = conn.getresponse()
+            body = bytearray()
+            while chunk := resp.read(min(65536, MAX_RESPONSE_BYTES + 1 - len(body))):
+                body += chunk
+                if len(body) > MAX_RESPONSE_BYTES:
+                    raise ReportError(f"{self.url} answered with more than {MAX_RESPONSE_BYTES} bytes "
+                                      f"(MAX_RESPONSE_BYTES): not an answer this report reads")
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+            if expired.is_set():
+                raise TimeoutError
+            return resp.status, resp.getheader("Location"), bytes(body)
+        except ReportError:
+            raise
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if expired.is_set() or isinstance(exc, TimeoutError):
+                raise ReportError(f"Prometheus at {self.url} did not answer a query within --timeout "
+                                  f"{self.timeout:g} s") from None
+            reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__
+            raise ReportError(f"cannot reach Prometheus at {self.url}: {_quote(reason, quotes=False)}") from None
+        finally:
+            watchdog.cancel()
+            conn.close()
+
+
+def _shape(value: Any) -> str:
+    """What a JSON value is, for a message (never its content)."""
+    if value is None:
+        return "missing or null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+
+
+def _vector_item_problem(item: Any) -> str | None:
+    if not isinstance(item, dict):
+        return f"is {_shape(item)}, not an object"
+    metric, value = item.get("metric"), item.get("value")
+    if not isinstance(metric, dict) or not all(isinstance(v, str) for v in metric.values()):
+        return "metric is not an object of label values"
+    if not isinstance(value, list) or len(value) != 2:
+        return "value is not [time, value]"
+    number = value[1]
+    if isinstance(number, bool) or not isinstance(number, (str, int, float)):
+        return f"value is {_shape(number)}, not a number"
+    try:
+        float(number)
+    except (ValueError, OverflowError):
+        return f"value {_quote(str(number))} is not a number"
+    return None
+
+
+def _escape(text: str) -> str:
+    """``text`` with control and format characters (ESC, CR, LF, NUL, DEL, C1, bidi overrides ...) written as
+    \\xNN or \\uNNNN: safe to print to a terminal or into a table cell."""
+    return "".join(c if unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Zl", "Zp") else
+                   (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" if ord(c) < 0x10000
+                    else f"\\U{ord(c):08x}") for c in text)
+
+
+def _quote(text: str, quotes: bool = True, limit: int = MAX_ERROR_CHARS) -> str:
+    """A value from the server for a one-line message: escaped, at most ``limit`` characters and its length."""
+    out = f"'{_escape(text[:limit])}'" if quotes else _escape(text[:limit])
+    return out if len(text) <= limit else f"{out}... ({len(text)} characters)"
 
 
 def _value(r: dict[str, Any]) -> float:
@@ -179,9 +293,9 @@ def build(prom: Prometheus, since: str, idle_threshold: float, host_bound_thresh
     for (i, w), gpus in sorted(per_workload.items()):
         n = len(gpus)
         cap = capacity.get((i, w))
-        if not n or not cap:
+        per_gpu_cap = int(cap / n) if n and cap else 0
+        if per_gpu_cap < 1:  # no capacity known (or a nonsensical one from a hostile host): nothing to size
             continue
-        per_gpu_cap = int(cap / n)
         peak_gpu = int(max(v for _, v in gpus))
         peak_total = int(sum(v for _, v in gpus))
         need = max(1, math.ceil(peak_total * (1 + margin) / per_gpu_cap))
@@ -235,6 +349,12 @@ def _gib(n: float) -> str:
 
 
 def _rows(report: Report) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """The three tables, every cell escaped (label values come from the agents' hosts: any string)."""
+    tables = _raw_rows(report)
+    return {title: (head, [[_escape(c) for c in row] for row in rows]) for title, (head, rows) in tables.items()}
+
+
+def _raw_rows(report: Report) -> dict[str, tuple[list[str], list[list[str]]]]:
     sizing = [[r.instance, r.workload, r.team or "-", f"{r.gpus} x {r.gpu_model or '?'} ({_gib(r.memory_per_gpu_bytes)})",
                _gib(r.peak_per_gpu_bytes), _gib(r.peak_total_bytes),
                str(r.fits_gpus) if r.fits_gpus else "-", r.fits_class or "-"]
@@ -264,12 +384,13 @@ def to_markdown(report: Report) -> str:
             out += ["None.", ""]
             continue
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+        out += ["| " + " | ".join(cell.replace("|", "\\|").replace("<", "&lt;") for cell in row) + " |"
+                for row in rows]
         out.append("")
     totals: dict[str, float] = defaultdict(float)
     for r in report.idle:
         totals[r.currency] += r.cost or 0.0
-    spent = ", ".join(f"{v:.2f} {c}".rstrip() for c, v in sorted(totals.items())) or "nothing"
+    spent = ", ".join(f"{v:.2f} {_escape(c)}".rstrip() for c, v in sorted(totals.items())) or "nothing"
     out.append(f"Idle GPUs above the threshold cost {spent} over the period.")
     return "\n".join(out) + "\n"
 
@@ -301,7 +422,8 @@ def add_parser(sub: Any) -> None:
                    help="list hosts whose host resource was the GPUs' bottleneck more than this share (default 0.25)")
     p.add_argument("--margin", type=_ratio, default=0.2, metavar="RATIO",
                    help="headroom kept above the measured peak when right-sizing (default 0.2)")
-    p.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="per query (default 30)")
+    p.add_argument("--timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                   help="for each query, connect and the whole answer (default 30)")
 
 
 def _ratio(text: str) -> float:
@@ -311,6 +433,16 @@ def _ratio(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
     if not 0 <= v <= 1:
         raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return v
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not 0 < v <= 86400:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0 and at most 86400, got {text!r}")
     return v
 
 
