@@ -90,6 +90,21 @@ def test_rotation_keeps_the_size_bounded(tmp_path):
     assert ticks == sorted(ticks) and ticks[-1] == 99.0
 
 
+def test_a_tick_over_the_line_cap_is_not_recorded_so_the_recording_stays_replayable(tmp_path):
+    from headroom.record import MAX_LINE_BYTES
+
+    path = tmp_path / "r.jsonl"
+    rec = Recorder(path, {"interval": 1.0})
+    rec.write(Sample(timestamp=1.0, monotonic=1.0, sources={}))
+    rec.write(Sample(timestamp=2.0, monotonic=2.0,
+                     sources={"x": SourceResult("x", False, 0.0, None, "e" * MAX_LINE_BYTES)}))
+    assert not rec.ok and "line cap" in rec.error
+    rec.write(Sample(timestamp=3.0, monotonic=3.0, sources={}))
+    rec.close()
+    assert rec.ok
+    assert [s.timestamp for _, s, _ in read_traces([path])] == [1.0, 3.0]
+
+
 def test_a_write_failure_degrades_and_recovers(tmp_path):
     d = tmp_path / "ro"
     d.mkdir()

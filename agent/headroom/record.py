@@ -392,6 +392,12 @@ class Recorder:
 
     def write(self, sample: Sample, verdicts: Mapping[str, str] | None = None) -> None:
         line = encode_sample(sample, verdicts) + "\n"
+        if len(line) > MAX_LINE_BYTES:  # replay refuses such a line: do not write a recording it cannot read
+            if self.ok:
+                log.error("record_failing", path=str(self.path), error=f"a tick of {len(line)} bytes is over the "
+                          f"{MAX_LINE_BYTES}-byte line cap replay reads: not recorded")  # fmt: skip
+            self.ok, self.error = False, f"a tick of {len(line)} bytes is over the {MAX_LINE_BYTES}-byte line cap"
+            return
         good = None
         if self._handle is not None and self._gone():
             log.warning("record_file_gone", path=str(self.path), action="reopening it")
