@@ -1135,8 +1135,8 @@ class _ModelReader:
                 if not thread.is_alive():
                     self._running = None
                 elif now - started > MODEL_READ_SECONDS + 1.0:
-                    self._results[key] = ModelInfo(error=f"reading its model files took more than "
-                                                         f"{MODEL_READ_SECONDS:.0f} s (a hung filesystem?): not sized")
+                    self._results[key] = ModelInfo(error=f"gave up reading its model files after "
+                                                         f"{MODEL_READ_SECONDS:g} s (a hung filesystem?): not sized")
                     self._stuck.add(thread)
                     self._running = None
             if self._running is not None or not self._queue or self._closed or len(self._stuck) >= STUCK_READERS:

@@ -614,16 +614,20 @@ def _safetensors_params(tree: Tree, directory: tuple[str, ...], fields: dict[str
     index_path = (*directory, "model.safetensors.index.json")
     files: list[tuple[str, ...]] = []
     total_size = None
-    try:
-        has_index = tree.kind(index_path, within) != ""
-        if has_index:
-            names, total_size = _read_index(tree, index_path, within)
-            files = [(*directory, name) for name in names]
-        elif tree.kind((*directory, "model.safetensors"), within) != "":
-            files = [(*directory, "model.safetensors")]
-        present = bool(files) and all(tree.kind(f, within) != "" for f in files)
-    except OSError as exc:
-        raise _refused(exc, show(index_path)) from None
+
+    def exists(path: tuple[str, ...]) -> bool:
+        try:
+            return tree.kind(path, within) != ""
+        except OSError as exc:  # refused: a symlink out of the directory, a directory the user cannot search
+            raise _refused(exc, show(path)) from None
+
+    has_index = exists(index_path)
+    if has_index:
+        names, total_size = _read_index(tree, index_path, within)
+        files = [(*directory, name) for name in names]
+    elif exists((*directory, "model.safetensors")):
+        files = [(*directory, "model.safetensors")]
+    present = bool(files) and all(exists(f) for f in files)
     if present:
         total = stored = 0
         for f in files:
