@@ -363,8 +363,12 @@ def _precision_fields(cfg: Mapping[str, Any], top: Mapping[str, Any], where: str
 
 
 # ---------------------------------------------------------------------------------- safetensors
+_QUANT_AUX_RE = re.compile("|".join(map(re.escape, _QUANT_AUX)))
 _WS = re.compile(rb"[ \t\n\r]*")
-_STR = re.compile(rb'"(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+"')  # possessive: linear
+_QSTR = rb'"(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+"'
+_STR = re.compile(_QSTR)  # a JSON string, possessive: linear however long
+# one weight_map entry, "tensor": "file" and the , or } after it: the file name (quoted) and which
+_PAIR = re.compile(rb"[ \t\n\r]*" + _QSTR + rb"[ \t\n\r]*:[ \t\n\r]*(" + _QSTR + rb")[ \t\n\r]*([,}])")
 _SCALAR = re.compile(rb"-?[0-9][0-9.eE+-]*|true|false|null")
 _BRACKET_OR_STR = re.compile(rb'[\[\]{}"]')
 # one tensor as the safetensors library writes it (serde_json, compact, in this key order): the fast path
@@ -551,7 +555,7 @@ def safetensors_header(path: str | os.PathLike[str], tree: Tree | None = None) -
 
 def _tensor_params(name: str, dtype: str, shape: tuple[int, ...], bits: int | None) -> int:
     """Logical parameters in one tensor: packed quantized weights unpacked, quantization constants skipped."""
-    if any(marker in name for marker in _QUANT_AUX):
+    if _QUANT_AUX_RE.search(name):
         return 0
     n = 1
     for d in shape:
@@ -585,15 +589,26 @@ def _read_index(tree: Tree, path: tuple[str, ...], within: tuple[str, ...] | Non
     for key in scan.members():
         if key == "weight_map":
             found = True
-            for _ in scan.members():
-                name = scan.string()
-                if name not in shards:
-                    if "/" in name or name in ("", ".", "..") or "\0" in name or len(name) > 255:
-                        raise ModelConfigError("weight_map", f"{shown} names a file outside the model directory: "
-                                                             "not read")  # fmt: skip
-                    if len(shards) >= MODEL_SHARDS:
+            if not scan.take(b"{"):
+                raise ModelConfigError("weight_map", f"{shown} has no weight_map object")
+            seen: set[bytes] = set()  # the file names as quoted in the file: compared as bytes, decoded once
+            closed = scan.take(b"}")
+            while not closed:
+                m = _PAIR.match(raw, scan.pos)
+                if m is None:
+                    raise scan.fail('a weight_map entry that is not "tensor": "file"')
+                scan.pos = m.end()
+                if m.group(1) not in seen:
+                    seen.add(m.group(1))
+                    if len(seen) > MODEL_SHARDS:
                         raise ModelConfigError("weight_map", f"{shown} names more than {MODEL_SHARDS} files")
-                    shards.add(name)
+                closed = m.group(2) == b"}"
+            for quoted in seen:
+                name = _Scan(quoted, shown).string()
+                if "/" in name or name in ("", ".", "..") or "\0" in name or len(name) > 255:
+                    raise ModelConfigError("weight_map", f"{shown} names a file outside the model directory: "
+                                                         "not read")  # fmt: skip
+                shards.add(name)
         elif key == "metadata":
             meta = scan.value(64 * 1024)
             if isinstance(meta, dict):
