@@ -1311,7 +1311,7 @@ class ProcessIdentity:
 def process_identity(procfs_root: Path, pid: int) -> ProcessIdentity | str:
     """The process's ProcessIdentity, or why it cannot be had (a one-line reason)."""
     try:
-        text = safe_read_proc(procfs_root / str(pid) / "status")
+        text = _read_status(procfs_root / str(pid) / "status")
         creds = Credentials.from_status(text)
         stat = procfs.read_pid_stat(procfs_root, pid)
     except (procfs.ProcessGone, OSError, ValueError):
@@ -1322,9 +1322,13 @@ def process_identity(procfs_root: Path, pid: int) -> ProcessIdentity | str:
     return ProcessIdentity(creds, stat.starttime_ticks, lines)
 
 
-def safe_read_proc(path: Path) -> str:
+STATUS_BYTES = 64 * 1024  # of /proc/PID/status (about 1.5 KB; a huge Groups line cut here lists fewer groups, and a
+# CapEff line cut off reads as no capabilities: a cut refuses more, never allows more)
+
+
+def _read_status(path: Path) -> str:
     with open(path, "rb") as f:
-        return f.read(64 * 1024).decode("utf-8", "replace")
+        return f.read(STATUS_BYTES).decode("utf-8", "replace")
 
 
 def read_launcher_model(procfs_root: Path, pid: int, model: str, who: ProcessIdentity | None = None,

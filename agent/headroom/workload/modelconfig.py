@@ -47,6 +47,7 @@ SAFETENSORS_HEADER_BYTES = 16 * 1024 * 1024
 TENSOR_ENTRY_BYTES = 4096  # one tensor's {dtype, shape, data_offsets} (real ones: ~60 bytes)
 TENSOR_DIMS = 8  # dimensions of one tensor (real checkpoints: at most 5, a 3-D convolution's)
 TENSOR_ELEMENTS = 1 << 50  # elements of one tensor (the largest real ones, embeddings, are ~2**32)
+INDEX_METADATA_BYTES = 64 * 1024  # the index's "metadata" object (real ones: {"total_size": N}, ~30 bytes)
 MODEL_SHARDS = 2048  # distinct files in a weight_map (DeepSeek-V3: 163, Llama-3.1-405B: 191)
 REF_BYTES = 256  # a hub cache's refs/main: a 40-character commit hash
 SNAPSHOTS = 1024  # entries of a cache repository's snapshots/ looked at (one per revision downloaded)
@@ -610,7 +611,7 @@ def _read_index(tree: Tree, path: tuple[str, ...], within: tuple[str, ...] | Non
                                                          "not read")  # fmt: skip
                 shards.add(name)
         elif key == "metadata":
-            meta = scan.value(64 * 1024)
+            meta = scan.value(INDEX_METADATA_BYTES)
             if isinstance(meta, dict):
                 total = meta.get("total_size")
         else:
