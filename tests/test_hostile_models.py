@@ -339,6 +339,11 @@ def test_a_hub_cache_snapshot_reads_its_blobs_and_refs_main_stays_inside(tmp_pat
     assert info.source == f"/hub/models--o--m/snapshots/{rev}/config.json"
     (repo / "refs" / "main").write_text("../../../../etc")
     assert "refs/main: does not hold a revision" in read_launcher_model(proc, 47, "o/m").error
+    # an older huggingface_hub's local_dir: config.json copied, the weights linked to the cache's blobs
+    local = model_dir(tmp_path / "rootfs", "local")
+    os.symlink("/hub/models--o--m/blobs/beef", local / "model.safetensors")
+    info = read_launcher_model(proc, 47, "/local")
+    assert info.error == "" and json.loads(info.fields_json)["params"] == 15, info
 
 
 # ---------------------------------------------------- item 6: checked on the descriptor, as the process's user

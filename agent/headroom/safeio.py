@@ -98,7 +98,8 @@ def shorten_quoted(message: str, limit: int = EXCERPT_CHARS) -> str:
 #   - every directory on the way must be searchable and the file readable by the given ``Credentials``, checked
 #     on the descriptors actually opened (fstat), never on a path that could be swapped after the check;
 #   - the file must be a regular one, opened with O_NONBLOCK (a FIFO never blocks) and read with a size cap;
-#   - ``within`` confines a path to a directory: the canonical path of what was opened must lie under it;
+#   - ``within`` confines a path to a directory (a ``Confine``, or a canonical path): the canonical path of what
+#     was opened must lie under it;
 #   - a ``deadline`` (time.monotonic()) ends a walk that takes too long (a slow filesystem, a huge directory).
 # Refusals are FileRefused (an OSError) whose message says why (the caller names the path), never a file's content.
 SYMLINKS = 40  # symlinks followed in one walk: Linux's own limit (MAXSYMLINKS)
@@ -175,6 +176,35 @@ def show(path: tuple[str, ...]) -> str:
     return "/" + "/".join(path)
 
 
+@dataclass(frozen=True)
+class Confine:
+    """Where a Tree may open files: under ``directory`` (a canonical path) and, with ``blobs``, a file in a Hugging
+    Face cache repository's blobs/ (``.../models--ORG--NAME/blobs/HASH``), where a cache snapshot's and an older
+    huggingface_hub ``local_dir``'s weight files link to (what is there is still permission-checked)."""
+
+    directory: tuple[str, ...]
+    blobs: bool = False
+
+    def __contains__(self, path: tuple[str, ...]) -> bool:
+        if path[: len(self.directory)] == self.directory:
+            return True
+        return self.blobs and len(path) >= 3 and path[-2] == "blobs" and path[-3].startswith("models--")
+
+    def __str__(self) -> str:
+        return show(self.directory)
+
+
+Within = Confine | tuple[str, ...] | None
+
+
+def _inside(path: tuple[str, ...], within: Within) -> bool:
+    if within is None:
+        return True
+    if isinstance(within, Confine):
+        return path in within
+    return path[: len(within)] == within
+
+
 class Tree:
     """Files as one process sees them: paths resolved under ``root``, permissions checked as ``creds`` (None:
     no checks, the agent's own files). Use as a context manager; each ``open`` returns an ``Opened`` to close."""
@@ -200,7 +230,7 @@ class Tree:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise FileRefused(errno.ETIMEDOUT, "took too long to read (a slow filesystem?)")
 
-    def walk(self, path: str | tuple[str, ...], within: tuple[str, ...] | None = None, final: str = "any"
+    def walk(self, path: str | tuple[str, ...], within: Within = None, final: str = "any"
              ) -> tuple[int, tuple[str, ...], os.stat_result]:
         """(an O_PATH descriptor, canonical path, fstat) of what ``path`` names, symlinks resolved inside the root;
         ``final`` "dir" or "file" requires that kind. Every directory passed must be searchable by creds."""
@@ -250,17 +280,17 @@ class Tree:
                     self._search(fd)
                     continue
                 canonical = (*[n for n, _ in stack], name)
-                if within is not None and canonical[: len(within)] != within:
+                if not _inside(canonical, within):
                     os.close(fd)
-                    raise FileRefused(errno.EXDEV, f"leads outside {show(within)} (to {show(canonical)}): "
+                    raise FileRefused(errno.EXDEV, f"leads outside {_shown(within)} (to {show(canonical)}): "
                                                    "not read")  # fmt: skip
                 return fd, canonical, st
             # the path named a directory (or the root)
             canonical = tuple(n for n, _ in stack)
             if final == "file":
                 raise FileRefused(errno.EISDIR, "is a directory, not a regular file")
-            if within is not None and canonical[: len(within)] != within:
-                raise FileRefused(errno.EXDEV, f"leads outside {show(within)}: not read")
+            if not _inside(canonical, within):
+                raise FileRefused(errno.EXDEV, f"leads outside {_shown(within)}: not read")
             fd = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=cur)
             return fd, canonical, os.fstat(fd)
         finally:
@@ -272,7 +302,7 @@ class Tree:
             raise FileRefused(errno.EACCES, f"a directory on the way is not searchable by the process's user "
                                             f"(uid {self.creds.uid}): not read on its behalf")  # fmt: skip
 
-    def kind(self, path: str | tuple[str, ...], within: tuple[str, ...] | None = None) -> str:
+    def kind(self, path: str | tuple[str, ...], within: Within = None) -> str:
         """"dir", "file" (a regular file), "other" or "" (missing) for ``path``; refusals raise."""
         try:
             fd, _, st = self.walk(path, within)
@@ -281,7 +311,7 @@ class Tree:
         os.close(fd)
         return "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
 
-    def resolve_dir(self, path: str | tuple[str, ...], within: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    def resolve_dir(self, path: str | tuple[str, ...], within: Within = None) -> tuple[str, ...]:
         fd, canonical, _ = self.walk(path, within, final="dir")
         os.close(fd)
         return canonical
@@ -306,7 +336,7 @@ class Tree:
             raise FileRefused(errno.EFBIG, f"more than {limit} entries: not listed")
         return names
 
-    def open(self, path: str | tuple[str, ...], within: tuple[str, ...] | None = None) -> Opened:
+    def open(self, path: str | tuple[str, ...], within: Within = None) -> Opened:
         """The regular file at ``path``, opened for reading: never blocks on open, refuses anything but a regular
         file readable by creds (checked on the opened descriptor)."""
         pfd, canonical, _ = self.walk(path, within, final="file")
@@ -328,7 +358,7 @@ class Tree:
             raise
         return Opened(fd, st, canonical)
 
-    def read(self, path: str | tuple[str, ...], max_bytes: int, within: tuple[str, ...] | None = None) -> bytes:
+    def read(self, path: str | tuple[str, ...], max_bytes: int, within: Within = None) -> bytes:
         """The whole regular file, at most ``max_bytes`` (FileRefused beyond: the size is not echoed)."""
         f = self.open(path, within)
         try:
@@ -340,6 +370,10 @@ class Tree:
             return data
         finally:
             os.close(f.fd)
+
+
+def _shown(within: Within) -> str:
+    return str(within) if isinstance(within, Confine) else show(within or ())
 
 
 def _size(n: int) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headroom.safeio import FileRefused, Tree, show
+from headroom.safeio import Confine, FileRefused, Tree, Within, show
 
 # Caps on what is read of a model's files (docs/serving.md, "Model files"): each well above the largest real file
 # of its kind, and low enough that a hostile one costs little memory or time. Every file is read through
@@ -106,7 +106,7 @@ def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: bool = False)
     return v
 
 
-def _load_json(tree: Tree, path: tuple[str, ...], what: str, within: tuple[str, ...] | None = None) -> dict[str, Any]:
+def _load_json(tree: Tree, path: tuple[str, ...], what: str, within: Within = None) -> dict[str, Any]:
     """A small JSON object file (config.json), read whole through the tree (MODEL_CONFIG_BYTES at most)."""
     try:
         raw = tree.read(path, MODEL_CONFIG_BYTES, within)
@@ -156,11 +156,9 @@ def read_model_config(path: str | os.PathLike[str], tree: Tree | None = None, co
         raise ModelConfigError(spath, "no config.json there") from None
     except OSError as exc:
         raise _refused(exc, spath) from None
-    within = None
-    if confine:
-        within = directory
-        if len(directory) >= 3 and directory[-2] == "snapshots" and directory[-3].startswith("models--"):
-            within = directory[:-2]
+    within: Within = None
+    if confine:  # a snapshot's files link to its repository's blobs/, as an older local_dir's weights may
+        within = Confine(directory, blobs=True)
     p = (*directory, "config.json")
     top = _load_json(tree, p, "config.json", within)
     if top.get("is_encoder_decoder"):
@@ -478,7 +476,7 @@ class _Scan:
             raise self.fail("data after the object")
 
 
-def _read_header(tree: Tree, path: tuple[str, ...], within: tuple[str, ...] | None) -> bytes:
+def _read_header(tree: Tree, path: tuple[str, ...], within: Within) -> bytes:
     """The JSON header bytes of one .safetensors file (at most SAFETENSORS_HEADER_BYTES; its length is not echoed)."""
     shown = show(path)
     try:
@@ -575,7 +573,7 @@ def _tensor_bytes(dtype: str, shape: tuple[int, ...]) -> int:
     return n * _ST_BYTES.get(dtype, 0)
 
 
-def _read_index(tree: Tree, path: tuple[str, ...], within: tuple[str, ...] | None) -> tuple[list[str], Any]:
+def _read_index(tree: Tree, path: tuple[str, ...], within: Within) -> tuple[list[str], Any]:
     """(the shard file names of model.safetensors.index.json's weight_map, metadata.total_size or None), scanned
     incrementally: a weight_map of 100 k entries keeps only its few distinct file names."""
     shown = show(path)
@@ -623,7 +621,7 @@ def _read_index(tree: Tree, path: tuple[str, ...], within: tuple[str, ...] | Non
 
 
 def _safetensors_params(tree: Tree, directory: tuple[str, ...], fields: dict[str, Any],
-                        within: tuple[str, ...] | None) -> tuple[int | None, str]:
+                        within: Within) -> tuple[int | None, str]:
     """(parameters, where from); with the weight files present also sets fields["weight_bytes"]."""
     precision = str(fields.get("precision", ""))
     bits = 4 if precision == "int4" else 8 if precision == "int8" else None
