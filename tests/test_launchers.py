@@ -251,7 +251,8 @@ def test_an_unreadable_cache_or_environment_is_a_reason(tmp_path):
     proc = fake_proc(tmp_path, 43, 1, ["vllm", "serve", "o/m"], {"HF_HOME": "/nowhere"})
     assert "not in the local Hugging Face cache" in read_launcher_model(proc, 43, "o/m").error
     (proc / "43" / "environ").unlink()  # another user's process: environ denied
-    (proc / "43" / "status").write_text("Name:\tp\nUid:\t4242424\t0\t0\t0\n")  # a uid without a passwd entry
+    (proc / "43" / "status").write_text("Name:\tp\nUid:\t4242424\t4242424\t4242424\t4242424\n"
+                                        "Gid:\t0\t0\t0\t0\n")  # a uid without a passwd entry
     assert "no Hugging Face cache to look in" in read_launcher_model(proc, 43, "o/m").error
     hf_cache(tmp_path / "rootfs" / "hub", "o/m", "{}")
     os.symlink("loop", tmp_path / "rootfs" / "loop")

@@ -48,14 +48,16 @@ import os
 import re
 import select
 import stat as stat_module
+import threading
+import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from headroom.safeio import Credentials, Tree
 from headroom.samples import (
     CgroupIdentity,
     CgroupStats,
@@ -727,10 +729,9 @@ class IdentityCollector(Collector):
         self._hidden: dict[tuple[str, str], str] = {}  # pod groups the kubelet's answer does not confirm -> why
         self._kubelet_view: tuple[Any, Any, Any] | None = None  # (answer, known devices, what _kubelet read from it)
         self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
-        # config.json and safetensors headers are read off the tick, in one worker thread (a big checkpoint
-        # has hundreds of shards; a hostile header can be large): the tick never waits for model files
-        self._reading: dict[tuple[int, str], Future[ModelInfo]] = {}
-        self._reader: ThreadPoolExecutor | None = None
+        # config.json and safetensors headers are read off the tick, in a daemon thread (a big checkpoint has
+        # hundreds of shards; a hostile file can be slow): the tick never waits for model files (_ModelReader)
+        self._reader: _ModelReader | None = None
 
     def close(self) -> None:
         for d in self._dirs.values():
@@ -744,7 +745,7 @@ class IdentityCollector(Collector):
         if self.poller is not None:
             self.poller.close()
         if self._reader is not None:
-            self._reader.shutdown(wait=False, cancel_futures=True)
+            self._reader.close()
 
     def _model(self, pid: int, model: str) -> ModelInfo:
         """The launcher's model config once read; while it is being read, a ModelInfo saying so."""
@@ -752,18 +753,19 @@ class IdentityCollector(Collector):
         known = self._models.get(key)
         if known is not None:
             return known
-        future = self._reading.get(key)
-        if future is None:
-            if self._reader is None:
-                self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="identity-model")
-            future = self._reading[key] = self._reader.submit(read_launcher_model, self.ctx.paths.procfs, pid, model)
-        if not future.done():
-            return ModelInfo(error="reading its config.json (in the background)")
-        del self._reading[key]
-        try:
-            info = future.result()
-        except Exception as exc:  # read_launcher_model turns file problems into reasons; this is a bug's
-            info = ModelInfo(error=f"cannot read the model config: {type(exc).__name__}: {exc}")
+        if self._reader is None:
+            self._reader = _ModelReader()
+        if not self._reader.queued(key):
+            # its credentials and start time now, the tick its command line was read: a setuid exec later
+            # does not lend the launcher root's permissions
+            who = process_identity(self.ctx.paths.procfs, pid)
+            if isinstance(who, str):
+                self._models[key] = ModelInfo(error=who)
+                return self._models[key]
+            self._reader.submit(key, self.ctx.paths.procfs, pid, model, who)
+        info = self._reader.result(key)
+        if info is None:
+            return ModelInfo(error=self._reader.waiting(key))
         self._models[key] = info
         return info
 
@@ -1013,12 +1015,12 @@ class IdentityCollector(Collector):
                 directory = self._dirs.pop(path)
                 self._open_dirs -= bool(directory.fds)
                 directory.close()
-        if self._models or self._reading:
+        if self._models or self._reader is not None:
             live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
             for key in [k for k in self._models if k not in live_models]:
                 del self._models[key]
-            for key in [k for k in self._reading if k not in live_models]:
-                self._reading.pop(key).cancel()
+            if self._reader is not None:
+                self._reader.forget(live_models)
         # logged as attribution will show them: a declared profile that has these processes takes their place
         self._show(made if not again else list(built), gone, claimed, declared)
         return IdentitySample(groups=tuple(out), sources=tuple(sources), dropped_total=self.dropped_total,
@@ -1410,6 +1412,93 @@ class IdentityCollector(Collector):
             self._unknown[source] = unknown
 
 
+class _ModelReader:
+    """Reads launchers' model files one at a time, each in a daemon thread of its own, off the tick.
+
+    A read has MODEL_READ_SECONDS (its Tree's deadline, checked between files, and this reader's, for a read
+    stuck inside one system call: a hung NFS or FUSE mount). A read past its deadline is given up: its launcher
+    gets a reason, the next read starts in a new thread, and the stuck thread is left to finish (a daemon: it
+    cannot keep the agent from exiting). With STUCK_READERS stuck, no more are started until one returns."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: dict[tuple[int, str], tuple[Any, ...]] = {}  # waiting, in order
+        self._results: dict[tuple[int, str], ModelInfo] = {}
+        self._running: tuple[tuple[int, str], float, threading.Thread] | None = None
+        self._stuck: set[threading.Thread] = set()
+        self._closed = False
+
+    def queued(self, key: tuple[int, str]) -> bool:
+        with self._lock:
+            return key in self._queue or key in self._results or (self._running is not None
+                                                                   and self._running[0] == key)
+
+    def submit(self, key: tuple[int, str], *args: Any) -> None:
+        with self._lock:
+            self._queue[key] = args
+        self._step()
+
+    def result(self, key: tuple[int, str]) -> ModelInfo | None:
+        self._step()
+        with self._lock:
+            return self._results.pop(key, None)
+
+    def waiting(self, key: tuple[int, str]) -> str:
+        with self._lock:
+            if self._running is not None and self._running[0] == key:
+                return "reading its config.json (in the background)"
+            if len(self._stuck) >= STUCK_READERS:
+                return (f"waiting to read its config.json: {len(self._stuck)} earlier model reads are stuck "
+                        "(a hung filesystem?)")
+            return "waiting to read its config.json (in the background)"
+
+    def _step(self) -> None:
+        """Give up a read past its deadline; start the next one when none runs."""
+        with self._lock:
+            self._stuck = {t for t in self._stuck if t.is_alive()}
+            now = time.monotonic()
+            if self._running is not None:
+                key, started, thread = self._running
+                if not thread.is_alive():
+                    self._running = None
+                elif now - started > MODEL_READ_SECONDS + 1.0:
+                    self._results[key] = ModelInfo(error=f"gave up reading its model files after "
+                                                         f"{MODEL_READ_SECONDS:g} s (a hung filesystem?): not sized")
+                    self._stuck.add(thread)
+                    self._running = None
+            if self._running is not None or not self._queue or self._closed or len(self._stuck) >= STUCK_READERS:
+                return
+            key = next(iter(self._queue))
+            args = self._queue.pop(key)
+            thread = threading.Thread(target=self._read, args=(key, args), name="identity-model", daemon=True)
+            self._running = (key, now, thread)
+        thread.start()
+
+    def _read(self, key: tuple[int, str], args: tuple[Any, ...]) -> None:
+        try:
+            info = read_launcher_model(*args, deadline=time.monotonic() + MODEL_READ_SECONDS)
+        except Exception as exc:  # read_launcher_model turns file problems into reasons; this is a bug's
+            info = ModelInfo(error=f"cannot read the model config: {type(exc).__name__}")
+        with self._lock:
+            if self._running is not None and self._running[0] == key and self._running[2] is threading.current_thread():
+                self._results[key] = info
+                self._running = None
+        self._step()
+
+    def forget(self, live: set[tuple[int, str]]) -> None:
+        """Drop the waiting reads and results of launchers that ended."""
+        with self._lock:
+            for d in (self._queue, self._results):
+                for key in [k for k in d if k not in live]:
+                    del d[key]
+
+    def close(self) -> None:
+        """Start no more reads; one running is not waited for (its thread is a daemon)."""
+        with self._lock:
+            self._closed = True
+            self._queue.clear()
+
+
 def _declared_claims(previous: Any, profiles: tuple[Any, ...]) -> tuple[frozenset[int], frozenset[str]]:
     """(pids the declared profiles' processes had in ``previous``, the declared profiles' names)."""
     names = frozenset(p.name for p in profiles)
@@ -1532,41 +1621,93 @@ def _home_of(procfs_root: Path, pid: int) -> str | None:
         return None
 
 
-def read_launcher_model(procfs_root: Path, pid: int, model: str) -> ModelInfo:
+MODEL_READ_SECONDS = 30.0  # one model's files (config.json, index, every shard's header): then it is given up
+STUCK_READERS = 2  # model reads past their deadline (a hung filesystem) before no more are started
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """Who a launcher is, captured when its command line was read: its credentials and start time. Its model
+    files are read with these credentials and the result kept only if the process is still this one after."""
+
+    creds: Credentials
+    start: int  # /proc/PID/stat starttime: a pid reused by another process starts later
+    status: tuple[str, ...]  # its Uid, Gid and Groups lines: a setuid exec since changes them
+
+
+def process_identity(procfs_root: Path, pid: int) -> ProcessIdentity | str:
+    """The process's ProcessIdentity, or why it cannot be had (a one-line reason)."""
+    try:
+        text = _read_status(procfs_root / str(pid) / "status")
+        creds = Credentials.from_status(text)
+        stat = procfs.read_pid_stat(procfs_root, pid)
+    except (procfs.ProcessGone, OSError, ValueError):
+        return "the process's credentials are unreadable: its model files are not read"
+    if stat is None:
+        return "the process's start time is unreadable: its model files are not read"
+    lines = tuple(line for line in text.splitlines() if line.startswith(("Uid:", "Gid:", "Groups:", "CapEff:")))
+    return ProcessIdentity(creds, stat.starttime_ticks, lines)
+
+
+STATUS_BYTES = 64 * 1024  # of /proc/PID/status (about 1.5 KB; a huge Groups line cut here lists fewer groups, and a
+# CapEff line cut off reads as no capabilities: a cut refuses more, never allows more)
+
+
+def _read_status(path: Path) -> str:
+    with open(path, "rb") as f:
+        return f.read(STATUS_BYTES).decode("utf-8", "replace")
+
+
+def read_launcher_model(procfs_root: Path, pid: int, model: str, who: ProcessIdentity | None = None,
+                        deadline: float | None = None) -> ModelInfo:
     """The config.json of the model a launcher names, seen as the process sees it, offline: a path (absolute,
     or relative to its working directory), else ``ORG/NAME`` in its user's Hugging Face cache
     (``HF_HUB_CACHE``, ``HF_HOME/hub``, ``~/.cache/huggingface/hub`` from its environment, else its user's
-    home). Files are read through /proc/PID/root, so a containerised server's own paths work. Never raises:
-    a problem is the ModelInfo's ``error``."""
+    home). Every file is read through safeio.Tree on /proc/PID/root: symlinks resolved inside the process's
+    root, each directory and file checked against ``who``'s credentials (captured when its command line was
+    read; read now when not given) on the opened descriptors, regular files only, size-capped, confined to the
+    model's directory; the result is kept only if the process is still ``who`` afterwards (same start time,
+    same credentials: not exited, its pid not reused, no setuid program exec'd since). Never raises: a problem
+    is the ModelInfo's ``error``, one line, never a file's content."""
     import json as _json
 
     from headroom.workload import modelconfig
 
-    root = procfs_root / str(pid) / "root"
-    cwd = procfs_root / str(pid) / "cwd"
-    closed = _files_closed(root)
+    closed = _files_closed(procfs_root / str(pid) / "root")
     if closed:
         return ModelInfo(error=closed)
+    if who is None:
+        got = process_identity(procfs_root, pid)
+        if isinstance(got, str):
+            return ModelInfo(error=got)
+        who = got
     try:
-        local = root / model.lstrip("/") if model.startswith("/") else cwd / model
-        if model.startswith("/") or not _looks_like_hub_name(model) or (local / "config.json").exists():
-            directory = local  # a path, as vLLM tries first
-            source = model if model.startswith("/") else f"(working directory)/{model}"
-        else:
-            directory = modelconfig.find_cached_model(model, _cache_env(procfs_root, pid, root))
-            source = str(directory / "config.json").replace(str(root), "", 1)
-        config = directory / "config.json" if directory.is_dir() else directory
-        denied = _not_readable_by_owner(procfs_root, pid, config)
-        if denied:
-            return ModelInfo(error=_readable(denied, str(root), str(cwd)))
-        mc = modelconfig.read_model_config(directory)
+        with Tree(procfs_root / str(pid) / "root", who.creds, deadline) as tree:
+            if model.startswith("/"):
+                path, source = model, model
+            else:
+                cwd = _cwd_in_root(procfs_root, pid)
+                local = f"{cwd}/{model}" if cwd is not None else None
+                if _looks_like_hub_name(model) and (local is None or tree.kind(f"{local}/config.json") == ""):
+                    directory = modelconfig.find_cached_model(model, _cache_env(procfs_root, pid), tree)
+                    path, source = str(directory), str(directory / "config.json")
+                elif local is None:
+                    return ModelInfo(error=f"{model}: its working directory is not inside its root: not read")
+                else:
+                    path, source = local, f"(working directory)/{model}"  # a path, as vLLM tries first
+            mc = modelconfig.read_model_config(path, tree, confine=True)
     except modelconfig.ModelConfigError as exc:
-        return ModelInfo(error=_readable(str(exc), str(root), str(cwd)))
+        return ModelInfo(error=_readable(str(exc)))
     except RecursionError:
         return ModelInfo(error=f"{model}: config.json is nested too deeply to read")
-    except (OSError, ValueError, TypeError) as exc:  # hostile files: a reason, never a traceback
-        return ModelInfo(error=_readable(f"cannot read the model config: {type(exc).__name__}: {exc}", str(root),
-                                         str(cwd)))
+    except OSError as exc:  # the root itself (the process exited, /proc/PID/root denied)
+        return ModelInfo(error=_readable(f"cannot read the model files: {exc.strerror or type(exc).__name__}"))
+    except (ValueError, TypeError) as exc:  # hostile files: a reason, never a traceback
+        return ModelInfo(error=_readable(f"cannot read the model config: {type(exc).__name__}"))
+    after = process_identity(procfs_root, pid)
+    if isinstance(after, str) or after.start != who.start or after.status != who.status:
+        return ModelInfo(error="the process changed (exited, or changed credentials: a setuid program?) while its "
+                               "model files were read: not sized")  # fmt: skip
     return ModelInfo(source=source, fields_json=_json.dumps(mc.fields, sort_keys=True),
                      max_context=mc.max_context, encoder_only=mc.encoder_only)
 
@@ -1586,33 +1727,18 @@ def _files_closed(root: Path) -> str:
     return ""
 
 
-def _not_readable_by_owner(procfs_root: Path, pid: int, path: Path) -> str:
-    """Why the agent must not read ``path`` for this process ("" when it may): it reads model files as root
-    would, so a command line naming a file its own user cannot read (another user's, or root's) is not
-    followed. Owner, group (the process's groups) and other read bits against the process's uids."""
-    import stat as stat_module
-
+def _cwd_in_root(procfs_root: Path, pid: int) -> str | None:
+    """The process's working directory as it sees it (inside its root), or None when that cannot be said."""
     try:
-        status = (procfs_root / str(pid) / "status").read_text(errors="replace")
+        root = os.readlink(procfs_root / str(pid) / "root")
+        cwd = os.readlink(procfs_root / str(pid) / "cwd")
     except OSError:
-        return "the process's credentials are unreadable: its model files are not read"
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    try:
-        uid = int(fields["Uid"].split()[1])  # effective: what opening a file checks
-        gids = {int(fields["Gid"].split()[1]), *(int(g) for g in fields.get("Groups", "").split())}
-    except (KeyError, ValueError, IndexError):
-        return "the process's credentials are unreadable: its model files are not read"
-    try:
-        st = os.stat(path)
-    except OSError:
-        return ""  # missing: the reader says so
-    if uid == 0:
-        return ""
-    mode = st.st_mode
-    if (st.st_uid == uid and mode & stat_module.S_IRUSR) or (st.st_gid in gids and mode & stat_module.S_IRGRP) \
-            or mode & stat_module.S_IROTH:
-        return ""
-    return f"{path.name} is not readable by the process's user (uid {uid}): not read on its behalf"
+        return None
+    if root == "/":  # its own root (another mount namespace shows "/"): cwd is already as it sees it
+        return cwd
+    if cwd == root or cwd.startswith(root.rstrip("/") + "/"):
+        return cwd[len(root.rstrip("/")):] or "/"
+    return None
 
 
 def _looks_like_hub_name(model: str) -> bool:
@@ -1620,9 +1746,9 @@ def _looks_like_hub_name(model: str) -> bool:
     return len(parts) == 2 and all(parts) and not model.startswith(("~", "."))
 
 
-def _cache_env(procfs_root: Path, pid: int, root: Path) -> dict[str, str]:
-    """The Hugging Face cache variables of the process (its environment, else its user's home), as paths
-    under /proc/PID/root."""
+def _cache_env(procfs_root: Path, pid: int) -> dict[str, str]:
+    """The Hugging Face cache variables of the process (its environment, else its user's home), as the
+    process names them (paths inside its root)."""
     env = _environ(procfs_root, pid)
     if not env.get("HOME"):
         home = _home_of(procfs_root, pid)
@@ -1632,17 +1758,16 @@ def _cache_env(procfs_root: Path, pid: int, root: Path) -> dict[str, str]:
         env["XDG_CACHE_HOME"] = env["HOME"].rstrip("/") + "/.cache"
     if env.get("HUGGINGFACE_HUB_CACHE") and not env.get("HF_HUB_CACHE"):
         env["HF_HUB_CACHE"] = env["HUGGINGFACE_HUB_CACHE"]  # the older name huggingface_hub still reads
-    out = {k: str(root / v.lstrip("/")) for k, v in env.items()
-           if k in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME") and v.startswith("/")}
+    out = {k: v for k, v in env.items() if k in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME") and v.startswith("/")}
     if not out:
         raise ModelConfigError("--model", "no Hugging Face cache to look in: the process's environment and user "
                                           "are unreadable (run headroom as root or as the server's user)")
     return out
 
 
-def _readable(message: str, root: str, cwd: str) -> str:
-    """A message with paths as the process names them (no /proc/PID/root prefix), and not too long."""
-    message = message.replace(root, "").replace(cwd, "(working directory)").replace("--model: ", "")
+def _readable(message: str) -> str:
+    """A message without the CLI's prefix, on one line and not too long."""
+    message = " ".join(message.replace("--model: ", "").split())
     return message if len(message) <= 400 else message[:397] + "..."
 
 

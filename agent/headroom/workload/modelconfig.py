@@ -19,13 +19,38 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headroom.safeio import excerpt
+from headroom.safeio import Confine, FileRefused, Tree, Within, show
+
+# Caps on what is read of a model's files (docs/serving.md, "Model files"): each well above the largest real file
+# of its kind, and low enough that a hostile one costs little memory or time. Every file is read through
+# safeio.Tree: regular files only, never blocking, size-capped, symlinks resolved inside the process's root.
+# config.json: LLM configs are 1-10 KB; the largest real ones are image classifiers' label maps (ImageNet-21k:
+# 21 843 id2label and label2id entries, about 1 MB). Parsed whole: json.loads of 2 MiB costs at most ~25 ms and,
+# for the worst shape ("[{},{},...]", 24 bytes of objects per input byte), ~50 MiB
+MODEL_CONFIG_BYTES = 2 * 1024 * 1024
+# model.safetensors.index.json: about 95 bytes a weight_map entry; DeepSeek-V3's 91 k entries make ~9 MB, Kimi-K2's
+# ~138 k (384 experts x 60 layers x 3 projections x weight and scale) ~13 MB; Llama-3.1-405B's 1 138 ~0.1 MB.
+# Scanned incrementally (only the shard names are kept): memory is the bytes read
+MODEL_INDEX_BYTES = 32 * 1024 * 1024
+# a safetensors header: ~120 bytes a tensor; a 5 GB shard of DeepSeek-V3 holds ~560 tensors (~70 KB), and all 91 k of
+# its tensors in one file would make ~11 MB. The format's own limit is 100 MB (safetensors MAX_HEADER_SIZE), which a
+# 95 MB hostile header used to reach: 944 MiB and the interpreter held 9.5 s. Scanned incrementally, tensor by
+# tensor, never whole: memory is the bytes read, and the scan lets other threads run
+SAFETENSORS_HEADER_BYTES = 16 * 1024 * 1024
+TENSOR_ENTRY_BYTES = 4096  # one tensor's {dtype, shape, data_offsets} (real ones: ~60 bytes)
+TENSOR_DIMS = 8  # dimensions of one tensor (real checkpoints: at most 5, a 3-D convolution's)
+TENSOR_ELEMENTS = 1 << 50  # elements of one tensor (the largest real ones, embeddings, are ~2**32)
+INDEX_METADATA_BYTES = 64 * 1024  # the index's "metadata" object (real ones: {"total_size": N}, ~30 bytes)
+MODEL_SHARDS = 2048  # distinct files in a weight_map (DeepSeek-V3: 163, Llama-3.1-405B: 191)
+REF_BYTES = 256  # a hub cache's refs/main: a 40-character commit hash
+SNAPSHOTS = 1024  # entries of a cache repository's snapshots/ looked at (one per revision downloaded)
 
 
 class ModelConfigError(ValueError):
@@ -82,7 +107,6 @@ MAX_EXPERTS = 2**16
 MAX_TOKENS = 2**31 - 1  # context lengths and sliding windows
 MAX_PARAMS = 10**15  # parameters in one checkpoint (the largest published: about 2 x 10^12)
 MAX_CHECKPOINT_BYTES = 2**60  # bytes of weights in one checkpoint
-MAX_TENSOR_DIM = 2**40  # one dimension of one safetensors tensor
 _LIMITS = {
     "num_hidden_layers": MAX_LAYERS, "hidden_size": MAX_WIDTH, "num_attention_heads": MAX_WIDTH,
     "num_key_value_heads": MAX_WIDTH, "head_dim": MAX_WIDTH, "intermediate_size": MAX_FFN, "vocab_size": MAX_VOCAB,
@@ -120,27 +144,61 @@ def _quote(v: Any) -> str:
     return text if len(text) <= 32 else f"{text[:32]}... ({len(text)} characters)"
 
 
-def _load_json(path: Path, what: str) -> dict[str, Any]:
+def _load_json(tree: Tree, path: tuple[str, ...], what: str, within: Within = None) -> dict[str, Any]:
+    """A small JSON object file (config.json), read whole through the tree (MODEL_CONFIG_BYTES at most)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        raw = tree.read(path, MODEL_CONFIG_BYTES, within)
+        data = json.loads(raw)
     except FileNotFoundError:
-        raise ModelConfigError(str(path), f"no {what} there") from None
+        raise ModelConfigError(show(path), f"no {what} there") from None
+    except FileRefused as exc:
+        raise ModelConfigError(show(path), str(exc.strerror)) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ModelConfigError(str(path), f"cannot read {what}: {exc}") from None
+        raise ModelConfigError(show(path), f"cannot read {what}: {exc.strerror if isinstance(exc, OSError) else exc}"
+                               ) from None
     except json.JSONDecodeError as exc:
-        raise ModelConfigError(str(path), f"{what} is not valid JSON: {exc}") from None
+        raise ModelConfigError(show(path), f"{what} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
     if not isinstance(data, dict):
-        raise ModelConfigError(str(path), f"{what} must be a JSON object")
+        raise ModelConfigError(show(path), f"{what} must be a JSON object")
     return data
 
 
-def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
-    """Read ``path`` (a config.json, or a directory holding one) into a ``ModelConfig``."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    top = _load_json(p, "config.json")
+def _refused(exc: OSError, path: str) -> ModelConfigError:
+    """A file problem as a ModelConfigError: FileRefused says why (no content), others by their errno's text."""
+    if isinstance(exc, FileRefused):
+        return ModelConfigError(path, str(exc.strerror))
+    if isinstance(exc, FileNotFoundError):
+        return ModelConfigError(path, "not found")
+    return ModelConfigError(path, f"cannot read: {exc.strerror or type(exc).__name__}")
+
+
+def read_model_config(path: str | os.PathLike[str], tree: Tree | None = None, confine: bool = False) -> ModelConfig:
+    """Read ``path`` (a config.json, or a directory holding one) into a ``ModelConfig``. ``tree``: the files as
+    a process sees them (safeio.Tree: its root, its permissions), else the agent's own; ``confine``: every file
+    read must lie in the model's directory (or, for a Hugging Face cache snapshot, its repository, whose blobs/
+    the snapshot links to), as for a path another user's command line names."""
+    if tree is None:
+        with Tree("/") as own:
+            return read_model_config(os.path.abspath(path), own, confine)
+    spath = os.fspath(path)
+    try:
+        if tree.kind(spath) == "dir":
+            directory = tree.resolve_dir(spath)
+        else:
+            fd, canonical, _ = tree.walk(spath)
+            os.close(fd)
+            directory = canonical[:-1]
+            if canonical[-1] != "config.json":
+                raise ModelConfigError(show(canonical), "expected config.json or the directory holding it")
+    except FileNotFoundError:
+        raise ModelConfigError(spath, "no config.json there") from None
+    except OSError as exc:
+        raise _refused(exc, spath) from None
+    within: Within = None
+    if confine:  # a snapshot's files link to its repository's blobs/, as an older local_dir's weights may
+        within = Confine(directory, blobs=True)
+    p = (*directory, "config.json")
+    top = _load_json(tree, p, "config.json", within)
     if top.get("is_encoder_decoder"):
         raise ModelConfigError("is_encoder_decoder", f"encoder-decoder models ({top.get('model_type')}) are not "
                                                      "modelled: their cross-attention KV cache has another layout")  # fmt: skip
@@ -236,7 +294,7 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
         layout.append("encoder")
     fields: dict[str, Any] = {"architecture": arch}
     fields.update(_precision_fields(cfg, top, where))
-    params, params_from = _safetensors_params(p.parent, fields)
+    params, params_from = _safetensors_params(tree, directory, fields, within)
     if params is None and "mla" in layout:
         params, params_from = _mla_params(cfg, arch, where), "config (MLA layout)"
     if params is not None and params > MAX_PARAMS:
@@ -247,7 +305,7 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
                                             f"most {MAX_CHECKPOINT_BYTES} are modelled")  # fmt: skip
     if params is not None:
         fields["params"] = params
-    return ModelConfig(source=str(p), model_type=model_type, layout=",".join(layout) or "dense",
+    return ModelConfig(source=show(p), model_type=model_type, layout=",".join(layout) or "dense",
                        encoder_only=encoder, fields=fields, params_from=params_from if params else "architecture",
                        notes=tuple(notes), max_context=_int(cfg, where, "max_position_embeddings", "n_positions",
                                                             "max_sequence_length", "seq_length"))  # fmt: skip
@@ -354,46 +412,203 @@ def _precision_fields(cfg: Mapping[str, Any], top: Mapping[str, Any], where: str
 
 
 # ---------------------------------------------------------------------------------- safetensors
-def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of one .safetensors file: {tensor name: {dtype, shape, data_offsets}, __metadata__}."""
+_QUANT_AUX_RE = re.compile("|".join(map(re.escape, _QUANT_AUX)))
+_WS = re.compile(rb"[ \t\n\r]*")
+_QSTR = rb'"(?:[^"\\\x00-\x1f]++|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*+"'
+_STR = re.compile(_QSTR)  # a JSON string, possessive: linear however long
+# one weight_map entry, "tensor": "file" and the , or } after it: the file name (quoted) and which
+_PAIR = re.compile(rb"[ \t\n\r]*" + _QSTR + rb"[ \t\n\r]*:[ \t\n\r]*(" + _QSTR + rb")[ \t\n\r]*([,}])")
+_SCALAR = re.compile(rb"-?[0-9][0-9.eE+-]*|true|false|null")
+_BRACKET_OR_STR = re.compile(rb'[\[\]{}"]')
+# one tensor as the safetensors library writes it (serde_json, compact, in this key order): the fast path
+_ENTRY = re.compile(rb'\{"dtype":"([A-Z0-9_]{1,16})","shape":\[((?:[0-9]{1,19}(?:,[0-9]{1,19}){0,7})?)\],'
+                    rb'"data_offsets":\[[0-9]{1,20},[0-9]{1,20}\]\}')
+JSON_DEPTH = 64  # nesting skipped in an index or header (real ones: 3)
+
+
+class _Scan:
+    """An incremental reader of a JSON object in bytes: members one at a time, each value skipped or parsed on
+    its own, so a hostile file costs the bytes read and a loop that lets other threads run, never one
+    json.loads of everything holding the interpreter for seconds."""
+
+    def __init__(self, buf: bytes, what: str):
+        self.buf, self.pos, self.what = buf, 0, what
+
+    def fail(self, why: str) -> ModelConfigError:
+        return ModelConfigError(self.what, f"not valid JSON: {why}")
+
+    def ws(self) -> None:
+        self.pos = _WS.match(self.buf, self.pos).end()  # type: ignore[union-attr]
+
+    def take(self, ch: bytes) -> bool:
+        self.ws()
+        if self.buf.startswith(ch, self.pos):
+            self.pos += 1
+            return True
+        return False
+
+    def string(self) -> str:
+        self.ws()
+        m = _STR.match(self.buf, self.pos)
+        if m is None:
+            raise self.fail("expected a string")
+        self.pos = m.end()
+        raw = self.buf[m.start() + 1: m.end() - 1]
+        try:
+            return raw.decode("utf-8") if b"\\" not in raw else str(json.loads(m.group(0)))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise self.fail("a string that is not UTF-8") from None
+
+    def skip(self, limit: int | None = None) -> None:
+        """Past one value, any kind, without building it (nesting bounded by JSON_DEPTH, length by ``limit``)."""
+        self.ws()
+        start = self.pos
+        if self.buf.startswith(b'"', self.pos):
+            self.string()
+            return
+        if not self.buf.startswith((b"{", b"["), self.pos):
+            m = _SCALAR.match(self.buf, self.pos)
+            if m is None:
+                raise self.fail("expected a value")
+            self.pos = m.end()
+            return
+        depth = 0
+        while True:
+            m = _BRACKET_OR_STR.search(self.buf, self.pos)
+            if m is None:
+                raise self.fail("truncated")
+            ch = m.group(0)
+            if limit is not None and m.start() - start > limit:
+                raise self.fail(f"a value longer than the {limit} bytes allowed")
+            if ch == b'"':
+                self.pos = m.start()
+                self.string()
+                continue
+            self.pos = m.end()
+            depth += 1 if ch in (b"{", b"[") else -1
+            if depth > JSON_DEPTH:
+                raise self.fail(f"nested deeper than {JSON_DEPTH}")
+            if depth == 0:
+                return
+
+    def value(self, limit: int) -> Any:
+        """The next value, parsed alone; at most ``limit`` bytes of it."""
+        self.ws()
+        start = self.pos
+        self.skip(limit)
+        if self.pos - start > limit:
+            raise self.fail(f"a value longer than the {limit} bytes allowed")
+        try:
+            return json.loads(self.buf[start: self.pos])
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            raise self.fail("a malformed value") from None
+
+    def members(self) -> Iterator[str]:
+        """The keys of the object at the current position; the caller reads (or skips) each value."""
+        if not self.take(b"{"):
+            raise self.fail("expected a JSON object")
+        if self.take(b"}"):
+            return
+        while True:
+            key = self.string()
+            if not self.take(b":"):
+                raise self.fail("expected ':'")
+            yield key
+            if self.take(b","):
+                continue
+            if self.take(b"}"):
+                return
+            raise self.fail("expected ',' or '}'")
+
+    def end(self) -> None:
+        self.ws()
+        if self.pos != len(self.buf):
+            raise self.fail("data after the object")
+
+
+def _read_header(tree: Tree, path: tuple[str, ...], within: Within) -> bytes:
+    """The JSON header bytes of one .safetensors file (at most SAFETENSORS_HEADER_BYTES; its length is not echoed)."""
+    shown = show(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) != 8:
-                raise ModelConfigError(str(path), "truncated safetensors file (no header length)")
-            (size,) = struct.unpack("<Q", raw)
-            if size > 100 * 1024 * 1024:
-                raise ModelConfigError(str(path), f"safetensors header of {size} bytes is implausible")
-            header = json.loads(f.read(size))
+        f = tree.open(path, within)
     except OSError as exc:
-        raise ModelConfigError(str(path), f"cannot read: {exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelConfigError(str(path), f"safetensors header is not valid JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise ModelConfigError(str(path), "safetensors header must be a JSON object")
-    return header
+        raise _refused(exc, shown) from None
+    try:
+        raw = f.pread(8)
+        if len(raw) != 8:
+            raise ModelConfigError(shown, "truncated safetensors file (no header length)")
+        (size,) = struct.unpack("<Q", raw)
+        if size > SAFETENSORS_HEADER_BYTES:
+            raise ModelConfigError(shown, f"safetensors header larger than the {SAFETENSORS_HEADER_BYTES >> 20} MiB "
+                                          "allowed: not read")  # fmt: skip
+        if size > f.stat.st_size - 8:
+            raise ModelConfigError(shown, "truncated safetensors file (its header runs past the end)")
+        header = f.pread(size, 8)
+        if len(header) != size:
+            raise ModelConfigError(shown, "truncated safetensors file (shorter than when opened)")
+        return header
+    except OSError as exc:
+        raise _refused(exc, shown) from None
+    finally:
+        os.close(f.fd)
 
 
-def _elements(name: str, info: Mapping[str, Any]) -> int:
-    """The number of elements of one safetensors tensor; ModelConfigError for a shape that is not a short list of
-    sizes up to MAX_TENSOR_DIM (the header is the checkpoint owner's: it bounds nothing by itself)."""
-    shape = info.get("shape", [])
-    if not isinstance(shape, list) or len(shape) > 16 or not all(
-            isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_TENSOR_DIM for d in shape):
-        raise ModelConfigError("safetensors header", f"tensor {excerpt(name)}: shape is not a list of at most 16 "
-                                                     f"sizes of at most {MAX_TENSOR_DIM}")  # fmt: skip
+def safetensors_tensors(header: bytes, what: str) -> Iterator[tuple[str, str, tuple[int, ...]]]:
+    """(name, dtype, shape) of each tensor in a safetensors header, read incrementally (``_Scan``)."""
+    scan = _Scan(header, what)
+    for name in scan.members():
+        if name == "__metadata__":
+            scan.skip()
+            continue
+        scan.ws()
+        m = _ENTRY.match(header, scan.pos)
+        if m is not None:
+            scan.pos = m.end()
+            dtype = m.group(1).decode()
+            shape = tuple(int(d) for d in m.group(2).split(b",")) if m.group(2) else ()
+        else:
+            info = scan.value(TENSOR_ENTRY_BYTES)
+            if not isinstance(info, dict):
+                raise ModelConfigError(what, "a tensor entry that is not a JSON object")
+            dtype, dims = str(info.get("dtype")), info.get("shape", [])
+            if not isinstance(dims, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                     for d in dims):  # fmt: skip
+                raise ModelConfigError(what, "a tensor shape that is not a list of sizes")
+            shape = tuple(dims)
+        if len(shape) > TENSOR_DIMS:
+            raise ModelConfigError(what, f"a tensor with more than {TENSOR_DIMS} dimensions")
+        n = 1
+        for d in shape:
+            n *= min(d, TENSOR_ELEMENTS + 1)
+            if n > TENSOR_ELEMENTS:
+                raise ModelConfigError(what, "a tensor larger than any checkpoint holds (over 2**50 elements)")
+        yield name, dtype, shape
+    scan.end()
+
+
+def safetensors_header(path: str | os.PathLike[str], tree: Tree | None = None) -> dict[str, Any]:
+    """The tensors of one .safetensors file: {name: {dtype, shape}} (``__metadata__`` left out)."""
+    if tree is None:
+        with Tree("/") as own:
+            return safetensors_header(os.path.abspath(path), own)
+    shown = os.fspath(path)
+    try:
+        fd, canonical, _ = tree.walk(shown)
+        os.close(fd)
+    except OSError as exc:
+        raise _refused(exc, shown) from None
+    header = _read_header(tree, canonical, None)
+    return {name: {"dtype": dtype, "shape": list(shape)} for name, dtype, shape in
+            safetensors_tensors(header, show(canonical))}
+
+
+def _tensor_params(name: str, dtype: str, shape: tuple[int, ...], bits: int | None) -> int:
+    """Logical parameters in one tensor: packed quantized weights unpacked, quantization constants skipped."""
+    if _QUANT_AUX_RE.search(name):
+        return 0
     n = 1
     for d in shape:
         n *= d
-    return n
-
-
-def _tensor_params(name: str, info: Mapping[str, Any], bits: int | None) -> int:
-    """Logical parameters in one tensor: packed quantized weights unpacked, quantization constants skipped."""
-    if any(marker in name for marker in _QUANT_AUX):
-        return 0
-    n = _elements(name, info)
-    dtype = info.get("dtype")
     if name.endswith(".qweight") and dtype == "I32" and bits:
         return n * (32 // bits)
     if dtype == "U8" and bits == 4:  # bitsandbytes 4-bit: two weights per byte
@@ -401,41 +616,95 @@ def _tensor_params(name: str, info: Mapping[str, Any], bits: int | None) -> int:
     return n
 
 
-def _tensor_bytes(name: str, info: Mapping[str, Any]) -> int:
-    return _elements(name, info) * _ST_BYTES.get(str(info.get("dtype")), 0)
+def _tensor_bytes(dtype: str, shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n * _ST_BYTES.get(dtype, 0)
 
 
-def _safetensors_params(directory: Path, fields: dict[str, Any]) -> tuple[int | None, str]:
+def _read_index(tree: Tree, path: tuple[str, ...], within: Within) -> tuple[list[str], Any]:
+    """(the shard file names of model.safetensors.index.json's weight_map, metadata.total_size or None), scanned
+    incrementally: a weight_map of 100 k entries keeps only its few distinct file names."""
+    shown = show(path)
+    try:
+        raw = tree.read(path, MODEL_INDEX_BYTES, within)
+    except OSError as exc:
+        raise _refused(exc, shown) from None
+    scan = _Scan(raw, shown)
+    shards: set[str] = set()
+    total = None
+    found = False
+    for key in scan.members():
+        if key == "weight_map":
+            found = True
+            if not scan.take(b"{"):
+                raise ModelConfigError("weight_map", f"{shown} has no weight_map object")
+            seen: set[bytes] = set()  # the file names as quoted in the file: compared as bytes, decoded once
+            closed = scan.take(b"}")
+            while not closed:
+                m = _PAIR.match(raw, scan.pos)
+                if m is None:
+                    raise scan.fail('a weight_map entry that is not "tensor": "file"')
+                scan.pos = m.end()
+                if m.group(1) not in seen:
+                    seen.add(m.group(1))
+                    if len(seen) > MODEL_SHARDS:
+                        raise ModelConfigError("weight_map", f"{shown} names more than {MODEL_SHARDS} files")
+                closed = m.group(2) == b"}"
+            for quoted in seen:
+                name = _Scan(quoted, shown).string()
+                if "/" in name or name in ("", ".", "..") or "\0" in name or len(name) > 255:
+                    raise ModelConfigError("weight_map", f"{shown} names a file outside the model directory: "
+                                                         "not read")  # fmt: skip
+                shards.add(name)
+        elif key == "metadata":
+            meta = scan.value(INDEX_METADATA_BYTES)
+            if isinstance(meta, dict):
+                total = meta.get("total_size")
+        else:
+            scan.skip()
+    scan.end()
+    if not found:
+        raise ModelConfigError("weight_map", f"{shown} has no weight_map object")
+    return sorted(shards), total
+
+
+def _safetensors_params(tree: Tree, directory: tuple[str, ...], fields: dict[str, Any],
+                        within: Within) -> tuple[int | None, str]:
     """(parameters, where from); with the weight files present also sets fields["weight_bytes"]."""
     precision = str(fields.get("precision", ""))
     bits = 4 if precision == "int4" else 8 if precision == "int8" else None
-    index_path = directory / "model.safetensors.index.json"
-    files: list[Path] = []
-    index = None
-    if index_path.exists():
-        index = _load_json(index_path, "model.safetensors.index.json")
-        weight_map = index.get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise ModelConfigError("weight_map", f"{index_path} has no weight_map object")
-        files = [directory / name for name in sorted(set(map(str, weight_map.values())))]
-    elif (directory / "model.safetensors").exists():
-        files = [directory / "model.safetensors"]
-    if files and all(f.exists() for f in files):
+    index_path = (*directory, "model.safetensors.index.json")
+    files: list[tuple[str, ...]] = []
+    total_size = None
+
+    def exists(path: tuple[str, ...]) -> bool:
+        try:
+            return tree.kind(path, within) != ""
+        except OSError as exc:  # refused: a symlink out of the directory, a directory the user cannot search
+            raise _refused(exc, show(path)) from None
+
+    has_index = exists(index_path)
+    if has_index:
+        names, total_size = _read_index(tree, index_path, within)
+        files = [(*directory, name) for name in names]
+    elif exists((*directory, "model.safetensors")):
+        files = [(*directory, "model.safetensors")]
+    present = bool(files) and all(exists(f) for f in files)
+    if present:
         total = stored = 0
         for f in files:
-            for name, info in safetensors_header(f).items():
-                if name != "__metadata__" and isinstance(info, dict):
-                    total += _tensor_params(name, info, bits)
-                    stored += _tensor_bytes(name, info)
+            for name, dtype, shape in safetensors_tensors(_read_header(tree, f, within), show(f)):
+                total += _tensor_params(name, dtype, shape, bits)
+                stored += _tensor_bytes(dtype, shape)
         if stored and precision != "fp32":  # runtimes serve FP32 checkpoints in 16 bits: not as stored
             fields["weight_bytes"] = stored
         return total, "safetensors headers"
-    if index is not None and "quantization" not in fields and precision in ("bf16", "fp16", "fp32", "fp8"):
-        metadata = index.get("metadata")
-        size = metadata.get("total_size") if isinstance(metadata, dict) else None
-        if isinstance(size, int) and size > 0:
+    if has_index and "quantization" not in fields and precision in ("bf16", "fp16", "fp32", "fp8"):
+        if isinstance(total_size, int) and not isinstance(total_size, bool) and 0 < total_size < 1 << 60:
             per = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[precision]
-            return size // per, "safetensors index"
+            return total_size // per, "safetensors index"
     return None, "architecture"
 
 
@@ -451,26 +720,48 @@ def cache_dirs(env: Mapping[str, str] | None = None) -> list[Path]:
     return [base / "huggingface" / "hub"]
 
 
-def find_cached_model(name: str, env: Mapping[str, str] | None = None) -> Path:
-    """The snapshot directory of ``ORG/NAME`` in the local cache (refs/main first, else the newest one)."""
+# refs/main holds a commit hash (40 hexadecimal digits): one snapshot directory's name, never a path
+_REVISION = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+
+
+def find_cached_model(name: str, env: Mapping[str, str] | None = None, tree: Tree | None = None) -> Path:
+    """The snapshot directory of ``ORG/NAME`` in the local cache (refs/main first, else the newest one).
+    ``tree``: the files as a process sees them (its root and permissions; ``env``'s paths are in that root)."""
     parts = name.strip().split("/")
-    if len(parts) != 2 or not all(parts):
+    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
         raise ModelConfigError("--model", f"expected ORG/NAME as on the Hugging Face hub; got {name!r}")
+    if tree is None:
+        with Tree("/") as own:
+            return find_cached_model(name, env, own)
     searched = []
     for root in cache_dirs(env):
-        repo = root / f"models--{parts[0]}--{parts[1]}"
-        searched.append(str(repo))
-        if not repo.is_dir():
-            continue
-        ref = repo / "refs" / "main"
-        if ref.is_file():
-            snap = repo / "snapshots" / ref.read_text(encoding="utf-8").strip()
-            if (snap / "config.json").exists():
-                return snap
-        snaps = sorted((s for s in (repo / "snapshots").glob("*") if (s / "config.json").exists()),
-                       key=lambda s: s.stat().st_mtime, reverse=True)  # fmt: skip
+        repo = str(root / f"models--{parts[0]}--{parts[1]}")
+        searched.append(repo)
+        try:
+            if tree.kind(repo) != "dir":
+                continue
+            repo_dir = tree.resolve_dir(repo)
+            ref = (*repo_dir, "refs", "main")
+            if tree.kind(ref, repo_dir) == "file":
+                revision = tree.read(ref, REF_BYTES, repo_dir).decode("ascii", "replace").strip()
+                if not _REVISION.fullmatch(revision):
+                    raise ModelConfigError(show(ref), "does not hold a revision (a commit hash): not followed")
+                snap = (*repo_dir, "snapshots", revision)
+                if tree.kind((*snap, "config.json"), repo_dir) != "":
+                    return Path(show(snap))
+            snaps: list[tuple[float, tuple[str, ...]]] = []
+            snapshots = (*repo_dir, "snapshots")
+            if tree.kind(snapshots, repo_dir) == "dir":
+                for entry in tree.listdir(snapshots, SNAPSHOTS):
+                    snap = (*snapshots, entry)
+                    if tree.kind((*snap, "config.json"), repo_dir) != "":
+                        fd, _, st = tree.walk(snap, repo_dir, final="dir")
+                        os.close(fd)
+                        snaps.append((st.st_mtime, snap))
+        except OSError as exc:
+            raise _refused(exc, repo) from None
         if snaps:
-            return snaps[0]
+            return Path(show(max(snaps)[1]))
         raise ModelConfigError("--model", f"{repo} holds no snapshot with a config.json")
     raise ModelConfigError("--model", f"{name} is not in the local Hugging Face cache (looked in "
                                       f"{', '.join(searched)}; set HF_HUB_CACHE or HF_HOME, or use --model-config PATH); "
@@ -478,4 +769,4 @@ def find_cached_model(name: str, env: Mapping[str, str] | None = None) -> Path:
 
 
 __all__ = ["ModelConfig", "ModelConfigError", "cache_dirs", "find_cached_model", "read_model_config",
-           "safetensors_header"]  # fmt: skip
+           "safetensors_header", "safetensors_tensors"]  # fmt: skip
