@@ -1,7 +1,8 @@
 """The landing page's charts: inline SVG line charts of the sampler's window with the thresholds drawn.
 
-Each chart covers the last CHART_SECONDS, newest sample at the right edge ("now"), on a fixed time axis, so a
-window that holds less than that (an agent that just started) draws a line in the right part only. The value
+Each chart covers the last minutes, newest sample at the right edge ("now"), on a time axis labelled with its
+span: the shortest of CHART_SPANS that holds the window's oldest sample (so an agent that just started shows
+its first minute across the chart, not as a dot at the edge of five minutes), at most CHART_SECONDS. The value
 axis starts at 0 and ends at ``top`` (a capacity where one exists: 100 %, the GPU's memory; else a round
 number above the data and the thresholds), labelled with its unit. Thresholds are dashed lines, labelled on
 the value axis and in the caption; every chart has a <title> and a <desc> that says in words what it shows.
@@ -24,7 +25,8 @@ from operator import attrgetter
 
 from headroom.samples import NvmlSample, Sample, ServingSample
 
-CHART_SECONDS = 300.0  # the span every chart covers, newest at the right
+CHART_SECONDS = 300.0  # the longest span a chart covers, newest at the right
+CHART_SPANS = (60.0, 120.0, CHART_SECONDS)  # the spans a time axis may have: the shortest that holds the window
 WIDTH, HEIGHT = 240, 90  # px, the whole chart's own size (plot and axis labels); the page scales it to its cell
 LEFT, RIGHT, TOP, BOTTOM = 50, 6, 7, 15  # px of margin around the plot: value labels left, time labels below
 COLUMN_PX = 2  # the plot is drawn in columns this wide: each gets at most its lowest and highest point
@@ -97,6 +99,14 @@ def serving_series(window: Sequence[Sample], now: float) -> dict[str, dict[str, 
     return {name: dict(zip(SERVING_FIELDS, lists, strict=True)) for name, lists in out.items()}
 
 
+def span_for(window: Sequence[Sample], now: float) -> float:
+    """The time axis of every chart of the page: the shortest of CHART_SPANS that holds the window's samples of
+    the last CHART_SECONDS."""
+    oldest = next(iter(_recent(window, now)), None)
+    age = now - oldest.monotonic if oldest is not None else 0.0
+    return next((s for s in CHART_SPANS if age <= s), CHART_SECONDS)
+
+
 def nice_top(x: float) -> float:
     """The smallest round number (NICE x 10^k) at or above ``x``; 1 for nothing positive."""
     if not x > 0 or not math.isfinite(x):
@@ -133,8 +143,8 @@ def _thin(points: Series, now: float, x1: float, scale: float) -> list[tuple[flo
 
 
 def chart(points: Series, now: float, top: float, label: str, fmt: Callable[[float], str],
-          marks: Sequence[Mark] = (), color: str = "#2b6cb0") -> str:
-    """One line chart: ``points`` (t, value) over the CHART_SECONDS before ``now``, on a value axis from 0 to
+          marks: Sequence[Mark] = (), color: str = "#2b6cb0", seconds: float = CHART_SECONDS) -> str:
+    """One line chart: ``points`` (t, value) over the ``seconds`` before ``now``, on a value axis from 0 to
     ``top`` (values above it are drawn at the top), with ``marks`` as dashed lines; ``fmt`` writes a value
     with its unit. ``label`` names it (its title and aria-label)."""
     e = html.escape
@@ -145,17 +155,18 @@ def chart(points: Series, now: float, top: float, label: str, fmt: Callable[[flo
         return y0 - max(0.0, min(v / top, 1.0)) * (y0 - y1)
 
     shown = [m for m in marks if m.value is not None and 0 <= m.value <= top]
+    points = [p for p in points if now - p[0] <= seconds]
     values = [v for _, v in points]
     if values:
-        desc = (f"{len(values)} samples over the last {_span(CHART_SECONDS)}: now {fmt(values[-1])}, lowest "
+        desc = (f"{len(values)} samples over the last {span_text(seconds)}: now {fmt(values[-1])}, lowest "
                 f"{fmt(min(values))}, highest {fmt(max(values))}")
     else:
-        desc = f"no samples over the last {_span(CHART_SECONDS)}"
+        desc = f"no samples over the last {span_text(seconds)}"
     if shown:
         desc += "; thresholds: " + ", ".join(f"{m.label} {fmt(m.value)}" for m in shown)
     parts = [f'<svg class="chart" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
              f'aria-label="{e(label)}" data-x0="{x0}" data-x1="{x1}" data-y0="{y0}" data-y1="{y1}" '
-             f'data-top="{top:g}" data-seconds="{CHART_SECONDS:g}">'
+             f'data-top="{float(top)!r}" data-seconds="{seconds:g}">'
              f"<title>{e(label)}</title><desc>{e(desc)}.</desc>"
              f'<rect class="plot" x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" fill="#f7fafc" '
              'stroke="#cbd5e0" stroke-width="0.5"/>']
@@ -164,7 +175,7 @@ def chart(points: Series, now: float, top: float, label: str, fmt: Callable[[flo
     ticks = [(y0, fmt(0.0)), (y1, fmt(top))]
     for m in shown:
         y = y_of(m.value)
-        parts.append(f'<line class="mark" data-threshold="{e(m.key)}" data-value="{m.value:g}" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}" '
+        parts.append(f'<line class="mark" data-threshold="{e(m.key)}" data-value="{float(m.value)!r}" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}" '
                      f'stroke="{m.color}" stroke-width="1" stroke-dasharray="3 2"><title>{e(m.label)} '
                      f"{e(fmt(m.value))}</title></line>")
         if all(abs(y - other) >= LABEL_GAP for other in taken):
@@ -172,9 +183,9 @@ def chart(points: Series, now: float, top: float, label: str, fmt: Callable[[flo
             ticks.append((y, fmt(m.value)))
     parts.append('<g class="axis" font-size="10" fill="#4a5568">')
     parts += [f'<text x="{x0 - 3}" y="{y + 3:.1f}" text-anchor="end">{e(text)}</text>' for y, text in ticks]
-    parts.append(f'<text x="{x0}" y="{HEIGHT - 3}">-{e(_span(CHART_SECONDS))}</text>'
+    parts.append(f'<text x="{x0}" y="{HEIGHT - 3}">-{e(span_text(seconds))}</text>'
                  f'<text x="{x1}" y="{HEIGHT - 3}" text-anchor="end">now</text></g>')
-    drawn = _thin(points, now, x1, (x1 - x0) / CHART_SECONDS)
+    drawn = _thin(points, now, x1, (x1 - x0) / seconds)
     if drawn:
         k = (y0 - y1) / top
         coords = " ".join([f"{x:.1f},{y0 - (v if v < top else top) * k if v > 0 else y0:.1f}" for x, v in drawn])
@@ -186,7 +197,7 @@ def chart(points: Series, now: float, top: float, label: str, fmt: Callable[[flo
     return "".join(parts)
 
 
-def _span(seconds: float) -> str:
+def span_text(seconds: float) -> str:
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 

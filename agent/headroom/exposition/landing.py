@@ -15,7 +15,7 @@ from typing import Any
 from headroom import __version__
 from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
 from headroom.exposition import charts
-from headroom.exposition.charts import CHART_SECONDS, Mark  # noqa: F401 (CHART_SECONDS: the charts' span)
+from headroom.exposition.charts import Mark
 from headroom.samples import NvmlSample
 
 GIB = 2**30
@@ -62,6 +62,7 @@ def status(state: Any, snap: Any = None) -> dict[str, Any]:
                 "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
                 "power_watts": g.power_watts, "power_limit_watts": g.power_limit_watts,
                 "temperature_celsius": g.temperature_celsius,
+                "sm_active_ratio": g.sm_active_ratio,  # GPM (Hopper and later); None where the GPU has none
                 # the GPU's own limits the analysis judges heat against (NVML; absent where it gives none)
                 "temperature_thresholds_celsius": {k: v for k, v in (
                     ("max_operating", g.temperature_max_operating_celsius), ("slowdown", g.temperature_slowdown_celsius),
@@ -188,9 +189,8 @@ th{background:#edf2f7}.warn{color:#b7791f}.bad{color:#c53030}.muted{color:#71809
 .pill{display:inline-block;padding:.1em .6em;border-radius:1em;font-weight:600;background:#e2e8f0}
 .pill.none{background:#c6f6d5;color:#22543d}.pill.hot{background:#fed7d7;color:#822727}
 .card{border:1px solid #e2e8f0;border-radius:.5em;padding:.8em 1em;margin:.8em 0}
-.evidence{margin:.3em 0}.scores td{padding:.1em .5em}
+.evidence{margin:.3em 0}.scores td{padding:.1em .5em}.scores td:last-child{overflow-wrap:anywhere}
 .charts{display:flex;flex-wrap:wrap;gap:.5em 1.2em;margin:.5em 0}
-td{overflow-wrap:anywhere}
 figure.chart{margin:0;flex:1 1 220px;max-width:320px;min-width:0}figure.chart figcaption{font-size:.9em}
 svg.chart{display:block;width:100%;height:auto}.legend{font-size:.75em}
 .dash{display:inline-block;width:1.4em;vertical-align:middle;border-top:2px dashed}
@@ -287,7 +287,7 @@ def _serving_line(s: dict[str, Any] | None) -> str:
             f'<b>{s.get("running") or 0:.0f}</b> running, <b>{s.get("waiting") or 0:.0f}</b> waiting{latency}</p>')
 
 
-def _gpu_card(g: dict[str, Any], series: dict[str, Any], now: float, thresholds: dict[str, float]) -> str:
+def _gpu_card(g: dict[str, Any], series: dict[str, Any], axis: tuple[float, float], thresholds: dict[str, float]) -> str:
     e = html.escape
     primary = g.get("primary_bottleneck", "none")
     if not g["up"]:
@@ -297,21 +297,23 @@ def _gpu_card(g: dict[str, Any], series: dict[str, Any], now: float, thresholds:
     return (f'<div class="card gpu" id="gpu-{g["index"]}"><h3>GPU {g["index"]} {e(g["name"])} {_pill(primary)}'
             f"{' <span class=muted>(idle)</span>' if g.get('idle') else ''}</h3>"
             + (f'<p class="evidence">{e(evidence)}</p>' if evidence else "")
-            + _gpu_charts(g, series.get(g["uuid"]) or {}, now, thresholds)
+            + _gpu_charts(g, series.get(g["uuid"]) or {}, axis, thresholds)
             + (_scores_table(g) if "scores" in g else "") + "</div>")
 
 
-def _gpu_charts(g: dict[str, Any], s: dict[str, charts.Series], now: float, t: dict[str, float]) -> str:
-    """Busy, SM activity, memory, power and temperature over the last CHART_SECONDS, each with the thresholds
-    the analysis judges it by (analysis.thresholds), the enforced power limit and the temperature limit."""
+def _gpu_charts(g: dict[str, Any], s: dict[str, charts.Series], axis: tuple[float, float], t: dict[str, float]) -> str:
+    """Busy, SM activity, memory, power and temperature over the last minutes (``axis``: now and the span, in
+    seconds), each with the thresholds the analysis judges it by (analysis.thresholds), the enforced power limit
+    and the temperature limits."""
     c = charts
     name = f"GPU {g['index']}"
-    span = f"last {charts._span(CHART_SECONDS)}"
+    now, seconds = axis
+    span = f"last {charts.span_text(seconds)}"
     figs = []
 
     def add(key: str, title: str, now_text: str, top: float, fmt: Any, marks: list[Mark], color: str,
             caption: str = "") -> None:
-        svg = c.chart(s.get(key) or [], now, top, f"{name} {title}, {span}", fmt, marks, color)
+        svg = c.chart(s.get(key) or [], now, top, f"{name} {title}, {span}", fmt, marks, color, seconds)
         figs.append(c.figure(caption or title, now_text, svg, marks, fmt))
 
     add("busy", "utilization", _fmt_pct(g["utilization_ratio"]), 1.0, c.fmt_ratio,
@@ -349,26 +351,29 @@ def _gpu_charts(g: dict[str, Any], s: dict[str, charts.Series], now: float, t: d
     return f'<div class="charts">{"".join(figs)}</div>'
 
 
-def _serving_charts(w: dict[str, Any], s: dict[str, charts.Series] | None, now: float, t: dict[str, float]) -> str:
-    """A serving workload's KV cache usage and queue (requests waiting) over the last CHART_SECONDS, from its
+def _serving_charts(w: dict[str, Any], s: dict[str, charts.Series] | None, axis: tuple[float, float],
+                    t: dict[str, float]) -> str:
+    """A serving workload's KV cache usage and queue (requests waiting) over the last minutes, from its
     runtime's endpoint, with the kv_cache verdict's thresholds. (A probe's capacity chart belongs here too,
     once `headroom probe` exists: one more charts.figure.)"""
     if not s or not any(s.values()):
         return ""
     c = charts
-    span = f"last {charts._span(CHART_SECONDS)}"
+    now, seconds = axis
+    span = f"last {charts.span_text(seconds)}"
     figs = []
     kv = s.get("kv_usage") or []
     if kv:
         marks = [Mark(t["kv_usage_high"], "kv_cache full", "kv_usage_high"),
                  Mark(t["kv_usage_low"], "kv_cache starts", "kv_usage_low", "#b7791f")]
-        svg = c.chart(kv, now, 1.0, f"{w['name']} KV cache used, {span}", c.fmt_ratio, marks, "#6b46c1")
+        svg = c.chart(kv, now, 1.0, f"{w['name']} KV cache used, {span}", c.fmt_ratio, marks, "#6b46c1", seconds)
         figs.append(c.figure("KV cache used", "now " + c.fmt_ratio(kv[-1][1]), svg, marks, c.fmt_ratio))
     waiting = s.get("waiting") or []
     if waiting:
         marks = [Mark(t["serving_waiting_high"], "queueing counts fully (mean)", "serving_waiting_high")]
         top = c.nice_top(max([t["serving_waiting_high"], *(v for _, v in waiting)]) * 1.1)
-        svg = c.chart(waiting, now, top, f"{w['name']} requests waiting, {span}", c.fmt_count, marks, "#2f855a")
+        svg = c.chart(waiting, now, top, f"{w['name']} requests waiting, {span}", c.fmt_count, marks, "#2f855a",
+                      seconds)
         figs.append(c.figure("requests waiting", "now " + c.fmt_count(waiting[-1][1]), svg, marks, c.fmt_count))
     return f'<div class="charts">{"".join(figs)}</div>'
 
@@ -381,6 +386,7 @@ def page(state: Any, telemetry_path: str) -> bytes:
     now = snap.sample.monotonic if snap is not None else 0.0
     window = list(getattr(state, "window", ()) or ())
     gpu_series, serving_series = charts.gpu_series(window, now), charts.serving_series(window, now)
+    axis = (now, charts.span_for(window, now))
     thresholds = {**DEFAULT_THRESHOLDS, **(getattr(getattr(snap, "findings", None), "thresholds", None) or {})}
     sim = (f'<p class="warn">Simulated host: scenario <b>{e(s["simulated_scenario"])}</b> '
            "(GPU values come from a scenario, not a driver).</p>") if s["simulated_scenario"] else ""
@@ -392,11 +398,11 @@ def page(state: Any, telemetry_path: str) -> bytes:
         host_line = (f"<p>{host['gpus_idle']} of {len(s['gpus'])} {'GPU' if len(s['gpus']) == 1 else 'GPUs'} idle now; "
                      f"{host['gpu_idle_seconds_total'] / 3600:.2f} idle GPU-hours since start"
                      + (f", costing {cost:.2f} {e(host.get('currency') or '')}" if cost is not None else "") + ".</p>")
-    workloads = "".join(_workload_card(w, _serving_charts(w, serving_series.get(w["name"]), now, thresholds))
+    workloads = "".join(_workload_card(w, _serving_charts(w, serving_series.get(w["name"]), axis, thresholds))
                         for w in s["workloads"]) or (
         '<p class="muted">No workload declared. Declare one under <code>workloads:</code> in config.yaml to see '
         "what limits it and how much room is left.</p>")
-    gpus = "".join(_gpu_card(g, gpu_series, now, thresholds) for g in s["gpus"]) or '<p class="muted">No GPU found.</p>'
+    gpus = "".join(_gpu_card(g, gpu_series, axis, thresholds) for g in s["gpus"]) or '<p class="muted">No GPU found.</p>'
     body = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>headroom</title>
 <meta http-equiv="refresh" content="5"><meta name="viewport" content="width=device-width, initial-scale=1">
