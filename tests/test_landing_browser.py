@@ -17,6 +17,7 @@ from cdp import Browser
 from conftest import ROOT, http_get
 
 CAPPED_SECONDS = 20  # the power cap holds for this long after the agent starts, then lifts for good
+KV_USAGE, WAITING = 0.55, 3  # the serving stand-in's KV cache usage and queue: constant, so its mean is its value
 SCENARIO = f"""\
 description: a GPU held down by its power cap for {CAPPED_SECONDS} s, then running free
 gpus:
@@ -27,9 +28,24 @@ gpus:
     memory_clock_max: 2619MHz
     memory_used: 60GiB
     utilization: {{sine: {{min: 0.9, max: 0.98, period: 20s}}}}
+    sm_active: {{sine: {{min: 0.82, max: 0.95, period: 15s}}}}
     power: 699
+    temperature: {{sine: {{min: 60, max: 75, period: 30s}}}}
     sm_clock: 1400MHz
     clock_events: {{sw_power_cap: {{steps: [[0s, true], [{CAPPED_SECONDS}s, false]]}}}}
+workloads:  # the serving runtime's stand-in: its /metrics feeds the KV cache and queue charts
+  - name: chat
+    cmdline: vllm serve meta-llama/Llama-3.1-8B-Instruct --port 8000
+    serving: {{runtime: vllm, kv_blocks: 1000, block_size: 16, kv_usage: {KV_USAGE}, running: 2, waiting: {WAITING}}}
+profiles:
+  - name: chat
+    kind: inference
+    params: 8B
+    precision: bf16
+    architecture: {{layers: 32, heads: 32, kv_heads: 8, head_dim: 128}}
+    context: {{max: 8192}}
+    concurrency: 8
+    gpus: [0]
 """
 CONFIG = """\
 agent:
@@ -37,15 +53,7 @@ agent:
 analysis:
   short_window: 3s
   hold: 500ms
-workloads:
-  - name: chat
-    kind: inference
-    params: 8B
-    precision: bf16
-    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
-    context: {max: 8192}
-    concurrency: 8
-    gpus: [0]
+  thresholds: {vram_high: 0.96, kv_usage_low: 0.7}  # not the defaults: the page draws the configured ones
 """
 PILL = "document.querySelector('#workload-chat [data-bottleneck]')?.dataset.bottleneck"
 NARROW, WIDE = (375, 800), (1400, 1000)
@@ -103,49 +111,139 @@ def test_the_page_refreshes_itself_and_shows_the_changed_verdict(page):
     assert "busy" in browser.js("document.querySelector('#workload-chat .evidence').textContent")
 
 
-CHARTS = """(() => {
-  const card = document.querySelector('#gpu-0');
-  return [...card.querySelectorAll('svg.spark')].map(svg => {
-    const line = svg.querySelector('polyline'), dot = svg.querySelector('circle');
-    const pts = line ? [...line.points].map(p => [p.x, p.y]) : [];
-    const box = line ? line.getBoundingClientRect() : null, s = svg.getBoundingClientRect();
-    const cell = svg.closest('td').getBoundingClientRect();
-    return {label: svg.getAttribute('aria-label'), width: svg.width.baseVal.value,
-            height: svg.height.baseVal.value, points: pts,
-            line: box && {w: box.width, h: box.height, stroke: getComputedStyle(line).stroke},
-            dot: dot && {cx: dot.cx.baseVal.value, cy: dot.cy.baseVal.value},
-            svg: {left: s.left, right: s.right, top: s.top, bottom: s.bottom},
-            cell: {left: cell.left, right: cell.right, top: cell.top, bottom: cell.bottom}};
+CHARTS = """(async () => {
+  const status = await (await fetch('/api/v1/status')).json();
+  const charts = [...document.querySelectorAll('svg.chart')].map(svg => {
+    const d = svg.dataset, line = svg.querySelector('polyline'), dot = svg.querySelector('circle');
+    const s = svg.getBoundingClientRect(), fig = svg.closest('figure').getBoundingClientRect();
+    return {label: svg.getAttribute('aria-label'), card: svg.closest('.card').id,
+            title: svg.querySelector('title')?.textContent, desc: svg.querySelector('desc')?.textContent,
+            x0: +d.x0, x1: +d.x1, y0: +d.y0, y1: +d.y1, top: +d.top, seconds: +d.seconds,
+            points: line ? [...line.points].map(p => [p.x, p.y]) : [],
+            stroke: line && getComputedStyle(line).stroke,
+            dot: dot && [dot.cx.baseVal.value, dot.cy.baseVal.value],
+            marks: Object.fromEntries([...svg.querySelectorAll('line.mark')].map(
+              m => [m.dataset.threshold, {value: +m.dataset.value, y: m.y1.baseVal.value}])),
+            axis: [...svg.querySelectorAll('.axis text')].map(t => t.textContent),
+            box: {left: s.left, right: s.right, width: s.width, height: s.height},
+            figure: {left: fig.left, right: fig.right, top: fig.top, bottom: fig.bottom}};
   });
+  return {timestamp: document.body.dataset.timestamp, status, charts};
 })()"""
+SPANS = [60, 120, 300]  # seconds: the time axes a chart may have (exposition/charts.py CHART_SPANS)
+GPU_CHARTS = ["utilization", "SM activity", "memory used", "power", "temperature"]
+SERVING_CHARTS = ["KV cache used", "requests waiting"]
 
 
-def test_the_charts_draw_the_data_where_it_belongs(page):
-    """Three charts (busy, memory, power) in their own cells, left to right; each a line with points
-    across the chart's width at the height the data puts them: utilization 0.90-0.98 and power 699 of
-    700 W near the top, memory 60 of 80 GiB at three quarters."""
-    _, browser, _ = page
-    browser.viewport(*WIDE)
-    charts = browser.wait(lambda: (c := browser.js(CHARTS)) and all(len(x["points"]) >= 4 for x in c) and c,
-                          "charts with points")
-    assert [c["label"].split(",")[0] for c in charts] == ["GPU 0 utilization", "GPU 0 memory used", "GPU 0 power"]
-    bands = {"GPU 0 utilization": (0.9, 0.98), "GPU 0 memory used": (0.75, 0.75), "GPU 0 power": (699 / 700, 1.0)}
-    for c in charts:
-        w, h = c["width"], c["height"]
-        low, high = bands[c["label"].split(",")[0]]
+@pytest.fixture(scope="module")
+def tab(page, tmp_path_factory):
+    """A second browser on the same agent, free to reload the page (the first one must see only its own
+    refreshes): (agent, browser)."""
+    agent = page[0]
+    browser = Browser(tmp_path_factory.mktemp("charts") / "profile")
+    try:
+        browser.viewport(*WIDE)
+        yield agent, browser
+        assert browser.errors == []
+    finally:
+        browser.close()
+
+
+def charts_of_one_snapshot(agent, browser) -> tuple[dict, dict[str, dict]]:
+    """The status and the page's charts, both of the same snapshot (the page carries its timestamp): the page
+    is loaded until the status the browser fetches right after the load is still the page's."""
+    for _ in range(20):
+        browser.open(agent.url + "/")
+        got = browser.wait(lambda: browser.js(CHARTS), "the charts")
+        if got["status"].get("timestamp") == float(got["timestamp"] or "nan"):
+            return got["status"], {c["label"].split(",")[0]: c for c in got["charts"]}
+    raise AssertionError("the page and the status never showed the same snapshot")
+
+
+def y_of(c: dict, value: float) -> float:
+    """Where a value belongs on a chart: its value axis runs from 0 at data-y0 to data-top at data-y1."""
+    return c["y0"] - min(value / c["top"], 1.0) * (c["y0"] - c["y1"])
+
+
+def test_the_charts_draw_the_data_where_it_belongs(tab):
+    """Five charts per GPU (busy, SM activity, memory, power, temperature) and two per serving workload (KV cache,
+    requests waiting), each a line over the last minutes (the shortest of 1, 2, 5 that holds the window), newest
+    at the right edge: the last point is the snapshot's value within a pixel, and the points lie in the band the
+    scenario puts them."""
+    agent, browser = tab
+    status, charts = charts_of_one_snapshot(agent, browser)
+    gpu = status["gpus"][0]
+    assert sorted(charts) == sorted([f"GPU 0 {n}" for n in GPU_CHARTS] + [f"chat {n}" for n in SERVING_CHARTS])
+    now = {"GPU 0 utilization": gpu["utilization_ratio"], "GPU 0 SM activity": gpu["sm_active_ratio"],
+           "GPU 0 memory used": gpu["memory_used_bytes"], "GPU 0 power": gpu["power_watts"],
+           "GPU 0 temperature": gpu["temperature_celsius"], "chat KV cache used": KV_USAGE,
+           "chat requests waiting": WAITING}
+    bands = {"GPU 0 utilization": (0.9, 0.98), "GPU 0 SM activity": (0.82, 0.95),
+             "GPU 0 memory used": (60 * 2**30, 60 * 2**30), "GPU 0 power": (699, 699),
+             "GPU 0 temperature": (60, 75), "chat KV cache used": (KV_USAGE, KV_USAGE),
+             "chat requests waiting": (WAITING, WAITING)}
+    assert charts["GPU 0 memory used"]["top"] == gpu["memory_total_bytes"]
+    assert charts["GPU 0 utilization"]["top"] == charts["chat KV cache used"]["top"] == 1
+    assert charts["GPU 0 power"]["top"] >= gpu["power_limit_watts"]
+    serving = status["workloads"][0]["serving"]
+    assert serving["usage"] == pytest.approx(KV_USAGE) and serving["waiting"] == pytest.approx(WAITING)
+    for label, c in charts.items():
         xs, ys = [p[0] for p in c["points"]], [p[1] for p in c["points"]]
-        assert min(xs) == pytest.approx(1, abs=0.1) and max(xs) == pytest.approx(w - 1, abs=0.1), c["label"]
-        assert xs == sorted(xs), "time runs left to right"
-        top_y, bottom_y = h - 1 - high * (h - 2), h - 1 - low * (h - 2)
-        assert all(top_y - 0.1 <= y <= bottom_y + 0.1 for y in ys), (c["label"], ys)
-        assert c["line"]["w"] > w * 0.9 and c["line"]["stroke"] not in ("none", ""), c
-        assert c["dot"]["cx"] == pytest.approx(w - 1) and top_y - 0.1 <= c["dot"]["cy"] <= bottom_y + 0.1
-        svg, cell = c["svg"], c["cell"]
-        assert cell["left"] <= svg["left"] and svg["right"] <= cell["right"], f"{c['label']} spills out of its cell"
-        assert cell["top"] <= svg["top"] and svg["bottom"] <= cell["bottom"]
-    lefts = [c["svg"]["left"] for c in charts]
-    assert lefts == sorted(lefts) and len(set(lefts)) == 3, "busy, memory, power side by side"
+        assert len(xs) >= 4 and c["stroke"] not in (None, "none", ""), (label, c)
+        assert xs == sorted(xs), f"{label}: time runs left to right"
+        assert xs[-1] == pytest.approx(c["x1"], abs=0.1), f"{label}: the newest sample is at the right edge"
+        # the time axis: the shortest of 1, 2, 5 minutes that holds the window (the agent's age, here)
+        covered = (c["x1"] - min(xs)) / (c["x1"] - c["x0"]) * c["seconds"]
+        assert c["seconds"] in SPANS and min(xs) >= c["x0"] - 0.1, label
+        assert c["seconds"] == SPANS[0] or covered > SPANS[SPANS.index(c["seconds"]) - 1] - 1, (label, covered)
+        assert c["axis"][-2] == f"-{c['seconds'] / 60:g} min" and c["label"].endswith(f"last {c['seconds'] / 60:g} min")
+        assert abs(ys[-1] - y_of(c, now[label])) <= 1, f"{label}: last point {ys[-1]}, value {now[label]}"
+        assert c["dot"] == pytest.approx(c["points"][-1], abs=0.01)
+        low, high = bands[label]  # the last 10 s (the stand-in's first scrape may come before its first value)
+        recent = [y for x, y in c["points"] if x >= c["x1"] - 10 / c["seconds"] * (c["x1"] - c["x0"])]
+        assert len(recent) >= 4 and all(y_of(c, high) - 0.1 <= y <= y_of(c, low) + 0.1 for y in recent), (label, ys)
+        assert c["figure"]["left"] <= c["box"]["left"] and c["box"]["right"] <= c["figure"]["right"] + 0.5, label
+        assert c["box"]["width"] >= 150 and c["box"]["height"] >= 50, f"{label} is too small to read: {c['box']}"
+    assert len({c["seconds"] for c in charts.values()}) == 1, "one time axis for the whole page"
+    gpu_lefts = [charts[f"GPU 0 {n}"]["box"]["left"] for n in GPU_CHARTS]
+    assert gpu_lefts == sorted(gpu_lefts) and len(set(gpu_lefts)) == 5, "a GPU's charts side by side at 1400 px"
     shot(browser, "wide")
+    browser.js("document.querySelector('#gpu-0').scrollIntoView()")
+    shot(browser, "wide-gpu")
+
+
+def test_the_charts_draw_the_thresholds_the_analysis_judges_by(tab):
+    """Each chart draws its thresholds as lines at their values: the configured analysis.thresholds (vram_high
+    and kv_usage_low are not the defaults here), the enforced power limit, the GPU's temperature limits. Each
+    chart says what it is in words (title, desc) and labels its axes with units."""
+    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
+
+    agent, browser = tab
+    status, charts = charts_of_one_snapshot(agent, browser)
+    gpu = status["gpus"][0]
+    t = {**DEFAULT_THRESHOLDS, "vram_high": 0.96, "kv_usage_low": 0.7}
+    total = gpu["memory_total_bytes"]
+    expected = {
+        "GPU 0 utilization": {"compute_busy_low": t["compute_busy_low"], "busy_low": t["busy_low"]},
+        "GPU 0 SM activity": {"sm_active_high": t["sm_active_high"], "sm_active_low": t["sm_active_low"]},
+        "GPU 0 memory used": {"vram_high": t["vram_high"] * total, "vram_low": t["vram_low"] * total},
+        "GPU 0 power": {"power_limit": gpu["power_limit_watts"]},
+        "GPU 0 temperature": {"thermal_limit": gpu["thermal_limit_celsius"],
+                              "slowdown": gpu["temperature_thresholds_celsius"]["slowdown"]},
+        "chat KV cache used": {"kv_usage_high": t["kv_usage_high"], "kv_usage_low": t["kv_usage_low"]},
+        "chat requests waiting": {"serving_waiting_high": t["serving_waiting_high"]},
+    }
+    assert gpu["thermal_limit_celsius"] == gpu["temperature_thresholds_celsius"]["max_operating"]
+    units = {"GPU 0 utilization": "%", "GPU 0 SM activity": "%", "GPU 0 memory used": "GiB", "GPU 0 power": "W",
+             "GPU 0 temperature": "°C", "chat KV cache used": "%", "chat requests waiting": ""}
+    for label, c in charts.items():
+        marks = {k: m["value"] for k, m in c["marks"].items()}
+        assert marks == pytest.approx(expected[label]), label
+        for key, m in c["marks"].items():
+            assert m["y"] == pytest.approx(y_of(c, m["value"]), abs=0.1), (label, key)
+        assert c["title"] == c["label"]
+        assert "now " in c["desc"] and "thresholds:" in c["desc"], c["desc"]
+        assert c["axis"][-1] == "now" and all(units[label] in a for a in c["axis"][:2]), c["axis"]
 
 
 LAYOUT = """(() => {
@@ -154,7 +252,9 @@ LAYOUT = """(() => {
     .filter(e => e.getBoundingClientRect().right > innerWidth + 0.5)
     .map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className.baseVal ?? e.className);
   const cards = [...document.querySelectorAll('.card')].map(c => c.getBoundingClientRect());
-  return {inner: innerWidth, scroll: doc.scrollWidth, over: over.slice(0, 8),
+  const charts = [...document.querySelectorAll('svg.chart')].map(c => c.getBoundingClientRect())
+    .map(r => ({left: r.left, right: r.right, width: r.width, height: r.height}));
+  return {inner: innerWidth, scroll: doc.scrollWidth, over: over.slice(0, 8), charts,
           cards: cards.map(r => ({left: r.left, right: r.right, width: r.width})),
           fontSize: parseFloat(getComputedStyle(document.body).fontSize)};
 })()"""
@@ -162,13 +262,17 @@ LAYOUT = """(() => {
 
 @pytest.mark.parametrize("size", [NARROW, WIDE], ids=["narrow (375 px, a phone)", "wide (1400 px)"])
 def test_the_layout_fits_the_viewport(page, size):
-    """No horizontal scrolling, nothing sticking out on the right, every card within the page."""
+    """No horizontal scrolling, nothing sticking out on the right, every card within the page, every chart
+    (five of the GPU, two of the serving workload) large enough to read."""
     _, browser, _ = page
     browser.viewport(*size)
     layout = browser.wait(lambda: browser.js(LAYOUT), "layout")
     assert layout["scroll"] <= layout["inner"] == size[0], f"horizontal scrolling at {size[0]} px: {layout}"
     assert not layout["over"], f"sticking out at {size[0]} px: {layout['over']}"
     assert layout["cards"] and all(0 <= c["left"] and c["right"] <= size[0] for c in layout["cards"])
+    assert len(layout["charts"]) == 7, layout["charts"]
+    assert all(0 <= c["left"] and c["right"] <= size[0] and c["width"] >= 150 and c["height"] >= 50
+               for c in layout["charts"]), layout["charts"]
     if size == WIDE:  # the text column keeps a readable width rather than spanning the screen
         assert all(c["width"] <= 80 * layout["fontSize"] for c in layout["cards"])
     shot(browser, f"{size[0]}px")

@@ -43,6 +43,9 @@ class GpuFinding:
     verdict: Verdict
     idle: bool
     clock_events: Mapping[str, float] = field(default_factory=dict)  # reason -> share of the window active
+    # the temperature heat is judged against (signals.thermal_limit) and where it came from: the landing page's line
+    thermal_limit_celsius: float | None = None
+    thermal_limit_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class Findings:
     changes: tuple[Change, ...] = ()
     # (entity, reason) of each workload whose analysis failed this tick: its verdict says why; the sampler logs it
     errors: tuple[tuple[str, str], ...] = ()
+    # the thresholds this tick was judged by (analysis.thresholds over DEFAULT_THRESHOLDS): the page draws them
+    thresholds: Mapping[str, float] = field(default_factory=dict)
 
     def primaries(self) -> dict[str, str]:
         """{"workload/<name>": primary, "gpu/<index>": primary}: what replay compares."""
@@ -184,7 +189,9 @@ class Analysis:
                                                               reserved.get(g.index), view_long, rules_long).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes)
             gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s),
-                                           clock_events=dict(g.reason_shares)))
+                                           clock_events=dict(g.reason_shares),
+                                           thermal_limit_celsius=g.thermal_limit_celsius,
+                                           thermal_limit_source=g.thermal_limit_source))
 
         by_index = {g.index: g for g in gpus}
         workload_findings = []
@@ -248,7 +255,7 @@ class Analysis:
                                if (c := costs.get(g.index, default_cost)) is not None},
         )
         return derived, Findings(tuple(statuses), tuple(gpu_findings), tuple(workload_findings), host_finding,
-                                 tuple(changes), tuple(errors))
+                                 tuple(changes), tuple(errors), t)
 
     def _settle(self, v: Verdict, long_scores: Mapping[str, float], key: str, entity: str, name: str, now: float,
                 changes: list[Change]) -> Verdict:

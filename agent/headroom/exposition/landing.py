@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from headroom import __version__
-from headroom.samples import NvmlSample, Sample
+from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
+from headroom.exposition import charts
+from headroom.exposition.charts import Mark
+from headroom.samples import NvmlSample
 
-CHART_SECONDS = 300.0
 GIB = 2**30
 
 
 # -------------------------------------------------------------------------------------------- JSON
-def status(state: Any) -> dict[str, Any]:
-    """A JSON-able summary of the current snapshot: health, collectors, GPUs and workloads with verdicts."""
-    snap = state.snapshot
+def status(state: Any, snap: Any = None) -> dict[str, Any]:
+    """A JSON-able summary of the current snapshot (or of ``snap``): health, collectors, GPUs and workloads with
+    verdicts."""
+    snap = state.snapshot if snap is None else snap
     ok, reason = state.healthy()
     out: dict[str, Any] = {
         "version": __version__,
@@ -60,11 +62,15 @@ def status(state: Any) -> dict[str, Any]:
                 "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
                 "power_watts": g.power_watts, "power_limit_watts": g.power_limit_watts,
                 "temperature_celsius": g.temperature_celsius,
+                "sm_active_ratio": g.sm_active_ratio,  # GPM (Hopper and later); None where the GPU has none
                 # the GPU's own limits the analysis judges heat against (NVML; absent where it gives none)
                 "temperature_thresholds_celsius": {k: v for k, v in (
                     ("max_operating", g.temperature_max_operating_celsius), ("slowdown", g.temperature_slowdown_celsius),
                     ("shutdown", g.temperature_shutdown_celsius),
                     ("memory_max_operating", g.memory_temperature_max_operating_celsius)) if v is not None},
+                # the one the analysis judges heat against: max operating, else slowdown, else the configured default
+                **({"thermal_limit_celsius": verdicts[g.index].thermal_limit_celsius,
+                    "thermal_limit_source": verdicts[g.index].thermal_limit_source} if g.index in verdicts else {}),
                 **(_verdict(verdicts[g.index].verdict) if g.index in verdicts else {}),
                 **({"idle": verdicts[g.index].idle} if g.index in verdicts else {}),
                 # each clock-event reason's share of the short window: distinct causes (docs/analysis.md)
@@ -175,43 +181,6 @@ def _fmt_gib(n: float | None) -> str:
     return "-" if n is None else f"{n / GIB:.1f} GiB"
 
 
-def sparkline(points: Sequence[tuple[float, float]], top: float, label: str, width: int = 220,
-              height: int = 36, color: str = "#2b6cb0") -> str:
-    """An inline SVG line chart of (t, value) points scaled to [0, top], newest at the right."""
-    if len(points) < 2 or top <= 0:
-        return f'<svg class="spark" width="{width}" height="{height}" role="img" aria-label="{html.escape(label)}"></svg>'
-    t0, t1 = points[0][0], points[-1][0]
-    span = (t1 - t0) or 1.0
-    coords = " ".join(f"{(t - t0) / span * (width - 2) + 1:.1f},{height - 1 - min(v / top, 1.0) * (height - 2):.1f}"
-                      for t, v in points)
-    last = points[-1][1]
-    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-            f'aria-label="{html.escape(label)}"><title>{html.escape(label)}</title>'
-            f'<rect width="{width}" height="{height}" fill="#f7fafc"/>'
-            f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{coords}"/>'
-            f'<circle cx="{width - 1}" cy="{height - 1 - min(last / top, 1.0) * (height - 2):.1f}" r="2" '
-            f'fill="{color}"/></svg>')
-
-
-def _series(window: Sequence[Sample], uuid: str, read) -> list[tuple[float, float]]:
-    if not window:
-        return []
-    newest = window[-1].monotonic
-    out = []
-    for s in window:
-        if newest - s.monotonic > CHART_SECONDS:
-            continue
-        nvml = s.data("nvml")
-        if not isinstance(nvml, NvmlSample):
-            continue
-        for g in nvml.gpus:
-            if g.uuid == uuid:
-                v = read(g)
-                if v is not None:
-                    out.append((s.monotonic, float(v)))
-    return out
-
-
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;max-width:80em;color:#1a202c}
 h1{margin:0 0 .2em}h2{margin-top:1.4em}
@@ -220,9 +189,11 @@ th{background:#edf2f7}.warn{color:#b7791f}.bad{color:#c53030}.muted{color:#71809
 .pill{display:inline-block;padding:.1em .6em;border-radius:1em;font-weight:600;background:#e2e8f0}
 .pill.none{background:#c6f6d5;color:#22543d}.pill.hot{background:#fed7d7;color:#822727}
 .card{border:1px solid #e2e8f0;border-radius:.5em;padding:.8em 1em;margin:.8em 0}
-.evidence{margin:.3em 0}.scores td{padding:.1em .5em}.spark{vertical-align:middle}
-@media (max-width:48em){.charts tr:first-child{display:none}.charts td{display:block;border:0}
-.charts td::before{content:attr(data-label);display:block;font-weight:600}}
+.evidence{margin:.3em 0}.scores td{padding:.1em .5em}.scores td:last-child{overflow-wrap:anywhere}
+.charts{display:flex;flex-wrap:wrap;gap:.5em 1.2em;margin:.5em 0}
+figure.chart{margin:0;flex:1 1 220px;max-width:320px;min-width:0}figure.chart figcaption{font-size:.9em}
+svg.chart{display:block;width:100%;height:auto}.legend{font-size:.75em}
+.dash{display:inline-block;width:1.4em;vertical-align:middle;border-top:2px dashed}
 """
 
 
@@ -237,7 +208,7 @@ def _scores_table(v: dict[str, Any]) -> str:
     return f'<table class="scores"><tr><th>resource</th><th>score</th><th>evidence</th></tr>{rows}</table>'
 
 
-def _workload_card(w: dict[str, Any]) -> str:
+def _workload_card(w: dict[str, Any], charts_html: str = "") -> str:
     e = html.escape
     primary = w["primary_bottleneck"]
     evidence = w["evidence"].get(primary) if primary != "none" else None
@@ -271,7 +242,7 @@ def _workload_card(w: dict[str, Any]) -> str:
             f"<p class=muted>GPUs: {e(gpus)}</p>"
             + (f'<p class="evidence">{e(evidence)}</p>' if evidence else
                f'<p class="evidence muted">{e(none_why or "Nothing limits this workload now.")}</p>')
-            + _serving_line(w.get("serving")) + _neighbours_line(w.get("neighbours")) + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
+            + _serving_line(w.get("serving")) + charts_html + _neighbours_line(w.get("neighbours")) + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
             + _scores_table(w) + "</div>")
 
 
@@ -318,34 +289,107 @@ def _serving_line(s: dict[str, Any] | None) -> str:
             f'{oversized}</p>')
 
 
-def _gpu_card(g: dict[str, Any], window: Sequence[Sample]) -> str:
+def _gpu_card(g: dict[str, Any], series: dict[str, Any], axis: tuple[float, float], thresholds: dict[str, float]) -> str:
     e = html.escape
     primary = g.get("primary_bottleneck", "none")
     if not g["up"]:
         return (f'<div class="card gpu"><h3>GPU {g["index"]} {e(g["name"])} <span class="bad">DOWN</span></h3>'
                 f"<p>{e(g.get('error') or '')}</p></div>")
     evidence = g.get("evidence", {}).get(primary) if primary != "none" else None
-    util = sparkline(_series(window, g["uuid"], lambda x: x.utilization_ratio), 1.0,
-                     f"GPU {g['index']} utilization, last 5 minutes")
-    mem = sparkline(_series(window, g["uuid"], lambda x: x.memory_used_bytes), float(g["memory_total_bytes"] or 1),
-                    f"GPU {g['index']} memory used, last 5 minutes", color="#805ad5")
-    power = sparkline(_series(window, g["uuid"], lambda x: x.power_watts), float(g["power_limit_watts"] or 1),
-                      f"GPU {g['index']} power, last 5 minutes", color="#dd6b20")
-    power_text = "-" if g["power_watts"] is None else f"{g['power_watts']:.0f} / {g['power_limit_watts'] or 0:.0f} W"
     return (f'<div class="card gpu" id="gpu-{g["index"]}"><h3>GPU {g["index"]} {e(g["name"])} {_pill(primary)}'
             f"{' <span class=muted>(idle)</span>' if g.get('idle') else ''}</h3>"
             + (f'<p class="evidence">{e(evidence)}</p>' if evidence else "")
-            + '<table class="charts"><tr><th>busy</th><th>memory</th><th>power</th></tr>'
-            f"<tr><td data-label=busy>{util} {_fmt_pct(g['utilization_ratio'])}</td>"
-            f"<td data-label=memory>{mem} {_fmt_gib(g['memory_used_bytes'])} / {_fmt_gib(g['memory_total_bytes'])}</td>"
-            f"<td data-label=power>{power} {power_text}</td></tr></table>"
+            + _gpu_charts(g, series.get(g["uuid"]) or {}, axis, thresholds)
             + (_scores_table(g) if "scores" in g else "") + "</div>")
 
 
+def _gpu_charts(g: dict[str, Any], s: dict[str, charts.Series], axis: tuple[float, float], t: dict[str, float]) -> str:
+    """Busy, SM activity, memory, power and temperature over the last minutes (``axis``: now and the span, in
+    seconds), each with the thresholds the analysis judges it by (analysis.thresholds), the enforced power limit
+    and the temperature limits."""
+    c = charts
+    name = f"GPU {g['index']}"
+    now, seconds = axis
+    span = f"last {charts.span_text(seconds)}"
+    figs = []
+
+    def add(key: str, title: str, now_text: str, top: float, fmt: Any, marks: list[Mark], color: str,
+            caption: str = "") -> None:
+        svg = c.chart(s.get(key) or [], now, top, f"{name} {title}, {span}", fmt, marks, color, seconds)
+        figs.append(c.figure(caption or title, now_text, svg, marks, fmt))
+
+    add("busy", "utilization", _fmt_pct(g["utilization_ratio"]), 1.0, c.fmt_ratio,
+        [Mark(t["compute_busy_low"], "gpu_compute starts", "compute_busy_low"),
+         Mark(t["busy_low"], "starved at or below", "busy_low", "#b7791f")], "#2b6cb0")
+    sm = s.get("sm_active") or []
+    if sm:
+        add("sm_active", "SM activity", _fmt_pct(sm[-1][1]), 1.0, c.fmt_ratio,
+            [Mark(t["sm_active_high"], "compute-bound from", "sm_active_high"),
+             Mark(t["sm_active_low"], "launch-bound below", "sm_active_low", "#b7791f")], "#2c7a7b")
+    else:
+        figs.append(c.absent("SM activity", "not reported by this GPU (NVML GPM: Hopper or newer)"))
+    total = g["memory_total_bytes"]
+    if total:
+        used = g["memory_used_bytes"]
+        add("memory", "memory used", "-" if used is None else f"{used / GIB:.1f} / {total / GIB:.1f} GiB", float(total),
+            c.fmt_bytes, [Mark(t["vram_high"] * total, "gpu_memory full", "vram_high"),
+                          Mark(t["vram_low"] * total, "gpu_memory starts", "vram_low", "#b7791f")], "#805ad5",
+            caption="memory")
+    limit = g["power_limit_watts"]
+    power = s.get("power") or []
+    top = c.nice_top(max([limit or 0.0, *(v for _, v in power)]) * 1.1)
+    add("power", "power", "-" if g["power_watts"] is None else f"{g['power_watts']:.0f} / {limit or 0:.0f} W", top,
+        c.fmt_watts, [Mark(limit, "power limit (enforced)", "power_limit")] if limit else [], "#dd6b20")
+    heat = g.get("thermal_limit_celsius")
+    nvml = g.get("temperature_thresholds_celsius") or {}
+    marks = [Mark(heat, f"thermal limit ({g.get('thermal_limit_source') or 'configured'})", "thermal_limit")] \
+        if heat else []
+    if nvml.get("slowdown") and nvml["slowdown"] != heat:
+        marks.append(Mark(nvml["slowdown"], "hardware slowdown", "slowdown", "#9b2c2c"))
+    temps = s.get("temperature") or []
+    top = c.nice_top(max([0.0, *(m.value for m in marks), *(v for _, v in temps)]) * 1.1)
+    add("temperature", "temperature", "-" if g["temperature_celsius"] is None else
+        f"{g['temperature_celsius']:.0f} °C", top, c.fmt_celsius, marks, "#c05621")
+    return f'<div class="charts">{"".join(figs)}</div>'
+
+
+def _serving_charts(w: dict[str, Any], s: dict[str, charts.Series] | None, axis: tuple[float, float],
+                    t: dict[str, float]) -> str:
+    """A serving workload's KV cache usage and queue (requests waiting) over the last minutes, from its
+    runtime's endpoint, with the kv_cache verdict's thresholds. (A probe's capacity chart belongs here too,
+    once `headroom probe` exists: one more charts.figure.)"""
+    if not s or not any(s.values()):
+        return ""
+    c = charts
+    now, seconds = axis
+    span = f"last {charts.span_text(seconds)}"
+    figs = []
+    kv = s.get("kv_usage") or []
+    if kv:
+        marks = [Mark(t["kv_usage_high"], "kv_cache full", "kv_usage_high"),
+                 Mark(t["kv_usage_low"], "kv_cache starts", "kv_usage_low", "#b7791f")]
+        svg = c.chart(kv, now, 1.0, f"{w['name']} KV cache used, {span}", c.fmt_ratio, marks, "#6b46c1", seconds)
+        figs.append(c.figure("KV cache used", "now " + c.fmt_ratio(kv[-1][1]), svg, marks, c.fmt_ratio))
+    waiting = s.get("waiting") or []
+    if waiting:
+        marks = [Mark(t["serving_waiting_high"], "queueing counts fully (mean)", "serving_waiting_high")]
+        top = c.nice_top(max([t["serving_waiting_high"], *(v for _, v in waiting)]) * 1.1)
+        svg = c.chart(waiting, now, top, f"{w['name']} requests waiting, {span}", c.fmt_count, marks, "#2f855a",
+                      seconds)
+        figs.append(c.figure("requests waiting", "now " + c.fmt_count(waiting[-1][1]), svg, marks, c.fmt_count))
+    return f'<div class="charts">{"".join(figs)}</div>'
+
+
 def page(state: Any, telemetry_path: str) -> bytes:
-    s = status(state)
+    snap = state.snapshot
+    s = status(state, snap)
     e = html.escape
+    # the charts end at the snapshot the page shows (the sampler may have appended a newer sample since)
+    now = snap.sample.monotonic if snap is not None else 0.0
     window = list(getattr(state, "window", ()) or ())
+    gpu_series, serving_series = charts.gpu_series(window, now), charts.serving_series(window, now)
+    axis = (now, charts.span_for(window, now))
+    thresholds = {**DEFAULT_THRESHOLDS, **(getattr(getattr(snap, "findings", None), "thresholds", None) or {})}
     sim = (f'<p class="warn">Simulated host: scenario <b>{e(s["simulated_scenario"])}</b> '
            "(GPU values come from a scenario, not a driver).</p>") if s["simulated_scenario"] else ""
     failing = [f"<li>{e(k)}: {e(v['error'] or '')}</li>" for k, v in s["collectors"].items() if not v["ok"]]
@@ -356,16 +400,17 @@ def page(state: Any, telemetry_path: str) -> bytes:
         host_line = (f"<p>{host['gpus_idle']} of {len(s['gpus'])} {'GPU' if len(s['gpus']) == 1 else 'GPUs'} idle now; "
                      f"{host['gpu_idle_seconds_total'] / 3600:.2f} idle GPU-hours since start"
                      + (f", costing {cost:.2f} {e(host.get('currency') or '')}" if cost is not None else "") + ".</p>")
-    workloads = "".join(_workload_card(w) for w in s["workloads"]) or (
+    workloads = "".join(_workload_card(w, _serving_charts(w, serving_series.get(w["name"]), axis, thresholds))
+                        for w in s["workloads"]) or (
         '<p class="muted">No workload declared. Declare one under <code>workloads:</code> in config.yaml to see '
         "what limits it and how much room is left.</p>")
-    gpus = "".join(_gpu_card(g, window) for g in s["gpus"]) or '<p class="muted">No GPU found.</p>'
+    gpus = "".join(_gpu_card(g, gpu_series, axis, thresholds) for g in s["gpus"]) or '<p class="muted">No GPU found.</p>'
     body = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>headroom</title>
 <meta http-equiv="refresh" content="5"><meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="icon" href="data:,">
 <style>{_STYLE}</style></head>
-<body><h1>headroom</h1>
+<body data-timestamp="{s.get('timestamp', '')}"><h1>headroom</h1>
 <p class="muted">version {e(__version__)} &middot; health: <b>{e(s['health'])}</b> &middot;
 <a href="{e(telemetry_path)}">Metrics</a> &middot; <a href="/healthz">Health</a> &middot;
 <a href="/api/v1/status">Status (JSON)</a></p>

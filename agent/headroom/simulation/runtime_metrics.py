@@ -363,6 +363,7 @@ def serve(spec: dict, signal_type) -> tuple[object, Driver]:
     state = ServingState(spec["runtime"], spec["version"], model=spec["model"], kv_blocks=spec["kv_blocks"],
                          block_size=spec["block_size"])
     driver = Driver(state, signals)
+    driver.advance(driver.t)  # the gauges hold their signals' first values from the first scrape on, not zeros
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
