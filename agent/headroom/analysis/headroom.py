@@ -159,8 +159,9 @@ def _difference(profile: Any, estimate: Any, runtime_tokens: float, estimate_tok
     ratio = runtime_tokens / estimate_tokens
     if abs(ratio - 1.0) <= CAPACITY_TOLERANCE:
         return []
+    diff = estimate_tokens / runtime_tokens - 1.0
     out = [f"The runtime reports {_tokens(runtime_tokens)} KV tokens, the memory model expects "
-           f"{_tokens(estimate_tokens)} ({(1 / ratio - 1) * 100:+.0f} % against the runtime)."]
+           f"{_tokens(estimate_tokens)}, {abs(diff) * 100:.0f} % {'more' if diff > 0 else 'fewer'}."]
     kvpt = getattr(estimate, "kv_bytes_per_token", None)
     report = getattr(estimate, "runtime_report", None) or {}
     total = getattr(estimate, "gpu_memory_bytes", None)

@@ -60,7 +60,11 @@ def remedy(resource: str, facts: Facts) -> Remedy | None:
     fn = REMEDIES.get(resource)
     if fn is None:
         return None
-    return Remedy(resource, fn(facts), runbook_url(resource))
+    try:
+        text = fn(facts)
+    except Exception as exc:  # noqa: BLE001 - a remedy's fault costs its words, never the verdict or the tick
+        text = f"see the runbook (the remedy could not be worked out: {type(exc).__name__})"
+    return Remedy(resource, text, runbook_url(resource))
 
 
 def for_verdict(v: Verdict, facts: Facts) -> dict[str, Remedy]:
@@ -106,19 +110,20 @@ def _gpu_power(f: Facts) -> str:
                 "policy) and the rack's circuit; `nvidia-smi -q -d PERFORMANCE -i "
                 f"{g.index}` shows the brake while it lasts.")
     limit, most = g.power_limit_watts, g.power_limit_max_watts
-    draw = "" if g.power_watts is None else f"draws {g.power_watts:.0f} W, "
+    draw = "" if g.power_watts is None else f" draws {g.power_watts:.0f} W and is"
     if limit is None:
-        return (f"GPU {g.index} {draw}held at its power limit: `nvidia-smi -q -d POWER -i {g.index}` shows the "
+        return (f"GPU {g.index}{draw} held at its power limit: `nvidia-smi -q -d POWER -i {g.index}` shows the "
                 "enforced and the maximum limit; below the maximum, raise it with "
                 f"`sudo nvidia-smi -i {g.index} -pl <watts>`.")
     if most is not None and limit < most - POWER_MAX_SLACK_WATTS:
-        return (f"GPU {g.index} {draw}capped at {limit:.0f} W, below its {most:.0f} W maximum: raise the limit "
+        return (f"GPU {g.index}{draw} capped at {limit:.0f} W, below its {most:.0f} W maximum: raise the limit "
                 f"with `sudo nvidia-smi -i {g.index} -pl {most:.0f}` (until reboot; persistence mode keeps it "
                 "while the driver stays loaded), after checking why it was lowered (a rack power budget, a "
                 "datacenter policy) and that the supply and cooling carry it.")
-    at_max = f" its {limit:.0f} W limit is already the board's maximum" if most is not None else \
-        f" its limit is {limit:.0f} W (maximum unknown: `nvidia-smi -q -d POWER -i {g.index}`)"
-    return (f"GPU {g.index} {draw}and{at_max}: the work needs more power than the GPU may draw. Accept the lower "
+    at_max = f" at its {limit:.0f} W limit, which is already the board's maximum" if most is not None else \
+        f" at its {limit:.0f} W limit (its maximum unknown: `nvidia-smi -q -d POWER -i {g.index}`)"
+    held = draw or " is"
+    return (f"GPU {g.index}{held}{at_max}: the work needs more power than the GPU may draw. Accept the lower "
             "clocks, spread the load over more GPUs (another replica, more data parallelism), or lock the clocks "
             f"lower (`sudo nvidia-smi -i {g.index} -lgc <min>,<max>`) for a steady speed instead of a throttled one.")
 
@@ -223,11 +228,8 @@ def _kv_cache(f: Facts) -> str:
     if p is not None and est is not None:
         from headroom.analysis import serving as serving_analysis
 
-        try:
-            alt = serving_analysis.alternatives(p, est.gpu_memory_bytes, est.gpus_available,
-                                                getattr(s, "capacity_tokens", None))
-        except Exception:  # noqa: BLE001 - a remedy never fails a verdict
-            alt = ""
+        alt = serving_analysis.alternatives(p, est.gpu_memory_bytes, est.gpus_available,
+                                            getattr(s, "capacity_tokens", None))
     return text + (f" What the memory model says each gives on this device: {alt.removeprefix('headroom estimate: ')}."
                    if alt else "")
 
@@ -357,10 +359,44 @@ def _network(f: Facts) -> str:
             "GPUs each, larger gradient buckets or gradient compression, and overlap communication with compute.")
 
 
+# per resource, the remedy in general (no numbers): the `remedy` annotation of the alerts that fire for that
+# resource (grafana/rules/headroom-alerts.yml; tests/test_verdict_actions.py keeps them equal), where Prometheus
+# has no verdict's signals to work the concrete one out from
+SUMMARY: Mapping[str, str] = {
+    "gpu_compute": "The GPUs compute as fast as they can: larger batches or CUDA graphs when SM activity is low; "
+                   "otherwise more or faster GPUs, another replica, or lower precision.",
+    "gpu_memory": "Find who holds the memory (nvidia-smi --query-compute-apps=pid,used_memory --format=csv); lower "
+                  "the batch or context, checkpoint activations, shard the optimizer, or split the model over more "
+                  "GPUs.",
+    "kv_cache": "Give the KV cache more room: raise --gpu-memory-utilization while the card has memory left, "
+                "--kv-cache-dtype fp8, a shorter --max-model-len, or another replica; on CPU raise "
+                "--kv-cache-memory-bytes.",
+    "cpu": "Feed the GPUs faster: more DataLoader workers (num_workers) with pin_memory=True and "
+           "persistent_workers=True, data loading out of the main process, a higher cgroup CPU quota (cpu.max), "
+           "or fewer neighbours on the CPUs.",
+    "host_memory": "Free host memory: stop or shrink the process that grew, lower DataLoader workers or "
+                   "prefetching, or give the workload a host with more RAM.",
+    "shared_memory": "Enlarge /dev/shm (docker --shm-size, or a Kubernetes emptyDir with medium: Memory and a "
+                     "sizeLimit), or lower num_workers / prefetch_factor; remove leftover segments.",
+    "disk_io": "Stage the data on local NVMe or in RAM, read large sequential shards with more DataLoader workers, "
+               "write checkpoints less often, and move other disk users away.",
+    "network": "Use RDMA (InfiniBand or RoCE; NCCL_DEBUG=INFO should say NET/IB), a faster link, fewer hosts with "
+               "more GPUs each, larger gradient buckets, and overlap communication with compute.",
+    "pcie": "Copy from pinned memory with non_blocking=True, keep tensors on the GPU between steps, move compact "
+            "data, and check the link runs at its maximum generation and width.",
+    "nvlink": "Check every NVLink link is up (nvidia-smi nvlink -s); use less tensor parallelism, larger "
+              "micro-batches per all-reduce, and overlap communication with compute.",
+    "gpu_thermal": "Check the GPU's fans, airflow, blanking panels and the inlet temperature (one hot GPU: its "
+                   "cooling; all of them: the room or rack); a lower power limit trades a little speed for less heat.",
+    "gpu_power": "If the enforced limit is below the board's maximum (nvidia-smi -q -d POWER), raise it with "
+                 "nvidia-smi -pl; at the maximum, spread the load over more GPUs; a hardware power brake means the "
+                 "power supply or the chassis: check the PSUs.",
+}
+
 REMEDIES: Mapping[str, Callable[[Facts], str]] = {
     "gpu_compute": _gpu_compute, "gpu_memory": _gpu_memory, "cpu": _cpu, "host_memory": _host_memory,
     "shared_memory": _shared_memory, "disk_io": _disk_io, "pcie": _pcie, "gpu_thermal": _gpu_thermal,
     "gpu_power": _gpu_power, "network": _network, "nvlink": _nvlink, "kv_cache": _kv_cache,
 }
-if set(REMEDIES) != set(RESOURCES):  # pragma: no cover - guarded by a test too
+if set(REMEDIES) != set(RESOURCES) or set(SUMMARY) != set(RESOURCES):  # pragma: no cover - a test guards it too
     raise RuntimeError("every resource needs a remedy")
