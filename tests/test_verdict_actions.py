@@ -327,3 +327,16 @@ def test_snapshot_of_the_demo_says_what_is_pending_and_the_capacity_from_the_run
     assert room["basis"] == "runtime" and room["sequences"] >= 0 and room["context_tokens"] > 0
     assert room["estimate_sequences"] == -2 and "shortfall" in room["explanation"]
     assert "gpu_memory_utilization 0.93" in room["explanation"]
+
+
+def test_a_remedy_that_cannot_be_worked_out_costs_its_words_not_the_verdict(monkeypatch):
+    def broken(facts):
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setitem(remedies.REMEDIES, "gpu_power", broken)
+    findings = analyse(SERVER, build_window(Host(), [CAPPED], seconds=30), hold=5)
+    (wf,) = findings.workload_findings
+    assert wf.verdict.primary == "gpu_power" and not findings.errors
+    fix = wf.verdict.remedies["gpu_power"]
+    assert fix.text == "see the runbook (the remedy could not be worked out: ZeroDivisionError)"
+    assert fix.runbook_url.endswith("#bottleneck-gpu_power")

@@ -23,6 +23,9 @@ RUNBOOK_URL = "https://github.com/headroom-agent/headroom/blob/main/docs/runbook
 # a container's shared memory to suggest: twice what it has, at least this much (PyTorch DataLoader workers
 # pass each batch through /dev/shm; Docker's default is 64 MiB)
 SHM_SUGGEST_MIN_BYTES = 1 << 30
+# a shared-memory mount this large is a host's own (tmpfs defaults to half the RAM), not a container's 64 MiB: when it
+# is full, the remedy leads with what fills it rather than a larger size
+SHM_LARGE_BYTES = 16 << 30
 # a limit within this many watts of the board's maximum counts as at the maximum
 POWER_MAX_SLACK_WATTS = 1.0
 
@@ -217,10 +220,12 @@ def _kv_cache(f: Facts) -> str:
         util = getattr(getattr(p, "runtime", None), "gpu_memory_utilization", None)
         now = f" from {util:.2f}" if util else ""
         parts.append(f"raise `--gpu-memory-utilization`{now} while the GPU has memory left")
-    free = [g.memory_total_bytes - g.memory_used_bytes for g in f.gpus
-            if g.up and g.memory_total_bytes is not None and g.memory_used_bytes is not None]
+    free = [(g.memory_total_bytes - g.memory_used_bytes, g.memory_total_bytes) for g in f.gpus
+            if g.up and g.memory_total_bytes and g.memory_used_bytes is not None]
     if free:
-        parts[-1] += f" (NVML: {format_bytes(min(free))} free on the fullest GPU)"
+        left, total = min(free)
+        parts[-1] += (f" (NVML: {format_bytes(left)} free on the fullest GPU, {max(0.0, left / total):.2f} of it: the "
+                      "most the utilisation can grow, less what the runtime keeps outside its reservation)")
     parts += ["store the KV cache as fp8 (`--kv-cache-dtype fp8`)", "shorten `--max-model-len` if requests allow it",
               "or add a replica (or a GPU: more tensor parallelism)"]
     text = f"{used}" + ", ".join(parts) + "."
@@ -320,10 +325,14 @@ def _shared_memory(f: Facts) -> str:
     suggest = max(2 * (size or 0), SHM_SUGGEST_MIN_BYTES)
     gib = max(1, math.ceil(suggest / 2**30))
     state = f"{mount} has {_gib(left)} left of {_gib(size)}: " if size else ""
-    return (f"{state}DataLoader workers pass every batch through it. Give the container more: "
-            f"`docker run --shm-size={gib}g`, or in Kubernetes an `emptyDir` volume with `medium: Memory` and "
-            f"`sizeLimit: {gib}Gi` mounted at /dev/shm (it counts against the pod's memory limit); or lower "
-            "`num_workers` / `prefetch_factor`; remove segments left by dead jobs (`ls -la /dev/shm`).")
+    grow = (f"give the container more: `docker run --shm-size={gib}g`, or in Kubernetes an `emptyDir` volume with "
+            f"`medium: Memory` and `sizeLimit: {gib}Gi` mounted at /dev/shm (it counts against the pod's memory "
+            "limit)")
+    clean = (f"find what fills it (`du -sh {mount}/* | sort -h | tail`) and remove segments left by dead jobs, or "
+             "lower `num_workers` / `prefetch_factor`")
+    if size and size >= SHM_LARGE_BYTES:  # a host's own tmpfs (half the RAM by default): full means something fills it
+        return f"{state}DataLoader workers pass every batch through it. First {clean}; in a container, {grow}."
+    return f"{state}DataLoader workers pass every batch through it. First {grow}; or {clean}."
 
 
 def _disk_io(f: Facts) -> str:
