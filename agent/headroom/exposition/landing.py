@@ -236,7 +236,7 @@ table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #e2e8f0;padd
 th{background:#edf2f7}.warn{color:#b7791f}.bad{color:#c53030}.muted{color:#718096}
 .pill{display:inline-block;padding:.1em .6em;border-radius:1em;font-weight:600;background:#e2e8f0}
 .pill.none{background:#c6f6d5;color:#22543d}.pill.hot{background:#fed7d7;color:#822727}
-.pill.pending{background:#fefcbf;color:#744210}.remedy code{background:#edf2f7;padding:0 .2em;word-break:break-all}
+.pill.pending{background:#fefcbf;color:#744210}p.pending{color:#975a16}.remedy code{background:#edf2f7;padding:0 .2em;word-break:break-all}
 .card{border:1px solid #e2e8f0;border-radius:.5em;padding:.8em 1em;margin:.8em 0}
 .evidence{margin:.3em 0}.scores td{padding:.1em .5em}.spark{vertical-align:middle}
 @media (max-width:48em){.charts tr:first-child{display:none}.charts td{display:block;border:0}
@@ -290,7 +290,7 @@ def _verdict_lines(v: dict[str, Any], none_text: str) -> str:
     elif not pending or pending.get("resource") == "none":
         out += f'<p class="evidence muted">{e(none_text)}</p>'
     if pending:
-        out += f'<p class="pending warn"><b>{e(pending_text(pending))}</b></p>'
+        out += f'<p class="pending"><b>{e(pending_text(pending))}</b></p>'
         if pending.get("evidence"):
             out += f'<p class="evidence pending-evidence">{e(pending["evidence"])}</p>'
         out += _remedy_line(pending.get("remedy"), "What to do if it holds")
