@@ -28,6 +28,14 @@ SHM_SUGGEST_MIN_BYTES = 1 << 30
 SHM_LARGE_BYTES = 16 << 30
 # a limit within this many watts of the board's maximum counts as at the maximum
 POWER_MAX_SLACK_WATTS = 1.0
+# a workload using this share of its cgroup's cpu.max quota is held by the quota (the remedy names cpu.max)
+QUOTA_BOUND_SHARE = 0.8
+# a process using this many cores is one thread at its limit (as analysis.thresholds.cpu_saturation_low's default)
+SINGLE_CORE_BOUND = 0.8
+# SM activity below this on a busy GPU means small or waiting kernels (as thresholds.sm_active_low's default)
+LAUNCH_BOUND_SM_ACTIVE = 0.5
+# a throttled GPU this much hotter than its coolest neighbour has a cooling problem of its own
+HOTTER_THAN_NEIGHBOUR_CELSIUS = 5.0
 
 
 @dataclass(frozen=True)
@@ -149,7 +157,7 @@ def _gpu_thermal(f: Facts) -> str:
         coolest = min(others, key=lambda x: x.temperature_celsius or 0.0)
         gap = g.temperature_celsius - (coolest.temperature_celsius or 0.0)
         compare = (f" GPU {coolest.index} runs {gap:.0f} °C cooler: look at GPU {g.index}'s own fan and airflow."
-                   if gap >= 5 else " Its neighbours run as hot: look at the room, the rack and the inlet air.")
+                   if gap >= HOTTER_THAN_NEIGHBOUR_CELSIUS else " Its neighbours run as hot: look at the room, the rack and the inlet air.")
     return (f"GPU {g.index}{where}: check the fans (`nvidia-smi -q -d TEMPERATURE,PERFORMANCE -i {g.index}`), the "
             "airflow (blanking panels, dust filters, cables in the way) and the inlet temperature." + compare
             + " A lower power limit (`nvidia-smi -pl`) trades a little speed for less heat until it is fixed.")
@@ -161,7 +169,7 @@ def _gpu_compute(f: Facts) -> str:
     if g is None:
         return "The GPUs are the limit: more or faster GPUs, or less work per request."
     busy = f"GPU {_gpu_names(f.gpus)} busy {pct(g.busy)}"
-    if g.sm_active is not None and g.sm_active < 0.5:
+    if g.sm_active is not None and g.sm_active < LAUNCH_BOUND_SM_ACTIVE:
         return (f"{busy} but SMs active only {pct(g.sm_active)}: the kernels are small or wait on each other. Larger "
                 "batches, CUDA graphs (vLLM's default; `torch.compile(mode=\"reduce-overhead\")` in training), "
                 "fewer host synchronisations (`.item()`, `.cpu()` in the loop) and fused kernels use the GPU better "
@@ -277,7 +285,7 @@ def _cpu(f: Facts) -> str:
     quota = getattr(w, "cpu_quota_cores", None)
     workers = getattr(w, "dataloader_workers", None)
     used = getattr(w, "cores_used", None)
-    if w is not None and quota and used is not None and used >= 0.8 * quota:
+    if w is not None and quota and used is not None and used >= QUOTA_BOUND_SHARE * quota:
         where = f" ({w.cgroup_path})" if w.cgroup_path else ""
         parts.append(f"its cgroup{where} allows {quota:g} cores (`cpu.max`) and it uses {used:.2f}: raise the "
                      "quota (systemd `CPUQuota=`, Kubernetes `resources.limits.cpu`, `docker run --cpus`)")
@@ -287,7 +295,7 @@ def _cpu(f: Facts) -> str:
         parts.append(f"{workers} DataLoader workers cannot keep up: raise `num_workers` towards {more}{free}, "
                      "with `pin_memory=True` and `persistent_workers=True` (no restart each epoch) and "
                      "`prefetch_factor` 4")
-    elif w is not None and w.busiest_process_cores is not None and w.busiest_process_cores >= 0.8:
+    elif w is not None and w.busiest_process_cores is not None and w.busiest_process_cores >= SINGLE_CORE_BOUND:
         parts.append(f"one process (pid {w.busiest_process_pid}) runs at a full core: load data in DataLoader "
                      "workers (`num_workers` > 0, `pin_memory=True`, `persistent_workers=True`) instead of the main "
                      "process, or move the tokenizer/decoder off the critical path (pre-process once and cache)")
