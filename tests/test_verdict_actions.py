@@ -340,3 +340,35 @@ def test_a_remedy_that_cannot_be_worked_out_costs_its_words_not_the_verdict(monk
     fix = wf.verdict.remedies["gpu_power"]
     assert fix.text == "see the runbook (the remedy could not be worked out: ZeroDivisionError)"
     assert fix.runbook_url.endswith("#bottleneck-gpu_power")
+
+
+@pytest.mark.parametrize(("resource", "facts", "quoted"), [
+    ("gpu_thermal", remedies.Facts(gpus=(_gpu(thermal_share=1.0, temperature_celsius=88, temperature_peak_celsius=89,
+                                              thermal_limit_celsius=87),
+                                         _gpu(index=1, temperature_celsius=60))),
+     ("GPU 0 peaked at 89 °C against its 87 °C limit", "GPU 1 runs 28 °C cooler", "fan")),
+    ("pcie", remedies.Facts(gpus=(_gpu(pcie_ratio=0.9, pcie_bytes_per_second=14e9, pcie_capability_bytes_per_second=15.75e9,
+                                       pcie_link=(3, 16, 5, 16)),)),
+     ("14.0 of 15.8 GB/s", "link gen 3 x16 of gen 5 x16 possible", "`DataLoader(pin_memory=True)`")),
+    ("disk_io", remedies.Facts(host=HostSignals(disk_device="nvme0n1", disk_busy=0.98, disk_queue=12.0),
+                               workload=WorkloadSignals(name="t", io_bytes_per_second=850e6)),
+     ("nvme0n1 busy 98 %, queue depth 12.0", "850 MB/s", "local NVMe")),
+    ("network", remedies.Facts(host=HostSignals(net_device="eth0", net_ratio=0.97, net_bytes_per_second=12.1e9)),
+     ("eth0 at 96.8 Gbit/s, 97 % of its link", "NCCL_IB_HCA")),
+    ("nvlink", remedies.Facts(gpus=(_gpu(nvlink_ratio=0.9, nvlink_bytes_per_second=405e9,
+                                         nvlink_capability_bytes_per_second=450e9),)),
+     ("NVLink 405 of 450 GB/s", "`nvidia-smi nvlink -s -i 0`")),
+    ("host_memory", remedies.Facts(host=HostSignals(memory_total_bytes=256 * 2**30, memory_available_bytes=3 * 2**30,
+                                                    psi={"memory.full": 0.25})),
+     ("3.00 GiB of 256.00 GiB RAM available", "25 % of the time", "`ps aux --sort=-rss | head`")),
+    ("gpu_memory", remedies.Facts(gpus=(_gpu(memory_used_bytes=79 * 2**30, memory_total_bytes=80 * 2**30,
+                                             memory_used_ratio=79 / 80, memory_growth_bytes_per_second=2**20),),
+                                  profile=SimpleNamespace(kind=SimpleNamespace(value="training"))),
+     ("GPU 0 VRAM 79.00 GiB of 80.00 GiB used", "keeps growing", "activation checkpointing")),
+    ("gpu_compute", remedies.Facts(gpus=(_gpu(busy=0.97, sm_active=0.3),)),
+     ("busy 97 % but SMs active only 30 %", "CUDA graphs")),
+], ids=lambda x: x if isinstance(x, str) else "")
+def test_each_remedy_quotes_its_own_evidence(resource, facts, quoted):
+    text = remedies.remedy(resource, facts).text
+    for part in quoted:
+        assert part in text, (part, text)
