@@ -319,11 +319,14 @@ WORKLOAD = (
     Panel("VRAM headroom", "GPU memory the workload can still grow into before an allocation fails.", "stat",
           "bytes", (t(f'headroom_workload_headroom_gpu_memory_bytes{{{W}}}'),), width=6, height=5,
           needs=("headroom_workload_headroom_gpu_memory_bytes",)),
-    Panel("Extra sequences", "How many more concurrent sequences fit at the declared maximum context.", "stat",
-          "none", (t(f'headroom_workload_headroom_sequences{{{W}}}'),), width=6, height=5,
+    Panel("Extra sequences", "How many more concurrent sequences fit at the declared maximum context; the label "
+          "says where from: runtime (the serving runtime's own KV cache), memory_model (the memory model's budget "
+          "inside the vLLM reservation) or free_vram (free VRAM / the model's KV bytes per token).", "stat",
+          "none", (t(f'headroom_workload_headroom_sequences{{{W}}}', "{{basis}}"),), width=6, height=5,
           needs=("headroom_workload_headroom_sequences",)),
-    Panel("Context tokens that fit", "How much context fits at the declared concurrency.", "stat", "none",
-          (t(f'headroom_workload_headroom_context_tokens{{{W}}}'),), width=6, height=5,
+    Panel("Context tokens that fit", "How much more context fits at the declared concurrency (basis as for Extra "
+          "sequences).", "stat", "none",
+          (t(f'headroom_workload_headroom_context_tokens{{{W}}}', "{{basis}}"),), width=6, height=5,
           needs=("headroom_workload_headroom_context_tokens",)),
     Panel("Spare CPU cores", "CPU cores the workload's processes could still use.", "stat", "none",
           (t(f'headroom_workload_headroom_cpu_cores{{{W}}}'),), width=6, height=5,

@@ -8,6 +8,7 @@ HTTP GET (tests/test_e2e.py) cannot see any of these. Screenshots go to artifact
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -284,3 +285,52 @@ def test_no_console_errors(page):
     browser.wait(lambda: browser.loads >= 1, "a load")
     time.sleep(0.5)
     assert browser.errors == []
+
+
+PENDING_HOLD_SECONDS = 10  # long enough to see the pending verdict, short enough to see it confirmed in the cap
+VERDICT = """(() => {
+  const card = document.querySelector('#workload-chat');
+  const pill = card.querySelector('[data-bottleneck]');
+  const link = card.querySelector('.remedy a.runbook');
+  return {primary: pill.dataset.bottleneck, pending: pill.dataset.pending || null, text: card.textContent,
+          remedy: card.querySelector('.remedy')?.textContent || null, runbook: link && link.getAttribute('href')};
+})()"""
+
+
+def test_a_newcomer_sees_the_pending_verdict_then_the_confirmed_one_with_what_to_do(tmp_path):
+    """The first minute on the page (issue 29): while the power cap waits out the hold, the workload card says
+    "pending: gpu_power (score 1.00), confirmed in N s if it holds", not a green "none"; once confirmed it shows
+    gpu_power with what to do (nvidia-smi, the limit against its maximum) and a runbook link to the section of
+    docs/runbook.md for that resource."""
+    from test_rules import RUNBOOK_BASE, runbook_anchors
+
+    from conftest import Agent
+
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    (tmp_path / "c.yaml").write_text(CONFIG.replace("hold: 500ms", f"hold: {PENDING_HOLD_SECONDS}s"))
+    browser = Browser(tmp_path / "profile")
+    agent = Agent("--config.file", str(tmp_path / "c.yaml"), "--simulate", str(tmp_path / "s.yaml"))
+    try:
+        agent.wait_ready()
+        browser.viewport(*NARROW)
+        browser.open(agent.url + "/")
+        pending = browser.wait(lambda: (v := browser.js(VERDICT)) and v["pending"] and v, "a pending verdict",
+                               timeout=PENDING_HOLD_SECONDS)
+        assert pending["primary"] == "none" and pending["pending"] == "gpu_power"
+        assert re.search(r"pending: gpu_power \(score 1\.00\), confirmed in \d+ s if it holds", pending["text"])
+        assert "Nothing limits this workload now" not in pending["text"]
+        shot(browser, "pending")
+        confirmed = browser.wait(lambda: (v := browser.js(VERDICT)) and v["primary"] == "gpu_power" and v,
+                                 "the confirmed verdict", timeout=PENDING_HOLD_SECONDS + 10)
+        assert confirmed["pending"] is None and "pending:" not in confirmed["text"]
+        assert "What to do:" in confirmed["remedy"] and "700 W limit" in confirmed["remedy"]
+        assert "nvidia-smi" in confirmed["remedy"]
+        assert confirmed["runbook"] == RUNBOOK_BASE + "bottleneck-gpu_power"
+        assert confirmed["runbook"].removeprefix(RUNBOOK_BASE) in runbook_anchors()
+        layout = browser.js(LAYOUT)
+        assert layout["scroll"] <= layout["inner"] and not layout["over"], layout  # the remedy wraps at 375 px
+        shot(browser, "confirmed")
+        assert browser.errors == []
+    finally:
+        browser.close()
+        agent.stop()

@@ -138,7 +138,7 @@ def test_alert_follows_the_conventions(name):
     rule = alerts()[name]
     assert ALERT_NAME.match(name), "alert names are CamelCase with the Headroom prefix"
     assert rule["labels"]["severity"] in {"critical", "warning", "info"}
-    assert {"summary", "description", "runbook_url"} <= set(rule["annotations"])
+    assert {"summary", "description", "runbook_url", "remedy"} <= set(rule["annotations"])
     url = rule["annotations"]["runbook_url"]
     assert url.startswith(RUNBOOK_BASE), url
     anchor = url.removeprefix(RUNBOOK_BASE)

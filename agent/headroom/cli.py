@@ -283,8 +283,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.write(text)
             return code
         if args.command == "snapshot":
-            sys.stdout.buffer.write(daemon.snapshot(config, options, args.samples, args.format))
+            notes: list[str] = []
+            sys.stdout.buffer.write(daemon.snapshot(config, options, args.samples, args.format, notes))
             sys.stdout.flush()
+            for note in notes:  # stderr: the output stays the exposition (or JSON) a script expects
+                print(f"headroom: snapshot: {note}", file=sys.stderr)
             return 0
     except daemon.StartupError as exc:
         return _error(str(exc), 1)

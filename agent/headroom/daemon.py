@@ -445,8 +445,31 @@ def run(config: Config, options: Options, config_path: Path | None = None) -> in
     return Agent(config, options, config_path).serve()
 
 
-def snapshot(config: Config, options: Options, samples: int, fmt: str) -> bytes:
-    """Run ``samples`` ticks at the interval and return the last exposition (or JSON)."""
+def pending_notes(snap: Any, samples: int) -> list[str]:
+    """One line per verdict still pending after the snapshot's ticks: what it would be, and how many samples
+    would pass analysis.hold (a snapshot of 2 samples never does at the default 20 s)."""
+    import math
+
+    f = snap.findings
+    verdicts = [(f"workload {w.name}", w.verdict) for w in getattr(f, "workload_findings", ())]
+    verdicts += [(f"GPU {g.index}", g.verdict) for g in getattr(f, "gpu_findings", ())]
+    out = []
+    for who, v in verdicts:
+        if not getattr(v, "is_pending", False):
+            continue
+        score = v.scores.get(v.pending)
+        held = v.pending_seconds or 0.0
+        hold = held + (v.confirm_in_seconds or 0.0)
+        needed = samples + math.ceil((v.confirm_in_seconds or 0.0) / max(snap.interval, 1e-9))
+        out.append(f"{who}: pending {v.pending}" + ("" if score is None else f" (score {score:.2f})")
+                   + f", held {held:.0f} s of the {hold:.0f} s hold (analysis.hold); the primary stays {v.primary}"
+                   f" in this snapshot: {needed} samples (--samples {needed}) would confirm it if it holds")
+    return out
+
+
+def snapshot(config: Config, options: Options, samples: int, fmt: str, notes: list[str] | None = None) -> bytes:
+    """Run ``samples`` ticks at the interval and return the last exposition (or JSON). ``notes``: gets one line
+    per verdict still pending (pending_notes); the JSON carries them too."""
     import json
     import time
 
@@ -464,6 +487,9 @@ def snapshot(config: Config, options: Options, samples: int, fmt: str) -> bytes:
         sampler.stop()
         stop_standins(sampler.scenario_object)
     assert snap is not None
+    pending = pending_notes(snap, samples)
+    if notes is not None:
+        notes.extend(pending)
     if fmt == "json":
         doc = {
             "version": __version__,
@@ -472,6 +498,7 @@ def snapshot(config: Config, options: Options, samples: int, fmt: str) -> bytes:
             "sources": to_jsonable(snap.sample.sources),
             "derived": to_jsonable(snap.rates),
             "findings": to_jsonable(snap.findings),
+            "pending": pending,
         }
         return (json.dumps(doc, indent=1) + "\n").encode()
     return snap.exposition

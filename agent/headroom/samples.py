@@ -289,6 +289,7 @@ class GpuSample:
     busy_seconds_total: float | None = None  # integral of utilization over time (internal sampling)
     power_watts: float | None = None
     power_limit_watts: float | None = None  # enforced limit
+    power_limit_max_watts: float | None = None  # the highest limit the board accepts (nvidia-smi -pl)
     energy_joules_total: float | None = None
     temperature_celsius: float | None = None
     memory_temperature_celsius: float | None = None

@@ -122,6 +122,18 @@ class Verdict:
     candidate: str  # the top-scoring resource this tick (or none)
     primary: str = NONE  # after hysteresis
     long_scores: Mapping[str, float] = field(default_factory=dict)
+    # the candidate that differs from the primary and holds, not yet for analysis.hold (none when nothing is
+    # pending): how long it has held and how long it still must to become the primary (Hysteresis.pending)
+    pending: str = NONE
+    pending_seconds: float | None = None
+    confirm_in_seconds: float | None = None
+    # resource -> what to do about it (analysis/remedies.py), for the primary and the pending candidate
+    remedies: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_pending(self) -> bool:
+        """A candidate other than the primary waits out its hold (it may be none: a return to nothing)."""
+        return self.pending_seconds is not None
 
 
 # cause -> the resources whose signals it produces (docs/analysis.md, "Ties"): when a cause and its effect tie, the
@@ -809,6 +821,14 @@ class Hysteresis:
             self.primary, self.since = candidate, None
             return self.primary, True
         return self.primary, False
+
+    def pending(self, now: float) -> tuple[str, float, float] | None:
+        """(candidate, seconds it has held, seconds it must still hold) while a candidate other than the primary
+        waits out its hold, else None. Called after :meth:`update` with the same ``now``."""
+        if self.since is None or self.candidate == self.primary:
+            return None
+        held = max(0.0, now - self.since)
+        return self.candidate, held, max(0.0, self.hold - held)
 
     def interrupt(self) -> None:
         """A tick without a verdict (the GPU or workload was not seen): a pending candidate must start its

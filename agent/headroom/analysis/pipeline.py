@@ -9,10 +9,10 @@ State that must persist across ticks (hysteresis, idle-time counters) lives in t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from headroom.analysis import bottleneck, rates, signals
+from headroom.analysis import bottleneck, rates, remedies, signals
 from headroom.analysis import serving as serving_analysis
 from headroom.analysis.bottleneck import NONE, Hysteresis, Verdict
 from headroom.analysis.headroom import WorkloadHeadroom, workload_headroom
@@ -79,6 +79,8 @@ class Change:
     before: str
     after: str
     evidence: str
+    remedy: str = ""  # what to do about ``after`` (analysis/remedies.py); "" for none
+    runbook_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,8 @@ class Analysis:
             if refresh:
                 self._long_scores[key] = bottleneck.score_gpu(gpus_long.get(g.uuid, g), host_long, t,
                                                               reserved.get(g.index), view_long, rules_long).scores
-            v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes)
+            v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes,
+                             remedies.Facts(gpus=(g,), host=host))
             gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=_is_idle(g, s),
                                            clock_events=dict(g.reason_shares),
                                            thermal_limit_celsius=g.thermal_limit_celsius,
@@ -221,8 +224,9 @@ class Analysis:
                     srv_long = serving_analysis.serving_signals(long_span, s["long_window"], p.name)
                     self._long_scores[key] = bottleneck.score_workload(p, w_long, mine_long, host_long, t, peak,
                                                                        srv_long, view=view_long, rules=rules_long).scores
-                v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes)
-                room = workload_headroom(p, w, mine, host, getattr(st, "estimate", None), s["gpu_slowdown_celsius"])
+                v = self._settle(v, self._long_scores.get(key, {}), key, "workload", p.name, now, changes,
+                                 remedies.Facts(tuple(mine), host, w, p, srv, est))
+                room = workload_headroom(p, w, mine, host, est, s["gpu_slowdown_celsius"], srv)
                 workload_findings.append(WorkloadFinding(p.name, v, room, tuple(indices), srv,
                                                          serving_analysis.serving_headroom(srv, p, est),
                                                          serving_analysis.slo_status(p, srv),
@@ -258,17 +262,26 @@ class Analysis:
                                  tuple(changes), tuple(errors), t)
 
     def _settle(self, v: Verdict, long_scores: Mapping[str, float], key: str, entity: str, name: str, now: float,
-                changes: list[Change]) -> Verdict:
+                changes: list[Change], facts: remedies.Facts) -> Verdict:
+        """The verdict after hysteresis: its primary, the candidate still pending (with how long it has held and
+        how long it must still hold) and what to do about both (remedies.py)."""
         h = self._hold(key)
         self._settled.add(key)
         before = h.primary
         primary, changed = h.update(v.candidate, now)
+        pending = h.pending(now)
+        settled = Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
+                          long_scores=long_scores,
+                          **({"pending": pending[0], "pending_seconds": round(pending[1], 3),
+                              "confirm_in_seconds": round(pending[2], 3)} if pending is not None else {}))
+        settled = replace(settled, remedies=remedies.for_verdict(settled, facts))
         if changed:
             evidence = v.evidence.get(primary, "") if primary != NONE else \
                 v.evidence.get(NONE, "no resource scores high enough")
-            changes.append(Change(entity, name, before, primary, evidence))
-        return Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
-                       long_scores=long_scores)
+            fix = settled.remedies.get(primary)
+            changes.append(Change(entity, name, before, primary, evidence, fix.text if fix else "",
+                                  fix.runbook_url if fix else ""))
+        return settled
 
 
 def _neighbours(host: signals.HostSignals, workload: str) -> dict[str, tuple[Any, ...]]:

@@ -166,6 +166,7 @@ class GpuSignals:
     power_ratio: float | None = None  # mean power / limit
     power_watts: float | None = None
     power_limit_watts: float | None = None
+    power_limit_max_watts: float | None = None  # the board's highest settable limit (NVML limit constraints)
     temperature_celsius: float | None = None  # newest
     memory_used_bytes: int | None = None  # newest
     memory_total_bytes: int | None = None
@@ -177,6 +178,8 @@ class GpuSignals:
     pcie_ratio: float | None = None  # max(tx, rx) / link capability, newest
     pcie_bytes_per_second: float | None = None
     pcie_capability_bytes_per_second: float | None = None
+    # (generation, width) of the PCIe link now and at most (GPU and slot), newest; None where unknown
+    pcie_link: tuple[int | None, int | None, int | None, int | None] = (None, None, None, None)
     samples: int = 0
     sm_active: float | None = None  # mean GPM SM activity over the window (Hopper+); None without GPM
     nvlink_bytes_per_second: float | None = None  # max(tx, rx) over all active links, over the window
@@ -302,12 +305,14 @@ def gpu_signals(window: Sequence[Sample], seconds: float, default_limit_celsius:
             busy=_mean(utils), busy_stdev=_stdev(utils), sm_clock_ratio=_mean(clocks),
             thermal_share=thermal / len(series), power_cap_share=capped / len(series),
             power_ratio=_mean(power), power_watts=g.power_watts, power_limit_watts=g.power_limit_watts,
+            power_limit_max_watts=g.power_limit_max_watts,
             temperature_celsius=g.temperature_celsius,
             memory_used_bytes=used, memory_total_bytes=total,
             memory_used_ratio=(used / total) if used is not None and total else None,
             memory_growth_bytes_per_second=growth,
             pcie_ratio=(pcie / capability) if pcie is not None and capability else None,
             pcie_bytes_per_second=pcie, pcie_capability_bytes_per_second=capability,
+            pcie_link=(g.pcie_link_generation, g.pcie_link_width, g.pcie_link_max_generation, g.pcie_link_max_width),
             samples=len(series),
             sm_active=_mean(sm_active),
             nvlink_bytes_per_second=nvlink, nvlink_capability_bytes_per_second=nvlink_capability,
@@ -484,6 +489,8 @@ class WorkloadSignals:
     main_thread_cores: float | None = None  # the busiest thread of the main process, where its threads were read
     main_thread_tid: int | None = None
     cgroup_pressure: Mapping[str, float] = field(default_factory=dict)  # its cgroup's PSI some avg10: cpu/memory/io
+    cpu_quota_cores: float | None = None  # its cgroup's cpu.max in cores; None when unlimited or unknown
+    cgroup_path: str | None = None  # relative to the cgroup v2 root, where the workload maps to one
 
 
 def _cpu_total(w: Any) -> float | None:
@@ -558,4 +565,6 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
         main_thread_cores=thread[0] if thread else None,
         main_thread_tid=thread[1] if thread else None,
         cgroup_pressure=dict(getattr(cgroup, "pressure_some_avg10", None) or {}),
+        cpu_quota_cores=quota or None,
+        cgroup_path=getattr(cgroup, "path", None),
     )

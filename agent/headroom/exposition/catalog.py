@@ -191,6 +191,10 @@ CATALOG: tuple[MetricSpec, ...] = (
     _ana("headroom_gpu_bottleneck", GAUGE, "", (*G, "resource"),
          "1 for the GPU's current primary bottleneck (resource none when nothing limits), 0 for the others. "
          "The primary changes only after a new verdict held for analysis.hold (default 20s)."),
+    _ana("headroom_gpu_bottleneck_pending_seconds", GAUGE, "seconds", (*G, "resource"),
+         "While a candidate other than the primary waits out analysis.hold: the seconds it has held (resource: the "
+         "candidate, none for a return to nothing); it becomes the primary at analysis.hold if it holds. Absent "
+         "when nothing is pending."),
     _ana("headroom_gpu_idle", GAUGE, "", G,
          "1 when the GPU's utilization stayed below analysis.idle_busy_ratio over the short window."),
     _ana("headroom_gpus_idle", GAUGE, "", (), "GPUs idle over the short window."),
@@ -213,13 +217,20 @@ CATALOG: tuple[MetricSpec, ...] = (
     _ana("headroom_workload_bottleneck", GAUGE, "", (*W, "resource"),
          "1 for the workload's current primary bottleneck (resource none when nothing limits), 0 for the others, "
          "so a Grafana state timeline shows it. Changes only after holding for analysis.hold (default 20s)."),
+    _ana("headroom_workload_bottleneck_pending_seconds", GAUGE, "seconds", (*W, "resource"),
+         "While a candidate other than the workload's primary waits out analysis.hold: the seconds it has held "
+         "(resource: the candidate); it becomes the primary at analysis.hold if it holds. Absent when nothing is "
+         "pending (a scrape every 15-60 s sees it once or twice at the default 20s hold)."),
     _ana("headroom_workload_headroom_gpu_memory_bytes", GAUGE, "bytes", W,
          "Free VRAM on the workload's GPUs, summed (for vLLM, which reserves its pool up front, see sequences)."),
-    _ana("headroom_workload_headroom_sequences", GAUGE, "", W,
-         "More concurrent sequences that fit at the declared max context (negative: the declared load does not "
-         "fit). Measured free VRAM / KV bytes per token, or the memory model's budget for vLLM."),
-    _ana("headroom_workload_headroom_context_tokens", GAUGE, "", W,
-         "More tokens per sequence that fit at the declared concurrency (negative: over)."),
+    _ana("headroom_workload_headroom_sequences", GAUGE, "", (*W, "basis"),
+         "More concurrent sequences that fit at the profile's max context; basis says where from: runtime (the "
+         "serving runtime's free KV tokens / context.max, beyond what runs now), memory_model (the model's KV "
+         "budget in the vLLM reservation against the declared concurrency; negative: the declared load does not "
+         "fit) or free_vram (measured free VRAM / the model's KV bytes per token). docs/analysis.md, Headroom."),
+    _ana("headroom_workload_headroom_context_tokens", GAUGE, "", (*W, "basis"),
+         "More tokens per sequence that fit at the declared concurrency (negative: over); basis as for "
+         "headroom_workload_headroom_sequences (runtime: free KV tokens / the declared concurrency)."),
     _ana("headroom_workload_headroom_cpu_cores", GAUGE, "", W,
          "Idle CPU cores the workload's processes could still use (bounded by its cgroup quota when known)."),
     _ana("headroom_workload_headroom_host_memory_bytes", GAUGE, "bytes", W, "Host memory available (MemAvailable)."),

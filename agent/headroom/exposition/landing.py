@@ -126,7 +126,24 @@ def _verdict(v: Any) -> dict[str, Any]:
         "scores": {r: v.scores[r] for r in order},
         "long_window_scores": dict(v.long_scores),
         "evidence": evidence,
+        **_verdict_actions(v),
     }
+
+
+def _remedy(v: Any, resource: str) -> dict[str, Any] | None:
+    found = getattr(v, "remedies", {}).get(resource)
+    return None if found is None else {"text": found.text, "runbook_url": found.runbook_url}
+
+
+def _verdict_actions(v: Any) -> dict[str, Any]:
+    """The primary's remedy, and the pending candidate (resource, score, how long it has held, when it will be
+    confirmed if it holds, its evidence and remedy); None where there is none."""
+    pending = None
+    if getattr(v, "is_pending", False):
+        pending = {"resource": v.pending, "score": v.scores.get(v.pending), "held_seconds": v.pending_seconds,
+                   "confirm_in_seconds": v.confirm_in_seconds, "evidence": v.evidence.get(v.pending),
+                   "remedy": _remedy(v, v.pending)}
+    return {"remedy": _remedy(v, v.primary), "pending": pending}
 
 
 def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
@@ -188,6 +205,7 @@ table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #e2e8f0;padd
 th{background:#edf2f7}.warn{color:#b7791f}.bad{color:#c53030}.muted{color:#718096}
 .pill{display:inline-block;padding:.1em .6em;border-radius:1em;font-weight:600;background:#e2e8f0}
 .pill.none{background:#c6f6d5;color:#22543d}.pill.hot{background:#fed7d7;color:#822727}
+.pill.pending{background:#fefcbf;color:#744210}p.pending{color:#975a16}.remedy code{background:#edf2f7;padding:0 .2em;word-break:break-all}
 .card{border:1px solid #e2e8f0;border-radius:.5em;padding:.8em 1em;margin:.8em 0}
 .evidence{margin:.3em 0}.scores td{padding:.1em .5em}.scores td:last-child{overflow-wrap:anywhere}
 .charts{display:flex;flex-wrap:wrap;gap:.5em 1.2em;margin:.5em 0}
@@ -197,9 +215,57 @@ svg.chart{display:block;width:100%;height:auto}.legend{font-size:.75em}
 """
 
 
-def _pill(primary: str) -> str:
+def _pill(primary: str, pending: dict[str, Any] | None = None) -> str:
+    """The primary's pill; while nothing is confirmed but a candidate is pending, an amber 'pending: <resource>'
+    (data-bottleneck stays the primary, data-pending names the candidate)."""
+    e = html.escape
+    if primary == "none" and pending and pending.get("resource") != "none":
+        return (f'<span class="pill pending" data-bottleneck="none" data-pending="{e(pending["resource"])}">'
+                f'pending: {e(pending["resource"])}</span>')
     cls = "none" if primary == "none" else "hot"
-    return f'<span class="pill {cls}" data-bottleneck="{html.escape(primary)}">{html.escape(primary)}</span>'
+    return f'<span class="pill {cls}" data-bottleneck="{e(primary)}">{e(primary)}</span>'
+
+
+def _code(text: str) -> str:
+    """Escaped text with `backquoted` commands and settings set in <code>."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)) if len(parts) % 2 else \
+        html.escape(text)
+
+
+def _remedy_line(remedy: dict[str, Any] | None, label: str = "What to do") -> str:
+    if not remedy:
+        return ""
+    return (f'<p class="remedy"><b>{html.escape(label)}:</b> {_code(remedy["text"])} '
+            f'<a class="runbook" href="{html.escape(remedy["runbook_url"])}">runbook</a></p>')
+
+
+def pending_text(pending: dict[str, Any]) -> str:
+    """'pending: gpu_power (score 1.00), confirmed in 12 s if it holds'."""
+    score = pending.get("score")
+    held = "" if score is None else f" (score {score:.2f})"
+    wait = pending.get("confirm_in_seconds") or 0.0
+    return f"pending: {pending['resource']}{held}, confirmed in {wait:.0f} s if it holds"
+
+
+def _verdict_lines(v: dict[str, Any], none_text: str) -> str:
+    """The card's verdict: the primary's evidence and what to do about it (or why nothing limits it), then a
+    pending candidate with its score, when it will be confirmed, its evidence and its remedy."""
+    e = html.escape
+    primary = v.get("primary_bottleneck", "none")
+    pending = v.get("pending")
+    out = ""
+    if primary != "none":
+        evidence = v.get("evidence", {}).get(primary)
+        out += (f'<p class="evidence">{e(evidence)}</p>' if evidence else "") + _remedy_line(v.get("remedy"))
+    elif not pending or pending.get("resource") == "none":
+        out += f'<p class="evidence muted">{e(none_text)}</p>'
+    if pending:
+        out += f'<p class="pending"><b>{e(pending_text(pending))}</b></p>'
+        if pending.get("evidence"):
+            out += f'<p class="evidence pending-evidence">{e(pending["evidence"])}</p>'
+        out += _remedy_line(pending.get("remedy"), "What to do if it holds")
+    return out
 
 
 def _scores_table(v: dict[str, Any]) -> str:
@@ -211,12 +277,10 @@ def _scores_table(v: dict[str, Any]) -> str:
 def _workload_card(w: dict[str, Any], charts_html: str = "") -> str:
     e = html.escape
     primary = w["primary_bottleneck"]
-    evidence = w["evidence"].get(primary) if primary != "none" else None
     h = w["headroom"]
     room = [
         ("VRAM free", _fmt_gib(h.get("gpu_memory_bytes"))),
-        ("more sequences at max context", "-" if h.get("sequences") is None else str(h["sequences"])),
-        ("more context tokens", "-" if h.get("context_tokens") is None else str(h["context_tokens"])),
+        *_capacity_rows(h),
         ("spare CPU cores", "-" if h.get("cpu_cores") is None else f"{h['cpu_cores']:.1f}"),
         ("host RAM available", _fmt_gib(h.get("host_memory_bytes"))),
         ("shared memory left", _fmt_gib(h.get("shared_memory_bytes"))),
@@ -238,12 +302,43 @@ def _workload_card(w: dict[str, Any], charts_html: str = "") -> str:
         found = " ".join(x for x in (ident.get("runtime"), ident.get("model")) if x) or ident.get("kind", "")
         gpus += f" · found automatically ({found}; no profile declared)"
     none_why = w["evidence"].get("none") if primary == "none" else None  # the serving runtime's word
-    return (f'<div class="card workload" id="workload-{e(w["name"])}"><h3>{e(w["name"])} {_pill(primary)}</h3>'
+    return (f'<div class="card workload" id="workload-{e(w["name"])}"><h3>{e(w["name"])} '
+            f'{_pill(primary, w.get("pending"))}</h3>'
             f"<p class=muted>GPUs: {e(gpus)}</p>"
-            + (f'<p class="evidence">{e(evidence)}</p>' if evidence else
-               f'<p class="evidence muted">{e(none_why or "Nothing limits this workload now.")}</p>')
+            + _verdict_lines(w, none_why or "Nothing limits this workload now.")
             + _serving_line(w.get("serving")) + charts_html + _neighbours_line(w.get("neighbours")) + memory + f"<table><tr><th>headroom</th><th></th></tr>{room_html}</table>"
-            + _scores_table(w) + "</div>")
+            + _capacity_note(h) + _scores_table(w) + "</div>")
+
+
+def _tokens(n: float | None) -> str:
+    return "-" if n is None else f"{n:,.0f}".replace(",", " ")
+
+
+_BASIS_WORDS = {"runtime": "from the runtime's KV cache", "memory_model": "memory model's estimate",
+                "free_vram": "free VRAM / the model's KV bytes per token"}
+
+
+def _capacity_rows(h: dict[str, Any]) -> list[tuple[str, str]]:
+    """'more sequences at max context' and 'more context tokens' from their basis, and the memory model's
+    estimate beside them when the runtime's figures lead (analysis/headroom.py)."""
+    basis = h.get("basis") or ""
+    why = _BASIS_WORDS.get(basis, basis)
+    tag = f" ({why})" if why and h.get("sequences") is not None else ""
+    rows = [("more sequences at max context", _tokens(h.get("sequences")) + tag),
+            ("more context tokens", _tokens(h.get("context_tokens")) + tag)]
+    if basis == "runtime" and h.get("kv_capacity_tokens"):
+        rows.append(("KV cache free (runtime)", f"{_tokens(h.get('kv_free_tokens'))} of "
+                                                f"{_tokens(h['kv_capacity_tokens'])} tokens"))
+        if h.get("estimate_sequences") is not None or h.get("estimate_kv_capacity_tokens") is not None:
+            rows.append(("memory model's estimate",
+                         f"{_tokens(h.get('estimate_sequences'))} sequences, {_tokens(h.get('estimate_context_tokens'))}"
+                         f" context tokens, KV {_tokens(h.get('estimate_kv_capacity_tokens'))} tokens"))
+    return rows
+
+
+def _capacity_note(h: dict[str, Any]) -> str:
+    text = h.get("explanation")
+    return f'<p class="capacity-note muted">{html.escape(text)}</p>' if text else ""
 
 
 def _neighbours_line(found: dict[str, Any] | None) -> str:
@@ -295,10 +390,10 @@ def _gpu_card(g: dict[str, Any], series: dict[str, Any], axis: tuple[float, floa
     if not g["up"]:
         return (f'<div class="card gpu"><h3>GPU {g["index"]} {e(g["name"])} <span class="bad">DOWN</span></h3>'
                 f"<p>{e(g.get('error') or '')}</p></div>")
-    evidence = g.get("evidence", {}).get(primary) if primary != "none" else None
-    return (f'<div class="card gpu" id="gpu-{g["index"]}"><h3>GPU {g["index"]} {e(g["name"])} {_pill(primary)}'
+    return (f'<div class="card gpu" id="gpu-{g["index"]}"><h3>GPU {g["index"]} {e(g["name"])} '
+            f'{_pill(primary, g.get("pending"))}'
             f"{' <span class=muted>(idle)</span>' if g.get('idle') else ''}</h3>"
-            + (f'<p class="evidence">{e(evidence)}</p>' if evidence else "")
+            + (_verdict_lines(g, "") if primary != "none" or g.get("pending") else "")
             + _gpu_charts(g, series.get(g["uuid"]) or {}, axis, thresholds)
             + (_scores_table(g) if "scores" in g else "") + "</div>")
 

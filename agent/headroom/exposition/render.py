@@ -468,6 +468,8 @@ def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Any) 
     primary = verdict.primary
     w.add_many(names, (*map(verdict.scores.get, resources), *map(verdict.long_scores.get, resources),
                        *[resource == primary for resource in tails[len(resources) * 2:]]), ids, tails)
+    if verdict.pending_seconds is not None:  # a candidate waits out analysis.hold: how long it has held
+        w.add(f"{prefix}_bottleneck_pending_seconds", _r(verdict.pending_seconds), *ids, verdict.pending)
 
 
 # prefix -> (the resources scored, the names and the resource labels of a verdict's series)
@@ -585,15 +587,17 @@ def _render_findings(w: Writer, f: Any) -> None:
         ids = (wf.name,)
         _render_verdict(w, "headroom_workload", ids, wf.verdict)
         h = wf.headroom
-        w.add_many(_HEADROOM_ROW, (h.gpu_memory_bytes, h.sequences, h.context_tokens, h.cpu_cores, h.host_memory_bytes,
-                                   h.shared_memory_bytes, h.power_watts, h.thermal_celsius), ids)
+        w.add_many(_HEADROOM_ROW, (h.gpu_memory_bytes, h.cpu_cores, h.host_memory_bytes, h.shared_memory_bytes,
+                                   h.power_watts, h.thermal_celsius), ids)
+        if h.basis:  # more sequences and context, labelled with where they come from (analysis/headroom.py BASES)
+            w.add_many(_CAPACITY_ROW, (h.sequences, h.context_tokens), (*ids, h.basis))
         _render_serving_findings(w, wf)
 
 
 _GPU_FINDINGS_ROW = ("headroom_gpu_idle", "headroom_gpu_cost_per_hour")
 _HEADROOM_ROW = tuple(f"headroom_workload_headroom_{n}" for n in (
-    "gpu_memory_bytes", "sequences", "context_tokens", "cpu_cores", "host_memory_bytes", "shared_memory_bytes",
-    "power_watts", "thermal_celsius"))
+    "gpu_memory_bytes", "cpu_cores", "host_memory_bytes", "shared_memory_bytes", "power_watts", "thermal_celsius"))
+_CAPACITY_ROW = ("headroom_workload_headroom_sequences", "headroom_workload_headroom_context_tokens")
 
 
 def _render_serving_findings(w: Writer, wf: Any) -> None:

@@ -182,6 +182,7 @@ _QUERY_OF_CALL = {
     "nvmlDeviceGetMemoryInfo_v2": "memory_info",
     "nvmlDeviceGetPowerUsage": "power",
     "nvmlDeviceGetEnforcedPowerLimit": "power_limit",
+    "nvmlDeviceGetPowerManagementLimitConstraints": "power_limit",
     "nvmlDeviceGetTotalEnergyConsumption": "energy",
     "nvmlDeviceGetTemperature": "temperature",
     "nvmlDeviceGetTemperatureV": "temperature",
@@ -527,6 +528,7 @@ class NvmlDriver:
             uint_query("nvmlDeviceGetPowerUsage", lambda g: round(1000 * self._value(g, "power", 0.1 * g.power_limit))),
             uint_query("nvmlDeviceGetEnforcedPowerLimit", lambda g: self._power_limits.get(g.index, round(1000 * g.power_limit))),
             ("nvmlDeviceSetPowerManagementLimit", [H, U], self._set_power_limit),
+            ("nvmlDeviceGetPowerManagementLimitConstraints", [H, P, P], self._power_limit_constraints),
             uint_query("nvmlDeviceGetTotalEnergyConsumption", self._energy_mj, c_ulonglong),
             ("nvmlDeviceGetTemperature", [H, U, P], self._temperature),
             ("nvmlDeviceGetTemperatureV", [H, P], self._temperature_v),
@@ -665,6 +667,12 @@ class NvmlDriver:
             raise _Return(_E["INVALID_ARGUMENT"])
         with self._lock:
             self._power_limits[gpu.index] = milliwatts
+
+    def _power_limit_constraints(self, handle: int, low: int, high: int) -> None:
+        gpu = self._device("nvmlDeviceGetPowerManagementLimitConstraints", handle)
+        least, most = gpu.power_limit_range
+        _put(c_uint, low, round(1000 * least))
+        _put(c_uint, high, round(1000 * most))
 
     def _energy_mj(self, gpu: GpuSpec) -> int:
         """Energy in mJ: the power signal integrated over scenario time (trapezoids between reads)."""

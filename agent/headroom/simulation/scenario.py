@@ -316,6 +316,14 @@ class GpuSpec:
     nvlink_links: int = 0  # NVLink links (0: no NVLink)
     nvlink_version: int = 4
     nvlink_down: tuple[int, ...] = ()  # links that are not active
+    power_limit_max: float | None = None  # watts: the highest limit the board accepts (default: power_limit)
+
+    @property
+    def power_limit_range(self) -> tuple[float, float]:
+        """(min, max) watts NVML accepts as a power limit (nvmlDeviceGetPowerManagementLimitConstraints): max is
+        power_limit_max (else power_limit, an SXM board's default being its maximum), min a quarter of it."""
+        high = self.power_limit_max or self.power_limit
+        return high / 4, high
 
 
 @dataclass(frozen=True, slots=True)
@@ -655,7 +663,7 @@ _TOP_KEYS = {
     "missing_functions", "workloads", "host", "profiles", "expected",
 }  # fmt: skip
 _GPU_KEYS = {
-    "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "sm_clock_max",
+    "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "power_limit_max", "sm_clock_max",
     "memory_clock_max", "pcie", "clock_events", "supported_clock_events", "processes", "mig", "xids",
     "ecc", "remapped_rows", "unsupported", "nvlink", *GPU_SIGNALS,
 }  # fmt: skip
@@ -1142,6 +1150,12 @@ class _Parser:
         power_limit = self.unit(g["power_limit"], f"{path}.power_limit", "number")
         if power_limit <= 0:
             raise self.error(g["power_limit"], f"{path}.power_limit", "must be > 0 (watts)")
+        power_limit_max = None
+        if "power_limit_max" in g:
+            power_limit_max = self.unit(g["power_limit_max"], f"{path}.power_limit_max", "number")
+            if power_limit_max < power_limit:
+                raise self.error(g["power_limit_max"], f"{path}.power_limit_max",
+                                 f"must be at least power_limit ({power_limit:g} W)")
         return GpuSpec(
             index=index,
             name=self.string(g["name"], f"{path}.name"),
@@ -1150,6 +1164,7 @@ class _Parser:
             memory_total=memory_total,
             memory_reserved=int(opt("memory_reserved", lambda n, p: self.unit(n, p, "size"), 0)),
             power_limit=power_limit,
+            power_limit_max=power_limit_max,
             sm_clock_max=opt("sm_clock_max", lambda n, p: self.unit(n, p, "frequency"), 1980e6),
             memory_clock_max=opt("memory_clock_max", lambda n, p: self.unit(n, p, "frequency"), 2619e6),
             pcie_generation=pcie["generation"],

@@ -93,13 +93,22 @@ _ALL_REASONS = sum(bit for _, bit in CLOCK_EVENT_REASONS)
 # GpuSample fields that stay the same from tick to tick on most GPUs most of the time: each one equal to the
 # previous tick's keeps that object (samples.share_unchanged), so the window holds it once, not once per sample
 _STEADY_FIELDS = (
-    "memory_total_bytes", "memory_reserved_bytes", "power_limit_watts", "temperature_celsius",
+    "memory_total_bytes", "memory_reserved_bytes", "power_limit_watts", "power_limit_max_watts", "temperature_celsius",
     "memory_temperature_celsius", "sm_clock_hertz", "sm_clock_max_hertz", "memory_clock_hertz",
     "memory_clock_max_hertz", "clock_events_seconds_total", "nvlink_links", "xid_errors_total",
     "temperature_max_operating_celsius", "temperature_slowdown_celsius", "temperature_shutdown_celsius",
     "memory_temperature_max_operating_celsius",
 )
 _CLOCK_EVENTS: dict[tuple[int, int], dict[str, bool]] = {}  # (supported, active) masks -> reason -> active
+
+def _limit_max(constraints: Any) -> float | None:
+    """The max of nvmlDeviceGetPowerManagementLimitConstraints' [min, max] milliwatts, in watts; None when absent."""
+    try:
+        high = constraints[1]
+    except (TypeError, IndexError, KeyError):
+        return None
+    return high / 1000 if isinstance(high, int) and high > 0 else None
+
 
 def _const(name: str, fallback: int) -> int:
     """A pynvml constant, or its nvml.h value when this binding version lacks it (or has no binding):
@@ -940,6 +949,8 @@ class NvmlCollector(Collector):
         total, used, free, reserved = _struct_values(mem, "total", "used", "free", "reserved")
         power = gpu.value("power", "nvmlDeviceGetPowerUsage", h)
         limit = gpu.cached("power_limit", "nvmlDeviceGetEnforcedPowerLimit", h, refresh=_LIMIT_REFRESH)
+        # (min, max) milliwatts a limit may be set to: the board's, read once (the power remedy quotes the max)
+        constraints = gpu.cached("power_limit_constraints", "nvmlDeviceGetPowerManagementLimitConstraints", h)
         temperature = gpu.first((
             ("temperature_v", "nvmlDeviceGetTemperatureV", (h, _TEMPERATURE_GPU)),
             ("temperature", "nvmlDeviceGetTemperature", (h, _TEMPERATURE_GPU)),
@@ -994,6 +1005,7 @@ class NvmlCollector(Collector):
             busy_seconds_total=busy,
             power_watts=power / 1000 if power is not None else None,
             power_limit_watts=limit / 1000 if limit is not None else None,
+            power_limit_max_watts=_limit_max(constraints),
             energy_joules_total=fields[1] / 1000 if fields[1] is not None else None,
             temperature_celsius=float(temperature) if temperature is not None else None,
             # boards without the sensor answer 0 rather than NOT_SUPPORTED: no memory is at 0 degC while powered
