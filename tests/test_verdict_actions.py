@@ -78,7 +78,11 @@ def test_a_candidate_within_its_hold_is_pending_in_the_status_and_on_the_page_no
     assert f"pending: gpu_power (score 1.00), confirmed in {wait} s if it holds" in card
     assert "Nothing limits this workload now" not in card
     assert 'data-pending="gpu_power"' in card and 'class="pill none"' not in card
-    assert "pending: gpu_power (score 1.00)" in _gpu_card(g, window)
+    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
+    from headroom.exposition import charts
+
+    assert "pending: gpu_power (score 1.00)" in _gpu_card(g, charts.gpu_series(window, window[-1].monotonic),
+                                                          (window[-1].monotonic, 60.0), DEFAULT_THRESHOLDS)
 
 
 def test_once_the_hold_passes_the_verdict_is_confirmed_and_nothing_is_pending():
