@@ -350,6 +350,7 @@ class Scenario:
     profiles: Any = None  # raw `profiles:` data: workload profiles in the config.yaml `workloads:` format
     profiles_node: Any = field(default=None, compare=False, repr=False)  # its YAML node, for positions
     expected: Mapping[str, str] = field(default_factory=dict)  # profile name -> the primary it demonstrates
+    fits: Mapping[str, bool] = field(default_factory=dict)  # profile name -> False: its declared load is meant not to fit
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -652,7 +653,7 @@ def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenari
 
 _TOP_KEYS = {
     "description", "seed", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "faults",
-    "missing_functions", "workloads", "host", "profiles", "expected",
+    "missing_functions", "workloads", "host", "profiles", "expected", "fits",
 }  # fmt: skip
 _GPU_KEYS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "sm_clock_max",
@@ -860,6 +861,8 @@ class _Parser:
             profiles_node=top.get("profiles"),
             expected=self.expected(top["expected"], self.plain(top["profiles"]) if "profiles" in top else None)
             if "expected" in top else {},
+            fits=self.fits(top["fits"], self.plain(top["profiles"]) if "profiles" in top else None)
+            if "fits" in top else {},
         )
 
     def expected(self, node: yaml.Node, profiles: Any) -> dict[str, str]:
@@ -878,6 +881,20 @@ class _Parser:
             out[name] = value
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, "expected", "expected a mapping of profile name -> resource")
+        return out
+
+    def fits(self, node: yaml.Node, profiles: Any) -> dict[str, bool]:
+        """``fits:``: profile name -> whether the memory model finds its declared load fitting its simulated GPUs
+        (true for every profile not named; false where the scenario demonstrates a workload that does not fit)."""
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, "fits", "expected a mapping of profile name -> true or false")
+        names = {p.get("name") for p in profiles if isinstance(p, dict)} if isinstance(profiles, list) else set()
+        out = {}
+        for key_node, value_node in node.value:
+            name = self.string(key_node, "fits")
+            if name not in names:
+                raise self.error(key_node, f"fits.{name}", "not a profile of this scenario (profiles:)")
+            out[name] = self.boolean(value_node, f"fits.{name}")
         return out
 
     def workloads(self, node: yaml.Node, gpu_count: int) -> tuple[WorkloadSpec, ...]:
