@@ -274,12 +274,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "estimate":
             from headroom.workload import estimate
 
-            if options.simulate:  # a scenario's profiles can be sized too, as `run --simulate` adds them
-                config = daemon.with_scenario_profiles(config, daemon.load_scenario(options.simulate))
-            try:
+            try:  # every refusal here is bad input, exit 2: exit 1 means "does not fit" (scripts tell them apart)
+                if options.simulate:  # a scenario's profiles can be sized too, as `run --simulate` adds them
+                    config = daemon.with_scenario_profiles(config, daemon.load_scenario(options.simulate))
                 code, text = estimate.run(args, config, lambda: daemon.found_gpus(config, options))
             except estimate.EstimateError as exc:
-                return _error(str(exc).replace("\n", "\nheadroom: "), 2)
+                return _error(str(exc).replace("\n", "\nheadroom: "), estimate.EXIT_BAD_INPUT)
+            except daemon.StartupError as exc:
+                return _error(str(exc), estimate.EXIT_BAD_INPUT)
             sys.stdout.write(text)
             return code
         if args.command == "snapshot":

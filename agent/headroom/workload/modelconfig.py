@@ -37,6 +37,10 @@ class ModelConfigError(ValueError):
         self.message = message
 
 
+class NotCached(ModelConfigError):
+    """The model is not in the local Hugging Face cache (the only ModelConfigError a shipped table may answer)."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     source: str  # the config.json read
@@ -140,7 +144,12 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
-    top = _load_json(p, "config.json")
+    return model_config_from(_load_json(p, "config.json"), str(p), p.parent)
+
+
+def model_config_from(top: Mapping[str, Any], source: str, directory: Path | None = None) -> ModelConfig:
+    """A ``ModelConfig`` from config.json's parsed content; ``directory`` holds its safetensors (None: none, the
+    parameters come from the architecture). ``source`` names where the values came from."""
     if top.get("is_encoder_decoder"):
         raise ModelConfigError("is_encoder_decoder", f"encoder-decoder models ({top.get('model_type')}) are not "
                                                      "modelled: their cross-attention KV cache has another layout")  # fmt: skip
@@ -236,7 +245,7 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
         layout.append("encoder")
     fields: dict[str, Any] = {"architecture": arch}
     fields.update(_precision_fields(cfg, top, where))
-    params, params_from = _safetensors_params(p.parent, fields)
+    params, params_from = _safetensors_params(directory, fields) if directory is not None else (None, "architecture")
     if params is None and "mla" in layout:
         params, params_from = _mla_params(cfg, arch, where), "config (MLA layout)"
     if params is not None and params > MAX_PARAMS:
@@ -247,7 +256,7 @@ def read_model_config(path: str | os.PathLike[str]) -> ModelConfig:
                                             f"most {MAX_CHECKPOINT_BYTES} are modelled")  # fmt: skip
     if params is not None:
         fields["params"] = params
-    return ModelConfig(source=str(p), model_type=model_type, layout=",".join(layout) or "dense",
+    return ModelConfig(source=source, model_type=model_type, layout=",".join(layout) or "dense",
                        encoder_only=encoder, fields=fields, params_from=params_from if params else "architecture",
                        notes=tuple(notes), max_context=_int(cfg, where, "max_position_embeddings", "n_positions",
                                                             "max_sequence_length", "seq_length"))  # fmt: skip
@@ -472,10 +481,10 @@ def find_cached_model(name: str, env: Mapping[str, str] | None = None) -> Path:
         if snaps:
             return snaps[0]
         raise ModelConfigError("--model", f"{repo} holds no snapshot with a config.json")
-    raise ModelConfigError("--model", f"{name} is not in the local Hugging Face cache (looked in "
+    raise NotCached("--model", f"{name} is not in the local Hugging Face cache (looked in "
                                       f"{', '.join(searched)}; set HF_HUB_CACHE or HF_HOME, or use --model-config PATH); "
                                       "nothing is downloaded")  # fmt: skip
 
 
-__all__ = ["ModelConfig", "ModelConfigError", "cache_dirs", "find_cached_model", "read_model_config",
+__all__ = ["ModelConfig", "ModelConfigError", "NotCached", "cache_dirs", "find_cached_model", "model_config_from", "read_model_config",
            "safetensors_header"]  # fmt: skip
