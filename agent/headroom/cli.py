@@ -1,7 +1,7 @@
 """Command line: Prometheus-style flags (``--config.file``, ``--web.listen-address`` ...).
 
-Every bad input ends in one clear message on stderr and exit status 2 (usage, configuration) or 1
-(start-up failed), never a traceback.
+Every bad input ends in one clear message on stderr and exit status 2 (usage, configuration, an unknown
+scenario), 1 (start-up failed) or 3 (the listen address is taken), never a traceback.
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout.flush()
             return 0
     except daemon.StartupError as exc:
-        return _error(str(exc), 1)
+        return _error(str(exc), exc.code)
     except KeyboardInterrupt:
         return 130
     return _error(f"unknown command {args.command}")

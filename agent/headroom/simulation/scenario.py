@@ -12,6 +12,7 @@ Loading is strict: an unknown key, a wrong type or a bad unit fails with
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 import re
@@ -27,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from headroom.safeio import clip
 from headroom.simulation.host import parse_host
 from headroom.units import parse_bytes, parse_duration
 
@@ -631,11 +633,27 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         except OSError as exc:
             raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror or exc}") from None
         return parse_scenario(text, filename=str(path), name=path.stem)
+    text_name = builtin_name(text_name) or text_name
     resource = resources.files("headroom.simulation") / _SCENARIO_DIR / f"{text_name}.yaml"
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text_name) or not resource.is_file():
-        known = ", ".join(list_scenarios()) or "none"
-        raise ScenarioError(f"unknown scenario {text_name!r} (built-in: {known}; or give a path to a .yaml file)")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", text_name) or not resource.is_file():  # no name is longer
+        known = list_scenarios()
+        close = difflib.get_close_matches(_fold(text_name), [_fold(k) for k in known], n=3, cutoff=0.6)
+        by_fold = {_fold(k): k for k in known}
+        hint = f"did you mean {' or '.join(by_fold[c] for c in close)}? " if close else ""  # the closest first
+        raise ScenarioError(f"unknown scenario {clip(text_name, 60)!r} ({hint}built-in: {', '.join(known) or 'none'}; "
+                            "or give a path to a .yaml file)")
     return parse_scenario(resource.read_text(encoding="utf-8"), filename=str(resource), name=text_name)
+
+
+def _fold(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def builtin_name(name: str) -> str | None:
+    """The built-in scenario ``name`` means, '-' and '_' alike and case ignored (bottleneck-gpu-power is
+    bottleneck-gpu_power), or None."""
+    folded = _fold(name)
+    return next((k for k in list_scenarios() if _fold(k) == folded), None)
 
 
 def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenario") -> Scenario:
