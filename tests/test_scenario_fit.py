@@ -50,6 +50,10 @@ def test_every_builtin_workload_fits_its_gpus_as_the_scenario_intends(name):
                          f"of {format_bytes(est.budget_bytes)} at {est.concurrency} x {est.context} tokens "
                          f"(largest at that context: {est.max_concurrency_at_max_context})")
     assert not wrong, f"{name}: " + "; ".join(wrong)
+    # a stand-in no profile claims is named as the agent names what it finds on its own (issue 29: the demo's log
+    # said `summarizer`, its page `vllm/Qwen3-0.6B:8001`)
+    unprofiled = {w.name for w in scenario.workloads} - declared
+    assert unprofiled <= {w for w, (source, _) in estimates.items() if source == "auto"}, unprofiled
 
 
 def test_a_scenario_that_means_a_workload_not_to_fit_says_why_in_its_description():

@@ -128,6 +128,17 @@ def with_scenario_profiles(config: Config, scenario: Any) -> Config:
         raise StartupError(str(exc)) from None
 
 
+AUTO_WORKLOADS_NOTE = ("none declared: workloads found on their own (pods, jobs, units, recognised launchers such "
+                       "as vllm serve) are logged as auto_workload_found when they appear")
+
+
+def workloads_fields(config: Config) -> dict[str, Any]:
+    """The started / config_reloaded event's workload fields: the declared profiles (the configuration's and the
+    scenario's), or, with none, a note that automatic ones come later (never ``workloads=[]``)."""
+    names = [w.name for w in config.workloads]
+    return {"workloads": names} if names else {"workloads_note": AUTO_WORKLOADS_NOTE}
+
+
 def build_sampler(config: Config, options: Options) -> Sampler:
     scenario = load_scenario(options.simulate)
     config = with_scenario_profiles(config, scenario)
@@ -401,8 +412,7 @@ class Agent:
         self.config = config
         self.sampler.config_reload_ok = True
         self.sampler.config_reload_success_timestamp = time.time()
-        log.info("config_reloaded", config=str(self.config_path or "(defaults)"),
-                 workloads=[w.name for w in config.workloads])
+        log.info("config_reloaded", config=str(self.config_path or "(defaults)"), **workloads_fields(merged))
         self.notifier.ready("configuration reloaded")
         return True
 
@@ -443,7 +453,7 @@ class Agent:
                      url=listening_url(host, port))
         log.info("started", version=__version__, collectors=self.sampler.collector_names,
                  interval_seconds=self.sampler.interval, config=self.config.source or "(defaults)",
-                 simulate=self.sampler.scenario, workloads=[w.name for w in self.config.workloads])
+                 simulate=self.sampler.scenario, **workloads_fields(with_scenario_profiles(self.config, self._scenario)))
         self.notifier.ready(f"sampling every {self.sampler.interval:g}s, serving {', '.join(self.addresses)}")
         self.watchdog.start()
         self._serve_signals()
