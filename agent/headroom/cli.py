@@ -136,12 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="TLS and basic-auth configuration in the exporter-toolkit web-config.yml format")
     _add_identity_flags(run)
     run.add_argument("--record", metavar="FILE",
-                     help="append every sample to FILE (JSON Lines, docs/trace-format.md) for `headroom replay`")
+                     help="append every sample to FILE (JSON Lines, docs/trace-format.md; about 13 kB per tick "
+                          "for the demo) for `headroom replay`")
     run.add_argument("--record.max-size", dest="record_max_size", type=_size, default=None, metavar="SIZE",
-                     help="rotate the recording to FILE.1 past this size (default 64MiB)")
+                     help="past this size rotate the recording to FILE.1, compressed to FILE.1.gz "
+                          "(default 64MiB)")
 
     rep = sub.add_parser("replay", help="run the analysis over a recording and print the timeline of verdicts")
-    rep.add_argument("files", nargs="+", metavar="FILE", help="recordings, oldest first (e.g. rec.jsonl.1 rec.jsonl)")
+    rep.add_argument("files", nargs="+", metavar="FILE", help="recordings, oldest first (e.g. rec.jsonl.1.gz rec.jsonl; gzip "
+                     "is read as such)")
     _add_config_flag(rep)
     rep.add_argument("--format", choices=("table", "json"), default="table")
     _add_log_flags(rep)
