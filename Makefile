@@ -20,10 +20,11 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 ## Start the agent on a simulated GPU host (no driver needed). Another address: make demo ADDRESS=127.0.0.1:9900
+## (headroom exits 3 when the address is taken, 2 on an unknown SCENARIO: only the first gets the address hint)
 demo: venv
 	@echo "make: starting headroom on a simulated GPU host (scenario $(SCENARIO)); it logs its URL (listening ... url=) once it listens. Ctrl-C stops."
 	@$(VENV)/bin/headroom run --config.file config.yaml --simulate $(SCENARIO) --web.listen-address $(ADDRESS) \
-	  || { rc=$$?; if [ $$rc = 1 ]; then echo "make: headroom did not start; if $(ADDRESS) is taken, choose another address: make demo ADDRESS=127.0.0.1:9900" >&2; fi; exit $$rc; }
+	  || { rc=$$?; if [ $$rc = 3 ]; then echo "make: $(ADDRESS) is taken (see above); choose another address: make demo ADDRESS=127.0.0.1:9900" >&2; fi; exit $$rc; }
 
 ## Debian packages the tests use for real components (promtool/prometheus, chromium, node_exporter).
 system-deps:
@@ -105,8 +106,10 @@ mutate: venv
 install:
 	bash systemd/install.sh
 
+## Remove the service; keeps /etc/headroom, /etc/default/headroom, /var/lib/headroom and the user headroom unless
+## PURGE=1 (sudo make uninstall PURGE=1 = sudo systemd/uninstall.sh --purge)
 uninstall:
-	bash systemd/uninstall.sh
+	bash systemd/uninstall.sh $(if $(filter 1 yes true,$(PURGE)),--purge)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .binding

@@ -2,7 +2,8 @@
 # Remove the headroom service. Run as root:  sudo systemd/uninstall.sh [--purge]
 #
 # Stops and disables the unit, removes it and /opt/headroom (venv, docs). Keeps /etc/headroom,
-# /etc/default/headroom, drop-ins, /var/lib/headroom and the headroom user unless --purge.
+# /etc/default/headroom, drop-ins, /var/lib/headroom and the headroom user unless --purge
+# (from make: sudo make uninstall PURGE=1; make itself refuses --purge as one of its own options).
 #
 # Environment: ROOT=/some/dir works as in install.sh (remove files under that prefix, touch no
 # systemd and no users).
@@ -43,7 +44,9 @@ if [ "$purge" = 1 ]; then
     userdel headroom && say "removed user headroom"
   fi
 else
-  say "kept $ROOT/etc/headroom and $ROOT/etc/default/headroom (use --purge to remove them)"
+  kept="$ROOT/etc/headroom, $ROOT/etc/default/headroom, drop-ins and $ROOT/var/lib/headroom"
+  if [ -z "$ROOT" ] && getent passwd headroom >/dev/null; then kept="$kept and the user headroom"; fi
+  say "kept $kept; to remove them too: sudo make uninstall PURGE=1 (or sudo systemd/uninstall.sh --purge)"
 fi
 
 if [ "$systemd_here" = 1 ]; then

@@ -83,7 +83,9 @@ def test_evidence_names_the_numbers():
     (wf,) = analyse(TRAINER, window).workload_findings
     text = wf.verdict.evidence["cpu"]
     assert "GPU 0 busy 31 %" in text
-    assert "4 DataLoader workers used 3.97 of 4 cores" in text
+    # what is counted is said (issue 29): every process of the workload, against the cores its workers can use
+    assert "the workload's main process and 4 DataLoader workers used 3.97 cores, of the 4 its workers can use (one " \
+           "each)" in text
     assert "PSI cpu some avg10 42 %" in text
 
 

@@ -172,7 +172,8 @@ def test_plural(n, word, text):
 def test_one_dataloader_worker_is_singular_in_the_evidence():
     config = TRAINER.replace("dataloader_workers: 4", "dataloader_workers: 1")
     wf = _workload(config, [Gpu(util=0.3)], host=Host(cpu_busy=0.1), extra=processes_source("trainer", 0.99))
-    assert "the workload's 1 DataLoader worker used 0.99 of 1 core" in wf.verdict.evidence["cpu"]
+    assert ("the workload's main process and 1 DataLoader worker used 0.99 cores, of the 1 its workers can use "
+            "(one each)") in wf.verdict.evidence["cpu"]
     assert wf.verdict.primary == "cpu"
 
 
@@ -192,7 +193,8 @@ def test_the_power_margin_is_given_per_gpu_beside_the_sum():
     wf = _workload(config, [Gpu(util=0.9, power=695, power_limit=700), Gpu(util=0.9, power=300, power_limit=700)])
     assert wf.headroom.power_watts == 405
     assert wf.headroom.power_watts_by_gpu == {0: 5, 1: 400}
-    assert _power_margin(to_jsonable(wf.headroom)) == "405 W (GPU 0: 5 W, GPU 1: 400 W)"
+    # per GPU first (issue 29): the card at its cap is read before the sum that hides it
+    assert _power_margin(to_jsonable(wf.headroom)) == "GPU 0: 5 W, GPU 1: 400 W (405 W summed)"
     single = _workload(SERVER, [Gpu(util=0.9, power=600, power_limit=700)])
     assert _power_margin(to_jsonable(single.headroom)) == "100 W"
 

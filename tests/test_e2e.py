@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -137,8 +138,8 @@ def test_port_in_use_is_a_clear_error():
         r = subprocess.run([sys.executable, "-m", "headroom", "run", "--simulate", "demo",
                             "--web.listen-address", f"127.0.0.1:{port}"], capture_output=True, text=True,
                            timeout=60, cwd=ROOT)
-    assert r.returncode == 1
-    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in r.stderr
+    assert r.returncode == 3  # the address is taken (daemon.EXIT_ADDRESS_IN_USE): `make demo` hints on this one only
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use; pid {os.getpid()} (" in r.stderr
     assert "Traceback" not in r.stderr
 
 

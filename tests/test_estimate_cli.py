@@ -16,8 +16,11 @@ GIB = 2**30
 def estimate(*args, ok=True):
     r = subprocess.run([sys.executable, "-m", "headroom", "estimate", *args], capture_output=True, text=True,
                        timeout=60, cwd=ROOT)
-    if ok:
-        assert r.returncode == 0, r.stderr
+    if ok:  # an answer: 0 fits, 1 does not fit, 3 unknown (no GPU memory); 2 is bad input
+        assert r.returncode in (0, 1, 3), r.stderr
+        if r.stdout.startswith("{"):
+            doc = json.loads(r.stdout)
+            assert r.returncode == (3 if doc["fits"] is None else 0 if doc["fits"] else 1)
     assert "Traceback" not in r.stderr
     return r
 
@@ -201,3 +204,76 @@ def test_a_host_without_a_driver_is_an_answer_not_an_error_log(tmp_path):
                  "--log.level", "info")
     assert "no GPU found (" in r.stdout and "DRIVER_NOT_LOADED" in r.stdout
     assert "nvml_down" not in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------ issue 29: exit status, verdict, known models
+EIGHT_B = ("--params", "8B", "--precision", "bf16", "--layers", "32", "--kv-heads", "8", "--heads", "32",
+           "--head-dim", "128", "--context", "8192")
+
+
+def test_exit_status_says_fits_0_does_not_fit_1_bad_input_2_unknown_3(tmp_path):
+    """Scripts branch on it (README.md, docs/sizing.md): before, every answer exited 0."""
+    assert estimate(*EIGHT_B, "--concurrency", "1", "--gpu-memory", "80GiB").returncode == 0
+    assert estimate(*EIGHT_B, "--concurrency", "200", "--gpu-memory", "80GiB").returncode == 1
+    assert estimate(*EIGHT_B, "--tensor-parallel", "4", "--gpus", "2", "--gpu-memory", "80GiB").returncode == 1
+    bad = estimate(*EIGHT_B, "--precision", "fp7", "--gpu-memory", "80GiB", ok=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("headroom: --precision")
+    # a mistyped scenario is bad input too, not "does not fit"
+    assert estimate(*EIGHT_B, "--simulate", "helthy", ok=False).returncode == 2
+    nodriver = tmp_path / "no-driver.yaml"
+    nodriver.write_text("gpus:\n  - {name: NVIDIA L4, memory_total: 23034MiB, power_limit: 72}\n"
+                        "faults:\n  - {call: nvmlInit, error: DRIVER_NOT_LOADED}\n")
+    assert estimate(*EIGHT_B, "--simulate", str(nodriver)).returncode == 3
+
+
+def test_the_decisive_problem_comes_first_and_the_memory_verdict_reads_plainly():
+    r = estimate(*EIGHT_B, "--tensor-parallel", "4", "--gpus", "2", "--gpu-memory", "80GiB")
+    assert r.stdout.splitlines()[1] == "does not fit: tensor parallel 4 needs 4 GPUs, 2 given"
+    short = estimate(*EIGHT_B, "--concurrency", "200", "--gpu-memory", "80GiB", "--format", "json")
+    doc = json.loads(short.stdout)
+    need = doc["needed_bytes"] / GIB
+    assert doc["verdict"] == [f"does not fit: needs {need:.2f} GiB per GPU, {need - 80:.2f} GiB more than the "
+                              "GPU's 80.00 GiB"]
+    vllm = estimate(*EIGHT_B, "--concurrency", "1", "--runtime", "vllm", "--gpu-memory", "80GiB")
+    assert vllm.stdout.splitlines()[1].startswith("fits: needs ")
+    assert "per GPU of vLLM's 72.00 GiB reservation: " in vllm.stdout.splitlines()[1]
+
+
+def test_a_well_known_model_is_sized_by_name_without_a_cache(tmp_path):
+    """`--model meta-llama/Llama-3.1-70B-Instruct` with an empty cache: before, 'not in the local Hugging Face
+    cache'; now the shipped table (its published config.json: 70 553 706 496 parameters), and it says so."""
+    env = {"HF_HOME": str(tmp_path / "empty"), "HF_HUB_CACHE": str(tmp_path / "empty" / "hub")}
+    r = _estimate_env(env, "--model", "meta-llama/Llama-3.1-70B-Instruct", "--context", "8192",
+                      "--tensor-parallel", "2", "--runtime", "vllm", "--gpu-memory", "79.19GiB", "--format", "json")
+    doc = json.loads(r.stdout)
+    assert {c["name"]: c["bytes"] for c in doc["components"]}["weights"] == 70_553_706_496  # bf16 over 2 GPUs
+    assert any("headroom's table of well-known models" in n and "huggingface.co/meta-llama/Llama-3.1-70B-Instruct"
+               in n for n in doc["notes"])
+    typo = _estimate_env(env, "--model", "meta-llama/Llama-3.1-70B-Instruc", "--gpu-memory", "80GiB")
+    assert typo.returncode == 2 and "did you mean meta-llama/Llama-3.1-70B-Instruct" in typo.stderr
+    assert len(typo.stderr.strip().splitlines()) == 1
+
+
+def test_the_local_cache_comes_before_the_table(tmp_path):
+    """A cached checkpoint's own config.json wins (a fine-tune may differ from the published base)."""
+    snap = tmp_path / "hub" / "models--Qwen--Qwen3-0.6B" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (tmp_path / "hub" / "models--Qwen--Qwen3-0.6B" / "refs").mkdir()
+    (tmp_path / "hub" / "models--Qwen--Qwen3-0.6B" / "refs" / "main").write_text("abc")
+    config = json.loads((ROOT / "tests" / "fixtures" / "hf" / "qwen3-0.6b" / "config.json").read_text())
+    config["num_hidden_layers"] = 14  # a pruned variant: the cache's figures must show
+    (snap / "config.json").write_text(json.dumps(config))
+    r = _estimate_env({"HF_HUB_CACHE": str(tmp_path / "hub")}, "--model", "Qwen/Qwen3-0.6B", "--context", "4096",
+                      "--gpu-memory", "80GiB", "--format", "json")
+    doc = json.loads(r.stdout)
+    assert any(str(snap) in n for n in doc["notes"]) and not any("well-known" in n for n in doc["notes"])
+    assert doc["kv_bytes_per_token"] == 14 * 8 * 128 * 2 * 2
+
+
+def _estimate_env(env, *args):
+    import os
+
+    r = subprocess.run([sys.executable, "-m", "headroom", "estimate", *args], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT, env={**os.environ, **env})
+    assert "Traceback" not in r.stderr
+    return r

@@ -23,7 +23,7 @@ from conftest import ROOT, free_port, http_get
 
 README = ROOT / "README.md"
 VENV = Path(sys.prefix)
-SUBCOMMANDS = ("run", "snapshot", "check-config", "estimate", "replay")
+SUBCOMMANDS = ("run", "snapshot", "check-config", "estimate", "replay", "fleet-report")
 
 
 def make_demo(address: str) -> subprocess.Popen:
@@ -46,6 +46,35 @@ def test_make_demo_on_a_taken_port_suggests_another_address_and_announces_no_url
     assert "make demo ADDRESS=" in err
     assert f"http://{address}" not in out + err, "a URL was announced although nothing listens there"
     assert "Traceback" not in err
+
+
+def test_make_demo_with_a_mistyped_scenario_says_did_you_mean_and_not_the_port_hint():
+    """Issue 29: `make demo SCENARIO=helthy` printed "if ADDRESS is taken, choose another address" (any exit 1)."""
+    proc = subprocess.run(["make", "-s", "-o", f"{VENV}/.installed", "demo", f"VENV={VENV}", "SCENARIO=helthy",
+                           f"ADDRESS=127.0.0.1:{free_port()}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "did you mean healthy?" in proc.stderr
+    assert "ADDRESS=" not in proc.stderr and "taken" not in proc.stderr, proc.stderr
+
+
+def test_a_port_held_by_another_headroom_names_its_pid():
+    """The listener's pid from /proc/net/tcp (its socket inode) and /proc/PID/fd: "another headroom (pid N)"."""
+    address = f"127.0.0.1:{free_port()}"
+    first = subprocess.Popen([str(VENV / "bin" / "headroom"), "run", "--simulate", "golden", "--web.listen-address",
+                              address], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while '"listening"' not in (first.stderr.readline() or ""):
+            assert first.poll() is None and time.monotonic() < deadline, "the first agent did not listen"
+        second = subprocess.run([str(VENV / "bin" / "headroom"), "run", "--simulate", "golden",
+                                 "--web.listen-address", address], cwd=ROOT, capture_output=True, text=True,
+                                timeout=60)
+    finally:
+        first.terminate()
+        first.wait(20)
+    assert second.returncode == 3
+    assert f"another headroom (pid {first.pid}) listens there (stop it with kill {first.pid})" in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1 and "Traceback" not in second.stderr
 
 
 def test_make_demo_logs_its_url_once_it_listens():

@@ -334,3 +334,16 @@ def test_a_newcomer_sees_the_pending_verdict_then_the_confirmed_one_with_what_to
     finally:
         browser.close()
         agent.stop()
+
+
+def test_the_page_spells_degrees_once_and_sizes_by_their_size(page):
+    """Issue 29: the headroom table said '52 C' where the evidence says '°C'; the health line is the status's."""
+    import re
+
+    agent, browser, _ = page
+    text = browser.js("document.body.innerText")
+    assert re.search(r"thermal margin\s+\d+ °C", text), text[:3000]
+    assert not re.search(r"\d C\b", text), re.findall(r".{20}\d C\b", text)
+    assert re.search(r"\b60\.0 GiB / 80\.0 GiB\b", text)  # format_size: three significant digits
+    doc = json.loads(http_get(agent.url + "/api/v1/status")[2])
+    assert f"health: {doc['health']}" in text

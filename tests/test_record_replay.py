@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -82,11 +83,14 @@ def test_rotation_keeps_the_size_bounded(tmp_path):
     payload = SourceResult("x", False, 0.0, None, "e" * 300)
     for i in range(100):
         rec.write(Sample(timestamp=float(i), monotonic=float(i), sources={"x": payload}))
-    rec.close()
+    rec.finish()
     assert path.stat().st_size <= 4096
-    assert (tmp_path / "r.jsonl.1").stat().st_size <= 4096
+    # the rotated file is compressed (issue 29), the uncompressed one gone
+    rotated = tmp_path / "r.jsonl.1.gz"
+    assert rotated.read_bytes()[:2] == b"\x1f\x8b" and not (tmp_path / "r.jsonl.1").exists()
+    assert len(gzip.decompress(rotated.read_bytes())) <= 4096 and rotated.stat().st_size < 1024
     # both files are complete recordings (each starts with its own header)
-    ticks = [s.timestamp for _, s, _ in read_traces([tmp_path / "r.jsonl.1", path])]
+    ticks = [s.timestamp for _, s, _ in read_traces([rotated, path])]
     assert ticks == sorted(ticks) and ticks[-1] == 99.0
 
 
@@ -103,6 +107,30 @@ def test_a_tick_over_the_line_cap_is_not_recorded_so_the_recording_stays_replaya
     rec.close()
     assert rec.ok
     assert [s.timestamp for _, s, _ in read_traces([path])] == [1.0, 3.0]
+
+
+def test_replay_reads_a_rotated_gzip_file_and_refuses_a_broken_one_in_one_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rec = Recorder(path, {"interval": 1.0}, max_bytes=4096)
+    for i in range(20):  # one rotation: about 11 ticks of 350 bytes per 4 KiB file
+        rec.write(Sample(timestamp=float(i), monotonic=float(i), sources={"x": SourceResult("x", False, 0.0, None,
+                                                                                            "e" * 300)}))
+    rec.finish()
+    rotated = tmp_path / "r.jsonl.1.gz"
+    r = subprocess.run([sys.executable, "-m", "headroom", "replay", str(rotated), str(path), "--format", "json"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    first = sum(1 for _ in read_traces([rotated]))
+    assert json.loads(r.stdout)["ticks"] == 20 and 0 < first < 20
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(b"\x1f\x8b" + b"\x00" * 40)
+    r = subprocess.run([sys.executable, "-m", "headroom", "replay", str(broken)], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"headroom: {broken}:1: cannot decompress") and len(r.stderr.splitlines()) == 1
+    cut = tmp_path / "cut.jsonl.gz"  # a copy interrupted: the whole lines it holds are read
+    cut.write_bytes(rotated.read_bytes()[: rotated.stat().st_size // 2])
+    assert sum(1 for _ in read_traces([cut])) < first  # no traceback: the torn end is dropped
 
 
 def test_a_write_failure_degrades_and_recovers(tmp_path):
@@ -150,3 +178,18 @@ def test_record_to_an_impossible_path_stops_start_up(tmp_path):
                         str(tmp_path / "no" / "such" / "dir" / "r.jsonl")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1
     assert "cannot record to" in r.stderr and "No such file or directory" in r.stderr
+
+
+def test_the_documented_bytes_per_tick_match_a_demo_recording():
+    """docs/trace-format.md says how large a tick is (issue 29: `--record` did not say): the demo's, measured."""
+    from headroom.config import load_config
+    from headroom.record import encode_sample
+    from headroom.simulation.runner import running
+
+    doc = (ROOT / "docs" / "trace-format.md").read_text()
+    documented = int(re.search(r"\(([0-9 ]+) bytes measured over 40 ticks", doc).group(1).replace(" ", ""))
+    assert f"about {round(documented / 1000)} kB per tick" in doc
+    with running("demo", load_config(ROOT / "config.yaml")) as run:
+        lines = [encode_sample(run.tick().sample, {}) for _ in range(60)][20:]  # past the first samples' gaps
+    measured = sum(len(x) + 1 for x in lines) / len(lines)
+    assert abs(measured - documented) / documented < 0.15, f"measured {measured:.0f} bytes per tick"

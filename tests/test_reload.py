@@ -78,7 +78,8 @@ def test_sighup_reloads_and_a_bad_file_keeps_the_old_config(tmp_path, agent_fact
     assert code == 0
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     reloaded = [e for e in events if e["event"] == "config_reloaded"]
-    assert reloaded and reloaded[0]["workloads"] == ["a", "b"]
+    # the workloads the agent has: the file's, its drop-in's, then the demo scenario's profile (issue 29)
+    assert reloaded and reloaded[0]["workloads"] == ["a", "b", "chat"]
     failed = [e for e in events if e["event"] == "config_reload_failed"]
     assert len(failed) == 1
     assert failed[0]["errors"] == [f"{cfg}:2:20: agent.sample_interval: must be >= 50ms; got 0s"]

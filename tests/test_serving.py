@@ -836,3 +836,37 @@ def test_a_series_seen_before_reads_its_new_value_and_its_garbage_like_a_new_one
     for cache in (series, {}):  # no value: refused either way (the parser's words differ, as before)
         with pytest.raises(Exception, match="^not a valid Prometheus text exposition: "):
             read_exposition(cut, "text/plain", None, cache)
+
+
+def test_the_simulated_runtime_prints_no_traceback_when_a_client_gives_up(capfd):
+    """Issue 29: a scraper that resets its connection before reading the answer made socketserver print a
+    BrokenPipe / ConnectionReset traceback on the agent's stderr (the stand-in serves in the agent's process)."""
+    import socket
+    import struct
+    from dataclasses import asdict
+
+    from headroom.simulation.runtime_metrics import serve
+    from headroom.simulation.scenario import Signal, constant
+
+    from conftest import free_port, http_get
+
+    port = free_port()
+    spec = {"runtime": "vllm", "version": "v1-itl", "port": port, "kv_blocks": 4096, "block_size": 16,
+            "model": "m", "signals": {k: asdict(constant(v)) for k, v in {"running": 3, "kv_usage": 0.5}.items()}}
+    server, _ = serve(spec, Signal)
+    try:
+        for i in range(20):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+                if i % 2:
+                    c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                else:
+                    c.sendall(b"GET /metr")  # gave up mid-request
+        status, _, body = http_get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200 and b"vllm:num_requests_running" in body
+        time.sleep(0.5)  # the handler threads of the reset connections have finished
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Error" not in err, err[-2000:]

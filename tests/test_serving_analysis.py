@@ -26,7 +26,9 @@ def test_kv_cache_full_with_requests_waiting_and_preemptions_is_kv_cache():
     assert wf.verdict.primary == "kv_cache"
     assert wf.verdict.scores["gpu_memory"] == 0.0  # NVML sees only the reservation
     text = wf.verdict.evidence["kv_cache"]
-    assert "KV cache 97 % used of 65,536 tokens, 6.0 requests waiting, 8.0 running, 3.0 preemptions/min" in text
+    # a mean, and said to be one (issue 29: "14.1 requests waiting" read as a count)
+    assert ("KV cache 97 % used of 65,536 tokens, on average over the window 6.0 requests waiting and 8.0 running, "
+            "3.0 preemptions/min") in text
     # what the memory model says more room would give, as ratios of the measured capacity
     assert "headroom estimate: gpu_memory_utilization 0.95:" in text and "fp8 KV cache:" in text
     assert "one more GPU (tensor 2):" in text
@@ -62,7 +64,8 @@ def test_without_the_serving_signal_the_same_host_reads_as_cpu():
 def test_queueing_with_free_kv_and_a_busy_gpu_is_gpu_compute():
     wf = finding(Host(), Gpu(util=0.99), serving(usage=0.4, waiting=8))
     assert wf.verdict.primary == "gpu_compute" and wf.verdict.scores["kv_cache"] == 0.0
-    assert "KV cache 40 % used of 65,536 tokens, 8.0 requests waiting" in wf.verdict.evidence["gpu_compute"]
+    assert "KV cache 40 % used of 65,536 tokens, on average over the window 8.0 requests waiting" in \
+        wf.verdict.evidence["gpu_compute"]
 
 
 def test_queueing_with_free_kv_and_a_free_gpu_points_at_the_runtime_limits():

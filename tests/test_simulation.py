@@ -90,6 +90,18 @@ def test_unknown_name_lists_the_built_ins():
         load_scenario("nope")
 
 
+def test_a_mistyped_name_gets_did_you_mean_and_hyphen_or_underscore_both_work():
+    """Issue 29: `--simulate helthy` listed 19 names and no suggestion; `bottleneck-gpu-power` was unknown."""
+    with pytest.raises(ScenarioError, match=r"unknown scenario 'helthy' \(did you mean healthy\? built-in: "):
+        load_scenario("helthy")
+    with pytest.raises(ScenarioError, match=r"did you mean bottleneck-gpu_power"):
+        load_scenario("botleneck-gpu-power")
+    assert load_scenario("bottleneck-gpu-power").name == "bottleneck-gpu_power"
+    assert load_scenario("Serving_KV_Bound").name == "serving-kv-bound"
+    with pytest.raises(ScenarioError, match=r"unknown scenario 'xxxx.*\(500 characters\)"):  # was ENAMETOOLONG
+        load_scenario("x" * 500)
+
+
 def test_missing_file_says_which(tmp_path: Path):
     with pytest.raises(ScenarioError, match=r"absent\.yaml: cannot read scenario file"):
         load_scenario(str(tmp_path / "absent.yaml"))

@@ -24,6 +24,7 @@ from headroom.workload.sizing import (
     OverheadConstants,
     SizingError,
     estimate,
+    fit_lines,
     format_table,
     inference_activation_bytes,
     kv_bytes_per_token,
@@ -215,7 +216,8 @@ def test_a_70b_does_not_fit_one_80_gib_gpu_and_says_by_how_much():
                  gpu_memory_bytes=80 * GIB)  # fmt: skip
     assert e.fits is False and e.margin_bytes == 80 * GIB - e.needed_bytes < 0
     assert e.max_concurrency_at_max_context == 0 and e.max_context_at_concurrency == 0
-    assert f"does not fit: short by {format_bytes(-e.margin_bytes)}" in format_table(e)
+    assert (f"does not fit: needs {format_bytes(e.needed_bytes)} per GPU, {format_bytes(-e.margin_bytes)} more "
+            f"than the GPU's {format_bytes(80 * GIB)}") in format_table(e)
 
 
 def test_vllm_reserves_gpu_memory_utilization_of_the_card():
@@ -247,7 +249,11 @@ def test_too_few_gpus_for_the_layout_does_not_fit():
     p = profile(kind="inference", params="70B", precision="fp16", architecture=LLAMA2_70B, context=4096,
                 parallel={"tensor": 4}, gpus=[0, 1, 2, 3])  # fmt: skip
     e = estimate(p, gpu_memory_bytes=80 * GIB, gpus=2)
-    assert e.fits is False and any("needs 4 GPUs" in n for n in e.notes)
+    assert e.fits is False
+    # the decisive problem first (issue 29): the layout cannot run at all, whatever the memory says
+    verdict = format_table(e).split("\n\n", 1)[1].splitlines()[1]
+    assert verdict == "does not fit: tensor parallel 4 needs 4 GPUs, 2 given"
+    assert fit_lines(e)[0] == verdict and fit_lines(e)[1].startswith("memory: needs ")
 
 
 def test_cpu_inference_has_no_cuda_context():
@@ -356,7 +362,8 @@ def test_format_table_has_components_shares_and_verdicts():
     assert "kv_cache" in text and "16.00" in text
     share = 100 * 16 * GIB / e.needed_bytes
     assert f"{share:.1f}%" in text
-    assert f"fits: yes, {format_bytes(e.margin_bytes)} to spare" in text
+    assert f"fits: needs {format_bytes(e.needed_bytes)} per GPU of the GPU's {format_bytes(80 * GIB)}: " \
+           f"{format_bytes(e.margin_bytes)} to spare" in text
     assert f"largest concurrent sequences at 8192 tokens: {e.max_concurrency_at_max_context}" in text
     assert f"largest context at 16 concurrent sequences: {e.max_context_at_concurrency} tokens" in text
 

@@ -257,3 +257,22 @@ def test_install_pins_what_it_installs_and_does_not_upgrade_pip():
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in declared}
     assert names == {line.split("==")[0].lower().replace("_", "-") for line in pins}
+
+
+def test_make_uninstall_says_what_it_kept_and_purges_with_purge_1(tmp_path):
+    """Issue 29: the message said `--purge`, which make refuses as its own option; `make uninstall PURGE=1` purges."""
+    run_script("install.sh", tmp_path)
+    env = dict(os.environ, ROOT=str(tmp_path))
+
+    def make(*args: str) -> str:
+        r = subprocess.run(["make", "-s", "-C", str(REPO), "uninstall", *args], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    out = make()
+    assert f"kept {tmp_path}/etc/headroom, {tmp_path}/etc/default/headroom" in out
+    assert "sudo make uninstall PURGE=1" in out
+    assert (tmp_path / "etc/headroom/config.yaml").exists()
+    make("PURGE=1")
+    assert not (tmp_path / "etc/headroom").exists() and not (tmp_path / "etc/default/headroom").exists()

@@ -329,8 +329,11 @@ def test_snapshot_of_the_demo_says_what_is_pending_and_the_capacity_from_the_run
     chat = next(w for w in doc["findings"]["workload_findings"] if w["name"] == "chat")
     room = chat["headroom"]
     assert room["basis"] == "runtime" and room["sequences"] >= 0 and room["context_tokens"] > 0
-    assert room["estimate_sequences"] == -2 and "shortfall" in room["explanation"]
-    assert "gpu_memory_utilization 0.93" in room["explanation"]
+    # the demo's declared load fits (test_scenario_fit) and its runtime's KV cache is what the memory model computes:
+    # the two figures agree, so there is no difference to explain and no minus sign
+    assert room["estimate_sequences"] >= 0 and room["estimate_context_tokens"] >= 0
+    assert room["estimate_kv_capacity_tokens"] == pytest.approx(room["kv_capacity_tokens"], rel=0.10)
+    assert room["explanation"] == ""
 
 
 def test_a_remedy_that_cannot_be_worked_out_costs_its_words_not_the_verdict(monkeypatch):

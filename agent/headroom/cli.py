@@ -1,7 +1,7 @@
 """Command line: Prometheus-style flags (``--config.file``, ``--web.listen-address`` ...).
 
-Every bad input ends in one clear message on stderr and exit status 2 (usage, configuration) or 1
-(start-up failed), never a traceback.
+Every bad input ends in one clear message on stderr and exit status 2 (usage, configuration, an unknown
+scenario), 1 (start-up failed) or 3 (the listen address is taken), never a traceback.
 """
 
 from __future__ import annotations
@@ -136,12 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="TLS and basic-auth configuration in the exporter-toolkit web-config.yml format")
     _add_identity_flags(run)
     run.add_argument("--record", metavar="FILE",
-                     help="append every sample to FILE (JSON Lines, docs/trace-format.md) for `headroom replay`")
+                     help="append every sample to FILE (JSON Lines, docs/trace-format.md; about 13 kB per tick "
+                          "for the demo) for `headroom replay`")
     run.add_argument("--record.max-size", dest="record_max_size", type=_size, default=None, metavar="SIZE",
-                     help="rotate the recording to FILE.1 past this size (default 64MiB)")
+                     help="past this size rotate the recording to FILE.1, compressed to FILE.1.gz "
+                          "(default 64MiB)")
 
     rep = sub.add_parser("replay", help="run the analysis over a recording and print the timeline of verdicts")
-    rep.add_argument("files", nargs="+", metavar="FILE", help="recordings, oldest first (e.g. rec.jsonl.1 rec.jsonl)")
+    rep.add_argument("files", nargs="+", metavar="FILE", help="recordings, oldest first (e.g. rec.jsonl.1.gz rec.jsonl; gzip "
+                     "is read as such)")
     _add_config_flag(rep)
     rep.add_argument("--format", choices=("table", "json"), default="table")
     _add_log_flags(rep)
@@ -274,12 +277,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "estimate":
             from headroom.workload import estimate
 
-            if options.simulate:  # a scenario's profiles can be sized too, as `run --simulate` adds them
-                config = daemon.with_scenario_profiles(config, daemon.load_scenario(options.simulate))
-            try:
+            try:  # every refusal here is bad input, exit 2: exit 1 means "does not fit" (scripts tell them apart)
+                if options.simulate:  # a scenario's profiles can be sized too, as `run --simulate` adds them
+                    config = daemon.with_scenario_profiles(config, daemon.load_scenario(options.simulate))
                 code, text = estimate.run(args, config, lambda: daemon.found_gpus(config, options))
             except estimate.EstimateError as exc:
-                return _error(str(exc).replace("\n", "\nheadroom: "), 2)
+                return _error(str(exc).replace("\n", "\nheadroom: "), estimate.EXIT_BAD_INPUT)
+            except daemon.StartupError as exc:
+                return _error(str(exc), estimate.EXIT_BAD_INPUT)
             sys.stdout.write(text)
             return code
         if args.command == "snapshot":
@@ -290,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"headroom: snapshot: {note}", file=sys.stderr)
             return 0
     except daemon.StartupError as exc:
-        return _error(str(exc), 1)
+        return _error(str(exc), exc.code)
     except KeyboardInterrupt:
         return 130
     return _error(f"unknown command {args.command}")

@@ -27,8 +27,17 @@ DEFAULT_TELEMETRY_PATH = "/metrics"
 RELOAD_TIMEOUT_SECONDS = 30.0  # a SIGHUP reload still running after this is reported as stuck
 
 
+EXIT_STARTUP = 1  # the agent cannot start (a file it cannot read or write, the driver ...)
+EXIT_USAGE = 2  # bad input: an unknown scenario, a scenario file that does not parse (as configuration errors)
+EXIT_ADDRESS_IN_USE = 3  # --web.listen-address is taken: `make demo` suggests another ADDRESS on this one only
+
+
 class StartupError(Exception):
-    """The agent cannot start; the message says why and what to do."""
+    """The agent cannot start; the message says why and what to do, ``code`` the exit status (EXIT_*)."""
+
+    def __init__(self, message: str, code: int = EXIT_STARTUP):
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,7 @@ def load_scenario(name: str | None) -> Any:
     try:
         return load_scenario(name)
     except ScenarioError as exc:
-        raise StartupError(str(exc)) from None
+        raise StartupError(str(exc), EXIT_USAGE) from None
 
 
 def with_scenario_profiles(config: Config, scenario: Any) -> Config:
@@ -117,6 +126,17 @@ def with_scenario_profiles(config: Config, scenario: Any) -> Config:
         return with_profiles(config, scenario.profile_nodes(), scenario.source)
     except ConfigError as exc:
         raise StartupError(str(exc)) from None
+
+
+AUTO_WORKLOADS_NOTE = ("none declared: workloads found on their own (pods, jobs, units, recognised launchers such "
+                       "as vllm serve) are logged as auto_workload_found when they appear")
+
+
+def workloads_fields(config: Config) -> dict[str, Any]:
+    """The started / config_reloaded event's workload fields: the declared profiles (the configuration's and the
+    scenario's), or, with none, a note that automatic ones come later (never ``workloads=[]``)."""
+    names = [w.name for w in config.workloads]
+    return {"workloads": names} if names else {"workloads_note": AUTO_WORKLOADS_NOTE}
 
 
 def build_sampler(config: Config, options: Options) -> Sampler:
@@ -218,10 +238,68 @@ def _listen(addresses: Sequence[str], sampler: Sampler, telemetry_path: str,
         except OSError as exc:
             for s in servers:
                 s.server_close()
-            hint = ("; another process uses it: choose another with --web.listen-address HOST:PORT"
-                    if exc.errno == errno.EADDRINUSE else "")
-            raise StartupError(f"cannot listen on {address}: {exc.strerror or exc}{hint}") from None
+            if exc.errno != errno.EADDRINUSE:
+                raise StartupError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+            raise StartupError(f"cannot listen on {address}: {exc.strerror or exc}; {port_holder_text(port)}; choose "
+                               "another with --web.listen-address HOST:PORT", EXIT_ADDRESS_IN_USE) from None
     return servers
+
+
+MAX_PROC_SCAN = 100_000  # processes port_holder looks at, at most (a start-up error path, bounded anyway)
+
+
+def port_holder(port: int, proc: str | Path = "/proc") -> tuple[int, str] | None:
+    """(pid, command line) of the process listening on TCP ``port``, or None when this user cannot see it: the
+    listening socket's inode from /proc/net/tcp and tcp6, then the process with a ``socket:[inode]`` descriptor."""
+    root = Path(proc)
+    inodes = set()
+    for table in ("net/tcp", "net/tcp6"):
+        try:
+            lines = (root / table).read_text(encoding="ascii", errors="replace").splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            # sl local_address rem_address st ... inode: state 0A is LISTEN
+            if len(f) > 9 and f[3] == "0A" and f[1].rsplit(":", 1)[-1].upper() == f"{port:04X}" and f[9] != "0":
+                inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return None
+    for n, entry in enumerate(root.iterdir()):
+        if n >= MAX_PROC_SCAN:
+            break
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:  # another user's process, or gone
+            continue
+        for fd in fds:
+            try:
+                target = fd.readlink()
+            except OSError:
+                continue
+            if str(target) in inodes:
+                try:
+                    raw = (entry / "cmdline").read_bytes()[:4096]
+                except OSError:
+                    raw = b""
+                return int(entry.name), raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    return None
+
+
+def port_holder_text(port: int, proc: str | Path = "/proc") -> str:
+    """'another headroom (pid 4242) listens there', 'pid 77 (nginx: master process) listens there', or, when the
+    listener belongs to a process this user cannot see, 'another process uses it'."""
+    from headroom.safeio import clip
+
+    found = port_holder(port, proc)
+    if found is None:
+        return "another process uses it"
+    pid, cmdline = found
+    if "headroom" in cmdline.split(" run", 1)[0]:
+        return f"another headroom (pid {pid}) listens there (stop it with kill {pid})"
+    return f"pid {pid} ({clip(cmdline, 80) or '?'}) listens there"
 
 
 def listening_url(host: str, port: int) -> str:
@@ -334,8 +412,7 @@ class Agent:
         self.config = config
         self.sampler.config_reload_ok = True
         self.sampler.config_reload_success_timestamp = time.time()
-        log.info("config_reloaded", config=str(self.config_path or "(defaults)"),
-                 workloads=[w.name for w in config.workloads])
+        log.info("config_reloaded", config=str(self.config_path or "(defaults)"), **workloads_fields(merged))
         self.notifier.ready("configuration reloaded")
         return True
 
@@ -376,7 +453,7 @@ class Agent:
                      url=listening_url(host, port))
         log.info("started", version=__version__, collectors=self.sampler.collector_names,
                  interval_seconds=self.sampler.interval, config=self.config.source or "(defaults)",
-                 simulate=self.sampler.scenario, workloads=[w.name for w in self.config.workloads])
+                 simulate=self.sampler.scenario, **workloads_fields(with_scenario_profiles(self.config, self._scenario)))
         self.notifier.ready(f"sampling every {self.sampler.interval:g}s, serving {', '.join(self.addresses)}")
         self.watchdog.start()
         self._serve_signals()

@@ -376,7 +376,7 @@ class Sampler:
         if close_scenario is not None:
             close_scenario()  # removes a synthetic host tree
         if self.recorder is not None:
-            self.recorder.close()
+            self.recorder.finish()  # and a rotated file compressed
 
     def healthy(self) -> tuple[bool, str]:
         """(ok, reason): ok when a tick completed within the last 3 intervals."""

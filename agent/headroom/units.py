@@ -182,3 +182,25 @@ def format_bytes(n: int | float) -> str:
     if abs(n) >= GIB:
         return f"{n / GIB:.2f} GiB"
     return f"{n / 1024**2:.2f} MiB"
+
+
+_SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def format_size(n: int | float | None) -> str:
+    """Bytes in prose, the unit chosen by the size, three significant digits: '0 B', '512 B', '64.0 MiB',
+    '1.50 GiB', '123 GiB' ('?' for None). Evidence, the landing page and log text use it, so a small size never
+    reads '0.0 GiB' (format_bytes keeps its fixed two decimals for the sizing tables). Never raises."""
+    if n is None:
+        return "?"
+    if isinstance(n, int) and abs(n) > 10**300 or isinstance(n, float) and not math.isfinite(n):
+        return format_bytes(n)
+    sign, v, i = "-" if n < 0 else "", float(abs(n)), 0
+    while v >= 1024 and i < len(_SIZE_UNITS) - 1:
+        v, i = v / 1024, i + 1
+    if i == 0:
+        return f"{sign}{round(v)} B"
+    text = f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:.0f}"
+    if float(text) >= 1024 and i < len(_SIZE_UNITS) - 1:  # 1023.7 MiB rounds to 1024: say 1.00 GiB
+        text, i = "1.00", i + 1
+    return f"{sign}{text} {_SIZE_UNITS[i]}"

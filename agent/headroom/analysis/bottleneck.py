@@ -27,6 +27,7 @@ from headroom.analysis.signals import (
     HostSignals,
     WorkloadSignals,
 )
+from headroom.units import format_size
 
 RESOURCES = ("gpu_compute", "gpu_memory", "cpu", "host_memory", "shared_memory", "disk_io", "pcie",
              "gpu_thermal", "gpu_power", "network", "nvlink", "kv_cache")  # fmt: skip
@@ -110,7 +111,9 @@ def plural(n: float | None, word: str, words: str | None = None) -> str:
 
 
 def gib(n: float | None) -> str:
-    return "?" if n is None else f"{n / 2**30:.1f} GiB"
+    """A size in the evidence: the unit chosen by its size (units.format_size: '64.0 MiB left of 512 MiB', never
+    '0.0 GiB left of 0.1 GiB')."""
+    return format_size(n)
 
 
 @dataclass(frozen=True)
@@ -464,14 +467,21 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
     if w is not None and w.cores_used is not None:
         capacity = w.cores_allowed
         who = f"the workload's {plural(w.processes, 'process')}"
+        of_what = "it may use (cgroup quota, else logical CPUs)"
         if w.dataloader_workers:
-            capacity = min(capacity or w.dataloader_workers, float(w.dataloader_workers))
-            who = f"the workload's {plural(w.dataloader_workers, 'DataLoader worker')}"
+            by_workers = float(w.dataloader_workers)
+            capacity = min(capacity or by_workers, by_workers)
+            # cores_used counts every process of the workload, its main process too: say so (issue 29: "4
+            # DataLoader workers used 4.70 of 4 cores" read as more than all of them)
+            who = f"the workload's main process and {plural(w.dataloader_workers, 'DataLoader worker')}"
+            of_what = ("its workers can use (one each)" if capacity == by_workers
+                       else "it may use (cgroup quota, else logical CPUs)")  # fmt: skip
         if capacity:
             saturation = w.cores_used / capacity
             own = max(own, ramp(saturation, t["cpu_saturation_low"], t["cpu_saturation_high"]))
             cores = f"{capacity:.2f}".rstrip("0").rstrip(".")  # a quota may be 0.5 or 1.5 cores
-            parts.append(f"{who} used {w.cores_used:.2f} of {cores} {'core' if capacity == 1 else 'cores'}")
+            parts.append(f"{who} used {w.cores_used:.2f} {'core' if round(w.cores_used, 2) == 1 else 'cores'}, "
+                         f"of the {cores} {of_what}")
     # one process at a full core: a thread that cannot go faster (the GIL of a DataLoader with 0 workers, a
     # single-threaded decoder or tokenizer) while the host looks idle. Declared DataLoader workers work in
     # parallel, so one hot worker among idle ones is not the limit (their sum above is): there only the main
@@ -745,8 +755,10 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
     slow = straggler(up, t)
     if slow is not None:  # synchronous ranks run at the pace of the slowest: its compute, and its cause, are the workload's
         others = [g for g in up if g is not slow]
-        waiting = (f"GPU {slow.index} is the straggler: GPU {', '.join(str(g.index) for g in others)} "
-                   f"(busy {pct(sum(g.busy or 0.0 for g in others) / len(others))}) wait for it in every collective")
+        names_ = ", ".join(str(g.index) for g in others)
+        verb, whose = ("waits", f"GPU {names_}") if len(others) == 1 else ("wait", f"GPUs {names_}")
+        waiting = (f"GPU {slow.index} is the straggler: {whose} (busy "
+                   f"{pct(sum(g.busy or 0.0 for g in others) / len(others))}) {verb} for it in every collective")
         score, text = rule_gpu_compute(slow, t)
         results["gpu_compute"] = (score, f"{text}; {waiting}")
         for r, rule in (("gpu_thermal", rule_gpu_thermal), ("gpu_power", rule_gpu_power)):

@@ -158,8 +158,9 @@ def describe(s: ServingSignals) -> str:
     """One line: usage, queue, preemptions (the facts every serving verdict quotes)."""
     cap = f" of {s.capacity_tokens:,.0f} tokens" if s.capacity_tokens else ""
     ppm = "" if s.preemptions_per_minute is None else f", {s.preemptions_per_minute:.1f} preemptions/min"
-    return (f"KV cache {_pct(s.usage)} used{cap}, {s.waiting or 0:.1f} requests waiting, "
-            f"{s.running or 0:.1f} running{ppm} ({s.runtime})")
+    # the usage, queue and batch are means over the window's scrapes (a fractional request is one): say so
+    return (f"KV cache {_pct(s.usage)} used{cap}, on average over the window {s.waiting or 0:.1f} requests "
+            f"waiting and {s.running or 0:.1f} running{ppm} ({s.runtime})")
 
 
 def rule_kv_cache(s: ServingSignals | None, t: Mapping[str, float], gpu_busy: float | None,

@@ -17,6 +17,7 @@ from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
 from headroom.exposition import charts
 from headroom.exposition.charts import Mark
 from headroom.samples import NvmlSample
+from headroom.units import format_size
 
 GIB = 2**30
 
@@ -25,12 +26,15 @@ GIB = 2**30
 def status(state: Any, snap: Any = None) -> dict[str, Any]:
     """A JSON-able summary of the current snapshot (or of ``snap``): health, collectors, GPUs and workloads with
     verdicts."""
+    from headroom.exposition.server import health
+
     snap = state.snapshot if snap is None else snap
-    ok, reason = state.healthy()
+    ok, reason, degraded = health(state, snap)  # as /healthz says it: "ok; degraded: nvml: ..." with NVML down
     out: dict[str, Any] = {
         "version": __version__,
         "healthy": ok,
         "health": reason,
+        "degraded": degraded,
         "simulated_scenario": getattr(snap, "scenario", None) if snap else None,
         "collectors": {},
         "gpus": [],
@@ -195,7 +199,8 @@ def _fmt_pct(x: float | None) -> str:
 
 
 def _fmt_gib(n: float | None) -> str:
-    return "-" if n is None else f"{n / GIB:.1f} GiB"
+    """A size on the page, its unit chosen by its size (units.format_size, as in the evidence)."""
+    return "-" if n is None else format_size(n)
 
 
 _STYLE = """
@@ -285,7 +290,7 @@ def _workload_card(w: dict[str, Any], charts_html: str = "") -> str:
         ("host RAM available", _fmt_gib(h.get("host_memory_bytes"))),
         ("shared memory left", _fmt_gib(h.get("shared_memory_bytes"))),
         ("power margin", _power_margin(h)),
-        ("thermal margin", "-" if h.get("thermal_celsius") is None else f"{h['thermal_celsius']:.0f} C"),
+        ("thermal margin", "-" if h.get("thermal_celsius") is None else f"{h['thermal_celsius']:.0f} °C"),
     ]
     room_html = "".join(f"<tr><td>{e(k)}</td><td>{e(v)}</td></tr>" for k, v in room)
     expected = w.get("expected") or {}
@@ -356,12 +361,15 @@ def _neighbours_line(found: dict[str, Any] | None) -> str:
 
 
 def _power_margin(h: dict[str, Any]) -> str:
-    """'412 W (GPU 0: 400 W, GPU 1: 12 W)': the sum hides a card at its cap beside an idle one."""
+    """'GPU 0: 5 W, GPU 1: 407 W (412 W summed)': per GPU first, the one at its cap shows; the sum, which would hide
+    it beside an idle card, only after."""
     if h.get("power_watts") is None:
         return "-"
     per_gpu = h.get("power_watts_by_gpu") or {}
-    detail = ", ".join(f"GPU {i}: {w:.0f} W" for i, w in per_gpu.items())
-    return f"{h['power_watts']:.0f} W" + (f" ({detail})" if len(per_gpu) > 1 else "")
+    if len(per_gpu) <= 1:
+        return f"{h['power_watts']:.0f} W"
+    detail = ", ".join(f"GPU {i}: {w:.0f} W" for i, w in sorted(per_gpu.items(), key=lambda kv: int(kv[0])))
+    return f"{detail} ({h['power_watts']:.0f} W summed)"
 
 
 def _serving_line(s: dict[str, Any] | None) -> str:

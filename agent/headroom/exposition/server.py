@@ -322,9 +322,7 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
             body, content_type, extra = self._metrics_response(snapshot)
             self._send(HTTPStatus.OK, body, content_type, head=head, extra=extra)
         elif path in ("/healthz", "/health"):
-            ok, reason = srv.state.healthy()
-            degraded = _degraded(srv.state, snapshot)
-            body = reason if not degraded else reason + "; degraded: " + "; ".join(degraded)
+            ok, body, _ = health(srv.state, snapshot)
             self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, (body + "\n").encode(),
                        "text/plain; charset=utf-8", head=head)
         elif path == "/api/v1/status":
@@ -420,6 +418,14 @@ def accepts_gzip(accept_encoding: Any) -> bool:
     if named is not None:
         return named > 0
     return star is not None and star > 0
+
+
+def health(state: State, snapshot: Any) -> tuple[bool, str, list[str]]:
+    """(ok, text, degraded): /healthz's answer and the status API's ``health``, one text for both: 'ok', or 'ok;
+    degraded: nvml: NVML unavailable ...' while the agent works but a collector or GPU does not."""
+    ok, reason = state.healthy()
+    degraded = _degraded(state, snapshot)
+    return ok, reason if not degraded else reason + "; degraded: " + "; ".join(degraded), degraded
 
 
 def _degraded(state: State, snapshot: Any) -> list[str]:

@@ -14,6 +14,7 @@ Standard library and prometheus-client only (a stand-in process imports it with 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 from prometheus_client.utils import floatToGoString
@@ -382,7 +383,16 @@ def serve(spec: dict, signal_type) -> tuple[object, Driver]:
         def log_message(self, *args) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", int(spec["port"])), Handler)
+    class Server(ThreadingHTTPServer):
+        def handle_error(self, request, client_address) -> None:
+            """A client that gave up (closed or reset before it read the answer) is no error of the runtime's:
+            socketserver would print a traceback on the agent's stderr. Anything else: one line."""
+            exc = sys.exc_info()[1]
+            if isinstance(exc, (ConnectionError, TimeoutError)):
+                return
+            print(f"simulated runtime /metrics: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+    server = Server(("127.0.0.1", int(spec["port"])), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="serving", daemon=True).start()
     driver.lock = lock  # the stand-in advances under it

@@ -12,6 +12,7 @@ Loading is strict: an unknown key, a wrong type or a bad unit fails with
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
 import re
@@ -27,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from headroom.safeio import clip
 from headroom.simulation.host import parse_host
 from headroom.units import parse_bytes, parse_duration
 
@@ -358,6 +360,7 @@ class Scenario:
     profiles: Any = None  # raw `profiles:` data: workload profiles in the config.yaml `workloads:` format
     profiles_node: Any = field(default=None, compare=False, repr=False)  # its YAML node, for positions
     expected: Mapping[str, str] = field(default_factory=dict)  # profile name -> the primary it demonstrates
+    fits: Mapping[str, bool] = field(default_factory=dict)  # profile name -> False: its declared load is meant not to fit
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -638,11 +641,27 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         except OSError as exc:
             raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror or exc}") from None
         return parse_scenario(text, filename=str(path), name=path.stem)
+    text_name = builtin_name(text_name) or text_name
     resource = resources.files("headroom.simulation") / _SCENARIO_DIR / f"{text_name}.yaml"
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", text_name) or not resource.is_file():
-        known = ", ".join(list_scenarios()) or "none"
-        raise ScenarioError(f"unknown scenario {text_name!r} (built-in: {known}; or give a path to a .yaml file)")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", text_name) or not resource.is_file():  # no name is longer
+        known = list_scenarios()
+        close = difflib.get_close_matches(_fold(text_name), [_fold(k) for k in known], n=3, cutoff=0.6)
+        by_fold = {_fold(k): k for k in known}
+        hint = f"did you mean {' or '.join(by_fold[c] for c in close)}? " if close else ""  # the closest first
+        raise ScenarioError(f"unknown scenario {clip(text_name, 60)!r} ({hint}built-in: {', '.join(known) or 'none'}; "
+                            "or give a path to a .yaml file)")
     return parse_scenario(resource.read_text(encoding="utf-8"), filename=str(resource), name=text_name)
+
+
+def _fold(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def builtin_name(name: str) -> str | None:
+    """The built-in scenario ``name`` means, '-' and '_' alike and case ignored (bottleneck-gpu-power is
+    bottleneck-gpu_power), or None."""
+    folded = _fold(name)
+    return next((k for k in list_scenarios() if _fold(k) == folded), None)
 
 
 def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenario") -> Scenario:
@@ -660,7 +679,7 @@ def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenari
 
 _TOP_KEYS = {
     "description", "seed", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "faults",
-    "missing_functions", "workloads", "host", "profiles", "expected",
+    "missing_functions", "workloads", "host", "profiles", "expected", "fits",
 }  # fmt: skip
 _GPU_KEYS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "power_limit_max", "sm_clock_max",
@@ -868,6 +887,8 @@ class _Parser:
             profiles_node=top.get("profiles"),
             expected=self.expected(top["expected"], self.plain(top["profiles"]) if "profiles" in top else None)
             if "expected" in top else {},
+            fits=self.fits(top["fits"], self.plain(top["profiles"]) if "profiles" in top else None)
+            if "fits" in top else {},
         )
 
     def expected(self, node: yaml.Node, profiles: Any) -> dict[str, str]:
@@ -886,6 +907,20 @@ class _Parser:
             out[name] = value
         if not isinstance(node, yaml.MappingNode):
             raise self.error(node, "expected", "expected a mapping of profile name -> resource")
+        return out
+
+    def fits(self, node: yaml.Node, profiles: Any) -> dict[str, bool]:
+        """``fits:``: profile name -> whether the memory model finds its declared load fitting its simulated GPUs
+        (true for every profile not named; false where the scenario demonstrates a workload that does not fit)."""
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, "fits", "expected a mapping of profile name -> true or false")
+        names = {p.get("name") for p in profiles if isinstance(p, dict)} if isinstance(profiles, list) else set()
+        out = {}
+        for key_node, value_node in node.value:
+            name = self.string(key_node, "fits")
+            if name not in names:
+                raise self.error(key_node, f"fits.{name}", "not a profile of this scenario (profiles:)")
+            out[name] = self.boolean(value_node, f"fits.{name}")
         return out
 
     def workloads(self, node: yaml.Node, gpu_count: int) -> tuple[WorkloadSpec, ...]:

@@ -87,7 +87,9 @@ def add_parser(sub: Any, add_source_flags: Any) -> None:
     p.add_argument("--workload", metavar="NAME", help="take the profile NAME from the configuration instead of flags")
     p.add_argument("--model-config", metavar="PATH", help="a Hugging Face config.json (or its directory): architecture, "
                    "precision, quantization and (from safetensors headers) params; flags override")
-    p.add_argument("--model", metavar="ORG/NAME", help="like --model-config, from the local Hugging Face cache (offline)")
+    p.add_argument("--model", metavar="ORG/NAME", help="like --model-config, from the local Hugging Face cache, else from "
+                   "headroom's table of well-known open models (Llama 3.x, Qwen 2.5/3, Mistral, Mixtral, Gemma 2/3, "
+                   "DeepSeek, Phi; offline, nothing is downloaded)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="memory per GPU as the framework sees it (torch.cuda.mem_get_info "
                    "total, e.g. 79.19GiB for an H100 80GB; default: the GPUs NVML finds)")
     p.add_argument("--gpu-name", metavar="NAME", help="GPU model as NVML names it, e.g. 'NVIDIA A100-SXM4-80GB' (vLLM's "
@@ -113,10 +115,11 @@ def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         raise EstimateError("--model and --model-config: give one of them")
     try:
         if name:
-            path = str(modelconfig.find_cached_model(name))
-        mc = modelconfig.read_model_config(path)
+            mc = _named_model(name)
+        else:
+            mc = modelconfig.read_model_config(path)
     except modelconfig.ModelConfigError as exc:
-        where = "" if exc.field.startswith(("--", "/")) else f"{path}: "
+        where = "" if exc.field.startswith(("--", "/")) else f"{path or name}: "
         raise EstimateError(f"{where}{exc}") from None
     fields = dict(mc.fields)
     notes_extra = []
@@ -136,6 +139,27 @@ def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     notes = [f"model config {mc.source}: {mc.model_type or 'unknown type'}, layout {mc.layout}, params from "
              f"{mc.params_from}", *mc.notes, *notes_extra]  # fmt: skip
     return fields, notes
+
+
+def _named_model(name: str) -> Any:
+    """--model ORG/NAME: the local Hugging Face cache first (the checkpoint's own config.json and safetensors), else
+    headroom's table of well-known models (headroom.workload.known_models: published config.json values)."""
+    from headroom.workload import known_models, modelconfig
+
+    try:
+        return modelconfig.read_model_config(modelconfig.find_cached_model(name))
+    except modelconfig.NotCached as exc:
+        found = known_models.lookup(name)
+        if found is None:
+            hint = known_models.closest(name)
+            raise EstimateError(f"--model {name}: not in the local Hugging Face cache and not among the "
+                                f"{len(known_models.MODELS)} well-known models headroom ships"
+                                + (f" (did you mean {' or '.join(hint)}?)" if hint else "")
+                                + "; use --model-config PATH to a config.json, or the architecture flags; nothing is "
+                                "downloaded") from exc  # fmt: skip
+        known, config = found
+        return modelconfig.model_config_from(config, f"headroom's table of well-known models ({known}, from "
+                                                     f"{known_models.source(known)}; not in the local cache)")
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -255,8 +279,24 @@ def run(args: argparse.Namespace, config: Any,
             from dataclasses import replace
 
             est = replace(est, notes=(*model_notes, *est.notes))
+    code = exit_code(est)
     if args.format == "json":
-        doc: Mapping[str, Any] = {"workload": profile.name, "memory_source": where, **est.to_dict()}
-        return 0, json.dumps(doc, indent=1) + "\n"
-    head = f"workload {profile.name} ({profile.kind.value}); GPU memory: {where}\n\n"
-    return 0, head + sizing.format_table(est) + "\n"
+        doc: Mapping[str, Any] = {"workload": profile.name, "memory_source": where, **est.to_dict(),
+                                  "verdict": sizing.fit_lines(est), "exit_code": code}  # fmt: skip
+        return code, json.dumps(doc, indent=1) + "\n"
+    head = (f"workload {profile.name} ({profile.kind.value}); GPU memory: {where}\n"
+            f"{sizing.fit_lines(est)[0]}\n\n")  # the verdict first, its decisive problem first; the table says why
+    return code, head + sizing.format_table(est) + "\n"
+
+
+EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT, EXIT_UNKNOWN = 0, 1, 2, 3  # README.md and docs/sizing.md
+
+
+def exit_code(est: Any) -> int:
+    """0 fits, 1 does not fit (too few GPUs or too little memory), 3 unknown (no GPU memory given or found);
+    bad input exits 2 before an estimate exists."""
+    from headroom.workload import sizing
+
+    if sizing.gpu_shortfall(est) is not None:
+        return EXIT_DOES_NOT_FIT
+    return EXIT_UNKNOWN if est.fits is None else EXIT_FITS if est.fits else EXIT_DOES_NOT_FIT

@@ -63,6 +63,10 @@ class ModelConfigError(ValueError):
         self.message = message
 
 
+class NotCached(ModelConfigError):
+    """The model is not in the local Hugging Face cache (the only ModelConfigError a shipped table may answer)."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     source: str  # the config.json read
@@ -200,6 +204,13 @@ def read_model_config(path: str | os.PathLike[str], tree: Tree | None = None, co
         within = Confine(directory, blobs=True)
     p = (*directory, "config.json")
     top = _load_json(tree, p, "config.json", within)
+    return model_config_from(top, show(p), directory, tree, within)
+
+
+def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str, ...] | None = None,
+                      tree: Tree | None = None, within: Within = None) -> ModelConfig:
+    """A ``ModelConfig`` from config.json's parsed content; ``directory`` (in ``tree``) holds its safetensors (None:
+    none, the parameters come from the architecture). ``source`` names where the values came from."""
     if top.get("is_encoder_decoder"):
         raise ModelConfigError("is_encoder_decoder", f"encoder-decoder models ({top.get('model_type')}) are not "
                                                      "modelled: their cross-attention KV cache has another layout")  # fmt: skip
@@ -295,7 +306,8 @@ def read_model_config(path: str | os.PathLike[str], tree: Tree | None = None, co
         layout.append("encoder")
     fields: dict[str, Any] = {"architecture": arch}
     fields.update(_precision_fields(cfg, top, where))
-    params, params_from = _safetensors_params(tree, directory, fields, within)
+    params, params_from = (_safetensors_params(tree, directory, fields, within)
+                           if directory is not None and tree is not None else (None, "architecture"))
     if params is None and "mla" in layout:
         params, params_from = _mla_params(cfg, arch, where), "config (MLA layout)"
     if params is not None and params > MAX_PARAMS:
@@ -306,7 +318,7 @@ def read_model_config(path: str | os.PathLike[str], tree: Tree | None = None, co
                                             f"most {MAX_CHECKPOINT_BYTES} are modelled")  # fmt: skip
     if params is not None:
         fields["params"] = params
-    return ModelConfig(source=show(p), model_type=model_type, layout=",".join(layout) or "dense",
+    return ModelConfig(source=source, model_type=model_type, layout=",".join(layout) or "dense",
                        encoder_only=encoder, fields=fields, params_from=params_from if params else "architecture",
                        notes=tuple(notes), max_context=_int(cfg, where, "max_position_embeddings", "n_positions",
                                                             "max_sequence_length", "seq_length"))  # fmt: skip
@@ -764,10 +776,10 @@ def find_cached_model(name: str, env: Mapping[str, str] | None = None, tree: Tre
         if snaps:
             return Path(show(max(snaps)[1]))
         raise ModelConfigError("--model", f"{repo} holds no snapshot with a config.json")
-    raise ModelConfigError("--model", f"{name} is not in the local Hugging Face cache (looked in "
+    raise NotCached("--model", f"{name} is not in the local Hugging Face cache (looked in "
                                       f"{', '.join(searched)}; set HF_HUB_CACHE or HF_HOME, or use --model-config PATH); "
                                       "nothing is downloaded")  # fmt: skip
 
 
-__all__ = ["ModelConfig", "ModelConfigError", "cache_dirs", "find_cached_model", "read_model_config",
-           "safetensors_header", "safetensors_tensors"]  # fmt: skip
+__all__ = ["ModelConfig", "ModelConfigError", "NotCached", "cache_dirs", "find_cached_model", "model_config_from",
+           "read_model_config", "safetensors_header", "safetensors_tensors"]  # fmt: skip

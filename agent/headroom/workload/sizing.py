@@ -135,6 +135,7 @@ class Estimate:
     notes: tuple[str, ...] = ()
     max_concurrency: float | None = None  # the runtime's "Maximum concurrency for N tokens per request" (x)
     runtime_report: dict[str, Any] | None = None  # serving_memory.RuntimeReport.to_dict(): the runtime's own figures
+    parallel: tuple[int, int, int] = (1, 1, 1)  # tensor, pipeline, data: the layout gpus_needed comes from
 
     @property
     def total_bytes(self) -> int:
@@ -834,8 +835,7 @@ def _estimate(p: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None
         margin = budget - needed
         fits = margin >= 0
         if available is not None and available < gpus_needed:
-            fits = False
-            notes.append(f"needs {gpus_needed} GPUs (tensor x pipeline x data) but has {available}")
+            fits = False  # the decisive problem: format_table / fit_lines say it first
         max_conc = _largest(lambda n: _needed(plan, n, context) <= budget)
         max_ctx = _largest(lambda s: _needed(plan, concurrency, s) <= budget)
         if report is not None:
@@ -856,6 +856,7 @@ def _estimate(p: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None
         max_concurrency_at_max_context=max_conc, max_context_at_concurrency=max_ctx,
         kv_bytes_per_token=plan.kv_per_token, kv_capacity_tokens=kv_capacity, notes=tuple(notes),
         max_concurrency=report.max_concurrency if report else None, runtime_report=report.to_dict() if report else None,
+        parallel=(p.parallel.tensor, p.parallel.pipeline, p.parallel.data),
     )  # fmt: skip
 
 
@@ -926,6 +927,43 @@ def with_load(
 
 
 # --------------------------------------------------------------------------------------- printing
+def layout_text(parallel: tuple[int, int, int]) -> str:
+    """'tensor parallel 4', 'tensor parallel 2 x pipeline parallel 2', 'data parallel 8'; '' for one GPU."""
+    return " x ".join(f"{what} parallel {n}" for what, n in zip(("tensor", "pipeline", "data"), parallel, strict=True)
+                      if n > 1)  # fmt: skip
+
+
+def gpu_shortfall(e: Estimate) -> str | None:
+    """'tensor parallel 4 needs 4 GPUs, 2 given' when fewer GPUs are available than the layout needs, else None."""
+    if e.gpus_available is None or e.gpus_available >= e.gpus_needed:
+        return None
+    layout = layout_text(e.parallel) or "the layout"
+    return f"{layout} needs {e.gpus_needed} GPUs, {e.gpus_available} given"
+
+
+def fit_lines(e: Estimate) -> list[str]:
+    """The verdict, the decisive problem first: too few GPUs for the layout, then memory per GPU against the budget
+    (vLLM's reservation, else the GPU's memory)."""
+    short = gpu_shortfall(e)
+    memory = None
+    if e.margin_bytes is not None and e.budget_bytes is not None:
+        need, have = format_bytes(e.needed_bytes), format_bytes(e.budget_bytes)
+        budget = (f"vLLM's {have} reservation" if e.vllm_reservation_bytes is not None
+                  else f"the {have} host RAM budget" if e.gpus_needed == 0 else f"the GPU's {have}")  # fmt: skip
+        per = "" if e.gpus_needed == 0 else " per GPU"
+        if e.margin_bytes >= 0:
+            memory = f"needs {need}{per} of {budget}: {format_bytes(e.margin_bytes)} to spare"
+        else:
+            memory = f"needs {need}{per}, {format_bytes(-e.margin_bytes)} more than {budget}"
+    if short is not None:
+        return [f"does not fit: {short}"] + ([f"memory: {memory}"] if memory else [])
+    if e.fits is None:
+        return ["fits: unknown (GPU memory not given)"]
+    if e.fits:
+        return [f"fits: {memory}" if memory else "fits"]
+    return [f"does not fit: {memory}" if memory else "does not fit"]
+
+
 def format_table(e: Estimate) -> str:
     """A readable per-GPU breakdown: component, bytes, GiB (2 decimals), share %, then verdict lines."""
     rows = [("component", "bytes", "GiB", "share", "")]
@@ -956,18 +994,7 @@ def format_table(e: Estimate) -> str:
     if e.vllm_reservation_bytes is not None:
         lines.append(f"vLLM reserves {format_bytes(e.vllm_reservation_bytes)} of {format_bytes(e.gpu_memory_bytes)} "
                      f"per GPU (gpu_memory_utilization); that is the expected GPU memory use")  # fmt: skip
-    if e.fits is None:
-        lines.append("fits: unknown (GPU memory not given)")
-    elif e.fits:
-        lines.append(
-            f"fits: yes, {format_bytes(e.margin_bytes)} to spare per GPU of {format_bytes(e.budget_bytes)}"
-        )
-    elif e.margin_bytes is not None and e.margin_bytes < 0:
-        lines.append(
-            f"does not fit: short by {format_bytes(-e.margin_bytes)} per GPU of {format_bytes(e.budget_bytes)}"
-        )
-    else:
-        lines.append("does not fit")
+    lines.extend(fit_lines(e))
     if e.max_concurrency_at_max_context is not None:
         lines.append(
             f"largest {e.concurrency_label} at {e.context} tokens: {e.max_concurrency_at_max_context}"
@@ -998,7 +1025,9 @@ __all__ = [
     "SizingError",
     "dense_bytes",
     "estimate",
+    "fit_lines",
     "format_table",
+    "gpu_shortfall",
     "inference_activation_bytes",
     "kv_bytes_per_token",
     "kv_cache_bytes",

@@ -23,7 +23,7 @@ SITUATIONS = [
         source="https://minerstat.com/help/nvidia-throttling-slowdown",  # slowdown: heat or an external brake
     ),
     Situation(
-        "an asserted hardware power brake at 40 degC", SERVER, Host(),
+        "an asserted hardware power brake at 40 °C", SERVER, Host(),
         [Gpu(util=0.95, temperature=40, power=180, power_limit=1000, sm_clock_ratio=0.3,
              reasons=("hw_power_brake_slowdown", "hw_slowdown"), thresholds=H100_LIMITS, name="NVIDIA GB200")],
         "gpu_power", tags=("class-5", "power"),

@@ -48,7 +48,7 @@ SITUATIONS = [
         "one thermally throttled rank paces a 4-GPU data-parallel job", DDP4, Host(),
         [WAITING, WAITING, HOT, WAITING], "gpu_thermal",
         source="https://jingchaozhang.github.io/Thermal-Throttling-Impact-on-Multi-Node-Training",
-        tags=("class-4",), evidence={"*": "GPU 2 is the straggler: GPU 0, 1, 3"}),
+        tags=("class-4",), evidence={"*": "GPU 2 is the straggler: GPUs 0, 1, 3"}),
     Situation(
         "one power-capped rank paces an 8-GPU tensor-parallel job", TP8, Host(),
         [WAITING] * 5 + [CAPPED] + [WAITING] * 2, "gpu_power",
