@@ -159,11 +159,16 @@ def test_each_workload_value_lands_in_its_own_series():
                          gpus=(SimpleNamespace(index=0, memory_used_bytes=9, utilization_ratio=0.10),),
                          expected_components=MappingProxyType({"weights": 16, "kv_cache": 17}),
                          expected_peak_bytes=18, gpu_memory_capacity_bytes=19)
-    headroom = SimpleNamespace(gpu_memory_bytes=20, sequences=21, context_tokens=22, cpu_cores=23.5,
-                               host_memory_bytes=24, shared_memory_bytes=25, power_watts=26.5, thermal_celsius=27.5)
+    from headroom.analysis.headroom import WorkloadHeadroom
+
+    headroom = WorkloadHeadroom(gpu_memory_bytes=20, sequences=21, context_tokens=22, cpu_cores=23.5,
+                                host_memory_bytes=24, shared_memory_bytes=25, power_watts=26.5, thermal_celsius=27.5,
+                                basis="memory_model")
     w = Writer()
     render._render_workloads(w, [st])
-    wf = SimpleNamespace(name="w", verdict=SimpleNamespace(scores={}, long_scores={}, primary="none"), headroom=headroom)
+    from headroom.analysis.bottleneck import Verdict
+
+    wf = SimpleNamespace(name="w", verdict=Verdict(scores={}, evidence={}, candidate="none"), headroom=headroom)
     render._render_findings(w, SimpleNamespace(gpu_findings=(), workload_findings=(wf,), host=None))
     series = {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in w.render().decode().splitlines()
               if not line.startswith("#") and "bottleneck" not in line}
@@ -188,8 +193,8 @@ def test_each_workload_value_lands_in_its_own_series():
         f'headroom_workload_memory_expected_bytes{{{w_},component="kv_cache"}}': "17",
         f"headroom_workload_gpu_memory_expected_peak_bytes{{{w_}}}": "18",
         f"headroom_workload_gpu_memory_capacity_bytes{{{w_}}}": "19",
-        f"headroom_workload_headroom_gpu_memory_bytes{{{w_}}}": "20", f"headroom_workload_headroom_sequences{{{w_}}}": "21",
-        f"headroom_workload_headroom_context_tokens{{{w_}}}": "22", f"headroom_workload_headroom_cpu_cores{{{w_}}}": "23.5",
+        f"headroom_workload_headroom_gpu_memory_bytes{{{w_}}}": "20", f'headroom_workload_headroom_sequences{{{w_},basis="memory_model"}}': "21",
+        f'headroom_workload_headroom_context_tokens{{{w_},basis="memory_model"}}': "22", f"headroom_workload_headroom_cpu_cores{{{w_}}}": "23.5",
         f"headroom_workload_headroom_host_memory_bytes{{{w_}}}": "24",
         f"headroom_workload_headroom_shared_memory_bytes{{{w_}}}": "25",
         f"headroom_workload_headroom_power_watts{{{w_}}}": "26.5",
