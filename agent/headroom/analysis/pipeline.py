@@ -9,7 +9,7 @@ State that must persist across ticks (hysteresis, idle-time counters) lives in t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from headroom.analysis import bottleneck, rates, remedies, signals
@@ -270,11 +270,11 @@ class Analysis:
         before = h.primary
         primary, changed = h.update(v.candidate, now)
         pending = h.pending(now)
+        fixes = remedies.Remedies((primary, pending[0] if pending is not None else NONE), facts)
         settled = Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
-                          long_scores=long_scores,
+                          long_scores=long_scores, remedies=fixes,
                           **({"pending": pending[0], "pending_seconds": round(pending[1], 3),
                               "confirm_in_seconds": round(pending[2], 3)} if pending is not None else {}))
-        settled = replace(settled, remedies=remedies.for_verdict(settled, facts))
         if changed:
             evidence = v.evidence.get(primary, "") if primary != NONE else \
                 v.evidence.get(NONE, "no resource scores high enough")
