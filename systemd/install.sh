@@ -21,7 +21,8 @@
 #
 # What it copies from the checkout it copies as regular files only: a symlink or anything else in
 # the checkout (a doc symlinked to a secret) is refused, never followed, and a symlink anywhere in
-# agent/ stops the install (setuptools would follow it into the venv). pip installs the dependencies at
+# agent/ stops the install (setuptools would follow it into the venv), except the package's runbook
+# (agent/headroom/docs/runbook.md), which must point at the checkout's docs/runbook.md. pip installs the dependencies at
 # the versions pinned in systemd/requirements.txt, then the checkout with --no-deps; pip itself is
 # not upgraded.
 set -euo pipefail
@@ -53,6 +54,16 @@ fi
 opt="$ROOT/opt/headroom"
 etc="$ROOT/etc/headroom"
 
+# setuptools follows a symlink in the package into the venv: the only one allowed is the package's runbook,
+# agent/headroom/docs/runbook.md, and only to this checkout's docs/runbook.md (a regular file, its one source).
+runbook_link="$src/agent/headroom/docs/runbook.md"
+while IFS= read -r -d '' link; do
+  if [ "$link" != "$runbook_link" ] || [ -L "$src/docs/runbook.md" ] || [ ! -f "$src/docs/runbook.md" ] \
+     || [ "$(realpath -e "$link" 2>/dev/null)" != "$(realpath -e "$src/docs/runbook.md")" ]; then
+    die "$link is a symlink: not installing a checkout with symlinks in the package"
+  fi
+done < <(find "$src/agent" "$src/pyproject.toml" -type l -print0)
+
 # 1. Virtual environment with the project installed.
 if [ "${HEADROOM_INSTALL_SKIP_VENV:-}" = 1 ]; then
   say "HEADROOM_INSTALL_SKIP_VENV=1: not creating $opt/venv"
@@ -67,8 +78,6 @@ else
   fi
   say "installing headroom from $src into $opt/venv"
   # Build from a scratch copy: pip builds in-tree, and a root-owned build/ in the checkout helps nobody.
-  links="$(find "$src/agent" "$src/pyproject.toml" -type l -print -quit)"
-  [ -z "$links" ] || die "$links is a symlink: not installing a checkout with symlinks in the package"
   scratch="$(mktemp -d)"
   trap 'rm -rf "$scratch"' EXIT
   tar -C "$src" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' -cf - . \

@@ -119,22 +119,50 @@ def test_install_steps_print_one_line_each():
     assert "apt-get install -y -qq" in deps
 
 
-def test_building_the_package_prints_no_deprecation_warning(tmp_path):
-    """The SPDX license string (PEP 639): the first install used to print setuptools' license-table warning 3x."""
-    src = tmp_path / "src"  # pip builds in-tree: a copy keeps build/ out of the checkout
+@pytest.fixture(scope="module")
+def built_wheel(tmp_path_factory):
+    """`pip wheel` of a copy of what the package is built from (pip builds in-tree: a copy keeps build/ out of
+    the checkout): (pip's output, the wheel's path). The package's runbook is a symlink to docs/runbook.md."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
+    src = tmp_path / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "agent", src / "agent", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    shutil.copytree(ROOT / "agent", src / "agent", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"),
+                    symlinks=True)
+    (src / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "runbook.md", src / "docs" / "runbook.md")
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--disable-pip-version-check",
                         "-w", str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "Deprecat" not in r.stdout + r.stderr, [line for line in (r.stdout + r.stderr).splitlines()
-                                                   if "eprecat" in line][:5]
-    wheel = next(tmp_path.glob("headroom-*.whl"))
+    return r.stdout + r.stderr, next(tmp_path.glob("headroom-*.whl"))
+
+
+def test_building_the_package_prints_no_deprecation_warning(built_wheel):
+    """The SPDX license string (PEP 639): the first install used to print setuptools' license-table warning 3x."""
+    output, wheel = built_wheel
+    assert "Deprecat" not in output, [line for line in output.splitlines() if "eprecat" in line][:5]
     with zipfile.ZipFile(wheel) as z:
         metadata = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: Apache-2.0" in metadata
+
+
+def test_the_wheel_ships_the_runbook_the_agent_serves(built_wheel, tmp_path):
+    """`pip install` (systemd/install.sh, the Dockerfile) puts docs/runbook.md's text in the package, as a
+    regular file, so GET /runbook works on a host without the checkout or a network."""
+    _, wheel = built_wheel
+    with zipfile.ZipFile(wheel) as z:
+        info = z.getinfo("headroom/docs/runbook.md")
+        assert (info.external_attr >> 28) != 0o12  # not a symlink entry
+        assert z.read(info) == (ROOT / "docs" / "runbook.md").read_bytes()
+        z.extractall(tmp_path / "site")
+    # the installed package, not the checkout, is what /runbook renders
+    probe = ("import headroom, sys; from headroom.exposition import runbook; page = runbook.page(); "
+             "print(headroom.__file__); sys.exit(b'<h3 id=\"bottleneck-gpu_power\">' not in page)")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == str(tmp_path / "site" / "headroom" / "__init__.py")
 
 
 def test_debug_events_of_in_process_code_stay_out_of_the_test_output(capfd, caplog):

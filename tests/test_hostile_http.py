@@ -424,7 +424,7 @@ _HEADER_NAME = st.one_of(st.sampled_from([b"Host", b"Content-Length", b"Transfer
 @st.composite
 def requests(draw) -> bytes:
     method = draw(st.sampled_from([b"GET", b"HEAD", b"POST", b"PUT", b"OPTIONS", b"get", b""]) | _TOKEN.map(str.encode))
-    target = draw(st.sampled_from([b"/metrics", b"/", b"/healthz", b"/api/v1/status", b"*", b"/x?y"])
+    target = draw(st.sampled_from([b"/metrics", b"/", b"/healthz", b"/api/v1/status", b"/runbook", b"*", b"/x?y"])
                   | st.binary(max_size=30))
     version = draw(st.sampled_from([b"HTTP/1.1", b"HTTP/1.0", b"HTTP/0.9", b"HTTP/2.0", b"HTTP/1.10", b""])
                    | st.binary(max_size=10))

@@ -298,12 +298,30 @@ VERDICT = """(() => {
 })()"""
 
 
+# click the workload card's runbook link as a reader would; the link's resolved URL
+CLICK_RUNBOOK = """(() => {
+  const link = document.querySelector('#workload-chat .remedy a.runbook');
+  link.click();
+  return link.href;
+})()"""
+# once the runbook has loaded: the element the URL's fragment names, where it is, and its section's text
+RUNBOOK_TARGET = """(() => {
+  if (location.pathname !== '/runbook' || document.readyState !== 'complete' || !location.hash) return null;
+  const el = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  if (!el) return {missing: location.hash};
+  let section = '', next = el.nextElementSibling;
+  while (next && !/^H[1-3]$/.test(next.tagName)) { section += next.textContent; next = next.nextElementSibling; }
+  return {tag: el.tagName, heading: el.textContent, top: el.getBoundingClientRect().top, inner: innerHeight,
+          scroll: document.documentElement.scrollWidth, width: innerWidth, section};
+})()"""
+
+
 def test_a_newcomer_sees_the_pending_verdict_then_the_confirmed_one_with_what_to_do(tmp_path):
     """The first minute on the page (issue 29): while the power cap waits out the hold, the workload card says
     "pending: gpu_power (score 1.00), confirmed in N s if it holds", not a green "none"; once confirmed it shows
-    gpu_power with what to do (nvidia-smi, the limit against its maximum) and a runbook link to the section of
-    docs/runbook.md for that resource."""
-    from test_rules import RUNBOOK_BASE, runbook_anchors
+    gpu_power with what to do (nvidia-smi, the limit against its maximum) and a runbook link that works: a click
+    lands on that resource's section of docs/runbook.md served by the agent itself (/runbook), in view."""
+    from test_rules import runbook_anchors
 
     from conftest import Agent
 
@@ -326,11 +344,20 @@ def test_a_newcomer_sees_the_pending_verdict_then_the_confirmed_one_with_what_to
         assert confirmed["pending"] is None and "pending:" not in confirmed["text"]
         assert "What to do:" in confirmed["remedy"] and "700 W limit" in confirmed["remedy"]
         assert "nvidia-smi" in confirmed["remedy"]
-        assert confirmed["runbook"] == RUNBOOK_BASE + "bottleneck-gpu_power"
-        assert confirmed["runbook"].removeprefix(RUNBOOK_BASE) in runbook_anchors()
+        # the agent's own runbook, linked relative to the page (air-gapped hosts, a proxy's path prefix)
+        assert confirmed["runbook"] == "runbook#bottleneck-gpu_power"
+        assert confirmed["runbook"].removeprefix("runbook#") in runbook_anchors()
         layout = browser.js(LAYOUT)
         assert layout["scroll"] <= layout["inner"] and not layout["over"], layout  # the remedy wraps at 375 px
         shot(browser, "confirmed")
+        clicked = browser.js(CLICK_RUNBOOK)
+        assert clicked == agent.url + "/runbook#bottleneck-gpu_power", clicked
+        target = browser.wait(lambda: browser.js(RUNBOOK_TARGET), "the runbook's section after the click")
+        assert target["heading"].startswith("Bottleneck: gpu_power") and target["tag"] == "H3", target
+        assert 0 <= target["top"] < target["inner"], target  # scrolled to it, in view at 375 px
+        assert target["scroll"] <= target["width"], target  # the runbook lays out at a phone's width too
+        assert "Max Power Limit" in target["section"], target
+        shot(browser, "runbook")
         assert browser.errors == []
     finally:
         browser.close()

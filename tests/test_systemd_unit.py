@@ -246,6 +246,36 @@ def test_install_copies_regular_files_only(tmp_path):
     assert not (tmp_path / "root2/etc/headroom/config.yaml").exists()
 
 
+def test_install_accepts_only_the_runbook_symlink_in_the_package(tmp_path):
+    """setuptools follows a symlink in agent/ into the venv: the package's runbook may be one (to the checkout's
+    docs/runbook.md, its one source; GET /runbook serves it), any other stops the install before anything is
+    laid down."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(".git", ".venv", "*.egg-info", "__pycache__"),
+                    symlinks=True)
+    assert (checkout / "agent/headroom/docs/runbook.md").is_symlink()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root's secret\n")
+    env = dict(os.environ, HEADROOM_INSTALL_SKIP_VENV="1")
+
+    def install(root: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(checkout / "systemd/install.sh"), str(checkout)],
+                              env=dict(env, ROOT=str(tmp_path / root)), capture_output=True, text=True, timeout=120)
+
+    result = install("ok")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "ok/opt/headroom/docs/runbook.md").read_text() == (REPO / "docs/runbook.md").read_text()
+    (checkout / "agent/headroom/leak.txt").symlink_to(secret)
+    result = install("leak")
+    assert result.returncode != 0 and "agent/headroom/leak.txt is a symlink" in result.stderr
+    assert not (tmp_path / "leak").exists()
+    (checkout / "agent/headroom/leak.txt").unlink()
+    (checkout / "agent/headroom/docs/runbook.md").unlink()
+    (checkout / "agent/headroom/docs/runbook.md").symlink_to(secret)
+    result = install("runbook")
+    assert result.returncode != 0 and "agent/headroom/docs/runbook.md is a symlink" in result.stderr
+
+
 def test_install_pins_what_it_installs_and_does_not_upgrade_pip():
     script = (REPO / "systemd/install.sh").read_text()
     assert "--upgrade" not in script

@@ -71,6 +71,7 @@ def test_a_candidate_within_its_hold_is_pending_in_the_status_and_on_the_page_no
     assert pending["held_seconds"] == v.pending_seconds and pending["confirm_in_seconds"] == v.confirm_in_seconds
     assert "power cap active" in pending["evidence"]
     assert pending["remedy"]["runbook_url"].endswith("#bottleneck-gpu_power")
+    assert pending["remedy"]["runbook_path"] == "/runbook#bottleneck-gpu_power"  # the agent's own copy
     (g,) = doc["gpus"]
     assert g["pending"]["resource"] == "gpu_power" and g["primary_bottleneck"] == "none"
     card = _workload_card(w)
@@ -187,10 +188,12 @@ def test_a_confirmed_change_carries_its_remedy_into_the_log_event_and_the_status
     assert [(c.entity, c.after) for c in changes] == [("gpu", "gpu_power"), ("workload", "gpu_power")]
     for c in changes:
         assert "at its 700 W limit" in c.remedy, c.remedy
-        assert c.runbook_url.endswith("#bottleneck-gpu_power")
+        assert c.runbook_url.endswith("#bottleneck-gpu_power") and c.runbook_path == "/runbook#bottleneck-gpu_power"
     (w,) = _status(window, f)["workloads"]
     assert w["remedy"]["text"] == changes[-1].remedy  # the same words in the log event and the status
-    assert '<a class="runbook" href="' + remedies.runbook_url("gpu_power") + '">' in _workload_card(w)
+    assert w["remedy"]["runbook_url"] == remedies.runbook_url("gpu_power")  # GitHub, for readers off the host
+    # the page links the agent's own /runbook, relative (works air-gapped and behind a proxy's path prefix)
+    assert '<a class="runbook" href="runbook#bottleneck-gpu_power">' in _workload_card(w)
 
 
 def test_the_sampler_logs_the_remedy_with_bottleneck_changed(tmp_path):
@@ -206,6 +209,7 @@ def test_the_sampler_logs_the_remedy_with_bottleneck_changed(tmp_path):
     events = [json.loads(x) for x in r.stderr.splitlines() if '"bottleneck_changed"' in x]
     assert events, r.stderr
     assert all(e["runbook_url"].endswith("#bottleneck-gpu_power") and "700 W" in e["remedy"] for e in events)
+    assert all(e["runbook_path"] == "/runbook#bottleneck-gpu_power" for e in events)
 
 
 def test_every_alert_says_what_to_do_and_links_its_runbook_section():

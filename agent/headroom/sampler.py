@@ -241,7 +241,8 @@ class Sampler:
         for change in getattr(findings, "changes", ()) or ():
             log.info("bottleneck_changed", entity=change.entity, name=change.name, before=change.before,
                      after=change.after, evidence=change.evidence,
-                     **({"remedy": change.remedy, "runbook_url": change.runbook_url} if change.remedy else {}))
+                     **({"remedy": change.remedy, "runbook_url": change.runbook_url,
+                        "runbook_path": change.runbook_path} if change.remedy else {}))
         if self.recorder is not None:
             primaries = findings.primaries() if hasattr(findings, "primaries") else None
             self.recorder.write(sample, primaries)

@@ -80,7 +80,8 @@ class Change:
     after: str
     evidence: str
     remedy: str = ""  # what to do about ``after`` (analysis/remedies.py); "" for none
-    runbook_url: str = ""
+    runbook_url: str = ""  # its runbook section on GitHub (remedies.runbook_url)
+    runbook_path: str = ""  # the same section on the agent's own /runbook page (remedies.runbook_path)
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,7 @@ class Analysis:
                 v.evidence.get(NONE, "no resource scores high enough")
             fix = settled.remedies.get(primary)
             changes.append(Change(entity, name, before, primary, evidence, fix.text if fix else "",
-                                  fix.runbook_url if fix else ""))
+                                  fix.runbook_url if fix else "", fix.runbook_path if fix else ""))
         return settled
 
 

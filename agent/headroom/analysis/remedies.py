@@ -4,7 +4,10 @@ Each function takes the :class:`Facts` the verdict was scored from (its GPUs' si
 workload's, its serving runtime's and its memory estimate) and returns one paragraph: the numbers that say
 why, then the concrete change (the setting, flag or command) and its limit where the signals give one. Every
 remedy links to its section of docs/runbook.md ("Bottleneck: <resource>"), so the page, /api/v1/status, the
-``bottleneck_changed`` log event and the alerts point to the same text. Pure: no I/O, no clock.
+``bottleneck_changed`` log event and the alerts point to the same text: ``runbook_url`` on GitHub (for readers
+off the host: Alertmanager, a chat), ``runbook_path`` on the agent itself (``GET /runbook`` serves the same file
+from the installed package, exposition/runbook.py), which the landing page links to so that the link works on an
+air-gapped host. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from headroom.units import format_bytes
 
 # where the alert rules link too (grafana/rules/headroom-alerts.yml); the anchors are docs/runbook.md's headings
 RUNBOOK_URL = "https://github.com/headroom-agent/headroom/blob/main/docs/runbook.md"
+# where the agent serves the same runbook (exposition/server.py, exposition/runbook.py)
+RUNBOOK_PATH = "/runbook"
 # a container's shared memory to suggest: twice what it has, at least this much (PyTorch DataLoader workers
 # pass each batch through /dev/shm; Docker's default is 64 MiB)
 SHM_SUGGEST_MIN_BYTES = 1 << 30
@@ -44,6 +49,11 @@ class Remedy:
     text: str
     runbook_url: str
 
+    @property
+    def runbook_path(self) -> str:
+        """The section on the agent's own ``/runbook`` page: '/runbook#bottleneck-gpu_power'."""
+        return runbook_path(self.resource)
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -64,6 +74,10 @@ def runbook_anchor(resource: str) -> str:
 
 def runbook_url(resource: str) -> str:
     return f"{RUNBOOK_URL}#{runbook_anchor(resource)}"
+
+
+def runbook_path(resource: str) -> str:
+    return f"{RUNBOOK_PATH}#{runbook_anchor(resource)}"
 
 
 def remedy(resource: str, facts: Facts) -> Remedy | None:

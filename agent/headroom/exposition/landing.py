@@ -136,7 +136,8 @@ def _verdict(v: Any) -> dict[str, Any]:
 
 def _remedy(v: Any, resource: str) -> dict[str, Any] | None:
     found = getattr(v, "remedies", {}).get(resource)
-    return None if found is None else {"text": found.text, "runbook_url": found.runbook_url}
+    return None if found is None else {"text": found.text, "runbook_url": found.runbook_url,
+                                       "runbook_path": found.runbook_path}
 
 
 def _verdict_actions(v: Any) -> dict[str, Any]:
@@ -238,11 +239,18 @@ def _code(text: str) -> str:
         html.escape(text)
 
 
+def runbook_href(remedy: dict[str, Any]) -> str:
+    """The page's link to a remedy's runbook section: the agent's own ``/runbook`` as a relative link
+    ('runbook#bottleneck-gpu_power'), so it works on an air-gapped host and behind a proxy's path prefix."""
+    path = remedy.get("runbook_path")
+    return path.lstrip("/") if path else remedy["runbook_url"]
+
+
 def _remedy_line(remedy: dict[str, Any] | None, label: str = "What to do") -> str:
     if not remedy:
         return ""
     return (f'<p class="remedy"><b>{html.escape(label)}:</b> {_code(remedy["text"])} '
-            f'<a class="runbook" href="{html.escape(remedy["runbook_url"])}">runbook</a></p>')
+            f'<a class="runbook" href="{html.escape(runbook_href(remedy))}">runbook</a></p>')
 
 
 def pending_text(pending: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """HTTP serving: routes, compression, bounded requests. A scrape only sends pre-rendered bytes.
 
 Routes: ``/`` landing page, the telemetry path (default ``/metrics``), ``/healthz``,
-``/api/v1/status`` (JSON); anything else 404, methods other than GET and HEAD 405.
+``/api/v1/status`` (JSON), ``/runbook`` (docs/runbook.md as HTML, exposition/runbook.py); anything else 404,
+methods other than GET and HEAD 405.
 
 Connections (docs/reliability.md, "Slow and idle clients"): a new connection must deliver its whole
 first request head (TLS handshake included) within ``REQUEST_HEAD_TIMEOUT_SECONDS``, however slowly
@@ -35,7 +36,7 @@ from typing import Any, Protocol
 import structlog
 
 from headroom import __version__
-from headroom.exposition import landing, openmetrics
+from headroom.exposition import landing, openmetrics, runbook
 from headroom.exposition.render import CONTENT_TYPE
 from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
 
@@ -330,6 +331,8 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         elif path == "/":
             self._send(HTTPStatus.OK, landing.page(srv.state, srv.telemetry_path), "text/html; charset=utf-8",
                        head=head)
+        elif path == "/runbook":
+            self._send(HTTPStatus.OK, runbook.page(), "text/html; charset=utf-8", head=head)
         else:
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", head=head)
 
