@@ -85,6 +85,8 @@ def page(tmp_path_factory):
         browser.viewport(*WIDE)
         browser.open(agent.url + "/")
         first = browser.js(PILL)
+        # what the card said then: the tests run in random order, and the cap may have lifted before this one runs
+        browser.first_evidence = browser.js("document.querySelector('#workload-chat .evidence').textContent")
         yield agent, browser, first
     finally:
         browser.close()
@@ -102,7 +104,7 @@ def shot(browser: Browser, name: str) -> None:
 def test_the_page_refreshes_itself_and_shows_the_changed_verdict(page):
     agent, browser, first = page
     assert first == "gpu_power"
-    assert "power cap active" in browser.js("document.querySelector('#workload-chat .evidence').textContent")
+    assert "power cap active" in browser.first_evidence
     # the cap lifts at 20 s: the agent's verdict moves to gpu_compute, and the page follows on its own
     shown = browser.wait(lambda: (v := browser.js(PILL)) not in (None, "gpu_power") and v, "a changed verdict",
                          timeout=CAPPED_SECONDS + 30)

@@ -442,7 +442,7 @@ def _gpu_charts(g: dict[str, Any], s: dict[str, charts.Series], axis: tuple[floa
     total = g["memory_total_bytes"]
     if total:
         used = g["memory_used_bytes"]
-        add("memory", "memory used", "-" if used is None else f"{used / GIB:.1f} / {total / GIB:.1f} GiB", float(total),
+        add("memory", "memory used", "-" if used is None else f"{format_size(used)} / {format_size(total)}", float(total),
             c.fmt_bytes, [Mark(t["vram_high"] * total, "gpu_memory full", "vram_high"),
                           Mark(t["vram_low"] * total, "gpu_memory starts", "vram_low", "#b7791f")], "#805ad5",
             caption="memory")
