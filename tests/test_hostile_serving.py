@@ -255,7 +255,10 @@ def test_four_endpoints_of_140k_series_cost_little_and_an_honest_one_beside_them
     # scrapes' median 182 ms and max 520 ms, 166 MiB; after: 0.04 s/s, 2 ms and 74 ms, 80 MiB (wall times on a
     # loaded 2-core machine: the bounds are generous)
     assert out["cpu_per_second"] < 0.15
-    assert scrapes and scrapes[len(scrapes) // 2] < 0.05 and max(scrapes) < 0.4
+    # the median is what tells before from after; one slow outlier in ten is the machine (a fresh-clone CI run with
+    # 4 test workers on 2 cores saw one honest scrape of 0.51 s among a median of 16 ms)
+    assert scrapes and scrapes[len(scrapes) // 2] < 0.05, scrapes
+    assert sum(d > 0.4 for d in scrapes) <= len(scrapes) // 10, scrapes
     assert out["hwm_mib"] < 150  # before: 166 MiB here, 314 MiB over 20 s (the issue saw 432 MiB)
 
 
