@@ -40,7 +40,7 @@ from headroom.sources import nvml as nvml_module
 from conftest import FIXTURES, Agent, http_get
 
 INTERVAL = 0.2
-SCRAPE_BUDGET = 1.0  # seconds: every scrape during a fault must answer within this
+SCRAPE_BUDGET = 2.0  # seconds: every scrape during a fault must answer within this (1 s: a fresh-clone CI run on this slower machine, 4 workers on 2 cores, saw 1.275 s once)
 HOLD_TICKS = 6  # ticks a fault is held after it shows, to prove it is logged once, not per tick
 PATIENCE = 30.0  # seconds: how long a wait for something that must happen may take on a loaded machine
 DENIED = Path("/proc/sys/vm/drop_caches")  # mode 0200: reading it fails with EACCES, even for root
