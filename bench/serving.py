@@ -1,12 +1,14 @@
 """What scraping serving runtimes adds to a tick, per endpoint, at the reference scale.
 
     python -m bench.serving          # ~2 minutes on 2 cores; prints the markdown for docs/benchmarks.md
+    python -m bench.serving --scrape # seconds: one endpoint's scrape CPU, the 21 KiB body and a real-size 52 KiB one
 
 The reference host of ``python -m bench`` (8 simulated GPUs, 1000 real processes, 3 workloads) is ticked
 by the product's sampler (bench/ticks.py) twice per round: as is, and with each workload's profile
-pointing ``endpoint:`` at a real HTTP server in another process serving a vLLM V1 exposition of
-realistic size (the runtime's families from simulation/runtime_metrics.py plus the process, Python and
-HTTP-instrumentator families a vLLM server also prints). Rounds alternate so drift hits both sides.
+pointing ``endpoint:`` at a real HTTP server in another process serving a vLLM 0.32 exposition of the
+size real ones have, 52 KiB (``vllm_032_body``: the runtime's families from simulation/runtime_metrics.py, the
+histograms and counters vllm 0.32's loggers.py adds, and the process, Python and HTTP-instrumentator families a
+vLLM server also prints). Rounds alternate so drift hits both sides.
 
 Two costs: the tick's own CPU (``time.process_time`` across ``Sampler.tick``: every thread while the
 tick runs, so it includes whatever part of a scrape overlaps it), and the worker's CPU per scrape
@@ -86,6 +88,71 @@ def vllm_body() -> bytes:
     return "".join(lines).encode()
 
 
+# vllm 0.32's bucket bounds (vllm/v1/metrics/buckets.py) and the histograms its PrometheusStatLogger registers beyond
+# the ones simulation/runtime_metrics.py prints (vllm/v1/metrics/loggers.py 864-1030), with max_model_len 32768
+_LATENCY = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+            960.0, 1920.0, 7680.0)
+_TOKENS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)  # build_1_2_5_buckets(32768)
+_ITL = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+VLLM_032_HISTOGRAMS = (
+    ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", _TOKENS, 900.0),
+    ("vllm:request_generation_tokens", "Number of generation tokens processed.", _TOKENS, 300.0),
+    ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+     (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384), 120.0),
+    ("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
+     _TOKENS, 1024.0),
+    ("vllm:request_params_n", "Histogram of the n request parameter.", (1, 2, 5, 10, 20), 1.0),
+    ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", _TOKENS, 1024.0),
+    ("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", _ITL,
+     0.03),
+    ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _LATENCY, 0.4),
+    ("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.", _LATENCY, 8.0),
+    ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", _LATENCY, 0.2),
+    ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", _LATENCY, 7.8),
+    ("vllm:request_num_preemptions", "Number of preemptions per request.", (1, 2, 3, 4, 5, 10, 20), 0.0),
+    ("vllm:request_prefill_kv_computed_tokens",
+     "Histogram of new KV tokens computed during prefill (excluding cached tokens).", _TOKENS, 600.0),
+)
+
+
+def vllm_032_body() -> bytes:
+    """A vLLM 0.32 /metrics of the size real ones have (48-52 KiB: issue 27): vllm_body() plus the families vllm 0.32
+    registers beyond those (the histograms above, waiting by reason, sleep state, admission rejections, prefix and
+    multimodal cache counters), printed as its prometheus-client prints them (_created samples included)."""
+    from headroom.simulation.runtime_metrics import Hist, _Text
+
+    t = _Text(1.7e9)
+    labels = {"model_name": "meta-llama/Llama-3.1-8B-Instruct", "engine": "0"}
+    for name, doc, bounds, typical in VLLM_032_HISTOGRAMS:
+        h = Hist(tuple(float(b) for b in bounds))
+        h.observe(typical, 20000)
+        t.histogram(name, doc, labels, h)
+    for reason, n in (("capacity", 3.0), ("deferred", 0.0)):
+        t.gauge("vllm:num_requests_waiting_by_reason", "Number of waiting requests by reason.",
+                {**labels, "reason": reason}, n)
+    for state, n in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
+        t.gauge("vllm:engine_sleep_state", "Engine sleep state.", {**labels, "sleep_state": state}, n)
+    for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
+        t.counter("vllm:admission_rejections", "Number of admission attempts rejected by a queue limit, by reason.",
+                  {"model_name": labels["model_name"], "reason": reason}, 0.0)
+    for name in ("prefix_cache_queries", "prefix_cache_hits", "prompt_tokens_cached"):  # no KV connector, text only
+        t.counter(f"vllm:{name}", name.replace("_", " ").capitalize() + ".", labels, 123456.0)
+    for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
+        t.counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", {**labels, "source": source},
+                  3e6)
+    for reason in ("stop", "length", "abort"):
+        t.counter("vllm:request_success", "Count of successfully processed requests.",
+                  {**labels, "finished_reason": reason}, 5000.0)
+    # later releases print no vllm:time_per_output_token_seconds (renamed in 0.11), and the HTTP instrumentator
+    # prints only the handler and method pairs that were called (a chat server: POST chat, GET metrics and health)
+    called = ('handler="/v1/chat/completions",le', 'handler="/metrics",le', 'handler="/health",le')
+    base = [line for line in vllm_body().decode().splitlines(keepends=True)
+            if "vllm:time_per_output_token_seconds" not in line
+            and not (line.startswith("http_request_duration_seconds_bucket")
+                     and not (any(c in line for c in called) and ('method="POST"' in line) == ("chat" in line)))]
+    return "".join(base).encode() + t.text().encode()
+
+
 def with_endpoints(config_text: str, urls: list[str]) -> str:
     out, k = [], 0
     for line in config_text.splitlines():
@@ -150,7 +217,7 @@ def measure(farm: host.ProcessFarm, inputs: Any, rounds: int = 3, n_ticks: int =
     from bench.run import REFERENCE  # bench.run imports this module
 
     gpus, processes, workloads = REFERENCE
-    body = vllm_body()
+    body = vllm_032_body()  # real expositions are 48-52 KiB (issue 27); vllm_body() was 18-21 KiB
     path = inputs.workdir / "vllm.prom"
     path.write_bytes(body)
     servers = [subprocess.Popen([sys.executable, "-c", SERVER, str(path)], stdout=subprocess.PIPE, text=True)
@@ -177,10 +244,34 @@ def measure(farm: host.ProcessFarm, inputs: Any, rounds: int = 3, n_ticks: int =
                        cpu, wall)
 
 
+def scrape_sizes(n: int = 400) -> list[tuple[str, int, float, float]]:
+    """(body, bytes, median scrape CPU, median wall) of one endpoint's worker on the 21 KiB body docs/serving.md once
+    priced (18 KiB then) and on a real-size (vLLM 0.32) one: the scrape's cost alone, without the tick (``--scrape``)."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="headroom-bench-scrape-") as workdir:
+        for label, body in (("vLLM V1 (0.11)", vllm_body()), ("vLLM 0.32, real size", vllm_032_body())):
+            path = Path(workdir) / "body.prom"
+            path.write_bytes(body)
+            server = subprocess.Popen([sys.executable, "-c", SERVER, str(path)], stdout=subprocess.PIPE, text=True)
+            try:
+                url = f"http://127.0.0.1:{server.stdout.readline().strip()}/metrics"
+                cpu, wall = scrape_cpu(url, n)
+            finally:
+                server.kill()
+                server.wait()
+            out.append((label, len(body), cpu, wall))
+    return out
+
+
 def main() -> int:
     from bench.run import REFERENCE, Inputs
 
     logs.configure("warn", "console")
+    if "--scrape" in sys.argv[1:]:
+        print("| exposition | size | scrape CPU (median) | scrape wall (median) |\n|---|---|---|---|")
+        for label, size, cpu, wall in scrape_sizes():
+            print(f"| {label} | {size / 1024:.1f} KiB | {cpu * 1000:.2f} ms | {wall * 1000:.2f} ms |")
+        return 0
     workdir = Path(tempfile.mkdtemp(prefix="headroom-bench-serving-"))
     farm = host.ProcessFarm()
     try:

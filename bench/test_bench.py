@@ -292,3 +292,10 @@ def test_the_memory_section_says_what_a_sample_and_a_gpu_cost_in_this_run():
     text = report._why_rss(results)
     assert "the 46 MiB before the window fills" in text
     assert "(here 12 KiB at 8 GPUs, 20 KiB at 16: 1.0 KiB per GPU)" in text
+
+
+@pytest.mark.parametrize("weight, shares", [(100, 1024), (1000, 10240), (1, 10), (10000, 102400)])
+def test_the_storm_bench_maps_a_cpu_weight_to_cgroup_v1_shares_as_systemd_does(weight, shares):
+    from bench.storm import shares_of_weight
+
+    assert shares_of_weight(weight) == shares

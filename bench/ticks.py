@@ -130,14 +130,16 @@ def auto_workloads(body: bytes) -> int:
 
 
 def _build(config: Config, scenario_path: Path, previous: Any = None, identity: dict[str, Any] | None = None,
-           rootfs: Path | None = None, scenario: Any = None) -> tuple[list[Any], Any]:
+           rootfs: Path | None = None, scenario: Any = None, monotonic: Any = None) -> tuple[list[Any], Any]:
     """The daemon's collectors on a Scenario of their own (its fake library counts only these calls) unless
     ``scenario`` is given; ``previous``: the newest sample, as the daemon hands it (the identity collector
     reads NVML's processes from it); ``identity``: --kubernetes and its flags; ``rootfs``: the identity
-    collector's --path.rootfs."""
+    collector's --path.rootfs; ``monotonic``: the collectors' clock (the sampler's stepped clock in the tick
+    runs, so that what they age by time, a new process' settling seconds, follows the 1 Hz ticks they stand
+    for and not the packed ticks' real time)."""
     scenario = scenario if scenario is not None else load_scenario(scenario_path)
     collectors = build_collectors(config, Options(simulate=str(scenario_path), identity=identity or {}), scenario,
-                                  previous)
+                                  previous, monotonic)
     if rootfs is not None:
         for c in collectors:
             if c.name == "identity":  # only it reads container state there; disk and shm keep the real root
@@ -195,12 +197,12 @@ class _Ticking:
                  hide_pods: bool = False) -> None:
         self.config, self.scenario_path, self.pods = config, scenario_path, pods
         latest = LatestSample()
+        self.mono, self.wall = SteppedClock(time.monotonic), SteppedClock(time.time)
         collectors, scenario = _build(config, scenario_path, latest, pods.settings() if pods else None,
-                                      pods.rootfs if pods else None, scenario)
+                                      pods.rootfs if pods else None, scenario, self.mono)
         self.scenario, self.hide_pods = scenario, hide_pods
         self.analyse = _Timed(make_analysis(config))
         self.render = _Timed(render_module.Renderer().render)  # its own caches, as an agent (one sampler) has
-        self.mono, self.wall = SteppedClock(time.monotonic), SteppedClock(time.time)
         self.sampler = Sampler(collectors, interval=config.sample_interval, window_seconds=config.agent["window"],
                                collector_timeout=config.agent.get("collector_timeout"), scenario=scenario.name,
                                analyse=self.analyse, render=self.render, clock=self.mono, wall_clock=self.wall)

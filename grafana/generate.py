@@ -66,7 +66,8 @@ BOTTLENECK = ({"type": "value", "options": {"0": {"text": "-", "color": "transpa
 RED_ABOVE_0 = ({"color": "green", "value": None}, {"color": "red", "value": 1})
 PCT_STEPS = ({"color": "green", "value": None}, {"color": "orange", "value": 0.8}, {"color": "red", "value": 0.95})
 MET = ({"type": "value", "options": {"0": {"text": "missed", "color": "red"},
-                                      "1": {"text": "met", "color": "green"}}},)
+                                      "1": {"text": "met", "color": "green"},
+                                      "2": {"text": "undecided", "color": "yellow"}}},)
 STACKED = {"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 30}
 
 # ---------------------------------------------------------------- Fleet overview
@@ -389,7 +390,9 @@ WORKLOAD = (
            t(f'rate(headroom_workload_time_to_first_token_seconds_total{{{W}}}[$__rate_interval]) / '
              f'rate(headroom_workload_time_to_first_token_observations_total{{{W}}}[$__rate_interval])', "mean")),
           width=8),
-    Panel("Inter-token latency", "Time between output tokens: percentiles over the short window and the mean.",
+    Panel("Inter-token latency", "Time between output tokens: percentiles over the short window and the mean. "
+          "A percentile in the runtime's first, +Inf or a wide bucket is only known to lie in it "
+          "(headroom_workload_latency_percentile_bounded 1; vLLM's first ITL bucket ends at 10 ms).",
           "timeseries", "s",
           (t(f'headroom_workload_inter_token_latency_seconds{{{W}}}', "{{percentile}}"),
            t(f'rate(headroom_workload_inter_token_latency_seconds_total{{{W}}}[$__rate_interval]) / '
@@ -417,9 +420,11 @@ WORKLOAD = (
            t(f'rate(headroom_workload_generation_tokens_total{{{W}}}[$__rate_interval])', "generated")),
           width=8),
     Panel("Latency objectives", "Each objective of the profile (slo:) over the short window: met or missed; "
-          "empty while no request was observed. Alert: HeadroomWorkloadSloBreached.", "stat", "none",
-          (t(f'headroom_workload_slo_met{{{W}}}', "{{objective}}"),), width=8, height=5,
-          mappings=MET),
+          "undecided while the runtime's buckets cannot tell (the objective inside the coarse bucket the "
+          "percentile fell in, or below the runtime's first bucket: docs/serving.md, Resolution); empty while no "
+          "request was observed. Alert: HeadroomWorkloadSloBreached.", "stat", "none",
+          (t(f'headroom_workload_slo_met{{{W}}} or (headroom_workload_slo_decided{{{W}}} == 0) + 2',
+             "{{objective}}"),), width=8, height=5, mappings=MET),
     Panel("KV capacity: runtime against estimate", "Tokens the KV cache holds as the runtime reports it and as "
           "the memory model computes it for the profile (headroom estimate).", "stat", "none",
           (t(f'headroom_workload_kv_capacity_tokens{{{W}}}', "{{source}}"),), width=12, height=5),

@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from headroom.analysis.bottleneck import RESOURCES, Hysteresis
+from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, RESOURCES, Hysteresis, rule_cpu
 from headroom.analysis.pipeline import Analysis
+from headroom.analysis.signals import HostSignals, WorkloadSignals
 from headroom.config import check_config_text
 from headroom.samples import (
     CpuSample,
@@ -79,13 +80,17 @@ def test_network_limits_a_distributed_trainer_only():
 
 def test_evidence_names_the_numbers():
     window = build_window(Host(cpus=16, cpu_busy=0.3, psi={"cpu.some": 0.42}), [Gpu(util=0.31)],
-                          extra=processes_source("trainer", 3.97))
+                          extra=processes_source("trainer", 3.97, per_process={500: 0.05, 501: 0.98, 502: 0.98,
+                                                                               503: 0.98, 504: 0.98},
+                                                 main_pid=500, ranks={500: (501, 502, 503, 504)}))
     (wf,) = analyse(TRAINER, window).workload_findings
     text = wf.verdict.evidence["cpu"]
     assert "GPU 0 busy 31 %" in text
-    # what is counted is said (issue 29): every process of the workload, against the cores its workers can use
-    assert "the workload's main process and 4 DataLoader workers used 3.97 cores, of the 4 its workers can use (one " \
-           "each)" in text
+    # what is counted is said (issue 29): every process of the workload against what it may use, and the workers
+    # found under the rank (issue 25) against the cores they can use, their own cores, not the main process's
+    assert "the workload's 5 processes used 3.97 cores, of the 16 it may use (cgroup quota or CPU affinity, else logical CPUs)" in text
+    assert ("its main process (pid 500)'s 4 DataLoader workers used 3.92 of the 4 cores they can use (one each): they "
+            "cannot keep up") in text
     assert "PSI cpu some avg10 42 %" in text
 
 
@@ -442,14 +447,15 @@ def test_currency_must_be_an_iso_code(bad):
 
 def test_vram_reserved_by_vllm_does_not_score_gpu_memory():
     """vLLM holds ~90 % of the card from the start: NVML's figure says nothing about its KV cache."""
-    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, rule_gpu_memory
+    from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, Reserved, rule_gpu_memory
     from headroom.analysis.signals import GpuSignals
 
     g = GpuSignals(index=0, uuid="GPU-0", name="H100", up=True, busy=0.9, memory_used_bytes=99,
                    memory_total_bytes=100, memory_used_ratio=0.99)
     assert rule_gpu_memory(g, DEFAULT_THRESHOLDS)[0] == 1.0
-    score, evidence = rule_gpu_memory(g, DEFAULT_THRESHOLDS, reserved_by_runtime=True)
-    assert score == 0.0 and "reserved up front by the runtime" in evidence
+    reserved = Reserved("vLLM", "gpu_memory_utilization, default 0.9", "that share of the card", "its profile")
+    score, evidence = rule_gpu_memory(g, DEFAULT_THRESHOLDS, reserved=reserved)
+    assert score == 0.0 and "reserved up front by vLLM (found from its profile" in evidence
 
 
 def test_idle_gpu_time_follows_the_sample_interval_below_a_second():
@@ -543,3 +549,137 @@ def test_a_workload_on_a_mig_slice_gets_the_slice_s_vram_headroom_not_the_gpu_s(
     assert w.headroom.sequences == (SLICE - 3 * GIB) // (est.kv_bytes_per_token * est.context)
     assert w.headroom.gpu_memory_bytes == SLICE - 3 * GIB
     assert "MIG instance MIG-a" in w.verdict.evidence["gpu_memory"]
+
+
+# ------------------------------------------------------------------- ranks and DataLoader workers, measured
+def _ranked(cores_by_pid: dict[int, float], ranks: dict[int, tuple[int, ...]], main_pid: int = 7000):
+    return processes_source("trainer", sum(cores_by_pid.values()), io=0.0, per_process=cores_by_pid,
+                            main_pid=main_pid, ranks=ranks)
+
+
+def test_a_torchrun_rank_pinned_at_one_core_with_0_workers_starves_its_gpu_though_the_total_looks_modest():
+    """Issue 25: the profile declares 4 workers, 0 run; rank 7001's own process sits at a full core while the tree's
+    total (1.3 cores of 64) looks modest and the busiest process is no 'main process' (torchrun is)."""
+    window = build_window(Host(cpus=64, cpu_busy=0.03), [Gpu(util=0.3, util_alternates=0.02)],
+                          extra=_ranked({7000: 0.02, 7001: 0.98, 7002: 0.3}, {7001: (), 7002: ()}))
+    (wf,) = analyse(TRAINER, window).workload_findings
+    text = wf.verdict.evidence["cpu"]
+    assert wf.verdict.primary == "cpu", wf.verdict.scores
+    assert "rank pid 7001 used 0.98 cores: one core saturated" in text and "with 0 DataLoader workers" in text
+    assert "4 DataLoader workers" not in text  # the declared count is not quoted
+
+
+def test_a_rank_whose_four_workers_keep_up_is_not_cpu_and_its_evidence_gives_their_own_cores():
+    workers = (7010, 7011, 7012, 7013)
+    window = build_window(Host(cpus=64, cpu_busy=0.05), [Gpu(util=0.3, util_alternates=0.02)],
+                          extra=_ranked({7000: 0.02, 7001: 0.4, **dict.fromkeys(workers, 0.3)}, {7001: workers}))
+    (wf,) = analyse(TRAINER, window).workload_findings
+    assert wf.verdict.primary != "cpu" and wf.verdict.scores["cpu"] == 0.0
+    assert "rank pid 7001's 4 DataLoader workers used 1.20 of the 4 cores they can use (one each)" in \
+        wf.verdict.evidence["cpu"]
+
+
+def test_the_worst_of_several_ranks_speaks_with_its_own_worker_count():
+    window = build_window(Host(cpus=64, cpu_busy=0.05), [Gpu(util=0.3, util_alternates=0.02)],
+                          extra=_ranked({7001: 0.3, 7010: 0.99, 7002: 0.3, 7020: 0.2}, {7001: (7010,), 7002: (7020,)}))
+    (wf,) = analyse(TRAINER, window).workload_findings
+    assert wf.verdict.primary == "cpu"
+    assert ("rank pid 7001's 1 DataLoader worker used 0.99 of the 1 core it can use: it cannot keep up (the worst "
+            "of 2 ranks)") in wf.verdict.evidence["cpu"]
+    assert "1 DataLoader worker (rank pid 7001) cannot keep up: raise `num_workers`" in wf.verdict.remedies["cpu"].text
+
+
+def test_a_full_shm_counts_before_starvation_only_where_workers_run_not_where_they_are_declared():
+    """The profile declares 4 workers; the tree shows 0: a full /dev/shm no worker uses does not limit a busy GPU."""
+    host = Host(cpus=64, cpu_busy=0.05, shm_used=int(63.9 * GIB))
+    none_run = build_window(host, [Gpu(util=0.9)], extra=_ranked({7001: 0.3}, {7001: ()}, main_pid=7001))
+    four_run = build_window(host, [Gpu(util=0.9)], extra=_ranked(
+        {7001: 0.3, 7010: 0.2, 7011: 0.2, 7012: 0.2, 7013: 0.2}, {7001: (7010, 7011, 7012, 7013)}, main_pid=7001))
+    (idle,) = analyse(TRAINER, none_run).workload_findings
+    (busy,) = analyse(TRAINER, four_run).workload_findings
+    assert idle.verdict.scores["shared_memory"] < 0.3 < busy.verdict.scores["shared_memory"]
+    assert "while 4 DataLoader workers run under its ranks" in busy.verdict.evidence["shared_memory"]
+
+
+def test_status_and_landing_page_report_a_declared_worker_count_that_disagrees_with_the_tree():
+    from headroom.exposition.landing import _workload_card, _workload_status
+
+    window = build_window(Host(cpus=64, cpu_busy=0.03), [Gpu(util=0.3)],
+                          extra=_ranked({7000: 0.02, 7001: 0.5, 7002: 0.5}, {7001: (), 7002: ()}))
+    findings = analyse(TRAINER, window)
+    (wf,), (st,) = findings.workload_findings, findings.workloads
+    status = _workload_status(wf, st)
+    assert status["measured"]["dataloader_workers"] == 0
+    assert status["measured"]["ranks"] == {"7001": [], "7002": []}
+    assert status["declared"] == {"dataloader_workers": 4}
+    problem = ("the profile declares dataloader_workers 4 (per rank) but 0 run under its 2 ranks (pid 7001 0, "
+               "pid 7002 0); the measured count is used")
+    assert status["problems"] == [problem]
+    assert f"<p class=warn>{problem}</p>" in _workload_card(status)
+
+
+# ------------------------------------------------------------- issue 26, class 2: oversubscribed CPUs
+def _waiting(share: float, runnable: float = 8.0, cores_used: float = 12.0, cores_allowed: float = 16.0,
+             threads: int | None = 289) -> WorkloadSignals:
+    return WorkloadSignals(name="trainer", processes=17, cores_used=cores_used, cores_allowed=cores_allowed,
+                           threads=threads, cpu_wait_share=share, runnable_main_threads=runnable)
+
+
+def test_threads_waiting_for_cpus_no_thread_saturated_score_cpu_with_threads_per_core_and_run_queue():
+    """16 workers' thread pools on 16 cores: 12 cores used (not all), no process at a core, no PSI; the main threads
+    waited 70 % of their runnable time. cpu, on direct evidence that names the threads, the cores and the run queue."""
+    host = HostSignals(logical_cpus=16, cpu_busy=0.78, run_queue=44.0)
+    result = rule_cpu(1.0, "GPU 0 busy 23 %", host, _waiting(0.7), DEFAULT_THRESHOLDS)
+    score, text = result
+    assert score == 1.0 and result.direct  # the workload's own stall, not a host-wide correlation (ties)
+    assert ("its processes' main threads waited 70 % of their runnable time for a CPU: ≈ 40 runnable threads on the "
+            "16 cores it may use (2.5 per core, of its 289 threads): its own threads outnumber its cores") in text
+    assert "run queue 44 on 16 CPUs" in text
+
+
+def test_a_busy_trainer_whose_threads_do_not_wait_is_not_oversubscribed():
+    """Many threads busy on nearly every core, run queue below the cores, 3 % waits: no cpu score from the threads,
+    and the host's busy CPUs (its own work) count only in proportion to that wait."""
+    host = HostSignals(logical_cpus=16, cpu_busy=0.9, run_queue=15.0, psi={"cpu.some": 0.12})
+    score, text = rule_cpu(1.0, "GPU 0 busy 60 %", host, _waiting(0.03, cores_used=12.0), DEFAULT_THRESHOLDS)
+    assert score < 0.1, text
+    assert "waited 3 % of their runnable time" in text and "outnumber" not in text
+
+
+def test_a_neighbour_filling_the_run_queue_is_not_the_bottleneck_of_a_workload_whose_threads_get_their_cpus():
+    """The own-use rule, measured: the host saturated by another job (PSI 60 %, 4 runnable tasks per CPU) counts for
+    a workload using 2 cores only as much as its own threads wait (2 %)."""
+    host = HostSignals(logical_cpus=32, cpu_busy=0.95, run_queue=128.0, psi={"cpu.some": 0.6})
+    lean = _waiting(0.02, runnable=1.5, cores_used=2.0, cores_allowed=32.0, threads=40)
+    score, text = rule_cpu(1.0, "GPU 0 busy 30 %", host, lean, DEFAULT_THRESHOLDS)
+    assert score == pytest.approx(0.1) and "host-wide CPU counts 10 %: its threads waited only 2 % for a CPU" in text
+    unmeasured = replace(lean, cpu_wait_share=None, runnable_main_threads=None)  # no schedstat: the host counts in full
+    assert rule_cpu(1.0, "GPU 0 busy 30 %", host, unmeasured, DEFAULT_THRESHOLDS)[0] == 1.0
+
+
+def test_waits_of_threads_that_are_mostly_asleep_are_not_judged():
+    """300 threads asleep in idle pools: their main threads ran and waited 0.2 s a second together, too little to
+    tell, however large the share."""
+    sleepy = _waiting(0.6, runnable=0.2, cores_used=0.3, threads=300)
+    score, text = rule_cpu(1.0, "GPU 0 busy 20 %", HostSignals(logical_cpus=32), sleepy, DEFAULT_THRESHOLDS)
+    assert score == 0.0 and "waited" not in text
+
+
+def test_an_oversubscribed_workload_is_told_to_cap_its_thread_pools_not_to_add_workers():
+    case = next(c for c in ALL if c.name.startswith("OMP_NUM_THREADS unset in 16 DataLoader workers"))
+    (wf,) = analyse(case.config, case.window()).workload_findings
+    remedy = wf.verdict.remedies["cpu"].text
+    assert wf.verdict.primary == "cpu"
+    assert "`OMP_NUM_THREADS`" in remedy and "TOKENIZERS_PARALLELISM=false" in remedy
+    assert "raise `num_workers`" not in remedy
+
+
+def test_a_workload_that_waits_behind_other_processes_threads_counts_in_proportion_to_its_own_use():
+    """Its threads wait 80 % of their runnable time, but its own runnable threads (≈ 1) do not outnumber its 2 cores:
+    neighbours' threads make it wait, which counts as host-wide CPU does, by its own use (0.1 cores of own_cpu_cores)."""
+    tiny = _waiting(0.8, runnable=0.6, cores_used=0.1, cores_allowed=2.0, threads=12)
+    score, text = rule_cpu(1.0, "GPU 0 busy 30 %", HostSignals(logical_cpus=2), tiny, DEFAULT_THRESHOLDS)
+    assert score == pytest.approx(0.2)
+    assert "other processes' threads take the CPUs (counts 20 %: the workload itself uses 0.10 cores)" in text
+    own = _waiting(0.8, runnable=0.6, cores_used=1.0, cores_allowed=2.0, threads=40)  # ≈ 5 runnable on 2 cores
+    assert rule_cpu(1.0, "GPU 0 busy 30 %", HostSignals(logical_cpus=2), own, DEFAULT_THRESHOLDS)[0] == 1.0

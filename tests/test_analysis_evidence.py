@@ -170,10 +170,12 @@ def test_plural(n, word, text):
 
 
 def test_one_dataloader_worker_is_singular_in_the_evidence():
+    """The worker found under the rank, and its own cores (not the workload's total, its main process's too)."""
     config = TRAINER.replace("dataloader_workers: 4", "dataloader_workers: 1")
-    wf = _workload(config, [Gpu(util=0.3)], host=Host(cpu_busy=0.1), extra=processes_source("trainer", 0.99))
-    assert ("the workload's main process and 1 DataLoader worker used 0.99 cores, of the 1 its workers can use "
-            "(one each)") in wf.verdict.evidence["cpu"]
+    wf = _workload(config, [Gpu(util=0.3)], host=Host(cpu_busy=0.1), extra=processes_source(
+        "trainer", 1.04, per_process={500: 0.05, 501: 0.99}, main_pid=500, ranks={500: (501,)}))
+    assert ("its main process (pid 500)'s 1 DataLoader worker used 0.99 of the 1 core it can use: it cannot keep up"
+            ) in wf.verdict.evidence["cpu"]
     assert wf.verdict.primary == "cpu"
 
 

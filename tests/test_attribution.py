@@ -39,10 +39,10 @@ def gpu(index: int, *procs: GpuProcess, total: int = H100, up: bool = True, mig:
                      up=up, memory_total_bytes=total if up else None, processes=procs, mig_instances=mig)
 
 
-def members(name: str, *pids: int, children: dict | None = None) -> WorkloadProcesses:
+def members(name: str, *pids: int, ranks: dict | None = None) -> WorkloadProcesses:
     return WorkloadProcesses(name=name, pids=pids, threads=len(pids), cpu_user_seconds_total=1.0,
                              cpu_system_seconds_total=0.5, resident_memory_bytes=GIB, main_pid=pids[0] if pids else None,
-                             children=MappingProxyType(children or {}))  # fmt: skip
+                             ranks=MappingProxyType(ranks or {}))  # fmt: skip
 
 
 def sample(*gpus: GpuSample, workloads: tuple = (), processes_ok: bool = True, host_memory: int | None = None) -> Sample:
@@ -128,12 +128,32 @@ def test_cpu_inference_is_sized_against_host_memory_and_has_no_gpu_series():
     assert st.estimate.gpu_memory_bytes == 64 * GIB
 
 
-def test_dataloader_workers_are_the_main_process_children_when_the_profile_declares_them():
+def test_dataloader_workers_are_those_found_under_the_ranks_not_the_declared_count():
+    """Issue 25: the count is measured (summed over the ranks the collector found), for a trainer whether or not its
+    profile declares workers; under torchrun the launcher's children are the ranks, not its workers (the old count
+    was the main process's children: 2 here, torchrun's ranks)."""
     base = {"name": "trainer", "kind": "finetune-lora", "match": {"cmdline": "train.py"}}
-    w = members("trainer", 1000, 1001, 1002, 1003, children={1000: 2, 1001: 1})
-    (declared,) = attribute(sample(workloads=(w,)), [prof(base, dataloader_workers=4)])
-    (undeclared,) = attribute(sample(workloads=(w,)), [prof(base)])
-    assert declared.dataloader_workers == 2 and undeclared.dataloader_workers is None
+    torchrun = members("trainer", 900, 1000, 1001, 1010, 1011, 1012, ranks={1000: (1010, 1011, 1012), 1001: ()})
+    (declared,) = attribute(sample(workloads=(torchrun,)), [prof(base, dataloader_workers=4)])
+    (undeclared,) = attribute(sample(workloads=(torchrun,)), [prof(base)])
+    assert declared.dataloader_workers == 3 and undeclared.dataloader_workers == 3
+    assert declared.declared_dataloader_workers == 4 and undeclared.declared_dataloader_workers is None
+    assert declared.dataloader_workers_problem == (
+        "the profile declares dataloader_workers 4 (per rank) but 3 run under its 2 ranks (pid 1000 3, pid 1001 0); "
+        "the measured count is used")
+    assert undeclared.dataloader_workers_problem is None
+
+
+def test_declared_workers_that_run_on_every_rank_are_no_problem_and_serving_has_no_count():
+    base = {"name": "trainer", "kind": "training", "match": {"cmdline": "train.py"}}
+    w = members("trainer", 1000, 1001, 1010, 1011, ranks={1000: (1010,), 1001: (1011,)})
+    (st,) = attribute(sample(workloads=(w,)), [prof(base, dataloader_workers=1)])
+    assert st.dataloader_workers == 2 and st.dataloader_workers_problem is None
+    chat = members("chat", 300, 301, ranks={300: ()})
+    (served,) = attribute(sample(workloads=(chat,)), [prof(CHAT, name="chat")])
+    assert served.dataloader_workers is None  # a serving runtime's engine process is no DataLoader worker
+    (unmeasured,) = attribute(sample(workloads=()), [prof(base, dataloader_workers=1)])
+    assert unmeasured.dataloader_workers is None and unmeasured.dataloader_workers_problem is None
 
 
 def test_collector_failure_leaves_measured_values_unknown_and_uses_declared_gpus():

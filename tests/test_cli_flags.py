@@ -55,3 +55,27 @@ def test_log_format_json_writes_one_object_per_line():
 def test_log_format_refuses_an_unknown_value():
     r = snapshot("--log.format", "yaml")
     assert r.returncode == 2 and "invalid choice: 'yaml'" in r.stderr and "logfmt" in r.stderr
+
+
+def test_logging_writes_to_the_standard_error_of_the_moment_not_a_closed_one(monkeypatch):
+    """A thread that outlives the code which configured logging (the collectors `headroom probe` runs in
+    process; a test's captured stderr) logs into sys.stderr as it is now, never into one closed since."""
+    import io
+
+    import structlog
+
+    from headroom import logs
+
+    saved = structlog.get_config()
+    try:
+        first = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", first)
+        logs.configure("info", "logfmt")
+        structlog.get_logger("t").info("one")
+        first.close()
+        second = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", second)
+        structlog.get_logger("t").info("two")  # raised "I/O operation on closed file" when bound at configure
+        assert "msg=two" in second.getvalue()
+    finally:
+        structlog.configure(**saved)

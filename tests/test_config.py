@@ -362,3 +362,22 @@ def test_unreadable_yaml_is_one_positioned_issue(raw, expected):
         "net exclude regex", "choice"])
 def test_the_wrong_kind_of_value_is_one_positioned_issue(text, expected):
     assert issues(text) == [expected]
+
+
+def test_check_config_accepts_a_profile_with_only_an_endpoint(tmp_path):
+    """docs/analysis.md, "Serving runtimes": a profile with only `endpoint:` is its runtime's view (a server in a pod or
+    another network namespace); check-config once refused it for want of a match rule. One with neither a match rule,
+    gpus nor an endpoint is still refused, the endpoint named among what it lacks."""
+    f = tmp_path / "c.yaml"
+    f.write_text("workloads:\n  - name: chat\n    kind: inference\n    endpoint: http://10.0.0.5:8000/metrics\n")
+    r = run_cli("check-config", "--config.file", str(f))
+    assert r.returncode == 0, r.stderr
+    from headroom.workload.profiles import profile_from_dict
+
+    p = profile_from_dict({"name": "chat", "kind": "inference", "endpoint": "http://10.0.0.5:8000/metrics"})
+    assert p.endpoint == "http://10.0.0.5:8000/metrics" and p.match.empty and not p.gpus
+    f.write_text("workloads:\n  - name: chat\n    kind: inference\n")
+    r = run_cli("check-config", "--config.file", str(f))
+    assert r.returncode == 2
+    assert "workloads[0].match: a profile needs at least one match rule" in r.stderr
+    assert "or a serving endpoint" in r.stderr and "Traceback" not in r.stderr

@@ -26,7 +26,9 @@ N = 20
 # Series one agent exports (Prometheus' scrape_samples_scraped, which adds nothing of its own besides up & co.):
 # a budget per host, per GPU and per declared workload. docs/benchmarks.md (fleet section) has the measured
 # figures; raise the budget only on purpose, with the reason in the commit.
-BUDGET_HOST, BUDGET_PER_GPU, BUDGET_PER_WORKLOAD = 120, 90, 60
+# issue 26/30: +4 host series (the infiniband collector's success and duration, the sampler's lateness max and
+# missed slots) and +1 per GPU (headroom_gpu_healthy; its conditions only while they hold)
+BUDGET_HOST, BUDGET_PER_GPU, BUDGET_PER_WORKLOAD = 134, 91, 60  # docs/fleet.md
 # recording rules whose data comes from some hosts only, with why; every other rule must cover every host
 SOME_HOSTS = {
     "instance_gpu_workload:headroom_workload_gpu:info": "hosts with a declared workload",

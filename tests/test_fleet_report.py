@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -44,6 +45,10 @@ class _Server:
     (["--prometheus", "prometheus:9090"], "--prometheus must be an http(s) URL"),
     (["--prometheus", "http://127.0.0.1:99999"], "--prometheus has an invalid port"),
     (["--prometheus", "http://127.0.0.1:9090", "--since", "a week"], "--since must be a Prometheus duration"),
+    (["--prometheus", "http://127.0.0.1:9090", "--at", "yesterday"], "argument --at: expected an RFC 3339 time"),
+    (["--prometheus", "http://127.0.0.1:9090", "--at", "2026-11-30T00:00:00"], "RFC 3339 time with its offset"),
+    (["--prometheus", "http://127.0.0.1:9090", "--at", "1e20"], "argument --at: expected a time after 1970"),
+    (["--prometheus", "http://127.0.0.1:9090", "--at", "nan"], "argument --at: expected a time after 1970"),
 ])
 def test_bad_arguments(args, message):
     out = report(*args)
@@ -71,6 +76,51 @@ def test_something_else_answers(status, body, message):
         server.close()
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("at,unix,title", [
+    ("2026-11-30T00:00:00Z", "1795996800.000", "2026-11-30T00:00:00.000Z"),
+    ("2026-11-30T01:00:00+01:00", "1795996800.000", "2026-11-30T00:00:00.000Z"),
+    ("1796000400", "1796000400.000", "2026-11-30T01:00:00.000Z"),
+])
+def test_at_evaluates_every_query_at_that_instant(at, unix, title):
+    """--at: the `time` of every query (the same report from Prometheus and from a long-term store,
+    tests/test_longterm_store.py), named in the report's title."""
+    paths: list[str] = []
+    body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            paths.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        out = report("--prometheus", f"http://127.0.0.1:{httpd.server_address[1]}", "--at", at, "--format",
+                     "markdown")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert out.returncode == 0, out.stderr
+    assert paths and all(urllib.parse.parse_qs(urllib.parse.urlsplit(p).query)["time"] == [unix] for p in paths)
+    assert out.stdout.startswith(f"# Fleet report: 0 hosts, 0 GPUs, last 7d to {title}\n")
+
+
+def test_without_at_the_server_picks_the_time():
+    server = _Server(200, b'{"status":"success","data":{"resultType":"vector","result":[]}}')
+    try:
+        out = report("--prometheus", server.url, "--format", "json")
+    finally:
+        server.close()
+    assert out.returncode == 0 and '"at": null' in out.stdout
 
 
 def test_an_empty_prometheus_gives_an_empty_report():

@@ -25,7 +25,7 @@ from conftest import FIXTURES
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "exposition.prom"
 VOLATILE = re.compile(
-    r"^headroom_(collector_duration_seconds|sample_duration_seconds|build_info|shm_(size|used|available)_bytes"
+    r"^headroom_(collector_duration_seconds|sample_duration(_max)?_seconds|build_info|shm_(size|used|available)_bytes"
     r"|config_last_reload_success_timestamp_seconds)\b"
 )
 

@@ -19,7 +19,7 @@ gpus:
   - name: NVIDIA H100 80GB HBM3
     memory_total: 80GiB
     power_limit: 700
-    utilization: 1.0
+    utilization: {utilization}
     sm_active: {sm_active}
     sm_occupancy: 0.3
     tensor_active: 0.1
@@ -39,8 +39,8 @@ def rig(monkeypatch):
     monkeypatch.setattr(nvml, "_EVENT_WAIT_MS", 20)
     made = []
 
-    def build(sm_active: float = 0.15, nvlink_tx: str = "100GB"):
-        scenario = parse_scenario(H100.format(sm_active=sm_active, nvlink_tx=nvlink_tx))
+    def build(sm_active: float = 0.15, nvlink_tx: str = "100GB", utilization: float = 1.0):
+        scenario = parse_scenario(H100.format(sm_active=sm_active, nvlink_tx=nvlink_tx, utilization=utilization))
         clock = ManualClock(0.0)
         lib = scenario.nvml_library(clock=clock)
         collector = NvmlCollector(SourceContext(scenario=scenario, monotonic=clock, settings={"pcie_poll_interval": 60.0}))
@@ -129,8 +129,9 @@ def test_gpu_compute_follows_sm_activity_between_its_thresholds(rig, sm_active, 
 
 @pytest.mark.parametrize(("nvlink_tx", "expected"), [("200GB", 0.0), ("255GB", 0.0), ("308.125GB", 0.5), ("361.25GB", 1.0)])
 def test_nvlink_scores_near_the_capacity_of_the_active_links(rig, nvlink_tx, expected):
-    """17 active NVLink 4 links: 425 GB/s per direction; nvlink_low 0.6 = 255 GB/s, high 0.85 = 361 GB/s."""
-    clock, _, c = rig(sm_active=0.2, nvlink_tx=nvlink_tx)
+    """17 active NVLink 4 links: 425 GB/s per direction; nvlink_low 0.6 = 255 GB/s, high 0.85 = 361 GB/s. The GPU
+    half busy: saturation alone decides (a busy GPU that does not compute is bound by steady traffic below it)."""
+    clock, _, c = rig(sm_active=0.2, nvlink_tx=nvlink_tx, utilization=0.5)
     h100 = gpu_signals(window(c, clock), 30.0)[0]
     assert h100.nvlink_capability_bytes_per_second == 17 * 25 * GB
     score, text = rule_nvlink(h100, DEFAULT_THRESHOLDS)

@@ -61,10 +61,25 @@ CASES = {
     "k8s-v1-cgroupfs-docker": ("pod", UID, CID, "", "", "", "", ""),
     "k8s-v1-systemd-docker": ("pod", UID, CID, "docker", "", "", "", ""),
     "k8s-hybrid-systemd-crio": ("pod", UID, CID, "cri-o", "", "", "", ""),
+    # the systemd driver on a hybrid host: the container's own processes are in its scope on every line (figures
+    # from the unified one) ...
+    "k8s-hybrid-systemd-containerd": ("pod", UID, CID, "containerd", "", "", "", SYSTEMD_POD),
+    # ... but a process `kubectl exec` started is put in the scope on the v1 lines only: runc exec leaves it in the
+    # unified cgroup of the runtime that ran it (opencontainers/runc#2087), containerd.service
+    "k8s-hybrid-systemd-containerd-exec": ("pod", UID, CID, "containerd", "", "", "", ""),
     "slurm-v2": ("job", "", "", "", "4242", "0", "", "/system.slice/slurmstepd.scope/job_4242"),
     "slurm-v1": ("job", "", "", "", "77", "batch", "", ""),
+    # a systemd host where Slurm 22.05 uses cgroup v1 (proctrack/cgroup, task/cgroup, jobacct_gather/cgroup): the
+    # unified and name=systemd lines (and the controllers Slurm leaves alone) still say slurmd.service; the job is
+    # on the freezer, cpuset, devices, memory and cpuacct lines. Its figures are not the v2 slurmd.service's
+    "slurm-v1-hybrid-systemd": ("job", "", "", "", "5", "batch", "", ""),
+    # proctrack/cgroup alone (TaskPlugin=task/affinity): only the freezer names the job, memory comes first
+    "slurm-v1-systemd-freezer": ("job", "", "", "", "6", "0", "", ""),
     "docker-v2-systemd": ("container", "", CID, "docker", "", "", "", f"/system.slice/docker-{CID}.scope"),
     "docker-v1-cgroupfs": ("container", "", CID, "docker", "", "", "", ""),
+    # Docker's systemd driver on a hybrid host: its container, and a process `docker exec` started (as above)
+    "docker-hybrid-systemd": ("container", "", CID, "docker", "", "", "", f"/system.slice/docker-{CID}.scope"),
+    "docker-hybrid-systemd-exec": ("container", "", CID, "docker", "", "", "", ""),
     "podman-v2-rootful": ("container", "", CID, "podman", "", "", "", f"/machine.slice/libpod-{CID}.scope"),
     "podman-v2-rootless": ("container", "", CID, "podman", "", "", "",
                            f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{CID}.scope"),
@@ -353,6 +368,28 @@ def test_units_and_containers_only_when_asked(tmp_path):
 
     assert names() == []  # default: pods (with --kubernetes) and jobs only
     assert names(auto=["units", "containers"]) == [("container", CID[:12]), ("unit", "vllm.service")]
+
+
+def test_precedence_holds_across_hierarchies_on_systemd_hosts(tmp_path):
+    """pod > job > container > unit, whichever /proc/PID/cgroup line names each: a Slurm job on the v1 lines of a
+    systemd host is that job (not `slurmd.service`, which its unified and name=systemd lines say), a process
+    `kubectl exec` or `docker exec` started on a hybrid host is its pod's or container's (not `containerd.service`,
+    where runc exec leaves it on the unified line), with every kind of workload on; and the v2 `slurmd.service`'s
+    figures are not the job's."""
+    proc, sysfs = tmp_path / "proc", tmp_path / "sys"
+    cases = {70: "slurm-v1-hybrid-systemd", 71: "slurm-v1-systemd-freezer", 72: "k8s-hybrid-systemd-containerd-exec",
+             73: "docker-hybrid-systemd-exec", 74: "unit-v2"}
+    for pid, case in cases.items():
+        d = proc / str(pid)
+        d.mkdir(parents=True)
+        shutil.copy(CGROUPS / case, d / "cgroup")
+    _cgroup(sysfs, "/system.slice/slurmd.service", memory=5 * 2**20, pids=3)  # slurmd's own cgroup (v2 files)
+    c = _collector(tmp_path, _sample([GpuSample(0, "GPU-a", "x", "0", processes=tuple(
+        GpuProcess(pid, 1) for pid in cases))]), auto=["pods", "jobs", "containers", "units"])
+    got = sorted((g.kind, g.name, g.pids, g.cgroup) for g in c.collect().groups)
+    c.close()
+    assert got == [("container", CID[:12], (73,), None), ("job", "job_5", (70,), None), ("job", "job_6", (71,), None),
+                   ("pod", UID, (72,), None), ("unit", "vllm.service", (74,), None)]
 
 
 # ---------------------------------------------------------------------------------------- churn, cap

@@ -59,6 +59,8 @@ def test_a_gpu_process_that_exits_leaves_at_once_though_nvml_still_lists_it(tmp_
     listed: dict[str, Sample] = {}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=tmp_path, rootfs=tmp_path),
                                         previous=lambda: listed["s"]))
+    c._scan = None  # GPU processes only: this machine's launchers without a GPU (other users' CPU servers) are not
+    # what this test counts
     a, b = _torchrun("a"), _torchrun("b")
     try:
         listed["s"] = _sample({"GPU-a": (a.pid, b.pid)})
@@ -138,11 +140,12 @@ def test_a_launchers_ancestors_are_read_once_while_they_live(tmp_path, monkeypat
     try:
         assert launcher.stdout is not None
         one, two = (int(p) for p in launcher.stdout.readline().split())
+        mine = {one, two}  # (this machine's other launchers, with or without a GPU, are workloads too: not counted)
         listed["s"] = _sample({"GPU-a": (one,)})
-        (g,) = c.collect().groups
+        (g,) = [g for g in c.collect().groups if mine & set(g.pids)]
         assert (g.kind, g.pids) == ("launcher", (one,))
         listed["s"] = _sample({"GPU-a": (one,), "GPU-b": (two,)})
-        (g,) = c.collect().groups
+        (g,) = [g for g in c.collect().groups if mine & set(g.pids)]
         assert g.pids == (one, two) and g.gpus == ("GPU-a", "GPU-b")
         assert steps.count(launcher.pid) == 1  # read for the first worker, remembered for the second
         assert launcher.pid in c._ancestors

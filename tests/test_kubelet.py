@@ -17,7 +17,14 @@ import pytest
 from headroom.samples import GpuSample, MigInstance, NvmlSample, Sample, SourceResult
 from headroom.sources import Paths, SourceContext
 from headroom.sources.identity import IdentityCollector
-from headroom.sources.kubelet import KubeletError, PodResourcesClient, PodResourcesPoller, device_uuid
+from headroom.sources.kubelet import (
+    DraDevice,
+    KubeletError,
+    PodResourcesClient,
+    PodResourcesPoller,
+    device_uuid,
+    dra_device,
+)
 from headroom.sources.podresources import api_pb2, api_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,11 +32,13 @@ PKG = ROOT / "agent" / "headroom" / "sources" / "podresources"
 
 
 class Lister(api_pb2_grpc.PodResourcesListerServicer):
-    """The kubelet's v1 service: answers ``pods`` ({(namespace, pod): {container: [(resource, [ids])]}});
-    ``hold``, when set, makes List wait on it (a hung kubelet)."""
+    """The kubelet's v1 service: answers ``pods`` ({(namespace, pod): {container: [(resource, [ids])]}}) and
+    ``claims``, their DRA claims ({(namespace, pod, container): [(claim namespace, claim name, [(driver, pool,
+    device name, [CDI device names])])]}); ``hold``, when set, makes List wait on it (a hung kubelet)."""
 
     def __init__(self, pods=None) -> None:
         self.pods = pods or {}
+        self.claims = {}
         self.hold: threading.Event | None = None
         self.entered = threading.Event()
 
@@ -44,6 +53,12 @@ class Lister(api_pb2_grpc.PodResourcesListerServicer):
                 c = pod.containers.add(name=cname)
                 for resource, ids in devices:
                     c.devices.add(resource_name=resource, device_ids=ids)
+                for claim_ns, claim_name, resources in self.claims.get((ns, name, cname), ()):
+                    d = c.dynamic_resources.add(claim_name=claim_name, claim_namespace=claim_ns)
+                    for driver, pool, device, cdi in resources:
+                        r = d.claim_resources.add(driver_name=driver, pool_name=pool, device_name=device)
+                        for cdi_name in cdi:
+                            r.cdi_devices.add(name=cdi_name)
         return out
 
 
@@ -81,6 +96,62 @@ def test_list_returns_each_containers_devices(kubelet):
         ("ml", "trainer-0", "main", "nvidia.com/gpu", (GPU0, GPU1)),
         ("web", "frontend", "nginx", "example.com/nic", ("eth9",)),
     ]
+
+
+CLAIM_UID = "dab5ab50-d59a-42a6-af16-cfd4628c0f7a"
+
+
+def test_dra_claims_come_with_their_pod_beside_device_plugin_devices(kubelet):
+    """dynamic_resources, with the kubelet's field numbers: one entry per claim and driver, the driver's device
+    names (or, where a driver gives none, its CDI device names), next to the device plugins' devices."""
+    sock, servicer, _ = kubelet
+    servicer.pods = {("ml", "trainer-0"): {"main": [("nvidia.com/gpu", [GPU0])], "side": []}}
+    servicer.claims = {("ml", "trainer-0", "main"): [
+        ("ml", "two-gpus", [("gpu.nvidia.com", "node-a", "gpu-0", [f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-0"]),
+                            ("gpu.nvidia.com", "node-a", "gpu-3", [f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-3"]),
+                            ("nic.example.com", "node-a", "", ["example.com/nic=eth3"])])],
+        ("ml", "trainer-0", "side"): [("shared", "one-gpu", [("gpu.nvidia.com", "node-a", "gpu-1", [])])]}
+    client = PodResourcesClient(str(sock), timeout=5.0)
+    try:
+        got = client.list()
+    finally:
+        client.close()
+    assert [(c.container, c.resource, c.device_ids, c.claim) for c in got] == [
+        ("main", "nvidia.com/gpu", (GPU0,), None),
+        ("main", "gpu.nvidia.com", ("gpu-0", "gpu-3"), "ml/two-gpus"),
+        ("main", "nic.example.com", ("example.com/nic=eth3",), "ml/two-gpus"),
+        ("side", "gpu.nvidia.com", ("gpu-1",), "shared/one-gpu"),
+    ]
+
+
+def test_proto_field_numbers_are_the_kubelets():
+    """The DRA messages as k8s.io/kubelet pkg/apis/podresources/v1/api.proto numbers them (a wrong number reads
+    another field, or nothing, from a real kubelet)."""
+    fields = {(m, f.name): f.number for m in ("ContainerResources", "DynamicResource", "ClaimResource", "CDIDevice")
+              for f in api_pb2.DESCRIPTOR.message_types_by_name[m].fields}
+    assert fields == {("ContainerResources", "name"): 1, ("ContainerResources", "devices"): 2,
+                      ("ContainerResources", "dynamic_resources"): 5,
+                      ("DynamicResource", "claim_name"): 2, ("DynamicResource", "claim_namespace"): 3,
+                      ("DynamicResource", "claim_resources"): 4,
+                      ("ClaimResource", "cdi_devices"): 1, ("ClaimResource", "driver_name"): 2,
+                      ("ClaimResource", "pool_name"): 3, ("ClaimResource", "device_name"): 4,
+                      ("CDIDevice", "name"): 1}
+
+
+@pytest.mark.parametrize(("name", "device"), [
+    ("gpu-0", DraDevice("gpu", 0)),
+    ("gpu-12", DraDevice("gpu", 12)),
+    ("gpu-1-mig-1g10gb-19-0", DraDevice("mig", 1, 19, 0)),
+    ("gpu-0-mig-1g10gb-me-20-6", DraDevice("mig", 0, 20, 6)),
+    (f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-5", DraDevice("gpu", 5)),
+    (f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-2-mig-3g40gb-9-4", DraDevice("mig", 2, 9, 4)),
+    ("gpu-vfio-0", DraDevice("vfio")),
+    ("k8s.gpu.nvidia.com/claim=not-a-uid-gpu-0", DraDevice("unknown")),
+    ("gpu-x", DraDevice("unknown")),
+    (GPU0, DraDevice("unknown")),
+])
+def test_nvidia_dra_driver_names(name, device):
+    assert dra_device(name) == device
 
 
 def test_time_slicing_replica_ids_name_their_gpu():
@@ -206,6 +277,64 @@ def test_pods_holding_gpus_become_workloads_and_unknown_devices_are_counted(kube
     assert by_name["ml/trainer-0"].gpus == (GPU0,) and by_name["ml/trainer-0"].container == "main"
     assert by_name["ml/tiny"].gpus == (MIG,) and by_name["ml/tiny"].kind == "pod"
     assert _logged(capsys, caplog, "identity_unknown_devices") == 1  # once, not every tick
+
+
+def test_dra_claims_attribute_gpus_by_minor_number_and_unmapped_ones_are_reported(kubelet, tmp_path):
+    """A pod holding GPUs through DRA claims is a workload with those GPUs (the driver's gpu-N is /dev/nvidiaN:
+    the minor number, not the index), beside a pod of the device plugin; devices that name no GPU here, MIG
+    devices and VM passthrough GPUs are listed in the source's status with why; other drivers' devices are not
+    GPUs and are left alone. A MIG device is found by its parent's minor number, GPU instance profile id and
+    placement start."""
+    sock, servicer, _ = kubelet
+    servicer.pods = {("ml", "plugin-pod"): {"main": [("nvidia.com/gpu", [GPU0])]},
+                     ("ml", "dra-pod"): {"main": [], "helper": []},
+                     ("ml", "cdi-only"): {"c": []},
+                     ("ml", "mig-pod"): {"c": []},
+                     ("ml", "slice-pod"): {"c": []}}
+    servicer.claims = {
+        ("ml", "dra-pod", "main"): [("ml", "train", [("gpu.nvidia.com", "node-a", "gpu-7", []),
+                                                      ("nic.example.com", "node-a", "eth3", [])])],
+        ("ml", "dra-pod", "helper"): [("ml", "train", [("gpu.nvidia.com", "node-a", "gpu-7", [])])],
+        ("ml", "cdi-only", "c"): [("ml", "old", [("gpu.nvidia.com", "node-a", "",
+                                                   [f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-4"])])],
+        ("ml", "slice-pod", "c"): [("ml", "mine", [("gpu.nvidia.com", "node-a", "gpu-9-mig-1g10gb-19-6", [])])],
+        ("ml", "mig-pod", "c"): [("ml", "slice", [("gpu.nvidia.com", "node-a", "gpu-9-mig-1g10gb-19-0", []),
+                                                   ("gpu.nvidia.com", "node-a", "gpu-7-mig-1g10gb-19-0", []),
+                                                   ("gpu.nvidia.com", "node-a", "gpu-11-mig-1g10gb-19-0", []),
+                                                   ("gpu.nvidia.com", "node-a", "gpu-3", []),
+                                                   ("gpu.nvidia.com", "node-a", "gpu-vfio-0", [])])]}
+    mig_gpu = "GPU-33333333-3333-3333-3333-333333333333"
+    unknown_layout = "GPU-44444444-4444-4444-4444-444444444444"
+    previous = _nvml_sample([
+        GpuSample(0, GPU0, "H100", "0000:01:00.0", minor_number=4),
+        GpuSample(1, GPU1, "H100", "0000:02:00.0", minor_number=7),
+        GpuSample(2, mig_gpu, "H100", "0000:03:00.0", minor_number=9, mig_enabled=True, mig_instances=(
+            MigInstance(9, 0, "MIG-99999999-0000-0000-0000-000000000000", 0, 10 * 2**30, profile_id=19,
+                        placement_start=4),
+            MigInstance(7, 0, MIG, 0, 10 * 2**30, profile_id=19, placement_start=6))),
+        GpuSample(3, unknown_layout, "H100", "0000:04:00.0", minor_number=11, mig_enabled=True,
+                  mig_instances=(MigInstance(1, 0, "MIG-11111111-0000-0000-0000-000000000000", 0, 10 * 2**30),))])
+    c = _collector(tmp_path, sock, previous)
+    try:
+        sample = _wait(lambda: (s := c.collect()).sources[0].up and s, "a kubelet answer")
+    finally:
+        c.close()
+    by_name = {g.name: g for g in sample.groups}
+    assert set(by_name) == {"ml/plugin-pod", "ml/dra-pod", "ml/cdi-only", "ml/slice-pod"}
+    assert by_name["ml/slice-pod"].gpus == (MIG,)
+    assert by_name["ml/plugin-pod"].gpus == (GPU0,)
+    assert by_name["ml/dra-pod"].gpus == (GPU1,) and by_name["ml/dra-pod"].container == "main,helper"
+    assert by_name["ml/cdi-only"].gpus == (GPU0,)
+    assert sample.sources[0].unknown_devices == (
+        "gpu-9-mig-1g10gb-19-0 (claim ml/slice: no MIG device with GPU instance profile 19 at placement 0 on the GPU "
+        "with minor number 9)",
+        "gpu-7-mig-1g10gb-19-0 (claim ml/slice: no MIG device with GPU instance profile 19 at placement 0 on the GPU "
+        "with minor number 7)",
+        "gpu-11-mig-1g10gb-19-0 (claim ml/slice: NVML did not describe the MIG instances of its GPU "
+        "(nvmlGpuInstanceGetInfo, which NVML documents as needing a privileged user))",
+        "gpu-3 (claim ml/slice: no GPU with minor number 3 here)",
+        "gpu-vfio-0 (claim ml/slice: a GPU passed through to a virtual machine (vfio): NVML does not see it)",
+    )
 
 
 def test_hung_kubelet_never_stalls_the_tick(kubelet, tmp_path):

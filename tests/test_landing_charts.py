@@ -74,15 +74,27 @@ def fake_state(gpus: int, samples: int, interval: float) -> SimpleNamespace:
 
 def test_a_full_window_of_eight_gpus_at_250_ms_stays_cheap():
     """5 minutes of 8 GPUs sampled every 250 ms (9 600 GPU samples): the page draws at most two points per column
-    of each chart, so it costs about what a 1 s interval costs, and renders in well under the 5 s it refreshes
-    at (about 10 ms on a laptop; the bound leaves a loaded CI machine room)."""
+    of each chart, so its size is what a 1 s interval's is, and its cost grows no faster than its samples: under 8x
+    the 1 s page's for 4x the samples (16x would be quadratic), measured side by side (about 3x: 0.12 s against 0.04 s on the 2-core CI
+    machine alone), well under the 5 s it refreshes at."""
     state = fake_state(gpus=8, samples=1200, interval=0.25)
-    landing.page(state, "/metrics")
-    start = time.perf_counter()
+    baseline = fake_state(gpus=8, samples=300, interval=1.0)  # the same 5 minutes sampled every second
     body = landing.page(state, "/metrics").decode()
-    took = time.perf_counter() - start
+    landing.page(baseline, "/metrics")
+    # its cost against the 1 s page's, measured alternately in this run (an absolute bound failed on a loaded CI
+    # machine: 1.3 s for what takes about 0.1 s alone); the fastest of 5 each, the least disturbed by other work
+    fine, coarse = [], []
+    for _ in range(5):
+        start = time.perf_counter()
+        landing.page(state, "/metrics")
+        fine.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        landing.page(baseline, "/metrics")
+        coarse.append(time.perf_counter() - start)
+    took, base = min(fine), min(coarse)
     lines = POINTS.findall(body)
     assert len(lines) == 8 * 5, "busy, SM activity, memory, power and temperature of each GPU"
     assert all(len(c.split()) <= MOST_POINTS for c in lines), max(len(c.split()) for c in lines)
     assert len(body) < 200_000, len(body)
-    assert took < 0.5, f"the page took {took * 1000:.0f} ms"
+    # 4x the samples: linear cost is 4x (about 3x measured); a cost quadratic in the samples would be 16x
+    assert took < 8 * base, f"the page took {took * 1000:.0f} ms, {took / base:.1f}x the 1 s page's {base * 1000:.0f} ms"

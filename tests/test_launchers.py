@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -539,6 +540,14 @@ def test_an_automatic_servers_metrics_are_scraped_where_its_command_line_says(tm
                                                              resident_memory_bytes=0),))
         holder["s"] = Sample(3.0, 3.0, {**holder["s"].sources, "processes": SourceResult("processes", True, 0.0, procs)})
         assert c.collect().endpoints == ()
+        # a profile with only an endpoint naming the same server (localhost spelled out): that profile's, scraped once
+        holder["s"] = _sample(1.0, (g,))
+        only = profile_from_dict({"name": "chat", "kind": "inference", "endpoint": f"http://localhost:{port}/metrics"})
+        c2 = ServingCollector(SourceContext(settings={"detect": False}, workloads=(only,), previous=lambda: holder["s"]))
+        try:
+            assert [e.workload for e in c2.collect().endpoints] == ["chat"]
+        finally:
+            c2.close()
     finally:
         c.close()
         proc.kill()
@@ -583,3 +592,300 @@ def test_a_port_that_is_not_1_to_65535_in_ascii_digits_builds_no_metrics_url(por
     assert all(len(p) < 200 for p in launcher.problems)
     tgi = parse(["text-generation-launcher", "--model-id", "m", "--prometheus-port", port])
     assert tgi.metrics_url == "" and any(p.startswith("--prometheus-port ") for p in tgi.problems)
+
+
+# ------------------------------------------------------------------------------------- launchers without a GPU
+def _no_gpus(t: float = 1.0) -> Sample:
+    return Sample(t, t, {"nvml": SourceResult("nvml", True, 0.0, NvmlSample(up=True, gpus=(
+        GpuSample(index=0, uuid="GPU-0", name="H100", pci_bus_id="0", up=True, memory_total_bytes=80 * GIB),)))})
+
+
+def _mine(c: IdentityCollector, pid: int, deadline: float = 30.0) -> tuple:
+    """Tick ``c`` (about 4 ticks a second) until a group holds ``pid``; returns (its groups, ticks taken)."""
+    end, ticks = time.monotonic() + deadline, 0
+    while True:
+        ticks += 1
+        groups = [g for g in c.collect().groups if pid in g.pids]
+        if groups or time.monotonic() > end:
+            return groups, ticks
+        time.sleep(0.25)
+
+
+def test_a_serving_launcher_without_a_gpu_is_a_workload_whose_endpoint_is_scraped(tmp_path):
+    """A real process whose command line is `python -m vllm.entrypoints.openai.api_server --model M --port P`
+    (a CPU vLLM, or one still loading its model) and that serves vLLM's exposition on P, while NVML lists no
+    process: it is an automatic workload (kind from its launcher, no GPU, no GPU series), the serving collector
+    scrapes the port its command line names, and it is gone in the tick after it ends. Found on the live /proc
+    of this machine, both when it runs before the collector's first tick (the first listing) and when it starts
+    later (the pids the kernel allocated since the last tick)."""
+    import subprocess
+    import sys
+
+    from headroom.sources.serving import ServingCollector
+    from test_serving import SERVE_FILE, body_of
+
+    from conftest import free_port
+
+    body = tmp_path / "metrics.prom"
+    body.write_bytes(body_of("vllm"))
+
+    def start() -> tuple[subprocess.Popen, int]:
+        port = free_port()
+        argv = ["-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen3-0.6B", "--port", str(port),
+                "--body", str(body)]
+        return subprocess.Popen([sys.executable, "-c", SERVE_FILE, *argv]), port
+
+    early, early_port = start()
+    c = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=tmp_path / "sys", rootfs=tmp_path),
+                                        previous=_no_gpus))
+    late = None
+    try:
+        (g,), _ = _mine(c, early.pid)
+        assert (g.kind, g.name, g.pids, g.gpus) == ("launcher", f"vllm/Qwen3-0.6B:{early_port}", (early.pid,), ())
+        assert g.launcher.metrics_url == f"http://127.0.0.1:{early_port}/metrics"
+        late, late_port = start()
+        time.sleep(0.3)  # it has exec'd python: the next tick's look sees its command line
+        (h,), ticks = _mine(c, late.pid)
+        assert ticks <= 3 and h.name == f"vllm/Qwen3-0.6B:{late_port}" and h.gpus == ()
+
+        holder = {"s": None}
+        identity = c.collect()
+        mine = tuple(x for x in identity.groups if x.pids in ((early.pid,), (late.pid,)))
+        holder["s"] = Sample(2.0, 2.0, {**_no_gpus(2.0).sources, "identity": SourceResult("identity", True, 0.0,
+                                                                                         IdentitySample(groups=mine))})
+        serving = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: holder["s"]))
+        try:
+            deadline = time.monotonic() + 20
+            served = serving.collect()
+            while not (len(served.endpoints) == 2 and all(e.up for e in served.endpoints)) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+                served = serving.collect()
+        finally:
+            serving.close()
+        assert sorted((e.workload, e.endpoint, e.up, e.runtime) for e in served.endpoints) == sorted(
+            (x.name, x.launcher.metrics_url, True, "vllm") for x in mine)
+        sample = Sample(2.0, 2.0, {**holder["s"].sources, "serving": SourceResult("serving", True, 0.0, served)})
+        st = {s.name: s for s in attribution.attribute(sample, ())}
+        assert st[g.name].source == "auto" and st[g.name].kind == "inference" and st[g.name].gpus == ()
+        from headroom.exposition import render
+
+        w = render.Writer()
+        render._render_identity(w, sample.data("identity"), sample)
+        render._render_workloads(w, tuple(st.values()))
+        text = w.render().decode()
+        mine_lines = [line for line in text.splitlines() if f'workload="{g.name}"' in line]
+        assert any(line.startswith("headroom_workload_info{") for line in mine_lines)
+        assert not [line for line in mine_lines if line.startswith("headroom_workload_gpu_")], mine_lines
+
+        early.kill()
+        early.wait()
+        assert [x for x in c.collect().groups if early.pid in x.pids] == []  # its pidfd: the next tick
+    finally:
+        c.close()
+        for p in (early, late):
+            if p is not None:
+                p.kill()
+                p.wait()
+
+
+def test_launchers_without_a_gpu_are_the_outermost_bounded_and_not_while_their_gpu_processes_run(tmp_path,
+                                                                                                monkeypatch):
+    """A forked worker with its server's command line belongs to the server (one workload); a launcher whose
+    engine is on a GPU is that engine's workload as before (its GPU processes, not itself); with launchers off
+    nothing is looked for; and at most LAUNCHERS_WITHOUT_GPU are followed."""
+    from headroom.sources import identity as identity_module
+
+    proc = fake_proc(tmp_path, 50, 1, ["vllm", "serve", "o/a", "--port", "8001"])
+    for pid, ppid, argv in ((51, 50, ["vllm", "serve", "o/a", "--port", "8001"]),  # a forked worker
+                            (60, 1, ["python", "-m", "sglang.launch_server", "--model-path", "o/b"]),
+                            (61, 60, ["sglang::scheduler"]),  # its engine, on the GPU
+                            (70, 1, ["torchrun", "--nproc_per_node", "2", "train.py"]),  # CPU training
+                            (71, 70, ["python", "-u", "train.py"]), (80, 1, ["bash"])):
+        os.rename(fake_proc(tmp_path / str(pid), pid, ppid, argv) / str(pid), proc / str(pid))
+    gpu = GpuSample(index=0, uuid="GPU-0", name="H100", pci_bus_id="0", memory_total_bytes=80 * GIB,
+                    processes=(GpuProcess(61, GIB),))
+    previous = Sample(1.0, 1.0, {"nvml": SourceResult("nvml", True, 0.0, NvmlSample(up=True, gpus=(gpu,)))})
+
+    def collector(**settings) -> IdentityCollector:
+        return IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
+                                               previous=lambda: previous, settings=settings))
+
+    c = collector()
+    try:
+        got = sorted((g.kind, g.name, g.pids, g.gpus) for g in c.collect().groups)
+        assert got == [("launcher", "sglang/b:30000", (61,), ("GPU-0",)),
+                       ("launcher", "torchrun/train.py", (70,), ()), ("launcher", "vllm/a:8001", (50,), ())]
+        c.collect()
+        assert c._scan.reads == 7  # each process's command line once (a fixture tree is listed every tick)
+        (tmp_path / "gone").mkdir()
+        os.rename(proc / "70", tmp_path / "gone" / "70")
+        assert sorted(g.name for g in c.collect().groups) == ["sglang/b:30000", "vllm/a:8001"]
+    finally:
+        c.close()
+    off = collector(auto=["pods", "jobs"])
+    assert off.collect().groups == () and off._scan is None
+    monkeypatch.setattr(identity_module, "LAUNCHERS_WITHOUT_GPU", 1)
+    capped = collector()
+    assert sorted(g.name for g in capped.collect().groups) == ["sglang/b:30000", "vllm/a:8001"]  # lowest pid first
+
+
+SIMULATED_SERVERS = """\
+gpus:
+  - {name: NVIDIA H100 80GB HBM3, memory_total: 80GiB, power_limit: 700, utilization: 0.3, memory_used: 7GiB}
+workloads:  # no profiles: both servers are found by their command lines; each serves on a port of its own choosing
+  - name: gpu-server
+    cmdline: vllm serve Qwen/Qwen3-0.6B --port 8001
+    serving: {runtime: vllm, kv_blocks: 1000, block_size: 16, kv_usage: 0.25, running: 2, waiting: 1}
+    children:
+      - cmdline: VLLM::EngineCore
+        gpus: {0: 6GiB}
+  - name: cpu-server
+    cmdline: python3 -m vllm.entrypoints.openai.api_server --model o/cpu-model --port 8002
+    serving: {runtime: vllm, kv_blocks: 500, block_size: 16, kv_usage: 0.75, running: 1, waiting: 0}
+  - name: silent
+    cmdline: vllm serve o/quiet --port 8003
+    gpus: {0: 1GiB}
+"""
+SYNTHETIC_HOST = """\
+host:
+  cpu: {logical_cpus: 8, utilization: 0.1}
+  memory: {total: 64GiB, available: 48GiB}
+"""
+
+
+@pytest.mark.parametrize("host", ["real stand-ins", "synthetic host"])
+def test_a_launcher_found_under_simulate_has_its_metrics_read(tmp_path, host):
+    """`headroom run --simulate` with two undeclared vLLM servers, one on a GPU and one without (a CPU server),
+    each a stand-in serving vLLM's exposition over real HTTP on a port the scenario chose, while its command line
+    says --port 8001 / 8002: both are automatic workloads and both have their /metrics read (where the stand-in
+    serves: the scenario knows); a stand-in that serves nothing is not scraped at the port its command line
+    names. With real stand-ins (processes of this machine whose argv is the command line) and with a synthetic
+    host (simulated processes, in the agent's network namespace)."""
+    from conftest import Agent, http_get
+
+    (tmp_path / "s.yaml").write_text(SIMULATED_SERVERS + (SYNTHETIC_HOST if host == "synthetic host" else ""))
+    (tmp_path / "c.yaml").write_text("agent:\n  sample_interval: 250ms\n")
+    agent = Agent("--config.file", str(tmp_path / "c.yaml"), "--simulate", str(tmp_path / "s.yaml"))
+    want = {"vllm/Qwen3-0.6B:8001": "0.25", "vllm/cpu-model:8002": "0.75"}
+    try:
+        agent.wait_ready()
+        deadline, text = time.monotonic() + 30, ""
+        while time.monotonic() < deadline:
+            text = http_get(agent.url + "/metrics")[2].decode()
+            kv = {w: next((line.rsplit(" ", 1)[1] for line in text.splitlines()
+                           if line.startswith("headroom_workload_kv_cache_usage_ratio{")
+                           and f'workload="{w}"' in line), None) for w in want}
+            if kv == want:
+                break
+            time.sleep(0.25)
+        assert kv == want, [line for line in text.splitlines() if "serving" in line or "workload_info" in line]
+        up = {line.split('workload="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in text.splitlines()
+              if line.startswith("headroom_workload_serving_up{")}
+        assert up == {w: "1" for w in want}, up  # the silent server is not scraped at its command line's port
+        infos = [line for line in text.splitlines() if line.startswith("headroom_workload_info{")]
+        assert any('workload="vllm/quiet:8003"' in line and 'source="auto"' in line for line in infos), infos
+        cpu = [line for line in text.splitlines() if 'workload="vllm/cpu-model:8002"' in line]
+        assert not [line for line in cpu if line.startswith("headroom_workload_gpu_")], cpu
+    finally:
+        agent.stop()
+
+@pytest.mark.parametrize("argv, launches", [
+    (["/venv/bin/python3", "/venv/bin/torchrun", "--standalone", "--nproc_per_node=2", "train.py"], True),
+    (["python3", "-m", "torch.distributed.run", "--nproc-per-node", "8", "train.py"], True),
+    (["accelerate", "launch", "--num-processes", "2", "train.py"], True),
+    (["deepspeed", "--num_gpus", "8", "train.py"], True),
+    (["/usr/bin/python3", "-u", "-m", "deepspeed.launcher.launch", "--world_info=e30=", "train.py"], True),
+    (["python3", "-u", "train.py"], False),
+    (["vllm", "serve", "meta-llama/Llama-3.1-8B"], False),  # a serving launcher: its children are no ranks
+    (["python3", "-m", "http.server"], False),
+    ([], False),
+])
+def test_which_command_lines_start_ranks(argv, launches):
+    from headroom.workload.launchers import starts_ranks
+
+    assert starts_ranks(argv) is launches
+
+
+def test_dataloader_ranks_under_deepspeeds_per_node_launcher():
+    """deepspeed -> python -m deepspeed.launcher.launch -> ranks -> workers: the per-node launcher's children are
+    the ranks (the deepspeed command is its parent, not theirs)."""
+    from headroom.workload.launchers import dataloader_ranks
+
+    argv = {1: ["/sbin/init"], 10: ["deepspeed", "train.py"],
+            11: ["/usr/bin/python3", "-u", "-m", "deepspeed.launcher.launch", "--world_info=e30=", "train.py"],
+            12: ["/usr/bin/python3", "-u", "train.py", "--local_rank=0"],
+            13: ["/usr/bin/python3", "-u", "train.py", "--local_rank=1"]}
+    members = {10: (1, "deepspeed"), 11: (10, "python3"), 12: (11, "python3"), 13: (11, "python3"),
+               20: (12, "pt_data_worker"), 21: (12, "pt_data_worker"), 30: (13, "pt_data_worker")}
+    assert dataloader_ranks(members, lambda pid: argv.get(pid, [])) == {12: (20, 21), 13: (30,)}
+
+
+# ------------------------------------------------------------------------------ Ollama: /api/ps at OLLAMA_HOST
+@pytest.mark.parametrize(("value", "url"), [
+    (None, "http://127.0.0.1:11434/api/ps"), ("", "http://127.0.0.1:11434/api/ps"),
+    ("0.0.0.0", "http://127.0.0.1:11434/api/ps"), ("0.0.0.0:8080", "http://127.0.0.1:8080/api/ps"),
+    ('"0.0.0.0"', "http://127.0.0.1:11434/api/ps"), (":8080", "http://127.0.0.1:8080/api/ps"),
+    ("http://10.0.0.5", "http://10.0.0.5:80/api/ps"), ("https://h.example:9443/", "https://h.example:9443/api/ps"),
+    ("[::1]:11434", "http://[::1]:11434/api/ps"), ("::1", "http://[::1]:11434/api/ps"),
+    ("127.0.0.1:99999", "http://127.0.0.1:11434/api/ps"), ("a@b", ""), ("ftp://x", ""), ("127.0.0.1/admin?x=", ""),
+])
+def test_ollama_host_is_read_as_ollama_reads_it(value, url):
+    """envconfig/config.go getOllamaHost (ollama, commit 000ce02): scheme optional, default port 11434 (80/443 with
+    http:// or https://), a bad port is the default; a host that is not an address builds no URL, with a reason."""
+    from headroom.workload.launchers import ollama_status_url
+
+    got, problem = ollama_status_url(value)
+    assert got == url
+    assert (problem is None) == bool(url) and (problem is None or problem.startswith("OLLAMA_HOST "))
+
+
+def test_ollama_serve_has_its_api_ps_read_where_its_environment_says(tmp_path):
+    """`ollama serve` (not its runner) gets its /api/ps: from OLLAMA_HOST in /proc/PID/environ, the default without
+    one, and none (with the reason) when that environment is closed to the agent."""
+    from headroom.sources.identity import ollama_endpoint
+
+    serve, runner = parse(["/usr/local/bin/ollama", "serve"]), parse(["/usr/bin/ollama", "runner", "--model", "/b"])
+    assert serve.metrics_url == "http://127.0.0.1:11434/api/ps" and runner.metrics_url == ""
+    (tmp_path / "41").mkdir()
+    (tmp_path / "41" / "environ").write_bytes(b"HOME=/root\0OLLAMA_HOST=0.0.0.0:8080\0PATH=/usr/bin\0")
+    assert ollama_endpoint(tmp_path, 41, serve).metrics_url == "http://127.0.0.1:8080/api/ps"
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "environ").write_bytes(b"HOME=/root\0")
+    assert ollama_endpoint(tmp_path, 42, serve).metrics_url == "http://127.0.0.1:11434/api/ps"
+    closed = ollama_endpoint(tmp_path, 43, serve)  # no such file: another user's process
+    assert closed.metrics_url == "" and "its environment (OLLAMA_HOST) is closed to the agent" in closed.problems[-1]
+
+
+def test_an_automatic_ollama_server_has_its_api_ps_read(tmp_path):
+    """A real process whose command line is `ollama serve` and that answers /api/ps: the automatic workload's
+    endpoint is that JSON, read as Ollama's (its resident models), with no profile written."""
+    import subprocess
+    import sys
+
+    from headroom.sources.serving import ServingCollector
+    from test_serving import SERVE_FILE, ollama_ps
+
+    from conftest import free_port
+
+    port = free_port()
+    body = tmp_path / "ps.json"
+    body.write_bytes(ollama_ps())
+    argv = ["ollama", "serve", "--port", str(port), "--body", str(body)]  # the stand-in's own flags: Ollama takes none
+    proc = subprocess.Popen([sys.executable, "-c", SERVE_FILE, *argv])
+    launcher = replace(parse(["ollama", "serve"]), metrics_url=f"http://127.0.0.1:{port}/api/ps")
+    g = IdentityGroup(kind="launcher", name=display_name(launcher), pids=(proc.pid,), gpus=("GPU-0",),
+                      launcher=launcher, model=None)
+    c = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: _sample(1.0, (g,))))
+    try:
+        deadline = time.monotonic() + 20
+        served = c.collect()
+        while not (served.endpoints and served.endpoints[0].up) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            served = c.collect()
+        (e,) = served.endpoints
+        assert (e.up, e.runtime, e.resident_models) == (True, "ollama", ("gemma3:latest",)), e.error
+    finally:
+        c.close()
+        proc.kill()
+        proc.wait()

@@ -162,13 +162,58 @@ def test_mla_caches_one_latent_per_token_per_layer():
     assert e.kv_bytes_per_token == 61 * (512 + 64) * 2  # BF16 latent, no per-head K/V
 
 
-def test_a_hybrid_model_counts_its_attention_layers_and_vllm_accounting_refuses_it():
+def test_a_hybrid_model_counts_its_attention_layers_and_its_recurrent_state():
     jamba = profile("jamba-v0.1", params="52B")
     e = estimate(jamba, gpu_memory_bytes=80 * GIB)
     assert e.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2  # 4 attention layers of 32
-    assert any("KV layout: 4 KV layers" in n for n in e.notes)
+    # 28 Mamba layers, each a (8192, 3) conv + (8192, 16) SSM state in bf16 per sequence
+    state = 28 * (8192 * 3 + 8192 * 16) * 2
+    assert e.component("kv_cache") == 8192 * e.kv_bytes_per_token + state
+    assert any("KV layout: 4 KV layers" in n and "28 mamba1 layers" in n for n in e.notes)
     from headroom.workload.sizing import SizingError
 
-    with pytest.raises(SizingError, match="hybrid layout") as exc:
-        estimate(profile("jamba-v0.1", params="52B", runtime="vllm"), gpu_memory_bytes=80 * GIB)
-    assert exc.value.missing == ("architecture.kv_layers",)
+    with pytest.raises(SizingError, match="this version's state pages were not read") as exc:
+        estimate(profile("jamba-v0.1", params="52B", runtime={"name": "vllm", "version": "0.10.1"}),
+                 gpu_memory_bytes=80 * GIB)  # fmt: skip
+    assert exc.value.missing == ("runtime.version",)
+
+
+@pytest.mark.parametrize(
+    ("name", "arch"),
+    [
+        # NemotronH: hybrid_override_pattern M (Mamba2) / * (attention) / - (MLP) per layer
+        ("nemotron-nano-9b-v2", {"kv_layers": 4, "state_layers": 27, "state_kind": "mamba2", "state_conv_dim": 10240,
+                                 "state_groups": 8, "state_heads": 128, "state_head_dim": 80, "state_size": 128,
+                                 "state_conv_kernel": 4, "state_precision": "fp32"}),
+        # Qwen3-Next: full_attention_interval 4; gated delta net conv 2 x 16 x 128 + 32 x 128
+        ("qwen3-next-80b-a3b", {"kv_layers": 12, "state_kind": "gated-delta-net", "state_conv_dim": 8192,
+                                "state_heads": 32, "state_head_dim": 128, "state_size": 128, "state_conv_kernel": 4}),
+        ("jamba-v0.1", {"kv_layers": 4, "state_kind": "mamba1", "state_conv_dim": 8192, "state_heads": 8192,
+                        "state_head_dim": 1, "state_size": 16, "state_conv_kernel": 4}),
+    ],
+)  # fmt: skip
+def test_hybrid_configs_give_their_recurrent_state_shape(name, arch):
+    got = fields(name)["architecture"]
+    assert {k: got.get(k) for k in arch} == arch
+    assert "hybrid" in read_model_config(HF / name).layout
+
+
+def test_nemotron_h_counts_only_its_attention_layers_in_the_kv_cache():
+    """Before, the pattern was not read and all 56 layers were counted as attention: 14 x the KV cache."""
+    e = estimate(profile("nemotron-nano-9b-v2", params="8.9B"), gpu_memory_bytes=80 * GIB)
+    assert e.kv_bytes_per_token == 4 * 2 * 8 * 128 * 2
+
+
+def test_parallel_hybrid_and_unknown_recurrent_layouts(tmp_path):
+    """Falcon-H1 runs attention and Mamba2 side by side in every layer (vLLM's falcon_h1.py); a config with
+    recurrent fields of a family not modelled is refused naming it, not sized as a dense model. (Minimal fields
+    written for the test, not a published config.)"""
+    falcon = {"model_type": "falcon_h1", "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 65537, "mamba_d_state": 256,
+              "mamba_d_conv": 4, "mamba_n_groups": 1, "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_ssm": 3072}
+    (tmp_path / "config.json").write_text(json.dumps(falcon))
+    arch = read_model_config(tmp_path).fields["architecture"]
+    assert (arch["kv_layers"], arch["state_layers"], arch["state_conv_dim"]) == (24, 24, 3072)
+    (tmp_path / "config.json").write_text(json.dumps(falcon | {"model_type": "some_mamba_hybrid"}))
+    with pytest.raises(ModelConfigError, match="'some_mamba_hybrid' has recurrent .* not modelled"):
+        read_model_config(tmp_path)

@@ -232,3 +232,27 @@ def test_under_pressure_nothing_is_read_unless_a_workload_scores_it(rig):
     rig.findings = findings(disk_io=0.3)
     rig.tick(3.0)
     assert rig.scans == 1
+
+
+def test_the_neighbours_named_follow_each_scan_and_leave_out_the_workload_itself():
+    """bottleneck.neighbours_of ranks a scan's neighbours once and keeps their evidence text: a new scan (another
+    tuple, equal or not) is ranked anew, each workload is left out of its own list, and the top 3 are the largest
+    of the rest in the order the scan's values give (ties in scan order)."""
+    from types import SimpleNamespace
+
+    from headroom.analysis import bottleneck
+    from headroom.samples import Neighbour
+
+    def n(pid: int, cores: float, workload: str | None = None) -> Neighbour:
+        return Neighbour(pid, f"p{pid}", "bob", workload, cores, cores / 8, None, None, 0, None)
+
+    first = SimpleNamespace(neighbours=(n(1, 2.0), n(2, 5.0, "train"), n(3, 2.0), n(4, 0.05), n(5, 3.0)))
+    assert [x.pid for x in bottleneck.neighbours_of(first, "cpu", "pod")] == [2, 5, 1]
+    assert [x.pid for x in bottleneck.neighbours_of(first, "cpu", "train")] == [5, 1, 3]
+    assert bottleneck.neighbours_of(first, "host_memory", "pod") == []
+    second = SimpleNamespace(neighbours=(n(1, 9.0), n(3, 0.5)))  # the next scan: nothing of the first kept
+    assert [x.pid for x in bottleneck.neighbours_of(second, "cpu", "train")] == [1, 3]
+    text = bottleneck.neighbour_text("cpu", bottleneck.neighbours_of(second, "cpu", "train"))
+    assert text == "outside the workload: p1 (user bob, pid 1) 9.00 cores, 112 % of the CPUs; " \
+                   "p3 (user bob, pid 3) 0.50 cores, 6 % of the CPUs"
+    assert bottleneck.neighbour_text("cpu", [n(1, 1.0)]).endswith("1.00 core, 12 % of the CPUs")

@@ -31,7 +31,7 @@ def snapshot(path: Path) -> tuple[dict, str]:
 def others_read(sources: dict) -> None:
     """Every other collector was built and ran; none failed because of the binding. (Whether each read its
     source in time on a loaded machine is not this test's business: a host collector can time out.)"""
-    assert set(sources) == {"nvml", "cpu", "memory", "shm", "disk", "net", "processes", "serving", "identity", "agent"}
+    assert set(sources) == {"nvml", "cpu", "memory", "shm", "disk", "net", "infiniband", "processes", "serving", "identity", "agent", "probe"}
     for name, s in sources.items():
         assert name == "nvml" or s["ok"] or "nvml" not in (s["error"] or "").lower(), (name, s["error"])
 

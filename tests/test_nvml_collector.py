@@ -28,7 +28,7 @@ from headroom.sources.nvml import NvmlCollector
 GIB = 2**30
 # filled in by background threads, so not compared tick by tick
 THREAD_FIELDS = {"pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "xid_errors_total"}
-IDENTITY = {"index", "uuid", "name", "pci_bus_id", "up", "error"}
+IDENTITY = {"index", "uuid", "name", "pci_bus_id", "minor_number", "up", "error"}
 
 
 @dataclass
@@ -135,6 +135,9 @@ CALL_SITES = [
     (("nvmlDeviceGetMaxMigDeviceCount",), 1, {"mig_instances"}),
     (("nvmlDeviceGetMigDeviceHandleByIndex",), 1, {"mig_instances"}),
     (("nvmlDeviceGetGpuInstanceId",), 1, {"mig_instances"}),
+    # the instances stay without them: only their profile and placement are absent (checked on their own below)
+    (("nvmlDeviceGetGpuInstanceById",), 1, set()),
+    (("nvmlGpuInstanceGetInfo",), 1, set()),
 ]  # fmt: skip
 SITE_IDS = [f"{calls[0]}-gpu{gpu}" for calls, gpu, _ in CALL_SITES]
 
@@ -153,6 +156,7 @@ def test_golden_host_reads_in_base_units(make):
     g0, g1 = sample.gpus
     assert (g0.index, g0.uuid, g0.name, g0.pci_bus_id) == (
         0, "GPU-00000000-0000-4000-8000-000000000000", "NVIDIA RTX 6000 Ada Generation", "00000000:01:00.0")
+    assert (g0.minor_number, g1.minor_number) == (0, 1)  # nvmlDeviceGetMinorNumber: how DRA names GPUs
     assert (g0.memory_total_bytes, g0.memory_used_bytes, g0.memory_reserved_bytes) == (48 * GIB, 40 * GIB, 256 * 2**20)
     assert g0.memory_free_bytes == 48 * GIB - 40 * GIB - 256 * 2**20
     assert (g0.utilization_ratio, g0.memory_utilization_ratio) == (0.8, 0.5)
@@ -619,6 +623,19 @@ def test_xids_are_not_counted_twice_across_a_reinit(make):
     time.sleep(0.2)
     assert rig.tick(0).gpus[0].xid_errors_total == {13: 1, 79: 1}
     assert len(rig.lib._event_sets) == 1  # the first session's set was freed
+
+
+def test_mig_instances_carry_their_gpu_instance_profile_and_placement(make):
+    """nvmlGpuInstanceGetInfo (through nvmlDeviceGetGpuInstanceById): how the NVIDIA DRA driver names a MIG device.
+    Denied (NVML documents it as needing a privileged user), the instances are still there, without them."""
+    rig = make()
+    g1 = rig.collector.collect().gpus[1]
+    assert [(m.gpu_instance_id, m.profile_id, m.placement_start) for m in g1.mig_instances] == [(1, 9, 0), (2, 9, 4)]
+    denied = make()
+    denied.lib.inject("nvmlGpuInstanceGetInfo", gpu=1, error="NO_PERMISSION")
+    g1 = denied.collector.collect().gpus[1]
+    assert g1.up and [(m.uuid, m.profile_id, m.placement_start) for m in g1.mig_instances] == [
+        ("MIG-aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa", None, None), ("MIG-bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb", None, None)]
 
 
 def test_the_mig_layout_is_cached_and_refreshed(make):

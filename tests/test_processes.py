@@ -89,10 +89,11 @@ def test_matching_rules(situation, match, pids):
     assert w.processes == len(pids)
 
 
-def test_trainer_members_sum_threads_rss_cpu_and_io_and_count_children_by_parent():
+def test_trainer_members_sum_threads_rss_cpu_and_io_and_find_its_dataloader_workers():
     (w,) = collector(profile("trainer", cmdline=r"train\.py")).collect().workloads
     assert w.main_pid == 1000
-    assert dict(w.children) == {1000: 2, 1001: 1}  # two DataLoader workers; one of them runs ffmpeg
+    # the main process is the rank; its two named workers count, the ffmpeg one of them runs does not
+    assert dict(w.ranks) == {1000: (1001, 1002)} and w.dataloader_workers == 2
     assert w.threads == 64 + 4 + 4 + 8
     assert w.resident_memory_bytes == (2_621_440 + 262_144 * 2 + 25_600) * PAGE_SIZE
     assert w.cpu_user_seconds_total == pytest.approx((50_000 + 20_000 + 19_000 + 700) / 100)
@@ -150,6 +151,100 @@ def test_no_declared_workloads_costs_nothing(tmp_path: Path):
     assert c.collect().workloads == ()
 
 
+# ------------------------------------------------------------------------ ranks and DataLoader workers
+PY = "/venv/bin/python3"
+SPAWN = [PY, "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=12, pipe_handle=16)",
+         "--multiprocessing-fork"]
+TRACKER = [PY, "-B", "-c", "from multiprocessing.resource_tracker import main;main(11)"]
+FORKSERVER = [PY, "-B", "-c", "from multiprocessing.forkserver import main; main(14, 15, ['__main__'])"]
+SESSION = "/user.slice/user-1000.slice/session-4.scope"
+
+
+def torchrun_tree(root: Path, rank_children: dict[int, list[tuple[int, str, list[str]]]],
+                  script: str = "train_ddp.py") -> None:
+    """torchrun (7000, comm pt_elastic as torch names it) -> ranks (7001, 7002: `python3 -u SCRIPT`) -> the given
+    children of each rank, {rank: [(pid, comm, argv)]}, as torch 2.13 lays them out (docs/workload-identity.md)."""
+    write_proc(root, 7000, "pt_elastic", 1, [PY, "/venv/bin/torchrun", "--standalone", "--nproc_per_node=2", script],
+               SESSION, starttime=950_000)
+    for rank in (7001, 7002):
+        write_proc(root, rank, "python3", 7000, [PY, "-u", script], SESSION, starttime=950_100)
+        for pid, comm, argv in rank_children.get(rank, []):
+            parent = rank if not isinstance(argv, tuple) else argv[0]  # (ppid, argv): a grandchild
+            write_proc(root, pid, comm, parent, list(argv[1] if isinstance(argv, tuple) else argv), SESSION,
+                       starttime=950_200 + pid)
+
+
+def test_under_torchrun_the_ranks_are_the_launchers_children_and_each_counts_its_own_workers(tree: Path):
+    """Issue 25: the old count was the main process's children, i.e. torchrun's 2 ranks; the workers are the ranks'
+    children that torch names pt_data_worker (fork: the rank's own argv), counted per rank."""
+    fork = [PY, "-u", "train_ddp.py"]
+    torchrun_tree(tree, {7001: [(7010, "pt_data_worker", fork), (7011, "pt_data_worker", fork),
+                                (7012, "pt_data_worker", fork)],
+                         7002: [(7020, "ffmpeg", ["ffmpeg", "-i", "clip.mp4", "-f", "rawvideo", "-"])]})
+    (w,) = collector(profile("ddp", cmdline=r"train_ddp\.py"), procfs_root=tree).collect().workloads
+    assert w.main_pid == 7000
+    assert dict(w.ranks) == {7001: (7010, 7011, 7012), 7002: ()}  # rank 7002 runs a decoder, no worker
+    assert w.dataloader_workers == 3
+
+
+def test_unnamed_spawn_and_forkserver_workers_count_the_tracker_and_the_forkserver_do_not(tree: Path):
+    """A spawned worker reads `python3` for seconds while it imports torch; a forkserver's fork is a grandchild of
+    the rank; multiprocessing's resource tracker and the forkserver itself are no workers."""
+    torchrun_tree(tree, {
+        7001: [(7010, "python3", TRACKER), (7011, "python3", SPAWN), (7012, "pt_data_worker", SPAWN)],
+        7002: [(7020, "python3", TRACKER), (7021, "python3", FORKSERVER), (7022, "python3", (7021, FORKSERVER)),
+               (7023, "pt_data_worker", (7021, FORKSERVER))],
+    })
+    (w,) = collector(profile("ddp", cmdline=r"train_ddp\.py"), procfs_root=tree).collect().workloads
+    assert dict(w.ranks) == {7001: (7011, 7012), 7002: (7022, 7023)}
+
+
+def test_without_a_launcher_the_main_process_is_the_rank_and_an_unnamed_fork_of_it_is_a_worker(tree: Path):
+    """PyTorch before 2.5 never names its workers: a fork of the rank that did not exec (its Python argv and comm)
+    is one; a fork of a shell is not (not Python), nor a child that exec'd another program."""
+    argv = [PY, "train_plain.py", "--epochs", "3"]
+    write_proc(tree, 7100, "python3", 1, argv, SESSION, starttime=950_000)
+    write_proc(tree, 7101, "python3", 7100, argv, SESSION, starttime=950_100)
+    write_proc(tree, 7102, "python3", 7100, argv, SESSION, starttime=950_101)
+    write_proc(tree, 7103, "sh", 7100, ["/bin/sh", "-c", "nvidia-smi"], SESSION, starttime=950_102)
+    write_proc(tree, 7200, "bash", 1, ["/bin/bash", "run_plain.sh"], SESSION, starttime=950_000)
+    write_proc(tree, 7201, "bash", 7200, ["/bin/bash", "run_plain.sh"], SESSION, starttime=950_100)
+    c = collector(profile("plain", cmdline=r"train_plain\.py"), profile("shell", cmdline=r"run_plain\.sh"),
+                  procfs_root=tree)
+    plain, shell = c.collect().workloads
+    assert dict(plain.ranks) == {7100: (7101, 7102)} and plain.dataloader_workers == 2
+    assert dict(shell.ranks) == {7200: ()}  # a subshell is a fork with the same argv, but not a Python one
+
+
+def test_a_main_process_without_workers_is_a_rank_with_zero():
+    (w,) = collector(profile("llama", exe="llama-server")).collect().workloads
+    assert dict(w.ranks) == {4000: ()} and w.dataloader_workers == 0
+
+
+def test_a_worker_seen_before_its_rank_execs_is_read_again_until_its_argv_settles(tree: Path):
+    """A command line read in a process's first ARGV_SETTLE_SECONDS is read again on the next tick: a fork that had
+    not exec'd yet (here: the rank still reads like torchrun's fork) is then seen as what it became."""
+    from headroom.simulation import ManualClock
+    from headroom.sources.processes import ARGV_SETTLE_SECONDS
+
+    clock = ManualClock(100.0)
+    c = ProcessesCollector(SourceContext(paths=Paths(procfs=tree, sysfs=SYS, rootfs=Path("/")),
+                                         workloads=(profile("ddp", cmdline=r"train_ddp\.py"),), monotonic=clock))
+    c.collect()  # the first scan: the fixture's old processes
+    torchrun_tree(tree, {7001: [(7010, "python3", [PY, "-u", "train_ddp.py"])]})
+    write_proc(tree, 7010, "python3", 7001, [PY, "/venv/bin/torchrun", "train_ddp.py"], SESSION, starttime=957_210)
+    clock.advance(1.0)
+    assert dict(c.collect().workloads[0].ranks)[7001] == ()  # its argv is not (yet) the rank's
+    write_proc(tree, 7010, "python3", 7001, [PY, "-u", "train_ddp.py"], SESSION, starttime=957_210)
+    clock.advance(1.0)
+    assert dict(c.collect().workloads[0].ranks)[7001] == (7010,)  # the fork of the rank, read again: a worker
+    write_proc(tree, 7010, "python3", 7001, ["/usr/bin/other"], SESSION, starttime=957_210)
+    clock.advance(ARGV_SETTLE_SECONDS)
+    c.collect()
+    clock.advance(1.0)
+    assert dict(c.collect().workloads[0].ranks)[7001] == (7010,)  # settled: its argv is not read again
+
+
 # --------------------------------------------------------------------------- vanishing, reuse, denial
 def test_a_process_listed_but_gone_is_skipped_without_error():
     assert (PROC / "6000").is_dir() and not (PROC / "6000" / "stat").exists()
@@ -174,6 +269,66 @@ def test_each_members_own_cpu_seconds_are_reported_beside_the_sum(tree: Path):
     assert second.process_cpu_seconds[1001] == first.process_cpu_seconds[1001]
 
 
+def test_members_main_thread_run_queue_waits_are_summed_from_schedstat(tree: Path):
+    """Oversubscribed CPUs (issue 26, class 2): each member's /proc/PID/schedstat (its main thread's seconds on a CPU
+    and waiting runnable for one) is summed into the workload's counters, each member counted from its first
+    read; a member without the file (a kernel without CONFIG_SCHED_INFO, a fixture) stays a member, unread."""
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    first = c.collect().workloads[0]
+    assert first.sched_run_seconds_total is None and first.sched_wait_seconds_total is None  # the fixture has none
+    assert 1000 in first.pids
+    for pid, (ran, waited) in {1000: (5.0, 1.0), 1001: (2.0, 3.0)}.items():
+        (tree / str(pid) / "schedstat").write_text(f"{int(ran * 1e9)} {int(waited * 1e9)} 40\n")
+    c = collector(profile("trainer", cmdline=r"train\.py"), procfs_root=tree)
+    w = c.collect().workloads[0]
+    assert (w.sched_run_seconds_total, w.sched_wait_seconds_total) == (0.0, 0.0)  # counted from the first read
+    (tree / "1000" / "schedstat").write_text(f"{int(5.5e9)} {int(1.25e9)} 41\n")
+    (tree / "1001" / "schedstat").write_text(f"{int(2.5e9)} {int(4.5e9)} 50\n")
+    assert c.collect().workloads[0].sched_wait_seconds_total == 0.0  # their CPU seconds did not grow: not read
+    for pid in (1000, 1001):  # they ran: their schedstat is read, and holds what they did since
+        stat = tree / str(pid) / "stat"
+        fields = stat.read_text().split(" ")
+        fields[13] = str(int(fields[13]) + 100)
+        stat.write_text(" ".join(fields))
+    w = c.collect().workloads[0]
+    assert w.sched_run_seconds_total == pytest.approx(1.0) and w.sched_wait_seconds_total == pytest.approx(1.75)
+    assert set(w.pids) >= {1000, 1001, 1002, 1003}  # 1002 and 1003 have no schedstat: still members
+    (tree / "1001" / "schedstat").write_text("garbage\n")  # unparsable: that member is not read again, no error
+    stat = tree / "1001" / "stat"
+    fields = stat.read_text().split(" ")
+    fields[13] = str(int(fields[13]) + 100)
+    stat.write_text(" ".join(fields))
+    w = c.collect().workloads[0]
+    assert w.sched_run_seconds_total == pytest.approx(1.0) and 1001 in w.pids
+
+
+def test_the_cpus_a_workload_may_use_include_its_main_process_cpu_affinity():
+    """A cpuset (Slurm, Kubernetes' static CPU manager, taskset) limits the cores without a quota: the main process's
+    affinity (one sched_getaffinity, no file) is reported; unknown on a fixture tree (not this machine's processes)."""
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    token = f"headroom-test-{uuid.uuid4().hex[:8]}"
+    child = subprocess.Popen([sys.executable, "-c", "import os, time; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))});"
+                              " time.sleep(60)", token])
+    try:
+        c = ProcessesCollector(SourceContext(paths=Paths(), workloads=(profile("t", cmdline=token),)))
+        deadline = time.monotonic() + 10
+        while True:
+            w = c.collect().workloads[0]
+            if w.pids and w.cpus_allowed == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert w.pids == (child.pid,) and w.cpus_allowed == 1
+        c.close()
+    finally:
+        child.kill()
+        child.wait()
+    assert collector(profile("trainer", cmdline=r"train\.py")).collect().workloads[0].cpus_allowed is None
+
+
 def test_what_did_not_change_since_the_last_tick_is_the_last_ticks_object(tree: Path):
     """An idle member's CPU seconds, the pids and the children are kept once in the window, not once per sample;
     the sample still equals what a collector that never saw the previous tick reads."""
@@ -181,7 +336,7 @@ def test_what_did_not_change_since_the_last_tick_is_the_last_ticks_object(tree: 
     first = c.collect().workloads[0]
     second = c.collect().workloads[0]
     assert second.process_cpu_seconds is first.process_cpu_seconds
-    assert second.pids is first.pids and second.children is first.children
+    assert second.pids is first.pids and second.ranks is first.ranks
     stat = tree / "1001" / "stat"
     fields = stat.read_text().split(" ")
     fields[13] = str(int(fields[13]) + 100)  # a worker: utime + 1 s
@@ -194,9 +349,9 @@ def test_what_did_not_change_since_the_last_tick_is_the_last_ticks_object(tree: 
     assert dict(third.process_cpu_seconds) == dict(fresh.process_cpu_seconds) and third.pids == fresh.pids
 
 
-def test_a_hot_main_process_gets_its_threads_read_a_calm_one_does_not(tree: Path):
-    """Per-thread saturation where cheap: the main process's /proc/PID/task/TID/stat are read only on a tick where
-    it ran at HOT_CORES or more since the previous one (a few dozen reads then, none on a calm tick)."""
+def test_a_hot_rank_gets_its_threads_read_a_calm_one_does_not(tree: Path):
+    """Per-thread saturation where cheap: a rank's (here the main process's) /proc/PID/task/TID/stat are read only on
+    a tick where it ran at HOT_CORES or more since the previous one (a few dozen reads then, none on a calm tick)."""
     from headroom.simulation import ManualClock
 
     task = tree / "1000" / "task"
@@ -208,7 +363,7 @@ def test_a_hot_main_process_gets_its_threads_read_a_calm_one_does_not(tree: Path
     clock = ManualClock(10.0)
     c = ProcessesCollector(SourceContext(paths=Paths(procfs=tree, sysfs=SYS, rootfs=Path("/")),
                                          workloads=(profile("trainer", cmdline=r"train\.py"),), monotonic=clock))
-    assert dict(c.collect().workloads[0].main_thread_cpu_seconds) == {}  # no previous tick: no rate yet
+    assert dict(c.collect().workloads[0].rank_thread_cpu_seconds) == {}  # no previous tick: no rate yet
 
     def advance(seconds: float, cpu_ticks: int) -> dict:
         stat = tree / "1000" / "stat"
@@ -216,10 +371,10 @@ def test_a_hot_main_process_gets_its_threads_read_a_calm_one_does_not(tree: Path
         fields[13] = str(int(fields[13]) + cpu_ticks)
         stat.write_text(" ".join(fields))
         clock.advance(seconds)
-        return dict(c.collect().workloads[0].main_thread_cpu_seconds)
+        return {r: dict(tids) for r, tids in c.collect().workloads[0].rank_thread_cpu_seconds.items()}
 
     assert advance(1.0, 50) == {}  # 0.5 cores: calm, its threads are not read
-    assert advance(1.0, 95) == {1000: 301.0, 1010: 51.0}  # 0.95 cores: hot, each thread's utime + stime
+    assert advance(1.0, 95) == {1000: {1000: 301.0, 1010: 51.0}}  # 0.95 cores: hot, each thread's utime + stime
 
 
 def test_a_simulations_real_stand_ins_have_unknown_io_a_simulated_proc_has_its_own():
@@ -245,6 +400,8 @@ def test_a_simulations_real_stand_ins_have_unknown_io_a_simulated_proc_has_its_o
                     seen[name] = w
         assert seen["simulated"].read_bytes_total is None  # a real stand-in under a simulation: unknown
         assert seen["real"].read_bytes_total is not None  # the same process outside one: our own, readable
+        # its run-queue waits are this machine's (a CPU hog beside the tests), not the simulated host's: unknown too
+        assert seen["simulated"].sched_wait_seconds_total is None and seen["real"].sched_wait_seconds_total == 0.0
     finally:
         standin.kill()
         standin.wait()
@@ -509,7 +666,7 @@ def test_the_real_proc_finds_a_new_process_and_not_its_threads():
 
 
 def test_members_stat_and_io_stay_open_on_the_live_proc_and_close_when_they_exit(monkeypatch):
-    """On the agent's own /proc a member's stat and io are opened once and read again every tick (an open and
+    """On the agent's own /proc a member's stat, io and schedstat are opened once and read again every tick (an open and
     a close less per file and tick); past OPEN_MEMBER_FILES members the others are read by path; a member
     that exits is forgotten and its descriptors closed."""
     import subprocess
@@ -539,10 +696,10 @@ def test_members_stat_and_io_stay_open_on_the_live_proc_and_close_when_they_exit
         for _ in range(3):
             w = c.collect().workloads[0]
             assert w.pids == tuple(sorted(p.pid for p in procs)) and w.threads == 2
-        assert f"/proc/{kept}/stat" not in opened and f"/proc/{kept}/io" not in opened  # read through its descriptors
+        assert not {f"/proc/{kept}/{name}" for name in ("stat", "io", "schedstat")} & set(opened)  # its descriptors
         assert opened.count(f"/proc/{by_path}/stat") == 3  # past the cap: by path, every tick
         files = c._procs[kept].files
-        assert files is not None and files.open_descriptors == 2
+        assert files is not None and files.open_descriptors == 3
         procs[[p.pid for p in procs].index(kept)].kill()
         procs[[p.pid for p in procs].index(kept)].wait()
         assert c.collect().workloads[0].pids == (by_path,)

@@ -433,6 +433,16 @@ def test_pid_status_without_vm_lines_like_zombies_and_kernel_threads():
         procfs.parse_pid_status("Name:\tx\nUid:\t0\t0\t0\t0\n")
 
 
+def test_pid_schedstat_is_seconds_ran_and_waited_and_bad_text_is_one_clear_error():
+    st = procfs.parse_pid_schedstat("2500000000 750000000 1234\n")
+    assert (st.run_seconds, st.wait_seconds) == (2.5, 0.75)
+    for bad in ("", "12", "12 x 3"):
+        with pytest.raises(ValueError, match="schedstat"):
+            procfs.parse_pid_schedstat(bad)
+    live = procfs.read_pid_schedstat(Path("/proc"), os.getpid())
+    assert live is not None and live.run_seconds > 0  # this process has run
+
+
 def test_pid_io_fixture_and_missing_field():
     io = procfs.parse_pid_io((MODERN / "4242" / "io").read_text())
     assert io == procfs.PidIo(rchar=29876543210, wchar=1234567890, read_bytes=15032385536, write_bytes=1073741824)

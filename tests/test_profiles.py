@@ -223,10 +223,10 @@ IMPOSSIBLE = [
     ("fewer GPUs than the layout needs", SERVING, {"parallel": {"tensor": 4}}, ("gpus",), "needs 4"),
     ("vLLM setting on another runtime", SERVING, {"runtime": {"name": "tgi", "gpu_memory_utilization": 0.9}},
      ("runtime", "gpu_memory_utilization"), "vLLM setting"),
-    ("no way to attribute", SERVING, {"match": None, "gpus": None, "parallel": None}, ("match",),
+    ("no way to attribute", SERVING, {"match": None, "gpus": None, "parallel": None, "endpoint": None}, ("match",),
      "at least one match rule"),
-    ("empty match and no gpus", SERVING, {"match": {}, "gpus": None, "parallel": None}, ("match",),
-     "at least one match rule"),
+    ("empty match and no gpus", SERVING, {"match": {}, "gpus": None, "parallel": None, "endpoint": None}, ("match",),
+     "or a serving endpoint"),
     ("concurrency on training", QLORA, {"concurrency": 8}, ("concurrency",), "training.micro_batch"),
     ("KV cache precision on training", QLORA, {"kv_cache_precision": "fp8"}, ("kv_cache_precision",),
      "held by inference"),
@@ -344,3 +344,43 @@ def test_head_dim_is_kept_when_heads_times_head_dim_differs_from_hidden_size():
     d = with_(SERVING, architecture={"layers": 28, "heads": 16, "kv_heads": 16, "head_dim": 256, "hidden_size": 3072})
     arch = profile_from_dict(d).architecture
     assert (arch.effective_head_dim, arch.effective_hidden_size) == (256, 3072)
+
+
+def test_load_declares_what_headroom_probe_drives():
+    p = profile_from_dict(with_(SERVING, load={"input_tokens": {"typical": 256, "max": 1024, "distribution": "exponential"},
+                                               "output_tokens": 128, "concurrency": {"normal": 4, "peak": 16},
+                                               "rate": 2.5},
+                                slo={"error_rate": "1%"}))
+    assert (p.load.input_tokens.typical, p.load.input_tokens.max, p.load.input_tokens.distribution) == \
+        (256, 1024, "exponential")
+    assert p.load.output_tokens.typical == 128 and p.load.output_tokens.distribution == "fixed"
+    assert (p.load.concurrency.normal, p.load.concurrency.peak) == (4, 16)
+    assert (p.load.rate.normal, p.load.rate.peak) == (2.5, 2.5)
+    assert p.error_budget == 0.01 and p.slo == ()  # an error budget alone is no latency objective
+    assert profile_from_dict(with_(SERVING, slo={"error_rate": 0.05, "ttft_p95": "1s"})).error_budget == 0.05
+
+
+@pytest.mark.parametrize("load, slo, words", [
+    ({"concurrency": 0}, None, ("load", "concurrency", "normal")),
+    ({"concurrency": {"normal": 8, "peak": 2}}, None, ("load", "concurrency", "peak")),
+    ({"rate": -1}, None, ("load", "rate", "normal")),
+    ({"input_tokens": {"typical": 900, "max": 100}}, None, ("load", "input_tokens", "typical")),
+    ({"input_tokens": {"typical": 10, "distribution": "zipf"}}, None, ("load", "input_tokens", "distribution")),
+    ({"output_tokens": 10**9}, None, ("load", "output_tokens", "typical")),
+    ({"inputs": 5}, None, ("load", "inputs")),
+    (None, {"error_rate": "lots"}, ("slo", "error_rate")),
+    (None, {"error_rate": 1.5}, ("slo", "error_rate")),
+])
+def test_bad_load_and_error_budgets_are_refused_at_their_key(load, slo, words):
+    d = dict(SERVING)
+    if load is not None:
+        d["load"] = load
+    if slo is not None:
+        d["slo"] = slo
+    paths = [e.path for e in errors_of(d)]
+    assert words in paths, paths
+
+
+def test_load_is_for_kinds_that_generate_tokens():
+    paths = [e.path for e in errors_of({"name": "t", "kind": "training", "gpus": [0], "load": {"concurrency": 2}})]
+    assert ("load",) in paths

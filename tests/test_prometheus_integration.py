@@ -102,8 +102,44 @@ def serving_runtime():
     return f"http://127.0.0.1:{spec['port']}/metrics", close
 
 
-class Prometheus:
+class LoopbackServer:
+    """A real server process on a free loopback port, logging to a file, ready when ``/-/ready`` answers 200 (as
+    Prometheus and Alertmanager do); stopped with SIGTERM, then SIGKILL."""
+
+    name = "server"
+
+    def _start(self, argv: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        self.log = log_path.open("wb")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"{self.name} exited: " + self.log_path.read_text()[-3000:]
+            try:
+                if http_get(self.url + "/-/ready", timeout=1)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name} not ready: " + self.log_path.read_text()[-3000:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+class Prometheus(LoopbackServer):
     """A real `prometheus` on a free loopback port, storing into a temporary directory."""
+
+    name = "prometheus"
 
     def __init__(self, tmp: Path, target: str, config: dict | None = None) -> None:
         assert shutil.which("prometheus"), "prometheus missing: `make test` installs Debian's prometheus package"
@@ -115,24 +151,8 @@ class Prometheus:
             "scrape_configs": [{"job_name": "headroom", "static_configs": [{"targets": [target]}]}],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-        self.log = (tmp / "prometheus.log").open("wb")
-        self.proc = subprocess.Popen(
-            ["prometheus", f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        self.log_path = tmp / "prometheus.log"
-
-    def wait_ready(self, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, "prometheus exited: " + self.log_path.read_text()[-3000:]
-            try:
-                if http_get(self.url + "/-/ready", timeout=1)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError("prometheus not ready: " + self.log_path.read_text()[-3000:])
+        self._start(["prometheus", f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+                     f"--web.listen-address=127.0.0.1:{self.port}"], tmp / "prometheus.log")
 
     def api(self, path: str, **params: str) -> dict:
         """The decoded JSON answer of a Prometheus API call (errors included, for the caller to judge)."""
@@ -143,16 +163,6 @@ class Prometheus:
 
     def query(self, expr: str) -> dict:
         return self.api("/api/v1/query", query=expr)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 def wait_for(prom: Prometheus, expr: str, timeout: float) -> None:
@@ -226,19 +236,69 @@ DCGM_DASHBOARD_QUERIES = (
     ("GPU Framebuffer Mem Used", 'DCGM_FI_DEV_FB_USED{instance=~"$instance", gpu=~"$gpu"}'),
     ("Tensor Core Utilization", 'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{instance=~"$instance", gpu=~"$gpu"}'),
 )
-DCGM_DASHBOARD_VARIABLES = ("label_values(DCGM_FI_DEV_GPU_TEMP, instance)", "label_values(DCGM_FI_DEV_GPU_TEMP, gpu)")
+# The same panels under dcgm-exporter 4.9's names and base units (hertz: no "* 1000000"; a 0-1 ratio; bytes), the
+# form a dashboard moved to 4.9 queries; 4.10's dashboard adds {{hostname}} to its legends, so the series must
+# carry hostname.
+DCGM_4_9_DASHBOARD_QUERIES = (
+    ("GPU Temperature", 'DCGM_FI_DEV_GPU_TEMP_CELSIUS{instance=~"$instance", gpu=~"$gpu"}'),
+    ("GPU Avg. Temp", 'avg(DCGM_FI_DEV_GPU_TEMP_CELSIUS{instance=~"$instance", gpu=~"$gpu"})'),
+    ("GPU Power Usage", 'DCGM_FI_DEV_BOARD_POWER_WATTS{instance=~"$instance", gpu=~"$gpu"}'),
+    ("GPU Power Total", 'sum(DCGM_FI_DEV_BOARD_POWER_WATTS{instance=~"$instance", gpu=~"$gpu"})'),
+    ("GPU SM Clocks", 'DCGM_FI_DEV_SM_CLOCK_HERTZ{instance=~"$instance", gpu=~"$gpu"}'),
+    ("GPU Utilization", 'DCGM_FI_DEV_GPU_UTIL_RATIO{instance=~"$instance", gpu=~"$gpu"}'),
+    ("GPU Framebuffer Mem Used", 'DCGM_FI_DEV_FB_USED_BYTES{instance=~"$instance", gpu=~"$gpu"}'),
+    ("Tensor Core Utilization", 'DCGM_FI_PROF_TENSOR_UTIL_RATIO{instance=~"$instance", gpu=~"$gpu"}'),
+)
+DCGM_GENERATIONS = {
+    "pre-4.9": (DCGM_DASHBOARD_QUERIES, ("label_values(DCGM_FI_DEV_GPU_TEMP, instance)",
+                                         "label_values(DCGM_FI_DEV_GPU_TEMP, gpu)")),
+    "4.9": (DCGM_4_9_DASHBOARD_QUERIES, ("label_values(DCGM_FI_DEV_GPU_TEMP_CELSIUS, instance)",
+                                         "label_values(DCGM_FI_DEV_GPU_TEMP_CELSIUS, gpu)",
+                                         "label_values(DCGM_FI_DEV_GPU_TEMP_CELSIUS, hostname)")),
+}
 DCGM_NO_EQUIVALENT = {"Tensor Core Utilization": "tensor pipe activity is a DCGM profiling metric headroom does not read "
                                                  "(docs/migrating-from-dcgm-exporter.md)"}
+# recorded dcgm-exporter series -> (the headroom series it comes from, the factor into dcgm-exporter's unit), by hand:
+# MHz = Hz / 1e6, MiB = bytes / 2^20, % = ratio * 100, mJ = J * 1000; from 4.9 the units are headroom's own
+DCGM_VALUES = {
+    "pre-4.9": {
+        "DCGM_FI_DEV_SM_CLOCK": ("headroom_gpu_sm_clock_hertz", 1e-6),
+        "DCGM_FI_DEV_MEM_CLOCK": ("headroom_gpu_memory_clock_hertz", 1e-6),
+        "DCGM_FI_DEV_FB_USED": ("headroom_gpu_memory_used_bytes", 1 / 1048576),
+        "DCGM_FI_DEV_FB_FREE": ("headroom_gpu_memory_free_bytes", 1 / 1048576),
+        "DCGM_FI_DEV_GPU_UTIL": ("headroom_gpu_utilization_ratio", 100),
+        "DCGM_FI_DEV_MEM_COPY_UTIL": ("headroom_gpu_memory_utilization_ratio", 100),
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("headroom_gpu_energy_joules_total", 1000),
+        "DCGM_FI_DEV_POWER_USAGE": ("headroom_gpu_power_watts", 1),
+        "DCGM_FI_DEV_GPU_TEMP": ("headroom_gpu_temperature_celsius", 1),
+    },
+    "4.9": {
+        "DCGM_FI_DEV_SM_CLOCK_HERTZ": ("headroom_gpu_sm_clock_hertz", 1),
+        "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ": ("headroom_gpu_memory_clock_hertz", 1),
+        "DCGM_FI_DEV_FB_USED_BYTES": ("headroom_gpu_memory_used_bytes", 1),
+        "DCGM_FI_DEV_FB_CAPACITY_BYTES": ("headroom_gpu_memory_size_bytes", 1),
+        "DCGM_FI_DEV_GPU_UTIL_RATIO": ("headroom_gpu_utilization_ratio", 1),
+        "DCGM_FI_DEV_MEMORY_UTIL_RATIO": ("headroom_gpu_memory_utilization_ratio", 1),
+        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL": ("headroom_gpu_energy_joules_total", 1),
+        "DCGM_FI_DEV_BOARD_POWER_WATTS": ("headroom_gpu_power_watts", 1),
+        "DCGM_FI_DEV_GPU_TEMP_CELSIUS": ("headroom_gpu_temperature_celsius", 1),
+    },
+}
+# the labels of each generation's series (dcgm-exporter's own), beside instance, job and gpu
+DCGM_LABELS = {"pre-4.9": {"UUID", "modelName", "device", "DCGM_FI_DRIVER_VERSION", "Hostname", "hostname"},
+               "4.9": {"UUID", "modelName", "device", "DCGM_FI_SYSTEM_DRIVER_VERSION", "hostname"}}
 
 
-def test_dcgm_exporter_dashboard_queries_find_data_through_the_compat_rules(stack):
+@pytest.mark.parametrize("generation", DCGM_GENERATIONS)
+def test_dcgm_exporter_dashboard_queries_find_data_through_the_compat_rules(stack, generation):
     prom, instance = stack
-    for variable in DCGM_DASHBOARD_VARIABLES:
+    queries, variables = DCGM_GENERATIONS[generation]
+    for variable in variables:
         selector, label = variable.removeprefix("label_values(").removesuffix(")").split(", ")
         values = {s["metric"].get(label) for s in prom.query(selector)["data"]["result"]} - {None}
         assert values, f"dashboard variable {variable} finds no values"
     errors, empty, stale = [], [], []
-    for title, expr in DCGM_DASHBOARD_QUERIES:
+    for title, expr in queries:
         answer = prom.query(expr.replace("$instance", instance).replace("$gpu", ".*"))
         if answer.get("status") != "success":
             errors.append(f"{title}: {answer.get('error')}")
@@ -247,11 +307,39 @@ def test_dcgm_exporter_dashboard_queries_find_data_through_the_compat_rules(stac
         elif answer["data"]["result"] and title in DCGM_NO_EQUIVALENT:
             stale.append(f"{title} has data now: remove it from DCGM_NO_EQUIVALENT")
     assert not errors and not empty and not stale, (errors, empty, stale)
-    # dcgm-exporter's units and labels, not headroom's
-    util = prom.query(f'DCGM_FI_DEV_GPU_UTIL{{instance="{instance}"}}')["data"]["result"]
-    assert all(0 <= float(s["value"][1]) <= 100 for s in util) and any(float(s["value"][1]) > 1 for s in util)
-    assert all({"gpu", "UUID", "modelName", "device", "Hostname"} <= set(s["metric"]) for s in util)
-    assert all("uuid" not in s["metric"] and s["metric"]["Hostname"] == "127.0.0.1" for s in util)
+    # dcgm-exporter's labels, not headroom's
+    name = next(iter(DCGM_VALUES[generation]))
+    series = prom.query(f'{name}{{instance="{instance}"}}')["data"]["result"]
+    other = set().union(*DCGM_LABELS.values()) - DCGM_LABELS[generation]
+    assert series and all(DCGM_LABELS[generation] <= set(s["metric"]) for s in series), series
+    assert all(not other & set(s["metric"]) and "uuid" not in s["metric"] for s in series), series
+    assert all(s["metric"]["hostname"] == "127.0.0.1" for s in series)
+
+
+@pytest.mark.parametrize("generation", DCGM_VALUES)
+def test_dcgm_exporter_compat_values_are_headrooms_in_dcgm_exporters_unit(stack, generation):
+    """Each recorded value, at its evaluation time, is the headroom sample it was computed from times the unit
+    factor (one of the last samples: a scrape may land just after the evaluation read)."""
+    prom, instance = stack
+    nonzero = 0
+    for name, (source, factor) in DCGM_VALUES[generation].items():
+        recorded = prom.query(f'{name}{{instance="{instance}"}}')["data"]["result"]
+        assert recorded, f"{name}: no data"
+        for s in recorded:
+            gpu, at = s["metric"]["gpu"], s["value"][0]
+            stamp = prom.api("/api/v1/query", query=f'timestamp({name}{{instance="{instance}", gpu="{gpu}"}})',
+                             time=str(at))["data"]["result"][0]["value"][1]
+            value = float(prom.api("/api/v1/query", query=f'{name}{{instance="{instance}", gpu="{gpu}"}}',
+                                   time=stamp)["data"]["result"][0]["value"][1])
+            raw = prom.api("/api/v1/query", query=f'max by (gpu) ({source}{{instance="{instance}", gpu="{gpu}"}})',
+                           time=stamp)["data"]["result"]
+            window = prom.api("/api/v1/query", query=f'{source}{{instance="{instance}", gpu="{gpu}"}}[3s]',
+                              time=stamp)["data"]["result"]
+            candidates = [float(raw[0]["value"][1])] + [float(v) for w in window for _, v in w["values"]]
+            assert any(abs(value - c * factor) <= 1e-9 * max(1.0, abs(c * factor)) for c in candidates), (
+                f"{name} gpu {gpu} = {value}, headroom {source} x {factor} = {[c * factor for c in candidates]}")
+            nonzero += value != 0
+    assert nonzero, "every value was 0: the check proves nothing"
 
 
 def test_every_dashboard_query_returns_data(stack):

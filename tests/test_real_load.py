@@ -37,6 +37,20 @@ gpus:
 BURN = "import sys, time\nwhile True:\n    pass\n"
 
 
+def forking_trainer(workers: int, burn: bool) -> str:
+    """Python code for a trainer that forks ``workers`` children without exec (a fork-started DataLoader's workers:
+    the trainer's own argv and comm), each burning a core or sleeping, and sleeps; its process group ends them."""
+    work = "while True:\n                pass" if burn else "time.sleep(120)"
+    return ("import os, time\n"
+            f"for _ in range({workers}):\n"
+            "    if os.fork() == 0:\n"
+            "        try:\n"
+            f"            {work}\n"
+            "        finally:\n"
+            "            os._exit(0)\n"
+            "time.sleep(120)\n")
+
+
 def config(tmp_path: Path, extra: str = "") -> Path:
     cfg = tmp_path / "config.yaml"
     cfg.write_text(f"""\
@@ -86,13 +100,9 @@ def gpu_scenario(tmp_path):
 
 def test_real_processes_saturating_the_cpu_while_the_gpu_waits_is_cpu(tmp_path, gpu_scenario, agent_factory):
     marker = f"headroom-test-trainer-{os.getpid()}"
-    # the trainer and its two DataLoader workers: real processes, children of the trainer, burning CPU
-    trainer_code = (
-        "import subprocess, sys, time\n"
-        f"kids = [subprocess.Popen([sys.executable, '-c', {BURN!r}, 'worker']) for _ in range(2)]\n"
-        "try:\n    time.sleep(120)\nfinally:\n    [k.kill() for k in kids]\n"
-    )
-    trainer = subprocess.Popen([sys.executable, "-c", trainer_code, marker], start_new_session=True)
+    # the trainer and its two DataLoader workers: real processes forked by the trainer (as a DataLoader forks them:
+    # no exec, the trainer's own command line), burning CPU; found as its workers (docs/workload-identity.md)
+    trainer = subprocess.Popen([sys.executable, "-c", forking_trainer(2, burn=True), marker], start_new_session=True)
     try:
         # other disk traffic on this machine is not the test's to control: disk_io must not read it
         cfg = config(tmp_path, "collectors:\n  disk:\n    enabled: false\n")
@@ -113,7 +123,8 @@ def test_a_real_tmpfs_filled_to_its_limit_with_dataloader_workers_is_shared_memo
     shm.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(shm)], check=True)
     marker = f"headroom-test-trainer-{os.getpid()}"
-    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker], start_new_session=True)
+    # a sleeping trainer with two forked DataLoader workers (they would pass batches through the tmpfs)
+    trainer = subprocess.Popen([sys.executable, "-c", forking_trainer(2, burn=False), marker], start_new_session=True)
     # neighbours saturating the host's CPUs (as other test runs on a CI host do): the sleeping trainer uses none of
     # it, so the host-wide CPU is not its bottleneck and cannot tie with the full tmpfs (issue 12, classes 1 and 6)
     neighbours = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(os.cpu_count() or 1)]

@@ -83,3 +83,45 @@ def test_sighup_reloads_and_a_bad_file_keeps_the_old_config(tmp_path, agent_fact
     failed = [e for e in events if e["event"] == "config_reload_failed"]
     assert len(failed) == 1
     assert failed[0]["errors"] == [f"{cfg}:2:20: agent.sample_interval: must be >= 50ms; got 0s"]
+
+
+def test_a_stop_signal_that_lands_inside_a_log_line_does_not_deadlock():
+    """SIGINT/SIGTERM arrive between two bytecodes of the main thread, which may be writing a log line and holding
+    the logger's write lock (not reentrant). The handler logged, so it waited on that lock forever: `make demo`'s
+    Ctrl-C hung about 1 in 15 times (the main thread inside "listening"'s line). Here the stream itself calls the
+    handler in the middle of a write, as the signal did."""
+    from headroom import logs
+    from headroom.daemon import Agent
+
+    agent = Agent.__new__(Agent)  # only what the handler touches
+    agent._stop, agent._stop_signal = threading.Event(), None
+
+    class Stream:
+        def __init__(self) -> None:
+            self.text, self.fired = "", False
+
+        def write(self, text: str) -> int:
+            if not self.fired:
+                self.fired = True
+                agent.request_stop(signal.SIGINT)  # the signal lands inside this line's write
+            self.text += text
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    stream = Stream()
+    logs.configure("info", "json", stream=stream)
+    done = threading.Event()
+
+    def log_a_line() -> None:
+        import structlog
+
+        structlog.get_logger("headroom.test").info("listening", url="http://127.0.0.1:9/")
+        done.set()
+
+    t = threading.Thread(target=log_a_line, daemon=True)
+    t.start()
+    assert done.wait(5.0), "the stop handler deadlocked on the logger's lock"
+    assert agent._stop.is_set() and agent._stop_signal == "SIGINT"
+    assert '"listening"' in stream.text

@@ -153,7 +153,8 @@ def test_each_workload_value_lands_in_its_own_series():
     cgroup = SimpleNamespace(cpu_user_seconds_total=11.5, cpu_system_seconds_total=12.5, memory_bytes=13,
                              pressure_some_avg10={"memory": 0.14, "cpu": 0.15})
     measured = SimpleNamespace(processes=1, threads=2, cpu_user_seconds_total=3.5, cpu_system_seconds_total=4.5,
-                               resident_memory_bytes=5, read_bytes_total=6, written_bytes_total=7, cgroup=cgroup)
+                               resident_memory_bytes=5, read_bytes_total=6, written_bytes_total=7, cgroup=cgroup,
+                               sched_wait_seconds_total=28.5, sched_run_seconds_total=29.5, cpus_allowed=30)
     st = SimpleNamespace(name="w", kind="training", model="m", precision="bf16", runtime="torch", source="declared",
                          job="j", team="t", measured=measured, dataloader_workers=8,
                          gpus=(SimpleNamespace(index=0, memory_used_bytes=9, utilization_ratio=0.10),),
@@ -181,6 +182,8 @@ def test_each_workload_value_lands_in_its_own_series():
         f'headroom_workload_cpu_seconds_total{{{w_},mode="system"}}': "4.5",
         f"headroom_workload_resident_memory_bytes{{{w_}}}": "5", f"headroom_workload_read_bytes_total{{{w_}}}": "6",
         f"headroom_workload_written_bytes_total{{{w_}}}": "7",
+        f"headroom_workload_cpu_wait_seconds_total{{{w_}}}": "28.5",
+        f"headroom_workload_cpu_run_seconds_total{{{w_}}}": "29.5", f"headroom_workload_cpus_allowed{{{w_}}}": "30",
         f'headroom_workload_cgroup_cpu_seconds_total{{{w_},mode="user"}}': "11.5",
         f'headroom_workload_cgroup_cpu_seconds_total{{{w_},mode="system"}}': "12.5",
         f"headroom_workload_cgroup_memory_bytes{{{w_}}}": "13",

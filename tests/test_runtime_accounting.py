@@ -7,7 +7,7 @@ import pytest
 
 from headroom.workload.profiles import profile_from_dict
 from headroom.workload.serving_memory import kv_layout, vllm_kv, vllm_rules
-from headroom.workload.sizing import DEFAULTS, SizingError, estimate, inference_activation_bytes
+from headroom.workload.sizing import DEFAULTS, SizingError, estimate, format_table, inference_activation_bytes
 
 GIB = 2**30
 MIB = 2**20
@@ -152,7 +152,8 @@ def test_sglang_default_on_a_large_gpu_leaves_18_gib():
 
 
 @pytest.mark.parametrize(("version", "wiggle", "block", "logit_bytes"),
-                         [("1.0.0", 1.0, 16, 4), ("2.2.0", 0.95, 16, 2), ("2.4.0", 0.90, 1, 2), ("3.1.0", 0.93, 1, 2)])
+                         [("1.0.0", 1.0, 16, 4), ("2.0.4", 0.95, 16, 4), ("2.2.0", 0.95, 16, 4), ("2.3.1", 0.95, 1, 4),
+                          ("2.4.0", 0.90, 1, 2), ("3.1.0", 0.93, 1, 2)])  # fmt: skip
 def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks(version, wiggle, block, logit_bytes):
     """TGI's warmup (flash_causal_lm.py): a prefill of max_batch_prefill_tokens that returns logprobs of every
     prompt token, then free memory x TGI_WIGGLE_ROOM (by version) // block bytes + the warm-up's own blocks."""
@@ -161,7 +162,9 @@ def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks(version, wiggl
                            "runtime": {"name": "tgi", "version": version}}, attributable=False)  # fmt: skip
     r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
     forward = inference_activation_bytes(4096, 0, 4096, 14336)
-    logits = 4096 * 128256 * logit_bytes  # 16-bit logits (and 1.x's log-softmax copy) of 4096 prompt tokens
+    # 16-bit logits of 4096 prompt tokens and, before 2.4, torch.log_softmax(out, -1)'s copy (v2.2.0
+    # flash_causal_lm.py:1504; in place from v2.4.0 :2046)
+    logits = 4096 * 128256 * logit_bytes
     non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
     block_bytes = 32 * block * 2 * 8 * 128 * 2
     held = 4096 // block
@@ -172,7 +175,11 @@ def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks(version, wiggl
 
 @pytest.mark.parametrize(("fixture", "version", "context"), [("gemma-3-27b", "0.10.1", 32768), ("gemma-2-9b", "0.10.1", 8192),
                                                             ("mistral-7b-v0.1", "0.10.1", 16384), ("llama-3-8b", "0.10.1", 8200),
-                                                            ("llama-3-8b", "0.8.5", 8192), ("qwen2.5-7b", "0.6.3", 4096)])  # fmt: skip
+                                                            ("llama-3-8b", "0.8.5", 8192), ("qwen2.5-7b", "0.6.3", 4096),
+                                                            ("gemma-2-9b", "0.32.0", 8192),
+                                                            ("nemotron-nano-9b-v2", "0.32.0", 32768),
+                                                            ("qwen3-next-80b-a3b", "0.32.0", 32768),
+                                                            ("jamba-v0.1", "0.32.0", 16384)])  # fmt: skip
 def test_fits_agrees_with_the_concurrency_vllm_reports(fixture, version, context):
     """The declared load is sized the way vLLM sets KV blocks aside per request (sliding-window blocks,
     hybrid groups), so the largest concurrency that fits is the whole part of what vLLM prints."""
@@ -182,9 +189,12 @@ def test_fits_agrees_with_the_concurrency_vllm_reports(fixture, version, context
 
     fields = read_model_config(ROOT / "tests" / "fixtures" / "hf" / fixture).fields
     fields |= {"precision": "bf16", "compute_precision": "bf16"}
+    big = fixture in ("qwen3-next-80b-a3b", "jamba-v0.1")  # 80B / 52B: tensor parallel 4 on H100s
     p = profile_from_dict({"name": "s", "kind": "inference", "context": context, **fields,
+                           "parallel": {"tensor": 4 if big else 1}, **({"params": "80B"} if big else {}),
                            "runtime": {"name": "vllm", "version": version}}, attributable=False)  # fmt: skip
     e = estimate(p, gpu_memory_bytes=int(79.19 * GIB))
+    assert e.max_concurrency > 1
     assert e.max_concurrency_at_max_context == int(e.max_concurrency)
 
 
@@ -201,8 +211,10 @@ def test_a100s_keep_the_small_serve_defaults_from_0_9():
 
 
 def test_a_newer_vllm_than_the_ones_read_is_sized_with_a_note():
-    e = estimate(serve("0.21.0", 8192), gpu_memory_bytes=80 * GIB)
-    assert any("newer than the versions read" in n for n in e.notes)
+    e = estimate(serve("0.33.0", 8192), gpu_memory_bytes=80 * GIB)
+    assert any("newer than the versions read (up to 0.32)" in n for n in e.notes)
+    e = estimate(serve("0.21.0", 8192), gpu_memory_bytes=80 * GIB)  # released between two versions read
+    assert any("0.21.0 was not read (between 0.19 and 0.32): 0.17-0.19 (V1) accounting assumed" in n for n in e.notes)
 
 
 def test_vllm_0_7_aligns_mla_entries_and_keeps_the_absorbed_matrices():
@@ -236,3 +248,117 @@ def test_tgi_warmup_logits_at_tensor_parallel_add_the_local_shard():
     r = estimate(p, gpu_memory_bytes=80 * GIB, gpus=2).runtime_report
     logits = 10049 * 128256 * 2
     assert r["activation_bytes"] == logits + logits // 2
+
+
+NEMOTRON_STATE = 12288 // 1 * 3 * 2 + 128 * 80 * 128 * 4  # conv (10240 + 2 x 8 x 128, 3) bf16 + SSM fp32
+
+
+def test_vllm_0_32_pages_a_mamba2_hybrid_with_its_attention_layers():
+    """NVIDIA Nemotron Nano 9B v2 (4 attention + 27 Mamba2 layers of 56) as vLLM 0.32 pages it: the attention block
+    is the smallest multiple of 16 whose page (4 096 B per token) holds a 5 316 608-byte Mamba state: 16 x
+    cdiv(5316608, 16 x 4096) = 1312 tokens (platforms/interface.py:1079-1095); layers grouped by 4 (1 attention
+    group, 27 Mamba layers padded to 7 groups: kv_cache_utils.py:1466-1500); blocks = memory // (4 x page); a
+    request at 32 768 tokens takes cdiv(32768, 1312) = 25 attention blocks and 3 per Mamba group (align mode,
+    Mamba2's prefill checkpoint); the printed tokens are int(concurrency x max_model_len) (kv_cache_utils.py:2300)."""
+    from headroom.workload.modelconfig import read_model_config
+    from headroom.workload.serving_memory import StateGroup, vllm_state_block_size
+
+    from conftest import ROOT
+
+    fields = read_model_config(ROOT / "tests" / "fixtures" / "hf" / "nemotron-nano-9b-v2").fields
+    p = profile_from_dict({"name": "n", "kind": "inference", "context": 32768, "params": "8.9B", **fields,
+                           "runtime": {"name": "vllm", "version": "0.32.0"}}, attributable=False)  # fmt: skip
+    e = estimate(p, gpu_memory_bytes=int(79.19 * GIB))
+    r = e.runtime_report
+    assert r["block_size"] == 1312
+    page = 1312 * 2 * 8 * 128 * 2
+    assert r["blocks"] == r["kv_available_bytes"] // (4 * page)
+    assert r["max_concurrency"] == pytest.approx(r["blocks"] / (25 + 7 * 3))
+    assert r["kv_tokens"] == int(r["blocks"] / 46 * 32768)
+    layout = kv_layout(56, 8, 128, 16, kv_layers=4)
+    hybrid = type(layout)(layout.groups, "", StateGroup(27, NEMOTRON_STATE, 3))
+    assert vllm_state_block_size(hybrid, 16) == 1312
+    assert vllm_kv(vllm_rules("0.32.0")[0], hybrid, 10 * GIB, 1312, 32768, 8192)[0] == 10 * GIB // (4 * page)
+
+
+def test_vllm_0_32_prints_sliding_window_capacity_from_the_concurrency():
+    """Gemma 2 9B: 0.19 printed blocks // groups x 16; 0.32 prints int(max concurrency x max_model_len)
+    (v1/core/kv_cache_utils.py:2300-2309), larger when sliding-window layers hold only their window."""
+    layout = kv_layout(42, 8, 256, 16, sliding_window=4096, sliding_layers=21)
+    old = vllm_kv(vllm_rules("0.19.0")[0], layout, 20 * GIB, 16, 8192, 8192)
+    new = vllm_kv(vllm_rules("0.32.0")[0], layout, 20 * GIB, 16, 8192, 8192)
+    assert old[0] == new[0] and old[2] == new[2]
+    assert old[1] == old[0] // 2 * 16 and new[1] == int(new[0] / (512 + 513) * 8192)
+
+
+def test_hybrid_models_are_refused_with_the_missing_piece_named():
+    from headroom.workload.modelconfig import read_model_config
+
+    from conftest import ROOT
+
+    fields = read_model_config(ROOT / "tests" / "fixtures" / "hf" / "qwen3-next-80b-a3b").fields
+    base = {"name": "q", "kind": "inference", "context": 32768, "params": "80B", **fields,
+            "parallel": {"tensor": 4}}  # fmt: skip
+    with pytest.raises(SizingError, match=r"vLLM 0.17-0.19 \(V1\): hybrid layout \(attention \+ gated-delta-net"
+                                          r" layers\): this version's state pages were not read") as exc:
+        estimate(profile_from_dict(base | {"runtime": {"name": "vllm", "version": "0.19.0"}}, attributable=False),
+                 gpu_memory_bytes=80 * GIB)  # fmt: skip
+    assert exc.value.missing == ("runtime.version",)
+    with pytest.raises(SizingError, match="hybrid layout .attention . recurrent layers. is not modelled") as exc:
+        estimate(profile_from_dict(base | {"runtime": "sglang"}, attributable=False), gpu_memory_bytes=80 * GIB)
+    shapeless = base | {"architecture": {k: v for k, v in fields["architecture"].items() if not k.startswith("state")},
+                        "runtime": {"name": "vllm", "version": "0.32.0"}}  # fmt: skip
+    with pytest.raises(SizingError, match="without the state's shape: give architecture.state_kind") as exc:
+        estimate(profile_from_dict(shapeless, attributable=False), gpu_memory_bytes=80 * GIB)
+    assert exc.value.missing == ("architecture.state_kind",)
+    odd = base | {"parallel": {"tensor": 3}, "architecture": fields["architecture"] | {"heads": 15, "kv_heads": 3}}
+    with pytest.raises(SizingError, match="parallel.tensor: 3 does not divide the recurrent state's state_conv_dim"):
+        estimate(profile_from_dict(odd, attributable=False), gpu_memory_bytes=80 * GIB)
+
+
+def test_online_fp8_keeps_embeddings_lm_head_and_norms_in_16_bits():
+    """vLLM --quantization fp8 on a BF16 checkpoint (0.32 quantization/fp8.py:177-208): LinearBase layers in FP8;
+    the embedding, the LM head and the 65 RMSNorm weights of Llama 3.1 8B stay BF16."""
+    p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "fp8",
+                           "compute_precision": "bf16", "architecture": LLAMA31_8B, "context": 8192},
+                          attributable=False)  # fmt: skip
+    sixteen = 2 * 128256 * 4096 + 65 * 4096
+    assert estimate(p, gpu_memory_bytes=80 * GIB).component("weights") == (8_030_261_248 - sixteen) + 2 * sixteen
+
+
+TINY = {"layers": 2, "heads": 2, "kv_heads": 1, "head_dim": 64, "hidden_size": 128, "intermediate_size": 256,
+        "vocab_size": 512}  # fmt: skip
+
+
+def cpu_serve(context, **runtime):
+    return profile_from_dict({"name": "c", "kind": "cpu-inference", "params": 426_624, "precision": "bf16",
+                              "architecture": TINY, "context": context,
+                              "runtime": {"name": "vllm", "version": "0.32.0", **runtime}}, attributable=False)  # fmt: skip
+
+
+def test_vllm_cpu_build_cuts_its_kv_cache_memory_into_128_token_blocks():
+    """vLLM 0.32 on CPU, 48 MiB (--kv-cache-memory-bytes): pages of 128 tokens x 256 B x 2 layers -> 768 blocks;
+    at max_model_len 500 a request takes cdiv(500, 128) = 4, so 192.00x and int(192 x 500) = 96 000 tokens: what
+    the real CPU build printed for this model (tests/test_real_vllm_sizing.py)."""
+    e = estimate(cpu_serve(500, kv_cache_memory_bytes="48MiB"), gpu_memory_bytes=16 * GIB)
+    r = e.runtime_report
+    assert (r["block_size"], r["blocks"], r["kv_tokens"]) == (128, 768, 96_000)
+    assert r["max_concurrency"] == pytest.approx(192.0) and e.kv_capacity_tokens == 96_000
+    assert "CPU KV cache size: 96,000 tokens (768 blocks of 128)" in format_table(e)
+    without = estimate(cpu_serve(500), gpu_memory_bytes=16 * GIB)
+    assert without.runtime_report is None
+    assert any("give runtime.kv_cache_memory_bytes" in n for n in without.notes)
+
+
+def test_kv_cache_memory_bytes_replaces_the_profiled_budget_on_a_gpu_and_is_a_vllm_setting():
+    e = estimate(serve("0.32.0", 8192, kv_cache_memory_bytes=4 * GIB), gpu_memory_bytes=80 * GIB)
+    page = 16 * 2 * 8 * 128 * 2
+    assert e.runtime_report["blocks"] == 4 * GIB // page // 32
+    from headroom.workload.profiles import ProfileErrors
+
+    with pytest.raises(ProfileErrors, match="kv_cache_memory_bytes is a vLLM setting"):
+        profile_from_dict({"name": "s", "kind": "inference", "runtime": {"name": "tgi", "kv_cache_memory_bytes": "4GiB"},
+                           "gpus": [0]})  # fmt: skip
+    with pytest.raises(ProfileErrors, match="kv_cache_memory_bytes"):
+        profile_from_dict({"name": "s", "kind": "inference", "runtime": {"name": "vllm", "kv_cache_memory_bytes": "lots"},
+                           "gpus": [0]})  # fmt: skip

@@ -209,3 +209,98 @@ def test_window_is_bounded_by_its_duration():
         assert s.snapshot.ticks == 40
     finally:
         s.stop()
+
+
+class _SteppedClock:
+    """A clock the test moves: a collector's collect() takes ``durations[i]`` of it at tick i, and the loop's wait for
+    its next slot wakes ``late[i]`` after the slot, as a starved sampler thread does on a saturated host."""
+
+    def __init__(self, durations, late):
+        self.now, self.durations, self.late, self.ticks, self.waits = 0.0, list(durations), list(late), 0, 0
+        self._set = False
+
+    def __call__(self):
+        return self.now
+
+    # the sampler's stop event: wait() advances the clock instead of sleeping, and stops the loop after the last tick
+    def is_set(self):
+        return self._set
+
+    def set(self):
+        self._set = True
+
+    def wait(self, seconds):
+        self.now += seconds + self.late[self.waits]
+        self.waits += 1
+        if self.waits >= len(self.durations):
+            self._set = True
+        return self._set
+
+
+class _Taking(Collector):
+    name = "memory"
+
+    def __init__(self, ctx, clock):
+        super().__init__(ctx)
+        self.clock = clock
+
+    def collect(self):
+        self.clock.now += self.clock.durations[self.clock.ticks]
+        self.clock.ticks += 1
+        return MemorySample(total_bytes=100, available_bytes=60, free_bytes=50)
+
+
+def _gauge(text: str, name: str) -> float | None:
+    import re
+
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    return None if m is None else float(m.group(1))
+
+
+def test_tick_lateness_and_missed_slots_are_measured_against_the_schedule():
+    """Tick 2 wakes 0.3 s after its slot (a starved thread), tick 3 then runs 2.5 s (two slots pass): the snapshots
+    say so, in the exposition and in /api/v1/status, and the on-time ticks say 0."""
+    import pytest
+
+    from headroom.exposition import landing
+
+    clock = _SteppedClock(durations=[0.01, 0.01, 2.5, 0.01], late=[0.0, 0.3, 0.0, 0.0])
+    snaps = []
+    s = Sampler(render=render_exposition, collectors=[_Taking(SourceContext(), clock)], interval=1.0,
+                collector_timeout=100.0, clock=clock, on_snapshot=snaps.append)
+    s._stop = clock
+    try:
+        s.run()
+    finally:
+        s.stop()
+    assert [round(x.timing.lateness_seconds, 6) for x in snaps] == [0.0, 0.0, 0.3, 0.0]
+    assert [x.timing.missed_total for x in snaps] == [0, 0, 0, 2]  # tick 3 ran from 2.3 to 4.8: slots 3 and 4 skipped
+    text = [x.exposition.decode() for x in snaps]
+    assert _gauge(text[1], "headroom_sample_lateness_seconds") == 0.0
+    assert _gauge(text[2], "headroom_sample_lateness_seconds") == pytest.approx(0.3)
+    assert _gauge(text[2], "headroom_samples_missed_total") == 0
+    last = text[3]
+    assert _gauge(last, "headroom_sample_lateness_seconds") == 0.0
+    assert _gauge(last, "headroom_sample_lateness_max_seconds") == pytest.approx(0.3)  # still in the 60 s window
+    assert _gauge(last, "headroom_sample_duration_max_seconds") == pytest.approx(2.5)
+    assert _gauge(last, "headroom_samples_missed_total") == 2
+    agent = landing.status(s, snaps[-1])["agent"]
+    assert agent["ticks_in_window"] == 4 and agent["missed_ticks_total"] == 2
+    assert agent["tick_lateness_seconds"]["max"] == pytest.approx(0.3)
+    assert agent["tick_lateness_seconds"]["median"] == 0.0
+    assert agent["tick_duration_seconds"]["max"] == pytest.approx(2.5)
+
+
+def test_a_tick_not_run_by_the_schedule_has_no_lateness():
+    """A tick taken by hand (the daemon's first, before the loop starts) was due at no slot: no lateness is exported
+    for it, rather than a 0 that would claim the schedule was kept."""
+    s = Sampler(render=render_exposition, collectors=[Steady(SourceContext())], interval=1.0)
+    try:
+        snap = s.tick()
+    finally:
+        s.stop()
+    text = snap.exposition.decode()
+    assert snap.timing.lateness_seconds is None
+    assert _gauge(text, "headroom_sample_lateness_seconds") is None
+    assert _gauge(text, "headroom_sample_lateness_max_seconds") is None
+    assert _gauge(text, "headroom_samples_missed_total") == 0

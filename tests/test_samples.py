@@ -52,13 +52,13 @@ def test_equal_values_of_another_type_or_sign_are_not_shared():
 def test_read_only_maps_are_shared_and_a_shared_sample_serialises_as_before():
     old = WorkloadProcesses(name="w", pids=(1, 2), threads=2, cpu_user_seconds_total=1.5, cpu_system_seconds_total=0.5,
                             resident_memory_bytes=4096, process_cpu_seconds=MappingProxyType({1: 1.0, 2: 1.0}),
-                            main_thread_cpu_seconds=MappingProxyType({}))
+                            rank_thread_cpu_seconds=MappingProxyType({}))
     new = WorkloadProcesses(name="w", pids=(1, 2), threads=2, cpu_user_seconds_total=1.5, cpu_system_seconds_total=0.5,
                             resident_memory_bytes=4096, process_cpu_seconds=MappingProxyType({1: 1.0, 2: 1.0}),
-                            main_thread_cpu_seconds=EMPTY)
+                            rank_thread_cpu_seconds=EMPTY)
     share_unchanged(new, old)
     assert new.process_cpu_seconds is old.process_cpu_seconds
-    assert new.main_thread_cpu_seconds is old.main_thread_cpu_seconds
+    assert new.rank_thread_cpu_seconds is old.rank_thread_cpu_seconds
     assert to_jsonable(new) == to_jsonable(old)
 
 

@@ -414,8 +414,8 @@ def test_a_prometheus_exposition_that_is_not_a_serving_runtime(served):
     finally:
         c.close()
     assert e.up is False
-    assert e.error == ("not a serving runtime's metrics: 3 metric families, none from vLLM (vllm:), SGLang "
-                       "(sglang:), TGI (tgi_), Triton (nv_inference_/nv_trt_llm_)")
+    assert e.error == ("not a serving runtime's metrics: 3 metric families, none from vLLM (vllm:/ray_vllm_), SGLang "
+                       "(sglang:/ray_sglang_), TGI (tgi_), Triton (nv_inference_/nv_trt_llm_), llama.cpp (llamacpp:)")
 
 
 def test_a_runtime_switch_mid_run_is_logged_and_followed(served):
@@ -722,7 +722,7 @@ workloads:
     assert 'headroom_workload_requests_running{workload="good"} 12' in text
     page = http_get(agent.url + "/")[2].decode()  # the landing page's workload cards say the same
     assert '<p class="serving">sglang: KV cache <b>88 %</b> used, <b>12</b> running, <b>5</b> waiting' in page
-    assert f'<p class="serving warn">Serving endpoint {refused}: cannot connect: ' in page
+    assert f'<p class="serving warn">Serving endpoint {refused} <b>down</b>: cannot connect: ' in page
     _, err = agent.stop()
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     down = [e for e in events if e.get("event") == "serving_endpoint_down"]
@@ -870,3 +870,222 @@ def test_the_simulated_runtime_prints_no_traceback_when_a_client_gives_up(capfd)
         server.server_close()
     err = capfd.readouterr().err
     assert "Traceback" not in err and "Error" not in err, err[-2000:]
+
+
+# -------------------------------------------- vLLM 0.2x families and vLLM under Ray Serve LLM (renamed families)
+# The families vllm 0.32 adds, as its registry prints them: names, labels and label values from its released
+# vllm/v1/metrics/loggers.py (num_requests_waiting_by_reason 547-566 with reason capacity|deferred, engine_sleep_state
+# 593-616 with sleep_state awake|weights_offloaded|discard_all, admission_rejections 847-859 with model_name and
+# reason max_num_queued_reqs|max_num_queued_tokens and no engine label, request_queue_time_seconds 970-978); the
+# values are this test's (not a captured exposition: the real ones quoted in docs/serving.md carry elided labels).
+VLLM_032_FAMILIES = """\
+# HELP vllm:num_requests_waiting_by_reason Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.
+# TYPE vllm:num_requests_waiting_by_reason gauge
+vllm:num_requests_waiting_by_reason{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",reason="capacity"} 3.0
+vllm:num_requests_waiting_by_reason{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",reason="deferred"} 2.0
+# HELP vllm:engine_sleep_state Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.
+# TYPE vllm:engine_sleep_state gauge
+vllm:engine_sleep_state{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="awake"} AWAKE
+vllm:engine_sleep_state{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="weights_offloaded"} L1
+vllm:engine_sleep_state{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct",sleep_state="discard_all"} L2
+# HELP vllm:admission_rejections_total Number of admission attempts rejected by a queue limit, by reason.
+# TYPE vllm:admission_rejections_total counter
+vllm:admission_rejections_total{model_name="meta-llama/Llama-3.1-8B-Instruct",reason="max_num_queued_reqs"} 7.0
+vllm:admission_rejections_total{model_name="meta-llama/Llama-3.1-8B-Instruct",reason="max_num_queued_tokens"} 4.0
+# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{engine="0",le="0.3",model_name="meta-llama/Llama-3.1-8B-Instruct"} 100.0
+vllm:request_queue_time_seconds_bucket{engine="0",le="0.5",model_name="meta-llama/Llama-3.1-8B-Instruct"} 150.0
+vllm:request_queue_time_seconds_bucket{engine="0",le="+Inf",model_name="meta-llama/Llama-3.1-8B-Instruct"} 160.0
+vllm:request_queue_time_seconds_count{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 160.0
+vllm:request_queue_time_seconds_sum{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 48.5
+"""
+
+
+@pytest.mark.parametrize(("awake", "l1", "l2", "level"), [("1.0", "0.0", "0.0", 0), ("0.0", "1.0", "0.0", 1),
+                                                          ("0.0", "0.0", "1.0", 2)])
+def test_vllm_032_families_are_read(awake, l1, l2, level):
+    """Requests deferred (not waiting for capacity), admission rejections summed over reasons, the queue-time
+    histogram and the sleep level, beside the V1 families every vLLM prints."""
+    extra = VLLM_032_FAMILIES.replace("AWAKE", awake).replace("L1", l1).replace("L2", l2)
+    body = (FIXTURES / "vllm-v1-itl.prom").read_text() + extra
+    detected, f = read_exposition(body.encode(), "text/plain", None)
+    assert detected == "vllm" and f["requests_waiting"] == 5
+    assert f["requests_waiting_deferred"] == 2.0
+    assert f["admission_rejections_total"] == 11.0
+    q = f["request_queue_time"]
+    assert (q.bounds, q.counts, q.count, q.sum) == ((0.3, 0.5, math.inf), (100.0, 150.0, 160.0), 160.0, 48.5)
+    assert f["sleep_level"] == level
+    old, g = read_exposition((FIXTURES / "vllm-v1-itl.prom").read_bytes(), "text/plain", None)
+    assert (g["requests_waiting_deferred"], g["admission_rejections_total"], g["request_queue_time"],
+            g["sleep_level"]) == (None, None, None, None)  # absent where the release does not export them, never 0
+
+
+# One line of a real Ray Serve LLM exposition (Ray 2.52.0, vLLM with RayPrometheusStatLogger), quoted verbatim in
+# https://github.com/vllm-project/vllm/pull/24267 ("curl localhost:8085 | grep vllm_time_to"): the label set Ray adds.
+RAY_LINE = ('ray_vllm_time_to_first_token_seconds_count{Component="core_worker",NodeAddress="10.1.113.171",'
+            'ReplicaId="3r4e76ag",SessionName="session_2025-12-01_11-05-34_460418_3579",Version="2.52.0",'
+            'WorkerId="6f8b9bc4ba0fda1ef6769ce262129be2b522f90a31a593ec37379267",engine="0",model_name="qwen-0.5b"} 266.0')
+
+
+def _as_ray(text: str, runtime: str = "vllm") -> str:
+    """An exposition as Ray Serve LLM re-exports it: vLLM's RayPrometheusStatLogger replaces every character outside
+    [a-zA-Z0-9_] of a name by "_" (vllm/v1/metrics/ray_wrappers.py, _get_sanitized_opentelemetry_name), Ray's
+    metrics agent prefixes "ray_", and Ray's own labels come first (those of RAY_LINE)."""
+    ray_labels = RAY_LINE[RAY_LINE.index("{") + 1:RAY_LINE.index(",engine=")]
+    out = []
+    for line in text.splitlines():
+        line = re.sub(rf"^(# (?:HELP|TYPE) ){runtime}:", rf"\1ray_{runtime}_", line)
+        line = re.sub(rf"^{runtime}:", f"ray_{runtime}_", line)
+        if line.startswith(f"ray_{runtime}_"):
+            line = line.replace("{", "{" + ray_labels + ",", 1) if "{" in line else line
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_vllm_under_ray_serve_is_read_as_vllm():
+    """ray_vllm_num_requests_running{Component=...,ReplicaId=...,engine="0",...}: the same fields as vLLM's own
+    exposition, detected as vLLM (a profile declaring runtime vllm accepts it); the real Ray line is detected too."""
+    own = (FIXTURES / "vllm-v1-itl.prom").read_text()
+    ray = _as_ray(own)
+    assert "ray_vllm_num_requests_running{Component=" in ray and not re.search(r"^vllm:", ray, flags=re.M)
+    _, mine = read_exposition(own.encode(), "text/plain", None)
+    detected, f = read_exposition(ray.encode(), "text/plain", "vllm")
+    assert detected == "vllm"
+    assert f == mine and f["requests_running"] == 12 and f["kv_cache_capacity_tokens"] == 4096 * 16
+    assert f["time_to_first_token"].count == 900
+    assert read_exposition((RAY_LINE + "\n").encode(), "text/plain", None)[0] == "vllm"
+
+
+def test_sglang_under_ray_serve_is_read_as_sglang():
+    """SGLang's Ray metric backend (python/sglang/srt/observability/ray_wrappers.py) sanitizes names as vLLM's does:
+    ray_sglang_num_running_reqs{...,ReplicaId=...} is sglang:num_running_reqs."""
+    own = (FIXTURES / "sglang-itl.prom").read_text()
+    ray = _as_ray(own, "sglang")
+    assert "ray_sglang_num_running_reqs{Component=" in ray and not re.search(r"^sglang:", ray, flags=re.M)
+    _, mine = read_exposition(own.encode(), "text/plain", None)
+    detected, f = read_exposition(ray.encode(), "text/plain", "sglang")
+    assert detected == "sglang" and f == mine and f["requests_running"] == 12 and f["preemptions_total"] == 17
+
+
+def test_the_benchmarks_exposition_is_of_real_size_and_read_right():
+    """bench/serving.py prices a scrape on a vLLM 0.32 exposition of the size real ones have (48-52 KiB, issue 27),
+    every family it adds read as the runtime prints it."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.serving import vllm_032_body
+
+    body = vllm_032_body()
+    assert 48 * 1024 <= len(body) <= 53 * 1024
+    runtime, f = read_exposition(body, "text/plain", "vllm")
+    assert runtime == "vllm" and f["requests_running"] == 40 and f["requests_waiting"] == 3
+    assert (f["requests_waiting_deferred"], f["sleep_level"], f["admission_rejections_total"]) == (0.0, 0, 0.0)
+    assert f["request_queue_time"].count == 20000 and f["inter_token_latency"].count == 3_000_000
+
+
+# ------------------------------------------------------------------ real expositions, one per runtime generation
+# tests/fixtures/serving/real/: lines from public issues and pull requests, each file naming its source URL and
+# version in its header, trimmed to the complete lines quoted there. Every field the mapping reads is asserted: the
+# value it has there, or absent (None) where the exposition does not carry it.
+REAL = {
+    "vllm-v0-0.5.3.prom": ("vllm", dict(requests_waiting=0.0)),
+    "vllm-v1-2025-03.prom": ("vllm", dict(requests_running=0.0, requests_waiting=0.0, kv_cache_usage_ratio=0.0,
+                                          process_start_time_seconds=1.74262400557e9)),
+    "vllm-0.10.prom": ("vllm", dict(kv_cache_usage_ratio=9.75010481363281e-06)),
+    "vllm-0.2x-metal.prom": ("vllm", dict(requests_running=0.0, requests_waiting=6.0, kv_cache_usage_ratio=0.0)),
+    "vllm-ray-serve.prom": ("vllm", {}),  # a _count alone: no histogram without its buckets
+    "sglang-0.3.prom": ("sglang", dict(kv_cache_capacity_tokens=570979.0, prompt_tokens_total=230794.0)),
+    "sglang-0.3-branch.prom": ("sglang", dict(requests_running=0.0, requests_waiting=0.0, kv_cache_usage_ratio=0.0)),
+    "sglang-0.4.prom": ("sglang", dict(requests_running=0.0, kv_cache_usage_ratio=0.0)),
+    "sglang-0.5.1.prom": ("sglang", dict(requests_running=1.0, kv_cache_usage_ratio=0.0)),
+    "llamacpp-2025-01.prom": ("llama.cpp", dict(requests_running=0.0, requests_waiting=0.0)),
+    "llamacpp-2025-06.prom": ("llama.cpp", dict(prompt_tokens_total=143.0, generation_tokens_total=673.0)),
+    "triton-trtllm-23.11.prom": ("triton", dict(requests_running=0.0, kv_cache_usage_ratio=1 / 6239,
+                                                kv_cache_capacity_tokens=6239.0 * 64)),
+    "triton-2.x.prom": ("triton", {}),  # without the TensorRT-LLM backend: no KV, running or pending figures
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_expositions_are_read_right(name):
+    path = FIXTURES / "real" / name
+    head = [line for line in path.read_text().splitlines() if line.startswith("# ") and not line.startswith(
+        ("# HELP", "# TYPE"))]
+    assert head[0].startswith("# source: https://github.com/") and any(h.startswith("# version: ") for h in head)
+    assert any(h.startswith(("# trimmed: ", "# whole: ")) for h in head)  # says whether it is all of the answer
+    runtime, expected = REAL[name]
+    detected, f = read_exposition(path.read_bytes(), "text/plain; version=0.0.4", None)
+    assert detected == runtime
+    read = {k: v for k, v in f.items() if v is not None}
+    assert read == expected
+
+
+def test_every_real_exposition_is_asserted():
+    assert sorted(p.name for p in (FIXTURES / "real").glob("*.prom")) == sorted(REAL)
+
+
+# ------------------------------------------------------------------------- Ollama: its /api/ps, not a /metrics
+def ollama_ps() -> bytes:
+    """The real /api/ps answer of tests/fixtures/serving/real/ollama-ps.txt, without the file's header lines."""
+    text = (FIXTURES / "real" / "ollama-ps.txt").read_text()
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("# ")).encode()
+
+
+def test_ollama_api_ps_is_read_as_its_resident_models():
+    """Ollama has no Prometheus endpoint; a profile declaring runtime ollama reads its /api/ps: the models it holds
+    loaded and their bytes in all and in GPU memory (the real answer of nirmato-ollama#13)."""
+    runtime, f = read_exposition(ollama_ps(), "application/json; charset=utf-8", "ollama")
+    assert runtime == "ollama"
+    assert f == dict(resident_models=("gemma3:latest",), resident_bytes=5964735424.0, resident_vram_bytes=5964735424.0)
+    # size_vram left out when 0 (ollama#4840): all on the CPU; a model partly offloaded adds what it has in VRAM
+    cpu = b'{"models":[{"name":"llama4:latest","size":70000000000},{"name":"m","size":10,"size_vram":4}]}'
+    assert read_exposition(cpu, "application/json", "ollama")[1]["resident_vram_bytes"] == 4.0
+    assert read_exposition(b'{"models":[]}', "application/json", "ollama")[1] == dict(
+        resident_models=(), resident_bytes=0.0, resident_vram_bytes=0.0)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b"<html>", "answered an HTML page"),
+    (b"# HELP vllm:x y\n", "not the JSON Ollama's status endpoint answers: Expecting value"),
+    (b'{"model": "x"}', 'not an Ollama /api/ps answer: no "models" list'),
+    (b'{"models": [{"name": "x", "size": "big"}]}', "models[0] has no byte counts size and size_vram"),
+    (b'{"models": [{"name": "x", "size": true}]}', "models[0] has no byte counts size and size_vram"),
+    (b"\xff", "body is not UTF-8 text (byte 0xff at offset 0)"),
+])
+def test_a_bad_ollama_answer_is_one_line(body, message):
+    from headroom.sources.serving import ScrapeError
+
+    with pytest.raises(ScrapeError) as exc:
+        read_exposition(body, "application/json", "ollama")
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_json_without_a_declared_ollama_runtime_says_how_it_is_read():
+    from headroom.sources.serving import ScrapeError
+
+    with pytest.raises(ScrapeError, match="an Ollama /api/ps is read for a profile that declares runtime ollama"):
+        read_exposition(ollama_ps(), "application/json", None)
+
+
+def test_an_ollama_endpoint_is_scraped_over_http_and_exported(served):
+    """A real HTTP server answering /api/ps; the collector's worker reads it like a /metrics endpoint, and the
+    resident models are exported."""
+    from headroom.exposition.render import Writer, _render_serving
+    from headroom.samples import ServingSample
+
+    s = served()
+    s.reply = (200, "application/json; charset=utf-8", ollama_ps())
+    c = collector(s.url.replace("/metrics", "/api/ps"), runtime={"name": "ollama"})
+    try:
+        e = outcome(c)
+    finally:
+        c.close()
+    assert (e.up, e.runtime, e.resident_models, e.resident_vram_bytes) == (True, "ollama", ("gemma3:latest",),
+                                                                           5964735424.0)
+    assert e.requests_running is None and e.kv_cache_usage_ratio is None  # Ollama exports neither
+    w = Writer()
+    _render_serving(w, ServingSample((e,)), None)
+    text = w.render().decode()
+    assert 'headroom_workload_resident_models{workload="chat"} 1' in text
+    assert 'headroom_workload_resident_model_vram_bytes{workload="chat"} 5964735424' in text

@@ -258,3 +258,53 @@ def test_the_example_in_the_format_docs_loads():
     for block in full:
         scenario = parse_scenario(block, filename="docs/scenario-format.md")
         assert scenario.gpus
+
+
+def test_attach_lists_real_processes_by_pid_file_and_cmdline_on_their_gpus(tmp_path: Path):
+    """``attach:`` puts real processes of this host in a simulated GPU's process list under their real pid, found by
+    a pid-file glob or a command-line pattern; one that ends leaves the list at the next look."""
+    import subprocess
+    import sys
+    import time
+
+    from headroom.simulation import scenario as scenario_module
+
+    marker = f"headroom-attach-test-{tmp_path.name}"
+    by_file = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    by_cmdline = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker])
+    try:
+        (tmp_path / "a.pid").write_text(f"{by_file.pid}\n")
+        text = f"""\
+gpus:
+  - {{name: NVIDIA H100 80GB HBM3, memory_total: 80GiB, power_limit: 700}}
+  - {{name: NVIDIA H100 80GB HBM3, memory_total: 80GiB, power_limit: 700}}
+attach:
+  - {{pid_file: "{tmp_path}/*.pid", gpu: 0, memory: 2GiB}}
+  - {{cmdline: "{marker}", gpu: 1, memory: 3GiB, utilization: 0.5}}
+"""
+        sc = parse_scenario(text)
+        on0 = [(pid, use.gpu) for pid, use in sc.standin_processes(0)]
+        on1 = [(pid, use.gpu) for pid, use in sc.standin_processes(1)]
+        assert on0 == [(by_file.pid, 0)]
+        assert on1 == [(by_cmdline.pid, 1)]
+        by_file.kill()
+        by_file.wait()
+        time.sleep(scenario_module.ATTACH_REFRESH_SECONDS + 0.1)
+        assert sc.standin_processes(0) == []
+    finally:
+        for p in (by_file, by_cmdline):
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize(("attach", "message"), [
+    ("[{gpu: 0, memory: 1GiB}]", "exactly one of pid_file"),
+    ("[{pid_file: /x, cmdline: y, gpu: 0, memory: 1GiB}]", "exactly one of pid_file"),
+    ("[{pid_file: /x, gpu: 3, memory: 1GiB}]", "no such GPU"),
+    ("[{cmdline: 'a(?=b)', gpu: 0, memory: 1GiB}]", "invalid pattern"),
+    ("[{pid_file: /x, gpu: 0}]", "memory"),
+])
+def test_attach_rules_are_checked_when_the_scenario_loads(attach: str, message: str):
+    with pytest.raises(ScenarioError, match=re.escape(message)):
+        parse_scenario(f"gpus:\n  - {{name: NVIDIA H100 80GB HBM3, memory_total: 80GiB, power_limit: 700}}\n"
+                       f"attach: {attach}\n")

@@ -195,7 +195,7 @@ def test_only_host_collectors_get_the_synthetic_tree_and_stop_removes_it(tmp_pat
     config = load_config(None)
     collectors = {c.name: c for c in build_collectors(config, Options(simulate=str(path)), scenario)}
     tree = scenario.host_paths("cpu")
-    synthetic = {"cpu", "memory", "disk", "net", "shm", "processes", "identity"}
+    synthetic = {"cpu", "memory", "disk", "net", "infiniband", "shm", "processes", "identity"}
     for name in synthetic:
         assert collectors[name].ctx.paths == tree
     for name in set(collectors) - synthetic:  # nvml (its driver stand-in), serving (HTTP), agent (itself)

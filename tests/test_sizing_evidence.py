@@ -78,3 +78,15 @@ def test_docs_evidence_table_is_the_generated_one():
     text = (ROOT / "docs" / "sizing.md").read_text(encoding="utf-8")
     block = text.split(ev.EVIDENCE_BEGIN, 1)[1].split(ev.EVIDENCE_END, 1)[0]
     assert block == "\n" + ev.render_evidence()
+
+
+def test_the_summary_reports_each_runtimes_error_over_all_its_rows():
+    """Mean absolute error and share within 10 % per runtime, every row counted (known misses too)."""
+    got = ev.summary()
+    assert set(got) == {c.runtime for c in ev.CASES}
+    for runtime, v in got.items():
+        errors = [abs((ev.evaluate(c) - c.reported) / c.reported) for c in ev.CASES if c.runtime == runtime]
+        assert v["rows"] == len(errors)
+        assert v["mae"] == pytest.approx(sum(errors) / len(errors))
+        assert v["within"] == pytest.approx(len([e for e in errors if e <= 0.10]) / len(errors))
+    assert got["tgi"]["within"] == 0  # the one TGI row is a known miss, and it is counted

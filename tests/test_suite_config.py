@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-SKIP = {".venv", ".git", "build", ".pytest_cache", ".hypothesis", "mutants", "node_modules"}
+SKIP = {".venv", ".venv-real", ".git", "build", ".pytest_cache", ".hypothesis", "mutants", "node_modules"}
 
 
 def _test_files():

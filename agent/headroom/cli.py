@@ -1,7 +1,8 @@
 """Command line: Prometheus-style flags (``--config.file``, ``--web.listen-address`` ...).
 
 Every bad input ends in one clear message on stderr and exit status 2 (usage, configuration, an unknown
-scenario), 1 (start-up failed) or 3 (the listen address is taken), never a traceback.
+scenario), 1 (start-up failed) or 3 (the listen address is taken), never a traceback. ``probe`` has its own:
+0 a capacity measured, 1 none, 2 bad input, 130 interrupted (headroom/probe/command.py).
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def _add_source_flags(p: argparse.ArgumentParser) -> None:
                    help="sampling interval (default 1s, or agent.sample_interval in the configuration)")
     p.add_argument("--simulate", metavar="NAME|FILE",
                    help="simulate GPUs from a built-in scenario (e.g. demo) or a scenario file instead of NVML")
+    p.add_argument("--state.dir", dest="state_dir", metavar="DIR",
+                   help="the agent's state directory, where `headroom probe` leaves its last result (default "
+                        "$STATE_DIRECTORY as systemd sets it, else /var/lib/headroom; with --simulate "
+                        "$TMPDIR/headroom-UID; or collectors.probe.state_dir)")
     p.add_argument("--collector.disable-defaults", dest="collector_disable_defaults", action="store_true",
                    help="run only the collectors enabled with --collector.NAME (as node_exporter's flag)")
     for name, cls in load_all().items():
@@ -116,6 +121,12 @@ def _add_estimate_flags(p: argparse.ArgumentParser) -> None:
     _add_log_flags(p)
 
 
+def _add_probe_flags(p: argparse.ArgumentParser) -> None:
+    """probe reads the configuration (its profiles, the agent's address) and logs: no collector or path flags."""
+    _add_config_flag(p)
+    _add_log_flags(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="headroom",
@@ -166,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     from headroom.fleet import report
 
     report.add_parser(sub)
+    from headroom.probe import command as probe_command
+
+    probe_command.add_parser(sub, _add_probe_flags)
+    from headroom import check as check_command
+
+    check_command.add_parser(sub)
     return parser
 
 
@@ -190,6 +207,7 @@ def _options(args: argparse.Namespace):
         web_config_file=getattr(args, "web_config_file", None),
         record=getattr(args, "record", None),
         record_max_bytes=getattr(args, "record_max_size", None),
+        state_dir=getattr(args, "state_dir", None),
         identity={"kubernetes": getattr(args, "kubernetes", None),
                   "pod_resources_socket": getattr(args, "pod_resources_socket", None),
                   "hpc_job_mapping_dir": getattr(args, "hpc_job_mapping_dir", None),
@@ -253,6 +271,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(level, getattr(args, "log_format", None))
     if args.command == "replay":
         return _replay(args)
+    if args.command == "check":  # a node-problem-detector plugin: its exit status and one line (headroom/check.py)
+        from headroom import check as check_command
+
+        code, text = check_command.run(args)
+        sys.stdout.write(text)
+        return code
     if args.command == "fleet-report":
         from headroom.fleet import report
 
@@ -270,6 +294,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "check-config":
         return _check_config(config)
+    if args.command == "probe":  # a command only: the daemon never drives load (docs/probe.md)
+        from headroom.probe import command as probe_command
+
+        try:
+            code, text = probe_command.run(args, config)
+        except probe_command.ProbeInputError as exc:
+            return _error(f"probe: {exc}", probe_command.EXIT_BAD_INPUT)
+        except KeyboardInterrupt:
+            return probe_command.EXIT_INTERRUPTED
+        sys.stdout.write(text)
+        return code
     options = _options(args)
     try:
         if args.command == "run":

@@ -467,8 +467,9 @@ def _analysis_spec() -> Map:
 
 
 def _threshold_spec(name: str) -> Spec:
-    """Thresholds are ratios 0-1, except the ``*_seconds_*`` ones (durations)."""
-    return Duration(minimum=0, maximum=86400) if "_seconds_" in name else Number(minimum=0.0, maximum=1.0)
+    """Thresholds are ratios 0-1, except the ``*_seconds_*`` and ``*_seconds`` ones (durations)."""
+    seconds = "_seconds_" in name or name.endswith("_seconds")
+    return Duration(minimum=0, maximum=86400) if seconds else Number(minimum=0.0, maximum=1.0)
 
 
 def _url_path(value: str) -> str | None:
@@ -508,6 +509,8 @@ def _schema() -> Map:
             dict,
         ),
         "agent": (_collector_spec(), dict),
+        # the last `headroom probe` result (sources/probe.py); --state.dir overrides state_dir
+        "probe": (_collector_spec({"state_dir": (Str(), None)}), dict),
         "processes": (_collector_spec(), dict),
         "serving": (
             _collector_spec({"timeout": (Duration(minimum=0.01, maximum=30), 0.5),
@@ -530,6 +533,14 @@ def _schema() -> Map:
             dict,
         ),
         "net": (
+            _collector_spec(
+                {"device_exclude": (Str(pattern="regex", nonempty=False), None),
+                 "device_include": (Str(pattern="regex", nonempty=False), None)}
+            ),
+            dict,
+        ),
+        # RDMA ports from /sys/class/infiniband (sources/infiniband.py); the filters apply to the HCA name
+        "infiniband": (
             _collector_spec(
                 {"device_exclude": (Str(pattern="regex", nonempty=False), None),
                  "device_include": (Str(pattern="regex", nonempty=False), None)}

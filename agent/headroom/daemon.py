@@ -56,6 +56,7 @@ class Options:
     # --kubernetes, --kubernetes.pod-resources-socket, --hpc-job-mapping-dir, --workloads.auto: settings of
     # the identity collector that override ``collectors.identity`` in the configuration
     identity: Mapping[str, Any] = field(default_factory=dict)
+    state_dir: str | None = None  # --state.dir: where the last probe result is (probe/store.py)
 
 
 class LatestSample:
@@ -97,6 +98,8 @@ def build_collectors(config: Config, options: Options, scenario: Any,
         settings = {k: v for k, v in (config.collectors.get(name) or {}).items() if v is not None and k != "enabled"}
         if name == "identity":
             settings.update({k: v for k, v in options.identity.items() if v is not None})
+        if name == "probe" and options.state_dir:
+            settings["state_dir"] = options.state_dir
         # a scenario with a host: section hands the host collectors its synthetic /proc and /sys tree
         paths = (scenario.host_paths(name) if scenario is not None else None) or options.paths
         ctx = SourceContext(paths=paths, settings=settings, scenario=scenario, interval=interval,
@@ -380,10 +383,14 @@ class Agent:
             raise
         self.watchdog = Watchdog(self.notifier, lambda: self.sampler.healthy()[0])
         self._stop = threading.Event()
+        self._stop_signal: str | None = None  # the signal that asked to stop (request_stop), logged by _serve_signals
         self._reload = threading.Event()
 
     def request_stop(self, signum: int, _frame: Any = None) -> None:
-        log.info("signal_received", signal=signal.Signals(signum).name)
+        # a signal handler runs between two bytecodes of the main thread, which may be inside a log line, holding the
+        # logger's (non-reentrant) write lock: logging here deadlocked a Ctrl-C about 1 in 15 times. It only records
+        # the signal; _serve_signals logs it once the wait wakes
+        self._stop_signal = signal.Signals(signum).name
         self._stop.set()
 
     def request_reload(self, signum: int = signal.SIGHUP, _frame: Any = None) -> None:
@@ -437,6 +444,7 @@ class Agent:
                 log.error("config_reload_stuck", config=str(self.config_path), seconds=RELOAD_TIMEOUT_SECONDS,
                           effect="the previous configuration keeps running; SIGTERM still stops the agent")
                 self.notifier.ready("configuration reload stuck; previous configuration still running")
+        log.info("signal_received", signal=self._stop_signal)
 
     def serve(self) -> int:
         signal.signal(signal.SIGTERM, self.request_stop)

@@ -37,9 +37,25 @@ def _drop_expected(_logger, _method, event_dict):
     return event_dict
 
 
+class _Stderr:
+    """Writes to whatever ``sys.stderr`` is when a line is logged, not the one at ``configure`` time: a thread
+    that outlives the code which configured logging (the collectors a ``headroom probe`` runs in process, a
+    test's captured stderr) never writes into a stream its owner has closed."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def configure(level: str = "info", fmt: str | None = None, stream=None) -> None:
-    """Configure structlog once. ``fmt`` logfmt|json|console; None picks console on a terminal, else json."""
-    stream = stream or sys.stderr
+    """Configure structlog once. ``fmt`` logfmt|json|console; None picks console on a terminal, else json.
+    ``stream`` None: standard error as it is at each line (``_Stderr``)."""
+    stream = stream or _Stderr()
     if fmt is None:
         fmt = "console" if stream.isatty() else "json"
     numeric = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,

@@ -44,6 +44,7 @@ SOURCE_TYPES: dict[str, type] = {
     "serving": samples.ServingSample,
     "identity": samples.IdentitySample,
     "agent": samples.AgentSample,
+    "probe": samples.ProbeSample,
 }
 
 

@@ -6,10 +6,17 @@ answered by the tick's deadline it is reported failed (``headroom_collector_succ
 N s"), keeps its lane to itself and is not called again until its pending call returns, while the
 other collectors move to a fresh lane in the same tick. The snapshot is immutable and swapped by a single reference assignment, so
 a scrape never waits for, calls into, or sees half of a tick.
+
+The loop keeps its own time: a tick is due every interval from the loop's start, and each snapshot carries how late
+its tick started after its slot, the slots skipped because a tick started or ran past them, and the recent lateness
+and durations over TIMING_WINDOW_SECONDS (``samples.TickTiming``): on a host whose every core is busy, the very
+situation the agent must diagnose, this is what says whether its own figures still come on time (docs/deploy.md
+"CPU priority" gives the unit and the DaemonSet the CPU weight that keeps them so).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -20,10 +27,14 @@ import structlog
 
 from headroom.analysis import rates
 from headroom.safeio import clip
-from headroom.samples import Sample, Snapshot, SourceResult
+from headroom.samples import Sample, Snapshot, SourceResult, TickTiming
 from headroom.sources import Collector
 
 log = structlog.get_logger("headroom.sampler")
+
+# The span the recent tick lateness and durations cover (their max is exported, their spread is in /api/v1/status):
+# at least one Prometheus scrape interval (15-60 s), so a late tick between two scrapes is still seen by the next.
+TIMING_WINDOW_SECONDS = 60.0
 
 
 class _Lane:
@@ -161,6 +172,10 @@ class Sampler:
         self.recorder = recorder  # headroom.record.Recorder when --record is given
         self.web_config_watcher: Any = None  # headroom.exposition.webconfig.WebConfigWatcher when a web config is used
         self._ticks = 0
+        timing_ticks = max(1, math.ceil(TIMING_WINDOW_SECONDS / interval))
+        self._lateness: deque[float] = deque(maxlen=timing_ticks)  # of the scheduled ticks in the timing window
+        self._durations: deque[float] = deque(maxlen=timing_ticks)
+        self._missed_total = 0  # schedule slots skipped (run())
         self._failing: dict[str, str] = {}
         self._analysis_error: str | None = None  # why the last tick's analysis failed (None: it did not)
         self._workload_errors: dict[str, str] = {}  # workload entity -> why its analysis failed, last logged
@@ -227,8 +242,10 @@ class Sampler:
         log.info("collectors_reconfigured", collectors=[c.name for c in kept])
 
     # ------------------------------------------------------------------------------------ ticking
-    def tick(self) -> Snapshot:
-        """Run one tick now and return the new Snapshot (also stored in ``self.snapshot``)."""
+    def tick(self, scheduled_at: float | None = None) -> Snapshot:
+        """Run one tick now and return the new Snapshot (also stored in ``self.snapshot``). ``scheduled_at``: the
+        clock reading the tick was due at (run() passes its slot), so the snapshot says how late it started."""
+        lateness = None if scheduled_at is None else max(0.0, self._clock() - scheduled_at)
         self._apply_pending()
         if self._before_tick is not None:
             self._before_tick()
@@ -247,11 +264,15 @@ class Sampler:
             primaries = findings.primaries() if hasattr(findings, "primaries") else None
             self.recorder.write(sample, primaries)
         self._ticks += 1
+        duration = self._clock() - start
+        self._durations.append(duration)
+        if lateness is not None:
+            self._lateness.append(lateness)
         snap = Snapshot(
             sample=sample,
             ticks=self._ticks,
             interval=self.interval,
-            tick_duration_seconds=self._clock() - start,
+            tick_duration_seconds=duration,
             scenario=self.scenario,
             rates=derived,
             findings=findings,
@@ -260,6 +281,8 @@ class Sampler:
             record_ok=None if self.recorder is None else self.recorder.ok,
             record_written_bytes_total=None if self.recorder is None else self.recorder.written_bytes_total,
             web_config_reload_ok=None if self.web_config_watcher is None else self.web_config_watcher.ok,
+            timing=TickTiming(lateness, self._missed_total, TIMING_WINDOW_SECONDS, tuple(self._lateness),
+                              tuple(self._durations)),
         )
         snap = _with_exposition(snap, self._render(snap))
         self.snapshot = snap
@@ -344,11 +367,12 @@ class Sampler:
         return out
 
     def run(self) -> None:
-        """Tick at a fixed rate until ``stop()``. Overruns skip slots instead of bunching up."""
+        """Tick at a fixed rate until ``stop()``. Overruns skip slots instead of bunching up; the skipped slots are
+        counted (``headroom_samples_missed_total``) and each tick says how late it started after its slot."""
         next_at = self._clock()
         while not self._stop.is_set():
             try:
-                self.tick()
+                self.tick(scheduled_at=next_at)
             except Exception:  # never let the loop die; a broken tick is visible as staleness
                 log.exception("tick_failed")
             next_at += self.interval
@@ -356,6 +380,7 @@ class Sampler:
             if next_at < now:
                 missed = int((now - next_at) / self.interval) + 1
                 next_at += missed * self.interval
+                self._missed_total += missed
             self._stop.wait(max(0.0, next_at - now))
 
     def start(self) -> None:

@@ -153,10 +153,36 @@ class NetSample:
 
 
 @dataclass(frozen=True, slots=True)
-class CgroupStats:
-    """cgroup v2 files of the cgroup a workload maps to (one read each per tick); None = file absent."""
+class InfinibandPort:
+    """One port of an RDMA device (InfiniBand, or RoCE on Ethernet) from /sys/class/infiniband: the traffic of
+    RDMA transports (NCCL over verbs), which bypasses the kernel's network stack and so /proc/net/dev. Counters
+    are the port's since the device appeared; ``device`` is "<hca>/<port>" (the analysis names a link by it)."""
 
-    path: str  # relative to the cgroup v2 root, e.g. "/system.slice/vllm.service"
+    device: str  # "mlx5_0/1"
+    hca: str  # mlx5_0
+    port: int
+    link_layer: str  # InfiniBand | Ethernet (RoCE)
+    state: str  # ACTIVE, DOWN, ... (ports/<n>/state)
+    receive_bytes: int | None  # counters/port_rcv_data x 4 (the kernel counts 4-byte words); None: N/A (no PMA)
+    transmit_bytes: int | None  # counters/port_xmit_data x 4
+    receive_packets: int | None
+    transmit_packets: int | None
+    speed_bytes_per_second: int | None = None  # ports/<n>/rate ("200 Gb/sec (4X HDR)") in bytes/s
+    # error and congestion counters the port has (sources/infiniband.EVENT_COUNTERS): file name -> count
+    events: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InfinibandSample:
+    devices: tuple[InfinibandPort, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupStats:
+    """cgroup files of the cgroup a workload maps to (v2; an automatic workload's on a v1 hierarchy: their v1
+    equivalents, sources/identity.py); None = file absent."""
+
+    path: str  # relative to its hierarchy's root, e.g. "/system.slice/vllm.service", "/slurm/uid_0/job_5" (v1)
     cpu_user_seconds_total: float | None = None  # cpu.stat user_usec
     cpu_system_seconds_total: float | None = None  # cpu.stat system_usec
     memory_bytes: int | None = None  # memory.current: anonymous + page cache + kernel memory of the cgroup
@@ -168,7 +194,9 @@ class CgroupStats:
 
 @dataclass(frozen=True, slots=True)
 class WorkloadProcesses:
-    """The live processes of one declared workload this tick, with counters that survive member exits.
+    """The live processes of one workload this tick, declared or automatic (the same measurement: an automatic
+    workload's members are its cgroup's, its GPU processes and their descendants, sources/processes.py), with
+    counters that survive member exits.
 
     CPU and I/O counters add each member's growth since the previous tick (a new member counts from its
     start), so a worker that exits does not make them go down; time a member spent after its last tick
@@ -186,18 +214,31 @@ class WorkloadProcesses:
     read_bytes_total: int | None = None  # /proc/PID/io read_bytes (block layer)
     written_bytes_total: int | None = None  # /proc/PID/io write_bytes
     main_pid: int | None = None  # the oldest member whose parent is not a member (the trainer, the server)
-    children: Mapping[int, int] = field(default_factory=lambda: EMPTY)  # member pid -> member children count
-    cgroup: CgroupStats | None = None  # when a systemd_unit, cgroup or container_id rule maps it to one
+    # rank pid -> the pids of its DataLoader worker processes, found in the process tree (workload/launchers.py,
+    # ``dataloader_ranks``): the launcher's (torchrun, accelerate, deepspeed) children, else the main processes
+    ranks: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: EMPTY)
+    # when a systemd_unit, cgroup or container_id rule maps it to one; an automatic workload's: its identity's
+    cgroup: CgroupStats | None = None
     # member pid -> its own user+system CPU seconds (since it started): per-process saturation (one process
     # pinned at one core while the workload's total looks modest: a DataLoader with 0 workers, a decoder)
     process_cpu_seconds: Mapping[int, float] = field(default_factory=lambda: EMPTY)
-    # tid -> CPU seconds of each thread of the main process, on ticks where it ran at 0.8 cores or more (its threads
-    # are read only then): one saturated thread (the GIL) or the work spread over several
-    main_thread_cpu_seconds: Mapping[int, float] = field(default_factory=lambda: EMPTY)
+    # rank pid -> tid -> CPU seconds of each thread of that rank, for the ranks that ran at 0.8 cores or more since
+    # the previous tick (their threads are read only then): one saturated thread (the GIL) or the work spread
+    rank_thread_cpu_seconds: Mapping[int, Mapping[int, float]] = field(default_factory=lambda: EMPTY)
+    # its members' main threads (/proc/PID/schedstat): seconds on a CPU and seconds runnable but waiting for one,
+    # counted from when each was first read (None: never readable): how long its threads wait for a CPU
+    sched_run_seconds_total: float | None = None
+    sched_wait_seconds_total: float | None = None
+    cpus_allowed: int | None = None  # CPUs its main process may run on (sched_getaffinity: a cpuset); None: unknown
 
     @property
     def processes(self) -> int:
         return len(self.pids)
+
+    @property
+    def dataloader_workers(self) -> int:
+        """The DataLoader worker processes found under its ranks, summed over them."""
+        return sum(len(w) for w in self.ranks.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +260,9 @@ class Neighbour:
 
 @dataclass(frozen=True, slots=True)
 class ProcessesSample:
-    """What the processes collector saw: one entry per declared workload, in declaration order."""
+    """What the processes collector saw: one entry per declared workload, in declaration order, then one per
+    automatic workload of the previous tick's identity sample (by its workload name) that no declared profile
+    takes the place of."""
 
     workloads: tuple[WorkloadProcesses, ...] = ()
     # the host's top consumers of CPU, disk I/O and memory, refreshed only while the host is under pressure
@@ -268,6 +311,10 @@ class MigInstance:
     memory_total_bytes: int | None
     # compute processes in this instance (queried through the MIG device handle), with their memory
     processes: tuple[GpuProcess, ...] = ()
+    # its GPU instance's profile id and placement start (nvmlGpuInstanceGetInfo): how the NVIDIA DRA driver names
+    # it (gpu-<minor>-mig-<profile>-<profile id>-<placement start>); None: NVML did not say (it needs privilege)
+    profile_id: int | None = None
+    placement_start: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +327,7 @@ class GpuSample:
     pci_bus_id: str
     up: bool = True
     error: str | None = None  # why it is down
+    minor_number: int | None = None  # /dev/nvidiaN: how the NVIDIA DRA driver names the GPU (gpu-N)
     memory_total_bytes: int | None = None
     memory_used_bytes: int | None = None
     memory_free_bytes: int | None = None
@@ -377,7 +425,7 @@ class ServingEndpoint:
     endpoint: str
     up: bool | None
     error: str | None = None  # why it is down, for people (log, status API)
-    runtime: str | None = None  # vllm | sglang | tgi | triton, detected from the exposition
+    runtime: str | None = None  # vllm | sglang | tgi | triton | llama.cpp, detected from the exposition
     scrape_duration_seconds: float | None = None
     kv_cache_usage_ratio: float | None = None  # share of the KV cache in use (the fullest engine)
     requests_running: float | None = None
@@ -391,6 +439,17 @@ class ServingEndpoint:
     oversized: str | None = None  # what of the answer was over a cap of one scrape and not read (sources/serving.py)
     dropped_series_total: int = 0  # runtime series not read over MAX_SERIES / MAX_LINES, since the endpoint was set up
     dropped_buckets_total: int = 0  # bucket lines of histograms over MAX_HISTOGRAM_BUCKETS, since then
+    process_start_time_seconds: float | None = None  # when the runtime's process started, where it exposes it
+    # of requests_waiting, those deferred by a transient constraint (LoRA budget, a KV transfer, a blocked request),
+    # not waiting for scheduling capacity (vLLM 0.2x vllm:num_requests_waiting_by_reason{reason="deferred"})
+    requests_waiting_deferred: float | None = None
+    admission_rejections_total: float | None = None  # requests refused by the runtime's queue limit (never queued)
+    request_queue_time: Histogram | None = None  # seconds requests spent waiting before they were scheduled
+    sleep_level: int | None = None  # 0 awake, 1 asleep with its weights offloaded, 2 asleep with all discarded
+    # models the runtime holds loaded, where it lists them (Ollama's /api/ps): names, bytes in all and in GPU memory
+    resident_models: tuple[str, ...] = ()
+    resident_bytes: float | None = None
+    resident_vram_bytes: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +458,32 @@ class ServingSample:
     then one per automatic server (a serving launcher the identity collector found), by name."""
 
     endpoints: tuple[ServingEndpoint, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------- probe
+@dataclass(frozen=True, slots=True)
+class ProbeSample:
+    """The last `headroom probe` result in the state directory (sources/probe.py), as the capacity gauges and the
+    measured headroom need it; the full result (steps, chart) stays in the file (probe/store.py)."""
+
+    path: str  # the probe-last.json looked at
+    found: bool = False  # a valid result is there
+    error: str | None = None  # why the file there is not used (one line); None: fine or absent
+    workload: str | None = None  # the workload probed (None: a bare --url)
+    url: str | None = None
+    schedule: str | None = None  # concurrency | rate
+    measured_at: float | None = None  # unix seconds the probe finished
+    concurrency: float | None = None  # capacity at the SLO
+    requests_per_second: float | None = None
+    bound_by: str | None = None
+    from_step: int | None = None
+    input_tokens: float | None = None  # the load's typical lengths
+    output_tokens: float | None = None
+    partial: bool = False
+    # the capacity step's client-side percentiles ("ttft_p95", "itl_p50" ... -> seconds; the last step within the
+    # SLO): exact per-request latencies at ``concurrency``, which can show an objective met that the runtime's
+    # buckets cannot decide (analysis/serving.py slo_status)
+    latency: Mapping[str, float] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------- identity
@@ -423,7 +508,7 @@ class Launcher:
     """A serving or training launcher read from a command line (workload/launchers.py): what it was told.
     None: not on the command line (the runtime's default applies)."""
 
-    runtime: str  # vllm | sglang | tgi | triton | torchrun | deepspeed | accelerate
+    runtime: str  # vllm | sglang | tgi | triton | tensorrt-llm | llama.cpp | ollama | torchrun | deepspeed | accelerate
     role: str  # serving | training
     model: str = ""  # as given: a hub name (ORG/NAME) or a path; "" when none
     script: str = ""  # training: the script (or module) launched
@@ -468,17 +553,20 @@ class IdentityGroup:
 
     kind: str  # pod | job | container | unit | launcher (a serving or training launcher outside those)
     name: str  # the workload name: "<namespace>/<pod>", "job_<id>", the container's name, the unit
-    pids: tuple[int, ...] = ()  # its processes that NVML lists on a GPU (never exported)
+    pids: tuple[int, ...] = ()  # its processes that NVML lists on a GPU, or its launcher holding none (never exported)
     gpus: tuple[str, ...] = ()  # GPU or MIG UUIDs (and "index:N" from a job mapping file) assigned to it
     namespace: str = ""
     pod: str = ""
     container: str = ""  # Kubernetes container name(s), "," joined; or the Docker/Podman container name
     pod_uid: str = ""
     job_id: str = ""
-    cgroup: CgroupStats | None = None  # its cgroup's v2 files, when the cgroup is known and readable
-    processes: int | None = None  # pids.current of its cgroup (all its processes, not only the GPU ones)
+    cgroup: CgroupStats | None = None  # its cgroup's files (v2, or v1's equivalents), when known and readable
+    processes: int | None = None  # pids.current of its cgroup (all its tasks, not only the GPU processes)
     launcher: Launcher | None = None  # the serving or training launcher its processes run under, if any
     model: ModelInfo | None = None  # the launcher's model config, when it names a model
+    # the processes its cgroup and every cgroup below listed at the last read (a launcher of its own: the
+    # launcher's pid); with ``pids`` and their descendants, what the processes collector measures (never exported)
+    members: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,6 +664,19 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+@dataclass(frozen=True, slots=True)
+class TickTiming:
+    """How well the sampler kept its schedule: a tick is due every interval from the loop's start; on a saturated
+    host (the situation the agent must diagnose) the sampler thread wakes late, and a tick that overruns makes
+    the loop skip the slots it ran over (sampler.Sampler.run)."""
+
+    lateness_seconds: float | None  # how late this tick started after its slot; None: not run by the schedule
+    missed_total: int  # slots skipped since the start because a tick started or ran past them
+    window_seconds: float  # the span the recent figures cover (sampler.TIMING_WINDOW_SECONDS)
+    recent_lateness_seconds: tuple[float, ...] = ()  # the scheduled ticks of that span, oldest first
+    recent_duration_seconds: tuple[float, ...] = ()  # every tick of that span (this one included)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """What the exposition layer serves: the latest Sample, its findings and the rendered bytes."""
@@ -592,5 +693,6 @@ class Snapshot:
     record_ok: bool | None = None  # --record: the last write succeeded (None: not recording)
     record_written_bytes_total: int | None = None
     web_config_reload_ok: bool | None = None  # the last web config (re)load succeeded (None: no web config)
+    timing: TickTiming | None = None  # the schedule kept (lateness, missed slots); None for a snapshot built by hand
     exposition: bytes = b""
     extras: Mapping[str, Any] = field(default_factory=dict)

@@ -25,6 +25,9 @@ BASES: dict[str, str] = {
 }
 # a memory-model capacity further than this from the runtime's is explained in words (WorkloadHeadroom.explanation)
 CAPACITY_TOLERANCE = 0.10
+# a `headroom probe` result younger than this gives the measured basis of "more sequences" (docs/probe.md): a
+# week, so a probe run in a maintenance window counts until the next one; older, the host may have changed
+PROBE_RECENT_SECONDS = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class WorkloadHeadroom:
     # in words: why the estimate differs from the runtime by more than CAPACITY_TOLERANCE, and what a negative
     # figure means; "" when there is nothing to explain
     explanation: str = ""
+    # a recent probe's capacity at the SLO minus the requests running now (basis measured), and when it was taken
+    measured_sequences: int | None = None
+    measured_at: float | None = None
 
 
 def workload_headroom(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
@@ -110,6 +116,21 @@ def workload_headroom(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], 
         kv_free_tokens=capacity["free"] if capacity else None,
         explanation=explain(profile, estimate, capacity, model) if kind in ("inference", "cpu-inference") else "",
     )
+
+
+def measured_headroom(room: WorkloadHeadroom, probe: Any, name: str, serving: Any, now: float) -> WorkloadHeadroom:
+    """``room`` with the measured basis beside its own: when ``probe`` (samples.ProbeSample) holds a complete
+    concurrency result for workload ``name`` measured within PROBE_RECENT_SECONDS before ``now`` (unix seconds),
+    more sequences = its capacity - the requests running now (the runtime's mean over the short window; 0 when
+    the runtime is unread)."""
+    from dataclasses import replace
+
+    if (probe is None or not getattr(probe, "found", False) or probe.workload != name or probe.partial
+            or probe.concurrency is None or probe.measured_at is None
+            or not 0 <= now - probe.measured_at <= PROBE_RECENT_SECONDS):
+        return room
+    running = getattr(serving, "running", None) if serving is not None and getattr(serving, "up", False) else None
+    return replace(room, measured_sequences=int(probe.concurrency - (running or 0.0)), measured_at=probe.measured_at)
 
 
 def runtime_capacity(profile: Any, serving: Any, estimate: Any) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from headroom.analysis.bottleneck import NONE, RESOURCES, Verdict, pct
+from headroom.analysis.bottleneck import NONE, RESOURCES, Verdict, pct, plural
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
 from headroom.units import format_bytes
 
@@ -37,6 +37,10 @@ POWER_MAX_SLACK_WATTS = 1.0
 QUOTA_BOUND_SHARE = 0.8
 # a process using this many cores is one thread at its limit (as analysis.thresholds.cpu_saturation_low's default)
 SINGLE_CORE_BOUND = 0.8
+# its processes' main threads waiting this share of their runnable time for a CPU are oversubscribed, and this many
+# runnable threads per core it may use are its own doing (as thresholds.cpu_wait_low's, threads_per_core_over's)
+OVERSUBSCRIBED_WAIT = 0.2
+OWN_THREADS_PER_CORE = 1.5
 # SM activity below this on a busy GPU means small or waiting kernels (as thresholds.sm_active_low's default)
 LAUNCH_BOUND_SM_ACTIVE = 0.5
 # a throttled GPU this much hotter than its coolest neighbour has a cooling problem of its own
@@ -65,6 +69,7 @@ class Facts:
     profile: Any = None  # workload.profiles.WorkloadProfile; None for a GPU's own verdict
     serving: Any = None  # analysis.serving.ServingSignals
     estimate: Any = None  # workload.sizing.Estimate
+    reserved: Any = None  # bottleneck.Reserved: the runtime on the GPU that reserves it up front, when one does
 
 
 def runbook_anchor(resource: str) -> str:
@@ -144,6 +149,13 @@ def _worst(gpus: Sequence[GpuSignals], key: Callable[[GpuSignals], float | None]
 
 def _gpu_names(gpus: Sequence[GpuSignals]) -> str:
     return ", ".join(str(g.index) for g in gpus if g.up)
+
+
+def _on_cpu(f: Facts) -> bool:
+    """The workload computes on the CPU: declared cpu-inference, or no GPU at all in its facts (a runtime on a
+    GPU-less host); its remedies speak of cores and host RAM, never of GPU memory (bottleneck: work without a GPU)."""
+    kind = getattr(getattr(f.profile, "kind", None), "value", str(getattr(f.profile, "kind", "")))
+    return kind == "cpu-inference" or (f.profile is not None and not f.gpus)
 
 
 def _runtime(facts: Facts) -> str:
@@ -233,6 +245,10 @@ def _gpu_memory(f: Facts) -> str:
         return "Check `nvidia-smi --query-compute-apps=pid,used_memory --format=csv` for who holds the memory."
     text = (f"GPU {g.index} VRAM {_gib(g.memory_used_bytes)} of {_gib(g.memory_total_bytes)} used: "
             f"`nvidia-smi --query-compute-apps=pid,used_memory --format=csv -i {g.index}` shows who holds it.")
+    r = f.reserved
+    if r is not None and r.others:
+        text += (f" {r.runtime} reserves the card up front ({r.setting}) and leaves {', '.join(r.others)} no room: "
+                 "lower its reservation, unload its model when idle, or give them GPUs of their own.")
     if g.memory_growth_bytes_per_second and g.memory_growth_bytes_per_second > 0:
         text += " It keeps growing: a leak (tensors kept across steps, a cache never freed) or longer inputs."
     kind = getattr(getattr(f.profile, "kind", None), "value", str(getattr(f.profile, "kind", "")))
@@ -257,13 +273,18 @@ def _kv_cache(f: Facts) -> str:
     if s is not None and getattr(s, "up", False):
         cap = f" of {s.capacity_tokens:,.0f} tokens" if s.capacity_tokens else ""
         used = f"KV cache {pct(s.usage)} used{cap}, {s.waiting or 0:.1f} requests waiting on average: "
-    kind = getattr(getattr(p, "kind", None), "value", str(getattr(p, "kind", "")))
-    if kind == "cpu-inference":
+    if _on_cpu(f):
         avail = getattr(f.host, "memory_available_bytes", None)
         room = f" ({_gib(avail)} of RAM available now)" if avail is not None else ""
+        if runtime in ("llama.cpp", "ollama"):
+            ctx = "`--ctx-size` (`-c`) with `--parallel`" if runtime == "llama.cpp" else \
+                "`OLLAMA_CONTEXT_LENGTH` (or `num_ctx`) with `OLLAMA_NUM_PARALLEL`"
+            return (f"{used}on CPU the KV cache is host RAM, sized by {ctx}: a larger context per slot or fewer "
+                    f"parallel slots{room}, a quantized cache (`--cache-type-k q8_0`), or another replica.")
         return (f"{used}on CPU the KV cache is host RAM: give it more with vLLM's `--kv-cache-memory-bytes` "
                 f"(or `VLLM_CPU_KVCACHE_SPACE`, GiB){room}, store it as fp8 (`--kv-cache-dtype fp8`), shorten "
-                "`--max-model-len`, or run another replica.")
+                "`--max-model-len`, cap `--max-num-seqs` so requests queue instead of being preempted, or run "
+                "another replica.")
     parts = []
     if runtime == "sglang":
         parts.append("raise `--mem-fraction-static`")
@@ -304,7 +325,9 @@ def _pcie(f: Facts) -> str:
             link += (f" of gen {max_gen} x{max_width} possible: the link runs below its best (reseat the card, "
                      "check the slot's lanes and the BIOS PCIe setting; an idle GPU also drops its link speed)")
     return (f"GPU {g.index} moves {(g.pcie_bytes_per_second or 0) / 1e9:.1f} of "
-            f"{(g.pcie_capability_bytes_per_second or 0) / 1e9:.1f} GB/s over PCIe{link}. Copy from pinned memory "
+            f"{(g.pcie_capability_bytes_per_second or 0) / 1e9:.1f} GB/s over PCIe{link}. Weights or a KV cache "
+            "offloaded to host memory cross PCIe every step: offload less or nothing where they fit (vLLM "
+            "`--cpu-offload-gb`, DeepSpeed ZeRO offload), quantize, or add a GPU. Copy from pinned memory "
             "(`DataLoader(pin_memory=True)`, `.to(device, non_blocking=True)`), keep tensors on the GPU between "
             "steps, do augmentation on the GPU, and move less (uint8 images, not float32).")
 
@@ -321,25 +344,80 @@ def _nvlink(f: Facts) -> str:
 
 
 # ------------------------------------------------------------------------------------------ host-bound
+def _cpu_compute(f: Facts) -> str:
+    """cpu for work without a GPU: its cores are its compute (no DataLoader to feed)."""
+    w, h, runtime = f.workload, f.host, _runtime(f)
+    used, allowed = getattr(w, "cores_used", None), getattr(w, "cores_allowed", None)
+    have = f"the workload computes on the CPU and uses {used:.2f} of the {allowed:g} cores it may use: " \
+        if used is not None and allowed else "the workload computes on the CPU and its cores are saturated: "
+    parts = []
+    quota = getattr(w, "cpu_quota_cores", None)
+    if quota:
+        parts.append(f"raise its cgroup's quota of {quota:g} cores (`cpu.max`: systemd `CPUQuota=`, Kubernetes "
+                     "`resources.limits.cpu`, `docker run --cpus`)")
+    if runtime == "vllm" or not runtime:
+        parts.append("pin vLLM's threads to the physical cores of one NUMA node (`VLLM_CPU_OMP_THREADS_BIND`, e.g. "
+                     "`0-31`, leaving a core or two for the API server), with `VLLM_CPU_KVCACHE_SPACE` in that node's "
+                     "memory")
+    if runtime in ("llama.cpp", "ollama") or not runtime:
+        parts.append("set the threads to the physical cores (llama.cpp `--threads`, Ollama `num_thread`), not the "
+                     "logical CPUs")
+    parts.append("give it more cores (a larger instance, a second replica behind the load balancer), or less "
+                 "work per token (a smaller or more quantized model, int8/int4 weights)")
+    if h is not None and h.neighbours:
+        top = [n for n in h.neighbours if n.workload != getattr(w, "name", None) and (n.cpu_cores or 0) >= 0.1][:2]
+        if top:
+            parts.append("other processes take CPUs: " + ", ".join(f"{n.name} (pid {n.pid}, {n.cpu_cores:.1f} cores)"
+                                                                  for n in top) + "; nice, move or stop them")
+    return have + "; ".join(parts) + "."
+
+
 def _cpu(f: Facts) -> str:
+    if _on_cpu(f):
+        return _cpu_compute(f)
     w, h = f.workload, f.host
     parts: list[str] = []
     idle = None
     if h is not None and h.logical_cpus and h.cpu_busy is not None:
         idle = max(0.0, h.logical_cpus * (1.0 - h.cpu_busy - (h.cpu_iowait or 0.0)))
     quota = getattr(w, "cpu_quota_cores", None)
-    workers = getattr(w, "dataloader_workers", None)
     used = getattr(w, "cores_used", None)
+    # per rank, measured: num_workers is each rank's DataLoader's, so the rank whose workers are busiest speaks
+    ranks = tuple(getattr(w, "ranks", ()) or ())
+    busy = [r for r in ranks if r.workers and r.workers_cores is not None]
+    busiest = max(busy, key=lambda r: r.workers_cores / r.workers, default=None)
+    workers = busiest.workers if busiest is not None else (None if ranks else getattr(w, "dataloader_workers", None))
+    trainer = getattr(w, "dataloader_workers", None) is not None  # a serving runtime's processes have no workers
+    pinned = next((r for r in ranks if trainer and not r.workers and (r.cores or 0.0) >= SINGLE_CORE_BOUND), None)
+    runnable = getattr(w, "runnable_threads", None)
+    allowed = getattr(w, "cores_allowed", None)
+    oversubscribed = (runnable is not None and allowed and (w.cpu_wait_share or 0.0) >= OVERSUBSCRIBED_WAIT
+                      and runnable / allowed >= OWN_THREADS_PER_CORE)
+    if oversubscribed:  # more of its threads than cores: fewer threads, not more workers
+        parts.append(f"≈ {runnable:.0f} of its threads are runnable on {allowed:g} cores and wait "
+                     f"{pct(w.cpu_wait_share)} of the time for one: cap each process's thread pools at its share of "
+                     "the cores (cores / processes): `OMP_NUM_THREADS` and `MKL_NUM_THREADS` set before the libraries "
+                     "load, `torch.set_num_threads(1)` in the DataLoader's `worker_init_fn`, "
+                     "`TOKENIZERS_PARALLELISM=false` for tokenizers in workers, `cv2.setNumThreads(0)`; and no more "
+                     "DataLoader workers or ranks than cores")
     if w is not None and quota and used is not None and used >= QUOTA_BOUND_SHARE * quota:
         where = f" ({w.cgroup_path})" if w.cgroup_path else ""
         parts.append(f"its cgroup{where} allows {quota:g} cores (`cpu.max`) and it uses {used:.2f}: raise the "
                      "quota (systemd `CPUQuota=`, Kubernetes `resources.limits.cpu`, `docker run --cpus`)")
-    if workers:
+    if oversubscribed:
+        pass  # more workers, or data loading moved into them, would add threads: the advice above stands alone
+    elif workers and (busiest is None or busiest.workers_cores / busiest.workers >= SINGLE_CORE_BOUND):
         more = max(workers + 1, min(2 * workers, workers + int(idle or 0)))
         free = f" ({idle:.0f} cores idle on the host)" if idle is not None else ""
-        parts.append(f"{workers} DataLoader workers cannot keep up: raise `num_workers` towards {more}{free}, "
+        whose = f" (rank pid {busiest.pid})" if busiest is not None and busiest.launched else ""
+        parts.append(f"{plural(workers, 'DataLoader worker')}{whose} cannot keep up: raise `num_workers` towards {more}{free}, "
                      "with `pin_memory=True` and `persistent_workers=True` (no restart each epoch) and "
                      "`prefetch_factor` 4")
+    elif pinned is not None:
+        who = f"rank pid {pinned.pid}" if pinned.launched else f"the main process (pid {pinned.pid})"
+        parts.append(f"{who} runs 0 DataLoader workers and uses {pinned.cores:.2f} cores: load data in DataLoader "
+                     "workers (`num_workers` > 0, `pin_memory=True`, `persistent_workers=True`) instead of the main "
+                     "process, or move the tokenizer/decoder off the critical path (pre-process once and cache)")
     elif w is not None and w.busiest_process_cores is not None and w.busiest_process_cores >= SINGLE_CORE_BOUND:
         parts.append(f"one process (pid {w.busiest_process_pid}) runs at a full core: load data in DataLoader "
                      "workers (`num_workers` > 0, `pin_memory=True`, `persistent_workers=True`) instead of the main "
@@ -416,7 +494,10 @@ def _network(f: Facts) -> str:
     if h is not None and h.net_device and h.net_ratio:
         rate = (h.net_bytes_per_second or 0) * 8 / 1e9
         link = f"{h.net_device} at {rate:.1f} Gbit/s, {pct(h.net_ratio)} of its link: "
-    return (f"{link}the traffic between hosts limits the job. Use RDMA where the hosts have it (InfiniBand or RoCE: "
+    elif h is not None and h.net_busiest_device and h.net_busiest_bytes_per_second:
+        link = f"{h.net_busiest_device} at {h.net_busiest_bytes_per_second * 8 / 1e9:.1f} Gbit/s (its speed unknown): "
+    return (f"{link}the traffic between hosts limits the job (over TCP sockets NCCL reaches a fraction of the "
+            "link's speed). Use RDMA where the hosts have it (InfiniBand or RoCE: "
             "`NCCL_IB_HCA`, check `NCCL_DEBUG=INFO` says NET/IB, not Socket), a faster link, fewer hosts with more "
             "GPUs each, larger gradient buckets or gradient compression, and overlap communication with compute.")
 

@@ -8,6 +8,15 @@ during the window are the difference between the newest and the oldest scrape in
 the quantile is then read as Prometheus' ``histogram_quantile`` does (linear inside the bucket that
 holds the rank; the lowest bucket starts at 0; a rank in the +Inf bucket gives the highest finite
 bound). A counter that went down (the runtime restarted) restarts the window at the newest scrape.
+
+Resolution: each percentile keeps the bucket it fell in (``Percentile``). Inside the first bucket (lower
+bound 0), the +Inf bucket, or a bucket wider than ``latency_bucket_width_max`` of its upper bound
+(BUCKET_WIDTH_MAX by default), the interpolated value is not a measurement: the answer is the bucket, a
+bound ("< 10 ms", "between 1 and 2.5 s", "> 80 s"). An objective is then judged from the bound: breached
+only when the bucket lies above it, met only when it lies at or below it, otherwise undecided ("not
+measurable from its buckets" when the objective is inside the first bucket: below the runtime's
+resolution); there a recent probe's client-side percentile (exact per-request latencies), measured at no
+less load than runs now, can show it met (``slo_status``).
 """
 
 from __future__ import annotations
@@ -16,18 +25,89 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from headroom.analysis.signals import recent
 from headroom.samples import Histogram, Sample, ServingEndpoint
 
 QUANTILES = (0.5, 0.95, 0.99)
+# a percentile read inside a bucket wider than this share of the bucket's upper bound (upper - lower > 0.4 x
+# upper: an upper bound above 1.67 x the lower one) is a bound, not a value; the first bucket (lower 0) and the
+# +Inf bucket always are. The default of bottleneck.THRESHOLDS["latency_bucket_width_max"] (docs/serving.md)
+BUCKET_WIDTH_MAX = 0.4
 LIMIT_HINTS = {
     "vllm": "max_num_seqs / max_num_batched_tokens",
     "sglang": "max_running_requests / chunked_prefill_size",
     "tgi": "max_batch_total_tokens / max_concurrent_requests",
     "triton": "max_batch_size / the TensorRT-LLM batch scheduler",
 }
+
+
+def seconds_text(x: float) -> str:
+    """A latency for a sentence: 9.5 ms, 250 ms, 2.5 s."""
+    return f"{x * 1000:.3g} ms" if x < 1.0 else f"{x:.3g} s"
+
+
+@dataclass(frozen=True)
+class Percentile:
+    """A latency percentile read from a runtime's histogram, with the bucket ``(lower, upper]`` it fell in.
+
+    ``value``: histogram_quantile's linear estimate inside the bucket. ``lower``: 0 for the first bucket;
+    ``upper``: None for the +Inf bucket. ``bounded``: the bucket is too coarse for the estimate to be a value
+    (first or +Inf bucket, or wider than the width threshold): the answer is then ``text``'s bound."""
+
+    value: float
+    lower: float
+    upper: float | None
+    bounded: bool
+    text: str  # "9.5 ms" for a value; "< 10 ms", "between 1 and 2.5 s", "> 80 s" for a bound
+
+
+def percentile_of(value: float, lower: float, upper: float, width_max: float = BUCKET_WIDTH_MAX) -> Percentile:
+    """The percentile ``value`` found in the bucket (lower, upper] (upper +Inf for the last bucket)."""
+    top = None if math.isinf(upper) else upper
+    if top is None:
+        return Percentile(value, lower, None, True, f"> {seconds_text(lower)}")
+    if lower <= 0 and top > 0:
+        return Percentile(value, 0.0, top, True, f"< {seconds_text(top)}")
+    if top > 0 and top - lower > width_max * top:
+        low, high = seconds_text(lower), seconds_text(top)
+        if low.split()[1] == high.split()[1]:  # one unit: "between 1 and 2.5 s"
+            low = low.split()[0]
+        return Percentile(value, lower, top, True, f"between {low} and {high}")
+    return Percentile(value, lower, top, False, seconds_text(value))
+
+UP, DOWN, RESTARTING = "up", "down", "restarting"  # a serving endpoint's state (ServingSignals.state)
+# counters a runtime restarts from 0 (ServingEndpoint fields): one that went down between two scrapes is a restart
+_COUNTERS = (("preemptions_total", "preemptions"), ("prompt_tokens_total", "prompt tokens"),
+             ("generation_tokens_total", "generation tokens"), ("admission_rejections_total", "admission rejections"))
+# a runtime's process start time (seconds since the epoch, prometheus-client's) moved by more than this: a new process
+# (the one process's value is fixed; the slack absorbs its float formatting)
+START_TIME_TOLERANCE_SECONDS = 1.0
+_HISTOGRAMS = (("time_to_first_token", "first-token latency observations"),
+               ("inter_token_latency", "inter-token latency observations"),
+               ("request_queue_time", "queue time observations"))
+SLEEP_LEVELS = {1: "sleep level 1: its weights offloaded to CPU memory, its KV cache discarded",
+                2: "sleep level 2: its weights and KV cache discarded"}  # vLLM's sleep mode (POST /sleep?level=N)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One answered scrape of the window, as the kv_cache rule judges it: KV usage, queue and preemptions together."""
+
+    usage: float | None = None
+    waiting: float | None = None  # all the requests waiting, whatever for
+    running: float | None = None
+    preemptions_per_minute: float | None = None  # since the scrape before it (None for the first one judged)
+    deferred: float | None = None  # of ``waiting``, those deferred by a transient constraint (vLLM 0.2x), not capacity
+
+    @property
+    def queued(self) -> float | None:
+        """Requests waiting for scheduling capacity (the KV cache, the batch): all waiting but the deferred ones,
+        which wait for a LoRA slot, a KV transfer or a blocked request and say nothing of the cache."""
+        if self.waiting is None:
+            return None
+        return max(0.0, self.waiting - (self.deferred or 0.0))
 
 
 @dataclass(frozen=True)
@@ -38,16 +118,31 @@ class ServingSignals:
     error: str | None = None
     runtime: str | None = None
     oversized: str | None = None  # the newest scrape's answer was over a cap (sources/serving.py): what was not read
-    usage: float | None = None  # mean KV cache usage over the window
+    usage: float | None = None  # mean KV cache usage over the window (headroom; the rule judges ``scrapes``)
     running: float | None = None  # mean requests running
     waiting: float | None = None  # mean requests waiting
     preemptions_per_minute: float | None = None
     capacity_tokens: float | None = None  # newest
     ttft: Mapping[float, float] = field(default_factory=dict)  # quantile -> seconds, over the window
     itl: Mapping[float, float] = field(default_factory=dict)
+    # "ttft_p95", "itl_p50" ... -> the same percentiles with the bucket each fell in (a bound or a value)
+    percentiles: Mapping[str, Percentile] = field(default_factory=dict)
     tokens_per_sequence: float | None = None  # KV tokens held per running sequence (mean)
     idle: bool = False  # up, and nothing ran or waited in any scrape of the window
     samples: int = 0
+    # the window's answered scrapes since the runtime last (re)started, oldest first: judged one by one, never
+    # as separate means (a window of idle and loaded scrapes has a mean of neither)
+    scrapes: tuple[Scrape, ...] = ()
+    state: str = UP  # up | down (failing for serving_down_seconds) | restarting (within serving_restart_seconds)
+    state_reason: str = ""  # why it is down or restarting, for people; "" when up and nothing to say
+    restarted_seconds_ago: float | None = None  # the window's last restart (counters reset, capacity changed ...)
+    failed_scrapes: int = 0  # scrapes of the window that failed
+    deferred: float | None = None  # mean requests waiting deferred by a transient constraint (vLLM 0.2x), not capacity
+    rejections_per_minute: float | None = None  # requests the runtime's queue limit refused (vLLM admission_rejections)
+    sleep_level: int | None = None  # newest scrape: 0 awake, 1 or 2 asleep (vLLM sleep mode); None: not exported
+    resident_models: tuple[str, ...] = ()  # newest scrape: the models the runtime holds loaded (Ollama /api/ps)
+    resident_bytes: float | None = None
+    resident_vram_bytes: float | None = None
 
 
 def _endpoint(sample: Sample, workload: str) -> ServingEndpoint | None:
@@ -63,6 +158,13 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def histogram_quantile(q: float, h: Histogram) -> float | None:
     """The q-quantile of a cumulative histogram (Prometheus' method); None without observations."""
+    found = histogram_bucket(q, h)
+    return None if found is None else found[0]
+
+
+def histogram_bucket(q: float, h: Histogram) -> tuple[float, float, float] | None:
+    """(value, lower, upper): the q-quantile as ``histogram_quantile`` reads it and the bounds of the bucket
+    holding its rank (lower 0 for the first bucket, upper +Inf for the last); None without observations."""
     total = h.counts[-1] if h.counts else 0.0
     if total <= 0:
         return None
@@ -70,15 +172,15 @@ def histogram_quantile(q: float, h: Histogram) -> float | None:
     previous_bound, previous_count = 0.0, 0.0
     for bound, count in zip(h.bounds, h.counts, strict=True):
         if count >= rank:
+            lower = min(previous_bound, bound)
             if math.isinf(bound):
-                return previous_bound
-            if count == previous_count:
-                return bound
-            if bound <= 0:
-                return bound
-            return previous_bound + (bound - previous_bound) * (rank - previous_count) / (count - previous_count)
+                return previous_bound, lower, bound
+            if count == previous_count or bound <= 0:
+                return bound, lower, bound
+            return (previous_bound + (bound - previous_bound) * (rank - previous_count) / (count - previous_count),
+                    lower, bound)
         previous_bound, previous_count = bound, count
-    return previous_bound
+    return previous_bound, previous_bound, math.inf
 
 
 def window_delta(first: Histogram | None, last: Histogram) -> Histogram:
@@ -90,55 +192,148 @@ def window_delta(first: Histogram | None, last: Histogram) -> Histogram:
                      last.sum - first.sum, last.count - first.count)
 
 
-def _quantiles(points: Sequence[Histogram]) -> dict[float, float]:
+def _quantiles(points: Sequence[Histogram], width_max: float) -> dict[float, Percentile]:
     if not points:
         return {}
     delta = window_delta(points[0] if len(points) > 1 else None, points[-1])
     out = {}
     for q in QUANTILES:
-        v = histogram_quantile(q, delta)
-        if v is not None:
-            out[q] = v
+        found = histogram_bucket(q, delta)
+        if found is not None:
+            out[q] = percentile_of(*found, width_max=width_max)
     return out
 
 
-def serving_signals(window: Sequence[Sample], seconds: float, workload: str) -> ServingSignals | None:
-    """What the runtime said over the last ``seconds``; None when the workload has no endpoint."""
+def _restart(before: ServingEndpoint, after: ServingEndpoint) -> str | None:
+    """Why two consecutive answered scrapes belong to two runs of the runtime, or None: the same run."""
+    if before.runtime != after.runtime:
+        return f"its runtime changed from {before.runtime} to {after.runtime}"
+    a, b = before.process_start_time_seconds, after.process_start_time_seconds
+    if a is not None and b is not None and abs(b - a) > START_TIME_TOLERANCE_SECONDS:
+        return f"its process start time moved by {b - a:,.0f} s"
+    a, b = before.kv_cache_capacity_tokens, after.kv_cache_capacity_tokens
+    if a is not None and b is not None and a != b:
+        return f"its KV cache capacity changed from {a:,.0f} to {b:,.0f} tokens"
+    for name, label in _COUNTERS:
+        a, b = getattr(before, name), getattr(after, name)
+        if a is not None and b is not None and b < a:
+            return f"its counters went down ({label} {a:,.0f} -> {b:,.0f})"
+    for name, label in _HISTOGRAMS:
+        h, k = getattr(before, name), getattr(after, name)
+        if h is not None and k is not None and k.count < h.count:
+            return f"its counters went down ({label} {h.count:,.0f} -> {k.count:,.0f})"
+    return None
+
+
+def serving_signals(window: Sequence[Sample], seconds: float, workload: str,
+                    thresholds: Mapping[str, float] | None = None) -> ServingSignals | None:
+    """What the runtime said over the last ``seconds``; None when the workload has no endpoint.
+
+    Only the scrapes since the runtime last (re)started are judged: a counter that went down, a process start time,
+    a KV capacity or a runtime that changed between two answered scrapes, or an answer after failed scrapes with
+    none before them in the window, starts a new run. Within ``serving_restart_seconds`` of that restart the
+    endpoint is ``restarting``; one whose scrapes have failed for ``serving_down_seconds`` since its last answer (or
+    with none in the window) is ``down``; a newer failure than that (a scrape that timed out under load) leaves it
+    ``up``, judged from its answers (``thresholds``: bottleneck.DEFAULT_THRESHOLDS when None; its latency_bucket_width_max: a percentile in a wider
+    bucket is a bound)."""
+    if thresholds is None:
+        from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS as thresholds
+    bucket_width_max = thresholds.get("latency_bucket_width_max", BUCKET_WIDTH_MAX)
     if not window:
         return None
     # only the samples within ``seconds`` of the newest: walked back from it, not filtered out of the whole window
     timed = [(s.monotonic, e) for s in recent(window, seconds) if (e := _endpoint(s, workload)) is not None]
     if not timed:
         return None
-    now = timed[-1][1]
-    base = ServingSignals(workload, now.endpoint, now.up, now.error, now.runtime, now.oversized)
-    ups = [(t, e) for t, e in timed if e.up]
-    if not now.up or not ups:
+    now_t, now = timed[-1]
+    base = ServingSignals(workload, now.endpoint, now.up, now.error, now.runtime, now.oversized,
+                          resident_models=now.resident_models, resident_bytes=now.resident_bytes,
+                          resident_vram_bytes=now.resident_vram_bytes)
+    judged: list[tuple[float, ServingEndpoint]] = []
+    last: ServingEndpoint | None = None
+    failed = failed_since = 0
+    restart_at, why = None, ""
+    for t, e in timed:
+        if e.up is None:  # no scrape had finished yet: neither an answer nor a failure
+            continue
+        if not e.up:
+            failed += 1
+            failed_since += 1
+            continue
+        reason = _restart(last, e) if last is not None else None
+        if reason is None and last is None and failed_since:
+            reason = f"it answers again after {failed_since} failed scrapes"
+        elif reason is not None and failed_since:
+            reason += f", after {failed_since} failed scrapes"
+        if reason is not None:
+            restart_at, why, judged = t, reason, []
+        judged.append((t, e))
+        last, failed_since = e, 0
+    ago = None if restart_at is None else now_t - restart_at
+    silent = None if now.up or not judged else now_t - judged[-1][0]  # seconds since its last answer, while failing
+    if not now.up and (silent is None or silent >= thresholds["serving_down_seconds"]):
+        state, text = DOWN, f"serving endpoint down: {now.error or 'no answer'}"
+        if failed > 1:
+            text += f" ({failed} of {len(timed)} scrapes of the window failed)"
+    elif ago is not None and ago < thresholds["serving_restart_seconds"]:
+        state, text = RESTARTING, (f"serving endpoint restarting: {why} {ago:.0f} s ago; what the runtime and the "
+                                   "host show now is the restart's own work, not a bottleneck")
+    else:
+        state = UP
+        text = "" if ago is None else f"restarted {ago:.0f} s ago ({why}): judged from the scrapes since"
+        if failed:
+            text += ("; " if text else "") + f"{failed} of {len(timed)} scrapes of the window failed"
+    if silent is not None and state != DOWN:  # failing for less than serving_down_seconds: judged from its answers
+        text += f"; its newest scrape failed ({now.error}), {silent:.1f} s after its last answer"
+        now = judged[-1][1]
+        base = replace(base, up=True, runtime=now.runtime)
+    base = replace(base, state=state, state_reason=text.removeprefix("; "), restarted_seconds_ago=ago,
+                   failed_scrapes=failed)
+    if state == DOWN or not judged:
         return base
-    # a runtime switch inside the window: only the current runtime's scrapes count
-    ups = [(t, e) for t, e in ups if e.runtime == now.runtime]
+    ups = judged
     usage = [e.kv_cache_usage_ratio for _, e in ups if e.kv_cache_usage_ratio is not None]
     running = [e.requests_running for _, e in ups if e.requests_running is not None]
     waiting = [e.requests_waiting for _, e in ups if e.requests_waiting is not None]
     pre = [(t, e.preemptions_total) for t, e in ups if e.preemptions_total is not None]
-    ppm = None
-    if len(pre) >= 2 and pre[-1][0] > pre[0][0]:
-        grown = pre[-1][1] - pre[0][1]
-        ppm = max(0.0, grown) / (pre[-1][0] - pre[0][0]) * 60.0 if grown >= 0 else None
-    elif len(pre) == 1:
-        ppm = 0.0
+    ppm = _per_minute(pre)
+    rpm = _per_minute([(t, e.admission_rejections_total) for t, e in ups if e.admission_rejections_total is not None])
+    deferred = [e.requests_waiting_deferred for _, e in ups if e.requests_waiting_deferred is not None]
+    scrapes = []
+    previous: tuple[float, ServingEndpoint] | None = None
+    for t, e in ups:
+        rate = None
+        if previous is not None and e.preemptions_total is not None and previous[1].preemptions_total is not None \
+                and t > previous[0]:
+            rate = max(0.0, e.preemptions_total - previous[1].preemptions_total) / (t - previous[0]) * 60.0
+        scrapes.append(Scrape(e.kv_cache_usage_ratio, e.requests_waiting, e.requests_running, rate,
+                              e.requests_waiting_deferred))
+        previous = (t, e)
     tokens = None
     if now.kv_cache_usage_ratio is not None and now.kv_cache_capacity_tokens and now.requests_running:
         tokens = now.kv_cache_usage_ratio * now.kv_cache_capacity_tokens / now.requests_running
     # idle needs the runtime to say what runs (Triton without TensorRT-LLM reports only pending requests)
-    idle = bool(running) and not any(running) and not any(waiting)
+    # (requests its queue limit refused are demand too: the runtime was asked for more than it queues)
+    idle = bool(running) and not any(running) and not any(waiting) and not rpm
+    ttft = _quantiles([e.time_to_first_token for _, e in ups if e.time_to_first_token is not None], bucket_width_max)
+    itl = _quantiles([e.inter_token_latency for _, e in ups if e.inter_token_latency is not None], bucket_width_max)
+    queue = _quantiles([e.request_queue_time for _, e in ups if e.request_queue_time is not None], bucket_width_max)
     return replace(
         base, usage=_mean(usage), running=_mean(running), waiting=_mean(waiting), preemptions_per_minute=ppm,
         capacity_tokens=now.kv_cache_capacity_tokens,
-        ttft=_quantiles([e.time_to_first_token for _, e in ups if e.time_to_first_token is not None]),
-        itl=_quantiles([e.inter_token_latency for _, e in ups if e.inter_token_latency is not None]),
-        tokens_per_sequence=tokens, idle=idle, samples=len(ups),
+        ttft={q: p.value for q, p in ttft.items()}, itl={q: p.value for q, p in itl.items()},
+        percentiles={f"{metric}_p{q * 100:g}": p for metric, found in (("ttft", ttft), ("itl", itl), ("queue", queue))
+                     for q, p in found.items()},
+        tokens_per_sequence=tokens, idle=idle, samples=len(ups), scrapes=tuple(scrapes),
+        deferred=_mean(deferred), rejections_per_minute=rpm, sleep_level=now.sleep_level,
     )
+
+
+def _per_minute(points: Sequence[tuple[float, float]]) -> float | None:
+    """A counter's rate per minute between the first and the last (time, value) of the window; 0 with one point."""
+    if len(points) >= 2 and points[-1][0] > points[0][0]:
+        return max(0.0, points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]) * 60.0
+    return 0.0 if len(points) == 1 else None
 
 
 # ----------------------------------------------------------------------------------------- rule
@@ -154,51 +349,151 @@ def _pct(x: float | None) -> str:
     return "?" if x is None else f"{x * 100:.0f} %"
 
 
+class Joint(NamedTuple):
+    """The window's scrapes judged one by one (``judge``): KV usage, queue and preemptions of the same scrape."""
+
+    score: float  # kv_cache: the share of pressed scrapes, over the window or over its latest ones, the higher
+    scrapes: int  # answered scrapes judged (since the runtime last started)
+    full: int  # the cache >= kv_usage_high while requests waited or sequences were preempted
+    filling: int  # the cache >= kv_usage_low (below kv_usage_high) while requests waited or were preempted
+    room: int  # requests waited (>= half serving_waiting_high) while the cache was below kv_usage_low
+    idle: int  # nothing running or waiting
+    recent: int  # the latest scrapes looked at on their own (kv_recent_scrapes)
+    recent_pressed: int  # of them, those in full or filling
+
+
+def _pressure(x: Scrape, t: Mapping[str, float]) -> float:
+    """How hard one scrape's cache is pressed: its fill times its queue or its preemptions since the one before."""
+    queue = max(_ramp(x.queued, 0.0, t["serving_waiting_high"]),
+                _ramp(x.preemptions_per_minute, 0.0, t["preemptions_per_minute_high"]))
+    return _ramp(x.usage, t["kv_usage_low"], t["kv_usage_high"]) * queue
+
+
+def judge(s: ServingSignals, t: Mapping[str, float]) -> Joint:
+    """Each scrape of the window classified, and the kv_cache score from the share of pressed ones: over the whole
+    window, or over its latest ``kv_recent_scrapes`` when higher (a cache that just filled scores at once)."""
+    xs = s.scrapes
+    pressed = [_pressure(x, t) for x in xs]
+    recent = max(1, int(t["kv_recent_scrapes"]))
+    latest = pressed[-recent:]
+    score = max(sum(pressed) / len(pressed), sum(latest) / len(latest)) if pressed else 0.0
+    full = sum(1 for x, p in zip(xs, pressed, strict=True) if p > 0 and (x.usage or 0) >= t["kv_usage_high"])
+    filling = sum(1 for p in pressed if p > 0) - full
+    room = sum(1 for x in xs if (x.queued or 0) >= t["serving_waiting_high"] * 0.5
+               and x.usage is not None and x.usage < t["kv_usage_low"])
+    idle = sum(1 for x in xs if x.running == 0 and not x.waiting)
+    return Joint(score, len(xs), full, filling, room, idle, len(latest), sum(1 for p in latest if p > 0))
+
+
+def _count(n: float | None) -> str:
+    return "?" if n is None else f"{n:.0f}"
+
+
 def describe(s: ServingSignals) -> str:
-    """One line: usage, queue, preemptions (the facts every serving verdict quotes)."""
+    """One line: usage, queue, preemptions now and at their peak in the window (the facts every serving verdict
+    quotes; never means that would mix idle and loaded scrapes)."""
     cap = f" of {s.capacity_tokens:,.0f} tokens" if s.capacity_tokens else ""
     ppm = "" if s.preemptions_per_minute is None else f", {s.preemptions_per_minute:.1f} preemptions/min"
-    # the usage, queue and batch are means over the window's scrapes (a fractional request is one): say so
-    return (f"KV cache {_pct(s.usage)} used{cap}, on average over the window {s.waiting or 0:.1f} requests "
-            f"waiting and {s.running or 0:.1f} running{ppm} ({s.runtime})")
+    if not s.scrapes:
+        return f"KV cache {_pct(s.usage)} used{cap}, {s.waiting or 0:.0f} requests waiting{ppm} ({s.runtime})"
+    now = s.scrapes[-1]
+    usages = [x.usage for x in s.scrapes if x.usage is not None]
+    waits = [x.waiting for x in s.scrapes if x.waiting is not None]
+    peak = []  # where the window held more than its newest scrape
+    if usages and max(usages) > (now.usage or 0):
+        peak.append(f"KV cache {_pct(max(usages))}")
+    if waits and max(waits) > (now.waiting or 0):
+        peak.append(f"{max(waits):.0f} waiting")
+    peaks = f" (peak over the window's {len(s.scrapes)} scrapes: {', '.join(peak)})" if peak else ""
+    deferred = (f" ({now.deferred:.0f} of them deferred by a LoRA budget, a KV transfer or a blocked request, not "
+                "for capacity)") if now.deferred else ""
+    return (f"KV cache {_pct(now.usage)} used{cap}, {_count(now.waiting)} requests waiting{deferred} and "
+            f"{_count(now.running)} running in the newest scrape{peaks}{ppm}{_queueing(s)} ({s.runtime})")
+
+
+def _queueing(s: ServingSignals) -> str:
+    """What the runtime says of its queue beyond the gauges: queue time p95, requests its queue limit refused."""
+    text = ""
+    p = s.percentiles.get("queue_p95")
+    if p is not None:
+        text += f", queue time p95 {p.text}"
+    if s.rejections_per_minute:
+        text += f", {s.rejections_per_minute:.1f} requests/min refused by its queue limit (admission rejections)"
+    return text
+
+
+def _scrape_counts(j: Joint, t: Mapping[str, float]) -> str:
+    """'in 12 of 15 scrapes the KV cache was >= 95 % full while requests waited ...', with the latest ones, and a
+    window that mixes idle and loaded scrapes said to do so."""
+    text = (f"in {j.full} of {j.scrapes} scrapes the KV cache was >= {_pct(t['kv_usage_high'])} full while requests "
+            "waited or sequences were preempted")
+    if j.filling:
+        text += f" (in {j.filling} more >= {_pct(t['kv_usage_low'])})"
+    if j.recent < j.scrapes:
+        text += f", {j.recent_pressed} of the latest {j.recent} scrapes"
+    if j.room:
+        text += f"; in {j.room} requests waited while the cache had room"
+    if j.idle and j.idle < j.scrapes:
+        text += (f"; the window mixes {j.idle} idle scrapes (nothing running or waiting) with "
+                 f"{j.scrapes - j.idle} loaded ones")
+    return text
+
+
+def _limited(s: ServingSignals, j: Joint, t: Mapping[str, float], gpu_busy: float | None) -> bool:
+    """Requests waited while the KV cache had room in the same scrapes (at least serving_scrape_share of them),
+    none of the latest ones pressed the cache, and the GPU has room: the runtime's own limits hold them back."""
+    return (j.scrapes > 0 and j.room >= t["serving_scrape_share"] * j.scrapes and j.recent_pressed == 0
+            and (gpu_busy is None or gpu_busy < t["compute_busy_low"]))
 
 
 def rule_kv_cache(s: ServingSignals | None, t: Mapping[str, float], gpu_busy: float | None,
                   alternatives: str = "") -> tuple[float, str]:
-    """KV memory limits the server: KV usage high while requests wait or sequences are preempted."""
+    """KV memory limits the server: in the same scrapes the KV cache is nearly full while requests wait or
+    sequences are preempted."""
     if s is None:
         return 0.0, "no serving endpoint declared (endpoint: in the profile)"
-    if not s.up:
-        return 0.0, f"serving endpoint down: {s.error}"
-    full = _ramp(s.usage, t["kv_usage_low"], t["kv_usage_high"])
-    pressure = max(_ramp(s.waiting, 0.0, t["serving_waiting_high"]),
-                   _ramp(s.preemptions_per_minute, 0.0, t["preemptions_per_minute_high"]))
-    text = describe(s)
-    if (s.waiting or 0) >= t["serving_waiting_high"] * 0.5 and full == 0.0 and \
-            (gpu_busy is None or gpu_busy < t["compute_busy_low"]):
+    if s.state != UP:
+        return 0.0, s.state_reason
+    j = judge(s, t)
+    text = f"{describe(s)}; {_scrape_counts(j, t)}"
+    if s.state_reason:
+        text += f"; {s.state_reason}"
+    if _limited(s, j, t, gpu_busy):
         hint = LIMIT_HINTS.get(s.runtime or "", "its batch limits")
         busy = "" if gpu_busy is None else f" and the GPU {_pct(gpu_busy)} busy"
         text += (f"; requests wait while the KV cache has room{busy}: the runtime's own limits "
                  f"({hint}) hold them back")
-    elif full * pressure > 0 and alternatives:
+    elif j.score > 0 and alternatives:
         text += f"; {alternatives}"
-    return full * pressure, text
+    return j.score, text
 
 
 def runtime_limited(s: ServingSignals | None, t: Mapping[str, float], gpu_busy: float | None) -> str | None:
-    """Evidence when requests queue while both the KV cache and the GPU have room, else None."""
-    if s is None or not s.up or (s.waiting or 0) < t["serving_waiting_high"] * 0.5:
-        return None
-    if _ramp(s.usage, t["kv_usage_low"], t["kv_usage_high"]) > 0:
-        return None
-    if gpu_busy is not None and gpu_busy >= t["compute_busy_low"]:
+    """Evidence when requests queue while both the KV cache and the GPU have room (in the same scrapes), else None."""
+    if s is None or s.state != UP or not _limited(s, judge(s, t), t, gpu_busy):
         return None
     return rule_kv_cache(s, t, gpu_busy)[1]
 
 
+def not_judged(s: ServingSignals | None) -> str | None:
+    """Evidence for ``none`` while the serving endpoint is down or restarting (no resource is judged: what the host
+    shows then is the outage's or the restart's, not the workload's bottleneck), else None."""
+    if s is None or s.state == UP:
+        return None
+    return s.state_reason
+
+
 def idle_for_demand(s: ServingSignals | None) -> str | None:
     """Evidence for ``none`` when the server had nothing to do, else None."""
-    if s is None or not s.up or not s.idle:
+    if s is None or not s.up:
+        return None
+    if s.sleep_level:  # put to sleep: idle on purpose, not broken
+        waiting = s.scrapes[-1].waiting if s.scrapes else None
+        parked = (f"; {waiting:.0f} requests wait for it to wake (a request that arrives while it sleeps is parked "
+                  "in its queue, vllm#45326)") if waiting else ""
+        return (f"the engine at {s.endpoint} ({s.runtime}) is asleep ({SLEEP_LEVELS.get(s.sleep_level, 'asleep')}; "
+                f"vllm:engine_sleep_state): idle, not broken, until it is woken up (POST /wake_up){parked}")
+    if not s.idle:
         return None
     return f"no requests running or waiting at {s.endpoint} ({s.runtime}): idle for lack of demand"
 
@@ -267,21 +562,83 @@ def alternatives(profile: Any, gpu_memory_bytes: int | None, gpus: int | None, m
 
 
 # ------------------------------------------------------------------------------------------ SLOs
+JUDGEMENTS = ("met", "breached", "undecided", "not_measurable", "no_data")
+
+
 @dataclass(frozen=True)
 class SloStatus:
     objective: str  # ttft_p95, itl_p99 ...
     target_seconds: float
     observed_seconds: float | None  # the window's percentile; None: no request observed in the window
-    met: bool | None  # None with no observation: neither met nor breached
+    met: bool | None  # None: no observation, or the buckets cannot tell (judgement says which)
+    # met | breached | undecided (the objective lies inside a coarse bucket the percentile fell in) |
+    # not_measurable (inside the runtime's first bucket: below its resolution) | no_data
+    judgement: str = "no_data"
+    percentile: Percentile | None = None  # the window's percentile with its bucket
+    basis: str = "buckets"  # buckets | probe: the last probe's client-side percentile decided
+    text: str = ""  # one line: what was judged and why
 
 
-def slo_status(profile: Any, s: ServingSignals | None) -> tuple[SloStatus, ...]:
-    """Each latency objective of the profile against the short window's percentile."""
+def _probe_percentile(probe: Any, workload: str, objective: str, running: float | None, now: float | None,
+                      recent_seconds: float) -> tuple[float, str] | None:
+    """The last probe's client-side percentile for ``objective`` at its capacity step and how it is quoted, when
+    the probe is of this workload, complete, younger than ``recent_seconds`` and measured at no less load than
+    runs now (its ``concurrency`` at least the requests running); else None."""
+    if (probe is None or not getattr(probe, "found", False) or probe.workload != workload or probe.partial
+            or now is None or probe.measured_at is None or not 0 <= now - probe.measured_at <= recent_seconds
+            or probe.concurrency is None or (running or 0.0) > probe.concurrency):
+        return None
+    value = (getattr(probe, "latency", None) or {}).get(objective)
+    if value is None:
+        return None
+    return value, (f"the last probe measured the client-side {objective.partition('_')[2]} at "
+                   f"{seconds_text(value)} with {probe.concurrency:g} concurrent requests")
+
+
+def _judge(objective: str, target: float, p: Percentile | None, runtime: str | None) -> tuple[str, str]:
+    """(judgement, text) of one objective from the window's percentile and its bucket."""
+    q = objective.partition("_")[2]
+    goal = f"{objective} {seconds_text(target)}"
+    if p is None:
+        return "no_data", f"{goal}: no request observed in the window"
+    if not p.bounded:
+        return ("met" if p.value <= target else "breached"), f"{goal}: {q} {p.text}"
+    seen = f"{q} {p.text} ({runtime or 'the runtime'}'s bucket {_bucket_text(p)})"
+    if p.lower >= target:  # every observation in (lower, upper] is above the objective
+        return "breached", f"{goal}: {seen}"
+    if p.upper is not None and p.upper <= target:
+        return "met", f"{goal}: {seen}"
+    if p.lower <= 0 and p.upper is not None:
+        return "not_measurable", (f"{goal}: not measurable from its buckets: the objective is below the runtime's "
+                                  f"resolution, its first bucket ends at {seconds_text(p.upper)}, {seen}")
+    return "undecided", f"{goal}: undecided from its buckets: the objective lies inside the bucket of the {seen}"
+
+
+def _bucket_text(p: Percentile) -> str:
+    upper = "+Inf" if p.upper is None else seconds_text(p.upper)
+    return f"{seconds_text(p.lower) if p.lower > 0 else '0'} to {upper}"
+
+
+def slo_status(profile: Any, s: ServingSignals | None, probe: Any = None, now: float | None = None,
+               recent_seconds: float = 0.0) -> tuple[SloStatus, ...]:
+    """Each latency objective of the profile against the short window's percentile and its bucket. Where the
+    buckets cannot tell (undecided, not measurable), a recent probe of this workload (``probe``:
+    samples.ProbeSample, younger than ``recent_seconds`` at ``now``) whose client-side percentile, measured at no
+    less load than runs now, is within the objective shows it met (basis "probe")."""
     out = []
     for objective, target in getattr(profile, "slo", ()) or ():
-        metric, _, q = objective.partition("_p")
-        observed = None
-        if s is not None and s.up:
-            observed = (s.ttft if metric == "ttft" else s.itl).get(int(q) / 100)
-        out.append(SloStatus(objective, target, observed, None if observed is None else observed <= target))
+        p = s.percentiles.get(objective) if s is not None and s.up else None
+        judgement, text = _judge(objective, target, p, s.runtime if s is not None else None)
+        basis = "buckets"
+        if judgement in ("undecided", "not_measurable"):
+            measured = _probe_percentile(probe, getattr(profile, "name", ""), objective,
+                                         s.running if s is not None else None, now, recent_seconds)
+            if measured is not None and measured[0] <= target:
+                # exact latencies at no less load than now met it: latency grows with load, so it holds now
+                judgement, basis = "met", "probe"
+                text += f"; {measured[1]}: met"
+            elif measured is not None:  # above it at a load at least today's: not a measurement of now
+                text += f"; {measured[1]}, above it, at no less load than now: still undecided"
+        met = {"met": True, "breached": False}.get(judgement)
+        out.append(SloStatus(objective, target, None if p is None else p.value, met, judgement, p, basis, text))
     return tuple(out)

@@ -39,6 +39,9 @@ VRAM_TREND_MAX_POINTS = 60  # a longer window is thinned to this many points (th
 PCIE_LANE_BYTES_PER_SECOND = {1: 250e6, 2: 500e6, 3: 984.6e6, 4: 1969.2e6, 5: 3938.5e6, 6: 7877e6}
 # NVLink data bandwidth per link and direction, by NVLink generation (bytes/s): NVLink 2-4 25 GB/s, 5 50 GB/s
 NVLINK_LINK_BYTES_PER_SECOND = {1: 20e9, 2: 25e9, 3: 25e9, 4: 25e9, 5: 50e9}
+# a link's interval "carries its traffic" when its rate is at least this share of the window's mean rate
+# (steady_share): steadiness is judged against the link's own recent level, never against its line rate
+LINK_STEADY_LEVEL = 0.5
 
 
 def recent(window: Sequence[Sample], seconds: float) -> list[Sample]:
@@ -89,6 +92,23 @@ def _rate(samples: Sequence[Sample], read: Callable[[Sample], float | None]) -> 
     wrapped, a workload process that exited): the interval it went down in is left out, increase and
     time alike, and the rest of the window still counts. None with no interval left."""
     return _rate_of((s.monotonic, read(s)) for s in samples)
+
+
+def steady_share(rates: Sequence[float]) -> float | None:
+    """The share of a link's intervals (per-second rates over the window) that carry its traffic: at least
+    LINK_STEADY_LEVEL of the window's mean rate. 1 for steady traffic, the duty cycle for bursts (a checkpoint
+    copy, a scrape), None with fewer than two intervals or no traffic at all."""
+    if len(rates) < 2:
+        return None
+    mean = sum(rates) / len(rates)
+    if mean <= 0:
+        return None
+    return sum(1 for r in rates if r >= LINK_STEADY_LEVEL * mean) / len(rates)
+
+
+def interval_rates(points: Sequence[tuple[float, float]]) -> list[float]:
+    """Per-second rates between consecutive (time, cumulative counter) points (a counter reset is skipped)."""
+    return [(b - a) / (tb - ta) for (ta, a), (tb, b) in zip(points, points[1:], strict=False) if tb > ta and b >= a]
 
 
 def _rate_of(points: Iterable[tuple[float, float | None]]) -> float | None:
@@ -182,6 +202,11 @@ class GpuSignals:
     pcie_link: tuple[int | None, int | None, int | None, int | None] = (None, None, None, None)
     samples: int = 0
     sm_active: float | None = None  # mean GPM SM activity over the window (Hopper+); None without GPM
+    tensor_active: float | None = None  # mean GPM tensor-core activity over the window; None without GPM
+    dram_active: float | None = None  # mean GPM DRAM bandwidth used / peak over the window; None without GPM
+    pcie_mean_bytes_per_second: float | None = None  # max(tx, rx), averaged over the window's samples
+    pcie_steady: float | None = None  # share of the window's samples carrying its PCIe traffic (steady_share)
+    nvlink_steady: float | None = None  # share of the window's intervals carrying its NVLink traffic
     nvlink_bytes_per_second: float | None = None  # max(tx, rx) over all active links, over the window
     nvlink_capability_bytes_per_second: float | None = None  # active links x per-link bandwidth
     nvlink_ratio: float | None = None
@@ -222,12 +247,16 @@ def _gpus_by_uuid(sample: Sample) -> dict[str, GpuSample]:
     return {g.uuid: g for g in nvml.gpus}
 
 
-def _nvlink(timed: Sequence[tuple[float, GpuSample]], g: GpuSample) -> tuple[float | None, float | None]:
-    """(max of tx and rx bytes/s summed over the newest sample's active links, their capability)."""
+def _nvlink(timed: Sequence[tuple[float, GpuSample]],
+            g: GpuSample) -> tuple[float | None, float | None, float | None]:
+    """(max of tx and rx bytes/s summed over the newest sample's active links, their capability, the share of
+    the window's intervals in which the busiest of them carried its traffic: steady_share). The sums read the
+    first and last samples that have every active link; the steadiness reads one link per sample (collectives
+    stripe their traffic over the links alike), so a tick's cost stays that of two samples per GPU."""
     active = [link.link for link in g.nvlink_links if link.up]
     per_link = NVLINK_LINK_BYTES_PER_SECOND.get(g.nvlink_version or 0)
     if not active:
-        return None, None
+        return None, None, None
 
     def total(direction: str) -> Callable[[tuple[float, GpuSample]], float | None]:
         def read(point: tuple[float, GpuSample]) -> float | None:
@@ -238,14 +267,33 @@ def _nvlink(timed: Sequence[tuple[float, GpuSample]], g: GpuSample) -> tuple[flo
 
         return read
 
-    rates = []
+    rates: list[tuple[float, str]] = []
     for direction in ("tx", "rx"):
         read = total(direction)
         first = next(((t, v) for t, gs in timed if (v := read((t, gs))) is not None), None)
         last = next(((t, v) for t, gs in reversed(timed) if (v := read((t, gs))) is not None), None)
         if first and last and last[0] > first[0] and last[1] >= first[1]:
-            rates.append((last[1] - first[1]) / (last[0] - first[0]))
-    return (max(rates) if rates else None), (per_link * len(active) if per_link else None)
+            rates.append(((last[1] - first[1]) / (last[0] - first[0]), direction))
+    if not rates:
+        return None, (per_link * len(active) if per_link else None), None
+    rate, direction = max(rates)
+    return rate, (per_link * len(active) if per_link else None), _link_steadiness(timed, g, direction)
+
+
+def _link_steadiness(timed: Sequence[tuple[float, GpuSample]], g: GpuSample, direction: str) -> float | None:
+    """steady_share of the newest sample's busiest active link (its largest ``direction`` counter), read at its
+    position in each sample's link tuple (a sample whose link there is another one is skipped)."""
+    attr = f"{direction}_bytes_total"
+    up = [(i, link) for i, link in enumerate(g.nvlink_links) if link.up and getattr(link, attr) is not None]
+    if not up:
+        return None
+    pos, busiest = max(up, key=lambda p: getattr(p[1], attr))
+    points = []
+    for t, gs in timed:
+        links = gs.nvlink_links
+        if pos < len(links) and links[pos].link == busiest.link and (v := getattr(links[pos], attr)) is not None:
+            points.append((t, float(v)))
+    return steady_share(interval_rates(points))
 
 
 def gpu_signals(window: Sequence[Sample], seconds: float, default_limit_celsius: float | None = 87.0) -> list[GpuSignals]:
@@ -299,7 +347,12 @@ def gpu_signals(window: Sequence[Sample], seconds: float, default_limit_celsius:
         pcie = max((v for v in (g.pcie_tx_bytes_per_second, g.pcie_rx_bytes_per_second) if v is not None),
                    default=None)
         sm_active = [x.sm_active_ratio for x in series if x.sm_active_ratio is not None]
-        nvlink, nvlink_capability = _nvlink(timed, g)
+        tensor = [x.tensor_active_ratio for x in series if x.tensor_active_ratio is not None]
+        dram = [x.dram_active_ratio for x in series if x.dram_active_ratio is not None]
+        pcie_series = [max(v for v in (x.pcie_tx_bytes_per_second, x.pcie_rx_bytes_per_second) if v is not None)
+                       for x in series
+                       if x.pcie_tx_bytes_per_second is not None or x.pcie_rx_bytes_per_second is not None]
+        nvlink, nvlink_capability, nvlink_steady = _nvlink(timed, g)
         out.append(GpuSignals(
             index=g.index, uuid=uuid, name=g.name, up=True,
             busy=_mean(utils), busy_stdev=_stdev(utils), sm_clock_ratio=_mean(clocks),
@@ -314,8 +367,9 @@ def gpu_signals(window: Sequence[Sample], seconds: float, default_limit_celsius:
             pcie_bytes_per_second=pcie, pcie_capability_bytes_per_second=capability,
             pcie_link=(g.pcie_link_generation, g.pcie_link_width, g.pcie_link_max_generation, g.pcie_link_max_width),
             samples=len(series),
-            sm_active=_mean(sm_active),
-            nvlink_bytes_per_second=nvlink, nvlink_capability_bytes_per_second=nvlink_capability,
+            sm_active=_mean(sm_active), tensor_active=_mean(tensor), dram_active=_mean(dram),
+            pcie_mean_bytes_per_second=_mean(pcie_series), pcie_steady=steady_share(pcie_series),
+            nvlink_steady=nvlink_steady, nvlink_bytes_per_second=nvlink, nvlink_capability_bytes_per_second=nvlink_capability,
             nvlink_ratio=(nvlink / nvlink_capability) if nvlink is not None and nvlink_capability else None,
             reason_shares={r: c / len(series) for r, c in counts.items()},
             throttled_share=(throttled / len(series)) if reported else None,
@@ -362,6 +416,7 @@ class HostSignals:
     logical_cpus: int | None = None
     cpu_busy: float | None = None  # share of all CPU time not idle and not iowait
     cpu_iowait: float | None = None  # share of all CPU time in iowait (a weak signal)
+    run_queue: float | None = None  # runnable tasks (/proc/stat procs_running, running and waiting), over the span
     psi: dict[str, float] = field(default_factory=dict)  # "cpu.some" -> avg10 ratio, "memory.full" ...
     memory_total_bytes: int | None = None
     memory_available_bytes: int | None = None
@@ -376,6 +431,11 @@ class HostSignals:
     net_ratio: float | None = None  # the busiest interface: max(rx, tx) / link speed
     net_device: str | None = None
     net_bytes_per_second: float | None = None
+    # the interface carrying the most bytes/s (with or without a known speed: a TCP transport reaches a fraction of
+    # its line rate, so the traffic's steadiness against its own level says more), its rate and steady_share
+    net_busiest_device: str | None = None
+    net_busiest_bytes_per_second: float | None = None
+    net_steady: float | None = None
     disk_bytes_per_second: float | None = None  # the busiest device: read + written bytes/s
     # the host's top consumers of CPU, disk I/O and memory (samples.Neighbour), newest scan; empty on a calm host
     neighbours: tuple[Any, ...] = ()
@@ -392,6 +452,10 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
         out["logical_cpus"] = cpu.logical_cpus
         out["psi"] = {f"{res}.{kind}": line.avg10 for res, p in cpu.pressure.items()
                       for kind, line in (("some", p.some), ("full", p.full)) if line is not None}
+        running = [c.procs_running for s in span if isinstance(c := s.data("cpu"), CpuSample)
+                   and c.procs_running is not None]
+        if running:  # an instant count each tick: its mean over the span
+            out["run_queue"] = sum(running) / len(running)
         first = next((s.data("cpu") for s in span if isinstance(s.data("cpu"), CpuSample)), None)
         if first is not None and first is not cpu:
             a, b = first.times.modes(), cpu.times.modes()
@@ -426,23 +490,37 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
                        disk_queue=_device_rate(disks, best[1], "weighted_io_time_seconds"),
                        disk_bytes_per_second=_device_rate(disks, best[1], "read_bytes", "written_bytes"))
     out["neighbours"] = tuple(getattr(last.data("processes"), "neighbours", ()) or ())
-    net = last.data("net")
-    devices = getattr(net, "devices", None)
-    if devices:
-        nets = _devices(span, "net")
-        best_net = None
+    # the links a distributed job's collectives may cross: the NICs (/proc/net/dev) and the RDMA ports (RDMA
+    # traffic bypasses the network stack), each with its speed, judged alike
+    best_net = None
+    busiest: tuple[float, str, str, Any] | None = None  # (bytes/s, device, its busier direction's counter, series)
+    for source in NET_SOURCES:
+        devices = getattr(last.data(source), "devices", None)
+        if not devices:
+            continue
+        nets = _devices(span, source)
         for d in devices:
             speed = getattr(d, "speed_bytes_per_second", None)
             rx = _device_rate(nets, d.device, "receive_bytes")
             tx = _device_rate(nets, d.device, "transmit_bytes")
             rate = max((v for v in (rx, tx) if v is not None), default=None)
+            if rate is not None and (busiest is None or rate > busiest[0]):
+                busiest = (rate, d.device, "receive_bytes" if rate == rx else "transmit_bytes", nets)
             if rate is not None and speed:
                 ratio = rate / speed
                 if best_net is None or ratio > best_net[0]:
                     best_net = (ratio, d.device, rate)
-        if best_net is not None:
-            out.update(net_ratio=best_net[0], net_device=best_net[1], net_bytes_per_second=best_net[2])
+    if best_net is not None:
+        out.update(net_ratio=best_net[0], net_device=best_net[1], net_bytes_per_second=best_net[2])
+    if busiest is not None:
+        rate, device, counter, nets = busiest
+        points = [(t, float(v)) for t, m in nets if (v := getattr(m.get(device), counter, None)) is not None]
+        out.update(net_busiest_device=device, net_busiest_bytes_per_second=rate,
+                   net_steady=steady_share(interval_rates(points)))
     return HostSignals(**out)
+
+
+NET_SOURCES = ("net", "infiniband")  # samples whose devices are links: receive_bytes, transmit_bytes, speed
 
 
 def _devices(span: Sequence[Sample], source: str) -> list[tuple[float, dict[str, Any]]]:
@@ -474,23 +552,55 @@ def _device_rate(maps: Sequence[tuple[float, Mapping[str, Any]]], device: str, *
 
 # ----------------------------------------------------------------------------------------- workload
 @dataclass(frozen=True)
+class RankSignals:
+    """One rank of a workload (a child of its torchrun/accelerate/deepspeed launcher, else a main process) and its
+    DataLoader workers, measured (WorkloadProcesses.ranks): the figures that say whether this rank starves its GPU."""
+
+    pid: int
+    launched: bool  # a child of a training launcher (else the workload's main process)
+    workers: int  # its DataLoader worker processes now
+    cores: float | None = None  # CPU seconds per second of the rank's own process over the window
+    workers_cores: float | None = None  # of its workers, summed (None: no worker has two readings yet)
+    thread_cores: float | None = None  # its busiest thread, where its threads were read (it ran hot)
+    thread_tid: int | None = None
+
+
+@dataclass(frozen=True)
 class WorkloadSignals:
     name: str
     processes: int | None = None
     cores_used: float | None = None  # CPU seconds per second of its processes over the window
-    cores_allowed: float | None = None  # what it may use: cgroup quota, else logical CPUs
-    dataloader_workers: int | None = None  # declared
+    cores_allowed: float | None = None  # what it may use: cgroup quota or CPU affinity (the fewer), else logical CPUs
+    dataloader_workers: int | None = None  # measured: the DataLoader workers under its ranks, summed (None: unknown)
     gpus: tuple[int, ...] = ()  # GPU indices it uses (attributed or declared)
     # its own block I/O (/proc/PID/io read_bytes + write_bytes of its processes); None when unknown
     io_bytes_per_second: float | None = None
     busiest_process_cores: float | None = None  # the CPU seconds per second of its busiest process
     busiest_process_pid: int | None = None
-    busiest_is_main: bool = False  # the busiest process is the workload's main process (the trainer, the server)
+    busiest_is_main: bool = False  # the busiest process is one of its ranks (else, ranks unknown: its main process)
     main_thread_cores: float | None = None  # the busiest thread of the main process, where its threads were read
     main_thread_tid: int | None = None
     cgroup_pressure: Mapping[str, float] = field(default_factory=dict)  # its cgroup's PSI some avg10: cpu/memory/io
     cpu_quota_cores: float | None = None  # its cgroup's cpu.max in cores; None when unlimited or unknown
     cgroup_path: str | None = None  # relative to the cgroup v2 root, where the workload maps to one
+    ranks: tuple[RankSignals, ...] = ()  # each rank's own figures, where its processes are measured
+    threads: int | None = None  # threads of its processes, newest sample (running, runnable or asleep)
+    # its processes' main threads (/proc/PID/schedstat) over the span: share of their runnable time spent waiting for
+    # a CPU, and how many of them were runnable (on a CPU or waiting), on average; None where unread
+    cpu_wait_share: float | None = None
+    runnable_main_threads: float | None = None
+
+    @property
+    def runnable_threads(self) -> float | None:
+        """Its runnable threads (on a CPU or waiting for one), estimated: the cores they got over the share of their
+        runnable time they ran, its main threads' wait share standing in for every thread's (a fair scheduler makes
+        runnable threads wait alike); None when either is unknown. A share near 1 counts as RUN_SHARE_FLOOR."""
+        if self.cpu_wait_share is None or self.cores_used is None:
+            return None
+        return self.cores_used / max(1.0 - self.cpu_wait_share, RUN_SHARE_FLOOR)
+
+
+RUN_SHARE_FLOOR = 0.05  # the least share of their runnable time threads are taken to run (runnable_threads)
 
 
 def _cpu_total(w: Any) -> float | None:
@@ -498,11 +608,31 @@ def _cpu_total(w: Any) -> float | None:
     return None if user is None or system is None else user + system
 
 
+_ENTRIES: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(ProcessesSample) -> (it, its entries by name)
+ENTRY_INDEXES = 1024  # ProcessesSamples whose index is kept (a window of 300 and the long span's 60, with room)
+
+
 def _entry(s: Sample, name: str) -> Any:
-    for w in getattr(s.data("processes"), "workloads", ()) or ():
-        if w.name == name:
-            return w
-    return None
+    """The processes collector's entry of workload ``name`` in ``s``: a dict lookup (built once per sample; with
+    50 automatic workloads beside the declared ones a scan per workload and sample would cost milliseconds)."""
+    data = s.data("processes")
+    workloads = getattr(data, "workloads", None)
+    if not workloads:
+        return None
+    if len(workloads) < 4:
+        for w in workloads:
+            if w.name == name:
+                return w
+        return None
+    known = _ENTRIES.get(id(data))
+    if known is None or known[0] is not data:
+        if len(_ENTRIES) >= ENTRY_INDEXES:
+            del _ENTRIES[next(iter(_ENTRIES))]
+        index: dict[str, Any] = {}
+        for w in workloads:
+            index.setdefault(w.name, w)
+        known = _ENTRIES[id(data)] = (data, index)
+    return known[1].get(name)
 
 
 def _io_total(w: Any) -> float | None:
@@ -513,28 +643,47 @@ def _io_total(w: Any) -> float | None:
     return None
 
 
-def _busiest_process(entries: Sequence[tuple[float, Any]], field_name: str = "process_cpu_seconds"
-                     ) -> tuple[float, int] | None:
-    """(cores, pid) of the workload's process with the highest CPU rate over the span: one process pinned at a
-    core is a saturated thread (Python's GIL, a single-threaded decoder) whatever the workload's sum says.
-    Each member's rate is its counter's growth from the oldest sample that has it to the newest (a counter
-    that went down is a reused pid: left out), so the cost is per member, not per member and sample."""
+def _rates(entries: Sequence[tuple[float, Mapping[int, float]]]) -> dict[int, float]:
+    """id -> CPU seconds per second over the span of each counter of the newest map (process or thread): its
+    growth from the oldest sample that has it to the newest (a counter that went down is a reused id: left out),
+    so the cost is per id, not per id and sample."""
     if len(entries) < 2:
-        return None
-    newest_t, newest = entries[-1][0], getattr(entries[-1][1], field_name, None) or {}
-    todo = dict(newest)
-    best = None
-    for t, e in entries[:-1]:
+        return {}
+    newest_t, todo = entries[-1][0], dict(entries[-1][1])
+    out = {}
+    for t, seen in entries[:-1]:
         if not todo:
             break
-        seen = getattr(e, field_name, None) or {}
         for pid in [p for p in todo if p in seen]:
             now = todo.pop(pid)
             if newest_t > t and now >= seen[pid]:
-                rate = (now - seen[pid]) / (newest_t - t)
-                if best is None or rate > best[0]:
-                    best = (rate, pid)
-    return best
+                out[pid] = (now - seen[pid]) / (newest_t - t)
+    return out
+
+
+def _busiest(rates: Mapping[int, float]) -> tuple[float, int] | None:
+    """(cores, id) of the highest rate: one process pinned at a core is a saturated thread (Python's GIL, a
+    single-threaded decoder) whatever the workload's sum says."""
+    return max(((r, pid) for pid, r in rates.items()), default=None)
+
+
+def _rank_signals(entries: Sequence[tuple[float, Any]], newest: Any, rates: Mapping[int, float]
+                  ) -> tuple[RankSignals, ...]:
+    """Each rank of the newest entry (WorkloadProcesses.ranks) with its own process's rate, its workers' summed
+    rate and, where its threads were read on two ticks of the span, its busiest thread's."""
+    ranks = getattr(newest, "ranks", None) or {}
+    if not ranks:
+        return ()
+    launched = len(ranks) > 1 or getattr(newest, "main_pid", None) not in ranks
+    out = []
+    for pid, workers in sorted(ranks.items()):
+        known = [rates[w] for w in workers if w in rates]
+        hot = [(t, th) for t, e in entries if (th := (getattr(e, "rank_thread_cpu_seconds", None) or {}).get(pid))]
+        thread = _busiest(_rates(hot)) if len(hot) >= 2 else None
+        out.append(RankSignals(pid=pid, launched=launched, workers=len(workers), cores=rates.get(pid),
+                               workers_cores=sum(known) if known else None,
+                               thread_cores=thread[0] if thread else None, thread_tid=thread[1] if thread else None))
+    return tuple(out)
 
 
 def workload_signals(window: Sequence[Sample], seconds: float, status: Any, profile: Any,
@@ -544,27 +693,43 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
     entries = [(s.monotonic, e) for s in span if (e := _entry(s, profile.name)) is not None]  # one lookup a sample
     cores = _rate_of((t, _cpu_total(e)) for t, e in entries)
     newest = entries[-1][1] if entries and entries[-1][0] == span[-1].monotonic else None
-    busiest = _busiest_process(entries)
-    # the main process's threads are read only on its hot ticks: their rate between the first and last of those
-    hot = [(t, e) for t, e in entries if getattr(e, "main_thread_cpu_seconds", None)]
-    thread = _busiest_process(hot, "main_thread_cpu_seconds") if len(hot) >= 2 else None
+    rates = _rates([(t, getattr(e, "process_cpu_seconds", None) or {}) for t, e in entries])
+    busiest = _busiest(rates)
+    # a rank's threads are read only on its hot ticks: their rate between the first and last of those
+    ranks = _rank_signals(entries, newest, rates)
+    ranked = {r.pid: r for r in ranks}
+    thread = None
+    if busiest is not None and busiest[1] in ranked and ranked[busiest[1]].thread_cores is not None:
+        thread = (ranked[busiest[1]].thread_cores, ranked[busiest[1]].thread_tid)
     cgroup = getattr(newest, "cgroup", None)
+    ran = _rate_of((t, getattr(e, "sched_run_seconds_total", None)) for t, e in entries)
+    waited = _rate_of((t, getattr(e, "sched_wait_seconds_total", None)) for t, e in entries)
+    runnable = None if ran is None or waited is None else ran + waited
     quota = getattr(status, "cpu_quota_cores", None) if status is not None else None
     allowed = quota if quota else (float(logical_cpus) if logical_cpus else None)
+    affinity = getattr(newest, "cpus_allowed", None)  # a cpuset (Slurm, Kubernetes' static CPU manager, taskset)
+    if affinity and (allowed is None or affinity < allowed):
+        allowed = float(affinity)
     return WorkloadSignals(
         name=profile.name,
         processes=getattr(status, "processes", None),
         cores_used=cores,
         cores_allowed=allowed,
-        dataloader_workers=profile.dataloader_workers,
+        # measured (attribution's: None for a serving workload without any), never the profile's declared count
+        dataloader_workers=(getattr(status, "dataloader_workers", None) if status is not None
+                            else getattr(newest, "dataloader_workers", None)),
         gpus=tuple(getattr(status, "gpu_indices", ()) or ()),
         io_bytes_per_second=_rate_of((t, _io_total(e)) for t, e in entries),
         busiest_process_cores=busiest[0] if busiest else None,
         busiest_process_pid=busiest[1] if busiest else None,
-        busiest_is_main=bool(busiest) and busiest[1] == getattr(newest, "main_pid", None),
+        busiest_is_main=bool(busiest) and (busiest[1] in ranked if ranked else busiest[1] == getattr(newest, "main_pid", None)),
         main_thread_cores=thread[0] if thread else None,
         main_thread_tid=thread[1] if thread else None,
         cgroup_pressure=dict(getattr(cgroup, "pressure_some_avg10", None) or {}),
         cpu_quota_cores=quota or None,
         cgroup_path=getattr(cgroup, "path", None),
+        ranks=ranks,
+        threads=getattr(newest, "threads", None),
+        cpu_wait_share=(waited / runnable) if runnable else None,
+        runnable_main_threads=runnable,
     )

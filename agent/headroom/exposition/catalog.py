@@ -44,12 +44,16 @@ _mem = _m("memory", "memory collector (sources/memory.py): /proc/meminfo, /proc/
 _shm = _m("shm", "shm collector (sources/shm.py): statvfs of each configured tmpfs mount")
 _disk = _m("disk", "disk collector (sources/disk.py): /proc/diskstats")
 _net = _m("network", "net collector (sources/net.py): /proc/net/dev, /sys/class/net/<device>/speed")
+_ib = _m("network", "infiniband collector (sources/infiniband.py): /sys/class/infiniband/<device>/ports/<port>/")
+IB = ("device", "port")
 
 _wl = _m("workload", "processes collector (sources/processes.py) joined with NVML process lists and the memory "
          "model (workload/attribution.py)")
 _srv = _m("serving", "serving collector (sources/serving.py): each workload's runtime /metrics (endpoint:), "
           "normalized across vLLM, SGLang, TGI and Triton (docs/serving.md)")
 _slat = _m("serving", "analysis (analysis/serving.py) over the serving collector's histograms in the short window")
+_probe = _m("serving", "probe collector (sources/probe.py): the last `headroom probe` result, probe-last.json in "
+            "the state directory (docs/probe.md)")
 _ana = _m("analysis", "analysis (analysis/pipeline.py, bottleneck.py, headroom.py) over the sampled window")
 W = ("workload",)
 CATALOG: tuple[MetricSpec, ...] = (
@@ -66,6 +70,17 @@ CATALOG: tuple[MetricSpec, ...] = (
           "Unix time of the last completed sample (tick). Compare with time() to see staleness."),
     _self("headroom_sample_duration_seconds", GAUGE, "seconds", (),
           "Wall time of the last tick: all collectors, analysis and rendering."),
+    _self("headroom_sample_duration_max_seconds", GAUGE, "seconds", (),
+          "Longest tick over the last 60 s (sampler.TIMING_WINDOW_SECONDS): a slow tick between two scrapes."),
+    _self("headroom_sample_lateness_seconds", GAUGE, "seconds", (),
+          "How late the last tick started after its slot (one every interval): the sampler thread woke late, e.g. "
+          "on a host whose every core is busy. Absent until the first scheduled tick."),
+    _self("headroom_sample_lateness_max_seconds", GAUGE, "seconds", (),
+          "Largest headroom_sample_lateness_seconds over the last 60 s (sampler.TIMING_WINDOW_SECONDS); median, p95 "
+          "and max are in /api/v1/status (agent). A few ms normally; docs/deploy.md \"CPU priority\" says how the "
+          "unit and the DaemonSet keep it so when every core is busy."),
+    _self("headroom_samples_missed_total", COUNTER, "", (),
+          "Schedule slots skipped because a tick started or ran past them (no tick was taken for them)."),
     _self("headroom_samples_total", COUNTER, "", (),
           "Ticks completed since the agent started."),
     _self("headroom_sample_interval_seconds", GAUGE, "seconds", (),
@@ -197,6 +212,14 @@ CATALOG: tuple[MetricSpec, ...] = (
          "when nothing is pending."),
     _ana("headroom_gpu_idle", GAUGE, "", G,
          "1 when the GPU's utilization stayed below analysis.idle_busy_ratio over the short window."),
+    _ana("headroom_gpu_healthy", GAUGE, "", G,
+         "1 when no health condition holds on the GPU, 0 when one does (headroom_gpu_health_condition says which; "
+         "/api/v1/status gives the reason and the action: reset, reboot, service or inspect). About the GPU, not the "
+         "agent (/healthz). docs/analysis.md, GPU health."),
+    _ana("headroom_gpu_health_condition", GAUGE, "", (*G, "condition"),
+         "1 while the condition holds on the GPU (absent otherwise), for each of gpu_lost, xid_reset_required, "
+         "ecc_uncorrectable, row_remap_pending, row_remap_failed and clocks_stuck; each clears when its cause does "
+         "(a reset, the GPU answering again, clocks moving). docs/analysis.md, GPU health."),
     _ana("headroom_gpus_idle", GAUGE, "", (), "GPUs idle over the short window."),
     _ana("headroom_gpu_idle_seconds_total", COUNTER, "seconds", (),
          "GPU-seconds spent idle, summed over all GPUs (a GPU idle for 1 s adds 1)."),
@@ -227,7 +250,9 @@ CATALOG: tuple[MetricSpec, ...] = (
          "More concurrent sequences that fit at the profile's max context; basis says where from: runtime (the "
          "serving runtime's free KV tokens / context.max, beyond what runs now), memory_model (the model's KV "
          "budget in the vLLM reservation against the declared concurrency; negative: the declared load does not "
-         "fit) or free_vram (measured free VRAM / the model's KV bytes per token). docs/analysis.md, Headroom."),
+         "fit) or free_vram (measured free VRAM / the model's KV bytes per token). docs/analysis.md, Headroom. "
+         "Beside it, basis measured: a recent `headroom probe`'s capacity at the SLO (at the probe's lengths, "
+         "not max context) minus the requests running now (docs/probe.md)."),
     _ana("headroom_workload_headroom_context_tokens", GAUGE, "", (*W, "basis"),
          "More tokens per sequence that fit at the declared concurrency (negative: over); basis as for "
          "headroom_workload_headroom_sequences (runtime: free KV tokens / the declared concurrency)."),
@@ -295,6 +320,24 @@ CATALOG: tuple[MetricSpec, ...] = (
     _net("headroom_network_speed_bytes", GAUGE, "bytes", ("device",),
          "Negotiated link speed in bytes per second (sysfs speed in Mb/s x 125000); absent when unknown "
          "(virtual interfaces, link down)."),
+    _ib("headroom_infiniband_port_receive_bytes_total", COUNTER, "bytes", IB,
+        "Bytes received on an RDMA port (InfiniBand or RoCE): counters/port_rcv_data, which counts 4-byte words, "
+        "x 4. RDMA traffic (NCCL over verbs) bypasses the network stack: /proc/net/dev does not count it. The "
+        "port series have node_exporter's infiniband values (node_infiniband_port_data_received_bytes_total ...; "
+        "tests/test_infiniband.py compares them)."),
+    _ib("headroom_infiniband_port_transmit_bytes_total", COUNTER, "bytes", IB,
+        "Bytes transmitted on an RDMA port: counters/port_xmit_data x 4."),
+    _ib("headroom_infiniband_port_receive_packets_total", COUNTER, "", IB, "Packets received (port_rcv_packets)."),
+    _ib("headroom_infiniband_port_transmit_packets_total", COUNTER, "", IB,
+        "Packets transmitted (port_xmit_packets)."),
+    _ib("headroom_infiniband_port_rate_bytes", GAUGE, "bytes", IB,
+        "The port's link rate in bytes per second (ports/<port>/rate in Gb/s x 125000000)."),
+    _ib("headroom_infiniband_port_active", GAUGE, "", ("device", "port", "link_layer"),
+        "1 when the port's state is ACTIVE; link_layer InfiniBand, or Ethernet for RoCE."),
+    _ib("headroom_infiniband_port_events_total", COUNTER, "", ("device", "port", "counter"),
+        "Error and congestion counters the port has, by file name: symbol_error, link_downed, port_rcv_errors, "
+        "port_xmit_discards, port_xmit_wait (counters/); out_of_sequence, packet_seq_err, local_ack_timeout_err, "
+        "roce_adp_retrans, np_cnp_sent, rp_cnp_handled, out_of_buffer (hw_counters/, mlx5)."),
     # --- declared workloads: measured against expected
     _wl("headroom_workload_info", GAUGE, "", ("workload", "kind", "model", "precision", "runtime", "source"),
         "Always 1 per workload; labels carry its profile (empty when the profile does not say); source is declared "
@@ -317,9 +360,21 @@ CATALOG: tuple[MetricSpec, ...] = (
         "(other users' processes without CAP_SYS_PTRACE)."),
     _wl("headroom_workload_written_bytes_total", COUNTER, "bytes", ("workload",),
         "Bytes its processes wrote to block devices (/proc/PID/io); absent like read_bytes."),
+    _wl("headroom_workload_cpu_wait_seconds_total", COUNTER, "seconds", ("workload",),
+        "Seconds its processes' main threads were runnable but waited for a CPU (/proc/PID/schedstat, summed; each "
+        "member counted from its first read): its rate over that of headroom_workload_cpu_run_seconds_total plus "
+        "itself is the share of their runnable time they waited (oversubscribed CPUs). Absent where schedstat is "
+        "unreadable (a kernel without CONFIG_SCHED_INFO) and for a simulation's stand-ins."),
+    _wl("headroom_workload_cpu_run_seconds_total", COUNTER, "seconds", ("workload",),
+        "Seconds its processes' main threads ran on a CPU (/proc/PID/schedstat, summed like cpu_wait_seconds)."),
+    _wl("headroom_workload_cpus_allowed", GAUGE, "", ("workload",),
+        "CPUs its main process may run on (sched_getaffinity: a cpuset from Slurm, Kubernetes' static CPU manager, "
+        "taskset or docker --cpuset-cpus); absent where unknown."),
     _wl("headroom_workload_dataloader_workers", GAUGE, "", ("workload",),
-        "Child processes of the workload's main process (the oldest member whose parent is not a member); "
-        "only for profiles that declare dataloader_workers."),
+        "PyTorch DataLoader worker processes found under the workload's ranks (the children of its torchrun, "
+        "accelerate or deepspeed launcher, else its main processes), summed over its ranks; each rank's count is in "
+        "/api/v1/status. Measured, not the profile's dataloader_workers; absent for serving workloads without any "
+        "and where its processes are not measured."),
     _wl("headroom_workload_cgroup_cpu_seconds_total", COUNTER, "seconds", ("workload", "mode"),
         "CPU time of the cgroup the workload maps to (systemd unit, cgroup glob or container id), cpu.stat. "
         "An automatic workload's (pod, job ...) is read when it appears, then at least every 10 s."),
@@ -376,16 +431,69 @@ CATALOG: tuple[MetricSpec, ...] = (
          "Sum of the runtime's inter-token latency observations (its histogram's _sum)."),
     _srv("headroom_workload_inter_token_latency_observations_total", COUNTER, "", W,
          "Inter-token latency observations of the runtime's histogram (_count)."),
+    _srv("headroom_workload_requests_waiting_deferred", GAUGE, "", W,
+         "Of the requests waiting, those deferred by a transient constraint (a LoRA budget, an async KV transfer, a "
+         "blocked request), not waiting for scheduling capacity (vLLM num_requests_waiting_by_reason{reason="
+         "\"deferred\"}); absent where the runtime does not tell."),
+    _srv("headroom_workload_admission_rejections_total", COUNTER, "", W,
+         "Requests the runtime refused at admission for a full queue (vLLM admission_rejections_total: "
+         "max_num_queued_reqs / max_num_queued_tokens); they never appear as waiting."),
+    _srv("headroom_workload_request_queue_time_seconds_total", COUNTER, "seconds", W,
+         "Sum of the runtime's queue time observations (time a request waited before it was scheduled; vLLM "
+         "request_queue_time_seconds _sum)."),
+    _srv("headroom_workload_request_queue_time_observations_total", COUNTER, "", W,
+         "Queue time observations (requests) of the runtime's histogram (_count)."),
+    _srv("headroom_workload_resident_models", GAUGE, "", W,
+         "Models the runtime holds loaded, where it lists them (Ollama's /api/ps; a profile declaring runtime "
+         "ollama with endpoint http://HOST:11434/api/ps)."),
+    _srv("headroom_workload_resident_model_bytes", GAUGE, "bytes", W,
+         "Bytes of the models the runtime holds loaded, in all (Ollama /api/ps size, summed)."),
+    _srv("headroom_workload_resident_model_vram_bytes", GAUGE, "bytes", W,
+         "Of headroom_workload_resident_model_bytes, those in GPU memory (Ollama /api/ps size_vram, summed; the "
+         "rest runs on the CPU)."),
+    _srv("headroom_workload_serving_sleep_level", GAUGE, "", W,
+         "0 while the runtime's engine is awake, 1 or 2 while it sleeps (vLLM sleep mode, engine_sleep_state: 1 "
+         "weights offloaded, 2 weights and KV cache discarded): idle on purpose, not broken."),
     _slat("headroom_workload_time_to_first_token_seconds", GAUGE, "seconds", (*W, "percentile"),
           "Time to first token percentile (p50, p95, p99) of the requests observed in the short window "
           "(analysis.short_window), read from the runtime's histogram buckets like histogram_quantile."),
     _slat("headroom_workload_inter_token_latency_seconds", GAUGE, "seconds", (*W, "percentile"),
           "Inter-token latency percentile (p50, p95, p99) over the short window, from the runtime's buckets."),
+    _slat("headroom_workload_latency_percentile_bounded", GAUGE, "", (*W, "latency", "percentile"),
+          "1 when the latency percentile (latency ttft, itl or queue; p50, p95, p99) fell in a bucket too coarse to be a "
+          "value: the runtime's first bucket, its +Inf bucket, or one wider than analysis.latency_bucket_width_max "
+          "of its upper bound; the percentile gauge is then only known to lie in that bucket "
+          "(headroom_workload_latency_percentile_bucket_seconds). 0: a value."),
+    _slat("headroom_workload_latency_percentile_bucket_seconds", GAUGE, "seconds",
+          (*W, "latency", "percentile", "edge"),
+          "The bucket a bounded latency percentile fell in: edge lower (0 for the first bucket) and upper (+Inf for "
+          "the last); absent while the percentile is a value."),
     _slat("headroom_workload_slo_met", GAUGE, "", (*W, "objective"),
           "1 when the workload's latency objective (profile slo:, e.g. ttft_p95) held over the short window, 0 "
-          "when the window's percentile was above it; absent while no request was observed."),
+          "when the window's percentile was above it; a percentile that is a bound decides only when its bucket "
+          "lies wholly at or below (1) or above (0) the objective. Absent while no request was observed and while "
+          "undecided (headroom_workload_slo_decided 0)."),
+    _slat("headroom_workload_slo_decided", GAUGE, "", (*W, "objective"),
+          "0 while the runtime's buckets cannot tell whether the latency objective held (it lies inside the coarse "
+          "bucket the percentile fell in, or below the runtime's first bucket) and no recent probe of the workload "
+          "decided it (/api/v1/status says which); 1 when headroom_workload_slo_met is present. Absent while no "
+          "request was observed."),
     _slat("headroom_workload_slo_target_seconds", GAUGE, "seconds", (*W, "objective"),
           "The latency objective the profile declares (slo:), for dashboards and alert texts."),
+    _probe("headroom_workload_capacity_concurrency", GAUGE, "", (*W, "bound_by", "input_tokens", "output_tokens"),
+           "Concurrent sequences the last `headroom probe` measured within the SLO (absent: no level met it); "
+           "bound_by: the resource that broke it (kv_cache, gpu_compute, cpu ... ; client: the load generator "
+           "itself saturated; none: the SLO held at every level tried), input_tokens/output_tokens: the typical "
+           "lengths of its load. Compare live load with it (headroom_workload_requests_running)."),
+    _probe("headroom_workload_capacity_requests_per_second", GAUGE, "", (*W, "bound_by", "input_tokens",
+                                                                          "output_tokens"),
+           "Requests per second completed at the capacity level of the last `headroom probe` (labels as "
+           "headroom_workload_capacity_concurrency)."),
+    _probe("headroom_workload_capacity_measured_timestamp_seconds", GAUGE, "seconds", W,
+           "Unix time the last `headroom probe` finished: alert on an old measurement with time() - this."),
+    _probe("headroom_workload_capacity_partial", GAUGE, "", W,
+           "1 when the last `headroom probe` was interrupted or stopped by an error: its capacity is a partial "
+           "result."),
     _slat("headroom_workload_kv_capacity_tokens", GAUGE, "", (*W, "source"),
           "KV cache capacity in tokens: source runtime as the runtime reports it, source estimate as the memory "
           "model (headroom estimate) computes it for the profile."),
@@ -404,7 +512,8 @@ CATALOG += (
         "Devices the source assigned that match no GPU or MIG instance on this host (kubelet: device IDs; "
         "hpc_job_mapping: GPU indices)."),
     _id("headroom_workload_identities", GAUGE, "", (),
-        "Automatic workloads (pods, jobs, containers, units, launchers holding a GPU) exported this tick."),
+        "Automatic workloads (pods, jobs, containers, units, launchers holding a GPU) exported this tick: not the "
+        "identities a declared profile takes the place of (same processes or name), identities of one name once."),
     _id("headroom_workload_identities_max", GAUGE, "", (),
         "The cap on automatic workloads (collectors.identity.max_workloads); identities beyond it are not exported."),
     _id("headroom_workload_identities_dropped_total", COUNTER, "", (),

@@ -46,10 +46,17 @@ def status(state: Any, snap: Any = None) -> dict[str, Any]:
     out["interval_seconds"] = snap.interval
     for name, r in snap.sample.sources.items():
         out["collectors"][name] = {"ok": r.ok, "duration_seconds": round(r.duration_seconds, 6), "error": r.error}
+    if getattr(snap, "timing", None) is not None:
+        out["agent"] = timing_status(snap.timing, snap.tick_duration_seconds)
     f = snap.findings
     verdicts = {g.index: g for g in getattr(f, "gpu_findings", ())}
+    health_of = {h.index: h for h in getattr(f, "gpu_health", ())}
     statuses = {getattr(s, "name", None): s for s in getattr(f, "workloads", ())}
     out["workloads"] = [_workload_status(wf, statuses.get(wf.name)) for wf in getattr(f, "workload_findings", ())]
+    pair = _newest_pair(getattr(state, "window", ()) or (), snap)
+    out["now"] = host_now(*pair)
+    for w in out["workloads"]:
+        w["now"] = workload_now(pair[1], w["name"], w["gpus"])
     if f is not None and getattr(f, "gpu_findings", ()):
         out["host"] = {"gpus_idle": f.host.gpus_idle, "gpu_idle_seconds_total": f.host.gpu_idle_seconds_total,
                        "gpu_idle_cost_total": f.host.gpu_idle_cost_total, "currency": f.host.currency}
@@ -76,10 +83,117 @@ def status(state: Any, snap: Any = None) -> dict[str, Any]:
                 **({"thermal_limit_celsius": verdicts[g.index].thermal_limit_celsius,
                     "thermal_limit_source": verdicts[g.index].thermal_limit_source} if g.index in verdicts else {}),
                 **(_verdict(verdicts[g.index].verdict) if g.index in verdicts else {}),
-                **({"idle": verdicts[g.index].idle} if g.index in verdicts else {}),
+                **({"idle": verdicts[g.index].idle, "idle_seconds": verdicts[g.index].idle_seconds,
+                    "allocated_to": list(verdicts[g.index].allocated_to)} if g.index in verdicts else {}),
+                **({"health": _health(health_of[g.index], snap.sample.monotonic)} if g.index in health_of else {}),
                 # each clock-event reason's share of the short window: distinct causes (docs/analysis.md)
                 **({"clock_event_shares": dict(verdicts[g.index].clock_events)} if g.index in verdicts else {}),
             })  # fmt: skip
+    return out
+
+
+def _health(h: Any, now: float) -> dict[str, Any]:
+    """A GPU's health (analysis/health.py): healthy or unhealthy, the reason in one line, and each condition that
+    holds with its reason, the action it asks for (reset, reboot, service, inspect) and how long it has held."""
+    return {"status": h.status, "reason": h.reason,
+            "conditions": [{"condition": c.condition, "reason": c.reason, "action": c.action,
+                            "held_seconds": round(max(0.0, now - c.since), 3)} for c in h.conditions]}
+
+
+def timing_status(t: Any, duration: float) -> dict[str, Any]:
+    """How the agent kept its schedule over the timing window (sampler.TIMING_WINDOW_SECONDS): the last tick's
+    lateness and duration, and their median, p95 and max over the window's ticks (seconds)."""
+    from headroom.probe.stats import percentile
+
+    def spread(last: float | None, xs: tuple[float, ...]) -> dict[str, float | None]:
+        figures = {"last": last, "median": percentile(xs, 0.5), "p95": percentile(xs, 0.95), "max": max(xs, default=None)}
+        return {k: None if v is None else round(v, 6) for k, v in figures.items()}
+
+    return {"window_seconds": t.window_seconds, "ticks_in_window": len(t.recent_duration_seconds),
+            "tick_lateness_seconds": spread(t.lateness_seconds, t.recent_lateness_seconds),
+            "tick_duration_seconds": spread(duration, t.recent_duration_seconds),
+            "missed_ticks_total": t.missed_total}
+
+
+def _newest_pair(window: Any, snap: Any) -> tuple[Any, Any]:
+    """(the sample before the snapshot's, the snapshot's): what ``now`` values come from. Only the window's tail
+    is looked at (the sampler may have appended a newer sample than the snapshot's since)."""
+    now = snap.sample.monotonic
+    before = None
+    for i, s in enumerate(reversed(window)):
+        if i >= 4:
+            break
+        if s.monotonic < now:
+            before = s
+            break
+    return before, snap.sample
+
+
+def _per_second(a: float | None, b: float | None, seconds: float) -> float | None:
+    return None if a is None or b is None or seconds <= 0 or b < a else (b - a) / seconds
+
+
+def host_now(before: Any, last: Any) -> dict[str, float | None]:
+    """The host as the newest tick saw it (rates over the last tick): what `headroom probe` records per step
+    (probe/host.py). None where a collector gave nothing (or, for a rate, before the second tick)."""
+    from headroom.analysis import rates
+    from headroom.samples import DiskSample, MemorySample, NetSample, ShmSample
+
+    out: dict[str, float | None] = dict.fromkeys(HOST_NOW_KEYS)
+    dt = last.monotonic - before.monotonic if before is not None else 0.0
+    if before is not None:
+        out["cpu_busy_ratio"] = rates.cpu_utilization([before, last], 0.0)
+    mem = last.data("memory")
+    if isinstance(mem, MemorySample) and mem.available_bytes is not None:
+        out["host_memory_used_bytes"] = mem.total_bytes - mem.available_bytes
+    shm = last.data("shm")
+    if isinstance(shm, ShmSample) and shm.mounts:
+        out["shm_used_bytes"] = max(m.used_bytes for m in shm.mounts)
+    disk, disk0 = last.data("disk"), before.data("disk") if before is not None else None
+    if isinstance(disk, DiskSample) and isinstance(disk0, DiskSample) and dt > 0:
+        old = {d.device: d for d in disk0.devices}
+        busy = [_per_second(old[d.device].io_time_seconds, d.io_time_seconds, dt) for d in disk.devices
+                if d.device in old]
+        moved = [_per_second(old[d.device].read_bytes + old[d.device].written_bytes, d.read_bytes + d.written_bytes,
+                             dt) for d in disk.devices if d.device in old]
+        out["disk_busy_ratio"] = min(1.0, max((b for b in busy if b is not None), default=0.0)) if busy else None
+        out["disk_bytes_per_second"] = max((m for m in moved if m is not None), default=None)
+    net, net0 = last.data("net"), before.data("net") if before is not None else None
+    if isinstance(net, NetSample) and isinstance(net0, NetSample) and dt > 0:
+        old = {d.device: d for d in net0.devices}
+        moved = [_per_second(old[d.device].receive_bytes + old[d.device].transmit_bytes,
+                             d.receive_bytes + d.transmit_bytes, dt) for d in net.devices if d.device in old]
+        out["network_bytes_per_second"] = max((m for m in moved if m is not None), default=None)
+    return out
+
+
+HOST_NOW_KEYS = ("cpu_busy_ratio", "host_memory_used_bytes", "shm_used_bytes", "disk_busy_ratio",
+                 "disk_bytes_per_second", "network_bytes_per_second")
+WORKLOAD_NOW_KEYS = ("gpu_memory_used_bytes", "gpu_busy_ratio", "sm_active_ratio", "kv_cache_usage_ratio",
+                     "kv_cache_capacity_tokens", "requests_running", "requests_waiting", "preemptions_total")
+
+
+def workload_now(last: Any, name: str, gpus: Any) -> dict[str, float | None]:
+    """A workload's GPUs (memory summed, busy and SM activity of the busiest) and its serving runtime's KV cache,
+    queue and preemptions as the newest tick read them (``now`` in the status API)."""
+    from headroom.samples import ServingSample
+
+    out: dict[str, float | None] = dict.fromkeys(WORKLOAD_NOW_KEYS)
+    nvml = last.data("nvml")
+    mine = [g for g in getattr(nvml, "gpus", ()) if g.up and g.index in set(gpus)] if isinstance(nvml, NvmlSample) \
+        else []
+    used = [g.memory_used_bytes for g in mine if g.memory_used_bytes is not None]
+    busy = [g.utilization_ratio for g in mine if g.utilization_ratio is not None]
+    sm = [g.sm_active_ratio for g in mine if g.sm_active_ratio is not None]
+    out["gpu_memory_used_bytes"] = sum(used) if used else None
+    out["gpu_busy_ratio"] = max(busy) if busy else None
+    out["sm_active_ratio"] = max(sm) if sm else None
+    serving = last.data("serving")
+    for e in serving.endpoints if isinstance(serving, ServingSample) else ():
+        if e.workload == name and e.up:
+            out.update(kv_cache_usage_ratio=e.kv_cache_usage_ratio, kv_cache_capacity_tokens=e.kv_cache_capacity_tokens,
+                       requests_running=e.requests_running, requests_waiting=e.requests_waiting,
+                       preemptions_total=e.preemptions_total)
     return out
 
 
@@ -97,6 +211,8 @@ def _identity_status(identity: Any, statuses: Any) -> dict[str, Any]:
             "processes": auto[g.name].processes if g.name in auto else g.processes,
             "gpu_memory_used_bytes": auto[g.name].gpu_memory_used_bytes if g.name in auto else None,
             "declared_profile_wins": g.name not in auto,
+            # why it has no expected memory ("automatic workload: no profile to size it", or its launcher's reason)
+            "estimate_error": auto[g.name].estimate_error if g.name in auto else None,
             **({"launcher": _launcher_status(g, auto.get(g.name))} if getattr(g, "launcher", None) is not None else {}),
         } for g in identity.groups],
     }  # fmt: skip
@@ -164,7 +280,9 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
                              for r, found in neighbours.items()}
     serving = getattr(wf, "serving", None)
     if serving is not None:
-        out["serving"] = {**to_jsonable(serving), "ttft": {str(q): v for q, v in serving.ttft.items()},
+        # its per-scrape figures stay out (the verdict's evidence quotes their counts): state, reason and the rest in
+        out["serving"] = {**{k: v for k, v in to_jsonable(serving).items() if k != "scrapes"},
+                          "ttft": {str(q): v for q, v in serving.ttft.items()},
                           "itl": {str(q): v for q, v in serving.itl.items()},
                           "headroom": to_jsonable(getattr(wf, "serving_headroom", None)),
                           "slo": to_jsonable(getattr(wf, "slos", ()))}
@@ -181,7 +299,17 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
             "gpu_memory_used_bytes": (getattr(st, "gpu_memory_used_bytes", None)
                                       if getattr(st, "processes", None) is not None else None),
             "resident_memory_bytes": getattr(measured, "resident_memory_bytes", None),
+            # found in its process tree (issue 25): summed (the metric) and per rank (pid -> its worker pids)
+            "dataloader_workers": getattr(st, "dataloader_workers", None),
+            "ranks": ({str(r): list(ws) for r, ws in sorted(measured.ranks.items())}
+                      if getattr(measured, "ranks", None) else None),
         }
+        declared = getattr(st, "declared_dataloader_workers", None)
+        if declared is not None:
+            out["declared"] = {"dataloader_workers": declared}
+        problem = getattr(st, "dataloader_workers_problem", None)
+        if problem:  # a declared count that disagrees with what runs: said, never silently used
+            out["problems"] = [problem]
         out["expected"] = {
             "gpu_memory_peak_bytes": getattr(st, "expected_peak_bytes", None),
             "components": {c.name: c.bytes for c in est.components} if est is not None else None,
@@ -218,6 +346,8 @@ th{background:#edf2f7}.warn{color:#b7791f}.bad{color:#c53030}.muted{color:#71809
 figure.chart{margin:0;flex:1 1 220px;max-width:320px;min-width:0}figure.chart figcaption{font-size:.9em}
 svg.chart{display:block;width:100%;height:auto}.legend{font-size:.75em}
 .dash{display:inline-block;width:1.4em;vertical-align:middle;border-top:2px dashed}
+figure.probe{margin:.4em 0;max-width:720px}figure.probe svg{display:block;width:100%;height:auto}
+.probe-answer{margin:.3em 0}
 """
 
 
@@ -309,6 +439,8 @@ def _workload_card(w: dict[str, Any], charts_html: str = "") -> str:
                   f"measured <b>{_fmt_gib(measured.get('gpu_memory_used_bytes'))}</b></p>")
     if expected.get("estimate_error"):
         memory += f"<p class=warn>No estimate: {e(expected['estimate_error'])}</p>"
+    for problem in w.get("problems") or ():  # workload status problems (a declared count that disagrees with /proc)
+        memory += f"<p class=warn>{e(problem)}</p>"
     gpus = ", ".join(str(i) for i in w["gpus"]) or "none"
     ident = w.get("identity")
     if ident:  # an automatic workload: say what it was recognised as, so nobody looks for its profile
@@ -385,30 +517,61 @@ def _serving_line(s: dict[str, Any] | None) -> str:
     if not s:
         return ""
     e = html.escape
-    if not s.get("up"):
-        return f'<p class="serving warn">Serving endpoint {e(s["endpoint"])}: {e(s.get("error") or "not read")}</p>'
-    ttft = s.get("ttft") or {}
-    itl = s.get("itl") or {}
+    if not s.get("up") or s.get("state") == "restarting":  # down or restarting: its state and why, nothing else
+        state = s.get("state") or "down"
+        why = (s.get("state_reason") or s.get("error") or "not read").removeprefix(f"serving endpoint {state}: ")
+        return (f'<p class="serving warn">Serving endpoint {e(s["endpoint"])} <b>{e(state)}</b>: '
+                f'{e(why)}</p>')
+    percentiles = s.get("percentiles") or {}
     latency = ""
-    if "0.95" in ttft:
-        latency += f", TTFT p95 <b>{ttft['0.95'] * 1000:.0f} ms</b>"
-    if "0.95" in itl:
-        latency += f", ITL p95 <b>{itl['0.95'] * 1000:.0f} ms</b>"
+    for key, title in (("ttft_p95", "TTFT p95"), ("itl_p95", "ITL p95")):
+        p = percentiles.get(key)
+        if p:  # a bound reads as one ("< 10 ms"): the runtime's buckets are no finer
+            latency += f", {title} <b>{e(p.get('text') or '')}</b>"
     oversized = f' <span class="warn">(oversized: {e(s["oversized"])})</span>' if s.get("oversized") else ""
+    slos = "".join(f'<br><span class="{_SLO_CLASS.get(o.get("judgement"), "muted")}">SLO {e(o.get("text") or "")}'
+                   f'</span>' for o in s.get("slo") or ())
+    if s.get("resident_bytes") is not None:  # a runtime that lists what it holds loaded (Ollama's /api/ps), no queue
+        models = s.get("resident_models") or ()
+        names = f" ({e(', '.join(models[:3]))}{', ...' if len(models) > 3 else ''})" if models else ""
+        return (f'<p class="serving">{e(s.get("runtime") or "")}: <b>{len(models)}</b> model'
+                f'{"s" if len(models) != 1 else ""} loaded{names}, {_gib(s["resident_bytes"])}, '
+                f'{_gib(s.get("resident_vram_bytes") or 0)} in GPU memory{oversized}{slos}</p>')
+    extra = ""
+    if s.get("deferred"):
+        extra += f" ({s['deferred']:.0f} deferred, not for capacity)"
+    if s.get("rejections_per_minute"):
+        extra += f", <b>{s['rejections_per_minute']:.1f}</b>/min refused at admission"
+    if (p := percentiles.get("queue_p95")) is not None:
+        extra += f", queue p95 <b>{e(p.get('text') or '')}</b>"
+    if s.get("sleep_level"):
+        extra += f', <span class="muted">asleep (sleep level {s["sleep_level"]}): idle, not broken</span>'
     return (f'<p class="serving">{e(s.get("runtime") or "")}: KV cache <b>{_fmt_pct(s.get("usage"))}</b> used, '
-            f'<b>{s.get("running") or 0:.0f}</b> running, <b>{s.get("waiting") or 0:.0f}</b> waiting{latency}'
-            f'{oversized}</p>')
+            f'<b>{s.get("running") or 0:.0f}</b> running, <b>{s.get("waiting") or 0:.0f}</b> waiting{extra}{latency}'
+            f'{oversized}{slos}</p>')
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+# how the page colours an objective's judgement (analysis/serving.py JUDGEMENTS)
+_SLO_CLASS = {"met": "", "breached": "bad", "undecided": "warn", "not_measurable": "warn", "no_data": "muted"}
 
 
 def _gpu_card(g: dict[str, Any], series: dict[str, Any], axis: tuple[float, float], thresholds: dict[str, float]) -> str:
     e = html.escape
     primary = g.get("primary_bottleneck", "none")
+    health = g.get("health") or {}
+    sick = "".join(f'<p class="bad health">unhealthy: {e(c["reason"])} (action: {e(c["action"])})</p>'
+                   for c in health.get("conditions", ()))
     if not g["up"]:
         return (f'<div class="card gpu"><h3>GPU {g["index"]} {e(g["name"])} <span class="bad">DOWN</span></h3>'
-                f"<p>{e(g.get('error') or '')}</p></div>")
+                f"<p>{e(g.get('error') or '')}</p>{sick}</div>")
     return (f'<div class="card gpu" id="gpu-{g["index"]}"><h3>GPU {g["index"]} {e(g["name"])} '
             f'{_pill(primary, g.get("pending"))}'
-            f"{' <span class=muted>(idle)</span>' if g.get('idle') else ''}</h3>"
+            f"{' <span class=muted>(idle)</span>' if g.get('idle') else ''}"
+            f"{' <span class=bad>UNHEALTHY</span>' if sick else ''}</h3>" + sick
             + (_verdict_lines(g, "") if primary != "none" or g.get("pending") else "")
             + _gpu_charts(g, series.get(g["uuid"]) or {}, axis, thresholds)
             + (_scores_table(g) if "scores" in g else "") + "</div>")
@@ -467,8 +630,8 @@ def _gpu_charts(g: dict[str, Any], s: dict[str, charts.Series], axis: tuple[floa
 def _serving_charts(w: dict[str, Any], s: dict[str, charts.Series] | None, axis: tuple[float, float],
                     t: dict[str, float]) -> str:
     """A serving workload's KV cache usage and queue (requests waiting) over the last minutes, from its
-    runtime's endpoint, with the kv_cache verdict's thresholds. (A probe's capacity chart belongs here too,
-    once `headroom probe` exists: one more charts.figure.)"""
+    runtime's endpoint, with the kv_cache verdict's thresholds. The last probe's capacity chart is its own section
+    (probe_section)."""
     if not s or not any(s.values()):
         return ""
     c = charts
@@ -489,6 +652,34 @@ def _serving_charts(w: dict[str, Any], s: dict[str, charts.Series] | None, axis:
                       seconds)
         figs.append(c.figure("requests waiting", "now " + c.fmt_count(waiting[-1][1]), svg, marks, c.fmt_count))
     return f'<div class="charts">{"".join(figs)}</div>'
+
+
+_PROBE_FILES: dict[str, Any] = {}  # probe-last.json path -> probe/store.py LastResult (one stat per page view)
+
+
+def probe_section(snap: Any) -> str:
+    """The last `headroom probe` (sources/probe.py found it valid this tick): its answer and its chart."""
+    from headroom.probe import answer, chart, store
+
+    p = snap.sample.data("probe") if snap is not None else None
+    if p is None or not getattr(p, "found", False):
+        return ""
+    watch = _PROBE_FILES.get(p.path)
+    if watch is None:
+        _PROBE_FILES.clear()  # one state directory per agent: a changed --state.dir replaces the old entry
+        watch = _PROBE_FILES[p.path] = store.LastResult(p.path.rsplit("/", 1)[0])
+    result = watch.get()
+    if result is None:
+        return ""
+    when = ""
+    if result.get("finished_at"):
+        import time
+
+        when = f"measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(result['finished_at']))}"
+    who = result.get("workload") or result.get("url") or ""
+    return (f'<h2>Capacity (last probe)</h2><div class="card probe" id="probe"><p class="muted">{html.escape(who)} '
+            f"&middot; {html.escape(when)} &middot; <code>headroom probe</code> (docs/probe.md)</p>"
+            f"{chart.figure(result, answer.capacity_answer(result))}</div>")
 
 
 def page(state: Any, telemetry_path: str) -> bytes:
@@ -527,6 +718,7 @@ def page(state: Any, telemetry_path: str) -> bytes:
 <a href="/api/v1/status">Status (JSON)</a></p>
 {sim}{host_line}
 <h2>Workloads</h2>{workloads}
+{probe_section(snap)}
 <h2>GPUs</h2>{gpus}
 {"<h2>Failing collectors</h2><ul>" + "".join(failing) + "</ul>" if failing else ""}
 </body></html>

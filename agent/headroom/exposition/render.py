@@ -21,7 +21,15 @@ import structlog
 
 from headroom import __version__
 from headroom.exposition.catalog import BY_NAME, CATALOG
-from headroom.samples import CpuSample, DiskSample, MemorySample, NetSample, NvmlSample, ShmSample
+from headroom.samples import (
+    CpuSample,
+    DiskSample,
+    InfinibandSample,
+    MemorySample,
+    NetSample,
+    NvmlSample,
+    ShmSample,
+)
 
 log = structlog.get_logger()
 
@@ -160,7 +168,7 @@ class Renderer:
     """Renders snapshots with its own rendered-text caches (the series and groups above): a sampler renders
     with one. ``render()`` below uses the process's."""
 
-    __slots__ = ("groups", "groups_old", "refused", "series", "series_old", "workloads")
+    __slots__ = ("findings", "groups", "groups_old", "refused", "series", "series_old", "workloads")
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
@@ -173,6 +181,9 @@ class Renderer:
         # series carries a GPU's identity labels). Holding the object keeps its id from being reused; only the
         # last render's workloads are kept.
         self.workloads: dict[str, tuple[Any, tuple[tuple[int, list[str]], ...]]] = {}
+        # the same for each workload's finding (verdict and headroom series): analysis keeps an automatic
+        # workload's finding object between its scorings (pipeline.AUTO_REFRESH_SECONDS)
+        self.findings: dict[str, tuple[Any, tuple[tuple[int, list[str]], ...]]] = {}
         self.refused: frozenset[str] = frozenset()  # the series names the last render left out (logged when new)
 
     def render(self, snapshot: Snapshot) -> bytes:
@@ -189,7 +200,7 @@ class Renderer:
         return w.render()
 
     def clear(self) -> None:
-        for cache in (self.series, self.series_old, self.groups, self.groups_old, self.workloads):
+        for cache in (self.series, self.series_old, self.groups, self.groups_old, self.workloads, self.findings):
             cache.clear()
 
 
@@ -360,7 +371,7 @@ def render_into(w: Writer, snapshot: Snapshot) -> None:
     _render_self(w, snapshot)
     identity = sample.data("identity")
     if identity is not None:
-        _render_identity(w, identity, sample)
+        _render_identity(w, identity, sample, getattr(snapshot.findings, "workloads", None))
     nvml = sample.sources.get("nvml")
     if nvml is not None:
         _render_nvml(w, nvml.data if nvml.ok else None)
@@ -385,6 +396,12 @@ def _render_self(w: Writer, snap: Snapshot) -> None:
     w.add_many(_SELF_ROW, (round(snap.sample.timestamp, 3), round(snap.tick_duration_seconds, 6), snap.ticks,
                            snap.interval, snap.config_reload_ok, _r(snap.config_reload_success_timestamp),
                            snap.record_ok, snap.record_written_bytes_total, snap.web_config_reload_ok))
+    t = snap.timing
+    if t is not None:
+        w.add("headroom_sample_lateness_seconds", _r(t.lateness_seconds, 6))
+        w.add("headroom_sample_lateness_max_seconds", _r(max(t.recent_lateness_seconds, default=None), 6))
+        w.add("headroom_sample_duration_max_seconds", _r(max(t.recent_duration_seconds, default=None), 6))
+        w.add("headroom_samples_missed_total", t.missed_total)
 
 
 _COLLECTOR_ROW = ("headroom_collector_success", "headroom_collector_duration_seconds")
@@ -487,8 +504,11 @@ def _verdict_series(prefix: str) -> tuple[tuple[str, ...], tuple[str, ...], tupl
     return entry
 
 
-def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
-    """Identity sources, the cap, and the pod / job labels of the GPUs they hold (sources/identity.py)."""
+def _render_identity(w: Writer, identity: Any, sample: Any, statuses: Iterable[Any] | None = None) -> None:
+    """Identity sources, the cap, and the pod / job labels of the GPUs they hold (sources/identity.py).
+    ``headroom_workload_identities`` counts the automatic workloads exported (``statuses``, attribution's: an
+    identity a declared profile takes the place of is none, and identities of one name are one workload); the
+    identities themselves where there are no statuses (analysis did not run)."""
     from headroom.exposition.catalog import GPU_IDENTITY_LABELS
     from headroom.workload.attribution import gpu_identity_labels
 
@@ -496,7 +516,9 @@ def _render_identity(w: Writer, identity: Any, sample: Any) -> None:
         w.add("headroom_identity_source_up", src.up, src.name)
         if src.up or src.unknown_devices:
             w.add("headroom_identity_unknown_devices", len(src.unknown_devices), src.name)
-    w.add("headroom_workload_identities", len(identity.groups))
+    exported = len(identity.groups) if statuses is None else \
+        len({st.name for st in statuses if getattr(st, "source", "declared") == "auto"})
+    w.add("headroom_workload_identities", exported)
     w.add("headroom_workload_identities_max", identity.max_groups)
     w.add("headroom_workload_identities_dropped_total", identity.dropped_total)
     for uuid, values in gpu_identity_labels(sample).items():
@@ -532,12 +554,15 @@ def _workload_series(st: Any) -> tuple[tuple[str, ...], list[Any], tuple[Any, ..
     source = getattr(st, "source", "declared")
     m = st.measured
     if m is not None:
-        cg = m.cgroup
+        # an automatic workload's cgroup figures: the processes collector's, else the identity collector's (a new
+        # identity's first tick, before its members were measured with their cgroup)
+        cg = m.cgroup if m.cgroup is not None or source != "auto" else getattr(st, "cgroup", None)
         measured = (m.processes, m.threads, _r(m.cpu_user_seconds_total, 2), _r(m.cpu_system_seconds_total, 2),
-                    m.resident_memory_bytes, m.read_bytes_total, m.written_bytes_total)
+                    m.resident_memory_bytes, m.read_bytes_total, m.written_bytes_total,
+                    _r(m.sched_wait_seconds_total, 3), _r(m.sched_run_seconds_total, 3), m.cpus_allowed)
     else:  # an automatic workload without measured processes still counts them, and has its cgroup
         cg = getattr(st, "cgroup", None) if source == "auto" else None
-        measured = (st.processes if source == "auto" else None, None, None, None, None, None, None)
+        measured = (st.processes if source == "auto" else None, None, None, None, None, None, None, None, None, None)
     names = _WORKLOAD_ROW
     tails = ((st.kind, st.model, st.precision, st.runtime, source), (st.team, st.job), *_WORKLOAD_ROW_TAILS)
     values = [1, 1 if st.job or st.team else None, *measured]
@@ -568,9 +593,11 @@ def _workload_series(st: Any) -> tuple[tuple[str, ...], list[Any], tuple[Any, ..
 # _render_workloads passes for them; its cgroup's pressure, its GPUs and its expected components follow
 _WORKLOAD_ROW = tuple(f"headroom_workload_{n}" for n in (
     "info", "fleet_info", "processes", "threads", "cpu_seconds_total", "cpu_seconds_total", "resident_memory_bytes",
-    "read_bytes_total", "written_bytes_total", "cgroup_cpu_seconds_total", "cgroup_cpu_seconds_total",
+    "read_bytes_total", "written_bytes_total", "cpu_wait_seconds_total", "cpu_run_seconds_total", "cpus_allowed",
+    "cgroup_cpu_seconds_total", "cgroup_cpu_seconds_total",
     "cgroup_memory_bytes", "dataloader_workers", "gpu_memory_expected_peak_bytes", "gpu_memory_capacity_bytes"))
-_WORKLOAD_ROW_TAILS = (None, None, "user", "system", None, None, None, "user", "system", None, None, None, None)
+_WORKLOAD_ROW_TAILS = (None, None, "user", "system", None, None, None, None, None, None, "user", "system", None, None,
+                       None, None)
 _WORKLOAD_GPU_ROW = ("headroom_workload_gpu_memory_used_bytes", "headroom_workload_gpu_utilization_ratio")
 
 
@@ -579,11 +606,33 @@ def _render_findings(w: Writer, f: Any) -> None:
         ids = (str(g.index), g.uuid)
         _render_verdict(w, "headroom_gpu", ids, g.verdict)
         w.add_many(_GPU_FINDINGS_ROW, (g.idle, f.host.gpu_cost_per_hour.get(g.index)), ids)
+    for h in getattr(f, "gpu_health", ()):
+        ids = (str(h.index), h.uuid)
+        w.add("headroom_gpu_healthy", h.healthy, *ids)
+        # a condition's series only while it holds: six always-0 series per GPU cost a fleet's Prometheus more than
+        # they say (headroom_gpu_healthy is there for every GPU; a cleared condition's series goes stale)
+        for condition in sorted({c.condition for c in h.conditions}):
+            w.add("headroom_gpu_health_condition", 1, *ids, condition)
     if f.gpu_findings:
         w.add("headroom_gpus_idle", f.host.gpus_idle)
         w.add("headroom_gpu_idle_seconds_total", _r(f.host.gpu_idle_seconds_total))
         w.add("headroom_gpu_idle_cost_total", _r(f.host.gpu_idle_cost_total, 6), f.host.currency)
+    cache = w._cache
+    last, kept = cache.findings, {}
+    out = w._lines
     for wf in f.workload_findings:
+        hit = last.get(wf.name)
+        if hit is not None and hit[0] is wf:  # the same finding object writes the same lines
+            for index, lines in hit[1]:
+                out[index].extend(lines)
+            kept[wf.name] = hit
+            continue
+        # one with serving series (latency, SLOs, KV headroom) is rendered each time: only verdict and headroom
+        # lines are kept
+        plain = getattr(wf, "serving", None) is None and not getattr(wf, "slos", ()) \
+            and getattr(wf, "serving_headroom", None) is None
+        before = {i: len(out[i]) for i in _FINDING_FAMILIES()} if plain else {}
+        refused = len(w.refused)
         ids = (wf.name,)
         _render_verdict(w, "headroom_workload", ids, wf.verdict)
         h = wf.headroom
@@ -591,7 +640,24 @@ def _render_findings(w: Writer, f: Any) -> None:
                                    h.power_watts, h.thermal_celsius), ids)
         if h.basis:  # more sequences and context, labelled with where they come from (analysis/headroom.py BASES)
             w.add_many(_CAPACITY_ROW, (h.sequences, h.context_tokens), (*ids, h.basis))
+        if h.measured_sequences is not None:  # a recent probe's capacity beside them (analysis/headroom.py)
+            w.add("headroom_workload_headroom_sequences", h.measured_sequences, *ids, "measured")
         _render_serving_findings(w, wf)
+        if plain and len(w.refused) == refused:
+            kept[wf.name] = (wf, tuple((i, out[i][n:]) for i, n in before.items() if len(out[i]) > n))
+    cache.findings = kept
+
+
+_FINDING_INDICES: list[tuple[int, ...]] = []
+
+
+def _FINDING_FAMILIES() -> tuple[int, ...]:  # noqa: N802 - a constant made once
+    """The positions of the families a workload finding without serving writes (verdict, headroom)."""
+    if not _FINDING_INDICES:
+        names = {*_verdict_series("headroom_workload")[1], "headroom_workload_bottleneck_pending_seconds",
+                 *_HEADROOM_ROW, *_CAPACITY_ROW}
+        _FINDING_INDICES.append(tuple(sorted(_ORDER[n] for n in names)))
+    return _FINDING_INDICES[0]
 
 
 _GPU_FINDINGS_ROW = ("headroom_gpu_idle", "headroom_gpu_cost_per_hour")
@@ -609,9 +675,19 @@ def _render_serving_findings(w: Writer, wf: Any) -> None:
             w.add("headroom_workload_time_to_first_token_seconds", _r(v, 6), *ids, f"p{q * 100:g}")
         for q, v in s.itl.items():
             w.add("headroom_workload_inter_token_latency_seconds", _r(v, 6), *ids, f"p{q * 100:g}")
+        for key, p in s.percentiles.items():  # the resolution of each: a bound carries its bucket
+            latency, _, percentile = key.partition("_")
+            w.add("headroom_workload_latency_percentile_bounded", p.bounded, *ids, latency, percentile)
+            if p.bounded:
+                w.add("headroom_workload_latency_percentile_bucket_seconds", p.lower, *ids, latency, percentile,
+                      "lower")
+                w.add("headroom_workload_latency_percentile_bucket_seconds",
+                      math.inf if p.upper is None else p.upper, *ids, latency, percentile, "upper")
     for slo in getattr(wf, "slos", ()):
         w.add("headroom_workload_slo_target_seconds", slo.target_seconds, *ids, slo.objective)
         w.add("headroom_workload_slo_met", slo.met, *ids, slo.objective)
+        if slo.judgement != "no_data":
+            w.add("headroom_workload_slo_decided", slo.met is not None, *ids, slo.objective)
     if room is not None:
         w.add("headroom_workload_kv_capacity_tokens", room.kv_capacity_runtime_tokens, *ids, "runtime")
         w.add("headroom_workload_kv_capacity_tokens", room.kv_capacity_estimate_tokens, *ids, "estimate")
@@ -639,8 +715,16 @@ def _render_serving(w: Writer, data: Any, snap: Snapshot) -> None:
         w.add("headroom_workload_kv_cache_capacity_tokens", e.kv_cache_capacity_tokens, *ids)
         w.add("headroom_workload_prompt_tokens_total", e.prompt_tokens_total, *ids)
         w.add("headroom_workload_generation_tokens_total", e.generation_tokens_total, *ids)
+        w.add("headroom_workload_requests_waiting_deferred", e.requests_waiting_deferred, *ids)
+        w.add("headroom_workload_admission_rejections_total", e.admission_rejections_total, *ids)
+        w.add("headroom_workload_serving_sleep_level", e.sleep_level, *ids)
+        if e.resident_bytes is not None:
+            w.add("headroom_workload_resident_models", len(e.resident_models), *ids)
+        w.add("headroom_workload_resident_model_bytes", e.resident_bytes, *ids)
+        w.add("headroom_workload_resident_model_vram_bytes", e.resident_vram_bytes, *ids)
         for prefix, h in (("time_to_first_token", e.time_to_first_token),
-                          ("inter_token_latency", e.inter_token_latency)):
+                          ("inter_token_latency", e.inter_token_latency),
+                          ("request_queue_time", e.request_queue_time)):
             if h is not None:
                 w.add(f"headroom_workload_{prefix}_seconds_total", _r(h.sum, 6), *ids)
                 w.add(f"headroom_workload_{prefix}_observations_total", h.count, *ids)
@@ -712,6 +796,20 @@ _NET_ROW = tuple(f"headroom_network_{n}" for n in (
     "receive_bytes_total", "transmit_bytes_total", "receive_drops_total", "transmit_drops_total", "speed_bytes"))
 
 
+def _render_infiniband(w: Writer, ib: InfinibandSample, snap: Snapshot) -> None:
+    for p in ib.devices:
+        ids = (p.hca, str(p.port))
+        w.add_many(_IB_ROW, (p.receive_bytes, p.transmit_bytes, p.receive_packets, p.transmit_packets,
+                             p.speed_bytes_per_second), ids)
+        w.add("headroom_infiniband_port_active", p.state == "ACTIVE", *ids, p.link_layer)
+        for counter, value in p.events.items():
+            w.add("headroom_infiniband_port_events_total", value, *ids, counter)
+
+
+_IB_ROW = tuple(f"headroom_infiniband_port_{n}" for n in (
+    "receive_bytes_total", "transmit_bytes_total", "receive_packets_total", "transmit_packets_total", "rate_bytes"))
+
+
 def _render_agent(w: Writer, a: Any, snap: Snapshot) -> None:
     w.add("headroom_agent_cpu_seconds_total", _r(a.cpu_user_seconds_total), "user")
     w.add("headroom_agent_cpu_seconds_total", _r(a.cpu_system_seconds_total), "system")
@@ -721,6 +819,22 @@ def _render_agent(w: Writer, a: Any, snap: Snapshot) -> None:
     w.add("headroom_agent_start_time_seconds", _r(a.start_time_seconds))
 
 
+def _render_probe(w: Writer, p: Any, snap: Snapshot) -> None:
+    """The last `headroom probe` result (sources/probe.py): the capacity measured at the SLO and its load shape."""
+    if not p.found:
+        return
+    shape = (p.bound_by or "none", _label_number(p.input_tokens), _label_number(p.output_tokens))
+    ids = (p.workload or "",)
+    w.add("headroom_workload_capacity_concurrency", p.concurrency, *ids, *shape)
+    w.add("headroom_workload_capacity_requests_per_second", p.requests_per_second, *ids, *shape)
+    w.add("headroom_workload_capacity_measured_timestamp_seconds", _r(p.measured_at), *ids)
+    w.add("headroom_workload_capacity_partial", p.partial, *ids)
+
+
+def _label_number(x: float | None) -> str:
+    return "" if x is None else f"{x:g}"
+
+
 _HOST_RENDERERS: Iterable[tuple[str, Any]] = (
     ("agent", _render_agent),
     ("cpu", _render_cpu),
@@ -728,5 +842,7 @@ _HOST_RENDERERS: Iterable[tuple[str, Any]] = (
     ("shm", _render_shm),
     ("disk", _render_disk),
     ("net", _render_net),
+    ("infiniband", _render_infiniband),
     ("serving", _render_serving),
+    ("probe", _render_probe),
 )

@@ -48,6 +48,7 @@ HOST_RESOURCES = ("cpu", "host_memory", "shared_memory", "disk_io", "network")
 _DURATION = re.compile(r"^[1-9][0-9]*[smhdw]$")
 # one query's answer: a fleet's largest (per host, workload and GPU) is a few MB; json.loads takes ~6x its size
 MAX_RESPONSE_BYTES = 64 * 2**20
+MAX_UNIX_SECONDS = 253402300800  # 10000-01-01T00:00:00Z: --at beyond it is not a time Prometheus parses
 MAX_ERROR_CHARS = 200  # of an error text, a Location or a label value quoted in a message
 
 
@@ -99,12 +100,13 @@ class Report:
     host_bound: list[HostBound] = field(default_factory=list)
     hosts: int = 0
     gpus: int = 0
+    at: str | None = None  # --at (RFC 3339, UTC): the end of the period; None: when the report was made
 
 
 class Prometheus:
     """Instant queries against the HTTP API; every failure becomes a ReportError with the reason."""
 
-    def __init__(self, url: str, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, timeout: float = 30.0, at: float | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ReportError(f"--prometheus must be an http(s) URL such as http://prometheus:9090, got {url!r}")
@@ -114,10 +116,12 @@ class Prometheus:
             raise ReportError(f"--prometheus has an invalid port: {url!r}") from None
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.at = at  # evaluation instant (Unix seconds) of every query; None: the server's now
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         """The instant vector ``expr`` evaluates to, each item checked: {"metric": {str: str}, "value": [t, "v"]}."""
-        status, location, body = self._get(f"/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+        params = {"query": expr} if self.at is None else {"query": expr, "time": f"{self.at:.3f}"}
+        status, location, body = self._get(f"/api/v1/query?{urllib.parse.urlencode(params)}")
         if 300 <= status < 400:
             where = _quote(location) if location is not None else "no Location"
             raise ReportError(f"{self.url} answered HTTP {status} redirecting to {where}: redirects are not followed, "
@@ -268,7 +272,7 @@ def build(prom: Prometheus, since: str, idle_threshold: float, host_bound_thresh
     """Runs the queries and assembles the report."""
     if not _DURATION.match(since):
         raise ReportError(f"--since must be a Prometheus duration such as 7d, 24h or 90m, got {since!r}")
-    report = Report(prometheus=prom.url, since=since)
+    report = Report(prometheus=prom.url, since=since, at=None if prom.at is None else _rfc3339(prom.at))
     models = _by(prom.query("max by (instance, gpu, name) (headroom_gpu_info)"), "instance", "gpu", "name")
     model_of = {(i, g): n for (i, g, n) in models}
     report.hosts = len({i for i, _ in model_of})
@@ -372,12 +376,16 @@ def _raw_rows(report: Report) -> dict[str, tuple[list[str], list[list[str]]]]:
     }
 
 
+def _until(report: Report) -> str:
+    return "" if report.at is None else f" to {report.at}"
+
+
 def to_json(report: Report) -> str:
     return json.dumps(asdict(report), indent=1) + "\n"
 
 
 def to_markdown(report: Report) -> str:
-    out = [f"# Fleet report: {report.hosts} hosts, {report.gpus} GPUs, last {report.since}", ""]
+    out = [f"# Fleet report: {report.hosts} hosts, {report.gpus} GPUs, last {report.since}{_until(report)}", ""]
     for title, (head, rows) in _rows(report).items():
         out += [f"## {title}", ""]
         if not rows:
@@ -396,7 +404,8 @@ def to_markdown(report: Report) -> str:
 
 
 def to_table(report: Report) -> str:
-    out = [f"Fleet report: {report.hosts} hosts, {report.gpus} GPUs, last {report.since} ({report.prometheus})", ""]
+    out = [f"Fleet report: {report.hosts} hosts, {report.gpus} GPUs, last {report.since}{_until(report)} "
+           f"({report.prometheus})", ""]
     for title, (head, rows) in _rows(report).items():
         out.append(f"{title}:")
         if not rows:
@@ -422,6 +431,9 @@ def add_parser(sub: Any) -> None:
                    help="list hosts whose host resource was the GPUs' bottleneck more than this share (default 0.25)")
     p.add_argument("--margin", type=_ratio, default=0.2, metavar="RATIO",
                    help="headroom kept above the measured peak when right-sizing (default 0.2)")
+    p.add_argument("--at", type=_instant, metavar="TIME",
+                   help="end of the period: RFC 3339 (2026-11-30T00:00:00Z) or Unix seconds (default: now); the "
+                        "same instant gives the same report from Prometheus and from a long-term store")
     p.add_argument("--timeout", type=_seconds, default=30.0, metavar="SECONDS",
                    help="for each query, connect and the whole answer (default 30)")
 
@@ -446,9 +458,36 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _instant(text: str) -> float:
+    """--at: Unix seconds or an RFC 3339 time with its offset, as the query API's ``time`` parameter takes."""
+    import datetime
+
+    try:
+        v = float(text)
+    except ValueError:
+        try:
+            when = datetime.datetime.fromisoformat(text)
+        except ValueError:
+            when = None
+        if when is None or when.tzinfo is None:
+            raise argparse.ArgumentTypeError(f"expected an RFC 3339 time with its offset (2026-11-30T00:00:00Z) "
+                                             f"or Unix seconds, got {text!r}") from None
+        v = when.timestamp()
+    if not 0 < v < MAX_UNIX_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected a time after 1970 and before 10000, got {text!r}")
+    return v
+
+
+def _rfc3339(at: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
 def run(args: argparse.Namespace) -> tuple[int, str]:
     """(exit status, text); raises ReportError."""
-    prom = Prometheus(args.prometheus, args.timeout)
+    prom = Prometheus(args.prometheus, args.timeout, args.at)
     report = build(prom, args.since, args.idle_threshold, args.host_bound_threshold, args.margin)
     text = {"json": to_json, "markdown": to_markdown, "table": to_table}[args.format](report)
     return 0, text

@@ -12,7 +12,7 @@ Shared memory is a statvfs() result, which no tree of files can fake: ``Syntheti
 documented stand-in for that one syscall (the shm collector asks ``ctx.scenario.host_statvfs``).
 
 The scenario's workload stand-ins are simulated processes of that tree (``add_processes``): /proc/PID/{stat,
-status,io,cgroup,cmdline,net/dev,task/TID/stat} and their cgroup's v2 files (cgroup.procs, cpu.max, cpu.stat,
+status,io,cgroup,cmdline,net/dev,task/TID/stat, ns/net (the agent's own network namespace)} and their cgroup's v2 files (cgroup.procs, cpu.max, cpu.stat,
 memory.current, io.stat) follow the cores, threads, memory, I/O, network and CPU quota the scenario declares,
 so the real processes and identity collectors read the same values on any machine under any load.
 ``host: {psi: false}`` leaves /proc/pressure out, as a kernel without PSI does.
@@ -45,8 +45,12 @@ log = structlog.get_logger("headroom.simulation.host")
 
 # Collectors that read the synthetic tree (shm through host_statvfs); every other collector keeps its paths
 # (nvml has its driver stand-in, serving scrapes the stand-ins' HTTP, agent measures the agent itself).
-HOST_COLLECTORS = frozenset({"cpu", "memory", "disk", "net", "shm", "processes", "identity"})
+HOST_COLLECTORS = frozenset({"cpu", "memory", "disk", "net", "infiniband", "shm", "processes", "identity"})
 
+try:
+    _OWN_NET_NS = os.readlink("/proc/self/ns/net")  # what /proc/PID/ns/net of a process in this one reads
+except OSError:  # no procfs: no namespace to share (then no simulated process is reached on the loopback)
+    _OWN_NET_NS = "net:[0]"
 BOOT_UPTIME_SECONDS = 86_400.0  # counters start as if the host had run a day at the t=0 rates
 USER_HZ = 100
 PACKET_BYTES = 1500  # packets counted from bytes at a full Ethernet MTU
@@ -360,6 +364,10 @@ class SyntheticHost:
                 self._put(f"{base}/environ", "".join(f"{k}={v}\0" for k, v in env.items()))
                 for link in ("root", "cwd"):
                     (Path(self._tmp.name) / base / link).symlink_to("/")
+                # the agent's own network namespace: a simulated runtime's /metrics is served in this process, on
+                # the agent's loopback (identity.same_network_namespace reads this link as the kernel's)
+                (Path(self._tmp.name) / base / "ns").mkdir(exist_ok=True)
+                (Path(self._tmp.name) / base / "ns" / "net").symlink_to(_OWN_NET_NS)
             self._write(t)
 
     def remove_processes(self, pids: Any) -> None:

@@ -117,6 +117,14 @@ class PciInfo(ctypes.Structure):  # nvmlPciInfo_t
                 ("pciDeviceId", c_uint), ("pciSubSystemId", c_uint), ("busId", c_char * 32)]  # fmt: skip
 
 
+class GpuInstancePlacement(ctypes.Structure):  # nvmlGpuInstancePlacement_t
+    _fields_ = [("start", c_uint), ("size", c_uint)]
+
+
+class GpuInstanceInfo(ctypes.Structure):  # nvmlGpuInstanceInfo_t
+    _fields_ = [("device", c_void_p), ("id", c_uint), ("profileId", c_uint), ("placement", GpuInstancePlacement)]
+
+
 class ProcessInfoV1(ctypes.Structure):  # nvmlProcessInfo_v1_t
     _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong)]
 
@@ -164,6 +172,7 @@ class GpmMetricsGetHead(ctypes.Structure):  # nvmlGpmMetricsGet_t up to its metr
 
 # ------------------------------------------------------------------------------------- stand-in state
 _DEVICE_BASE = 0x5EED_0000
+_GPU_INSTANCE_BASE = 0x5EE1_0000  # GPU instance handles (nvmlGpuInstance_t): base + 0x100 * GPU + MIG slot + 1
 _EVENT_SET_BASE = 0x5EE7_0000
 _REASON_BIT = {name: 1 << i for i, name in enumerate(CLOCK_EVENT_REASONS)}
 _NO_LIBRARY_NEEDED = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlErrorString"}
@@ -520,6 +529,7 @@ class NvmlDriver:
             ("nvmlDeviceGetHandleByUUID", [P, P], self._handle_by_uuid),
             ("nvmlDeviceGetIndex", [H, P], lambda h, out: _put(c_uint, out, self._device("nvmlDeviceGetIndex", h).index)),
             ("nvmlDeviceGetUUID", [H, P, U], self._uuid),
+            uint_query("nvmlDeviceGetMinorNumber", lambda g: g.index),  # /dev/nvidiaN: the index here
             ("nvmlDeviceGetName", [H, P, U], lambda h, buf, n: _string(buf, n, self._device("nvmlDeviceGetName", h).name)),
             ("nvmlDeviceGetPciInfo_v3", [H, P], self._pci_info),
             ("nvmlDeviceGetUtilizationRates", [H, P], self._utilization),
@@ -554,6 +564,8 @@ class NvmlDriver:
             ("nvmlDeviceGetMaxMigDeviceCount", [H, P], self._max_mig_count),
             ("nvmlDeviceGetMigDeviceHandleByIndex", [H, U, P], self._mig_handle),
             ("nvmlDeviceGetGpuInstanceId", [H, P], lambda h, out: _put(c_uint, out, self._mig("nvmlDeviceGetGpuInstanceId", h).gpu_instance_id)),
+            ("nvmlDeviceGetGpuInstanceById", [H, U, P], self._gpu_instance_by_id),
+            ("nvmlGpuInstanceGetInfo", [P, P], self._gpu_instance_info),
             ("nvmlDeviceGetComputeInstanceId", [H, P], lambda h, out: _put(c_uint, out, self._mig("nvmlDeviceGetComputeInstanceId", h).compute_instance_id)),
             ("nvmlDeviceGetTotalEccErrors", [H, U, U, P], self._total_ecc),
             ("nvmlDeviceGetRemappedRows", [H, P, P, P, P], self._remapped_rows),
@@ -859,6 +871,29 @@ class NvmlDriver:
             raise _Return(_E["NOT_FOUND"])
         _put(c_void_p, out, _DEVICE_BASE + 0x100 * gpu.index + index + 1)
 
+    def _gpu_instance_by_id(self, handle: int, gpu_instance_id: int, out: int) -> None:
+        gpu = self._device("nvmlDeviceGetGpuInstanceById", handle)
+        if not gpu.mig_enabled:
+            raise _Return(_E["NOT_SUPPORTED"])
+        slot = next((k for k, m in enumerate(gpu.mig_instances) if m.gpu_instance_id == gpu_instance_id), None)
+        if slot is None:
+            raise _Return(_E["NOT_FOUND"])
+        _put(c_void_p, out, _GPU_INSTANCE_BASE + 0x100 * gpu.index + slot + 1)
+
+    def _gpu_instance_info(self, handle: int | None, out: int) -> None:
+        index, slot = divmod((handle or 0) - _GPU_INSTANCE_BASE, 0x100)
+        if handle is None or not 0 <= index < len(self._gpus) or not 0 < slot <= len(self._gpus[index].mig_instances):
+            self._enter("nvmlGpuInstanceGetInfo", None)
+            raise _Return(_E["INVALID_ARGUMENT"])
+        gpu = self._device("nvmlGpuInstanceGetInfo", _DEVICE_BASE + 0x100 * index)
+        m = gpu.mig_instances[slot - 1]
+        if m.profile_id is None or m.placement_start is None:
+            raise _Return(_E["NOT_SUPPORTED"])
+        info = _struct(GpuInstanceInfo, out)
+        info.device = _DEVICE_BASE + 0x100 * index
+        info.id, info.profileId = m.gpu_instance_id, m.profile_id
+        info.placement.start, info.placement.size = m.placement_start, 1
+
     def _mig(self, name: str, handle: int) -> Any:
         gpu = self._device(name, handle, allow_mig=True)
         _, slot = self._gpu(handle)
@@ -867,17 +902,29 @@ class NvmlDriver:
         return gpu.mig_instances[slot]
 
     # ------------------------------------------------------------------------------- health fields
+    def _reset(self, gpu: GpuSpec) -> bool:
+        """Whether the GPU was reset (its ``reset_at``) by now: a reset zeroes the volatile ECC counters and carries
+        out the pending row remaps, as the driver does."""
+        return gpu.reset_at is not None and self.clock() >= gpu.reset_at
+
+    def _ecc_volatile(self, gpu: GpuSpec) -> int:
+        return 0 if self._reset(gpu) else gpu.ecc_uncorrected_volatile
+
+    def _remap_state(self, gpu: GpuSpec) -> tuple[int, int, bool, bool]:
+        cor, unc, pending, failure = gpu.remapped_rows
+        return (cor, unc, False, failure) if self._reset(gpu) else (cor, unc, pending, failure)
+
     def _total_ecc(self, handle: int, error_type: int, counter_type: int, out: int) -> None:
         gpu = self._device("nvmlDeviceGetTotalEccErrors", handle)
         if error_type != MEMORY_ERROR_UNCORRECTED:
             value = 0
         else:
-            value = gpu.ecc_uncorrected_volatile if counter_type == VOLATILE_ECC else gpu.ecc_uncorrected_aggregate
+            value = self._ecc_volatile(gpu) if counter_type == VOLATILE_ECC else gpu.ecc_uncorrected_aggregate
         _put(c_ulonglong, out, value)
 
     def _remapped_rows(self, handle: int, cor: int, unc: int, pending: int, failure: int) -> None:
         gpu = self._device("nvmlDeviceGetRemappedRows", handle)
-        values = gpu.remapped_rows
+        values = self._remap_state(gpu)
         for out, value in zip((cor, unc, pending, failure), values, strict=True):
             _put(c_uint, out, int(value))
 
@@ -914,7 +961,6 @@ class NvmlDriver:
             setattr(fv.value, _VALUE_MEMBER[vtype], self._field(gpu, fid, fv.scopeId))
 
     def _field(self, gpu: GpuSpec, fid: int, scope: int = 0) -> int:
-        cor, unc, pending, failure = gpu.remapped_rows
         if fid == FI_MEMORY_TEMP:
             return round(self._value(gpu, "memory_temperature", 40.0))
         if fid == FI_TOTAL_ENERGY_CONSUMPTION:
@@ -930,8 +976,9 @@ class NvmlDriver:
                 return 0
             total = self._pcie_bytes_total(gpu, "tx" if fid == FI_NVLINK_THROUGHPUT_DATA_TX else "rx", "nvlink")
             return total // max(1, gpu.nvlink_links - len(gpu.nvlink_down)) // 1024  # KiB on this link
+        cor, unc, pending, failure = self._remap_state(gpu)
         return {
-            FI_ECC_DBE_VOL_TOTAL: gpu.ecc_uncorrected_volatile,
+            FI_ECC_DBE_VOL_TOTAL: self._ecc_volatile(gpu),
             FI_ECC_DBE_AGG_TOTAL: gpu.ecc_uncorrected_aggregate,
             FI_REMAPPED_COR: cor,
             FI_REMAPPED_UNC: unc,

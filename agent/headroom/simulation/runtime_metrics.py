@@ -324,6 +324,7 @@ class Driver:
         self.signals = signals  # name -> object with .at(t)
         self._carry = {"requests": 0.0, "preemptions": 0.0}
         self.t = 0.0
+        self.api = None  # simulation/openai_api.Api: the load a client drives, beside the signals'
 
     def value(self, name: str, t: float) -> float:
         signal = self.signals.get(name)  # a signal the spec leaves out holds at 0
@@ -335,6 +336,8 @@ class Driver:
         s = self.state
         s.running, s.waiting = round(self.value("running", t)), round(self.value("waiting", t))
         s.kv_usage = round(min(1.0, self.value("kv_usage", t)), 4)
+        if self.api is not None:  # the background share of the cache that the API's requests cannot use
+            self.api.model.background_usage = s.kv_usage
         for key, rate in (("requests", self.value("arrivals", t)), ("preemptions", self.value("preemptions", t))):
             self._carry[key] += rate * dt
         n = int(self._carry["requests"])
@@ -364,17 +367,34 @@ def serve(spec: dict, signal_type) -> tuple[object, Driver]:
                for k, v in spec["signals"].items()}
     state = ServingState(spec["runtime"], spec["version"], model=spec["model"], kv_blocks=spec["kv_blocks"],
                          block_size=spec["block_size"])
+    from headroom.simulation.openai_api import Api, LoadModel
+
     driver = Driver(state, signals)
-    driver.advance(driver.t)  # the gauges hold their signals' first values from the first scrape on, not zeros
     lock = threading.Lock()
+    # the runtime's OpenAI-compatible API on the same port (simulation/openai_api.py): what `headroom probe` drives
+    api = Api(LoadModel(state.capacity_tokens, state.block_size, **spec.get("api", {})), state, lock)
+    driver.api = api
+    driver.advance(driver.t)  # the gauges hold their signals' first values from the first scrape on, not zeros
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path.split("?", 1)[0] != "/metrics":
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            if not api.post(self, self.path.split("?", 1)[0]):
                 self.send_error(404)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.split("?", 1)[0]
+            if path != "/metrics":
+                if not api.get(self, path):
+                    self.send_error(404)
                 return
-            with lock:
+            extra = api.overlay()
+            with lock:  # the signals' values plus the API's own load
+                saved = state.running, state.waiting, state.kv_usage
+                state.running += extra["running"]
+                state.waiting += extra["waiting"]
+                state.kv_usage = round(min(1.0, state.kv_usage + extra["kv_usage"]), 4)
                 body = exposition(state)
+                state.running, state.waiting, state.kv_usage = saved
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -385,6 +405,8 @@ def serve(spec: dict, signal_type) -> tuple[object, Driver]:
             pass
 
     class Server(ThreadingHTTPServer):
+        request_queue_size = 1024  # a probe opens hundreds of connections at once (the default backlog is 5)
+
         def handle_error(self, request, client_address) -> None:
             """A client that gave up (closed or reset before it read the answer) is no error of the runtime's:
             socketserver would print a traceback on the agent's stderr. Anything else: one line."""

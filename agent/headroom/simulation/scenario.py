@@ -193,6 +193,22 @@ class StandInGpu:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachSpec:
+    """``attach:``: real processes of this host, found by a pid file (a glob; each file holds pids) or an RE2
+    pattern over their command line, listed on simulated GPU ``use.gpu`` with ``use``'s memory: a real job
+    (a Slurm step, a container, a torchrun rank) seen as a GPU process, so that identity, membership and
+    verdicts run on it as on a GPU host (docs/scenario-format.md, "attach")."""
+
+    use: StandInGpu
+    pid_file: str = ""
+    cmdline: str = ""
+
+
+ATTACH_REFRESH_SECONDS = 0.5  # how often the attach rules look again for their processes
+ATTACH_MAX_PIDS = 256  # processes one rule lists at most (a pattern that matches every process stops there)
+
+
+@dataclass(frozen=True, slots=True)
 class StandInSpec:
     """One stand-in process: its exact argv, what it uses (CPU, memory, I/O, network, threads), its GPUs and
     children.
@@ -254,12 +270,13 @@ class ServingSpec:
     kv_blocks: int = 2048
     block_size: int = 16
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    api: tuple[tuple[str, float], ...] = ()  # the OpenAI-compatible API's timings (simulation/openai_api.py)
 
     def launch_spec(self, port: int) -> dict[str, Any]:
         from dataclasses import asdict
 
         return {"runtime": self.runtime, "version": self.version, "port": port, "kv_blocks": self.kv_blocks,
-                "block_size": self.block_size, "model": self.model,
+                "block_size": self.block_size, "model": self.model, "api": dict(self.api),
                 "signals": {k: asdict(v) for k, v in self.signals.items()}}
 
 
@@ -281,6 +298,10 @@ class MigInstanceSpec:
     memory_total: int
     memory_used: Signal
     processes: tuple[int, ...] = ()  # pids (of the GPU's processes) running in this instance
+    # its GPU instance's profile id and placement start (nvmlGpuInstanceGetInfo); None: that call answers
+    # NOT_SUPPORTED
+    profile_id: int | None = None
+    placement_start: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +339,7 @@ class GpuSpec:
     nvlink_links: int = 0  # NVLink links (0: no NVLink)
     nvlink_version: int = 4
     nvlink_down: tuple[int, ...] = ()  # links that are not active
+    reset_at: float | None = None  # scenario seconds of a GPU reset: volatile ECC back to 0, pending remaps done
     power_limit_max: float | None = None  # watts: the highest limit the board accepts (default: power_limit)
 
     @property
@@ -361,6 +383,7 @@ class Scenario:
     profiles_node: Any = field(default=None, compare=False, repr=False)  # its YAML node, for positions
     expected: Mapping[str, str] = field(default_factory=dict)  # profile name -> the primary it demonstrates
     fits: Mapping[str, bool] = field(default_factory=dict)  # profile name -> False: its declared load is meant not to fit
+    attach: tuple[AttachSpec, ...] = ()  # real processes listed on simulated GPUs
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
 
@@ -533,6 +556,28 @@ class Scenario:
         return {w.name: f"http://127.0.0.1:{self._serving_port(w)}/metrics" for w in self.workloads
                 if w.serving is not None}
 
+    def standin_workload(self, pid: int) -> str | None:
+        """The scenario workload name of the running stand-in ``pid`` (its main process or a child), or None."""
+        running = self._cache.get("standins")
+        for name, _, pids in (running or {}).get("workloads", ()):
+            if pid in pids:
+                return name
+        return None
+
+    def standin_endpoint(self, pid: int) -> str | None:
+        """The /metrics URL the stand-in ``pid`` (a workload's main process or one of its children) serves: its
+        workload's when it declares ``serving:``, "" when it serves none; None when ``pid`` is no running stand-in.
+        A stand-in's command line may name any port (``--port 8001``): this is where it really serves."""
+        running = self._cache.get("standins")
+        if running is None:
+            return None
+        for name, _, pids in running["workloads"]:
+            if pid in pids:
+                w = next((w for w in self.workloads if w.name == name), None)
+                return "" if w is None or w.serving is None else \
+                    f"http://127.0.0.1:{self._serving_port(w)}/metrics"
+        return None
+
     def profile_nodes(self) -> Any:
         """The ``profiles:`` YAML node, where a profile named like a serving workload and without an
         ``endpoint`` gets the stand-in's URL (so scenarios need no fixed ports)."""
@@ -573,7 +618,25 @@ class Scenario:
         when none run."""
         running = self._cache.get("standins")
         out = [] if running is None else [(pid, use) for pid, use in running["gpus"] if use.gpu == gpu]
+        out += [(pid, use) for pid, use in self._attached_by_rules() if use.gpu == gpu]
         return out + [(pid, use) for pid, use, _ in self._cache.get("attached", ()) if use.gpu == gpu]
+
+    def _attached_by_rules(self) -> list[tuple[int, StandInGpu]]:
+        """(pid, use) of the live processes the ``attach:`` rules find, looked for again every
+        ATTACH_REFRESH_SECONDS (a process that ended leaves the list within that)."""
+        if not self.attach:
+            return []
+        import time
+
+        now = time.monotonic()
+        with self._lock:
+            found = self._cache.get("attach_rules")
+            if found is not None and now - found[0] < ATTACH_REFRESH_SECONDS:
+                return found[1]
+        out = [(pid, spec.use) for spec in self.attach for pid in _attach_pids(spec)]
+        with self._lock:
+            self._cache["attach_rules"] = (now, out)
+        return out
 
     def attach_processes(self, processes: tuple[tuple[int, StandInGpu, int | None], ...]) -> None:
         """Processes the caller runs itself, listed on their GPUs like stand-ins (the bench's churning pods):
@@ -619,6 +682,47 @@ def _stop(procs: list[Any]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _attach_pids(spec: AttachSpec, proc: Path = Path("/proc")) -> list[int]:
+    """The live thread-group leaders ``spec`` names (at most ATTACH_MAX_PIDS), in pid order."""
+    pids: set[int] = set()
+    if spec.pid_file:
+        import glob
+
+        for name in sorted(glob.glob(spec.pid_file))[:ATTACH_MAX_PIDS]:
+            try:
+                text = Path(name).read_text(encoding="ascii", errors="replace")[:4096]
+            except OSError:
+                continue  # written as we look, or gone
+            pids.update(int(w) for w in text.split() if w.isdigit() and len(w) <= 9)
+    if spec.cmdline:
+        from headroom.workload.profiles import compile_cmdline_pattern
+
+        pattern = compile_cmdline_pattern(spec.cmdline)
+        for entry in proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) in pids:
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes()[:4096].split(b"\0")
+            except OSError:
+                continue
+            if pattern.search(" ".join(a.decode(errors="replace") for a in argv if a)):
+                pids.add(int(entry.name))
+            if len(pids) >= ATTACH_MAX_PIDS:
+                break
+    live = [pid for pid in sorted(pids) if pid > 0 and _is_leader(proc, pid)]
+    return live[:ATTACH_MAX_PIDS]
+
+
+def _is_leader(proc: Path, pid: int) -> bool:
+    try:
+        for line in (proc / str(pid) / "status").read_text().splitlines():
+            if line.startswith("Tgid:"):
+                return line.split()[1] == str(pid)
+    except (OSError, IndexError):
+        return False
+    return False
 
 
 # -------------------------------------------------------------------------------------------- loading
@@ -679,12 +783,12 @@ def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenari
 
 _TOP_KEYS = {
     "description", "seed", "driver_version", "nvml_version", "cuda_driver_version", "gpus", "faults",
-    "missing_functions", "workloads", "host", "profiles", "expected", "fits",
+    "missing_functions", "workloads", "host", "profiles", "expected", "fits", "attach",
 }  # fmt: skip
 _GPU_KEYS = {
     "name", "uuid", "pci_bus_id", "memory_total", "memory_reserved", "power_limit", "power_limit_max", "sm_clock_max",
     "memory_clock_max", "pcie", "clock_events", "supported_clock_events", "processes", "mig", "xids",
-    "ecc", "remapped_rows", "unsupported", "nvlink", *GPU_SIGNALS,
+    "ecc", "remapped_rows", "reset_at", "unsupported", "nvlink", *GPU_SIGNALS,
 }  # fmt: skip
 _FREQ_UNITS = {"hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
 _STANDIN_KEYS = ("cmdline", "cpu", "rss", "gpus", "children", "read", "write", "network", "threads", "cgroup",
@@ -889,7 +993,34 @@ class _Parser:
             if "expected" in top else {},
             fits=self.fits(top["fits"], self.plain(top["profiles"]) if "profiles" in top else None)
             if "fits" in top else {},
+            attach=self.attach(top["attach"], len(gpus)) if "attach" in top else (),
         )
+
+    def attach(self, node: yaml.Node, gpu_count: int) -> tuple[AttachSpec, ...]:
+        """``attach:``: a list of {pid_file or cmdline, gpu, memory, utilization}."""
+        out = []
+        for i, item in enumerate(self.sequence(node, "attach")):
+            path = f"attach[{i}]"
+            keys = self.mapping(item, path, {"pid_file", "cmdline", "gpu", "memory", "utilization"}, ("gpu", "memory"))
+            if ("pid_file" in keys) == ("cmdline" in keys):
+                raise self.error(item, path, "give exactly one of pid_file (a glob) or cmdline (an RE2 pattern)")
+            gpu = self.integer(keys["gpu"], f"{path}.gpu", minimum=0)
+            if gpu >= gpu_count:
+                raise self.error(keys["gpu"], f"{path}.gpu", f"no such GPU (the scenario has {gpu_count})")
+            cmdline = self.string(keys["cmdline"], f"{path}.cmdline") if "cmdline" in keys else ""
+            if cmdline:
+                from headroom.workload.profiles import compile_cmdline_pattern
+
+                try:
+                    compile_cmdline_pattern(cmdline)
+                except ValueError as exc:  # the pattern compiler says why
+                    raise self.error(keys["cmdline"], f"{path}.cmdline", f"invalid pattern: {clip(str(exc), 120)}") from None
+            use = StandInGpu(gpu, self.signal(keys["memory"], f"{path}.memory", "size"),
+                             self.signal(keys["utilization"], f"{path}.utilization", "ratio")
+                             if "utilization" in keys else None)
+            out.append(AttachSpec(use, self.string(keys["pid_file"], f"{path}.pid_file") if "pid_file" in keys else "",
+                                  cmdline))
+        return tuple(out)
 
     def expected(self, node: yaml.Node, profiles: Any) -> dict[str, str]:
         """``expected:``: profile name -> the primary bottleneck the scenario demonstrates (a resource or none)."""
@@ -952,10 +1083,15 @@ class _Parser:
         return tuple(out)
 
     def serving(self, node: yaml.Node, path: str) -> ServingSpec:
+        from headroom.simulation.openai_api import API_DEFAULTS
         from headroom.simulation.runtime_metrics import DEFAULT_VERSION, VERSIONS
 
-        keys = self.mapping(node, path, {"runtime", "version", "port", "kv_blocks", "block_size", "model",
+        keys = self.mapping(node, path, {"runtime", "version", "port", "kv_blocks", "block_size", "model", "api",
                                          *SERVING_SIGNALS}, ("runtime",))
+        api: list[tuple[str, float]] = []
+        if "api" in keys:
+            for name, value in self.mapping(keys["api"], f"{path}.api", set(API_DEFAULTS)).items():
+                api.append((name, self.duration(value, f"{path}.api.{name}")))
         runtime = self.string(keys["runtime"], f"{path}.runtime")
         if runtime not in VERSIONS:
             raise self.error(keys["runtime"], f"{path}.runtime", f"expected one of {', '.join(VERSIONS)}")
@@ -974,6 +1110,7 @@ class _Parser:
             kv_blocks=self.integer(keys["kv_blocks"], f"{path}.kv_blocks", 1) if "kv_blocks" in keys else 2048,
             block_size=self.integer(keys["block_size"], f"{path}.block_size", 1) if "block_size" in keys else 16,
             model=self.string(keys["model"], f"{path}.model") if "model" in keys else "meta-llama/Llama-3.1-8B-Instruct",
+            api=tuple(api),
         )
 
     def standin(self, node: yaml.Node, keys: dict[str, yaml.Node], path: str, gpu_count: int,
@@ -1149,7 +1286,7 @@ class _Parser:
             mig_enabled = self.boolean(m["enabled"], f"{path}.mig.enabled")
             for i, item in enumerate(self.sequence(m["instances"], f"{path}.mig.instances") if "instances" in m else []):
                 ipath = f"{path}.mig.instances[{i}]"
-                mi = self.mapping(item, ipath, {"gpu_instance_id", "compute_instance_id", "uuid", "memory_total", "memory_used", "processes"}, ("gpu_instance_id", "memory_total"))
+                mi = self.mapping(item, ipath, {"gpu_instance_id", "compute_instance_id", "uuid", "memory_total", "memory_used", "processes", "profile_id", "placement_start"}, ("gpu_instance_id", "memory_total"))
                 mig_pids = []
                 for j, pid_node in enumerate(self.sequence(mi["processes"], f"{ipath}.processes") if "processes" in mi else []):
                     pid = self.integer(pid_node, f"{ipath}.processes[{j}]", minimum=1)
@@ -1163,6 +1300,8 @@ class _Parser:
                     memory_total=int(self.unit(mi["memory_total"], f"{ipath}.memory_total", "size")),
                     memory_used=self.signal(mi["memory_used"], f"{ipath}.memory_used", "size") if "memory_used" in mi else constant(0),
                     processes=tuple(mig_pids),
+                    profile_id=self.integer(mi["profile_id"], f"{ipath}.profile_id") if "profile_id" in mi else None,
+                    placement_start=self.integer(mi["placement_start"], f"{ipath}.placement_start") if "placement_start" in mi else None,
                 ))  # fmt: skip
             if mig_instances and not mig_enabled:
                 raise self.error(m["instances"], f"{path}.mig.instances", "instances need enabled: true")
@@ -1181,6 +1320,8 @@ class _Parser:
             for key, n in self.mapping(g["remapped_rows"], f"{path}.remapped_rows", set(rows)).items():
                 rpath = f"{path}.remapped_rows.{key}"
                 rows[key] = self.boolean(n, rpath) if key in ("pending", "failure") else self.integer(n, rpath)
+
+        reset_at = self.duration(g["reset_at"], f"{path}.reset_at") if "reset_at" in g else None
 
         power_limit = self.unit(g["power_limit"], f"{path}.power_limit", "number")
         if power_limit <= 0:
@@ -1216,6 +1357,7 @@ class _Parser:
             ecc_uncorrected_volatile=ecc["uncorrected_volatile"],
             ecc_uncorrected_aggregate=ecc["uncorrected_aggregate"],
             remapped_rows=(rows["correctable"], rows["uncorrectable"], rows["pending"], rows["failure"]),
+            reset_at=reset_at,
             unsupported=frozenset(unsupported),
             nvlink_links=nvlink["links"],
             nvlink_version=nvlink["version"],

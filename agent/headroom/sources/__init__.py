@@ -109,7 +109,7 @@ class DeviceFilter:
 REGISTRY: dict[str, type[Collector]] = {}
 
 # Modules that define collectors, in exposition order.
-_MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net", "processes", "serving", "identity", "agent")
+_MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net", "infiniband", "processes", "serving", "identity", "agent", "probe")
 
 
 def register(cls: type[Collector]) -> type[Collector]:

@@ -4,7 +4,9 @@ serving or training launchers that hold a GPU, without a hand-written profile.
 Per tick (docs/workload-identity.md):
 
 1. the GPU processes are the pids NVML listed in the previous tick (``SourceContext.previous``; this
-   collector never calls NVML, so an identity appears one tick after its first process on a GPU);
+   collector never calls NVML, so an identity appears one tick after its first process on a GPU); with
+   ``launchers`` on, launchers that hold no GPU (found among new processes, ``_LauncherScan``) are taken as
+   processes on no GPU;
 2. each one's /proc/PID/cgroup is read once, when it is new to the collector, and ``parse_cgroup_path`` turns
    the path into an identity: Kubernetes pod UID + container ID (cgroup v1
    and v2, cgroupfs and systemd drivers, containerd / CRI-O / Docker naming), Slurm job and step
@@ -17,9 +19,11 @@ Per tick (docs/workload-identity.md):
    pod holds (pods with a GPU but no process on it yet are workloads too);
 4. ``--hpc-job-mapping-dir`` (dcgm-exporter's format: a file per GPU index listing job IDs, one a line)
    assigns jobs to GPUs for sites whose prolog writes those files;
-5. each identity's cgroup v2 files (cpu.stat, memory.current, pids.current) are read when it appears, then
-   again within CGROUP_REFRESH_SECONDS (10 s) of ticks, the ones read longest ago first: every tick while
-   there are no more than CGROUP_EVERY_TICK (5) identities, a tenth of them a tick at 1 Hz beyond that;
+5. each identity's cgroup files (v2 cpu.stat, memory.current, pids.current, cpu.max, io.stat, PSI; their v1
+   equivalents for an identity named by a v1 path) are read, and its member processes listed (cgroup.procs of
+   its cgroup and every cgroup below: ``list_members``, for the processes collector to measure), when it
+   appears, then again within CGROUP_REFRESH_SECONDS (10 s) of ticks, the ones read longest ago first: every
+   tick while there are no more than CGROUP_EVERY_TICK (5) identities, a tenth of them a tick at 1 Hz beyond that;
 6. the command lines of each new GPU process and its ancestors name its serving or training launcher
    (``vllm serve``, ``torchrun`` ...: workload/launchers.py), once per process (an ancestor is read once
    while it lives: the workers of one launcher, or the pods of one parent, share it): a launcher outside the
@@ -53,12 +57,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import structlog
 
 from headroom.safeio import Credentials, Tree
 from headroom.samples import (
+    EMPTY,
     CgroupIdentity,
     CgroupStats,
     IdentityGroup,
@@ -70,8 +76,10 @@ from headroom.samples import (
     share_unchanged,
 )
 from headroom.sources import Collector, SourceContext, procfs, register
+from headroom.sources.cpu import clock_ticks_per_second
+from headroom.sources.processes import parse_cpu_max, parse_io_stat
 from headroom.workload.attribution import claimed_by_declared
-from headroom.workload.launchers import display_name
+from headroom.workload.launchers import display_name, ollama_status_url
 from headroom.workload.launchers import parse as parse_launcher
 from headroom.workload.modelconfig import ModelConfigError
 
@@ -284,34 +292,58 @@ def _untrusted(parts: list[str], at: int, user_at: int, delegated_at: int, owner
 
 
 _V1_ORDER = ("memory", "cpu,cpuacct", "cpuacct,cpu", "cpu", "pids", "name=systemd")
+# what a cgroup path names, highest first (docs/workload-identity.md, "Precedence"): a pod's or a job's processes also
+# sit in the units and containers that run them (a kubelet's containerd scope, slurmd.service on a hybrid host)
+RANK = {"pod": 0, "job": 1, "container": 2, "unit": 3}
 
 
 def identity_of(groups: procfs.PidCgroups, sysfs: str | None = None) -> CgroupIdentity | None:
-    """The identity of a process from its /proc/PID/cgroup: the v2 path first, then the v1 paths."""
+    """The identity of a process from its /proc/PID/cgroup: what its lines name, pod > job > container > unit."""
     return classify(groups, sysfs)[0]
 
 
 def classify(groups: procfs.PidCgroups, sysfs: str | None = None) -> tuple[CgroupIdentity | None, str]:
-    """(``identity_of``, "" or why a job or pod its cgroup names was not taken). With ``sysfs``, the owners of the
-    cgroup directories on the way are checked (``cgroup_owners``) for paths that name an identity."""
+    """(``identity_of``, "" or why a job or pod its cgroup names was not taken). Every line is read (the v2 path,
+    then the v1 controllers in ``_V1_ORDER``, then the others) and the highest-ranking identity any of them names
+    is taken (``RANK``; of equals, the first line's): on a systemd host where Slurm uses cgroup v1, the v2 and
+    ``name=systemd`` lines name ``slurmd.service`` and the memory, cpuacct and freezer lines the job, which wins.
+    Its cgroup figures come from the hierarchy that names it: a v2 path's, none for a v1 path (a job named only on
+    v1 lines gets no figures from the v2 ``slurmd.service``). With ``sysfs``, the owners of the cgroup directories on
+    the way are checked (``cgroup_owners``) for paths that name an identity."""
     paths: list[tuple[str, str | None]] = []
     if groups.unified not in (None, "", "/"):
         paths.append((groups.unified, None))
-    paths += [(groups.controllers[c], c) for c in _V1_ORDER if c in groups.controllers]
-    paths += [(p, c) for c, p in sorted(groups.controllers.items()) if c not in _V1_ORDER]
+    controllers = groups.controllers
+    paths += [(controllers[c], c) for c in _V1_ORDER if c in controllers]
+    paths += [(p, c) for c, p in sorted(controllers.items()) if c not in _V1_ORDER]
     first_why = ""
+    best: CgroupIdentity | None = None
+    best_rank = len(RANK)
+    seen: dict[str, tuple[CgroupIdentity | None, str]] = {}  # v1 controllers mostly share one path: read once
     for path, controller in paths:
-        ident, why = classify_cgroup_path(path)
+        if path in ("", "/"):
+            continue
+        plain = seen.get(path)
+        if plain is None:
+            plain = seen[path] = classify_cgroup_path(path)
+        ident, why = plain
+        # the directories' owners only refuse a pod or job (or name a user's own container or unit), except that a
+        # refused one may be confirmed where every directory on the way is seen: nothing here can outrank ``best``
+        if (RANK["pod"] if why else RANK[ident.kind] if ident is not None else len(RANK)) >= best_rank:
+            first_why = first_why or why
+            continue
         if (ident is not None or why) and sysfs is not None and path.startswith("/") \
                 and not path.startswith("/..") and not (ident is not None and not why and _rooted(ident)):
             owners = cgroup_owners(_hierarchy(sysfs, controller, path), path)
             if owners.delegated >= 0 or (why and owners.seen):  # else the same answer
                 ident, why = classify_cgroup_path(path, owners)
         first_why = first_why or why
-        if ident is not None:
-            # the v1 path of a v1-only host is not a cgroup v2 path: no stats from it
-            return (ident if controller is None else _no_stats(ident)), first_why
-    return None, first_why
+        if ident is not None and RANK[ident.kind] < best_rank:
+            # the v1 path of a v1-only or hybrid host is not a cgroup v2 path: no stats from it
+            best, best_rank = (ident if controller is None else _no_stats(ident)), RANK[ident.kind]
+            if best_rank == 0:
+                break  # nothing outranks a pod
+    return best, first_why
 
 
 def _rooted(ident: CgroupIdentity) -> bool:
@@ -551,6 +583,107 @@ def read_job_mapping(directory: Path) -> dict[int, tuple[str, ...]]:
     return JobMappingReader(directory).read()[0]
 
 
+# ------------------------------------------------------------------------------ launchers without a GPU
+# A serving or training launcher that holds no GPU (CPU serving, a model still loading, CPU training) is found among
+# the processes that start, as the processes collector finds its newcomers (docs/workload-identity.md, "Launchers
+# without a GPU"): the command line of each new process is read once, and once more the next tick (a fork that had
+# not exec'd yet), never every process every tick
+LAUNCHERS_WITHOUT_GPU = 16  # launchers holding no GPU followed at once (a pidfd each); more are not workloads
+LAUNCHER_READS = 64  # command lines read per tick at most (the first listing of a busy host, a fork storm's
+# newcomers: the rest over the next ticks; 20 us to 0.15 ms each, by the host's load)
+LAUNCHER_RECHECKS = 1  # looks again at a newcomer that named no launcher (the next tick: fork, then exec)
+
+
+class _LauncherScan:
+    """The processes that started since the last tick whose command line names a launcher (workload/launchers.py).
+
+    On a live procfs of the agent's own pid namespace, /proc/loadavg's last field says which pids the kernel
+    allocated since the last tick: only those are looked at (a thread's id is skipped), and /proc is listed on the
+    first tick, every FULL_SCAN_SECONDS, and when more than MIN_LISTING_WORTH pids were allocated since (each
+    listed process not looked at before has its command line read). Elsewhere (a fixture tree, another
+    namespace's /proc) /proc is listed every tick, as the processes collector does; in a simulation only its
+    stand-ins are looked at (``allowed``: no listing). A newcomer that names no launcher is looked at
+    LAUNCHER_RECHECKS more times, at the next tick; at most LAUNCHER_READS command lines a tick. ``found()``
+    answers each launcher's pid once."""
+
+    def __init__(self, root: Path, live: bool) -> None:
+        self.root = root
+        self.live = live
+        self._last_pid: int | None = None
+        self._listed_at: float | None = None
+        self._seen: dict[int, int] = {}  # pid -> /proc/PID inode of the processes looked at
+        self._pending: dict[int, int] = {}  # pid -> inode, still to look at (over LAUNCHER_READS)
+        self._recheck: dict[int, tuple[float, int]] = {}  # pid -> (when it is due another look, looks so far)
+        self.reads = 0  # command lines read so far
+
+    def found(self, now: float, allowed: frozenset[int] | None = None) -> list[int]:
+        """The pids found to name a launcher since the last call (``allowed``: only these may)."""
+        from headroom.sources.processes import FULL_SCAN_SECONDS, MIN_LISTING_WORTH, read_last_pid
+
+        root, seen, pending = self.root, self._seen, self._pending
+        last = read_last_pid(root) if self.live and allowed is None else None
+        previous, self._last_pid = self._last_pid, last
+        if allowed is not None:  # a simulation's stand-ins: nothing else to look for
+            for pid in [p for p in seen if p not in allowed]:
+                del seen[pid]
+            pending.update((pid, -1) for pid in allowed if pid not in seen)
+        elif (last is not None and previous is not None and self._listed_at is not None
+                and 0 <= now - self._listed_at < FULL_SCAN_SECONDS and 0 <= last - previous <= MIN_LISTING_WORTH):
+            from headroom.sources.processes import is_thread_group_leader
+
+            for pid in range(previous + 1, last + 1):
+                try:
+                    inode = os.stat(f"{root}/{pid}").st_ino
+                except OSError:
+                    continue  # exited already, or never a process of ours to see
+                if is_thread_group_leader(root, pid):
+                    pending[pid] = inode
+        else:
+            try:
+                listing = {int(e.name): e.inode() for e in os.scandir(root) if e.name.isdigit()}
+            except OSError:
+                return []  # the identity collector's own reads say what is wrong with /proc
+            self._listed_at = now
+            for pid in [p for p in seen if p not in listing]:
+                del seen[pid]
+                self._recheck.pop(pid, None)
+            for pid in [p for p in pending if p not in listing]:
+                del pending[pid]
+            pending.update((pid, inode) for pid, inode in listing.items() if seen.get(pid) != inode)
+        due = [pid for pid, (at, _) in self._recheck.items() if at <= now and pid not in pending]
+        out = []
+        budget = LAUNCHER_READS
+        for pid in [*sorted(pending), *due]:  # the rest wait for the next tick
+            if budget <= 0:
+                break
+            if pid in pending:  # new (or a new process under a reused pid)
+                inode, looks = pending.pop(pid), 0
+                self._recheck.pop(pid, None)
+            else:
+                inode, looks = seen.get(pid, -1), self._recheck.pop(pid)[1]
+            seen[pid] = inode
+            budget -= 1
+            self.reads += 1
+            try:
+                argv = procfs.read_pid_cmdline(root, pid, limit=CMDLINE_BYTES)
+            except (procfs.ProcessGone, OSError, ValueError):
+                seen.pop(pid, None)
+                continue
+            if argv and parse_launcher(argv) is not None:
+                out.append(pid)
+            elif argv is not None and looks < LAUNCHER_RECHECKS and self._scanned and allowed is None:
+                # what the first listing found is past its fork and exec; a newcomer is looked at again next tick
+                self._recheck[pid] = (now, looks + 1)
+        self._scanned = True
+        return out
+
+    def forget(self, pid: int) -> None:
+        """Look at ``pid`` again at the next listing (a launcher over LAUNCHERS_WITHOUT_GPU)."""
+        self._seen.pop(pid, None)
+
+    _scanned = False  # the first listing is done: what it found is old, past its fork and exec
+
+
 # ---------------------------------------------------------------------------------------- collector
 @dataclass(frozen=True, slots=True)
 class _Slot:
@@ -727,11 +860,18 @@ class IdentityCollector(Collector):
         self._ancestor_fds: dict[int, int] = {}  # pidfd -> pid
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
         self._hidden: dict[tuple[str, str], str] = {}  # pod groups the kubelet's answer does not confirm -> why
-        self._kubelet_view: tuple[Any, Any, Any] | None = None  # (answer, known devices, what _kubelet read from it)
+        # (answer, known devices, the DRA driver's names of them, what _kubelet read from it)
+        self._kubelet_view: tuple[Any, Any, Any, Any] | None = None
         self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
         # config.json and safetensors headers are read off the tick, in a daemon thread (a big checkpoint has
         # hundreds of shards; a hostile file can be slow): the tick never waits for model files (_ModelReader)
         self._reader: _ModelReader | None = None
+        # launchers holding no GPU (CPU serving, a model still loading): found among new processes, followed like GPU
+        # processes (pid -> None, at most LAUNCHERS_WITHOUT_GPU), with "launchers" on
+        self._scan = _LauncherScan(ctx.paths.procfs, procfs.is_live_procfs(ctx.paths.procfs)) \
+            if "launchers" in self.auto else None
+        self._without_gpu: dict[int, None] = {}
+        self._over_cap = False  # LAUNCHERS_WITHOUT_GPU reached: logged once
 
     def close(self) -> None:
         for d in self._dirs.values():
@@ -806,6 +946,7 @@ class IdentityCollector(Collector):
                 pid = self._by_fd.get(fd)
                 if pid is not None:
                     self._forget(pid)
+                    self._without_gpu.pop(pid, None)  # ended
                     continue
                 pid = self._ancestor_fds.get(fd)
                 if pid is not None:
@@ -856,6 +997,7 @@ class IdentityCollector(Collector):
             try:
                 pidfd = os.pidfd_open(pid)
             except ProcessLookupError:
+                self._without_gpu.pop(pid, None)
                 return None
             except OSError:
                 pass  # not a thread group leader, out of descriptors, or no pidfds here: its inode is checked
@@ -867,6 +1009,7 @@ class IdentityCollector(Collector):
                 inode = os.stat(f"{root}/{pid}").st_ino  # a string: a Path per GPU process per tick costs more
             except OSError:
                 self._forget(pid)
+                self._without_gpu.pop(pid, None)
                 return None
             if known is not None and known.inode == inode:
                 return known
@@ -887,12 +1030,16 @@ class IdentityCollector(Collector):
         except (procfs.ProcessGone, OSError, ValueError):
             groups = None
         ident, why = classify(groups, self._sysfs) if groups is not None else (None, "")
+        if ident is not None and not ident.cgroup and groups is not None:  # named by a v1 path: its place there
+            ident = replace(ident, cgroup=v1_identity_cgroup(groups, ident))
         if why:  # another user's cgroup names are hers to choose: what she named is not taken, and said so once
             log.debug("identity_not_taken", pid=pid, reason=why)
         if ident is not None and ident.container_id and not ident.delegated:
             self._containers[ident.container_id] = self._containers.get(ident.container_id, 0) + 1
         launcher_pid, launcher = find_launcher(root, pid, lambda p: launcher_step(root, p) if p == pid
                                                else self._ancestor(p))
+        if launcher is not None and launcher.runtime == "ollama" and launcher.metrics_url:
+            launcher = ollama_endpoint(root, launcher_pid, launcher)
         if launcher is not None and launcher.metrics_url and not same_network_namespace(root, launcher_pid):
             # its --host/--port are in a pod's or container's network: 127.0.0.1 here is another host's
             launcher = replace(launcher, metrics_url="", problems=(
@@ -939,6 +1086,58 @@ class IdentityCollector(Collector):
             self._meta[cid] = container_meta(self.ctx.paths.rootfs, cid, ident.runtime)
         return self._meta[cid]
 
+    # -- launchers without a GPU
+    def _find_launchers(self) -> None:
+        """Follow the launchers the scan found since the last tick (up to LAUNCHERS_WITHOUT_GPU)."""
+        assert self._scan is not None
+        scenario = self.ctx.scenario
+        allowed = None
+        if scenario is not None:  # simulated: the scenario's stand-ins only, never a real process of the machine
+            standins = getattr(scenario, "standin_pids", None)
+            allowed = (standins() if standins is not None else None) or frozenset()
+            # a stand-in named after a declared profile is that profile's process (as the processes collector
+            # counts it): not an automatic workload beside it
+            declared = {p.name for p in self.ctx.workloads}
+            owner = getattr(scenario, "standin_workload", None)
+            if declared and owner is not None:
+                allowed = frozenset(pid for pid in allowed if owner(pid) not in declared)
+        for pid in self._scan.found((self.ctx.monotonic or time.monotonic)(), allowed):
+            if len(self._without_gpu) >= LAUNCHERS_WITHOUT_GPU:
+                self._scan.forget(pid)  # found again at a later listing, when there is room
+                if not self._over_cap:
+                    self._over_cap = True
+                    log.warning("launchers_without_gpu_over_cap", cap=LAUNCHERS_WITHOUT_GPU,
+                                hint="more launchers that hold no GPU are not followed as workloads")
+                continue
+            self._without_gpu[pid] = None
+
+    def _with_launchers_without_gpu(self, on_gpu: dict[int, tuple[str, ...]]) -> dict[int, tuple[str, ...]]:
+        """``on_gpu`` with the launchers that hold no GPU, each as a process on no GPU, so that the tick makes it a
+        workload as it does a GPU process (its cgroup identity, its launcher, its group) and it leaves within a
+        tick of its end (its pidfd). Not while one of its GPU processes runs (that process's group is its
+        workload), nor one that is not the outermost launcher it was found as (a forked worker with its server's
+        command line belongs to the server; it is forgotten for good: the scan does not answer it again)."""
+        known = self._pids
+        covered = {k.launcher_pid for pid in on_gpu if (k := known.get(pid)) is not None and k.launcher is not None}
+        out = on_gpu
+        for pid in list(self._without_gpu):
+            if pid in on_gpu:
+                continue
+            if pid in covered:
+                if pid in known:
+                    self._forget(pid)  # followed again when its GPU processes end
+                continue
+            k = self._known(pid)
+            if k is None or k.launcher is None or k.launcher_pid != pid:
+                self._without_gpu.pop(pid, None)
+                if k is not None:
+                    self._forget(pid)
+                continue
+            if out is on_gpu:
+                out = dict(on_gpu)
+            out[pid] = ()
+        return out
+
     # -- the tick
     def collect(self) -> IdentitySample:
         """This tick's identities. Work follows what changed: a GPU process is read when it is new, the groups of
@@ -950,10 +1149,14 @@ class IdentityCollector(Collector):
         self._tick += 1
         pids = self._pids
         self._exited()
-        for pid in pids.keys() - on_gpu.keys():
+        if self._scan is not None:
+            self._find_launchers()
+        for pid in pids.keys() - on_gpu.keys() - self._without_gpu.keys():
             self._forget(pid)
         for pid in sorted(on_gpu.keys() - self._watched):  # new, or not watched: read, or its inode checked
             self._known(pid)
+        if self._without_gpu:
+            on_gpu = self._with_launchers_without_gpu(on_gpu)
         # the groups to make again: this tick's, and any a failed tick left (a fault must not leave stale groups)
         dirty = self._unassembled = self._update_parts(on_gpu) | self._unassembled
         self._touched.clear()
@@ -1188,10 +1391,11 @@ class IdentityCollector(Collector):
         """The group's IdentityGroup: last tick's object when nothing in it changed (most of a tick's pods),
         so an unchanged identity costs a comparison and is kept once in the window."""
         stats = processes = None
+        members: tuple[int, ...] = (g.launcher_pid,) if g.kind == "launcher" and g.launcher_pid else ()
         if g.cgroup:
             directory = self._dirs.get(g.cgroup)
             if directory is not None:
-                stats, processes = directory.stats, directory.processes
+                stats, processes, members = directory.stats, directory.processes, directory.members
                 directory.owners.add((g.kind, g.key))
         model = None
         if g.launcher is not None and g.launcher.model:
@@ -1199,7 +1403,7 @@ class IdentityCollector(Collector):
         key = (g.kind, g.key)
         last = self._built.get(key)
         if last is not None and last[0][0] is g and last[0][1] is stats and last[0][2] == processes \
-                and last[0][3] == model:
+                and last[0][3] == model and last[0][4] == members:
             return last[1]
         if g.kind == "pod":
             name = f"{g.namespace}/{g.pod}" if g.pod else g.pod_uid
@@ -1210,16 +1414,17 @@ class IdentityCollector(Collector):
         group = IdentityGroup(kind=g.kind, name=name, pids=tuple(g.pids or ()), gpus=tuple(g.gpus or ()),
                               namespace=g.namespace, pod=g.pod, container=",".join(g.containers or ()),
                               pod_uid=g.pod_uid, job_id=g.job_id, cgroup=stats, processes=processes,
-                              launcher=g.launcher, model=model)
+                              launcher=g.launcher, model=model, members=members)
         if last is not None:
             group = share_unchanged(group, last[1])  # a group made again (its pod renamed by the kubelet...)
-        built[key] = ((g, stats, processes, model), group)
+        built[key] = ((g, stats, processes, model, members), group)
         self._made[key] = group
         return group
 
     def _read_cgroups(self, paths: list[str]) -> set[str]:
-        """Read the cgroup v2 files of this tick's identities: a new identity's at once, then the ones read
-        longest ago, CGROUP_EVERY_TICK of them per tick or more, as many as it takes to read each identity's
+        """Read the cgroup files (and list the member processes) of this tick's identities: a new identity's at
+        once, then the ones read longest ago, CGROUP_EVERY_TICK of them per tick or more, as many as it takes to
+        read each identity's
         again within CGROUP_REFRESH_SECONDS of ticks (``refresh_ticks``): all of them every tick while there are
         no more than CGROUP_EVERY_TICK; with 50 pods, 5 a tick and each every 10 ticks. Directories are looked
         up and their files opened once (kept while the identity lives); ``_dirs`` is kept in the order they
@@ -1246,11 +1451,25 @@ class IdentityCollector(Collector):
         return refreshed
 
     def _open_cgroup(self, path: str) -> _CgroupDir | None:
+        """The identity cgroup ``path``'s directory: a cgroup v2 path (``/kubepods.slice/...``), or a v1 one as
+        ``CONTROLLER:PATH`` (``v1_identity_cgroup``: its members listed there, its figures read from the
+        _V1_FILES hierarchies at the same path); None when it does not exist."""
         keep_open = self._keep_cgroup_files and self._open_dirs < OPEN_CGROUP_DIRS
+        if not path.startswith("/"):
+            controller, _, rel = path.partition(":")
+            base = f"{self.ctx.paths.sysfs}/fs/cgroup"
+            where = f"{base}/{controller.removeprefix('name=')}{rel}".rstrip("/")
+            if not os.path.isdir(where):
+                return None
+            files = {name: f"{base}/{hierarchy}{rel}/{name}" for name, hierarchy in _V1_FILES.items()}
+            directory = self._dirs[path] = _CgroupDir.open(where, keep_open, rel, files)
+            self._open_dirs += bool(directory.fds)
+            return directory
         if keep_open:  # the files opened where the last identity's were, without looking first (a cgroup v2
             # directory always has cpu.stat); elsewhere looked up
             base = f"{self.ctx.paths.sysfs}/fs/cgroup/unified" if self._unified else f"{self.ctx.paths.sysfs}/fs/cgroup"
-            directory = _CgroupDir.open(f"{base}/{path.lstrip('/')}".rstrip("/"), True, path)
+            directory = _CgroupDir.open(f"{base}/{path.lstrip('/')}".rstrip("/"), True, path,
+                                        v1_base=f"{self.ctx.paths.sysfs}/fs/cgroup" if self._unified else "")
             if directory.fds:
                 self._dirs[path] = directory
                 self._open_dirs += 1
@@ -1259,7 +1478,8 @@ class IdentityCollector(Collector):
         if found is None:
             return None
         self._unified = int(found.startswith(f"{self.ctx.paths.sysfs}/fs/cgroup/unified/"))
-        directory = self._dirs[path] = _CgroupDir.open(found, keep_open, path)
+        directory = self._dirs[path] = _CgroupDir.open(
+            found, keep_open, path, v1_base=f"{self.ctx.paths.sysfs}/fs/cgroup" if self._unified else "")
         self._open_dirs += bool(directory.fds)
         return directory
 
@@ -1269,7 +1489,7 @@ class IdentityCollector(Collector):
         UID without on-disk names: the only pod the kubelet gave the GPUs its processes use), containers and
         devices; a pod with a GPU but no process on it yet is a group of its own. Third: the groups whose
         additions changed since the last tick (None: compare them all)."""
-        from headroom.sources.kubelet import device_uuid
+        from headroom.sources.kubelet import NVIDIA_DRA_DRIVER, device_uuid
 
         assert self.poller is not None
         self.poller.start()
@@ -1278,24 +1498,31 @@ class IdentityCollector(Collector):
             self._hidden = {}
             return IdentitySource("kubelet", False, state.error), {}, None
         known = _known_devices(nvml)
+        dra_names = _dra_names(nvml)
         view = self._kubelet_view
-        if view is not None and view[0] is state.devices and view[1] == known:
-            holders, pods, unknown = view[2]  # the same answer on the same GPUs: read once
+        if view is not None and view[0] is state.devices and view[1] == known and view[2] == dra_names:
+            holders, pods, unknown = view[3]  # the same answer on the same GPUs: read once
         else:
             holders, containers, devices, unknown = {}, {}, {}, {}  # holders: GPU or MIG UUID -> pods (namespace, name)
             for c in state.devices:
-                if not c.resource.startswith("nvidia.com/"):
+                if c.claim is not None:  # a DRA claim's devices: only the NVIDIA DRA driver's are GPUs
+                    if c.resource != NVIDIA_DRA_DRIVER:
+                        continue
+                elif not c.resource.startswith("nvidia.com/"):
                     continue
                 for raw in c.device_ids:
-                    uuid = device_uuid(raw)
-                    if known is not None and uuid not in known:
-                        unknown[raw] = None
+                    if c.claim is None:
+                        uuid, why = device_uuid(raw), None
+                    else:
+                        uuid, why = _dra_uuid(raw, dra_names)
+                    if uuid is None or (known is not None and uuid not in known):
+                        unknown[raw if c.claim is None else f"{raw} (claim {c.claim}: {why})"] = None
                         continue
                     holders.setdefault(_parent(uuid, nvml), set()).add((c.namespace, c.pod))
                     containers.setdefault((c.namespace, c.pod), {})[c.container] = None
                     devices.setdefault((c.namespace, c.pod), {})[uuid] = None
             pods = {ref: _Addition(ref, tuple(names), tuple(devices[ref])) for ref, names in containers.items()}
-            self._kubelet_view = (state.devices, known, (holders, pods, unknown))
+            self._kubelet_view = (state.devices, known, dra_names, (holders, pods, unknown))
         self._log_unknown("kubelet", tuple(unknown))
         source = IdentitySource("kubelet", state.error is None, state.error, unknown_devices=tuple(unknown))
         # up: the last call answered; after a failure the last answer is still used for a while (kubelet.py)
@@ -1408,7 +1635,8 @@ class IdentityCollector(Collector):
         if unknown != self._unknown.get(source, ()):
             if unknown:
                 log.warning("identity_unknown_devices", source=source, devices=list(unknown),
-                            hint="device IDs that match no GPU or MIG UUID (GPU index for job mapping files) here")
+                            hint="device IDs that match no GPU or MIG UUID (GPU index for job mapping files) here; "
+                                 "a DRA claim's device says why")
             self._unknown[source] = unknown
 
 
@@ -1503,7 +1731,8 @@ def _declared_claims(previous: Any, profiles: tuple[Any, ...]) -> tuple[frozense
     """(pids the declared profiles' processes had in ``previous``, the declared profiles' names)."""
     names = frozenset(p.name for p in profiles)
     processes = previous.data("processes") if previous is not None and names else None
-    pids = frozenset(pid for w in getattr(processes, "workloads", ()) for pid in w.pids)
+    # the declared entries only: the automatic workloads' entries (by their own names) follow them
+    pids = frozenset(pid for w in getattr(processes, "workloads", ()) if w.name in names for pid in w.pids)
     return pids, names
 
 
@@ -1587,6 +1816,22 @@ def is_local_address(url: str) -> bool:
 
 
 CMDLINE_BYTES = 16384  # of a launcher's command line: its flags (a longer one is cut there)
+
+
+def ollama_endpoint(procfs_root: Path, pid: int, launcher: Launcher) -> Launcher:
+    """``ollama serve``'s launcher with its /api/ps where its environment's OLLAMA_HOST puts it (read once, for a new
+    launcher; workload/launchers.ollama_status_url applies Ollama's own rule), or with none and the reason when that
+    environment is closed to the agent (another user's process: its address is unknown, not the default)."""
+    try:
+        with open(procfs_root / str(pid) / "environ", "rb") as f:
+            data = f.read(256 * 1024)
+    except OSError:
+        return replace(launcher, metrics_url="", problems=(
+            *launcher.problems, "its environment (OLLAMA_HOST) is closed to the agent: its /api/ps is not read; a "
+            "profile with endpoint: reads it"))
+    value = next((item.partition(b"=")[2] for item in data.split(b"\0") if item.startswith(b"OLLAMA_HOST=")), None)
+    url, problem = ollama_status_url(value.decode("utf-8", "replace") if value is not None else None)
+    return replace(launcher, metrics_url=url, problems=(*launcher.problems, problem) if problem else launcher.problems)
 
 
 def _environ(procfs_root: Path, pid: int) -> dict[str, str]:
@@ -1781,6 +2026,51 @@ def _known_devices(nvml: NvmlSample | None) -> set[str] | None:
     return out
 
 
+def _dra_names(nvml: NvmlSample | None) -> dict[tuple[int, ...], str] | None:
+    """What the NVIDIA DRA driver names each GPU and MIG device by -> its UUID: (minor,) for a GPU, (minor, GPU
+    instance profile id, placement start) for a MIG device (kubelet.dra_device); a MIG device whose GPU instance
+    NVML did not describe is under (minor, -1) (for the reason)."""
+    if nvml is None:
+        return None
+    out: dict[tuple[int, ...], str] = {}
+    for g in nvml.gpus:
+        if g.minor_number is None:
+            continue
+        out[(g.minor_number,)] = g.uuid
+        for m in g.mig_instances:
+            if m.profile_id is None or m.placement_start is None:
+                out[(g.minor_number, -1)] = m.uuid
+            else:
+                out[(g.minor_number, m.profile_id, m.placement_start)] = m.uuid
+    return out
+
+
+def _dra_uuid(name: str, names: dict[tuple[int, ...], str] | None) -> tuple[str | None, str | None]:
+    """The GPU or MIG UUID of an NVIDIA DRA driver device name (or CDI device name), or None and why not."""
+    from headroom.sources.kubelet import dra_device
+
+    dev = dra_device(name)
+    if dev.kind in ("gpu", "mig") and names is None:
+        return None, "no NVML answer to look its GPU up in"
+    if dev.kind == "gpu":
+        uuid = names.get((dev.minor,))
+        return (uuid, None) if uuid is not None else (None, f"no GPU with minor number {dev.minor} here")
+    if dev.kind == "mig":
+        uuid = names.get((dev.minor, dev.profile_id, dev.placement_start))
+        if uuid is not None:
+            return uuid, None
+        if (dev.minor,) not in names:
+            return None, f"no GPU with minor number {dev.minor} here"
+        if (dev.minor, -1) in names:
+            return None, ("NVML did not describe the MIG instances of its GPU (nvmlGpuInstanceGetInfo, which NVML "
+                          "documents as needing a privileged user)")
+        return None, (f"no MIG device with GPU instance profile {dev.profile_id} at placement {dev.placement_start} "
+                      f"on the GPU with minor number {dev.minor}")
+    if dev.kind == "vfio":
+        return None, "a GPU passed through to a virtual machine (vfio): NVML does not see it"
+    return None, "not a device name of the NVIDIA DRA driver"
+
+
 def _parent(uuid: str, nvml: NvmlSample | None) -> str:
     """The GPU UUID of a MIG UUID (itself for a GPU UUID)."""
     if nvml is not None and uuid.startswith("MIG-"):
@@ -1790,48 +2080,75 @@ def _parent(uuid: str, nvml: NvmlSample | None) -> str:
     return uuid
 
 
-_STAT_FILES = ("cpu.stat", "memory.current", "pids.current")
+# an identity's cgroup v2 files: CPU, memory and processes (every refresh), its limit, I/O and pressure (the same
+# figures a declared workload's cgroup gives, sources/processes.read_cgroup)
+_STAT_FILES = ("cpu.stat", "memory.current", "pids.current", "cpu.max", "io.stat", "cpu.pressure",
+               "memory.pressure", "io.pressure")
+# their cgroup v1 equivalents, each in its own hierarchy at the identity's path there (Slurm's task/cgroup and
+# Docker's cgroupfs driver use the same path in every controller): file -> (hierarchy under fs/cgroup)
+_V1_FILES = {"cpuacct.stat": "cpuacct", "memory.usage_in_bytes": "memory", "pids.current": "pids",
+             "cpu.cfs_quota_us": "cpu", "cpu.cfs_period_us": "cpu", "blkio.throttle.io_service_bytes": "blkio"}
+# the v1 hierarchies an identity's member processes are listed in, in this order: freezer is where Slurm's
+# proctrack/cgroup puts every process of a job; the others where task/cgroup, Docker and systemd put them
+_V1_MEMBER_ORDER = ("freezer", "pids", "memory", "cpuacct", "cpu,cpuacct", "cpuacct,cpu", "cpu", "devices", "cpuset",
+                    "blkio", "name=systemd")
 
 
 # an identity's cgroup files are read when it appears, then again within CGROUP_REFRESH_SECONDS of ticks (the ones
 # read longest ago first, as many a tick as that takes), and every tick while there are no more than
 # CGROUP_EVERY_TICK identities: 50 pods cost 5 reads a tick instead of 50 (docs/workload-identity.md). cAdvisor,
-# which the kubelet's own container metrics come from, reads them every 10 to 15 s
+# which the kubelet's own container metrics come from, reads them every 10 to 15 s. Its member processes
+# (cgroup.procs of its cgroup and every cgroup below) are listed at the same reads
 CGROUP_REFRESH_SECONDS = 10.0
 CGROUP_EVERY_TICK = 5
+MEMBER_PIDS = 4096  # member processes listed per identity (the lowest directories first are not preferred: walk order)
+MEMBER_DIRS = 256  # cgroup directories walked per identity (its own and those below: a pod's containers, a job's
+# steps and tasks)
 # pidfds kept: GPU processes and their remembered ancestors together (a descriptor each; with the cgroup files,
-# 256 + 384 stay well under the usual limit of 1 024); more GPU processes are checked by /proc/PID's inode each tick
+# 256 + 512 stay under the usual limit of 1 024); more GPU processes are checked by /proc/PID's inode each tick
 WATCHED_PIDS = 256
 ANCESTORS = 64  # of those, live ancestors of GPU processes remembered for the launcher search
 REFUSED_REASONS = 16  # one-line reasons a source's status lists (the rest are counted in one more line)
-OPEN_CGROUP_DIRS = 128  # identity cgroups whose files are kept open (3 descriptors each); the rest are read by path
+OPEN_CGROUP_DIRS = 64  # identity cgroups whose files are kept open (up to 8 descriptors each); the rest are read by path
 
 
 @dataclass(slots=True)
 class _CgroupDir:
-    """An identity cgroup's v2 files (of _STAT_FILES, those it has: a controller that is not enabled there has
-    none, and is not asked for every tick), kept open while the identity lives and read again from their
-    start each tick (one pread instead of a walk down the cgroup's long path, an open and a close: cgroupfs
-    regenerates a file's text at offset 0), for the first OPEN_CGROUP_DIRS identities on a live kernel; later
-    ones, and fixture trees, are read by path (the cap allows 10 000 identities, descriptors are fewer)."""
+    """An identity cgroup's files (of _STAT_FILES, or _V1_FILES on a cgroup v1 hierarchy: those it has; a
+    controller that is not enabled there has none, and is not asked for every tick), kept open while the
+    identity lives and read again from their start at each refresh (one pread instead of a walk down the
+    cgroup's long path, an open and a close: cgroupfs regenerates a file's text at offset 0), for the first
+    OPEN_CGROUP_DIRS identities on a live kernel; later ones, and fixture trees, are read by path (the cap allows
+    10 000 identities, descriptors are fewer). ``path`` is the directory whose tree lists its member processes."""
 
     path: str
-    files: frozenset[str]
+    files: dict[str, str]  # file -> its path (v2: in ``path``; v1: in its controller's hierarchy)
     fds: dict[str, int]  # file -> open descriptor ({} : read by path)
-    cgroup: str = ""  # the identity's cgroup path (relative to the v2 root), as CgroupStats.path says it
+    cgroup: str = ""  # the identity's cgroup path (relative to its hierarchy's root), as CgroupStats.path says it
+    v1: bool = False
     stats: CgroupStats | None = None  # what the last read found (kept, the same object, until the next read)
     processes: int | None = None
+    members: tuple[int, ...] = ()  # the processes in its cgroup and every cgroup below, at the last read
     read_at: int = -1  # the collector's tick of that read (-1: never read)
     owners: set[tuple[str, str]] = field(default_factory=set)  # the identities that show these figures
 
     @classmethod
-    def open(cls, directory: str, keep_open: bool, cgroup: str = "") -> _CgroupDir:
-        files, fds = set(), {}
-        for name in _STAT_FILES:
-            path = f"{directory}/{name}"
-            if not keep_open:
+    def open(cls, directory: str, keep_open: bool, cgroup: str = "",
+             files: Mapping[str, str] | None = None, v1_base: str = "") -> _CgroupDir:
+        """The cgroup v2 directory ``directory`` (``files`` None), or a v1 identity listed in ``directory`` with
+        its ``files`` in their hierarchies. ``v1_base`` (the v1 mounts of a hybrid host, ``fs/cgroup``): a v2
+        directory's figures that its hierarchy lacks (no memory controller in a hybrid host's unified tree) are
+        read from the v1 hierarchies at the same path (``v1/<file>``)."""
+        v1 = files is not None
+        wanted = dict(files) if files is not None else {name: f"{directory}/{name}" for name in _STAT_FILES}
+        if v1_base and files is None:
+            wanted.update({f"v1/{name}": f"{v1_base}/{hierarchy}{cgroup}/{name}"
+                           for name, hierarchy in _V1_FILES.items()})
+        found, fds = {}, {}
+        for name, path in wanted.items():
+            if not keep_open or name.startswith("v1/"):  # a hybrid host's v1 figures: read by path (descriptors)
                 if os.path.exists(path):
-                    files.add(name)
+                    found[name] = path
                 continue
             try:
                 fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -1839,17 +2156,29 @@ class _CgroupDir:
                 continue
             except OSError:  # out of descriptors, or denied: read by path, as later ones are
                 pass
-            files.add(name)
-        return cls(directory, frozenset(files), fds, cgroup)
+            found[name] = path
+        return cls(directory, found, fds, cgroup, v1)
 
     def refresh(self, tick: int) -> bool:
-        """Read the files again (``stats`` and ``processes``; the previous objects are kept when equal); True
-        when they changed."""
+        """Read the files again (``stats``, ``processes`` and ``members``; the previous objects are kept when
+        equal); True when they changed. The members are listed again only when the cgroup's CPU or process count
+        moved since the last read (or either is unknown): a process cannot join a cgroup, or leave it, without
+        one of them moving (it runs there, and ``pids.current`` counts it), so an idle pod costs its files'
+        reads and no walk of its tree."""
         stats, processes = read_identity_cgroup(self, self.cgroup)
+        last = self.stats
+        if self.read_at < 0 or processes is None or processes != self.processes or stats is None or last is None \
+                or stats.cpu_user_seconds_total is None \
+                or stats.cpu_user_seconds_total != last.cpu_user_seconds_total \
+                or stats.cpu_system_seconds_total != last.cpu_system_seconds_total:
+            members = list_members(self.path)
+        else:
+            members = self.members
         self.read_at = tick
-        if processes == self.processes and stats == self.stats:
+        if processes == self.processes and stats == self.stats and members == self.members:
             return False
         self.stats, self.processes = stats, processes
+        self.members = members
         return True
 
     def read(self, name: str) -> str | None:
@@ -1858,9 +2187,10 @@ class _CgroupDir:
         try:
             if fd is not None:
                 return os.pread(fd, 4096, 0).decode("ascii", "replace")
-            if name not in self.files:
+            path = self.files.get(name)
+            if path is None:
                 return None
-            fd = os.open(f"{self.path}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
@@ -1874,6 +2204,60 @@ class _CgroupDir:
         fds, self.fds = self.fds, {}
         for fd in fds.values():
             os.close(fd)
+
+
+def list_members(directory: str) -> tuple[int, ...]:
+    """The processes (ascending pids) in cgroup ``directory`` and every cgroup below it (a pod's containers, a
+    Slurm job's steps and tasks): each directory's ``cgroup.procs`` (cgroup v2, and v1, where it lists thread
+    group leaders; where a v1 hierarchy has only ``tasks``, its thread ids, of which a thread group leader's id is
+    its process's). At most MEMBER_DIRS directories and MEMBER_PIDS processes; () when unreadable (the cgroup
+    removed)."""
+    found: set[int] = set()
+    todo, walked = [directory], 0
+    while todo and walked < MEMBER_DIRS and len(found) < MEMBER_PIDS:
+        d = todo.pop()
+        walked += 1
+        try:
+            with os.scandir(d) as entries:
+                subdirs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        todo.extend(sorted(subdirs, reverse=True))
+        text = None
+        for name in ("cgroup.procs", "tasks"):
+            try:
+                fd = os.open(f"{d}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                chunks = []
+                while chunk := os.read(fd, 65536):
+                    chunks.append(chunk)
+                text = b"".join(chunks)
+            except OSError:
+                text = None
+            finally:
+                os.close(fd)
+            if text is not None:
+                break
+        if text:
+            found.update(int(x) for x in text.split() if x.isdigit())
+    return tuple(sorted(found)[:MEMBER_PIDS])
+
+
+def v1_identity_cgroup(groups: procfs.PidCgroups, ident: CgroupIdentity) -> str:
+    """The cgroup v1 place of ``ident`` (an identity classified from a v1 path, whose ``cgroup`` is ""), as
+    ``CONTROLLER:PATH``: the first hierarchy of _V1_MEMBER_ORDER (then any other) whose path in ``groups`` names
+    the same identity, cut at the identity's own cgroup; "" when none does."""
+    order = [c for c in _V1_MEMBER_ORDER if c in groups.controllers]
+    order += [c for c in sorted(groups.controllers) if c not in _V1_MEMBER_ORDER]
+    for controller in order:
+        other = classify_cgroup_path(groups.controllers[controller])[0]
+        if other is not None and other.cgroup and (other.kind, other.job_id, other.pod_uid, other.container_id,
+                                                   other.unit) == (ident.kind, ident.job_id, ident.pod_uid,
+                                                                   ident.container_id, ident.unit):
+            return f"{controller}:{other.cgroup}"
+    return ""
 
 
 def _cgroup_dir(sysfs: str, path: str, first: int = 0) -> str | None:
@@ -1914,15 +2298,101 @@ def _usec(text: str, key: str) -> float | None:
 
 
 def read_identity_cgroup(directory: _CgroupDir, path: str) -> tuple[CgroupStats | None, int | None]:
-    """(cpu.stat user/system + memory.current, pids.current) of an identity's cgroup v2 directory: three
-    reads per workload per tick at most (pressure, io.stat and cpu.max are left to declared workloads: cost)."""
+    """(its CgroupStats, pids.current) of an identity's cgroup: cgroup v2's cpu.stat, memory.current, cpu.max,
+    io.stat and PSI, or cgroup v1's equivalents (cpuacct.stat, memory.usage_in_bytes, cpu.cfs_quota_us /
+    cfs_period_us, blkio.throttle.io_service_bytes; v1 has no PSI); a file it lacks leaves its field None."""
+    if directory.v1:
+        return _read_v1(directory, path)
     cpu = directory.read("cpu.stat")
     memory = directory.read("memory.current")
     if cpu is None and memory is None:
         return None, None
+    stats, processes = _read_v2(directory, path, cpu, memory)
+    if any(name.startswith("v1/") for name in directory.files):
+        # a hybrid host: what its unified tree has no controller for, from the v1 hierarchies at the same path
+        v1, v1_processes = _read_v1(directory, path, "v1/")
+        if v1 is not None:
+            stats = replace(stats, **{f: getattr(v1, f) for f in _V1_FILLED if getattr(stats, f) is None})
+        processes = processes if processes is not None else v1_processes
+    return stats, processes
+
+
+_V1_FILLED = ("cpu_user_seconds_total", "cpu_system_seconds_total", "memory_bytes", "read_bytes_total",
+              "written_bytes_total", "cpu_quota_cores")
+
+
+def _read_v2(directory: _CgroupDir, path: str, cpu: str | None, memory: str | None
+             ) -> tuple[CgroupStats, int | None]:
     user, system = _cpu_seconds(cpu) if cpu is not None else (None, None)
     memory_bytes = int(memory) if memory is not None and memory.strip().isdigit() else None
     pids = directory.read("pids.current")
     processes = int(pids) if pids is not None and pids.strip().isdigit() else None
+    quota = text = None
+    if (text := directory.read("cpu.max")) is not None:
+        quota = parse_cpu_max(text)
+    read = written = None
+    if (text := directory.read("io.stat")) is not None:
+        try:
+            read, written = parse_io_stat(text)
+        except ValueError:
+            pass
+    pressure = {}
+    for resource in procfs.PRESSURE_RESOURCES:
+        if (text := directory.read(f"{resource}.pressure")) is not None and (avg := _some_avg10(text)) is not None:
+            pressure[resource] = avg
     return CgroupStats(path=path, cpu_user_seconds_total=user, cpu_system_seconds_total=system,
-                       memory_bytes=memory_bytes), processes
+                       memory_bytes=memory_bytes, read_bytes_total=read, written_bytes_total=written,
+                       pressure_some_avg10=MappingProxyType(pressure) if pressure else EMPTY,
+                       cpu_quota_cores=quota), processes
+
+
+def _some_avg10(text: str) -> float | None:
+    """The "some avg10" of a PSI file as a ratio (``some avg10=1.50 ...`` -> 0.015); None when garbled. One slice
+    where the kernel's layout is the usual one (the whole file parsed otherwise): identities' figures are read
+    every tick."""
+    if text.startswith("some avg10="):
+        end = text.find(" ", 11)
+        try:
+            return float(text[11:end]) / 100.0
+        except ValueError:
+            pass
+    try:
+        return procfs.parse_pressure(text).some.avg10
+    except ValueError:
+        return None
+
+
+def _read_v1(directory: _CgroupDir, path: str, key: str = "") -> tuple[CgroupStats | None, int | None]:
+    """A cgroup v1 identity's figures (``key``: the prefix its files have in ``directory.files``)."""
+    user = system = None
+    if (text := directory.read(f"{key}cpuacct.stat")) is not None:  # "user N\nsystem N" in USER_HZ ticks
+        ticks = {k: v for k, _, v in (line.partition(" ") for line in text.splitlines())}
+        hz = clock_ticks_per_second()
+        try:
+            user = int(ticks["user"]) / hz if "user" in ticks else None
+            system = int(ticks["system"]) / hz if "system" in ticks else None
+        except ValueError:
+            user = system = None
+    memory = directory.read(f"{key}memory.usage_in_bytes")
+    memory_bytes = int(memory) if memory is not None and memory.strip().isdigit() else None
+    pids = directory.read(f"{key}pids.current")
+    processes = int(pids) if pids is not None and pids.strip().isdigit() else None
+    quota = None
+    q, period = directory.read(f"{key}cpu.cfs_quota_us"), directory.read(f"{key}cpu.cfs_period_us")
+    if q is not None and period is not None:
+        quota = parse_cpu_max(f"{q.strip() if q.strip() != '-1' else 'max'} {period.strip()}")
+    read = written = None
+    if (text := directory.read(f"{key}blkio.throttle.io_service_bytes")) is not None:  # "MAJ:MIN Read N" lines
+        read = written = 0
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[2].isdigit():
+                if parts[1] == "Read":
+                    read += int(parts[2])
+                elif parts[1] == "Write":
+                    written += int(parts[2])
+    if user is None and memory_bytes is None and processes is None:
+        return None, None
+    return CgroupStats(path=path, cpu_user_seconds_total=user, cpu_system_seconds_total=system,
+                       memory_bytes=memory_bytes, read_bytes_total=read, written_bytes_total=written,
+                       cpu_quota_cores=quota), processes

@@ -2,7 +2,9 @@
 
 ``List`` (v1) answers, for every pod on the node, its containers and the device IDs the device plugins
 gave them (``nvidia.com/gpu``: GPU UUIDs, ``GPU-...::N`` replicas under time-slicing; MIG strategies:
-MIG UUIDs). It never blocks the tick: ``PodResourcesPoller`` calls it in its own thread every ``refresh``
+MIG UUIDs), and the devices of their Dynamic Resource Allocation claims (``dynamic_resources``: claim
+namespace and name, and per device its driver, pool, device name and CDI device names; ``dra_device``
+turns the NVIDIA DRA driver's names into what to look the GPU up by). It never blocks the tick: ``PodResourcesPoller`` calls it in its own thread every ``refresh``
 seconds with a deadline (``timeout``), and the identity collector reads the newest answer. A failing
 call (socket missing, permission denied, no answer within the deadline, an old kubelet without v1)
 turns into a one-line reason that the collector exports (``headroom_identity_source_up{source="kubelet"}``
@@ -15,6 +17,7 @@ grpcio and the generated code (``sources/podresources``) are imported only when 
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 import time
@@ -33,8 +36,9 @@ class ContainerDevices:
     namespace: str
     pod: str
     container: str
-    resource: str  # e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb
-    device_ids: tuple[str, ...]
+    resource: str  # e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb; a DRA claim's: its driver (gpu.nvidia.com)
+    device_ids: tuple[str, ...]  # a DRA claim's: the driver's device names (gpu-0), else its CDI device names
+    claim: str | None = None  # the DRA resource claim they came from: "namespace/name" (None: a device plugin's)
 
 
 class KubeletError(Exception):
@@ -44,6 +48,47 @@ class KubeletError(Exception):
 def device_uuid(device_id: str) -> str:
     """The GPU or MIG UUID in a device plugin's ID: time-slicing and MPS replicas are ``UUID::N``."""
     return device_id.split("::", 1)[0]
+
+
+# The NVIDIA DRA driver (NVIDIA/k8s-dra-driver-gpu, cmd/gpu-kubelet-plugin): its driver name (main.go
+# DriverName), its device names (GpuInfo.CanonicalName in deviceinfo.go: "gpu-<minor>", the /dev/nvidiaN number;
+# MigSpecTuple.ToCanonicalName in mig.go: "gpu-<parent minor>-mig-<profile>-<GPU instance profile id>-<placement
+# start>"; VfioDeviceInfo: "gpu-vfio-<index>", a GPU handed to a VM) and its CDI device names (GetClaimDeviceName
+# in cdi.go: "k8s.gpu.nvidia.com/claim=<claim UID>-<device name>"). docs/workload-identity.md.
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+_NVIDIA_CDI_PREFIX = "k8s.gpu.nvidia.com/claim="
+_CLAIM_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-")
+_DRA_GPU = re.compile(r"gpu-(\d+)")
+_DRA_MIG = re.compile(r"gpu-(\d+)-mig-[a-z0-9-]+?-(\d+)-(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class DraDevice:
+    """What identifies one device of the NVIDIA DRA driver: a whole GPU by its minor number, a MIG device by its
+    parent's minor number, GPU instance profile id and placement start; ``kind`` "vfio"/"unknown" cannot be."""
+
+    kind: str  # "gpu" | "mig" | "vfio" | "unknown"
+    minor: int | None = None
+    profile_id: int | None = None
+    placement_start: int | None = None
+
+
+def dra_device(name: str) -> DraDevice:
+    """The NVIDIA DRA driver's device name ("gpu-0", "gpu-0-mig-1g10gb-19-0"), or one of its CDI device names
+    ("k8s.gpu.nvidia.com/claim=<claim UID>-gpu-0"), as what it identifies."""
+    if name.startswith(_NVIDIA_CDI_PREFIX):
+        name = name[len(_NVIDIA_CDI_PREFIX):]
+        uid = _CLAIM_UID.match(name)
+        if uid is None:
+            return DraDevice("unknown")
+        name = name[uid.end():]
+    if m := _DRA_GPU.fullmatch(name):
+        return DraDevice("gpu", int(m[1]))
+    if m := _DRA_MIG.fullmatch(name):
+        return DraDevice("mig", int(m[1]), int(m[2]), int(m[3]))
+    if name.startswith("gpu-vfio-"):
+        return DraDevice("vfio")
+    return DraDevice("unknown")
 
 
 class PodResourcesClient:
@@ -121,6 +166,15 @@ class PodResourcesClient:
                 for d in c.devices:
                     out.append(ContainerDevices(pod.namespace, pod.name, c.name, d.resource_name,
                                                 tuple(d.device_ids)))
+                for claim in c.dynamic_resources:
+                    by_driver: dict[str, list[str]] = {}
+                    for r in claim.claim_resources:
+                        # the device name; a driver that gives none is known by its CDI device names
+                        names = [r.device_name] if r.device_name else [cdi.name for cdi in r.cdi_devices]
+                        by_driver.setdefault(r.driver_name, []).extend(names)
+                    for driver, names in by_driver.items():
+                        out.append(ContainerDevices(pod.namespace, pod.name, c.name, driver, tuple(names),
+                                                    claim=f"{claim.claim_namespace}/{claim.claim_name}"))
         return tuple(out), frozenset(pods)
 
     def close(self) -> None:

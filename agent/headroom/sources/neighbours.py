@@ -42,11 +42,18 @@ RESOURCES = ("cpu", "disk_io", "host_memory")
 
 def scored(findings: Any) -> bool | None:
     """Whether the previous tick's analysis scored CPU, disk or memory pressure for some workload (at least
-    SCORED); None when no findings are at hand (then ``pressured`` alone decides)."""
+    SCORED), or found that much host-wide pressure while there are workloads (one that uses little of it is not
+    blamed, but its evidence names who causes it); None when no findings are at hand (then ``pressured`` alone
+    decides)."""
     if findings is None:
         return None
-    return any(wf.verdict.scores.get(r, 0.0) >= SCORED for wf in getattr(findings, "workload_findings", ())
-               for r in RESOURCES)
+    workloads = getattr(findings, "workload_findings", ())
+    if any(wf.verdict.scores.get(r, 0.0) >= SCORED for wf in workloads for r in RESOURCES):
+        return True
+    # host-wide pressure that the workloads' own use discounted (a job using 0.005 cores of a saturated host):
+    # who causes it is what their evidence names
+    pressure = getattr(getattr(findings, "host", None), "host_pressure", None) or {}
+    return bool(workloads) and any(pressure.get(r, 0.0) >= SCORED for r in RESOURCES)
 
 
 def pressured(previous: Any) -> bool:

@@ -493,6 +493,8 @@ class _Mig:
     uuid: str
     gpu_instance_id: int
     compute_instance_id: int | None
+    profile_id: int | None = None  # its GPU instance's profile id and placement start (the NVIDIA DRA driver
+    placement_start: int | None = None  # names a MIG device by them); None: NVML did not say
 
 
 @dataclass
@@ -505,6 +507,7 @@ class _Gpu:
     uuid: str = ""
     name: str = ""
     pci_bus_id: str = ""
+    minor: int | None = None  # the /dev/nvidiaN number (the NVIDIA DRA driver names GPUs by it)
     memory_total: int | None = None
     up: bool = True
     error: str | None = None
@@ -584,7 +587,8 @@ class _Gpu:
 
     def down_sample(self) -> samples.GpuSample:
         return samples.GpuSample(
-            index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id, up=False, error=self.error
+            index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id, minor_number=self.minor,
+            up=False, error=self.error,
         )
 
 
@@ -747,7 +751,7 @@ class NvmlCollector(Collector):
         self._init_backoff = _Backoff()
         self._gpus: list[_Gpu] = []
         self._system: dict[str, Any] = {}
-        self._identity: dict[int, tuple[str, str, str]] = {}  # index -> (uuid, name, pci) across sessions
+        self._identity: dict[int, tuple[str, str, str, int | None]] = {}  # index -> (uuid, name, pci, minor)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._pcie: _PciePoller | None = None
@@ -850,7 +854,7 @@ class NvmlCollector(Collector):
     def _open(self, index: int, now: float) -> _Gpu:
         """A GPU by index with its identity; down (with the last known identity) if it does not answer."""
         gpu = _Gpu(self.lib, index, now=now)
-        gpu.uuid, gpu.name, gpu.pci_bus_id = self._identity.get(index, ("", "", ""))
+        gpu.uuid, gpu.name, gpu.pci_bus_id, gpu.minor = self._identity.get(index, ("", "", "", None))
         try:
             self._identify(gpu, gpu.query("handle", "nvmlDeviceGetHandleByIndex", index))
         except _GpuDown as exc:
@@ -858,17 +862,19 @@ class NvmlCollector(Collector):
         return gpu
 
     def _identify(self, gpu: _Gpu, handle: Any) -> None:
-        """Read and cache uuid, name and PCI bus id for a fresh handle; raises _GpuDown."""
+        """Read and cache uuid, name, PCI bus id and minor number for a fresh handle; raises _GpuDown."""
         if handle is None or handle is _ABSENT:
             raise _GpuDown("no device handle (not supported, no permission or not found)")
         gpu.handle = handle
         uuid = gpu.value("uuid", "nvmlDeviceGetUUID", handle)
         name = gpu.value("name", "nvmlDeviceGetName", handle)
         pci = gpu.value("pci", "nvmlDeviceGetPciInfo", handle)
+        minor = gpu.value("minor", "nvmlDeviceGetMinorNumber", handle)
         gpu.uuid = _text(uuid) if uuid is not None else gpu.uuid
         gpu.name = _text(name) if name is not None else gpu.name
         gpu.pci_bus_id = _text(pci.busId) if pci is not None else gpu.pci_bus_id
-        self._identity[gpu.index] = (gpu.uuid, gpu.name, gpu.pci_bus_id)
+        gpu.minor = int(minor) if minor is not None else gpu.minor
+        self._identity[gpu.index] = (gpu.uuid, gpu.name, gpu.pci_bus_id, gpu.minor)
 
     def _start_threads(self) -> None:
         self._stop = threading.Event()
@@ -996,6 +1002,7 @@ class NvmlCollector(Collector):
             uuid=gpu.uuid,
             name=gpu.name,
             pci_bus_id=gpu.pci_bus_id,
+            minor_number=gpu.minor,
             memory_total_bytes=total if total is not None else gpu.memory_total,
             memory_used_bytes=used,
             memory_free_bytes=free,
@@ -1269,6 +1276,8 @@ class NvmlCollector(Collector):
                 memory_used_bytes=int(_struct_values(mem, "used")[0]) if mem is not None else None,
                 memory_total_bytes=int(_struct_values(mem, "total")[0]) if mem is not None else None,
                 processes=processes,
+                profile_id=m.profile_id,
+                placement_start=m.placement_start,
             )  # fmt: skip
             # its size and whatever else did not change are last tick's objects (samples.share_unchanged)
             gpu.cache[f"mig_instance:{m.uuid}"] = instance = samples.share_unchanged(
@@ -1288,7 +1297,14 @@ class NvmlCollector(Collector):
             ci = gpu.query("mig_compute_instance", "nvmlDeviceGetComputeInstanceId", handle, remember=False)
             if uuid in (None, _ABSENT) or gi in (None, _ABSENT):
                 continue
-            out.append(_Mig(handle, _text(uuid), int(gi), None if ci in (None, _ABSENT) else int(ci)))
+            profile = start = None
+            instance = gpu.query("mig_gpu_instance_handle", "nvmlDeviceGetGpuInstanceById", gpu.handle, int(gi),
+                                 remember=False)
+            if instance not in (None, _ABSENT):
+                info = gpu.query("mig_gpu_instance_info", "nvmlGpuInstanceGetInfo", instance, remember=False)
+                if info not in (None, _ABSENT):
+                    profile, start = int(info.profileId), int(info.placement.start)
+            out.append(_Mig(handle, _text(uuid), int(gi), None if ci in (None, _ABSENT) else int(ci), profile, start))
         return out
 
     def _nvlink_links(self, gpu: _Gpu, now: float) -> list[int]:

@@ -35,14 +35,23 @@ every cmdline ~16 ms, far over the tick budget), so the work is incremental:
 - per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
   time that detects pid reuse; each member's own CPU seconds are reported beside the workload's sum, for
   per-process saturation; and, while a main process runs at HOT_CORES or more, its threads'
-  /proc/PID/task/TID/stat, for per-thread saturation) and /proc/PID/io (skipped for good once denied; not read for a simulation's
+  /proc/PID/task/TID/stat, for per-thread saturation), /proc/PID/io (skipped for good once denied; not read for a simulation's
   stand-ins that are real processes of this machine, which perform none of the I/O they model: unknown,
-  not zero); on a live procfs a member's stat and io stay open (``procfs.PidFiles``, for the first
-  ``OPEN_MEMBER_FILES`` members) and are read again from offset 0, and closed when it exits or leaves;
+  not zero) and, on ticks where its CPU seconds grew, /proc/PID/schedstat (its main thread's seconds on a CPU and
+  waiting runnable for one: oversubscribed CPUs; skipped for good once unreadable; ~5 us a read); on a live procfs a
+  member's stat, io and schedstat stay open (``procfs.PidFiles``, for the first ``OPEN_MEMBER_FILES`` members) and
+  are read again from offset 0, and closed when it exits or leaves;
 - a newcomer due another look whose /proc/PID has gone is forgotten at that look (short-lived processes, pods
   replaced), not stat-ed again on every tick until the next listing;
 - a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
   files through ``--path.sysfs``: cpu.stat, cpu.max, memory.current, io.stat, {cpu,memory,io}.pressure.
+
+Automatic workloads (sources/identity.py: pods, Slurm jobs, containers, units, launchers) are measured by the same
+code: their members are the processes their cgroup (and every cgroup below it) listed when the identity collector
+last read it, their GPU processes (a launcher of its own: the launcher too) and every known descendant of those
+(``_measure_auto``), read from the previous tick's identity sample (one tick of drift); their cgroup figures are
+the identity collector's. Their entries follow the declared ones, by workload name (docs/workload-identity.md,
+"Members and measurement"). With automatic workloads and no declared one, /proc is followed as above all the same.
 
 Under a simulation scenario that declares workloads, only the scenario's stand-ins count (never a real
 process of the machine that happens to match a rule).
@@ -68,6 +77,7 @@ from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses, sh
 from headroom.sources import Collector, SourceContext, procfs, register
 from headroom.sources.cpu import clock_ticks_per_second
 from headroom.sources.neighbours import NeighbourScan
+from headroom.workload.launchers import dataloader_ranks
 from headroom.workload.profiles import compile_cmdline_pattern
 
 log = structlog.get_logger("headroom.sources.processes")
@@ -77,7 +87,8 @@ HOT_CORES = 0.8  # a main process using this many cores since the previous tick 
 FULL_SCAN_SECONDS = 30.0  # /proc is listed at least this often (exits of non-members, a safety net)
 MIN_LISTING_WORTH = 64  # new pids a tick stats one by one before listing /proc instead (and 1/8 of the known)
 RECHECKS = 4  # an unmatched newcomer is examined again at the next tick, then about 3, 7 and 15 s after discovery
-OPEN_MEMBER_FILES = 128  # members whose stat and io stay open (2 descriptors each); the others are read by path
+OPEN_MEMBER_FILES = 128  # members whose stat, io and schedstat stay open (3 descriptors each); the others are read by path
+ARGV_SETTLE_SECONDS = 5.0  # the rank and worker rule reads a process's argv again on every tick for this long
 
 try:
     PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
@@ -220,7 +231,10 @@ class _Proc:
     cpu: tuple[float, float] | None = None  # (utime, stime) already added to the workload's counters
     cpu_at: float | None = None  # monotonic time of that reading
     io: tuple[int, int] | None = None  # (read_bytes, write_bytes) already added
+    sched_denied: bool = False  # its /proc/PID/schedstat could not be read (no CONFIG_SCHED_INFO, denied): not again
+    sched: tuple[float, float] | None = None  # (ran, waited) seconds of its main thread already added
     files: procfs.PidFiles | None = None  # its stat and io kept open while it is a member (live procfs only)
+    found: float = 0.0  # monotonic time it was discovered; 0.0: by the first scan (an old process)
 
 
 @dataclass(slots=True)
@@ -232,9 +246,22 @@ class _Totals:
     read: int = 0
     written: int = 0
     io_seen: bool = False
+    ran: float = 0.0  # its members' main threads: seconds on a CPU and seconds runnable waiting for one (schedstat)
+    waited: float = 0.0
+    sched_seen: bool = False
     had_members: bool | None = None  # for logging changes only
     pid_file_error: str | None = None
     members: set[int] = field(default_factory=set)
+    busy: bool = True  # an automatic workload's CPU grew at its last measurement (_measure_auto)
+
+
+def _same_cgroup(now: CgroupStats, then: CgroupStats | None) -> bool:
+    """True when an automatic workload's cgroup figures are those it was last measured with: the identity
+    collector read them again and found them equal, or has not read them since (it reads each identity's within
+    CGROUP_REFRESH_SECONDS, every tick while there are few). An idle workload's members (their CPU did not grow
+    at its last measurement) cannot start using CPU or memory without its cgroup's figures moving, so theirs
+    stand until its cgroup is next read; a busy one is measured every tick (its rates stay exact)."""
+    return now is then or (then is not None and now == then)
 
 
 # -------------------------------------------------------------------------------------- collector
@@ -242,7 +269,7 @@ class _Totals:
 class ProcessesCollector(Collector):
     name = "processes"
     default_enabled = True
-    description = "Processes of the declared workloads: count, CPU, RSS, threads, I/O, cgroup v2 stats"
+    description = "Processes of the declared and automatic workloads: count, CPU, RSS, threads, I/O, cgroup stats"
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
@@ -258,7 +285,9 @@ class ProcessesCollector(Collector):
         self._scanned = False  # the first full scan is done
         # a simulation's stand-ins that are real processes (read from the machine's own /proc) burn real CPU but
         # perform none of the I/O they model: their /proc/PID/io would claim "reads nothing", so it is unknown
-        # (None); a simulated /proc (a synthetic host's) declares what its processes read, so it counts
+        # (None); and their run-queue waits (schedstat) are this machine's, not the simulated host's (a CPU hog
+        # beside the tests would read as their oversubscription): unknown too. A simulated /proc (a synthetic
+        # host's) declares what its processes read and wait, so it counts
         self._io_real = ctx.scenario is None or _resolved(ctx.paths.procfs) != _resolved(Path("/proc"))
         self._neighbours = NeighbourScan(ctx.paths.procfs, self._user_hz, PAGE_SIZE)
         # a live procfs of our own pid namespace: /proc/loadavg's last pid is the one its pids count from
@@ -269,10 +298,22 @@ class ProcessesCollector(Collector):
         self._listed_at: float | None = None
         self.listings = 0  # full /proc listings so far (bench/processes.py reports them)
         self._kept: set[int] = set()  # members whose files are kept open (at most OPEN_MEMBER_FILES)
+        self._kids: dict[int, set[int]] = {}  # ppid -> the known processes it started (as their stat said)
+        self._auto: dict[str, _Totals] = {}  # automatic workload -> its counters, while it lives
+        self._auto_last: dict[str, WorkloadProcesses] = {}  # ... and last tick's entry
+        self._auto_pids: set[int] = set()  # the processes of automatic workloads this tick
+        # for the rank and worker rule (``_argv_of``): pid -> (start time, comm, argv), and each member's comm of its
+        # latest tick
+        self._argv: dict[int, tuple[int, str, tuple[str, ...]]] = {}
+        self._comms: dict[int, str] = {}
 
     def collect(self) -> ProcessesSample:
         """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
-        if not self._profiles:
+        previous = self.ctx.previous() if self.ctx.previous is not None else None
+        identity = previous.data("identity") if previous is not None else None
+        groups = tuple(getattr(identity, "groups", ()) or ())
+        if not self._profiles and not groups:
+            self._auto_done({})
             return ProcessesSample()
         root = self.ctx.paths.procfs
         listing, complete = self._listing(root)
@@ -294,10 +335,10 @@ class ProcessesCollector(Collector):
         if full or fresh:
             self._resolve(None if full else fresh)
         # what did not change since the last tick (an idle member's CPU seconds, the pids) is last tick's object
-        out = tuple(share_unchanged(self._measure(i), last) for i, last in enumerate(self._last))
-        self._last = out
+        declared = tuple(share_unchanged(self._measure(i), last) for i, last in enumerate(self._last))
+        self._last = declared
+        out = declared + self._measure_auto(groups, declared)
         # who else presses on the host (sources/neighbours.py): scanned only under pressure, bounded
-        previous = self.ctx.previous() if self.ctx.previous is not None else None
         findings = getattr(self.ctx.previous, "findings", None)
         neighbours = self._neighbours.update((self.ctx.monotonic or time.monotonic)(), previous,
                                              {pid: w.name for w in out for pid in w.pids},
@@ -391,7 +432,9 @@ class ProcessesCollector(Collector):
                 self._forget(pid)  # pid reuse: a different process now
             # processes found by the first scan are old: only later arrivals may still be between fork and exec
             self._procs[pid] = _Proc(inode=inode, starttime=st.starttime_ticks, ppid=st.ppid, direct=direct,
-                                     cgroups=paths, recheck=not direct and self._scanned)
+                                     cgroups=paths, recheck=not direct and self._scanned,
+                                     found=self._now if self._scanned else 0.0)
+            self._kids.setdefault(st.ppid, set()).add(pid)
             if not direct and self._scanned:
                 self._recheck[pid] = self._now  # due at the next tick
             changed.append(pid)
@@ -402,7 +445,13 @@ class ProcessesCollector(Collector):
 
     def _forget(self, pid: int) -> None:
         self._recheck.pop(pid, None)
+        self._argv.pop(pid, None)
+        self._comms.pop(pid, None)
         p = self._procs.pop(pid, None)
+        if p is not None and p.ppid >= 0 and (kids := self._kids.get(p.ppid)) is not None:
+            kids.discard(pid)
+            if not kids:
+                del self._kids[p.ppid]
         if p is not None and p.workload is not None:
             self._totals[p.workload].members.discard(pid)
         if p is not None and p.files is not None:
@@ -471,21 +520,95 @@ class ProcessesCollector(Collector):
             p.workload = min(candidates) if candidates else None
             if only is not None and before is not None and before != p.workload:
                 self._totals[before].members.discard(pid)
-            if p.workload is None and p.files is not None:
+            if p.workload is None and p.files is not None and pid not in self._auto_pids:
                 self._release(p, pid)
             if p.workload is not None:
                 self._totals[p.workload].members.add(pid)
 
+    # -- automatic workloads
+    def _measure_auto(self, groups: tuple[Any, ...], declared: tuple[WorkloadProcesses, ...]
+                      ) -> tuple[WorkloadProcesses, ...]:
+        """One entry per automatic workload of the previous tick's identity sample (sources/identity.py), by its
+        workload name, measured as a declared workload's (``_measure_members``). Its members: the processes its
+        cgroup and those below listed (``IdentityGroup.members``: read by the identity collector when the
+        identity appeared, then at each refresh of its cgroup figures), its GPU processes (and, for a launcher of
+        its own, the launcher), and every known descendant of those (their parent pids, as each process's stat
+        said when it was found: DataLoader workers, engine cores, a launcher's ranks). A process a declared
+        workload has is not an automatic one's (the declared profile wins); one listed by two automatic
+        workloads is the first's. The figures are the previous tick's identities' (one tick of drift, like the
+        identity collector's NVML lists). An identity a declared profile takes the place of
+        (``attribution.claimed_by_declared``) gets no entry."""
+        from headroom.workload.attribution import claimed_by_declared
+
+        if not groups:
+            self._auto_done({})
+            return ()
+        claimed = {pid for w in declared for pid in w.pids}
+        names = {w.name for w in declared}
+        procs, kids = self._procs, self._kids
+        taken: set[int] = set()
+        plan: dict[str, tuple[set[int], Any]] = {}
+        for g in groups:
+            if claimed_by_declared(g, claimed, names):
+                continue
+            mine, cgroup = plan.get(g.name, (set(), g.cgroup))
+            todo = [pid for pid in (*g.members, *g.pids) if pid not in taken]
+            while todo:
+                pid = todo.pop()
+                p = procs.get(pid)
+                if pid in taken or p is None or p.starttime < 0 or p.workload is not None:
+                    continue
+                taken.add(pid)
+                mine.add(pid)
+                todo.extend(c for c in kids.get(pid, ()) if c not in taken and procs[c].starttime >= p.starttime)
+            plan[g.name] = (mine, cgroup)
+        out = []
+        totals = {}
+        for name, (mine, cgroup) in plan.items():
+            t = totals[name] = self._auto.get(name) or _Totals()
+            last = self._auto_last.get(name)
+            if last is not None and not t.busy and cgroup is not None and mine == t.members \
+                    and _same_cgroup(cgroup, last.cgroup):
+                out.append(last)  # idle, and its cgroup figures have not moved since: its members' neither
+                continue
+            t.members = mine
+            before = t.user + t.system
+            entry = self._measure_members(t, name, lambda pids, c=cgroup: c, quiet=True)
+            t.busy = t.user + t.system > before
+            out.append(share_unchanged(entry, last))
+        self._auto_done(totals, taken, out)
+        return tuple(out)
+
+    def _auto_done(self, totals: dict[str, _Totals], pids: set[int] | None = None,
+                   entries: list[WorkloadProcesses] | None = None) -> None:
+        """Keep only this tick's automatic workloads (churn leaks nothing) and close the kept files of processes
+        no workload has any more."""
+        for pid in self._auto_pids - (pids or set()):
+            p = self._procs.get(pid)
+            if p is not None and p.workload is None and p.files is not None:
+                self._release(p, pid)
+        self._auto_pids = pids or set()
+        self._auto = totals
+        self._auto_last = {w.name: w for w in entries or ()}
+
     # -- measurement
     def _measure(self, i: int) -> WorkloadProcesses:
+        return self._measure_members(self._totals[i], self._profiles[i].name, lambda pids: self._cgroup(i, pids))
+
+    def _measure_members(self, t: _Totals, name: str, cgroup: Any, quiet: bool = False) -> WorkloadProcesses:
+        """The WorkloadProcesses of the members in ``t`` (declared or automatic: one measurement for both);
+        ``cgroup``: the members' pids -> the cgroup figures of the workload; ``quiet``: no log line when its
+        processes come or go (an automatic workload's arrival is logged by the identity collector)."""
         root = self.ctx.paths.procfs
-        t = self._totals[i]
         pids, threads, rss = [], 0, 0
         per_process: dict[int, float] = {}
         rates: dict[int, float] = {}  # cores each member used since the previous tick
+        tree: dict[int, tuple[int, str]] = {}  # member pid -> (ppid, comm) this tick, for the rank and worker rule
         now = (self.ctx.monotonic or time.monotonic)()
         for pid in sorted(t.members):
-            p = self._procs[pid]
+            p = self._procs.get(pid)
+            if p is None:
+                continue
             files = p.files
             if files is None and self._live and len(self._kept) < OPEN_MEMBER_FILES:
                 files = p.files = procfs.PidFiles(root, pid)  # opened at its first read below
@@ -504,6 +627,7 @@ class ProcessesCollector(Collector):
                 continue
             user, system = st.utime_seconds, st.stime_seconds
             last_user, last_system = p.cpu or (0.0, 0.0)
+            ran = p.cpu is None or user + system > last_user + last_system
             t.user += max(0.0, user - last_user)
             t.system += max(0.0, system - last_system)
             if p.cpu is not None and p.cpu_at is not None and now > p.cpu_at:
@@ -511,6 +635,8 @@ class ProcessesCollector(Collector):
             p.cpu, p.cpu_at = (user, system), now
             per_process[pid] = round(user + system, 2)
             pids.append(pid)
+            tree[pid] = (st.ppid, st.comm)
+            self._comms[pid] = st.comm
             threads += st.num_threads
             rss += st.rss_pages * PAGE_SIZE
             if not p.io_denied and self._io_real:
@@ -527,26 +653,47 @@ class ProcessesCollector(Collector):
                     t.written += max(0, io.write_bytes - last_written)
                     p.io = (io.read_bytes, io.write_bytes)
                     t.io_seen = True
-        name = self._profiles[i].name
-        if t.had_members is not bool(pids):
+            # its main thread's run-queue wait (oversubscribed CPUs: its threads wait for one). Read only when the member
+            # ran since the last tick: a sleeping one's counters have not moved, and a later read counts what they did
+            if ran and not p.sched_denied and self._io_real:
+                try:
+                    sched = files.schedstat() if files is not None else procfs.read_pid_schedstat(root, pid)
+                except (procfs.ProcessGone, OSError, ValueError):
+                    sched = None  # its stat was just read: a kernel without the file (ENOENT), or it exited now
+                if sched is None:
+                    p.sched_denied = True
+                else:
+                    last_ran, last_waited = p.sched or (sched.run_seconds, sched.wait_seconds)  # a newcomer counts from now
+                    t.ran += max(0.0, sched.run_seconds - last_ran)
+                    t.waited += max(0.0, sched.wait_seconds - last_waited)
+                    p.sched = (sched.run_seconds, sched.wait_seconds)
+                    t.sched_seen = True
+        if t.had_members is not bool(pids) and not quiet:
             if pids:
                 log.info("workload_processes_found", workload=name, processes=len(pids))
             elif t.had_members is not None:
                 log.info("workload_processes_gone", workload=name)
             t.had_members = bool(pids)
-        members = set(pids)
-        children: dict[int, int] = {}
         main = None
         for pid in pids:
             p = self._procs[pid]
             parent = self._procs.get(p.ppid)
-            if p.ppid in members and parent is not None and parent.starttime <= p.starttime:
-                children[p.ppid] = children.get(p.ppid, 0) + 1
-            elif main is None or (p.starttime, pid) < (self._procs[main].starttime, main):
+            if p.ppid in tree and parent is not None and parent.starttime <= p.starttime:
+                continue
+            if main is None or (p.starttime, pid) < (self._procs[main].starttime, main):
                 main = pid
-        # the main process's threads, read only while it runs at HOT_CORES or more (a few dozen small reads
-        # then, none on a calm tick): is one thread saturated (the GIL), or is the work spread over several?
-        hot = main is not None and rates.get(main, 0.0) >= HOT_CORES
+        ranks = dataloader_ranks(tree, self._argv_of) if tree else {}
+        # the CPUs its main process may run on (a cpuset: Slurm, Kubernetes' static CPU manager, taskset, docker
+        # --cpuset-cpus): one syscall, no file. Not for a simulation's stand-ins (this machine's CPUs, not the host's)
+        cpus = None
+        if main is not None and self._live and self._io_real:
+            try:
+                cpus = len(os.sched_getaffinity(main))
+            except OSError:  # gone since its stat, or denied
+                cpus = None
+        # each rank's threads, read only while it runs at HOT_CORES or more (a few dozen small reads then, none on
+        # a calm tick): is one thread saturated (the GIL), or is the work spread over several?
+        threads_of = {r: MappingProxyType(self._thread_seconds(r)) for r in ranks if rates.get(r, 0.0) >= HOT_CORES}
         return WorkloadProcesses(
             name=name,
             pids=tuple(pids),
@@ -556,12 +703,34 @@ class ProcessesCollector(Collector):
             resident_memory_bytes=rss,
             read_bytes_total=t.read if t.io_seen else None,
             written_bytes_total=t.written if t.io_seen else None,
+            cpus_allowed=cpus,
+            sched_run_seconds_total=round(t.ran, 3) if t.sched_seen else None,
+            sched_wait_seconds_total=round(t.waited, 3) if t.sched_seen else None,
             main_pid=main,
-            children=MappingProxyType(children),
-            cgroup=self._cgroup(i, pids),
+            ranks=MappingProxyType(ranks),
+            cgroup=cgroup(pids),
             process_cpu_seconds=MappingProxyType(per_process),
-            main_thread_cpu_seconds=MappingProxyType(self._thread_seconds(main) if hot and main is not None else {}),
+            rank_thread_cpu_seconds=MappingProxyType(threads_of),
         )
+
+    def _argv_of(self, pid: int) -> tuple[str, ...]:
+        """The command line of ``pid`` (its first CMDLINE_MATCH_BYTES) for the rank and worker rule, () when unreadable.
+        Kept per process instance and comm (an exec, or PyTorch naming its worker, changes comm), but read again on
+        each tick of its first ARGV_SETTLE_SECONDS after discovery: a fork that has not exec'd yet, or a program
+        that rewrites its argv as it starts, settles in that time (the first scan's processes are old: settled)."""
+        p = self._procs.get(pid)
+        starttime = p.starttime if p is not None else -1
+        comm = self._comms.get(pid, "")
+        known = self._argv.get(pid)
+        settled = p is None or self._now - p.found >= ARGV_SETTLE_SECONDS
+        if known is not None and known[0] == starttime and known[1] == comm and settled:
+            return known[2]
+        try:
+            argv = tuple(procfs.read_pid_cmdline(self.ctx.paths.procfs, pid, limit=CMDLINE_MATCH_BYTES) or ())
+        except (procfs.ProcessGone, OSError, ValueError):
+            argv = ()
+        self._argv[pid] = (starttime, comm, argv)
+        return argv
 
     def _thread_seconds(self, pid: int) -> dict[int, float]:
         """tid -> user+system CPU seconds of each thread of ``pid`` (/proc/PID/task/TID/stat); {} when unreadable."""

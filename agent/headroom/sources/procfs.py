@@ -446,6 +446,26 @@ class PidIo:
     write_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class PidSchedstat:
+    """/proc/PID/schedstat of the process's main thread (the kernel keeps it per thread, CONFIG_SCHED_INFO): seconds it
+    ran on a CPU and seconds it waited runnable on a run queue for one."""
+
+    run_seconds: float
+    wait_seconds: float
+
+
+def parse_pid_schedstat(text: str) -> PidSchedstat:
+    """Parse /proc/PID/schedstat ("<ran ns> <waited ns> <timeslices>"); returns a PidSchedstat."""
+    fields = text.split()
+    if len(fields) < 2:
+        raise ValueError(f"/proc/PID/schedstat has {len(fields)} fields, not 3: {text.strip()[:40]!r}")
+    try:
+        return PidSchedstat(int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+    except ValueError:
+        raise ValueError(f"/proc/PID/schedstat is not integers: {text.strip()[:40]!r}") from None
+
+
 def parse_pid_io(text: str) -> PidIo:
     """Parse /proc/PID/io; returns a PidIo."""
     kv: dict[str, int] = {}
@@ -706,6 +726,10 @@ class PidFiles:
         text = self.text("io")
         return None if text is None else parse_pid_io(text)
 
+    def schedstat(self) -> PidSchedstat | None:
+        text = self.text("schedstat")
+        return None if text is None else parse_pid_schedstat(text)
+
     @property
     def open_descriptors(self) -> int:
         return len(self._fds)
@@ -768,6 +792,12 @@ def read_pid_io(procfs: Path, pid: int) -> PidIo | None:
     """Read /proc/PID/io; returns PidIo, None if denied (other users' pids); ProcessGone if vanished."""
     text = _read_pid_file(procfs, pid, "io")
     return None if text is None else parse_pid_io(str(text))
+
+
+def read_pid_schedstat(procfs: Path, pid: int) -> PidSchedstat | None:
+    """Read /proc/PID/schedstat; returns PidSchedstat, None if denied; raises ProcessGone if vanished."""
+    text = _read_pid_file(procfs, pid, "schedstat")
+    return None if text is None else parse_pid_schedstat(str(text))
 
 
 def read_pid_cmdline(procfs: Path, pid: int, limit: int = -1) -> list[str] | None:

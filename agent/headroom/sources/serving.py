@@ -1,4 +1,4 @@
-"""The serving collector: each workload's serving runtime (vLLM, SGLang, TGI, Triton) read from its /metrics.
+"""The serving collector: each workload's serving runtime (vLLM, SGLang, TGI, Triton, llama.cpp) read from its /metrics.
 
 NVML cannot see inside a runtime's reservation: vLLM takes ``gpu_memory_utilization`` of the card at
 start, so the GPU looks full whether its KV cache is empty or overflowing. The runtime's own metrics say
@@ -22,6 +22,7 @@ with a one-line reason in the status API and a log event when it changes, never 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import socket
@@ -39,6 +40,7 @@ from headroom import __version__
 from headroom.safeio import EXCERPT_CHARS, excerpt, shorten_quoted
 from headroom.samples import Histogram, ServingEndpoint, ServingSample
 from headroom.sources import Collector, SourceContext, register
+from headroom.workload import runtimes as runtime_descriptions
 
 log = structlog.get_logger("headroom.serving")
 
@@ -50,7 +52,7 @@ MAX_HEADER_BYTES = 64 * 1024
 # over a cap is refused (``up`` 0, the endpoint reported oversized, the series not read counted in
 # headroom_workload_serving_dropped_series_total), as Prometheus' sample_limit refuses a scrape.
 MAX_LINES = 65536  # lines of one answer (a real runtime's has a few hundred): checked before it is split
-MAX_SERIES = 4096  # runtime sample lines (vllm:, sglang:, tgi_, nv_*) parsed per scrape
+MAX_SERIES = 4096  # runtime sample lines (vllm:, sglang:, tgi_, nv_*, llamacpp:) parsed per scrape
 MAX_LINE_CHARS = 16384  # characters of one runtime sample line (vLLM's cache_config_info, the longest, ~1 KB)
 MAX_HISTOGRAM_BUCKETS = 64  # distinct bounds of one histogram (vLLM's have 22); more: that histogram is not read
 MAX_CPU_SHARE = 0.05  # of one core, an endpoint's worker over time: a scrape that took c CPU seconds waits c / 0.05
@@ -58,19 +60,26 @@ THROTTLE_FLOOR = 0.02  # CPU seconds a scrape may take before the next one waits
 OVERSIZED_RETRY = 10.0  # seconds before an endpoint whose answer was refused as oversized is scraped again
 MAX_ERROR_CHARS = 240  # an error message kept for the status API and the log (a reason phrase can be 60 KB)
 
-# runtime -> (how people call it, metric name prefixes that identify its exposition)
-RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "vllm": ("vLLM", ("vllm:",)),
-    "sglang": ("SGLang", ("sglang:",)),
-    "tgi": ("TGI", ("tgi_",)),
-    "triton": ("Triton", ("nv_inference_", "nv_trt_llm_")),
-}
+# runtime -> (how people call it, metric name prefixes that identify its exposition): the runtimes' own
+# descriptions (workload/runtimes.py), which also say whether each reserves GPU memory up front
+RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = dict(runtime_descriptions.metric_prefixes())
 # names a profile's runtime.name may use for each runtime
-RUNTIME_ALIASES: dict[str, str] = {
-    "vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "text-generation-inference": "tgi",
-    "triton": "triton", "tritonserver": "triton", "tensorrt-llm": "triton", "trtllm": "triton",
-}  # fmt: skip
+RUNTIME_ALIASES: dict[str, str] = runtime_descriptions.metrics_aliases()
 _PREFIXES = tuple(p for _, prefixes in RUNTIMES.values() for p in prefixes)
+# prefix as served -> as the runtime names it (vLLM under Ray Serve LLM: ray_vllm_ -> vllm:): a re-exported family is
+# read as the runtime's own, by the same normalizer
+_RENAMED: dict[str, str] = runtime_descriptions.renamed_prefixes()
+
+
+def _own(name: str) -> str:
+    """A sample name as its runtime names it (ray_vllm_num_requests_running -> vllm:num_requests_running)."""
+    for served, own in _RENAMED.items():
+        if name.startswith(served):
+            return own + name[len(served):]
+    return name
+# prometheus-client's process collector (vLLM, SGLang): when the runtime's process started. Read beside the runtime's
+# own series so that a restart between two scrapes shows even where no counter went down (analysis/serving.py)
+START_TIME = "process_start_time_seconds "
 
 
 class ScrapeError(Exception):
@@ -347,6 +356,9 @@ def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] |
                 continue
             if line and (line[0].isalpha() or line[0] in "_:"):
                 others_unseen = True  # another family's sample: its name matters only without TYPE lines
+                if line.startswith(START_TIME):  # the runtime process's start: a new one is a restart
+                    with contextlib.suppress(ValueError, IndexError):
+                        samples[START_TIME.rstrip()] = [({}, float(line.split()[1]))]
                 continue
         else:  # a runtime's series seen before: one lookup by the line up to its value
             if len(line) > MAX_LINE_CHARS:
@@ -379,7 +391,7 @@ def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] |
                 raise _too_long(line, runtime_lines)
         end = line.rfind("}") + 1 if "{" in line else len(name)
         key, rest = line[:end], line[end:].split()
-        kept = name in _KEEP
+        kept = _own(name) in _KEEP
         if kept and deadline is not None and clock() > deadline:  # the costly step: prometheus-client's parser
             raise ScrapeError("the answer was not parsed by the deadline (collectors.serving.timeout): "
                               f"{index} of {len(lines)} lines read")
@@ -427,7 +439,7 @@ def _parse_series(line: str) -> tuple[str, dict[str, str]]:
     try:
         for family in text_string_to_metric_families(line + "\n"):
             for s in family.samples:
-                return s.name, dict(s.labels)
+                return _own(s.name), dict(s.labels)
     except (ValueError, IndexError, KeyError, TypeError) as exc:  # the parser's ways of saying "malformed"
         raise ValueError(str(exc) or type(exc).__name__) from None
     raise ValueError(f"no sample in {line[:80]!r}")
@@ -454,6 +466,13 @@ def _vllm(m: Metrics) -> dict[str, Any]:
         kv_cache_usage_ratio=m.highest("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
         requests_running=m.total("vllm:num_requests_running"),
         requests_waiting=m.total("vllm:num_requests_waiting"),
+        # 0.2x (vllm/v1/metrics/loggers.py): reason "capacity" is the scheduler's waiting queue (num_waiting_reqs),
+        # "deferred" the requests it skipped for a transient constraint (num_skipped_waiting_reqs: LoRA budget, an
+        # async KV transfer, a blocked request); their sum is vllm:num_requests_waiting
+        requests_waiting_deferred=m.total("vllm:num_requests_waiting_by_reason", where={"reason": "deferred"}),
+        admission_rejections_total=m.total("vllm:admission_rejections_total"),  # by reason: max_num_queued_reqs/_tokens
+        request_queue_time=m.histogram("vllm:request_queue_time_seconds"),
+        sleep_level=_vllm_sleep_level(m),
         preemptions_total=m.total("vllm:num_preemptions_total"),
         kv_cache_capacity_tokens=capacity,
         prompt_tokens_total=m.total("vllm:prompt_tokens_total"),
@@ -463,11 +482,28 @@ def _vllm(m: Metrics) -> dict[str, Any]:
     )
 
 
+def _vllm_sleep_level(m: Metrics) -> int | None:
+    """vllm:engine_sleep_state (sleep mode, POST /sleep): 0 while any engine is awake (its awake series 1), else the
+    deepest level asleep (weights_offloaded 1: level 1, discard_all 1: level 2); None where it is not exported."""
+    rows = m.samples.get("vllm:engine_sleep_state") or []
+    state: dict[str, float] = {}
+    for labels, value in rows:
+        name = labels.get("sleep_state", "")
+        if not math.isnan(value):
+            state[name] = max(state.get(name, 0.0), value)
+    if "awake" not in state:
+        return None
+    if state["awake"] >= 1:
+        return 0
+    return 2 if state.get("discard_all", 0.0) >= 1 else 1
+
+
 def _sglang(m: Metrics) -> dict[str, Any]:
     return dict(
         kv_cache_usage_ratio=m.highest("sglang:token_usage"),
-        requests_running=m.total("sglang:num_running_reqs"),
-        requests_waiting=m.total("sglang:num_queue_reqs"),
+        # 0.3.x (python/sglang/srt/metrics/metrics_collector.py): num_requests_running / num_requests_waiting
+        requests_running=m.total("sglang:num_running_reqs", "sglang:num_requests_running"),
+        requests_waiting=m.total("sglang:num_queue_reqs", "sglang:num_requests_waiting"),
         preemptions_total=m.total("sglang:num_retracted_requests_total"),
         kv_cache_capacity_tokens=m.total("sglang:max_total_num_tokens"),
         prompt_tokens_total=m.total("sglang:prompt_tokens_total"),
@@ -506,8 +542,62 @@ def _triton(m: Metrics) -> dict[str, Any]:
     )
 
 
+def _llamacpp(m: Metrics) -> dict[str, Any]:
+    """llama.cpp's llama-server (``--metrics``): slots processing and deferred requests; its KV cache usage
+    gauge only in the releases that export it (llamacpp:kv_cache_usage_ratio, removed in 2025)."""
+    return dict(
+        kv_cache_usage_ratio=m.highest("llamacpp:kv_cache_usage_ratio"),
+        requests_running=m.total("llamacpp:requests_processing"),
+        requests_waiting=m.total("llamacpp:requests_deferred"),
+        prompt_tokens_total=m.total("llamacpp:prompt_tokens_total"),
+        generation_tokens_total=m.total("llamacpp:tokens_predicted_total"),
+    )
+
+
+MAX_MODEL_NAME = 128  # characters of a resident model's name kept (a name is whoever pulled the model's to choose)
+MAX_RESIDENT_MODELS = 256  # entries of a status answer's model list read (Ollama loads a few; OLLAMA_MAX_LOADED_MODELS)
+
+
+def _json(body: bytes, runtime: str) -> Any:
+    """A status endpoint's JSON answer, or a one-line ScrapeError naming what is wrong with it."""
+    import json
+
+    label = runtime_descriptions.label(runtime)
+    try:
+        return json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ScrapeError(f"body is not UTF-8 text (byte 0x{body[exc.start]:02x} at offset {exc.start})") from None
+    except ValueError as exc:
+        raise ScrapeError(f"not the JSON {label}'s status endpoint answers: {str(exc).splitlines()[0][:120]}") from None
+
+
+def _ollama_ps(doc: Any) -> dict[str, Any]:
+    """Ollama's GET /api/ps (api/types.go ProcessResponse): ``{"models": [{"name", "size", "size_vram",
+    "expires_at", ...}]}``, the models it holds loaded, each with its bytes in all and in GPU memory (size_vram is
+    left out when 0: all on the CPU, ollama#4840). No request counts: Ollama exports none."""
+    models = doc.get("models") if isinstance(doc, dict) else None
+    if not isinstance(models, list):
+        raise ScrapeError("not an Ollama /api/ps answer: no \"models\" list; is the endpoint http://HOST:11434/api/ps?")
+    if len(models) > MAX_RESIDENT_MODELS:
+        raise Oversized(f"oversized: {len(models)} resident models, more than the {MAX_RESIDENT_MODELS} read "
+                        "(serving.MAX_RESIDENT_MODELS); not read", 0)
+    names, total, vram = [], 0.0, 0.0
+    for i, m in enumerate(models):
+        size, in_vram = (m.get("size"), m.get("size_vram", 0)) if isinstance(m, dict) else (None, None)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 2**63 for v in (size, in_vram)):
+            raise ScrapeError(f"not an Ollama /api/ps answer: models[{i}] has no byte counts size and size_vram")
+        name = str(m.get("name") or m.get("model") or "?")
+        names.append(name if len(name) <= MAX_MODEL_NAME else name[:MAX_MODEL_NAME - 3] + "...")
+        total += size
+        vram += in_vram
+    return dict(resident_models=tuple(names), resident_bytes=total, resident_vram_bytes=vram)
+
+
+# runtime -> the reader of its JSON status endpoint (RuntimeDescription.status), for runtimes without /metrics
+STATUS_READERS: dict[str, Callable[[Any], dict[str, Any]]] = {"ollama": _ollama_ps}
+
 NORMALIZERS: dict[str, Callable[[Metrics], dict[str, Any]]] = {
-    "vllm": _vllm, "sglang": _sglang, "tgi": _tgi, "triton": _triton,
+    "vllm": _vllm, "sglang": _sglang, "tgi": _tgi, "triton": _triton, "llama.cpp": _llamacpp,
 }  # fmt: skip
 
 
@@ -551,8 +641,11 @@ def read_exposition(body: bytes, content_type: str, declared: str | None,
     if kind in ("text/html", "application/xhtml+xml") or head.startswith((b"<!doctype html", b"<html")):
         raise ScrapeError(f"answered an HTML page ({kind or 'no Content-Type'}), not a Prometheus exposition; "
                           "is the endpoint the runtime's /metrics?")
+    if declared in STATUS_READERS:  # a runtime without /metrics: its JSON status endpoint (Ollama's /api/ps)
+        return declared, STATUS_READERS[declared](_json(body, declared))
     if kind in ("application/json",):
-        raise ScrapeError("answered JSON, not a Prometheus exposition; is the endpoint the runtime's /metrics?")
+        raise ScrapeError("answered JSON, not a Prometheus exposition; is the endpoint the runtime's /metrics? (an "
+                          "Ollama /api/ps is read for a profile that declares runtime ollama)")
     if kind == "application/vnd.google.protobuf":
         raise ScrapeError("answered protobuf; headroom reads the text format")
     try:
@@ -568,6 +661,7 @@ def read_exposition(body: bytes, content_type: str, declared: str | None,
         raise ScrapeError(f"endpoint serves {RUNTIMES[runtime][0]} metrics but the profile declares runtime "
                           f"{declared}")
     fields = NORMALIZERS[runtime](metrics)
+    fields["process_start_time_seconds"] = metrics.total(START_TIME.rstrip())
     if metrics.oversized:
         fields.update(oversized="; ".join(metrics.oversized), dropped_buckets=metrics.dropped_buckets)
     return runtime, fields
@@ -759,6 +853,16 @@ def one_line(message: str) -> str:
     return message if len(message) <= MAX_ERROR_CHARS else message[:MAX_ERROR_CHARS - 25] + f"... ({len(message)} characters)"
 
 
+def _same_url(url: str) -> str:
+    """A /metrics URL as compared with another (``localhost`` is 127.0.0.1, the path defaults to /metrics)."""
+    try:
+        t = Target.parse(url)
+    except ScrapeError:
+        return url
+    host = "127.0.0.1" if t.host in ("localhost", "0.0.0.0") else t.host
+    return f"{t.scheme}://{host}:{t.port}{t.path}"
+
+
 def declared_runtime(profile: Any) -> str | None:
     """The runtime a profile declares, when it is one this collector reads (else detection decides)."""
     name = getattr(getattr(profile, "runtime", None), "name", None)
@@ -769,7 +873,7 @@ def declared_runtime(profile: Any) -> str | None:
 class ServingCollector(Collector):
     name = "serving"
     default_enabled = True
-    description = "serving runtimes' /metrics (vLLM, SGLang, TGI, Triton) of workloads with an endpoint, and of automatic servers"
+    description = "serving runtimes' /metrics (vLLM, SGLang, TGI, Triton, llama.cpp) of workloads with an endpoint, and of automatic servers"
 
     def __init__(self, ctx: SourceContext) -> None:
         super().__init__(ctx)
@@ -824,21 +928,31 @@ class ServingCollector(Collector):
 
     def _auto_endpoints(self) -> list[_Endpoint]:
         """Endpoints of the serving launchers the identity collector found in the previous tick (the URL
-        their command line names: workload/launchers.py), for those no declared profile claims. Not in a
-        simulation: a stand-in's command line names a port it does not serve on."""
-        previous = self.ctx.previous() if self.ctx.previous is not None and self.ctx.scenario is None else None
+        their command line names: workload/launchers.py), for those no declared profile claims. In a
+        simulation, a stand-in's command line may name a port it does not serve on: a launcher that is a
+        scenario's stand-in is scraped where that stand-in serves (``Scenario.standin_endpoint``; one that serves
+        nothing is not scraped), any other where its command line says."""
+        previous = self.ctx.previous() if self.ctx.previous is not None else None
         identity = previous.data("identity") if previous is not None else None
+        where = getattr(self.ctx.scenario, "standin_endpoint", None) if self.ctx.scenario is not None else None
         wanted: dict[str, tuple[str, str]] = {}
         if identity is not None:
             processes = previous.data("processes")
-            claimed = {pid for w in getattr(processes, "workloads", ()) for pid in w.pids}
             declared = {p.name for p in self._profiles}
+            named = {_same_url(p.endpoint) for p in self._profiles if getattr(p, "endpoint", None)}
+            # the declared entries' processes: the automatic workloads' entries, under their own names, are not
+            autos = {g.name for g in getattr(identity, "groups", ())} - declared
+            claimed = {pid for w in getattr(processes, "workloads", ()) if w.name not in autos for pid in w.pids}
             for g in getattr(identity, "groups", ()):
                 launcher = getattr(g, "launcher", None)
-                if (launcher is None or not launcher.metrics_url or g.name in declared
-                        or (g.pids and all(pid in claimed for pid in g.pids))):
+                if (launcher is None or g.name in declared or (g.pids and all(pid in claimed for pid in g.pids))):
                     continue
-                wanted[g.name] = (launcher.metrics_url, RUNTIME_ALIASES.get(launcher.runtime, ""))
+                url = launcher.metrics_url
+                if where is not None and launcher.role == "serving":
+                    served = next((u for u in map(where, g.pids) if u is not None), None)
+                    url = url if served is None else served
+                if url and _same_url(url) not in named:  # a server whose /metrics a profile names is that profile's
+                    wanted[g.name] = (url, RUNTIME_ALIASES.get(launcher.runtime, ""))
         for name in [n for n, e in self._auto.items() if wanted.get(n, ("",))[0] != e.url]:
             self._auto.pop(name).stop()  # gone, or now on another port
         for name, (url, runtime) in wanted.items():
@@ -861,7 +975,7 @@ class ServingCollector(Collector):
         calls it between ticks, so every tick hands out the scrape the tick before started."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            endpoints = list(self._endpoints.values())
+            endpoints = [*self._endpoints.values(), *self._auto.values()]
         for e in endpoints:
             with e._cv:
                 if not e._cv.wait_for(lambda e=e: not (e._wanted or e._busy),

@@ -43,6 +43,8 @@ from headroom.samples import (
 from headroom.workload.profiles import Kind, WorkloadProfile
 from headroom.workload.sizing import DEFAULTS, Estimate, OverheadConstants, SizingError, estimate
 
+MAX_RANKS_NAMED = 8  # ranks a declared-against-measured workers problem names one by one (the rest are counted)
+
 
 @dataclass(frozen=True, slots=True)
 class WorkloadGpu:
@@ -77,17 +79,37 @@ class WorkloadStatus:
     expected_per_gpu_bytes: int | None = None  # what NVML should show on each of its GPUs
     expected_peak_bytes: int | None = None  # expected_per_gpu_bytes x its GPU count
     estimate_error: str | None = None  # why there is no estimate
-    dataloader_workers: int | None = None  # children of the main process, when the profile declares workers
+    # the DataLoader worker processes found under its ranks, summed over them (WorkloadProcesses.ranks): for a
+    # trainer (not a serving kind) or a profile that declares workers, whose processes are measured; else None
+    dataloader_workers: int | None = None
+    declared_dataloader_workers: int | None = None  # what its profile says (per rank: a DataLoader's num_workers)
     source: str = "declared"  # "declared" (a profile) | "auto" (a pod, job, container or unit holding a GPU)
     cgroup: CgroupStats | None = None  # auto workloads: their cgroup's v2 files (declared: in ``measured``)
     job: str = ""  # the profile's job (a job spanning hosts) and team, "" when it names none
     team: str = ""
-    profile: WorkloadProfile | None = None  # auto workloads started by a launcher: the profile made from it
+    # auto workloads: the profile made from their launcher, else ``minimal_profile`` (their name alone)
+    profile: WorkloadProfile | None = None
 
     @property
     def gpu_indices(self) -> tuple[int, ...]:
         """Indices of the GPUs it uses (attributed or declared)."""
         return tuple(g.index for g in self.gpus)
+
+    @property
+    def dataloader_workers_problem(self) -> str | None:
+        """Why the declared ``dataloader_workers`` is not what runs (both numbers, per rank), or None when they agree
+        or either is unknown: the analysis uses the measured count, never the declared one."""
+        declared, procs = self.declared_dataloader_workers, self.measured
+        if declared is None or procs is None or not procs.ranks:
+            return None
+        counts = sorted(procs.ranks.items())
+        if all(len(w) == declared for _, w in counts):
+            return None
+        found = ", ".join(f"pid {r} {len(w)}" for r, w in counts[:MAX_RANKS_NAMED])
+        more = f" and {len(counts) - MAX_RANKS_NAMED} more" if len(counts) > MAX_RANKS_NAMED else ""
+        return (f"the profile declares dataloader_workers {declared} (per rank) but "
+                f"{procs.dataloader_workers} run under its {len(counts)} {'rank' if len(counts) == 1 else 'ranks'} "
+                f"({found}{more}); the measured count is used")
 
     @property
     def cpu_quota_cores(self) -> float | None:
@@ -117,10 +139,12 @@ def attribute(
         if memo is not None:
             memo.tick_done()  # no automatic workload this tick: forget them all
         return declared
-    claimed = {pid for w in by_name.values() for pid in w.pids}
     names = {p.name for p in profiles}
+    # the declared profiles' processes (the entries of automatic workloads, under their own names, follow them)
+    claimed = {pid for name, w in by_name.items() if name in names for pid in w.pids}
     autos = tuple(st for g in identity.groups
-                  if (st := _auto_status(g, claimed, names, gpus, constants, where, memo)) is not None)
+                  if (st := _auto_status(g, claimed, names, gpus, constants, where, memo, by_name.get(g.name)))
+                  is not None)
     if memo is not None:
         memo.tick_done()
     return declared + autos
@@ -129,6 +153,9 @@ def attribute(
 _STATUS_FIELDS = tuple(f.name for f in fields(WorkloadStatus) if f.init)  # in __init__'s order
 _STATUS_VALUES = attrgetter(*_STATUS_FIELDS)
 _CGROUP = _STATUS_FIELDS.index("cgroup")
+_PROCESSES = _STATUS_FIELDS.index("processes")
+_MEASURED = _STATUS_FIELDS.index("measured")
+_WORKERS = _STATUS_FIELDS.index("dataloader_workers")
 
 
 class AutoStatuses:
@@ -154,15 +181,20 @@ class AutoStatuses:
     def __len__(self) -> int:
         return len(self._last)
 
-    def get(self, name: str, key: tuple, cgroup: CgroupStats | None) -> WorkloadStatus | None:
-        """Last tick's status of ``name`` if it was made from inputs equal to ``key`` (its cgroup ``cgroup``)."""
+    def get(self, name: str, key: tuple, cgroup: CgroupStats | None, measured: WorkloadProcesses | None = None,
+            processes: int | None = None) -> WorkloadStatus | None:
+        """Last tick's status of ``name`` if it was made from inputs equal to ``key`` (its cgroup ``cgroup``, its
+        processes collector's entry ``measured`` and member count ``processes``: figures it only carries)."""
         found = self._last.get(name)
         if found is None or found[0] != key:
             return None
         st = found[1]
-        if st.cgroup is not cgroup and st.cgroup != cgroup:  # busy pods: every tick
-            values = _STATUS_VALUES(st)  # as dataclasses.replace, at half its cost
-            st = WorkloadStatus(*values[:_CGROUP], cgroup, *values[_CGROUP + 1:])
+        if (st.cgroup is not cgroup and st.cgroup != cgroup) or st.measured is not measured \
+                or st.processes != processes:  # busy pods: every tick
+            values = list(_STATUS_VALUES(st))  # as dataclasses.replace, at half its cost
+            values[_CGROUP], values[_MEASURED], values[_PROCESSES] = cgroup, measured, processes
+            values[_WORKERS] = measured_workers(st.kind, None, measured)
+            st = WorkloadStatus(*values)
         self._now[name] = (key, st)
         return st
 
@@ -242,12 +274,16 @@ def _place(listing: tuple[int, int, int, GpuProcess]) -> tuple[int, int, int]:
 
 def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Sequence[GpuSample],
                  constants: OverheadConstants, where: _GpuIndex | None = None,
-                 memo: AutoStatuses | None = None) -> WorkloadStatus | None:
+                 memo: AutoStatuses | None = None, measured: WorkloadProcesses | None = None
+                 ) -> WorkloadStatus | None:
     """An automatic workload (a pod, job, container, unit or launcher holding a GPU); None when a declared
     profile already matches its GPU processes (the declared profile wins) or carries the same name. One
     started by a serving or training launcher gets a profile from its command line and model config
     (workload/launchers.py) and is sized like a declared one; without a readable model config it has its
-    measured values and the reason in ``estimate_error``, nothing guessed."""
+    measured values and the reason in ``estimate_error``, nothing guessed. Any other gets a profile of its
+    name alone (``minimal_profile``: no memory model, so no expected memory, "automatic workload: no profile
+    to size it"), so that it still gets the verdicts that need none. ``measured``: the processes collector's
+    entry of its name (its members' CPU, threads, RSS, I/O), whose count is its ``processes``."""
     if claimed_by_declared(g, claimed, names):
         return None
     pids = [pid for pid in g.pids if pid not in claimed] if claimed else list(g.pids)
@@ -255,17 +291,20 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
         where = _GpuIndex.of(gpus)
     positions, inputs = where.lookup(pids, g.gpus)
     key: tuple = ()
-    if memo is not None:  # every input below but the cgroup, which the status only carries (AutoStatuses)
-        key = (g.kind, g.processes, g.launcher, g.model, g.gpus, tuple(pids), constants, inputs)
-        if (known := memo.get(g.name, key, g.cgroup)) is not None:
+    if measured is not None:
+        processes: int | None = measured.processes
+    else:  # the processes collector has not measured it yet (its first tick) or failed: what its cgroup says
+        processes = g.processes if g.processes is not None else (len(pids) if pids else None)
+    if memo is not None:  # every input below but the figures the status only carries (AutoStatuses)
+        key = (g.kind, g.launcher, g.model, g.gpus, tuple(pids), constants, inputs)
+        if (known := memo.get(g.name, key, g.cgroup, measured, processes)) is not None:
             return known
     used = _gpus_of(set(pids), set(g.gpus), [gpus[i] for i in positions])
     known_used = [x.memory_used_bytes for x in used if x.memory_used_bytes is not None]
     totals = [x.memory_total_bytes for x in used if x.memory_total_bytes is not None]
-    processes = g.processes if g.processes is not None else (len(pids) if pids else None)
     kind, model, precision, runtime = g.kind, "", "", ""
-    profile: WorkloadProfile | None = None
-    error: str | None = "automatic workload: no profile to size it"
+    profile: WorkloadProfile = minimal_profile(g.name)
+    error: str | None = NO_PROFILE
     est, expected = None, (EMPTY, None, None)
     if g.launcher is not None:
         from headroom.workload.launchers import auto_profile
@@ -280,9 +319,11 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
             if est is not None:
                 expected = _expected(profile, est, len(used))
     components, per_gpu, peak = expected
+    workers = measured_workers(kind, None, measured)  # as AutoStatuses.get makes it again from a new ``measured``
     status = WorkloadStatus(
         name=g.name, kind=kind, model=model, precision=precision, runtime=runtime, processes=processes,
-        measured=None, gpus=used, gpu_memory_used_bytes=sum(known_used) if known_used else None,
+        measured=measured, dataloader_workers=workers, gpus=used,
+        gpu_memory_used_bytes=sum(known_used) if known_used else None,
         gpu_memory_capacity_bytes=sum(totals) if used and len(totals) == len(used) else None,
         estimate=est, expected_components=components, expected_per_gpu_bytes=per_gpu, expected_peak_bytes=peak,
         estimate_error=error, source="auto", cgroup=g.cgroup, profile=profile,
@@ -290,6 +331,19 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
     if memo is not None:
         memo.put(g.name, key, status)
     return status
+
+
+NO_PROFILE = "automatic workload: no profile to size it"  # estimate_error of one no launcher describes
+
+
+@lru_cache(maxsize=1024)
+def minimal_profile(name: str) -> WorkloadProfile:
+    """The profile of an automatic workload that no launcher describes: its name, and nothing the memory model
+    could size (no model, no expected memory); kind ``inference``, the one whose rules assume least (not
+    ``cpu-inference``, which has no GPU; not ``training``, whose remedies speak of micro-batches). Enough for
+    the verdicts that need no memory model: cpu, host and shared memory, disk, network, serving and the GPU's
+    own rules on its GPUs. Memoised: the same object every tick (a pod's churn replaces the oldest)."""
+    return WorkloadProfile(name=name, kind=Kind.INFERENCE)
 
 
 def _sized(p: WorkloadProfile, totals: Sequence[int], gpus: int, constants: OverheadConstants
@@ -347,18 +401,28 @@ def _status(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[
     if est is not None:
         components, per_gpu, peak = _expected(p, est, len(used))
 
-    workers = None
-    main = getattr(procs, "main_pid", None)
-    if p.dataloader_workers is not None and main is not None:
-        workers = procs.children.get(main, 0)
     precision = p.weight_precision
     return WorkloadStatus(
         name=p.name, kind=p.kind.value, model=p.model.name or "", precision=precision.value if precision else "",
         runtime=p.runtime.name or "", processes=procs.processes if procs is not None else None, measured=procs,
         gpus=used, gpu_memory_used_bytes=sum(known_used) if known_used else None, gpu_memory_capacity_bytes=capacity,
         estimate=est, expected_components=components, expected_per_gpu_bytes=per_gpu, expected_peak_bytes=peak,
-        estimate_error=error, dataloader_workers=workers, job=p.job or "", team=p.team or "",
+        estimate_error=error, dataloader_workers=measured_workers(p.kind, p.dataloader_workers, procs),
+        declared_dataloader_workers=p.dataloader_workers, job=p.job or "", team=p.team or "",
     )  # fmt: skip
+
+
+def measured_workers(kind: Kind | str, declared: int | None, procs: WorkloadProcesses | None) -> int | None:
+    """The DataLoader workers found under a workload's ranks, summed: for a trainer (any kind but a serving one) or a
+    profile that declares workers, where its processes are measured; None otherwise (a serving runtime's own
+    processes are not DataLoader workers, and an unmeasured workload's count is unknown, not 0)."""
+    if procs is None:
+        return None
+    found = getattr(procs, "dataloader_workers", None)
+    serving = Kind(kind).is_inference if kind in set(Kind) else False
+    if serving and declared is None and not found:
+        return None
+    return found
 
 
 def _gpus(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[GpuSample],

@@ -45,6 +45,8 @@ _FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
                                                         "version; default: the newest documented)"),
     "--gpu-memory-utilization": (("runtime", "gpu_memory_utilization"), float, "vLLM's reservation ratio"),
     "--mem-fraction-static": (("runtime", "mem_fraction_static"), float, "SGLang's weights + KV share of the card"),
+    "--kv-cache-memory": (("runtime", "kv_cache_memory_bytes"), str, "vLLM's --kv-cache-memory-bytes (e.g. 4GiB; on "
+                                                                     "its CPU build also VLLM_CPU_KVCACHE_SPACE GiB)"),
     "--max-num-batched-tokens": (("runtime", "max_num_batched_tokens"), int, "tokens per forward pass (chunked "
                                                                               "prefill budget; bounds activations)"),
     "--max-num-seqs": (("runtime", "max_num_seqs"), int, "sequences per step (vLLM profiles its sampler with it)"),

@@ -11,7 +11,8 @@ Recognised (docs/workload-identity.md, "Runtimes that describe themselves"):
 - ``vllm serve MODEL`` and ``python -m vllm.entrypoints.openai.api_server --model MODEL``;
 - ``python -m sglang.launch_server --model-path MODEL``;
 - ``text-generation-launcher --model-id MODEL`` (and TGI's ``text-generation-router``);
-- ``tritonserver``;
+- ``tritonserver`` and TensorRT-LLM's ``trtllm-serve MODEL``;
+- llama.cpp's ``llama-server -m MODEL``, and Ollama's ``ollama serve`` / ``ollama runner`` (``ollama_llama_server``);
 - ``torchrun`` / ``python -m torch.distributed.run`` (``torch.distributed.launch``), ``deepspeed``,
   ``accelerate launch``.
 
@@ -37,8 +38,15 @@ from headroom.safeio import excerpt
 from headroom.samples import Launcher, ModelInfo
 
 # runtime -> (module names run with -m, executable base names)
-_SERVING_MODULES = {"vllm.entrypoints.openai.api_server": "vllm", "sglang.launch_server": "sglang"}
-_SERVING_EXES = {"text-generation-launcher": "tgi", "text-generation-router": "tgi", "tritonserver": "triton"}
+# (the runtime names are workload/runtimes.py's, which says how each reserves GPU memory up front)
+_SERVING_MODULES = {"vllm.entrypoints.openai.api_server": "vllm", "sglang.launch_server": "sglang",
+                    "tensorrt_llm.commands.serve": "tensorrt-llm"}
+_SERVING_EXES = {"text-generation-launcher": "tgi", "text-generation-router": "tgi", "tritonserver": "triton",
+                 "trtllm-serve": "tensorrt-llm", "llama-server": "llama.cpp", "ollama_llama_server": "ollama"}
+# runtimes started as ``PROGRAM SUBCOMMAND``: (program, subcommands) -> runtime
+_SERVING_SUBCOMMANDS = {"vllm": (("serve",), "vllm"), "ollama": (("serve", "runner"), "ollama")}
+# runtimes whose first positional argument is the model (``vllm serve MODEL``, ``trtllm-serve MODEL``)
+_POSITIONAL_MODEL = {"vllm", "tensorrt-llm"}
 _TRAINING_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun"}
 _TRAINING_EXES = {"torchrun": "torchrun", "deepspeed": "deepspeed"}
 _PYTHON = re.compile(r"^python[0-9.]*$")
@@ -46,16 +54,19 @@ _WRAPPERS = {"uv", "run", "env", "exec", "nice", "numactl", "taskset", "chrt", "
 
 # Where each serving runtime exposes /metrics: (host flag, metrics port flag, default port).
 # vLLM and SGLang serve it on the API port (vLLM's default 8000, SGLang's 30000; SGLang only with
-# --enable-metrics); TGI's router on --prometheus-port (9000); Triton on --metrics-port (8002).
+# --enable-metrics); TGI's router on --prometheus-port (9000); Triton on --metrics-port (8002); llama.cpp's
+# llama-server on its port (8080, only with --metrics). Ollama has no Prometheus endpoint, and trtllm-serve's
+# /metrics answers JSON: neither is scraped.
 _METRICS = {
     "vllm": ("--host", "--port", 8000),
     "sglang": ("--host", "--port", 30000),
     "tgi": ("--hostname", "--prometheus-port", 9000),
     "triton": ("--metrics-address", "--metrics-port", 8002),
+    "llama.cpp": ("--host", "--port", 8080),
 }
 # the API port each serves requests on (Triton: HTTP; TGI: the router's --port, default 3000)
 _API_PORT = {"vllm": ("--port", 8000), "sglang": ("--port", 30000), "tgi": ("--port", 3000),
-             "triton": ("--http-port", 8000)}  # fmt: skip
+             "triton": ("--http-port", 8000), "llama.cpp": ("--port", 8080)}  # fmt: skip
 
 # setting -> (type, flags) per runtime; flags are spelled with dashes (underscores are read as dashes)
 _INT, _FLOAT, _STR, _HUMAN = "int", "float", "str", "human"
@@ -97,6 +108,27 @@ _FLAGS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         "max_num_batched_tokens": (_INT, ("--max-batch-prefill-tokens",)),
     },
     "triton": {},  # its --model-repository holds many models: nothing to size from the command line
+    "tensorrt-llm": {  # trtllm-serve MODEL (its flags are spelled with underscores)
+        "model": (_STR, ("--model",)),
+        "max_model_len": (_INT, ("--max-seq-len",)),
+        "tensor_parallel": (_INT, ("--tp-size",)),
+        "pipeline_parallel": (_INT, ("--pp-size",)),
+        "max_num_seqs": (_INT, ("--max-batch-size",)),
+        "max_num_batched_tokens": (_INT, ("--max-num-tokens",)),
+        "port": (_INT, ("--port",)),
+    },
+    "llama.cpp": {
+        "model": (_STR, ("--model", "-m")),
+        "max_model_len": (_INT, ("--ctx-size", "-c")),
+        "max_num_seqs": (_INT, ("--parallel", "-np")),
+        "max_num_batched_tokens": (_INT, ("--batch-size", "-b")),
+    },
+    "ollama": {  # `ollama runner` (and the older ollama_llama_server): the model blob and its context
+        "model": (_STR, ("--model",)),
+        "max_model_len": (_INT, ("--ctx-size",)),
+        "max_num_seqs": (_INT, ("--parallel",)),
+        "port": (_INT, ("--port",)),
+    },
     "torchrun": {"nproc_per_node": (_STR, ("--nproc-per-node",)), "nnodes": (_STR, ("--nnodes",))},
     "deepspeed": {"nproc_per_node": (_STR, ("--num-gpus",)), "nnodes": (_STR, ("--num-nodes",))},
     "accelerate": {"world_size": (_INT, ("--num-processes",)), "nnodes": (_STR, ("--num-machines",)),
@@ -171,8 +203,8 @@ def _find(argv: Sequence[str]) -> tuple[str, int] | None:
     while i < min(len(argv), 8):
         name = argv[i].rsplit("/", 1)[-1]
         nxt = argv[i + 1] if i + 1 < len(argv) else None
-        if name == "vllm" and nxt == "serve":
-            return "vllm", i + 2
+        if name in _SERVING_SUBCOMMANDS and nxt in _SERVING_SUBCOMMANDS[name][0]:
+            return _SERVING_SUBCOMMANDS[name][1], i + 2
         if name == "accelerate" and nxt == "launch":
             return "accelerate", i + 2
         if name in _SERVING_EXES:
@@ -270,8 +302,8 @@ def parse(argv: Sequence[str]) -> Launcher | None:
             del settings[key]
     model = str(settings.pop("model", "") or "")
     script = ""
-    if runtime == "vllm" and not model and start < len(argv) and not argv[start].startswith("-"):
-        model = argv[start]  # `vllm serve MODEL [options]`
+    if runtime in _POSITIONAL_MODEL and not model and start < len(argv) and not argv[start].startswith("-"):
+        model = argv[start]  # `vllm serve MODEL [options]`, `trtllm-serve MODEL [options]`
     if training:
         script = positional[0] if positional else ""
         if not script and "-m" in values:
@@ -306,6 +338,8 @@ def parse(argv: Sequence[str]) -> Launcher | None:
         elif not any(p.startswith(f"{port_flag} ") for p in problems):
             metrics_url = f"http://{reach}:{metrics_port or default_port}/metrics"
         settings.setdefault("port", _API_PORT[runtime][1])
+    elif runtime == "ollama" and not model:  # `ollama serve`: its /api/ps where OLLAMA_HOST says (the identity
+        metrics_url = ollama_status_url(None)[0]  # collector reads it from the process's environment)
     return Launcher(runtime=runtime, role="training" if training else "serving", model=model, script=script,
                     host=host, metrics_url=metrics_url, problems=tuple(problems), **settings)
 
@@ -354,6 +388,50 @@ def _sharding(runtime: str, own: Mapping[str, str], script: Sequence[str]) -> tu
 
 def _flags_for(runtime: str, key: str) -> str:
     return _FLAGS[runtime][key][1][0] if key in _FLAGS[runtime] else key
+
+
+OLLAMA_DEFAULT_PORT = 11434
+
+
+def ollama_status_url(host_var: str | None) -> tuple[str, str | None]:
+    """(URL of ``ollama serve``'s /api/ps, why none) for its OLLAMA_HOST (None or "": unset). Ollama's own rule
+    (envconfig/config.go getOllamaHost, commit 000ce02): quotes and spaces trimmed; ``scheme://`` optional (http; an
+    http:// or https:// value defaults to port 80 or 443); trailing slashes dropped; host:port, else a bare host or IP
+    on the default port, else 127.0.0.1:11434; a port that is not 0-65535 is the default. A wildcard bind address is
+    reached on 127.0.0.1; a host that is not an IP literal or a host name builds no URL (url_host)."""
+    value = (host_var or "").strip().strip("\"'").strip()
+    scheme, sep, hostport = value.partition("://")
+    port = str(OLLAMA_DEFAULT_PORT)
+    if not sep:
+        scheme, hostport = "http", value
+    elif scheme in ("http", "https"):
+        port = "80" if scheme == "http" else "443"
+    else:
+        return "", f"OLLAMA_HOST {excerpt(value)}: not an http(s) address; no status endpoint"
+    hostport = hostport.rstrip("/")
+    host, given = _split_host_port(hostport)
+    if given is None:  # not host:port: a bare host or IP literal on the default port (none: 127.0.0.1)
+        host = hostport.strip("[]") if hostport else "127.0.0.1"
+    elif given.isascii() and given.isdigit() and int(given) <= 65535:
+        port = str(int(given))
+    reach = url_host(host)
+    if reach is None:
+        return "", f"OLLAMA_HOST {excerpt(value)}: not an IP address or host name; no status endpoint"
+    return f"{scheme}://{reach}:{port}/api/ps", None
+
+
+def _split_host_port(hostport: str) -> tuple[str, str | None]:
+    """(host, port) as Go's net.SplitHostPort splits ``host:port`` and ``[v6]:port``; port None where it fails
+    (no port, or more than one colon outside brackets)."""
+    if hostport.startswith("["):
+        end = hostport.find("]")
+        if end < 0 or not hostport[end + 1:].startswith(":"):
+            return "", None
+        return hostport[1:end], hostport[end + 2:]
+    if hostport.count(":") != 1:
+        return "", None
+    host, _, port = hostport.partition(":")
+    return host, port
 
 
 def url_host(host: str) -> str | None:
@@ -591,3 +669,108 @@ def _precision(launcher: Launcher, d: dict[str, Any], notes: list[str], serving:
 
 
 __all__ = ["MAX_ARGS", "auto_profile", "display_name", "metrics_endpoint", "parse", "url_host"]
+
+
+# ------------------------------------------------------------------------------ ranks and DataLoader workers
+# What PyTorch (2.5 and later; 2.13 observed) names the main thread of each DataLoader worker process, at the
+# start of its worker loop, under every start method: /proc/PID/comm of the worker reads it (the thread
+# group leader's name). Its pin-memory thread is "pt_data_pin", a thread of the rank, not a process.
+DATALOADER_WORKER_COMM = "pt_data_worker"
+# the per-node launcher the ``deepspeed`` command starts (``python -u -m deepspeed.launcher.launch ...``),
+# whose children are the ranks
+_RANK_PARENT_MODULES = frozenset({"deepspeed.launcher.launch"})
+RANK_PARENTS_KEPT = 256  # command lines whose launcher verdict (starts_ranks) is memoised
+_SPAWN_MAIN = "from multiprocessing.spawn import spawn_main"
+_FORKSERVER_MAIN = "from multiprocessing.forkserver import main"
+
+
+def starts_ranks(argv: Sequence[str]) -> bool:
+    """True when a command line is a training launcher whose children are the ranks: ``torchrun`` (``python -m
+    torch.distributed.run`` / ``.launch``), ``accelerate launch``, ``deepspeed`` and the per-node
+    ``python -m deepspeed.launcher.launch`` it starts."""
+    return _starts_ranks(tuple(argv[:MAX_ARGS]))
+
+
+@lru_cache(maxsize=RANK_PARENTS_KEPT)
+def _starts_ranks(argv: tuple[str, ...]) -> bool:  # asked every tick for the same few parents: memoised
+    found = _find(argv)
+    if found is not None:
+        return found[0] in _TRAINING_VALUE_FLAGS
+    for i, a in enumerate(argv[:8]):
+        if a == "-m":
+            return i + 1 < len(argv) and argv[i + 1] in _RANK_PARENT_MODULES
+    return False
+
+
+def _runs(argv: Sequence[str], code: str) -> bool:
+    """True when ``argv`` is ``python [options] -c CODE...`` whose code starts with ``code``."""
+    for i, a in enumerate(argv[:6]):
+        if a == "-c":
+            return i + 1 < len(argv) and argv[i + 1].startswith(code)
+    return False
+
+
+def _python(argv: Sequence[str]) -> bool:
+    """True when a command line runs a Python interpreter (``/usr/bin/python3 -u train.py``; a script started by its
+    shebang or a console script reads so too)."""
+    return bool(argv) and _PYTHON.match(argv[0].rsplit("/", 1)[-1]) is not None
+
+
+def dataloader_ranks(members: Mapping[int, tuple[int, str]], argv_of: Any) -> dict[int, tuple[int, ...]]:
+    """The ranks of a workload and the DataLoader worker processes of each: rank pid -> its workers' pids (sorted).
+
+    ``members``: pid -> (ppid, comm) of every live process of the workload; ``argv_of(pid)``: the command line of
+    any pid (a member or its parent), () when unreadable. Pure: what it reads comes through ``argv_of``, asked only
+    where comm and parentage do not decide (docs/workload-identity.md, "Ranks and DataLoader workers").
+
+    - A rank is a member whose parent (a member or not) is a training launcher (``starts_ranks``) and that is no
+      launcher itself; where no member has one, the workload's main processes (the members whose parent is not a member) are its ranks, unless
+      they are launchers themselves.
+    - A worker is a member below a rank (not a rank itself) that either carries PyTorch's worker name
+      (comm ``pt_data_worker``: fork, spawn and forkserver alike, once its worker loop started), or is a
+      multiprocessing child of the rank not (yet) named so: a spawned one (``-c "from multiprocessing.spawn
+      import spawn_main..."``, importing torch for seconds before its loop names it), a child of the rank's
+      forkserver (``-c "from multiprocessing.forkserver import main..."``), or a fork of the rank that did not
+      exec (the rank's own comm and Python command line: PyTorch before 2.5 never names its workers). Multiprocessing's
+      resource tracker, the forkserver itself, and anything that exec'd another program (a decoder) are not.
+    Each worker counts for its nearest rank above it."""
+    parents = {ppid for ppid, _ in members.values()}
+    launchers = {p for p in parents if p > 0 and starts_ranks(argv_of(p))}  # a few distinct parents: memoised
+    # a launcher's child that launches in turn (deepspeed -> deepspeed.launcher.launch) is no rank: its children are
+    ranks = {pid for pid, (ppid, _) in members.items()
+             if ppid in launchers and pid not in launchers and not starts_ranks(argv_of(pid))}
+    if not ranks:
+        ranks = {pid for pid, (ppid, _) in members.items() if ppid not in members and not starts_ranks(argv_of(pid))}
+    workers: dict[int, list[int]] = {r: [] for r in ranks}
+    argv: dict[int, Sequence[str]] = {}
+
+    def argv_cached(pid: int) -> Sequence[str]:
+        if pid not in argv:
+            argv[pid] = tuple(argv_of(pid))
+        return argv[pid]
+
+    for pid, (ppid, comm) in members.items():
+        if pid in ranks:
+            continue
+        if ppid in ranks:
+            rank = ppid
+        else:  # the nearest rank above it (a tree is at most a few levels deep)
+            rank, up, seen = None, ppid, 0
+            while up in members and seen < len(members):
+                if up in ranks:
+                    rank = up
+                    break
+                up, seen = members[up][0], seen + 1
+            if rank is None:
+                continue
+        if comm == DATALOADER_WORKER_COMM:
+            workers[rank].append(pid)
+            continue
+        if ppid == rank:
+            own = argv_cached(pid)
+            if _runs(own, _SPAWN_MAIN) or (comm == members[rank][1] and _python(own) and own == argv_cached(rank)):
+                workers[rank].append(pid)
+        elif (members[ppid][0] == rank and comm == members[ppid][1] and _runs(argv_cached(ppid), _FORKSERVER_MAIN)
+              and argv_cached(pid) == argv_cached(ppid)):
+            workers[rank].append(pid)  # forked by the rank's forkserver, not (yet) named
+    return {r: tuple(sorted(ws)) for r, ws in workers.items()}

@@ -120,6 +120,12 @@ _LIMITS = {
     "q_lora_rank": MAX_WIDTH, "sliding_window": MAX_TOKENS, "sliding_window_pattern": MAX_LAYERS,
     "attn_layer_period": MAX_LAYERS, "attn_layer_offset": MAX_LAYERS, "full_attention_interval": MAX_LAYERS,
     "first_k_dense_replace": MAX_LAYERS, "n_shared_experts": MAX_EXPERTS, "max_position_embeddings": MAX_TOKENS,
+    # hybrid models' recurrent state (Mamba, gated delta net)
+    "mamba_d_state": MAX_WIDTH, "ssm_state_size": MAX_WIDTH, "mamba_d_conv": MAX_WIDTH, "conv_kernel": MAX_WIDTH,
+    "linear_conv_kernel_dim": MAX_WIDTH, "mamba_n_groups": MAX_WIDTH, "n_groups": MAX_WIDTH,
+    "mamba_n_heads": MAX_WIDTH, "mamba_num_heads": MAX_WIDTH, "mamba_d_head": MAX_WIDTH, "mamba_head_dim": MAX_WIDTH,
+    "linear_num_key_heads": MAX_WIDTH, "linear_num_value_heads": MAX_WIDTH, "linear_key_head_dim": MAX_WIDTH,
+    "linear_value_head_dim": MAX_WIDTH, "mamba_expand": MAX_WIDTH, "mamba_d_ssm": MAX_FFN,
 }  # fmt: skip
 
 
@@ -295,11 +301,29 @@ def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str,
         kv_layers = layers // _int(cfg, where, "full_attention_interval")
     elif layer_types is not None and any("attention" not in str(t) or "linear" in str(t) for t in layer_types):
         kv_layers = sum(1 for t in layer_types if "attention" in str(t) and "linear" not in str(t))
-    if kv_layers is not None and kv_layers < layers:
+    pattern = cfg.get("hybrid_override_pattern")  # NemotronH: M Mamba2, * attention, - MLP, E MoE, one per layer
+    if kv_layers is None and isinstance(pattern, str):
+        if len(pattern) != layers:
+            raise ModelConfigError(where + "hybrid_override_pattern", f"{len(pattern)} layers in the pattern, "
+                                                                      f"num_hidden_layers is {layers}")  # fmt: skip
+        kv_layers = pattern.count("*")
+    state = _recurrent_state(cfg, where, model_type, layers, hidden, kv_layers)
+    if state:
+        arch.update(state)
+        if model_type == "falcon_h1":  # attention and Mamba2 side by side in every layer
+            kv_layers = layers
+        elif isinstance(pattern, str):  # the MLP-only layers ("-", "E") keep neither
+            arch["state_layers"] = pattern.count("M")
+    elif any(k in cfg for k in _STATE_MARKERS) and (kv_layers is None or kv_layers == layers):
+        raise ModelConfigError(where + "model_type", f"{model_type!r} has recurrent (Mamba / linear-attention) "
+                                                     "layers whose layout and state shape are not modelled")  # fmt: skip
+    if kv_layers is not None and (kv_layers < layers or state):
         arch["kv_layers"] = kv_layers
         layout.append("hybrid")
-        notes.append(f"hybrid model: {kv_layers} of {layers} layers hold a KV cache; the other layers' recurrent "
-                     "state (per sequence, independent of its length) is not counted")  # fmt: skip
+        counted = (f"the {arch.get('state_layers', layers - kv_layers)} {state['state_kind']} layers' state is "
+                   "counted per sequence") if state else ("the other layers' recurrent state (per sequence, "
+                                                          "independent of its length) is not counted")  # fmt: skip
+        notes.append(f"hybrid model: {kv_layers} of {layers} layers hold a KV cache; {counted}")
 
     encoder = model_type in _ENCODERS or _is_encoder_architecture(top.get("architectures"))
     if encoder:
@@ -354,6 +378,53 @@ def _is_encoder_architecture(architectures: Any) -> bool:
     if any(n.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for n in names):
         return False
     return all(n.endswith(("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification")) for n in names)
+
+
+# config keys that only recurrent (state-space / linear-attention) layers have
+_STATE_MARKERS = ("mamba_d_state", "ssm_state_size", "linear_num_value_heads", "hybrid_override_pattern",
+                  "mamba_n_heads", "mamba_num_heads", "attn_type_list", "linear_attn_config")  # fmt: skip
+
+
+def _recurrent_state(cfg: Mapping[str, Any], where: str, model_type: str | None, layers: int, hidden: int,
+                     kv_layers: int | None) -> dict[str, Any]:  # fmt: skip
+    """The profile's state_* fields for the hybrid families whose state shape vLLM 0.32 builds from these fields
+    (model_executor/models/<family>.py ``get_mamba_state_shape_from_config``); {} for any other config."""
+    def i(*keys: str, default: int | None = None) -> int:
+        v = _int(cfg, where, *keys, required=default is None)
+        return v if v is not None else default
+
+    if model_type == "jamba":  # jamba.py: mamba1_state_shape(mamba_expand x hidden, mamba_d_state, mamba_d_conv)
+        inner = i("mamba_expand", default=2) * hidden  # transformers' JambaConfig defaults: expand 2, state 16, conv 4
+        out = {"state_kind": "mamba1", "state_conv_dim": inner, "state_heads": inner, "state_head_dim": 1,
+               "state_size": i("mamba_d_state", default=16), "state_conv_kernel": i("mamba_d_conv", default=4)}
+    elif model_type in ("nemotron_h", "granitemoehybrid", "falcon_h1", "bamba"):  # mamba2_state_shape
+        if model_type == "nemotron_h":  # nemotron_h.py: inner = mamba_num_heads x mamba_head_dim
+            heads, head_dim = i("mamba_num_heads"), i("mamba_head_dim")
+            inner, groups = heads * head_dim, i("n_groups", "mamba_n_groups")
+            size, kernel = i("ssm_state_size"), i("conv_kernel")
+        else:  # granitemoehybrid.py / falcon_h1.py: inner = mamba_d_ssm, else mamba_expand x hidden
+            heads, head_dim, groups = i("mamba_n_heads"), i("mamba_d_head"), i("mamba_n_groups", default=1)
+            inner = i("mamba_d_ssm", default=0) or i("mamba_expand", default=2) * hidden
+            size, kernel = i("mamba_d_state"), i("mamba_d_conv", default=4)
+        out = {"state_kind": "mamba2", "state_conv_dim": inner, "state_groups": groups, "state_heads": heads,
+               "state_head_dim": head_dim, "state_size": size, "state_conv_kernel": kernel}
+        if model_type == "nemotron_h":  # SSM state in float32 unless the config says (models/config.py:713-732)
+            out["state_precision"] = _DTYPES.get(str(cfg.get("mamba_ssm_cache_dtype", "float32")), "fp32")
+    elif model_type in ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"):
+        nk, nv = i("linear_num_key_heads"), i("linear_num_value_heads")  # gated_delta_net_state_shape
+        dk, dv = i("linear_key_head_dim"), i("linear_value_head_dim")
+        out = {"state_kind": "gated-delta-net", "state_conv_dim": 2 * nk * dk + nv * dv, "state_heads": nv,
+               "state_head_dim": dv, "state_size": dk, "state_conv_kernel": i("linear_conv_kernel_dim")}
+        if cfg.get("mamba_ssm_dtype") is not None:  # Qwen3.5 (models/config.py:853-866)
+            out["state_precision"] = _DTYPES.get(str(cfg["mamba_ssm_dtype"]), "fp32")
+    else:
+        return {}
+    if model_type == "falcon_h1":
+        out["state_layers"] = layers
+    elif kv_layers is None:
+        raise ModelConfigError(where + "layer_types", f"{model_type} config: which layers hold attention is not given "
+                                                      "(layer_types, layers_block_type or a period)")  # fmt: skip
+    return out
 
 
 def _precision_fields(cfg: Mapping[str, Any], top: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -17,7 +17,8 @@ attribution is optional; the memory model in ``headroom.workload.sizing`` says w
 | model                              | {name, version} or a string (the name)            | versions are strings: quote "1.10"      |
 | runtime                            | {name, version, gpu_memory_utilization,           | gpu_memory_utilization: vllm only;      |
 |                                    | block_size, max_num_batched_tokens, max_num_seqs, | mem_fraction_static: sglang only        |
-|                                    | mem_fraction_static} or a string                  |                                         |
+|                                    | mem_fraction_static, kv_cache_memory_bytes} or a  | kv_cache_memory_bytes: vllm only        |
+|                                    | string                                            |                                         |
 | params                             | 7B, 7e9, 70000000000                              | parameter count                         |
 | precision                          | fp32, fp16, bf16, fp8, int8, int4                 | how the weights are stored              |
 | quantization                       | none, gptq, awq, nf4, or {method, group_size,     | group_size: gptq/awq (128);             |
@@ -29,7 +30,10 @@ attribution is optional; the memory model in ``headroom.workload.sizing`` says w
 |                                    | intermediate_size, vocab_size, tie_embeddings,    | configs); head_dim to hidden/heads;     |
 |                                    | sliding_window, sliding_window_layers, kv_layers, | the rest describe sliding-window, MLA,  |
 |                                    | kv_lora_rank, qk_rope_head_dim, q_lora_rank,      | hybrid and MoE models (docs/sizing.md)  |
-|                                    | experts_per_token, moe_intermediate_size}         |                                         |
+|                                    | experts_per_token, moe_intermediate_size,         |                                         |
+|                                    | state_kind, state_layers, state_conv_dim,         |                                         |
+|                                    | state_conv_kernel, state_groups, state_heads,     |                                         |
+|                                    | state_head_dim, state_size, state_precision}      |                                         |
 | context                            | {typical, max} or an int (= max)                  | tokens per sequence, prompt + output    |
 | output_tokens                      | int                                               | expected output length; < context.max   |
 | concurrency                        | int >= 1                                          | inference: concurrent sequences per     |
@@ -45,15 +49,23 @@ attribution is optional; the memory model in ``headroom.workload.sizing`` says w
 | match                              | {cmdline, exe, systemd_unit, cgroup, pid_file,    | cmdline is a regular expression,        |
 |                                    | container_id}                                     | cgroup a glob, pid_file absolute        |
 | endpoint                           | http(s) URL of the serving /metrics               | default: detected from the command line |
-| slo                                | {ttft_p95: 500ms, itl_p99: 50ms, ...}             | ttft_pNN, itl_pNN (NN: 50, 95, 99);     |
-|                                    |                                                   | needs endpoint or match.cmdline         |
+| slo                                | {ttft_p95: 500ms, itl_p99: 50ms, ...,             | ttft_pNN, itl_pNN (NN: 50, 95, 99);     |
+|                                    | error_rate: 1%}                                   | latency objectives need endpoint or     |
+|                                    |                                                   | match.cmdline; error_rate (a ratio or   |
+|                                    |                                                   | N%) is the probe's error budget         |
+| load                               | {input_tokens, output_tokens, concurrency, rate}  | the load ``headroom probe`` drives      |
+|                                    | input/output_tokens: {typical, max, distribution} | (docs/probe.md): tokens per request     |
+|                                    | or an int (= typical); distribution: fixed,       | (fixed: every request at typical;       |
+|                                    | exponential; concurrency: {normal, peak} or int;  | exponential: mean typical, capped at    |
+|                                    | rate: {normal, peak} or a number (requests/s)     | max); inference kinds only              |
 | cost_per_gpu_hour                  | number >= 0                                       | in the operator's currency              |
 | weight_bytes                       | int                                               | weights as stored (safetensors headers) |
 | job                                | name, like ``name``                               | a job spanning hosts (the same on each) |
 | team                               | name, like ``name``                               | who runs it (fleet cost rules)          |
 
-Attribution rule: a profile needs at least one ``match`` rule or an explicit ``gpus`` list; without
-either no process and no GPU could ever be attributed to it, so it is rejected.
+Attribution rule: a profile needs at least one ``match`` rule, an explicit ``gpus`` list or an ``endpoint``; without
+any no process, no GPU and no runtime could ever be attributed to it, so it is rejected. A profile with only an
+``endpoint`` is its serving runtime's view: no process or GPU is attributed to it (docs/analysis.md).
 """
 
 from __future__ import annotations
@@ -98,6 +110,14 @@ class Kind(StrEnum):
     def is_adapter(self) -> bool:
         """True for LoRA and QLoRA: frozen base, trained adapters."""
         return self in (Kind.FINETUNE_LORA, Kind.FINETUNE_QLORA)
+
+
+class StateKind(StrEnum):
+    """The recurrent state of a hybrid model's non-attention layers (vLLM's MambaStateShapeCalculator)."""
+
+    MAMBA1 = "mamba1"  # Jamba: conv (inner, kernel - 1), SSM (inner, state_size)
+    MAMBA2 = "mamba2"  # NemotronH, Granite 4.0-H, Falcon-H1, Bamba: conv (inner + 2 x groups x state, kernel - 1)
+    GATED_DELTA_NET = "gated-delta-net"  # Qwen3-Next, Qwen3.5: conv (2 x k_heads x k_dim + v_heads x v_dim, ...)
 
 
 class Precision(StrEnum):
@@ -174,6 +194,7 @@ class Runtime:
     max_num_batched_tokens: int | None = None  # tokens per forward pass (chunked-prefill budget)
     max_num_seqs: int | None = None  # sequences per step (vLLM's sampler profile uses it)
     mem_fraction_static: float | None = None  # SGLang only; weights + KV share of the card
+    kv_cache_memory_bytes: int | None = None  # vLLM only (--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE on CPU)
 
     @property
     def is_vllm(self) -> bool:
@@ -201,6 +222,29 @@ class Architecture:
     experts: int | None = None  # mixture of experts: routed experts per MoE layer (all are loaded)
     experts_per_token: int | None = None
     moe_intermediate_size: int | None = None
+    # hybrid models' recurrent state per sequence (docs/sizing.md "KV layouts"); shapes as vLLM's
+    # MambaStateShapeCalculator builds them: conv (state_conv_dim [+ 2 x state_groups x state_size], kernel - 1),
+    # SSM (state_heads, state_head_dim, state_size)
+    state_kind: StateKind | None = None
+    state_layers: int | None = None  # layers keeping one (default: layers - kv_layers)
+    state_conv_dim: int | None = None
+    state_conv_kernel: int | None = None
+    state_groups: int | None = None  # Mamba2's B/C groups (replicated up to the tensor degree)
+    state_heads: int | None = None
+    state_head_dim: int | None = None
+    state_size: int | None = None
+    state_precision: Precision | None = None  # the SSM state's dtype (default: the KV cache's)
+
+    @property
+    def effective_state_layers(self) -> int:
+        """Layers with a recurrent state: state_layers, else layers - kv_layers for a hybrid model, else 0."""
+        if self.state_kind is None:
+            return 0
+        if self.state_layers is not None:
+            return self.state_layers
+        if self.layers is not None and self.kv_layers is not None:
+            return self.layers - self.kv_layers
+        return 0
 
     @property
     def effective_kv_heads(self) -> int | None:
@@ -230,6 +274,33 @@ class Architecture:
 class Context:
     typical: int | None = None  # tokens per sequence, prompt + output
     max: int | None = None
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """Tokens per request of a probe's load: every request at ``typical`` (fixed) or drawn around it."""
+
+    typical: int | None = None
+    max: int | None = None
+    distribution: str = "fixed"  # DISTRIBUTIONS
+
+
+@dataclass(frozen=True)
+class Levels:
+    """A load level at normal times and at the expected peak (concurrent requests, or requests/s)."""
+
+    normal: float | None = None
+    peak: float | None = None
+
+
+@dataclass(frozen=True)
+class Load:
+    """What ``headroom probe`` drives against the workload's endpoint (``load:``; docs/probe.md)."""
+
+    input_tokens: Lengths = field(default_factory=Lengths)
+    output_tokens: Lengths = field(default_factory=Lengths)
+    concurrency: Levels = field(default_factory=Levels)
+    rate: Levels = field(default_factory=Levels)
 
 
 @dataclass(frozen=True)
@@ -338,6 +409,8 @@ class WorkloadProfile:
     job: str | None = None  # a (training) job spanning hosts: every host's profile names the same job
     team: str | None = None  # who runs and pays for it: fleet idle cost is summed per team
     slo: tuple[tuple[str, float], ...] = ()  # (objective, seconds), e.g. ("ttft_p95", 0.5)
+    error_budget: float | None = None  # slo.error_rate: the share of failed requests a probe step may have
+    load: Load | None = None  # what `headroom probe` drives (docs/probe.md)
 
     @property
     def effective_quantization(self) -> QuantizationSpec:
@@ -408,10 +481,14 @@ _CONTAINER_ID = re.compile(r"^[0-9a-f]{12,64}$")
 _TOP_KEYS = ("name", "kind", "model", "runtime", "params", "precision", "quantization", "compute_precision",
              "kv_cache_precision", "architecture", "context", "output_tokens", "concurrency", "training", "lora",
              "dataloader_workers", "parallel", "gpus", "match", "endpoint", "cost_per_gpu_hour",
-             "weight_bytes", "job", "team", "slo")  # fmt: skip
+             "weight_bytes", "job", "team", "slo", "load")  # fmt: skip
 _ARCH_KEYS = ("layers", "heads", "kv_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
               "tie_embeddings", "sliding_window", "sliding_window_layers", "kv_layers", "kv_lora_rank",
-              "qk_rope_head_dim", "q_lora_rank", "experts", "experts_per_token", "moe_intermediate_size")  # fmt: skip
+              "qk_rope_head_dim", "q_lora_rank", "experts", "experts_per_token", "moe_intermediate_size",
+              "state_kind", "state_layers", "state_conv_dim", "state_conv_kernel", "state_groups", "state_heads",
+              "state_head_dim", "state_size", "state_precision")  # fmt: skip
+_ARCH_NON_INT = ("tie_embeddings", "state_kind", "state_precision")
+_STATE_SHAPE = ("state_conv_dim", "state_conv_kernel", "state_heads", "state_head_dim", "state_size")
 _TRAINING_KEYS = ("optimizer", "gradient_precision", "master_weights", "gradient_checkpointing",
                   "flash_attention", "batch_size", "micro_batch", "sharding", "offload_optimizer",
                   "offload_params")  # fmt: skip
@@ -419,9 +496,17 @@ _LORA_KEYS = ("rank", "alpha", "target_modules", "precision", "params")
 _MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "container_id", "user", "uid")
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?$")  # what useradd accepts (NAME_REGEX, relaxed)
 _RUNTIME_KEYS = ("name", "version", "gpu_memory_utilization", "block_size", "max_num_batched_tokens", "max_num_seqs",
-                 "mem_fraction_static")  # fmt: skip
+                 "mem_fraction_static", "kv_cache_memory_bytes")  # fmt: skip
 # latency objectives a profile may set: the serving analysis's percentiles (analysis/serving.py)
 SLO_OBJECTIVES = tuple(f"{m}_p{q}" for m in ("ttft", "itl") for q in (50, 95, 99))
+SLO_KEYS = (*SLO_OBJECTIVES, "error_rate")  # error_rate: the probe's error budget (a ratio), not a latency
+_LOAD_KEYS = ("input_tokens", "output_tokens", "concurrency", "rate")
+_LENGTH_KEYS = ("typical", "max", "distribution")
+_LEVEL_KEYS = ("normal", "peak")
+DISTRIBUTIONS = ("fixed", "exponential")  # how `headroom probe` draws each request's length (docs/probe.md)
+MAX_LOAD_TOKENS = 1 << 20  # tokens per request a probe may ask for (far above any context window in use)
+MAX_LOAD_CONCURRENCY = 4096  # concurrent requests a profile may declare (probe.MAX_CONCURRENCY bounds a run)
+MAX_LOAD_RATE = 10_000.0  # requests/s a profile may declare (probe.MAX_RATE bounds a run)
 
 # the keys each section accepts, for the config loader and docs (the tables in the module docstring)
 PROFILE_KEYS = {
@@ -435,7 +520,8 @@ PROFILE_KEYS = {
     "lora": _LORA_KEYS,
     "parallel": ("tensor", "pipeline", "data"),
     "match": _MATCH_KEYS,
-    "slo": SLO_OBJECTIVES,
+    "slo": SLO_KEYS,
+    "load": _LOAD_KEYS,
 }
 
 
@@ -610,7 +696,10 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
     cost = r.number(top, "cost_per_gpu_hour", (), 0.0)
     weight_total = r.integer(top, "weight_bytes", (), 1)
     job, team = _group_name(r, top, "job"), _group_name(r, top, "team")
-    slo = _slo(r, top)
+    slo, error_budget = _slo(r, top)
+    load = _load(r, top)
+    if _ok(load) and load is not None and _ok(kind) and not kind.has_kv_cache:
+        r.error(("load",), f"load describes requests to a serving runtime that generates tokens; kind is {kind.value}")
     if _ok(slo) and slo and top.get("endpoint") is None and not (_ok(match) and match.cmdline):
         r.error(("slo",), "latency objectives are read from the serving runtime: set endpoint (its /metrics URL), "
                           "or a match.cmdline rule that finds the runtime's process (its --host/--port)")
@@ -657,9 +746,13 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
     if _ok(gpus) and _ok(parallel) and gpus and len(gpus) < parallel.gpus:
         r.error(("gpus",), f"lists {len(gpus)} GPU(s) but parallel tensor {parallel.tensor} x pipeline "
                            f"{parallel.pipeline} x data {parallel.data} needs {parallel.gpus}")  # fmt: skip
-    if attributable and _ok(match) and match.empty and not _val(gpus) and not {"gpus", "match"} & _error_roots(r):
+    # a profile with only an endpoint: is its runtime's view (docs/analysis.md, "Serving runtimes"): no process and
+    # no GPU are attributed to it, its runtime's /metrics are what it is judged from
+    if (attributable and _ok(match) and match.empty and not _val(gpus) and not _val(endpoint)
+            and not {"gpus", "match", "endpoint"} & _error_roots(r)):
         r.error(("match",), "a profile needs at least one match rule (cmdline, exe, systemd_unit, cgroup, pid_file, "
-                            "container_id) or an explicit gpus list; otherwise nothing can be attributed to it")  # fmt: skip
+                            "container_id), an explicit gpus list or a serving endpoint; otherwise nothing can be "
+                            "attributed to it")  # fmt: skip
 
     if r.errors:
         raise ProfileErrors(r.errors)
@@ -669,6 +762,7 @@ def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> Worklo
         context=context, output_tokens=output_tokens, concurrency=concurrency, training=training, lora=lora,
         dataloader_workers=workers, parallel=parallel, gpus=gpus, match=match, endpoint=endpoint,
         cost_per_gpu_hour=cost, weight_bytes=weight_total, job=job, team=team, slo=slo,
+        error_budget=error_budget, load=load,
     )  # fmt: skip
 
 
@@ -711,11 +805,26 @@ def _runtime(r: _Reader, top: Mapping) -> Any:
         max_num_batched_tokens=_val(r.integer(m, "max_num_batched_tokens", p, 1)),
         max_num_seqs=_val(r.integer(m, "max_num_seqs", p, 1)),
         mem_fraction_static=_val(r.number(m, "mem_fraction_static", p, 0.0, 1.0, exclusive_minimum=True)),
+        kv_cache_memory_bytes=_val(_size(r, m, "kv_cache_memory_bytes", p)),
     )
-    for key, owner, label in (("gpu_memory_utilization", "vllm", "a vLLM"), ("mem_fraction_static", "sglang", "an SGLang")):
+    for key, owner, label in (("gpu_memory_utilization", "vllm", "a vLLM"), ("mem_fraction_static", "sglang", "an SGLang"),
+                              ("kv_cache_memory_bytes", "vllm", "a vLLM")):  # fmt: skip
         if m.get(key) is not None and rt.name != owner:
             r.error(p + (key,), f"{key} is {label} setting; runtime.name is {rt.name or 'not set'}")
     return rt
+
+
+def _size(r: _Reader, m: Mapping, key: str, path: Path) -> Any:
+    """A size in bytes: an integer or a string with a unit (64MiB, 4GiB)."""
+    if m.get(key) is None:
+        return None
+    try:
+        n = units.parse_bytes(m[key], what=key)
+    except ValueError as exc:
+        return r.error(path + (key,), str(exc))
+    if n < 1 or n > MAX_INTEGER:
+        return r.error(path + (key,), f"must be between 1 byte and 2^53; got {_short(m[key])}")
+    return n
 
 
 def _quantization(r: _Reader, top: Mapping) -> Any:
@@ -752,8 +861,10 @@ def _architecture(r: _Reader, top: Mapping) -> Any:
     m = r.mapping(v, p, _ARCH_KEYS)
     if m is None:
         return _BAD
-    values = {k: r.integer(m, k, p, 1) for k in _ARCH_KEYS if k != "tie_embeddings"}
+    values = {k: r.integer(m, k, p, 1) for k in _ARCH_KEYS if k not in _ARCH_NON_INT}
     tie = r.boolean(m, "tie_embeddings", p)
+    values["state_kind"] = r.choice(m, "state_kind", p, StateKind)
+    values["state_precision"] = r.choice(m, "state_precision", p, Precision)
     if any(x is _BAD for x in values.values()) or tie is _BAD:
         return _BAD
     return Architecture(**values, tie_embeddings=bool(tie))
@@ -767,7 +878,21 @@ def _check_architecture(r: _Reader, a: Architecture) -> None:
             r.error(("architecture", "kv_heads"), f"heads {a.heads} must be a multiple of kv_heads {a.kv_heads} "
                                                   "(grouped-query attention)")  # fmt: skip
     # heads x head_dim may differ from hidden_size (Gemma 7B: 16 x 256 vs 3072; Qwen3): both are kept as given
-    for key in ("sliding_window_layers", "kv_layers"):
+    if a.state_kind is not None:
+        missing = [k for k in _STATE_SHAPE if getattr(a, k) is None]
+        if missing:
+            r.error(("architecture", missing[0]), f"a {a.state_kind.value} recurrent state needs "
+                                                  f"{', '.join(missing)}")  # fmt: skip
+        if a.state_layers is None and a.kv_layers is None:
+            r.error(("architecture", "state_layers"), "a recurrent state needs state_layers (or kv_layers: the "
+                                                      "other layers keep the state)")  # fmt: skip
+    else:
+        given = [k for k in (*_STATE_SHAPE, "state_layers", "state_groups", "state_precision")
+                 if getattr(a, k) is not None]  # fmt: skip
+        if given:
+            r.error(("architecture", "state_kind"), f"{given[0]} is a recurrent-state field: give state_kind "
+                                                    "(mamba1, mamba2, gated-delta-net)")  # fmt: skip
+    for key in ("sliding_window_layers", "kv_layers", "state_layers"):
         if getattr(a, key) is not None and a.layers is not None and getattr(a, key) > a.layers:
             r.error(("architecture", key), f"{key} {getattr(a, key)} exceeds layers {a.layers}")
     if a.sliding_window_layers is not None and a.sliding_window is None:
@@ -983,13 +1108,28 @@ def _group_name(r: _Reader, top: Mapping, key: str) -> Any:
     return value
 
 
-def _slo(r: _Reader, top: Mapping) -> Any:
+def _ratio(r: _Reader, value: Any, path: Path) -> Any:
+    """A ratio 0-1 given as a number (0.01) or a percentage ("1%")."""
+    v = value
+    if isinstance(v, str) and v.strip().endswith("%"):
+        try:
+            v = float(v.strip()[:-1]) / 100.0
+        except ValueError:
+            return r.error(path, f"expected a ratio such as 0.01 or 1%; got {_short(value)}")
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v or not 0 <= v <= 1:
+        return r.error(path, f"expected a ratio between 0 and 1 (0.01) or a percentage (1%); got {_short(value)}")
+    return float(v)
+
+
+def _slo(r: _Reader, top: Mapping) -> tuple[Any, Any]:
+    """(latency objectives, error budget): the latency objectives as (objective, seconds) pairs."""
     v = top.get("slo")
     if v is None:
-        return ()
-    m = r.mapping(v, ("slo",), SLO_OBJECTIVES)
+        return (), None
+    m = r.mapping(v, ("slo",), SLO_KEYS)
     if m is None:
-        return _BAD
+        return _BAD, None
+    budget = None if m.get("error_rate") is None else _ratio(r, m["error_rate"], ("slo", "error_rate"))
     out = []
     for key in SLO_OBJECTIVES:
         if m.get(key) is None:
@@ -1003,7 +1143,71 @@ def _slo(r: _Reader, top: Mapping) -> Any:
             r.error(("slo", key), "must be more than 0")
             continue
         out.append((key, seconds))
-    return tuple(out)
+    return tuple(out), _val(budget)
+
+
+def _lengths(r: _Reader, m: Mapping, key: str) -> Any:
+    v = m.get(key)
+    p = ("load", key)
+    if v is None:
+        return Lengths()
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = {"typical": v}
+    lm = r.mapping(v, p, _LENGTH_KEYS)
+    if lm is None:
+        return _BAD
+    typical, mx = r.integer(lm, "typical", p, 1), r.integer(lm, "max", p, 1)
+    for k, n in (("typical", typical), ("max", mx)):
+        if _ok(n) and n > MAX_LOAD_TOKENS:
+            r.error(p + (k,), f"must be <= {MAX_LOAD_TOKENS} tokens; got {n}")
+            return _BAD
+    dist = lm.get("distribution", "fixed")
+    if dist not in DISTRIBUTIONS:
+        return r.error(p + ("distribution",), f"expected one of {', '.join(DISTRIBUTIONS)}; got {_short(dist)}")
+    if _BAD in (typical, mx):
+        return _BAD
+    if typical is not None and mx is not None and typical > mx:
+        return r.error(p + ("typical",), f"typical {typical} exceeds max {mx}")
+    if typical is None and mx is None:
+        return r.error(p, "set typical (and optionally max) tokens per request")
+    return Lengths(typical=typical if typical is not None else mx, max=mx, distribution=dist)
+
+
+def _levels(r: _Reader, m: Mapping, key: str, integer: bool, limit: float) -> Any:
+    v = m.get(key)
+    p = ("load", key)
+    if v is None:
+        return Levels()
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        v = {"normal": v}
+    lm = r.mapping(v, p, _LEVEL_KEYS)
+    if lm is None:
+        return _BAD
+    out = {}
+    for k in _LEVEL_KEYS:
+        n = r.integer(lm, k, p, 1) if integer else r.number(lm, k, p, 0.0, limit, exclusive_minimum=True)
+        if _ok(n) and n > limit:
+            n = r.error(p + (k,), f"must be <= {limit:g}; got {n:g}")
+        out[k] = n
+    if _BAD in out.values():
+        return _BAD
+    normal, peak = out["normal"], out["peak"]
+    if normal is not None and peak is not None and peak < normal:
+        return r.error(p + ("peak",), f"peak {peak:g} is below normal {normal:g}")
+    return Levels(normal=normal if normal is not None else peak, peak=peak if peak is not None else normal)
+
+
+def _load(r: _Reader, top: Mapping) -> Any:
+    v = top.get("load")
+    if v is None:
+        return None
+    m = r.mapping(v, ("load",), _LOAD_KEYS)
+    if m is None:
+        return _BAD
+    parts = {"input_tokens": _lengths(r, m, "input_tokens"), "output_tokens": _lengths(r, m, "output_tokens"),
+             "concurrency": _levels(r, m, "concurrency", True, MAX_LOAD_CONCURRENCY),
+             "rate": _levels(r, m, "rate", False, MAX_LOAD_RATE)}
+    return _BAD if _BAD in parts.values() else Load(**parts)
 
 
 def _endpoint(r: _Reader, top: Mapping) -> Any:

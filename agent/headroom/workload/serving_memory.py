@@ -40,9 +40,19 @@ class KVGroup:
 
 
 @dataclass(frozen=True)
+class StateGroup:
+    """Hybrid models' recurrent layers (Mamba, gated delta net): one state per sequence, whatever its length."""
+
+    layers: int  # layers of this kind on one GPU (pipeline stage)
+    bytes_per_sequence: int  # per layer per GPU: conv state + SSM state (vLLM's MambaSpec page before padding)
+    blocks_per_request: int  # vLLM's blocks per request in "align" mode: 2 + prefill checkpoints (Mamba2: 1)
+
+
+@dataclass(frozen=True)
 class KVLayout:
     groups: tuple[KVGroup, ...]
     description: str
+    state: StateGroup | None = None
 
     @property
     def bytes_per_token(self) -> int:
@@ -57,6 +67,8 @@ class KVLayout:
             if block_size:
                 t = _cdiv(t, block_size) * block_size
             total += g.layers * g.bytes_per_token * t
+        if self.state:
+            total += self.state.layers * self.state.bytes_per_sequence
         return total
 
 
@@ -93,6 +105,24 @@ def kv_layout(layers: int, kv_heads: int, head_dim: int, element_bits: int, tens
     return KVLayout(tuple(groups), desc)
 
 
+def state_bytes(kind: str, tensor: int, conv_dim: int, conv_kernel: int, groups: int, heads: int, head_dim: int,
+                state_size: int, conv_bits: int, ssm_bits: int) -> int:  # fmt: skip
+    """One layer's recurrent state per sequence per GPU, as vLLM 0.32 shapes it
+    (model_executor/layers/mamba/mamba_utils.py:180-301, ``MambaStateShapeCalculator``): the conv state
+    (channels / tensor, kernel - 1) and the SSM state (heads / tensor, head_dim, state_size); Mamba2's channels
+    add 2 x groups x state_size, groups replicated up to the tensor degree when it does not divide them
+    (``extra_groups_for_head_shards``); mamba1's SSM state is (channels / tensor, state_size), i.e. head_dim 1."""
+    if kind == "mamba2":
+        groups = groups if groups % tensor == 0 else tensor  # n_groups + (tp - n_groups)
+        conv_dim = conv_dim + 2 * groups * state_size
+    for what, n in (("state_conv_dim", conv_dim), ("state_heads", heads)):
+        if n % tensor:
+            raise RuntimeSettingError("parallel.tensor", f"parallel.tensor: {tensor} does not divide the recurrent "
+                                                         f"state's {what} ({n}); vLLM shards it evenly")  # fmt: skip
+    conv = conv_dim // tensor * (conv_kernel - 1) * conv_bits // 8
+    return conv + heads // tensor * head_dim * state_size * ssm_bits // 8
+
+
 # ------------------------------------------------------------------------------------ versions
 def parse_version(text: str, field: str = "runtime.version") -> tuple[int, ...]:
     m = re.match(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", text or "")
@@ -117,6 +147,8 @@ class VllmRules:
     large_comm_buffers: bool = False  # the larger non-torch memory measured from 0.17 (all-reduce fusion buffers)
     mla_absorbed_weights: bool = False  # MLA keeps W_Q x W_UK and W_UV x W_O as 16-bit weights (0.7 V0)
     mla_align_bytes: int = 1  # MLA cache entries rounded up to this many bytes (0.7 V0: 256)
+    state_pages: bool = False  # hybrid Mamba / linear-attention layers paged next to attention (read in 0.32)
+    tokens_from_concurrency: bool = False  # "KV cache size: N tokens" = int(max concurrency x max_model_len)
 
 
 VLLM_RULES = (
@@ -126,10 +158,17 @@ VLLM_RULES = (
     VllmRules("0.8 (V1)", (0, 8), "V1", True, True, False, False),
     VllmRules("0.9-0.16 (V1)", (0, 9), "V1", False, True, True, True, True),
     VllmRules("0.17-0.19 (V1)", (0, 17), "V1", False, True, True, True, True, True, True),
+    VllmRules("0.32 (V1)", (0, 32), "V1", False, True, True, True, True, True, True, state_pages=True,
+              tokens_from_concurrency=True),
 )
 
 
-VLLM_LAST_READ = (0, 19)  # the newest release whose source the rules were checked against
+VLLM_LAST_READ = (0, 32)  # the newest release whose source the rules were checked against
+VLLM_UNREAD = ((0, 20), (0, 31))  # released between two versions read: their neighbour's rules, with a note
+# vLLM 0.32 hybrid (Mamba) models: the attention block is a multiple of the attention backend's kernel block
+# (FlashAttention: MultipleOf(16), v1/attention/backends/flash_attn.py:355-365) large enough that one attention
+# page holds a Mamba state (platforms/interface.py:1060-1095)
+VLLM_KERNEL_BLOCK = 16
 
 
 def vllm_rules(version: str | None) -> tuple[VllmRules, str | None]:
@@ -141,6 +180,8 @@ def vllm_rules(version: str | None) -> tuple[VllmRules, str | None]:
         raise RuntimeSettingError("runtime.version", f"runtime.version: vLLM {version} predates the documented "
                                                f"accounting (from {'.'.join(map(str, VLLM_RULES[0].first))})")  # fmt: skip
     rules = [r for r in VLLM_RULES if r.first <= v][-1]
+    if VLLM_UNREAD[0] <= v[:2] <= VLLM_UNREAD[1]:
+        return rules, (f"vLLM {version} was not read (between 0.19 and 0.32): {rules.name} accounting assumed")
     if v[:2] > VLLM_LAST_READ:
         return rules, (f"vLLM {version} is newer than the versions read (up to "
                        f"{'.'.join(map(str, VLLM_LAST_READ))}): {rules.name} accounting assumed")  # fmt: skip
@@ -169,13 +210,16 @@ class TgiRules:
     first: tuple[int, ...]
     wiggle_room: float  # the share of the free memory after the warm-up given to blocks (TGI_WIGGLE_ROOM)
     block_size: int  # the default attention backend's block: paged 16, flashinfer (default from 2.3) 1
-    logits_in_place: bool  # the warm-up's prefill log-softmax overwrites the logits (2.x+) or copies them (1.x)
+    # the warm-up's prefill log-softmax overwrites the logits (from 2.4: `torch.log_softmax(out, -1, out=out)`,
+    # v2.4.0 flash_causal_lm.py:2046) or allocates a second copy (`torch.log_softmax(out, -1)`: v1.4.5 :1051,
+    # v2.0.4 :1142, v2.1.1 :1381, v2.2.0 :1504, v2.3.0 :1725)
+    logits_in_place: bool
 
 
 TGI_RULES = (
     TgiRules("1.x", (1,), 1.0, 16, False),
-    TgiRules("2.0-2.2", (2, 0), 0.95, 16, True),
-    TgiRules("2.3", (2, 3), 0.95, 1, True),
+    TgiRules("2.0-2.2", (2, 0), 0.95, 16, False),
+    TgiRules("2.3", (2, 3), 0.95, 1, False),
     TgiRules("2.4", (2, 4), 0.90, 1, True),
     TgiRules("3.0", (3, 0), 0.95, 1, True),
     TgiRules("3.1-3.2", (3, 1), 0.93, 1, True),
@@ -268,6 +312,10 @@ def vllm_request_bytes(rules: VllmRules, layout: KVLayout, block_size: int, toke
     """KV bytes vLLM sets aside for one request of ``tokens`` tokens: whole blocks on every layer; under the
     0.9+ hybrid allocator a sliding-window layer holds cdiv(min(window - 1 + batched, tokens), block) + 1
     blocks and the groups are padded to the same number of layers (as ``vllm_kv`` counts them)."""
+    if layout.state is not None:
+        n_attn, n_state, group = _vllm_state_groups(layout)
+        return (n_attn * _cdiv(tokens, block_size) + n_state * layout.state.blocks_per_request) * \
+            layout.groups[0].bytes_per_token * block_size * group
     page = layout.groups[0].bytes_per_token * block_size if layout.groups else 0
     full = sum(g.layers for g in layout.groups if not g.window)
     sliding = [g for g in layout.groups if g.window]
@@ -287,6 +335,11 @@ def vllm_kv(rules: VllmRules, layout: KVLayout, available: int, block_size: int,
             max_num_batched_tokens: int) -> tuple[int, int, float]:  # fmt: skip
     """(blocks, KV tokens, max concurrency) as the version computes them from the available memory."""
     available = max(available, 0)
+    if layout.state is not None:  # 0.32: one pool of equal pages, attention and Mamba groups draw from it
+        n_attn, n_state, group = _vllm_state_groups(layout)
+        blocks = available // (layout.groups[0].bytes_per_token * block_size * group)
+        conc = blocks / (n_attn * _cdiv(max_model_len, block_size) + n_state * layout.state.blocks_per_request)
+        return blocks, int(conc * max_model_len), conc
     page = {g.bytes_per_token * block_size for g in layout.groups}
     if len(page) != 1:
         raise RuntimeSettingError("architecture", "layers with different KV sizes per token are not modelled for vLLM")
@@ -304,13 +357,41 @@ def vllm_kv(rules: VllmRules, layout: KVLayout, available: int, block_size: int,
         blocks = available // page_size // layers
         tokens = blocks * block_size
         if rules.window_in_concurrency and n_sliding and not full:
-            return blocks, tokens, blocks / sliding_blocks()
-        if rules.window_in_concurrency:
-            return blocks, tokens, blocks / _cdiv(max_model_len, block_size)
-        return blocks, tokens, tokens / max_model_len
+            conc = blocks / sliding_blocks()
+        elif rules.window_in_concurrency:
+            conc = blocks / _cdiv(max_model_len, block_size)
+        else:
+            return blocks, tokens, tokens / max_model_len
+        return blocks, int(conc * max_model_len) if rules.tokens_from_concurrency else tokens, conc
     group = min(full, n_sliding)  # hybrid allocator: layers grouped so every group has `group` layers
     n_full, n_sw = _cdiv(full, group), _cdiv(n_sliding, group)
     blocks = available // page_size // group
     tokens = blocks // (n_full + n_sw) * block_size
     per_request = n_full * _cdiv(max_model_len, block_size) + n_sw * sliding_blocks()
+    if rules.tokens_from_concurrency:
+        tokens = int(blocks / per_request * max_model_len)
     return blocks, tokens, blocks / per_request
+
+
+def _vllm_state_groups(layout: KVLayout) -> tuple[int, int, int]:
+    """(attention groups, state groups, layers per group) as vLLM 0.32 groups a hybrid model's layers
+    (v1/core/kv_cache_utils.py:1466-1500): the smaller layer count per kind, or the larger when it is under
+    1.5 x the smaller; each kind padded to whole groups."""
+    assert layout.state is not None
+    n_attn = sum(g.layers for g in layout.groups)
+    n_state = layout.state.layers
+    group = min(n_attn, n_state)
+    if max(n_attn, n_state) < group * 1.5:
+        group = max(n_attn, n_state)
+    return _cdiv(n_attn, group), _cdiv(n_state, group), group
+
+
+def vllm_state_block_size(layout: KVLayout, block_size: int) -> int:
+    """The attention block vLLM 0.32 sets for a hybrid model: the smallest multiple of the kernel block (at least
+    the requested block) whose attention page holds one Mamba state; the Mamba page is padded to it
+    (platforms/interface.py:1079-1095)."""
+    assert layout.state is not None
+    align = max(VLLM_KERNEL_BLOCK, block_size)
+    one = layout.groups[0].bytes_per_token
+    needed = align * _cdiv(layout.state.bytes_per_sequence, align * one)
+    return max(block_size, VLLM_KERNEL_BLOCK * _cdiv(needed, VLLM_KERNEL_BLOCK))

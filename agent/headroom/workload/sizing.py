@@ -43,6 +43,7 @@ from headroom.workload.profiles import (
     Quantization,
     QuantizationSpec,
     Sharding,
+    StateKind,
     Training,
     WorkloadProfile,
 )
@@ -50,14 +51,17 @@ from headroom.workload.serving_memory import (
     KVLayout,
     RuntimeReport,
     RuntimeSettingError,
+    StateGroup,
     kv_layout,
     sglang_chunked_prefill,
     sglang_mem_fraction,
+    state_bytes,
     tgi_rules,
     vllm_defaults,
     vllm_kv,
     vllm_request_bytes,
     vllm_rules,
+    vllm_state_block_size,
 )
 
 MIB = 1024**2
@@ -467,28 +471,62 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
     if rt == "vllm":
         rules, _ = vllm_rules(p.runtime.version)
         replicate, align = "floor", rules.mla_align_bytes
-        if arch.kv_layers is not None and arch.kv_layers < arch.layers:
+        hybrid = arch.state_kind is not None or (arch.kv_layers is not None and arch.kv_layers < arch.layers)
+        if hybrid and arch.state_kind is None:
             raise SizingError(f"cannot size workload {p.name!r} for vLLM: hybrid layout (only {arch.kv_layers} of "
-                              f"{arch.layers} layers hold a KV cache, the rest keep recurrent state): vLLM's state "
-                              "pages are not modelled; drop runtime vllm for the plain estimate",
-                              ("architecture.kv_layers",))  # fmt: skip
+                              f"{arch.layers} layers hold a KV cache, the rest keep recurrent state) without the "
+                              "state's shape: give architecture.state_kind and its state_* fields (docs/sizing.md "
+                              "\"KV layouts\"), or drop runtime vllm for the plain estimate",
+                              ("architecture.state_kind",))  # fmt: skip
+        if hybrid and not rules.state_pages:
+            raise SizingError(f"cannot size workload {p.name!r} for vLLM {rules.name}: hybrid layout (attention + "
+                              f"{arch.state_kind.value} layers): this version's state pages were not read (modelled "
+                              "from vLLM 0.32); give --runtime-version 0.32 or later, or drop runtime vllm",
+                              ("runtime.version",))  # fmt: skip
+        if hybrid and (sliding or mla or arch.kv_layers == 0):
+            what = "sliding-window" if sliding else "MLA" if mla else "no attention"
+            raise SizingError(f"cannot size workload {p.name!r} for vLLM: a {arch.state_kind.value} hybrid with "
+                              f"{what} layers is not modelled (only full attention + one recurrent state kind)",
+                              ("architecture.state_kind",))  # fmt: skip
         if mla and not rules.mla_latent:  # V0 before 0.7 cached DeepSeek's K/V in full, head size padded to 256
             mla_width, hd, kv_heads = None, 256, kv_heads or arch.heads
             notes.append(f"vLLM {rules.name} caches MLA models as full K/V (head size 256), not the latent")
         if sliding and not rules.hybrid_groups:
             notes.append(f"vLLM {rules.name} allocates sliding-window layers like full-attention ones")
             sliding = None
-    elif rt in ("sglang", "tgi") and (sliding or (arch.kv_layers is not None and arch.kv_layers < arch.layers)):
-        if arch.kv_layers is not None and arch.kv_layers < arch.layers:
+    elif rt in ("sglang", "tgi") and (sliding or arch.state_kind is not None or
+                                      (arch.kv_layers is not None and arch.kv_layers < arch.layers)):  # fmt: skip
+        if arch.state_kind is not None or (arch.kv_layers is not None and arch.kv_layers < arch.layers):
             raise SizingError(f"cannot size workload {p.name!r} for {rt}: hybrid layout (attention + recurrent "
                               "layers) is not modelled for this runtime", ("architecture.kv_layers",))  # fmt: skip
         notes.append(f"{rt}: sliding-window layers counted like full-attention ones")
         sliding = None
     layout = kv_layout(arch.layers, kv_heads or 1, hd or 0, bits, par.tensor, par.pipeline, sliding,
                        arch.sliding_window_layers, arch.kv_layers, mla_width, replicate, align)  # fmt: skip
-    if mla_width or sliding or arch.kv_layers is not None:
+    if arch.state_kind is not None and arch.effective_state_layers:
+        layout = _with_state(p, layout, rt)
+    elif arch.kv_layers is not None and arch.kv_layers < (arch.layers or 0):
+        notes.append("recurrent state of the non-attention layers not counted (architecture.state_kind not given)")
+    if mla_width or sliding or arch.kv_layers is not None or layout.state:
         notes.append(f"KV layout: {layout.description}")
     return layout
+
+
+def _with_state(p: WorkloadProfile, layout: KVLayout, rt: str | None) -> KVLayout:
+    """``layout`` plus the recurrent state of a hybrid model's Mamba / gated-delta-net layers: conv state in the
+    model's dtype (vLLM's mamba_cache_dtype "auto"), SSM state in ``state_precision`` else the same."""
+    a, par = p.architecture, p.parallel
+    conv_bits = p.effective_compute_precision.bits
+    ssm_bits = a.state_precision.bits if a.state_precision else conv_bits
+    per = state_bytes(a.state_kind.value, par.tensor, a.state_conv_dim, a.state_conv_kernel, a.state_groups or 0,
+                      a.state_heads, a.state_head_dim, a.state_size, conv_bits, ssm_bits)  # fmt: skip
+    # vLLM 0.32 enables prefix caching for hybrid models (config/model.py:2259-2261), so Mamba layers run in
+    # "align" mode (model_executor/models/config.py:685-687): 2 blocks per request (v1/kv_cache_interface.py:1076-
+    # 1080) plus Mamba2's prefill checkpoint (model_executor/layers/mamba/mamba_mixer2.py:1098-1107)
+    blocks = 3 if a.state_kind == StateKind.MAMBA2 else 2
+    state = StateGroup(_ceil_div(a.effective_state_layers, par.pipeline), per, blocks)
+    desc = f"{layout.description}; {state.layers} {a.state_kind.value} layers with a {per}-byte state per sequence"
+    return replace(layout, state=state, description=desc)
 
 
 def _runtime_non_torch(p: WorkloadProfile, rt: str, c: OverheadConstants) -> tuple[int, str]:
@@ -536,7 +574,7 @@ def _sampler_bytes_per_logit(p: WorkloadProfile, rt: str | None, c: OverheadCons
 
 def _tgi_warmup_logits_bytes(p: WorkloadProfile, tokens: int, vocab: int, c: OverheadConstants) -> int:
     """TGI's warm-up prefill returns logprobs of every prompt token: the logits gathered over the vocabulary,
-    the local shard (tensor parallel) and, in 1.x, the log-softmax's copy (docs/sizing.md "TGI")."""
+    the local shard (tensor parallel) and, before 2.4, the log-softmax's copy (docs/sizing.md "TGI")."""
     rules, _ = tgi_rules(p.runtime.version)
     logits = tokens * vocab * c.tgi_logit_bytes
     shard = _ceil_div(logits, p.parallel.tensor) if p.parallel.tensor > 1 else 0
@@ -613,6 +651,9 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
             h, v = arch.effective_hidden_size, arch.vocab_size
             if h is not None and v is not None:
                 unquantized = v * h * (1 if arch.tie_embeddings else 2)
+                # vLLM quantizes LinearBase layers and routed experts only (0.32 quantization/fp8.py:177-208):
+                # the norms (two per layer and the final one) stay in the model's dtype as well
+                unquantized += (2 * (arch.layers or 0) + 1) * h
             else:
                 notes.append(
                     "vocab_size or hidden_size unknown: embeddings counted as quantized (lower bound)"
@@ -702,6 +743,12 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
             notes.append("intermediate_size unknown: activations assume 4 x hidden_size")
         if rt == "vllm":
             block = p.runtime.block_size or c.vllm_block_size
+            if layout is not None and layout.state is not None:
+                block = vllm_state_block_size(layout, block)
+                notes.append(f"vLLM: attention block of {block} tokens, so that one attention page holds a "
+                             f"{layout.state.bytes_per_sequence}-byte recurrent state (padded to it); prefix caching "
+                             f"on (the default for hybrid models): {layout.state.blocks_per_request} state blocks per "
+                             "request")  # fmt: skip
         elif rt == "tgi":
             block = p.runtime.block_size or tgi_rules(p.runtime.version)[0].block_size
         if p.concurrency is None:
@@ -828,6 +875,14 @@ def _estimate(p: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None
     if plan.runtime and gpu_memory_bytes is not None and plan.layout is not None:
         report = _runtime_report(plan, components, gpu_memory_bytes, context, overhead)
         notes.extend(report.notes)
+    elif p.kind == Kind.CPU_INFERENCE and p.runtime.is_vllm and plan.layout is not None:
+        report = _vllm_cpu_report(p, plan.layout, context, overhead)
+        if report is None:
+            notes.append("vLLM's CPU build sizes its KV cache from --kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE, "
+                         "else from the host's memory less its own resident size at start-up (not modelled): give "
+                         "runtime.kv_cache_memory_bytes (--kv-cache-memory) for its capacity")  # fmt: skip
+        else:
+            notes.extend(report.notes)
     expected = reservation if reservation is not None else needed
 
     fits = margin = max_conc = max_ctx = kv_capacity = None
@@ -873,6 +928,10 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
             notes.append(note)
         budget = int(total * (p.runtime.gpu_memory_utilization or c.vllm_gpu_memory_utilization))
         available = budget - weights - act - non_torch
+        if p.runtime.kv_cache_memory_bytes:  # --kv-cache-memory-bytes: no profiling (0.32 gpu_worker.py:649-671)
+            available = p.runtime.kv_cache_memory_bytes
+            notes.append(f"vLLM: KV cache of {format_bytes(available)} as --kv-cache-memory-bytes sets it; the "
+                         "utilization budget is not checked")  # fmt: skip
         tokens_budget = _activation_tokens(p, c, "vllm", 1, max_model_len, total, plan.device_name)[0]
         blocks, tokens, conc = vllm_kv(rules, layout, available, plan.block_size, max_model_len, tokens_budget)
         outside = [f"CUDA graphs ~{format_bytes(c.cuda_graph_bytes)} (captured after the KV cache is sized)"]
@@ -909,6 +968,32 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
         notes.append(f"{name}: nothing left for the KV cache ({format_bytes(available)} after weights and profiling)")
     return RuntimeReport(name, budget, weights, act, non_torch, available, block, blocks, tokens, max_model_len,
                          conc, tuple(notes))  # fmt: skip
+
+
+VLLM_CPU_BLOCK_SIZE = 128  # vLLM's CPU build, when --block-size is not given (0.32 platforms/cpu.py:291-292)
+
+
+def _vllm_cpu_report(p: WorkloadProfile, layout: KVLayout, max_model_len: int,
+                     c: OverheadConstants) -> RuntimeReport | None:  # fmt: skip
+    """vLLM's CPU build: the KV cache is the size --kv-cache-memory-bytes (or VLLM_CPU_KVCACHE_SPACE GiB,
+    0.32 platforms/cpu.py:323-327) sets (v1/worker/cpu_worker.py:213-232), cut into blocks as on a GPU, and it
+    prints "CPU KV cache size: N tokens" (v1/core/kv_cache_utils.py:2311-2335). None when the size is not given."""
+    kv = p.runtime.kv_cache_memory_bytes
+    if not kv:
+        return None
+    rules, note = vllm_rules(p.runtime.version)
+    if layout.state is not None and not rules.state_pages:
+        raise RuntimeSettingError("runtime.version", f"runtime.version: vLLM {rules.name}'s state pages were not "
+                                                     "read (hybrid models are modelled from vLLM 0.32)")  # fmt: skip
+    block = p.runtime.block_size or VLLM_CPU_BLOCK_SIZE
+    if layout.state is not None:
+        block = vllm_state_block_size(layout, block)
+    batched = p.runtime.max_num_batched_tokens or max_model_len
+    blocks, tokens, conc = vllm_kv(rules, layout, kv, block, max_model_len, batched)
+    notes = [note] if note else []
+    notes.append(f"vLLM {rules.name} on CPU: KV cache {format_bytes(kv)} (--kv-cache-memory-bytes), block {block}")
+    return RuntimeReport(f"vLLM {rules.name} (CPU)", kv, 0, 0, 0, kv, block, blocks, tokens, max_model_len, conc,
+                         tuple(notes))  # fmt: skip
 
 
 def with_load(
@@ -1004,10 +1089,15 @@ def format_table(e: Estimate) -> str:
         )
     r = e.runtime_report
     if r is not None:
-        lines.append(f"{r['runtime']}: budget {format_bytes(r['budget_bytes'])} - weights {format_bytes(r['weights_bytes'])}"
-                     f" - activation peak {format_bytes(r['activation_bytes'])} - non-torch "
-                     f"{format_bytes(r['non_torch_bytes'])} = KV {format_bytes(r['kv_available_bytes'])}")  # fmt: skip
-        lines.append(f"GPU KV cache size: {r['kv_tokens']:,} tokens ({r['blocks']} blocks of {r['block_size']})")
+        device = "CPU" if e.kind == Kind.CPU_INFERENCE.value else "GPU"  # vLLM names the pool (kv_cache_utils.py:2311)
+        if device == "CPU":
+            lines.append(f"{r['runtime']}: KV {format_bytes(r['kv_available_bytes'])} (--kv-cache-memory-bytes)")
+        else:
+            lines.append(f"{r['runtime']}: budget {format_bytes(r['budget_bytes'])} - weights "
+                         f"{format_bytes(r['weights_bytes'])} - activation peak {format_bytes(r['activation_bytes'])}"
+                         f" - non-torch {format_bytes(r['non_torch_bytes'])} = KV "
+                         f"{format_bytes(r['kv_available_bytes'])}")  # fmt: skip
+        lines.append(f"{device} KV cache size: {r['kv_tokens']:,} tokens ({r['blocks']} blocks of {r['block_size']})")
         lines.append(f"Maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")
     elif e.kv_capacity_tokens is not None:
         lines.append(

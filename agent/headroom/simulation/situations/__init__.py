@@ -57,8 +57,10 @@ class Host:
     disk_busy: float = 0.05  # share of time with I/O in flight
     disk_queue: float = 0.1
     disk_bytes: float = 0.0  # bytes/s read + written on the disk (all of it, whoever does it)
-    nic: tuple | None = None  # (bytes/s, link speed bytes/s) of the one NIC, when the situation has one
+    nic: tuple | None = None  # (bytes/s, link speed bytes/s or None: unknown) of the one NIC, when the situation has one
+    nic_duty: float = 1.0  # share of each 10 s the NIC carries its traffic (from the start; 1: steady)
     neighbours: tuple = ()  # samples.Neighbour: the top consumers the processes collector found (class 8)
+    run_queue: float | None = None  # runnable tasks (/proc/stat procs_running), when the situation says
 
 
 @dataclass
@@ -83,6 +85,10 @@ class Gpu:
     mem_jitter: int = 0  # bytes added and taken away on alternate seconds (allocator noise)
     mig: bool = False  # MIG mode on: NVML reports no utilization for the whole GPU
     sm_active: float | None = None  # GPM SM activity (Hopper and later); None: no GPM
+    tensor_active: float | None = None  # GPM tensor-core activity; None: not given
+    dram_active: float | None = None  # GPM DRAM activity (bandwidth used / peak); None: not given
+    pcie_duty: float = 1.0  # share of each 10 s PCIe carries its traffic (0 the rest; 1: steady)
+    nvlink_duty: float = 1.0  # likewise for NVLink
     nvlink: float | None = None  # NVLink bytes/s per direction over all its links; None: no NVLink
     nvlink_links: int = 18  # active links (H100 SXM: 18 of NVLink 4)
     # MIG instances as (uuid, memory used, memory total): "MIG-<uuid>" devices of this GPU; mem_used stays the
@@ -93,6 +99,16 @@ class Gpu:
 def pressure(avg10: float) -> Pressure:
     line = PressureLine(avg10, avg10, avg10, 0.0)
     return Pressure(some=line, full=line)
+
+
+def _on(t: int, duty: float) -> bool:
+    """Whether a link with this duty cycle carries its traffic in second ``t`` (the first share of each 10 s)."""
+    return (t % 10) < round(duty * 10)
+
+
+def _carried(t: int, duty: float) -> int:
+    """Seconds before ``t`` in which a link with this duty cycle carried its traffic (its counters grow then)."""
+    return sum(_on(s, duty) for s in range(t))
 
 
 def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> list[Sample]:
@@ -108,7 +124,8 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
             line = PressureLine(value, value, value, 0.0)
             p = psi.get(resource) or Pressure(some=PressureLine(0, 0, 0, 0), full=PressureLine(0, 0, 0, 0))
             psi[resource] = replace(p, **{kind: line})
-        cpu = CpuSample(times=times, logical_cpus=host.cpus, load1=1, load5=1, load15=1, pressure=psi)
+        cpu = CpuSample(times=times, logical_cpus=host.cpus, load1=1, load5=1, load15=1, pressure=psi,
+                        procs_running=None if host.run_queue is None else round(host.run_queue))
         mem = MemorySample(total_bytes=host.mem_total, available_bytes=host.mem_available, free_bytes=host.mem_available,
                            major_faults_total=0)
         shm = ShmSample(mounts=(MountUsage("/dev/shm", "tmpfs", host.shm_size, host.shm_used,
@@ -133,14 +150,17 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
                     "sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                     "hw_power_brake_slowdown")},
                 memory_temperature_celsius=g.memory_temperature, mig_enabled=True if g.mig else None, **limits,
-                pcie_tx_bytes_per_second=g.pcie, pcie_rx_bytes_per_second=g.pcie,
+                pcie_tx_bytes_per_second=None if g.pcie is None else g.pcie * _on(t, g.pcie_duty),
+                pcie_rx_bytes_per_second=None if g.pcie is None else g.pcie * _on(t, g.pcie_duty),
                 pcie_link_generation=4, pcie_link_width=16, processes=g.processes,
                 mig_instances=tuple(MigInstance(k + 1, 0, uuid, used_, total_) for k, (uuid, used_, total_)
                                     in enumerate(g.mig_slices)),
-                sm_active_ratio=g.sm_active, nvlink_version=4 if g.nvlink is not None else None,
+                sm_active_ratio=g.sm_active, tensor_active_ratio=g.tensor_active, dram_active_ratio=g.dram_active,
+                nvlink_version=4 if g.nvlink is not None else None,
                 nvlink_links=() if g.nvlink is None else tuple(
-                    NvLink(link=k, up=True, tx_bytes_total=int(g.nvlink / g.nvlink_links * t),
-                           rx_bytes_total=int(g.nvlink / g.nvlink_links * t)) for k in range(g.nvlink_links)),
+                    NvLink(link=k, up=True, tx_bytes_total=int(g.nvlink / g.nvlink_links * _carried(t, g.nvlink_duty)),
+                           rx_bytes_total=int(g.nvlink / g.nvlink_links * _carried(t, g.nvlink_duty)))
+                    for k in range(g.nvlink_links)),
             ))  # fmt: skip
         sources = {
             "nvml": SourceResult("nvml", True, 0.001, NvmlSample(up=True, gpus=tuple(gpu_samples))),
@@ -150,8 +170,9 @@ def build_window(host: Host, gpus: list[Gpu], seconds: int = 20, extra=None) -> 
             "disk": SourceResult("disk", True, 0.001, disk),
         }
         if host.nic is not None:
-            nic = SimpleNamespace(device="eth0", speed_bytes_per_second=host.nic[1], receive_bytes=int(host.nic[0] * t),
-                                  transmit_bytes=int(host.nic[0] * t / 10))
+            carried = _carried(t, host.nic_duty)
+            nic = SimpleNamespace(device="eth0", speed_bytes_per_second=host.nic[1],
+                                  receive_bytes=int(host.nic[0] * carried), transmit_bytes=int(host.nic[0] * carried / 10))
             sources["net"] = SourceResult("net", True, 0.001, SimpleNamespace(devices=(nic,)))
         if extra:
             sources.update(extra(t))
@@ -174,34 +195,50 @@ def neighbour(pid: int, name: str, user: str, *, cores: float = 0.0, cpus: int =
 
 def processes_source(name: str, cores: float, io: float | None = None, per_process: Mapping[int, float] | None = None,
                      main_pid: int | None = None, cgroup_pressure: Mapping[str, float] | None = None,
-                     main_threads: Mapping[int, float] | None = None):
+                     main_threads: Mapping[int, float] | None = None, ranks: Mapping[int, tuple[int, ...]] | None = None,
+                     waits: tuple[float, float] | None = None, threads: int | None = None,
+                     cpu_quota: float | None = None, cpus_allowed: int | None = None):
     """A 'processes' source whose workload burns ``cores`` CPU cores; optionally ``io`` bytes/s of its own block
     I/O (None: unknown, as when /proc/PID/io is denied), ``per_process`` {pid: cores} (its members' own rates),
-    ``main_pid``, its cgroup's PSI some avg10 {"cpu"|"memory"|"io": ratio} and ``main_threads`` {tid: cores}
-    (the main process's threads, as the collector reads them while it is hot)."""
+    ``main_pid``, its cgroup's PSI some avg10 {"cpu"|"memory"|"io": ratio}, ``main_threads`` {tid: cores}
+    (the main process's threads, as the collector reads them while it is hot) and ``ranks`` {rank pid: its
+    DataLoader worker pids} as the collector finds them (default: the main process alone, with no workers);
+    ``waits`` (seconds per second its members' main threads ran, and waited runnable for a CPU: /proc/PID/schedstat
+    summed; None: unread), ``threads`` (its processes' threads, all states), ``cpu_quota`` (its cgroup's cpu.max in
+    cores) and ``cpus_allowed`` (its main process's CPU affinity: a cpuset)."""
+    if ranks is None:
+        ranks = {main_pid: ()} if main_pid is not None else {}
     def make(t: int):
-        cgroup = None if cgroup_pressure is None else SimpleNamespace(pressure_some_avg10=dict(cgroup_pressure))
+        cgroup = None if cgroup_pressure is None and cpu_quota is None else SimpleNamespace(
+            pressure_some_avg10=dict(cgroup_pressure or {}), cpu_quota_cores=cpu_quota)
         w = SimpleNamespace(name=name, processes=max(1, len(per_process or {}) or 5), cpu_user_seconds_total=cores * t,
                             cpu_system_seconds_total=0.0,
                             read_bytes_total=None if io is None else int(io * t),
                             written_bytes_total=None if io is None else 0,
                             process_cpu_seconds={pid: c * t for pid, c in (per_process or {}).items()},
-                            main_thread_cpu_seconds={tid: c * t for tid, c in (main_threads or {}).items()},
-                            main_pid=main_pid, children={}, pids=tuple(per_process or ()), cgroup=cgroup)
+                            rank_thread_cpu_seconds={main_pid: {tid: c * t for tid, c in main_threads.items()}}
+                            if main_threads and main_pid is not None else {},
+                            main_pid=main_pid, ranks=dict(ranks), dataloader_workers=sum(map(len, ranks.values())),
+                            pids=tuple(per_process or ()), cgroup=cgroup, threads=threads, cpus_allowed=cpus_allowed,
+                            sched_run_seconds_total=None if waits is None else waits[0] * t,
+                            sched_wait_seconds_total=None if waits is None else waits[1] * t)
         return {"processes": SourceResult("processes", True, 0.001, SimpleNamespace(workloads=(w,)))}
     return make
 
 
 def serving_source(usage=0.5, running=8.0, waiting=0.0, preemptions_per_second=0.0, capacity=65536.0, up=True,
-            ttft=None):
-    """A serving source per tick: gauges as given, preemptions and histograms growing with t."""
+            ttft=None, deferred=None, rejections_per_second=None, sleep_level=None, queue_time=None):
+    """A serving source per tick: gauges as given, preemptions, rejections and histograms growing with t (vLLM 0.2x
+    families: ``deferred`` of the waiting requests, admission rejections, ``sleep_level``, ``queue_time``(t))."""
     def extra(t):
         e = ServingEndpoint(
             "chat", "http://127.0.0.1:8000/metrics", up=up, runtime="vllm" if up else None,
             error=None if up else "cannot connect: Connection refused",
             kv_cache_usage_ratio=usage, requests_running=running, requests_waiting=waiting,
             preemptions_total=preemptions_per_second * t, kv_cache_capacity_tokens=capacity,
-            time_to_first_token=ttft(t) if ttft else None,
+            time_to_first_token=ttft(t) if ttft else None, requests_waiting_deferred=deferred,
+            admission_rejections_total=None if rejections_per_second is None else rejections_per_second * t,
+            sleep_level=sleep_level, request_queue_time=queue_time(t) if queue_time else None,
         ) if up else ServingEndpoint("chat", "http://127.0.0.1:8000/metrics", up=False,
                                      error="cannot connect: Connection refused")
         return {"serving": SourceResult("serving", True, 0.0, ServingSample((e,)))}

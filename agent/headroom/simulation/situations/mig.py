@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from headroom.simulation.situations import GIB, Gpu, Host, Situation
 
-# an A100 80GB split 1g.10gb x 7 (nvidia-smi mig -lgip: 9.75 GiB each); the workload's slice is MIG-a
+# an A100 80GB split 1g.10gb x 7 (nvidia-smi mig -lgip: 9.75 GiB each); the workload's slice is MIG-a. Its runtime
+# (Transformers) allocates as it goes: under one that reserves up front (TGI, vLLM) a full slice would be normal
 SLICE = int(9.75 * GIB)
 SLICE_SERVER = """
 workloads:
@@ -16,7 +17,7 @@ workloads:
     kind: inference
     params: 1B
     precision: bf16
-    runtime: {name: tgi}
+    runtime: {name: transformers}
     architecture: {layers: 16, heads: 32, kv_heads: 8, head_dim: 64}
     context: {max: 8192}
     concurrency: 8

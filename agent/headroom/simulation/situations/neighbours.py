@@ -14,7 +14,8 @@ def trainer_processes(cores: float, read_bytes_per_second: float = 0.0):
     def make(t: int):
         w = SimpleNamespace(name="trainer", processes=5, pids=(1000,), cpu_user_seconds_total=cores * t,
                             cpu_system_seconds_total=0.0, read_bytes_total=int(read_bytes_per_second * t),
-                            written_bytes_total=0, resident_memory_bytes=8 * GIB)
+                            written_bytes_total=0, resident_memory_bytes=8 * GIB, main_pid=1000,
+                            ranks={1000: (1001, 1002, 1003, 1004)}, dataloader_workers=4)  # its main process and 4 workers
         return {"processes": SourceResult("processes", True, 0.001, SimpleNamespace(workloads=(w,)))}
     return make
 

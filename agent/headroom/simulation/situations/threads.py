@@ -62,13 +62,14 @@ SITUATIONS = [
         Host(cpus=32, cpu_busy=0.05), [Gpu(util=0.3, util_alternates=0.05)], "cpu",
         source="https://github.com/pytorch/pytorch/issues/5040",
         extra=processes_source("trainer", 1.4, io=0.0, per_process={500: 0.97, 501: 0.1, 502: 0.1, 503: 0.1, 504: 0.1},
-                               main_pid=500), tags=("class-2",), evidence={"*": "its main process (pid 500)"}),
+                               main_pid=500, ranks={500: (501, 502, 503, 504)}), tags=("class-2",),
+        evidence={"*": "its main process (pid 500)"}),
     Situation(
         "one busy DataLoader worker among idle ones is not the limit", TRAINER,
         Host(cpus=32, cpu_busy=0.05), [Gpu(util=0.3, util_alternates=0.05)], "none",
         source="https://github.com/facebookresearch/deit/issues/81",
         extra=processes_source("trainer", 1.4, io=0.0, per_process={500: 0.1, 501: 0.97, 502: 0.1, 503: 0.1, 504: 0.1},
-                               main_pid=500), tags=("class-2", "none-distracted")),
+                               main_pid=500, ranks={500: (501, 502, 503, 504)}), tags=("class-2", "none-distracted")),
     Situation(
         "a main process at one core spread over four busy threads has no saturated thread", NO_WORKERS,
         Host(cpus=64, cpu_busy=0.03), [Gpu(util=0.3, util_alternates=0.02)], "none",

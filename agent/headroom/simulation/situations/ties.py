@@ -32,6 +32,7 @@ SITUATIONS = [
         "busy host CPUs the trainer shares tie a full /dev/shm its workers need: direct evidence decides",
         TRAINER, Host(cpu_busy=0.99, psi={"cpu.some": 0.6}, shm_used=int(63.9 * GIB)), [Gpu(util=0.2)],
         "shared_memory", source="https://github.com/nianticlabs/simplerecon/issues/3",
-        extra=processes_source("trainer", 0.6, io=0.0), tags=("class-6",), ties=("cpu",),
+        extra=processes_source("trainer", 0.6, io=0.0, per_process={500: 0.2, 501: 0.1, 502: 0.1, 503: 0.1, 504: 0.1},
+                               main_pid=500, ranks={500: (501, 502, 503, 504)}), tags=("class-6",), ties=("cpu",),
         evidence={"*": "direct evidence for shared_memory"}),
 ]
