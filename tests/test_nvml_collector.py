@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import json
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -681,12 +682,14 @@ def test_pcie_throughput_is_polled_off_the_tick_where_the_gpu_has_no_byte_counte
     rig = make(pcie_poll_interval=0.05)
     without_pcie_counters(rig)
     rig.lib.inject("nvmlDeviceGetPcieThroughput", hang=0.2)
-    slowest = 0.0
+    took = []
     for _ in range(5):
         started = time.perf_counter()
         rig.tick()
-        slowest = max(slowest, time.perf_counter() - started)
-    assert slowest < 0.1
+        took.append(time.perf_counter() - started)
+    # a tick that called it would take the hang (0.2 s) or more, every time; the median is not swayed by one
+    # tick that a loaded machine (4 test workers on 2 cores) delayed, as the slowest was (0.64 s once)
+    assert statistics.median(took) < 0.2
     sample = wait_for(lambda: (s := rig.tick(0)).gpus[0].pcie_tx_bytes_per_second is not None and s)
     assert sample.gpus[0].pcie_tx_bytes_per_second == 1 * GIB  # golden 1GiB/s, read in KB/s
     assert rig.lib.callers["nvmlDeviceGetPcieThroughput"] == {"headroom-nvml-pcie"}
