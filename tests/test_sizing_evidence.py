@@ -90,3 +90,18 @@ def test_the_summary_reports_each_runtimes_error_over_all_its_rows():
         assert v["mae"] == pytest.approx(sum(errors) / len(errors))
         assert v["within"] == pytest.approx(len([e for e in errors if e <= 0.10]) / len(errors))
     assert got["tgi"]["within"] == 0  # the one TGI row is a known miss, and it is counted
+
+
+def test_sglang_tokens_are_the_logs_rest_memory_over_the_cell():
+    """The L4 start-up prints the free memory before (21.63 GB) and after (6.09 GB) the weights: SGLang's
+    ``free after load - free before load x (1 - mem_fraction_static)`` (docs/sizing.md, "SGLang") over the per-rank
+    KV cell headroom builds for the model (2 of 8 KV heads at TP 4 x 128 x 64 layers x K and V x 2 B) gives the
+    #tokens it printed, to the rounding of its two-decimal figures."""
+    from headroom.workload.profiles import profile_from_dict
+    from headroom.workload.sizing import _plan
+
+    case = CASES["qwq-32b-l4x4-sglang"]
+    layout = _plan(profile_from_dict(ev._profile(case), attributable=False), DEFAULTS).layout
+    assert layout is not None
+    rest = (6.09 - 21.63 * (1 - case.flags["mem_fraction_static"])) * ev.GIB
+    assert rest // layout.bytes_per_token == pytest.approx(case.reported, rel=0.003)

@@ -41,6 +41,7 @@ VLLM_13109 = "https://github.com/vllm-project/vllm/pull/13109"
 VLLM_15871 = "https://github.com/vllm-project/vllm/issues/15871"
 VLLM_13061 = "https://github.com/vllm-project/vllm/issues/13061"
 TGI_2744 = "https://github.com/huggingface/text-generation-inference/issues/2744"
+SGLANG_L4_QWQ = "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md"
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Case:
     model: str  # fixture directory under tests/fixtures/hf (the model's config.json)
     gpu: str  # as named in the log
     gpu_memory_gib: float  # total memory as the framework printed it
-    runtime: str  # vllm | sglang
+    runtime: str  # vllm | sglang | tgi
     version: str
     context: int  # max_model_len (SGLang: context length)
     measure: str  # blocks | kv_tokens | kv_gib | request_gib (the KV one max_model_len request needs)
@@ -179,6 +180,17 @@ CASES: tuple[Case, ...] = (
          40960, "kv_tokens", 367404, tensor=4, flags={"mem_fraction_static": 0.93},
          note="version not in the issue (July 2025: 0.4.9, whose KV-token rule is 0.4.6's, model_runner.py:959-962); "
               "about 1.4 GiB per GPU is not modelled, NCCL and custom all-reduce at TP 4 being the likely part"),
+    Case("qwq-32b-l4x4-sglang", SGLANG_L4_QWQ, "Load weight begin. avail mem=21.63 GB ... Load weight end. "
+         "type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=6.09 GB, mem usage=15.54 GB. KV Cache is allocated. "
+         "#tokens: 46611, K size: 1.42 GB, V size: 1.42 GB (--tensor-parallel-size 4, mem_fraction_static=0.85, "
+         "4 x L4 on a g6.12xlarge)", "qwq-32b", "L4", 22.05, "sglang", "0.4.3", 40960, "kv_tokens", 46611,
+         tensor=4, flags={"mem_fraction_static": 0.85},
+         note="sglang 0.4.3.post4 (the Dockerfile of the same repository), placed with 0.4.6's KV-token rule, which "
+              "the log itself confirms: 6.09 - 21.63 x (1 - 0.85) = 2.85 GiB = the K + V sizes printed; memory as "
+              "PyTorch sees an L4 (not printed: 21.63 GiB free before load after a 0.13 GiB NCCL init); custom "
+              "all-reduce off (more than two PCIe GPUs); the parts differ where the sum agrees: headroom counts 0.85 "
+              "GiB of non-torch memory (the log: 0.42 GiB used before load) and 15.26 GiB of weights (the load "
+              "took 15.54 GiB)"),
     # ---- known misses
     Case("qwen3-235b-fp8-vllm-lmcache", VLLM_21348, "Available KV cache memory: 8.11 GiB (vllm serve --tensor-parallel-"
          "size 4 --kv-transfer-config LMCacheConnectorV1)", "qwen3-235b-a22b-fp8", "H100 80GB", 79.19, "vllm", "0.9.2",
