@@ -165,6 +165,15 @@ def _proc_figures(pids) -> tuple[int, int, float]:
     return threads, rss, cpu
 
 
+def _wait_cpu_above(pid: int, seconds: float, after: float = 0.0, timeout: float = 15.0) -> None:
+    """Sleep ``after`` seconds, then until /proc says ``pid`` used more than ``seconds`` of CPU (a clock tick more)."""
+    time.sleep(after)
+    end = time.monotonic() + timeout
+    while _proc_figures([pid])[2] <= seconds:
+        assert time.monotonic() < end, f"pid {pid} did not run for {timeout:g} s"
+        time.sleep(0.02)
+
+
 def _v1_writable() -> str:
     for c in V1_CONTROLLERS:
         d = V1 / c
@@ -344,11 +353,14 @@ def test_an_idle_automatic_workload_is_read_again_when_its_cgroup_moves_and_a_bu
             c.ctx = SourceContext(paths=c.ctx.paths, previous=lambda: _sample(identity=IdentitySample(
                 groups=tuple(groups.values()))))
             c.collect()
-            time.sleep(0.2)  # a tick apart (kids[0] burns CPU all along)
+            # a tick apart, and kids[0] (burning all along) has run since: on a loaded machine (4 test workers
+            # on 2 cores) it had not, 0.2 s later, and its CPU read 0.0 at both measurements
+            _wait_cpu_above(kids[0], _proc_figures([kids[0]])[2], after=0.2)
             idle, busy = c.collect().workloads  # the idle one's CPU did not grow since the first
             _check_entry(busy, proc.pid, kids)
             waker.send_signal(signal.SIGUSR1)
             assert waker.stdout.readline().strip() == "burnt"  # 0.3 s, while kids[0] burns on
+            _wait_cpu_above(kids[0], _proc_figures([kids[0]])[2])  # it ran since the measurement of busy
             idle_again, busy_again = c.collect().workloads
             assert idle_again is idle  # idle at its last measurement, its cgroup not read since: its entry stands
             assert cpu(busy_again) > cpu(busy)  # busy (kids[0] burns all along): measured although its cgroup is the same
