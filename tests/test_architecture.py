@@ -26,7 +26,7 @@ def modules():
 def test_only_the_nvml_collector_and_its_stand_in_import_pynvml():
     importers = {p.relative_to(PKG).as_posix() for p in modules()
                  if any(m == "pynvml" or m.startswith("pynvml.") for m in imports(p))}
-    assert importers <= {"sources/nvml.py", "simulation/nvml_driver.py"}, importers
+    assert importers <= {"sources/nvml/collector.py", "simulation/nvml_driver.py"}, importers
 
 
 def test_analysis_imports_neither_nvml_nor_prometheus_nor_http():

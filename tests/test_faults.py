@@ -35,7 +35,7 @@ from headroom.daemon import Options
 from headroom.simulation import load_scenario
 from headroom.simulation.nvml_driver import NvmlDriver
 from headroom.sources import Paths
-from headroom.sources import nvml as nvml_module
+from headroom.sources.nvml import collector as nvml_module
 
 from conftest import FIXTURES, Agent, http_get
 

@@ -10,8 +10,9 @@ from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, rule_gpu_compute, r
 from headroom.analysis.signals import HostSignals, gpu_signals
 from headroom.samples import Sample, SourceResult
 from headroom.simulation import ManualClock, parse_scenario
-from headroom.sources import SourceContext, nvml
+from headroom.sources import SourceContext
 from headroom.sources.nvml import NvmlCollector
+from headroom.sources.nvml import collector as nvml
 
 GB = 1e9
 H100 = """

@@ -23,8 +23,9 @@ from headroom.exposition.catalog import BY_NAME
 from headroom.samples import GpuSample, NvmlSample, to_jsonable
 from headroom.simulation import ManualClock, Scenario, load_scenario, parse_scenario
 from headroom.simulation.nvml_driver import NvmlDriver
-from headroom.sources import CollectorError, SourceContext, load_all, nvml
+from headroom.sources import CollectorError, SourceContext, load_all
 from headroom.sources.nvml import NvmlCollector
+from headroom.sources.nvml import collector as nvml
 
 GIB = 2**30
 # filled in by background threads, so not compared tick by tick
