@@ -23,10 +23,53 @@ def modules():
     return sorted(p for p in PKG.rglob("*.py"))
 
 
-def test_only_the_nvml_collector_and_its_stand_in_import_pynvml():
+def test_only_the_nvml_binding_layer_and_its_stand_in_import_pynvml():
+    """sources/nvml/binding.py imports pynvml; the package's other modules reach it through binding.py."""
     importers = {p.relative_to(PKG).as_posix() for p in modules()
                  if any(m == "pynvml" or m.startswith("pynvml.") for m in imports(p))}
-    assert importers <= {"sources/nvml.py", "simulation/nvml_driver.py"}, importers
+    assert importers <= {"sources/nvml/binding.py", "simulation/nvml_driver.py"}, importers
+
+
+# sources/nvml/: one purpose a module, and what each may import of the others (the layers point one way:
+# binding <- decode and threads <- collector; binding names decode's _Layout only for type checking)
+NVML_MODULES = {
+    "__init__.py": {"binding", "collector", "decode"},
+    "binding.py": set(),
+    "decode.py": {"binding"},
+    "threads.py": {"binding"},
+    "collector.py": {"binding", "decode", "threads"},
+}
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The modules ``path`` imports, leaving out those under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+               for n in ast.walk(node)}
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            if node.module == "headroom.sources.nvml":  # from headroom.sources.nvml import threads
+                out.update(f"headroom.sources.nvml.{a.name}" for a in node.names)
+    return out
+
+
+def test_the_nvml_package_is_one_purpose_a_module_each_under_800_lines():
+    pkg = PKG / "sources" / "nvml"
+    assert not (PKG / "sources" / "nvml.py").exists()
+    assert {p.name for p in pkg.glob("*.py")} == set(NVML_MODULES)
+    for name, allowed in NVML_MODULES.items():
+        path = pkg / name
+        assert len(path.read_text().splitlines()) <= 800, f"sources/nvml/{name} is over 800 lines"
+        siblings = {m.removeprefix("headroom.sources.nvml.") for m in _runtime_imports(path)
+                    if m.startswith("headroom.sources.nvml.")}
+        siblings &= set(n.removesuffix(".py") for n in NVML_MODULES)
+        assert siblings <= allowed, f"sources/nvml/{name} imports {sorted(siblings - allowed)}"
 
 
 def test_analysis_imports_neither_nvml_nor_prometheus_nor_http():

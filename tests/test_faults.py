@@ -35,7 +35,7 @@ from headroom.daemon import Options
 from headroom.simulation import load_scenario
 from headroom.simulation.nvml_driver import NvmlDriver
 from headroom.sources import Paths
-from headroom.sources import nvml as nvml_module
+from headroom.sources.nvml import binding as nvml_binding  # its private _REPROBE_UNSUPPORTED is patched below
 
 from conftest import FIXTURES, Agent, http_get
 
@@ -330,7 +330,7 @@ OPTIONAL_GAUGES = ("headroom_gpu_utilization_ratio", "headroom_gpu_memory_used_b
 
 def test_every_optional_query_answers_not_supported(live, monkeypatch):
     fault = "every optional NVML query NOT_SUPPORTED"
-    monkeypatch.setattr(nvml_module, "_REPROBE_UNSUPPORTED", 1.0)  # 600 s in production
+    monkeypatch.setattr(nvml_binding, "_REPROBE_UNSUPPORTED", 1.0)  # 600 s in production
     a = live()
     a.start()
     before = body_when(a, lambda b: value(b, "headroom_gpu_power_watts", gpu="1") is not None, "readings")

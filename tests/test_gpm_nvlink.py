@@ -10,8 +10,11 @@ from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, rule_gpu_compute, r
 from headroom.analysis.signals import HostSignals, gpu_signals
 from headroom.samples import Sample, SourceResult
 from headroom.simulation import ManualClock, parse_scenario
-from headroom.sources import SourceContext, nvml
-from headroom.sources.nvml import NvmlCollector
+from headroom.sources import SourceContext
+from headroom.sources.nvml import (
+    NvmlCollector,
+    threads,  # its private _EVENT_WAIT_MS is patched: no public name says it
+)
 
 GB = 1e9
 H100 = """
@@ -36,7 +39,7 @@ gpus:
 
 @pytest.fixture
 def rig(monkeypatch):
-    monkeypatch.setattr(nvml, "_EVENT_WAIT_MS", 20)
+    monkeypatch.setattr(threads, "_EVENT_WAIT_MS", 20)
     made = []
 
     def build(sm_active: float = 0.15, nvlink_tx: str = "100GB", utilization: float = 1.0):

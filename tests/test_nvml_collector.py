@@ -19,12 +19,17 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
+from headroom import samples
 from headroom.exposition.catalog import BY_NAME
 from headroom.samples import GpuSample, NvmlSample, to_jsonable
 from headroom.simulation import ManualClock, Scenario, load_scenario, parse_scenario
 from headroom.simulation.nvml_driver import NvmlDriver
-from headroom.sources import CollectorError, SourceContext, load_all, nvml
-from headroom.sources.nvml import NvmlCollector
+from headroom.sources import CollectorError, SourceContext, load_all
+
+# the tests below read (and one patches) private names of the modules that own them: the timings, capacities,
+# decoders and layouts they check have no public name
+from headroom.sources.nvml import NvmlCollector, binding, decode, threads
+from headroom.sources.nvml import collector as collector_module
 
 GIB = 2**30
 # filled in by background threads, so not compared tick by tick
@@ -54,7 +59,7 @@ class Rig:
 def make(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rig]:
     # the XID thread waits on NVML in slices of _EVENT_WAIT_MS and close() joins it: shorter slices keep
     # each test's teardown at milliseconds instead of half a second
-    monkeypatch.setattr(nvml, "_EVENT_WAIT_MS", 20)
+    monkeypatch.setattr(threads, "_EVENT_WAIT_MS", 20)
     rigs: list[Rig] = []
 
     def build(source: str = "golden", **settings: object) -> Rig:
@@ -253,7 +258,7 @@ def test_an_unsupported_field_leaves_the_prepared_read_and_is_asked_again_after_
     for _ in range(3):
         g0 = rig.tick().gpus[0]
         assert g0.memory_temperature_celsius is None and g0.energy_joules_total is not None
-    assert rig.tick(nvml._REPROBE_UNSUPPORTED).gpus[0].memory_temperature_celsius == 78
+    assert rig.tick(binding._REPROBE_UNSUPPORTED).gpus[0].memory_temperature_celsius == 78
 
 
 def test_field_values_read_the_same_through_the_binding_wrapper(make):
@@ -273,7 +278,7 @@ def test_field_values_read_the_same_through_the_binding_wrapper(make):
     rig = make()
     rig.collector.lib = WithoutLookup()
     slow = rig.tick().gpus[0]
-    assert max(asked) >= len(nvml._FIELDS)  # the per-tick read went through the binding's wrapper
+    assert max(asked) >= len(decode._FIELDS)  # the per-tick read went through the binding's wrapper
     keys = ("memory_temperature_celsius", "energy_joules_total", "ecc_uncorrected_volatile_total",
             "remapped_rows_correctable", "remapped_rows_pending", "pcie_tx_bytes_total", "pcie_rx_bytes_total")
     assert [getattr(slow, k) for k in keys] == [getattr(fast, k) for k in keys]
@@ -288,16 +293,16 @@ def test_the_field_decoder_reads_every_value_type_as_the_binding_declares_it():
     array = (pynvml.c_nvmlFieldValue_t * (len(values) + 1))()
     for entry, (vtype, v) in zip(array, values.items(), strict=False):
         entry.fieldId, entry.valueType, entry.nvmlReturn = 100 + vtype, vtype, 0
-        if hasattr(entry.value, nvml.VALUE_MEMBER[vtype]):
-            setattr(entry.value, nvml.VALUE_MEMBER[vtype], v)
+        if hasattr(entry.value, decode.VALUE_MEMBER[vtype]):
+            setattr(entry.value, decode.VALUE_MEMBER[vtype], v)
         else:  # usVal, which bindings before 12.560 do not declare: the driver still writes it (nvml.h)
             ctypes.c_ushort.from_buffer(entry.value).value = v
     array[len(values)].nvmlReturn = 3  # NOT_SUPPORTED
-    assert nvml._FIELD_DECODER.ready
-    decoded = nvml._FIELD_DECODER.decode(array, len(array))
+    assert decode._FIELD_DECODER.ready
+    decoded = decode._FIELD_DECODER.decode(array, len(array))
     assert decoded == [(0, v) for v in values.values()] + [(3, None)]
-    by_getter = nvml._decode_fields(array)  # the binding's own union members, where it declares them
-    declared = [i for i, vtype in enumerate(values) if hasattr(array[0].value, nvml.VALUE_MEMBER[vtype])]
+    by_getter = decode._decode_fields(array)  # the binding's own union members, where it declares them
+    declared = [i for i, vtype in enumerate(values) if hasattr(array[0].value, decode.VALUE_MEMBER[vtype])]
     assert [by_getter[i] for i in declared] == [decoded[i] for i in declared]
 
 
@@ -312,7 +317,33 @@ def test_the_field_decoder_reads_narrow_values_whatever_the_rest_of_the_union_ho
             setattr(entry.value, member, v)
         else:
             ctypes.c_ushort.from_buffer(entry.value).value = v
-    assert nvml._FIELD_DECODER.decode(array, 3) == [(0, 7), (0, 9), (0, -3)]
+    assert decode._FIELD_DECODER.decode(array, 3) == [(0, 7), (0, 9), (0, -3)]
+
+
+# each DeviceFields member and the binding's name of the field it must hold (nvml.h NVML_FI_DEV_*)
+BINDING_FIELD = {
+    "memory_temperature": "NVML_FI_DEV_MEMORY_TEMP", "energy_millijoules": "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "ecc_dbe_volatile": "NVML_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_dbe_aggregate": "NVML_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "remapped_correctable": "NVML_FI_DEV_REMAPPED_COR", "remapped_uncorrectable": "NVML_FI_DEV_REMAPPED_UNC",
+    "remapped_pending": "NVML_FI_DEV_REMAPPED_PENDING", "remapped_failure": "NVML_FI_DEV_REMAPPED_FAILURE",
+    "pcie_tx_bytes": "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "pcie_rx_bytes": "NVML_FI_DEV_PCIE_COUNT_RX_BYTES",
+}  # fmt: skip
+
+
+def test_each_device_field_is_the_value_of_its_own_field_id_whatever_the_order_read():
+    """The per-tick fields are named, each looked up by its field id (the binding's NVML_FI_DEV_* number, where
+    this binding has the constant: the PCIe byte counters are absent before 12.560), not by its place in a list."""
+    assert set(decode.DeviceFields._fields) == set(BINDING_FIELD)
+    assert decode.device_fields({}) == decode.NO_FIELDS == decode.DeviceFields()
+    for name, constant in BINDING_FIELD.items():
+        fid = decode._FIELD_IDS[name]  # private: the table itself is what is checked
+        assert fid == getattr(pynvml, constant, fid), (name, constant)
+        got = {(other, 0): -other for other in decode._FIELDS if other != fid}
+        got[(fid, 0)] = "mine"
+        got[(fid, 1)] = "another scope"  # an NVLink-style scoped read of the same id is not the device's value
+        fields = decode.device_fields(dict(reversed(got.items())))
+        assert getattr(fields, name) == "mine"
+        assert sorted(v for v in fields if v != "mine") == sorted(-f for f in decode._FIELDS if f != fid)
 
 
 def test_a_transient_error_is_none_this_tick_and_retried_next(make):
@@ -419,8 +450,8 @@ def test_steady_values_are_the_previous_ticks_objects_and_the_sample_is_what_was
             built.append(dataclasses.replace(new))  # a fresh object with what the tick read
         return share(new, old, names)
 
-    share = nvml.samples.share_unchanged
-    monkeypatch.setattr(nvml.samples, "share_unchanged", recording)
+    share = samples.share_unchanged
+    monkeypatch.setattr(samples, "share_unchanged", recording)
     rig = make()
     rig.collector.collect()
     ticks = [rig.tick() for _ in range(4)]
@@ -658,19 +689,19 @@ def test_a_changed_power_limit_shows_within_the_refresh_period(make):
     assert rig.tick().gpus[0].power_limit_watts == 300
     reads = rig.lib.calls[("nvmlDeviceGetEnforcedPowerLimit", 0)]
     pynvml.nvmlDeviceSetPowerManagementLimit(pynvml.nvmlDeviceGetHandleByIndex(0), 250_000)
-    seen = [rig.tick().gpus[0].power_limit_watts for _ in range(int(nvml._LIMIT_REFRESH))]
+    seen = [rig.tick().gpus[0].power_limit_watts for _ in range(int(collector_module._LIMIT_REFRESH))]
     assert seen[-1] == 250 and rig.tick().gpus[1].power_limit_watts == 400
     assert rig.lib.calls[("nvmlDeviceGetEnforcedPowerLimit", 0)] - reads <= 2  # once per refresh, not per tick
-    assert f"every {nvml._LIMIT_REFRESH:g} s" in BY_NAME["headroom_gpu_power_limit_watts"].help  # HELP says so
+    assert f"every {collector_module._LIMIT_REFRESH:g} s" in BY_NAME["headroom_gpu_power_limit_watts"].help  # HELP says so
 
 
 def test_a_power_limit_that_turns_unsupported_goes_absent_and_a_failed_re_read_keeps_it(make):
     rig = make()
     rig.tick()
     rig.lib.inject("nvmlDeviceGetEnforcedPowerLimit", gpu=0, error="TIMEOUT", calls=1)
-    assert rig.tick(nvml._LIMIT_REFRESH).gpus[0].power_limit_watts == 300  # the last value, read again next tick
+    assert rig.tick(collector_module._LIMIT_REFRESH).gpus[0].power_limit_watts == 300  # the last value, read again next tick
     rig.lib.inject("nvmlDeviceGetEnforcedPowerLimit", gpu=0, error="NOT_SUPPORTED")
-    assert rig.tick(nvml._LIMIT_REFRESH).gpus[0].power_limit_watts is None
+    assert rig.tick(collector_module._LIMIT_REFRESH).gpus[0].power_limit_watts is None
 
 
 def without_pcie_counters(rig: Rig) -> None:
@@ -767,7 +798,7 @@ def test_a_process_list_longer_than_the_kept_array_grows_it_once_and_reads_every
     driver asks for and a second call that tick (the binding's two-call protocol), then one call again."""
     rig = make()
     rig.tick()
-    many = [(5000 + i, 1 + i % 3, 0.5 if i % 2 else None) for i in range(nvml._LIST_CAPACITY + 8)]
+    many = [(5000 + i, 1 + i % 3, 0.5 if i % 2 else None) for i in range(binding._LIST_CAPACITY + 8)]
     _attach(rig, many)
     calls = rig.lib.calls[("nvmlDeviceGetComputeRunningProcesses_v3", 0)]
     g0 = rig.tick().gpus[0]
@@ -852,7 +883,7 @@ def test_several_samples_of_one_process_are_averaged_and_the_newest_timestamp_is
 
     collector = NvmlCollector(SourceContext())
     collector.lib = Library()
-    gpu = nvml._Gpu(collector.lib, 0, handle=object())
+    gpu = binding._Gpu(collector.lib, 0, handle=object())
     assert collector._process_utilization(gpu) == {9: 0.4, 10: 1.0}
     assert collector._process_utilization(gpu) == {}  # NOT_FOUND: nothing ran since, every process idle
     assert asked == [0, 1_200]
@@ -861,7 +892,7 @@ def test_several_samples_of_one_process_are_averaged_and_the_newest_timestamp_is
 def test_a_list_that_fills_the_kept_array_to_its_last_entry_is_read_again_into_a_larger_one():
     """A driver may fill what fits and answer SUCCESS: a full array may hold a list cut short, so it is read
     once more into one twice as large, and every process is there."""
-    pids = list(range(100, 100 + nvml._LIST_CAPACITY + 3))
+    pids = list(range(100, 100 + binding._LIST_CAPACITY + 3))
     capacities: list[int] = []
 
     def entry(handle: object, count: object, array: object) -> int:
@@ -882,12 +913,12 @@ def test_a_list_that_fills_the_kept_array_to_its_last_entry_is_read_again_into_a
 
     collector = NvmlCollector(SourceContext())
     collector.lib = Library()
-    gpu = nvml._Gpu(collector.lib, 0, handle=object())
+    gpu = binding._Gpu(collector.lib, 0, handle=object())
     rows, failed = collector._process_list(gpu, gpu.handle)
     assert not failed and [pid for pid, _ in rows] == pids
-    assert capacities == [nvml._LIST_CAPACITY, nvml._LIST_CAPACITY * 2 + 5]
+    assert capacities == [binding._LIST_CAPACITY, binding._LIST_CAPACITY * 2 + 5]
     collector._process_list(gpu, gpu.handle)
-    assert capacities[2:] == [nvml._LIST_CAPACITY * 2 + 5]  # large enough now: one call
+    assert capacities[2:] == [binding._LIST_CAPACITY * 2 + 5]  # large enough now: one call
 
 
 @pytest.mark.parametrize(("error", "outcome"), [
@@ -923,17 +954,17 @@ def test_per_process_utilization_errors_are_handled_as_every_other_query(make, e
 def test_the_process_layouts_read_what_the_binding_declares():
     """The one-pass reads take offsets and C types from the binding's own structs; NVML_VALUE_NOT_AVAILABLE
     is no figure (None), as the binding's wrapper makes it."""
-    assert nvml._PROCESS_LAYOUT.ready and nvml._SAMPLE_LAYOUT.ready
+    assert decode._PROCESS_LAYOUT.ready and decode._SAMPLE_LAYOUT.ready
     procs = (pynvml.c_nvmlProcessInfo_v2_t * 2)()
     procs[0].pid, procs[0].usedGpuMemory, procs[0].gpuInstanceId = 4_000_000_001, 2**40 + 3, 7
-    procs[1].pid, procs[1].usedGpuMemory = 12, nvml._NOT_AVAILABLE
+    procs[1].pid, procs[1].usedGpuMemory = 12, decode._NOT_AVAILABLE
     raw = ctypes.string_at(procs, ctypes.sizeof(procs))
-    assert nvml._process_rows(nvml._PROCESS_LAYOUT.rows(raw)) == ((4_000_000_001, 2**40 + 3), (12, None))
+    assert decode._process_rows(decode._PROCESS_LAYOUT.rows(raw)) == ((4_000_000_001, 2**40 + 3), (12, None))
     found = (pynvml.c_nvmlProcessUtilizationSample_t * 2)()
     found[0].pid, found[0].timeStamp, found[0].smUtil, found[0].memUtil = 9, 2**50 + 1, 37, 99
     found[1].pid, found[1].timeStamp, found[1].smUtil = 10, 5, 100
     raw = ctypes.string_at(found, ctypes.sizeof(found))
-    assert nvml._SAMPLE_LAYOUT.rows(raw) == [(9, 2**50 + 1, 37), (10, 5, 100)]
+    assert decode._SAMPLE_LAYOUT.rows(raw) == [(9, 2**50 + 1, 37), (10, 5, 100)]
 
 
 def test_mig_instances_list_their_own_processes_when_the_whole_gpu_list_is_denied(make):
@@ -1020,4 +1051,4 @@ def test_a_quiet_gpu_keeps_the_shared_empty_xid_map_when_the_watcher_registers_i
             rig.collector._xid_counts.setdefault(g.uuid, {})  # what _XidWatcher does when it starts watching
     after = rig.tick().gpus
     quiet = [(a, b) for a, b in zip(before, after, strict=True) if a.up and not a.xid_errors_total]
-    assert quiet and all(a.xid_errors_total is b.xid_errors_total is nvml.samples.EMPTY for a, b in quiet)
+    assert quiet and all(a.xid_errors_total is b.xid_errors_total is samples.EMPTY for a, b in quiet)

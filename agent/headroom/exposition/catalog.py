@@ -38,7 +38,7 @@ def _m(group: str, source: str):
 
 
 _self = _m("agent", "sampler")
-_gpu = _m("gpu", "nvml collector (sources/nvml.py)")
+_gpu = _m("gpu", "nvml collector (sources/nvml/)")
 _cpu = _m("cpu", "cpu collector (sources/cpu.py): /proc/stat, /proc/loadavg, /proc/pressure")
 _mem = _m("memory", "memory collector (sources/memory.py): /proc/meminfo, /proc/vmstat")
 _shm = _m("shm", "shm collector (sources/shm.py): statvfs of each configured tmpfs mount")

@@ -1,95 +1,71 @@
-"""NVML collector: the one choke point for every NVML call (architecture principle 3).
-
-One read of each quantity per GPU per tick, through ``_Gpu.query`` which maps errors in one place:
-
-- NOT_SUPPORTED / NO_PERMISSION / FUNCTION_NOT_FOUND / NOT_FOUND / ARGUMENT_VERSION_MISMATCH (and a
-  function the binding lacks): the field is None (series absent, never 0) and the query is remembered as
-  unsupported on that GPU, re-probed every ``_REPROBE_UNSUPPORTED`` seconds; fallbacks (processes
-  v3 -> v2 (the binding's unversioned call is v3 too), memory v2 -> v1, clock-event -> throttle reasons, temperature V -> legacy) move on;
-- GPU_IS_LOST / GPU_NOT_FOUND / RESET_REQUIRED / UNKNOWN: that GPU is down (``up=False`` + error), the
-  others go on; it is re-probed (handle by UUID, else index) with backoff and comes back when it answers;
-- UNINITIALIZED / DRIVER_NOT_LOADED / LIB_RM_VERSION_MISMATCH / LIBRARY_NOT_FOUND: NVML is down:
-  nvmlShutdown, ``collect`` raises CollectorError, nvmlInit is retried with backoff (1 s .. 60 s);
-- anything else (TIMEOUT, NO_DATA, ...): the field is None this tick and retried next tick.
+"""The NVML collector: one NvmlSample per tick, every call through ``binding._Gpu.query`` (its error mapping).
 
 Identity, max clocks, PCIe max link, the supported clock-event mask and the MIG layout are cached;
 NVLink link count, state and version are re-read every 30 s, the enforced power limit every 10 s. Per
 tick and GPU: one field-values call (health counters, energy, PCIe byte counters, NVLink data counters
-per active link) into an array prepared once and decoded in one pass, and where the GPU
-has GPM one nvmlGpmSampleGet plus one nvmlGpmMetricsGet (SM activity, occupancy, tensor and DRAM
-activity between this tick's sample and the last). The process lists (per GPU, and per MIG instance) and
-the per-process utilization samples (since the newest timestamp seen on that GPU) take one call each into
-an array kept per GPU and handle (a second call only when the list outgrew it), decoded in one pass from
-its bytes, and not at all when the bytes are last tick's. Slow or blocking calls stay off the tick: for GPUs
-without PCIe byte counters a daemon thread polls nvmlDeviceGetPcieThroughput (~20 ms each)
-round-robin and the tick reads its last value; another waits on an NVML event set for XIDs.
-The library is always the real ``pynvml`` binding; under simulation the scenario's stand-in for
-libnvidia-ml (``headroom.simulation.nvml_driver``) is installed beneath it, so the same code runs on both.
+per active link) into an array prepared once and decoded in one pass (``decode``), and where the GPU
+has GPM one nvmlGpmSampleGet plus one nvmlGpmMetricsGet. The process lists and per-process utilization
+samples go through ``binding._ListQuery``; the PCIe poller and the XID watcher (``threads``) run beside it.
 """
 
 from __future__ import annotations
 
 import ctypes
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
-
-import structlog
 
 from headroom import samples
 from headroom.sources import Collector, CollectorError, SourceContext, register
-
-log = structlog.get_logger("headroom.sources.nvml")
-
-# The oldest nvidia-ml-py this collector is tested against (pyproject.toml; the GPU tests run on it and
-# on the newest). 12.535.77 and older read process lists with a struct that does not match the driver's.
-MIN_BINDING = "12.535.108"
-
-
-def _legacy_shadow() -> str | None:
-    """Why ``import pynvml`` would not give nvidia-ml-py's module: the legacy ``pynvml`` 11.x distribution
-    (gpuopenanalytics) installs a package of the same name that shadows it. None when all is well."""
-    from importlib import metadata
-
-    try:
-        legacy = metadata.version("pynvml")
-    except metadata.PackageNotFoundError:
-        return None
-    try:
-        major = int(legacy.split(".")[0])
-    except ValueError:
-        major = 0
-    if major >= 12:  # pynvml 12+ is a shim that installs nvidia-ml-py and no module of its own
-        return None
-    return (f"the legacy 'pynvml' {legacy} package is installed and shadows nvidia-ml-py's pynvml module "
-            f"(an old copy of the binding): remove it (pip uninstall pynvml) and keep nvidia-ml-py>={MIN_BINDING}")
-
-
-BINDING_ERROR: str | None = _legacy_shadow()
-try:
-    import pynvml
-except Exception as exc:  # not installed, or a broken module: this collector fails, the others go on
-    pynvml = None  # type: ignore[assignment]
-    BINDING_ERROR = BINDING_ERROR or f"cannot import pynvml (install nvidia-ml-py>={MIN_BINDING}): {type(exc).__name__}: {exc}"
-if BINDING_ERROR is None and not hasattr(pynvml, "NVMLError"):
-    BINDING_ERROR = f"the pynvml module at {getattr(pynvml, '__file__', '?')} is not nvidia-ml-py's binding"
-
-# Clock-event ("throttle") reasons by NVML bit.
-CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
-    ("gpu_idle", 0x1),
-    ("applications_clocks_setting", 0x2),
-    ("sw_power_cap", 0x4),
-    ("hw_slowdown", 0x8),
-    ("sync_boost", 0x10),
-    ("sw_thermal_slowdown", 0x20),
-    ("hw_thermal_slowdown", 0x40),
-    ("hw_power_brake_slowdown", 0x80),
-    ("display_clock_setting", 0x100),
+from headroom.sources.nvml import threads
+from headroom.sources.nvml.binding import (
+    _ABSENT,
+    _ABSENT_CODES,
+    _DEVICE_CODES,
+    _ERR,
+    _LIBRARY_CODES,
+    _SUCCESS,
+    BINDING_ERROR,
+    _Backoff,
+    _const,
+    _field_array,
+    _field_values_into,
+    _Gpu,
+    _GpuDown,
+    _LibraryDown,
+    _ListQuery,
+    _text,
+    describe,
+    library_reason,
+    log,
+    pynvml,
 )
-_ALL_REASONS = sum(bit for _, bit in CLOCK_EVENT_REASONS)
+from headroom.sources.nvml.decode import (
+    _ALL_REASONS,
+    _FIELD_DECODER,
+    _FIELDS,
+    _PROCESS_LAYOUT,
+    _SAMPLE_LAYOUT,
+    FI_NVLINK_LINK_COUNT,
+    FI_NVLINK_RX,
+    FI_NVLINK_TX,
+    NO_FIELDS,
+    DeviceFields,
+    _decode_fields,
+    _gpu_processes,
+    _kib,
+    _Layout,
+    _limit_max,
+    _process_rows,
+    _struct_values,
+    clock_events,
+    device_fields,
+)
+from headroom.sources.nvml.threads import _PciePoller, _XidWatcher
+
 # GpuSample fields that stay the same from tick to tick on most GPUs most of the time: each one equal to the
 # previous tick's keeps that object (samples.share_unchanged), so the window holds it once, not once per sample
 _STEADY_FIELDS = (
@@ -99,392 +75,24 @@ _STEADY_FIELDS = (
     "temperature_max_operating_celsius", "temperature_slowdown_celsius", "temperature_shutdown_celsius",
     "memory_temperature_max_operating_celsius",
 )
-_CLOCK_EVENTS: dict[tuple[int, int], dict[str, bool]] = {}  # (supported, active) masks -> reason -> active
-
-def _limit_max(constraints: Any) -> float | None:
-    """The max of nvmlDeviceGetPowerManagementLimitConstraints' [min, max] milliwatts, in watts; None when absent."""
-    try:
-        high = constraints[1]
-    except (TypeError, IndexError, KeyError):
-        return None
-    return high / 1000 if isinstance(high, int) and high > 0 else None
-
-
-def _const(name: str, fallback: int) -> int:
-    """A pynvml constant, or its nvml.h value when this binding version lacks it (or has no binding):
-    constants that newer bindings added (GPU_NOT_FOUND, VALUE_TYPE_UNSIGNED_SHORT ...) are ABI numbers."""
-    value = getattr(pynvml, name, None) if pynvml is not None else None
-    return value if isinstance(value, int) else fallback
-
-
-# nvmlReturn_t (nvml.h)
-_SUCCESS = 0
-_ERR = {name: _const(f"NVML_ERROR_{name}", code) for name, code in {
-    "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3, "NO_PERMISSION": 4, "NOT_FOUND": 6,
-    "INSUFFICIENT_SIZE": 7, "DRIVER_NOT_LOADED": 9, "TIMEOUT": 10, "LIBRARY_NOT_FOUND": 12,
-    "FUNCTION_NOT_FOUND": 13, "GPU_IS_LOST": 15, "RESET_REQUIRED": 16, "LIB_RM_VERSION_MISMATCH": 18,
-    "ARGUMENT_VERSION_MISMATCH": 25, "GPU_NOT_FOUND": 28, "UNKNOWN": 999,
-}.items()}  # fmt: skip
-_ABSENT_CODES = frozenset(_ERR[n] for n in ("NOT_SUPPORTED", "NO_PERMISSION", "FUNCTION_NOT_FOUND", "NOT_FOUND", "ARGUMENT_VERSION_MISMATCH"))
-_DEVICE_CODES = frozenset(_ERR[n] for n in ("GPU_IS_LOST", "GPU_NOT_FOUND", "RESET_REQUIRED", "UNKNOWN"))
-_LIBRARY_CODES = frozenset(_ERR[n] for n in ("UNINITIALIZED", "DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH", "LIBRARY_NOT_FOUND"))
-_HINTS = {
-    _ERR["DRIVER_NOT_LOADED"]: "is the NVIDIA driver installed and loaded? use --simulate demo for a simulated host",
-    _ERR["LIBRARY_NOT_FOUND"]: "libnvidia-ml.so.1 not found: is the NVIDIA driver installed? use --simulate demo for a simulated host",
-    _ERR["LIB_RM_VERSION_MISMATCH"]: "the driver was upgraded without reloading the kernel module or rebooting",
-    _ERR["NO_PERMISSION"]: "no access to /dev/nvidiactl: check the user's groups or the unit's DeviceAllow",
-}  # fmt: skip
-_ERROR_NAMES = {code: name for name, code in _ERR.items()}
-_MISMATCH_ERRORS: tuple[type[BaseException], ...] = tuple(
-    c for c in (getattr(pynvml, "NVMLLibraryMismatchError", None),) if isinstance(c, type)
-)
-if pynvml is not None:
-    _ERROR_NAMES.update({getattr(pynvml, n): n.removeprefix("NVML_ERROR_") for n in dir(pynvml)
-                         if n.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, n), int)})  # fmt: skip
-
-# nvmlFieldId (nvml.h NVML_FI_DEV_*); read in one nvmlDeviceGetFieldValues call per GPU per tick
-FI_MEMORY_TEMP = 82
-FI_TOTAL_ENERGY_CONSUMPTION = 83
-FI_ECC_DBE_VOL_TOTAL, FI_ECC_DBE_AGG_TOTAL = 4, 6
-FI_REMAPPED_COR, FI_REMAPPED_UNC, FI_REMAPPED_PENDING, FI_REMAPPED_FAILURE = 142, 143, 144, 145
-FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES = 197, 198  # cumulative PCIe bytes (not in bindings < 12.560)
-FI_NVLINK_LINK_COUNT = 91
-FI_NVLINK_TX, FI_NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX: KiB per link (scope id)
 # GPM metrics (nvml.h NVML_GPM_METRIC_*, percentages) -> GpuSample field
 _GPM_METRICS = ((2, "sm_active_ratio"), (3, "sm_occupancy_ratio"), (5, "tensor_active_ratio"), (10, "dram_active_ratio"))
 _GPM_METRICS_GET_VERSION = _GPM_SUPPORT_VERSION = 1
 _BINDING_HAS_GPM = hasattr(pynvml, "c_nvmlGpmMetricsGet_t")
 _NVLINK_REFRESH = 30.0  # seconds between NVLink link-state re-reads
-_FIELDS = (
-    FI_MEMORY_TEMP,
-    FI_TOTAL_ENERGY_CONSUMPTION,
-    FI_ECC_DBE_VOL_TOTAL,
-    FI_ECC_DBE_AGG_TOTAL,
-    FI_REMAPPED_COR,
-    FI_REMAPPED_UNC,
-    FI_REMAPPED_PENDING,
-    FI_REMAPPED_FAILURE,
-    FI_PCIE_COUNT_TX_BYTES,
-    FI_PCIE_COUNT_RX_BYTES,
-)
-_FIELD_KEYS = tuple((f, 0) for f in _FIELDS)
-# nvmlFieldValue_t: the union member that holds each nvmlValueType_t (nvml.h; UNSIGNED_SHORT is 6 even where
-# the binding lacks the constant)
-VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-# each member's C type (nvml.h), as a struct format: for a member an older binding's union lacks (usVal)
-_VALUE_FORMAT = {"dVal": "d", "uiVal": "I", "ulVal": "L", "ullVal": "Q", "sllVal": "q", "siVal": "i", "usVal": "H"}
-_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
 _PSTATE_UNKNOWN = 32
-_XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 _CLOCK_SM, _CLOCK_MEM = 1, 2
 _TEMPERATURE_GPU = 0
 # nvmlTemperatureThresholds_t: shutdown, slowdown, memory max, GPU max (operating)
 _THRESHOLDS = (("temperature_shutdown_celsius", 0), ("temperature_slowdown_celsius", 1),
                ("memory_temperature_max_operating_celsius", 2), ("temperature_max_operating_celsius", 3))
-_PCIE_UTIL_TX, _PCIE_UTIL_RX = 0, 1
 _MIG_ENABLE = 1
 _MEMORY_V2 = _const("nvmlMemory_v2", 0x02000028)  # nvmlMemory_v2 (nvml.h NVML_STRUCT_VERSION(Memory, 2))
 
-_REPROBE_UNSUPPORTED = 600.0  # seconds before an unsupported query is tried again
 # seconds between reads of the enforced power limit: it changes only when someone sets it (nvidia-smi -pl,
 # a management tool), so it is not read on every tick; a change shows within this time
 _LIMIT_REFRESH = 10.0
 _MIG_REFRESH = 30.0  # seconds between MIG layout re-reads
-_EVENT_WAIT_MS = 500
-_BACKOFF_MIN, _BACKOFF_MAX = 1.0, 60.0
-
-
-class _GpuDown(Exception):
-    """A device-level NVML error: the GPU stops answering."""
-
-
-class _LibraryDown(Exception):
-    """A library-level NVML error: NVML must be shut down and initialised again."""
-
-    def __init__(self, err: BaseException) -> None:
-        super().__init__(library_reason(err))
-
-
-def describe(err: BaseException) -> str:
-    """Readable text for an NVML error: "GPU is lost (GPU_IS_LOST)"."""
-    code = getattr(err, "value", None)
-    name = _ERROR_NAMES.get(code) if isinstance(code, int) else None
-    text = pynvml.NVMLError._errcode_to_string.get(code) if name and pynvml is not None else None
-    if name is None:
-        return str(err) or type(err).__name__
-    return f"{text} ({name})" if text else name
-
-
-def library_reason(err: BaseException) -> str:
-    """Why NVML is unusable, with advice where there is some: "Driver Not Loaded (DRIVER_NOT_LOADED): is ..."."""
-    hint = _HINTS.get(getattr(err, "value", None))
-    return f"{describe(err)}: {hint}" if hint else describe(err)
-
-
-def _address(handle: Any) -> int | None:
-    """The pointer value of an NVML handle (to recognise it in event data), or None."""
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):
-        return None
-
-
-_raw = ctypes.Structure.__getattribute__  # a struct field without the binding's per-read decoding
-
-
-def _struct_values(struct: Any, *names: str) -> tuple[Any, ...]:
-    """Fields of a binding struct by the plain ctypes getter (the binding's printable structs decode every
-    attribute read); None for each when there is no struct, and for a field this struct version lacks."""
-    if struct is None:
-        return (None,) * len(names)
-    read = _raw if isinstance(struct, ctypes.Structure) else getattr
-    out = []
-    for name in names:
-        try:
-            out.append(read(struct, name))
-        except AttributeError:
-            out.append(None)
-    return tuple(out)
-
-
-def _decode_fields(values: Any) -> list[tuple[int, Any]]:
-    """(return code, value or None) of each nvmlFieldValue_t, through the plain ctypes getter (the binding's
-    printable struct decodes every attribute read, 10x slower)."""
-    out = []
-    for fv in values:
-        ret = _raw(fv, "nvmlReturn")
-        member = VALUE_MEMBER.get(_raw(fv, "valueType")) if ret == _SUCCESS else None
-        out.append((ret, getattr(_raw(fv, "value"), member, None) if member else None))
-    return out
-
-
-class _FieldDecoder:
-    """Decodes an array of the binding's nvmlFieldValue_t in one pass over its bytes: offsets and value
-    formats come from the binding's own ctypes declarations (c_nvmlFieldValue_t, c_nvmlValue_t)."""
-
-    def __init__(self) -> None:
-        self.ready = False
-        if pynvml is None or not hasattr(pynvml, "c_nvmlFieldValue_t") or not hasattr(pynvml, "c_nvmlValue_t"):
-            return
-        import struct
-
-        entry = pynvml.c_nvmlFieldValue_t
-        types = dict(entry._fields_)
-        members = dict(pynvml.c_nvmlValue_t._fields_)
-        try:
-            self.size = ctypes.sizeof(entry)
-            self.ret = struct.Struct("@" + types["nvmlReturn"]._type_), entry.nvmlReturn.offset
-            self.type = struct.Struct("@" + types["valueType"]._type_), entry.valueType.offset
-            self.value_offset = entry.value.offset
-            self.formats = {vt: struct.Struct("@" + (members[m]._type_ if m in members else _VALUE_FORMAT[m]))
-                            for vt, m in VALUE_MEMBER.items()}
-            # valueType, nvmlReturn and the value side by side (nvml.h's layout): one unpack reads all three,
-            # the value as its 8 raw bytes, which are the value itself for the unsigned members on a
-            # little-endian machine (the others are unpacked by their own format)
-            head = struct.Struct("@IIQ")
-            self.head = head if (self.type[1] + 4 == self.ret[1] and self.value_offset == self.type[1] + 8
-                                 and self.type[0].format == self.ret[0].format == "@I"
-                                 and sys.byteorder == "little") else None
-        except (KeyError, AttributeError, TypeError, struct.error):
-            return
-        self.ready = True
-
-    def decode(self, array: Any, count: int) -> list[tuple[int, Any]]:
-        if not self.ready:
-            return _decode_fields(array)
-        (ret_fmt, ret_off), (type_fmt, type_off) = self.ret, self.type
-        value_off, formats = self.value_offset, self.formats
-        out = []
-        if self.head is not None:
-            head, masks = self.head, _UNSIGNED_MASKS
-            for base in range(type_off, type_off + count * self.size, self.size):
-                vt, ret, raw = head.unpack_from(array, base)
-                if ret != _SUCCESS:
-                    out.append((ret, None))
-                    continue
-                mask = masks.get(vt)
-                if mask is not None:
-                    out.append((ret, raw & mask))
-                else:
-                    fmt = formats.get(vt)
-                    out.append((ret, fmt.unpack_from(array, base + 8)[0] if fmt is not None else None))
-            return out
-        for base in range(0, count * self.size, self.size):
-            ret = ret_fmt.unpack_from(array, base + ret_off)[0]
-            fmt = formats.get(type_fmt.unpack_from(array, base + type_off)[0]) if ret == _SUCCESS else None
-            out.append((ret, fmt.unpack_from(array, base + value_off)[0] if fmt is not None else None))
-        return out
-
-
-# the unsigned members (uiVal, ulVal on LP64, ullVal, usVal): their value is the low bytes of the raw 8
-_UNSIGNED_MASKS = {1: 0xFFFFFFFF, 2: 0xFFFFFFFFFFFFFFFF if ctypes.sizeof(ctypes.c_ulong) == 8 else 0xFFFFFFFF,
-                   3: 0xFFFFFFFFFFFFFFFF, 6: 0xFFFF}
-_FIELD_DECODER = _FieldDecoder()
-
-
-_INTEGER_CODES = {**dict.fromkeys("bhilq", {1: "b", 2: "h", 4: "i", 8: "q"}),
-                  **dict.fromkeys("BHILQ", {1: "B", 2: "H", 4: "I", 8: "Q"})}
-
-
-class _Layout:
-    """Some fields of each entry of an array of a binding struct, read in one pass over its bytes: one
-    ``struct.Struct`` whose offsets and C types come from the binding's own ctypes declaration (``names`` in
-    the order of their offsets). ``ready`` is False when the binding lacks the struct or a field, or its
-    types have no plain struct format: the caller then goes through the binding's wrapper."""
-
-    def __init__(self, ctype_name: str, names: Sequence[str]) -> None:
-        import struct
-
-        self.ready = False
-        self.ctype: Any = getattr(pynvml, ctype_name, None) if pynvml is not None else None
-        if self.ctype is None:
-            return
-        try:
-            types = dict(self.ctype._fields_)
-            self.size = ctypes.sizeof(self.ctype)
-            fmt, at = "=", 0
-            for name in names:
-                offset, code, width = getattr(self.ctype, name).offset, types[name]._type_, ctypes.sizeof(types[name])
-                if code in _INTEGER_CODES:  # by its size: ctypes calls c_ulonglong "L" where long has 8 bytes
-                    code = _INTEGER_CODES[code][width]
-                if offset < at or code not in "bBhHiIqQfd" or struct.calcsize("=" + code) != width:
-                    return
-                fmt += "x" * (offset - at) + code
-                at = offset + width
-            self.struct = struct.Struct(fmt + "x" * (self.size - at))
-        except (KeyError, AttributeError, TypeError, struct.error):
-            return
-        self.ready = self.struct.size == self.size
-
-    def rows(self, raw: bytes) -> list[tuple[Any, ...]]:
-        return list(self.struct.iter_unpack(raw))
-
-
-# nvmlProcessInfo_v2_t: what the _v2 and _v3 process-list entry points fill (nvml.h; the binding's
-# c_nvmlProcessInfo_v3_t is the same struct); nvmlProcessUtilizationSample_t for per-process utilization
-_PROCESS_LAYOUT = _Layout("c_nvmlProcessInfo_v2_t", ("pid", "usedGpuMemory"))
-_SAMPLE_LAYOUT = _Layout("c_nvmlProcessUtilizationSample_t", ("pid", "timeStamp", "smUtil"))
-_LIST_CAPACITY = 32  # entries in a new list array; it grows to twice what the driver asks for, plus 5
-
-
-class _ListQuery:
-    """One list query (the entry point ``function``) of one handle, into an array of the binding's struct kept
-    and reused tick after tick as the field array is: one call while the array is large enough, else a second
-    call into twice the size the driver asked for (the binding's two-call protocol with its first call
-    skipped; an array the driver filled to its last entry is taken as too small as well).
-    The entry point is found through the binding's own lookup (FUNCTION_NOT_FOUND included); the entries are
-    decoded in one pass (``_Layout``) and through ``convert``, and only when the driver wrote other bytes
-    than last time: otherwise the same object as last time is returned."""
-
-    __slots__ = ("lookup", "function", "layout", "convert", "samples_first", "array", "capacity", "count",
-                 "count_ref", "raw", "converted")
-
-    def __init__(self, lookup: Callable[[str], Any], function: str, layout: _Layout,
-                 convert: Callable[[list[tuple[Any, ...]]], Any]) -> None:
-        self.lookup, self.function, self.layout, self.convert = lookup, function, layout, convert
-        # nvmlDeviceGetProcessUtilization(device, samples, *count, lastSeen) against the process lists'
-        # (device, *count, infos)
-        self.samples_first = layout is _SAMPLE_LAYOUT
-        self.capacity = 0
-        self.array: Any = None
-        self.count = ctypes.c_uint(0)
-        self.count_ref = ctypes.byref(self.count)
-        self.raw: bytes | None = None
-        self.converted: Any = None
-        self.reserve(_LIST_CAPACITY)
-
-    def reserve(self, entries: int) -> None:
-        if entries > self.capacity:
-            self.capacity = entries
-            self.array = (self.layout.ctype * entries)()
-
-    def _invoke(self, fn: Any, handle: Any, tail: tuple[Any, ...]) -> int:
-        self.count.value = self.capacity
-        if self.samples_first:
-            return fn(handle, self.array, self.count_ref, *tail)
-        return fn(handle, self.count_ref, self.array, *tail)
-
-    def read(self, handle: Any, *tail: Any) -> tuple[int, Any]:
-        """(NVML return code, the converted entries on success, else None)."""
-        fn = self.lookup(self.function)
-        ret = self._invoke(fn, handle, tail)
-        if ret == _ERR["INSUFFICIENT_SIZE"] or (ret == _SUCCESS and self.count.value >= self.capacity):
-            # too small (the driver says how many it has), or filled to the last entry, which may be a list cut
-            # to what fits (nvml.h describes the sample queries so): once more, into twice as much
-            self.reserve(max(self.count.value, self.capacity) * 2 + 5)
-            ret = self._invoke(fn, handle, tail)
-        if ret != _SUCCESS:
-            return ret, None
-        raw = ctypes.string_at(self.array, min(self.count.value, self.capacity) * self.layout.size)
-        if raw != self.raw:
-            self.raw, self.converted = raw, self.convert(self.layout.rows(raw))
-        return ret, self.converted
-
-    def __call__(self, handle: Any, *tail: Any) -> Any:
-        """The converted entries; raises the binding's NVMLError for any other return code (``_Gpu.query``
-        maps it as it maps the binding's own calls)."""
-        ret, converted = self.read(handle, *tail)
-        if ret != _SUCCESS:
-            raise pynvml.NVMLError(ret)
-        return converted
-
-
-def _kib(value: int | None) -> int | None:
-    return None if value is None else int(value) * 1024
-
-
-def _process_rows(rows: Sequence[tuple[Any, Any]]) -> tuple[tuple[int, int | None], ...]:
-    """(pid, used GPU memory) rows of a process list, the memory None where NVML cannot say (None from the
-    binding's wrapper, NVML_VALUE_NOT_AVAILABLE in the struct)."""
-    return tuple((int(pid), None if used is None or used == _NOT_AVAILABLE else int(used)) for pid, used in rows)
-
-
-def _gpu_processes(last: tuple[samples.GpuProcess, ...] | None, rows: Sequence[tuple[int, int | None]],
-                   sm: Mapping[int, float] | None) -> tuple[samples.GpuProcess, ...]:
-    """The GpuProcess tuple for ``rows`` (pid, used memory) and ``sm`` (pid -> SM utilization; None: no
-    sampling, a listed pid without a sample: 0). ``last`` itself when it holds exactly that in order (an
-    unchanged list is built once and shared); otherwise a new tuple in which each process that did not change
-    is last tick's object."""
-    ratios = [None if sm is None else sm.get(pid, 0.0) for pid, _ in rows]
-    if last is not None and len(last) == len(rows):
-        for p, (pid, used), ratio in zip(last, rows, ratios, strict=True):
-            if p.pid != pid or p.used_memory_bytes != used or p.sm_utilization_ratio != ratio:
-                break
-        else:
-            return last
-    known = {p.pid: p for p in last} if last else {}
-    out = []
-    for (pid, used), ratio in zip(rows, ratios, strict=True):
-        p = known.get(pid)
-        if p is None or p.used_memory_bytes != used or p.sm_utilization_ratio != ratio:
-            p = samples.GpuProcess(pid=pid, used_memory_bytes=used, sm_utilization_ratio=ratio)
-        out.append(p)
-    return tuple(out)
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-class _Backoff:
-    """Exponential backoff between retries: 1 s, 2 s, 4 s ... capped at 60 s."""
-
-    def __init__(self) -> None:
-        self.delay = _BACKOFF_MIN
-        self.next_at: float | None = None
-
-    def due(self, now: float) -> bool:
-        return self.next_at is None or now >= self.next_at
-
-    def failed(self, now: float) -> None:
-        self.next_at = now + self.delay
-        self.delay = min(self.delay * 2, _BACKOFF_MAX)
-
-    def reset(self) -> None:
-        self.delay, self.next_at = _BACKOFF_MIN, None
-
-
-_ABSENT = object()  # a query this GPU does not support (as opposed to None: failed this tick)
 
 
 @dataclass
@@ -496,236 +104,6 @@ class _Mig:
     profile_id: int | None = None  # its GPU instance's profile id and placement start (the NVIDIA DRA driver
     placement_start: int | None = None  # names a MIG device by them); None: NVML did not say
 
-
-@dataclass
-class _Gpu:
-    """One GPU within one NVML session: handle, cached identity and what it does not support."""
-
-    lib: Any
-    index: int
-    handle: Any = None
-    uuid: str = ""
-    name: str = ""
-    pci_bus_id: str = ""
-    minor: int | None = None  # the /dev/nvidiaN number (the NVIDIA DRA driver names GPUs by it)
-    memory_total: int | None = None
-    up: bool = True
-    error: str | None = None
-    backoff: _Backoff = field(default_factory=_Backoff)
-    unsupported: dict[str, float] = field(default_factory=dict)  # query -> when to try again
-    cache: dict[str, Any] = field(default_factory=dict)
-    logged: set[tuple[str, int]] = field(default_factory=set)  # transient errors already logged
-    now: float = 0.0
-    # the per-tick field read: (wanted (field, scope) pairs, unsupported-set version, links, array for them)
-    fields_plan: tuple[Any, ...] | None = None
-    published: samples.GpuSample | None = None  # the last full read (for samples.share_unchanged)
-
-    def query(self, key: str, function: str, *args: Any, remember: bool = True, call: Callable[..., Any] | None = None) -> Any:
-        """lib.<function>(*args) (``call(*args)`` instead where given: the same entry point reached another
-        way); _ABSENT if unsupported here, None if it failed this tick.
-
-        Raises _GpuDown or _LibraryDown for device- and library-level errors.
-        """
-        retry_at = self.unsupported.get(key)
-        if retry_at is not None:
-            if self.now < retry_at:
-                return _ABSENT
-            del self.unsupported[key]
-        fn = call or getattr(self.lib, function, None)
-        try:
-            if fn is None:
-                raise pynvml.NVMLError(_ERR["FUNCTION_NOT_FOUND"])
-            return fn(*args)
-        except _MISMATCH_ERRORS:  # an unversioned function the driver lacks (bindings >= 12.550 only)
-            code = _ERR["FUNCTION_NOT_FOUND"]
-            err: BaseException = pynvml.NVMLError(code)
-        except pynvml.NVMLError as exc:
-            code, err = exc.value, exc
-        if code in _ABSENT_CODES:
-            if remember:
-                self.unsupported[key] = self.now + _REPROBE_UNSUPPORTED
-                log.debug("nvml_query_unsupported", gpu=self.index, query=key, error=describe(err))
-            return _ABSENT
-        if code in _DEVICE_CODES:
-            raise _GpuDown(f"{function}: {describe(err)}")
-        if code in _LIBRARY_CODES:
-            raise _LibraryDown(err)
-        if (key, code) not in self.logged:
-            self.logged.add((key, code))
-            log.warning("nvml_query_failed", gpu=self.index, query=key, error=describe(err))
-        return None
-
-    def value(self, key: str, function: str, *args: Any, call: Callable[..., Any] | None = None) -> Any:
-        """Like query, with "unsupported" folded into None."""
-        v = self.query(key, function, *args, call=call)
-        return None if v is _ABSENT else v
-
-    def first(self, options: Sequence[tuple[str, str, tuple[Any, ...]]]) -> Any:
-        """The first option that is supported (fallback chain); None when none is."""
-        for key, function, args in options:
-            v = self.query(key, function, *args)
-            if v is not _ABSENT:
-                return v
-        return None
-
-    def cached(self, key: str, function: str, *args: Any, refresh: float | None = None) -> Any:
-        """A value read once and kept (identity-like quantities); unsupported is retried on reprobe.
-
-        ``refresh``: seconds after which it is read again (a value that can change, but rarely: the power
-        limit); until a re-read answers, the last value stays, and when it turns unsupported it is absent."""
-        hit = self.cache.get(key)
-        if hit is not None and (refresh is None or self.now - hit[1] < refresh):
-            return hit[0]
-        v = self.value(key, function, *args)
-        if v is None:
-            if hit is not None and key not in self.unsupported:
-                return hit[0]  # failed this tick: the last value, re-read next tick
-            self.cache.pop(key, None)
-            return None
-        self.cache[key] = (v, self.now)
-        return v
-
-    def down_sample(self) -> samples.GpuSample:
-        return samples.GpuSample(
-            index=self.index, uuid=self.uuid, name=self.name, pci_bus_id=self.pci_bus_id, minor_number=self.minor,
-            up=False, error=self.error,
-        )
-
-
-class _PciePoller(threading.Thread):
-    """Reads PCIe TX/RX throughput off the tick: one GPU at a time, each every ``interval`` seconds."""
-
-    def __init__(self, lib: Any, targets: list[tuple[str, Any]], interval: float, stop: threading.Event) -> None:
-        super().__init__(name="headroom-nvml-pcie", daemon=True)
-        self.lib, self.targets, self.interval, self.stop = lib, targets, interval, stop
-        self.values: dict[str, tuple[float | None, float | None]] = {}
-        self.unsupported: set[str] = set()
-        self.counted: set[str] = set()  # GPUs with cumulative PCIe counters: not polled
-
-    def _read(self, handle: Any, counter: int) -> float | None:
-        try:
-            return float(self.lib.nvmlDeviceGetPcieThroughput(handle, counter)) * 1024  # KB/s -> bytes/s
-        except pynvml.NVMLError as exc:
-            if exc.value in _ABSENT_CODES:
-                raise
-            return None
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            targets = [t for t in self.targets if t[0] not in self.unsupported and t[0] not in self.counted]
-            if not targets:
-                self.stop.wait(self.interval)
-                continue
-            for uuid, handle in targets:
-                if self.stop.is_set():
-                    return
-                try:
-                    tx = self._read(handle, _PCIE_UTIL_TX)
-                    rx = self._read(handle, _PCIE_UTIL_RX)
-                except (pynvml.NVMLError, AttributeError):
-                    self.unsupported.add(uuid)
-                    self.values.pop(uuid, None)
-                    continue
-                self.values[uuid] = (tx, rx)
-                self.stop.wait(self.interval / len(targets))
-
-
-class _XidWatcher(threading.Thread):
-    """Counts XID critical errors per GPU from an NVML event set, waiting ``_EVENT_WAIT_MS`` at a time."""
-
-    def __init__(self, lib: Any, targets: list[tuple[str, Any]], stop: threading.Event, counts: dict[str, dict[int, int]], lock: threading.Lock) -> None:
-        super().__init__(name="headroom-nvml-xid", daemon=True)
-        self.lib, self.targets, self.stop, self.counts, self.lock = lib, targets, stop, counts, lock
-        self.registered: set[str] = set()
-        self.ready = threading.Event()
-
-    def run(self) -> None:
-        try:
-            self._run()
-        finally:
-            self.ready.set()
-
-    def _register(self) -> tuple[Any, dict[int | None, str]] | None:
-        """A new event set with every target registered for XIDs; (set, handle address -> uuid), or None.
-
-        NVML_ERROR_UNKNOWN from nvmlDeviceRegisterEvents leaves the event set undefined (nvml.h): it is
-        freed and a new one built, once; a GPU that fails again is left without XIDs.
-        """
-        for attempt in range(2):
-            try:
-                event_set = self.lib.nvmlEventSetCreate()
-            except (pynvml.NVMLError, AttributeError) as exc:
-                log.info("nvml_xid_events_unavailable", error=describe(exc))
-                return None
-            by_address: dict[int | None, str] = {}
-            self.registered.clear()
-            rebuild = False
-            for uuid, handle in self.targets:
-                try:
-                    self.lib.nvmlDeviceRegisterEvents(handle, _XID_EVENT, event_set)
-                except pynvml.NVMLError as exc:
-                    if exc.value == _ERR["UNKNOWN"] and attempt == 0:
-                        rebuild = True
-                        log.warning("nvml_xid_event_set_rebuilt", uuid=uuid, error=describe(exc))
-                        break
-                    log.debug("nvml_xid_events_unsupported", uuid=uuid, error=describe(exc))
-                    continue
-                by_address[_address(handle)] = uuid
-                with self.lock:
-                    self.counts.setdefault(uuid, {})
-                self.registered.add(uuid)
-            if not rebuild:
-                return event_set, by_address
-            self._free(event_set)
-        return None
-
-    def _free(self, event_set: Any) -> None:
-        try:
-            self.lib.nvmlEventSetFree(event_set)
-        except pynvml.NVMLError:
-            pass
-
-    def _run(self) -> None:
-        made = self._register()
-        if made is None:
-            return
-        event_set, by_address = made
-        try:
-            self.ready.set()
-            if not self.registered:
-                return
-            while not self.stop.is_set():
-                try:
-                    data = self.lib.nvmlEventSetWait(event_set, _EVENT_WAIT_MS)
-                except pynvml.NVMLError as exc:
-                    if exc.value == _ERR["TIMEOUT"]:
-                        continue
-                    if exc.value in _LIBRARY_CODES:
-                        return
-                    self.stop.wait(1.0)
-                    continue
-                if not data.eventType & _XID_EVENT:
-                    continue
-                uuid = by_address.get(_address(data.device)) or self._uuid_of(data.device)
-                if uuid is None:
-                    continue
-                code = int(data.eventData)
-                with self.lock:
-                    per_gpu = self.counts.setdefault(uuid, {})
-                    per_gpu[code] = per_gpu.get(code, 0) + 1
-                log.warning("gpu_xid_error", uuid=uuid, xid=code)
-        finally:
-            try:
-                self.lib.nvmlEventSetFree(event_set)
-            except pynvml.NVMLError:
-                pass
-
-    def _uuid_of(self, device: Any) -> str | None:
-        try:
-            uuid = _text(self.lib.nvmlDeviceGetUUID(device))
-        except pynvml.NVMLError:
-            return None
-        return uuid if uuid in self.registered else None
 
 
 @register
@@ -896,7 +274,7 @@ class NvmlCollector(Collector):
         """Stop the helper threads and shut NVML down."""
         if pynvml is None:
             return
-        self._stop_threads(timeout=_EVENT_WAIT_MS / 1000 + 0.5)
+        self._stop_threads(timeout=threads._EVENT_WAIT_MS / 1000 + 0.5)  # the XID watcher's wait, and some
         if self._session:
             self._session = False
             self._release_gpm()
@@ -992,7 +370,7 @@ class NvmlCollector(Collector):
         util_gpu, util_memory = _struct_values(util, "gpu", "memory")
         utilization = util_gpu / 100 if util_gpu is not None else None
         busy, event_seconds = self._accumulate(gpu.uuid or f"index:{gpu.index}", now, utilization, clock_events)
-        tx, rx = self._pcie_rates(gpu, now, fields[8], fields[9])
+        tx, rx = self._pcie_rates(gpu, now, fields.pcie_tx_bytes, fields.pcie_rx_bytes)
         with self._xid_lock:
             # no XID yet (not watched, or watched and quiet: the watcher registers an empty map when it starts,
             # at any moment between ticks) is the one shared empty map, so a quiet GPU's value never changes
@@ -1013,10 +391,10 @@ class NvmlCollector(Collector):
             power_watts=power / 1000 if power is not None else None,
             power_limit_watts=limit / 1000 if limit is not None else None,
             power_limit_max_watts=_limit_max(constraints),
-            energy_joules_total=fields[1] / 1000 if fields[1] is not None else None,
+            energy_joules_total=fields.energy_millijoules / 1000 if fields.energy_millijoules is not None else None,
             temperature_celsius=float(temperature) if temperature is not None else None,
             # boards without the sensor answer 0 rather than NOT_SUPPORTED: no memory is at 0 degC while powered
-            memory_temperature_celsius=float(fields[0]) if fields[0] else None,
+            memory_temperature_celsius=float(fields.memory_temperature) if fields.memory_temperature else None,
             sm_clock_hertz=sm_clock * 1e6 if sm_clock is not None else None,
             sm_clock_max_hertz=sm_max * 1e6 if sm_max is not None else None,
             memory_clock_hertz=mem_clock * 1e6 if mem_clock is not None else None,
@@ -1027,8 +405,8 @@ class NvmlCollector(Collector):
             clock_events_seconds_total=event_seconds,
             pcie_tx_bytes_per_second=tx,
             pcie_rx_bytes_per_second=rx,
-            pcie_tx_bytes_total=fields[8],
-            pcie_rx_bytes_total=fields[9],
+            pcie_tx_bytes_total=fields.pcie_tx_bytes,
+            pcie_rx_bytes_total=fields.pcie_rx_bytes,
             nvlink_links=tuple(samples.NvLink(link=link, up=True, tx_bytes_total=_kib(tx), rx_bytes_total=_kib(rx))
                                for link, (tx, rx) in nvlink.items()) + self._down_links(gpu),
             nvlink_version=gpu.cache["nvlink"][3] if nvlink else None,
@@ -1042,18 +420,18 @@ class NvmlCollector(Collector):
             mig_enabled=mig_enabled,
             mig_instances=mig,
             xid_errors_total=xids,
-            ecc_uncorrected_volatile_total=fields[2],
-            ecc_uncorrected_aggregate_total=fields[3],
-            remapped_rows_correctable=fields[4],
-            remapped_rows_uncorrectable=fields[5],
-            remapped_rows_pending=bool(fields[6]) if fields[6] is not None else None,
-            remapped_rows_failure=bool(fields[7]) if fields[7] is not None else None,
+            ecc_uncorrected_volatile_total=fields.ecc_dbe_volatile,
+            ecc_uncorrected_aggregate_total=fields.ecc_dbe_aggregate,
+            remapped_rows_correctable=fields.remapped_correctable,
+            remapped_rows_uncorrectable=fields.remapped_uncorrectable,
+            remapped_rows_pending=bool(fields.remapped_pending) if fields.remapped_pending is not None else None,
+            remapped_rows_failure=bool(fields.remapped_failure) if fields.remapped_failure is not None else None,
             **thresholds,
         )
 
-    def _fields(self, gpu: _Gpu, links: Sequence[int] = ()) -> tuple[list[Any], dict[tuple[int, int], Any]]:
-        """Values of _FIELDS (None where the field failed) and of the NVLink data counters of ``links`` (by
-        (field, link)), from one nvmlDeviceGetFieldValues call.
+    def _fields(self, gpu: _Gpu, links: Sequence[int] = ()) -> tuple[DeviceFields, dict[tuple[int, int], Any]]:
+        """The device fields of _FIELDS by name (None where a field failed) and every value read by (field,
+        scope), the NVLink data counters of ``links`` among them, from one nvmlDeviceGetFieldValues call.
 
         The (field, scope) list and its nvmlFieldValue_t array are built once and reused while the set of
         unsupported fields and active links stays the same: the driver rewrites each entry's return code,
@@ -1065,8 +443,8 @@ class NvmlCollector(Collector):
         wanted, _, _, array = plan
         got: dict[tuple[int, int], Any] = {}
         if not wanted:
-            return [None] * len(_FIELDS), got
-        values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, array, wanted, call=self._field_values_call)
+            return NO_FIELDS, got
+        values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, array, wanted, call=partial(_field_values_into, self.lib))
         if values is not None:
             failed = False
             decoded = _FIELD_DECODER.decode(values, len(wanted)) if values is array else _decode_fields(values)
@@ -1074,13 +452,13 @@ class NvmlCollector(Collector):
                 if ret == _SUCCESS:
                     got[key] = value
                 elif ret in _ABSENT_CODES:
-                    gpu.unsupported[f"field:{key[0]}:{key[1]}"] = gpu.now + _REPROBE_UNSUPPORTED
+                    gpu.mark_unsupported(f"field:{key[0]}:{key[1]}")
                     failed = True
                 elif ret in _DEVICE_CODES:
                     raise _GpuDown(f"nvmlDeviceGetFieldValues: {describe(pynvml.NVMLError(ret))}")
             if failed:
                 gpu.fields_plan = None  # re-plan without the unsupported fields
-        return [got.get(k) for k in _FIELD_KEYS], got
+        return device_fields(got), got
 
     def _fields_plan(self, gpu: _Gpu, links: tuple[int, ...]) -> tuple[Any, ...]:
         """(wanted pairs, links, re-probe times of the fields left out, their array) for _fields."""
@@ -1092,25 +470,7 @@ class NvmlCollector(Collector):
                 wanted.append((fid, scope))
             else:
                 reprobe.append(retry_at)
-        array = None
-        if wanted and hasattr(pynvml, "c_nvmlFieldValue_t"):
-            array = (pynvml.c_nvmlFieldValue_t * len(wanted))()
-            for entry, (fid, scope) in zip(array, wanted, strict=True):
-                ctypes.Structure.__setattr__(entry, "fieldId", fid)
-                ctypes.Structure.__setattr__(entry, "scopeId", scope)
-        return tuple(wanted), links, tuple(reprobe), array
-
-    def _field_values_call(self, handle: Any, array: Any, wanted: Sequence[tuple[int, int]]) -> Any:
-        """nvmlDeviceGetFieldValues into ``array``: the entry point found through the binding's own lookup
-        (its error mapping, FUNCTION_NOT_FOUND included), called with the prepared array; the binding's
-        wrapper (a new array, every field id set through its printable struct) where it has no lookup."""
-        lookup = getattr(self.lib, "_nvmlGetFunctionPointer", None)
-        if lookup is None or array is None:
-            return self.lib.nvmlDeviceGetFieldValues(handle, list(wanted))
-        ret = lookup("nvmlDeviceGetFieldValues")(handle, ctypes.c_int32(len(wanted)), ctypes.byref(array))
-        if ret != _SUCCESS:
-            raise pynvml.NVMLError(ret)
-        return array
+        return tuple(wanted), links, tuple(reprobe), _field_array(wanted)
 
     def _clock_events(self, gpu: _Gpu) -> dict[str, bool]:
         """Reason -> active, for the reasons this GPU supports; empty when it reports none."""
@@ -1130,13 +490,7 @@ class NvmlCollector(Collector):
         ))  # fmt: skip
         if current is None:
             return {}
-        key = (supported, current & supported)
-        events = _CLOCK_EVENTS.get(key)
-        if events is None:  # one read-only dict per combination, shared by the samples that show it
-            events = {name: bool(current & bit) for name, bit in CLOCK_EVENT_REASONS if supported & bit}
-            if len(_CLOCK_EVENTS) < 4096:
-                _CLOCK_EVENTS[key] = events
-        return events
+        return clock_events(supported, current)
 
     def _process_list(self, gpu: _Gpu, handle: Any, prefix: str = "") -> tuple[tuple[tuple[int, int | None], ...] | None, bool]:
         """(processes on ``handle`` as (pid, used memory or None) rows, failed): the rows, or None when this
@@ -1219,7 +573,7 @@ class NvmlCollector(Collector):
             if exc.value in (_ERR["NOT_FOUND"], _SUCCESS):
                 return {}
             if exc.value in _ABSENT_CODES:
-                gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
+                gpu.mark_unsupported(key)
                 return None
             if exc.value in _DEVICE_CODES:
                 raise _GpuDown(f"{function}: {describe(exc)}") from None
@@ -1227,7 +581,7 @@ class NvmlCollector(Collector):
                 raise _LibraryDown(exc) from None
             return None
         except AttributeError:  # a binding without the function
-            gpu.unsupported[key] = gpu.now + _REPROBE_UNSUPPORTED
+            gpu.mark_unsupported(key)
             return None
         sums: dict[int, int] = {}
         counts: dict[int, int] = {}  # pids with more than one sample (a driver may keep several per process)
@@ -1341,7 +695,7 @@ class NvmlCollector(Collector):
             if ret == _SUCCESS:
                 got[(fid, scope)] = value
             elif ret in _ABSENT_CODES:
-                gpu.unsupported[f"field:{fid}:{scope}"] = gpu.now + _REPROBE_UNSUPPORTED
+                gpu.mark_unsupported(f"field:{fid}:{scope}")
         return None, got
 
     def _gpm(self, gpu: _Gpu) -> dict[str, float]:
@@ -1356,7 +710,7 @@ class NvmlCollector(Collector):
             if support is None or support is _ABSENT:
                 return {}
             if not support.isSupportedDevice:
-                gpu.unsupported["gpm_support"] = gpu.now + _REPROBE_UNSUPPORTED
+                gpu.mark_unsupported("gpm_support")
                 return {}
             pair = [gpu.query("gpm_alloc", "nvmlGpmSampleAlloc", remember=False) for _ in range(2)]
             if any(s is None or s is _ABSENT for s in pair):
