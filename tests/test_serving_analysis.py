@@ -352,6 +352,48 @@ def test_scrapes_that_time_out_under_load_neither_report_it_down_nor_restart_the
     assert [wf.serving.state for wf in refused[8:12]] == ["up", "up", "down", "down"]  # 1, 2, 3, 4 s since
 
 
+def test_a_runtime_that_answers_late_for_seconds_is_slow_not_down_until_serving_unresponsive_seconds():
+    """A real CPU vLLM driven past its KV cache on 2 cores answered /metrics later than the 2 s scrape timeout for
+    over 3 s now and then: it was reported down (serving_down_seconds), which blanked the verdict and restarted the
+    hold. Scrapes that connect and then time out are a saturated runtime, not an outage: it stays up, judged from
+    its answers, until that lasts serving_unresponsive_seconds (30 s); refused connections are down after 3 s."""
+    late = "no answer within 2000 ms (collectors.serving.timeout)"
+    full = {"usage": 1.0, "running": 4, "waiting": 9, "preempt": 2.0}
+    slow = _run(lambda t: late if t >= 8 else full, 45)
+    assert [wf.serving.state for wf in slow[8:20]] == ["up"] * 12
+    assert "its newest scrape failed (no answer within 2000 ms" in slow[19].serving.state_reason
+    assert slow[19].verdict.candidate == "kv_cache"  # still judged from the answers before
+    states = [wf.serving.state for wf in slow]
+    assert states.index("down") == 7 + 30  # serving_unresponsive_seconds after its last answer (t=7)
+    refused = _run(lambda t: "cannot connect: Connection refused" if t >= 8 else full, 16)
+    assert [wf.serving.state for wf in refused[8:12]] == ["up", "up", "down", "down"]
+    mixed = _run(lambda t: ("cannot connect: Connection refused" if t == 9 else late) if t >= 8 else full, 16)
+    assert mixed[12].serving.state == "down"  # not every failure a timeout: the 3 s rule
+
+
+def test_a_window_that_slides_past_the_answers_before_a_failure_is_no_restart():
+    """The same run: a 30 s window whose oldest scrapes are the failed ones of a slow spell, the answers before them
+    out of the window, read "it answers again after N failed scrapes" and reported a restart that never happened
+    (for 15 s, unjudged). The last answer before the window is compared instead: counters go on, no restart."""
+    def phase(t):
+        if 20 <= t < 23:
+            return "no answer within 2000 ms (collectors.serving.timeout)"
+        return {"usage": 1.0, "running": 4, "waiting": 9, "preempt": 2.0}
+
+    findings = _run(phase, 70)
+    assert all(wf.serving.state == "up" for wf in findings), [(t, wf.serving.state, wf.serving.state_reason)
+                                                             for t, wf in enumerate(findings) if wf.serving.state != "up"]
+    assert all(wf.serving.restarted_seconds_ago is None for wf in findings)
+
+    def restarted(t):  # the same spell, and the runtime's counters start again after it: a restart, seen once
+        p = phase(t)
+        return p if isinstance(p, str) or t < 20 else {**p, "run": 1}
+
+    again = _run(restarted, 70)
+    assert again[23].serving.state == "restarting" and "its counters went down" in again[23].serving.state_reason
+    assert again[23 + 16].serving.state == "up" and again[-1].serving.state == "up"
+
+
 # ------------------------------------------------ vLLM 0.2x families (vllm/v1/metrics/loggers.py of vllm 0.32)
 def test_requests_deferred_for_a_lora_slot_or_a_kv_transfer_are_not_kv_pressure():
     """vllm:num_requests_waiting_by_reason: "capacity" is the scheduler's waiting queue, "deferred" the requests it

@@ -268,6 +268,24 @@ def p_down(x):  # the endpoint answered until x seconds before the newest scrape
     return 1.0 if serving_signals(window, 31.0, "chat", T).state == "down" else 0.0
 
 
+def p_unresponsive(x):  # the endpoint answered until x seconds before the newest scrape; since, every scrape
+    # connected and timed out (a runtime saturated by its load): 1 when down
+    from headroom.analysis.serving import serving_signals
+    from headroom.samples import Sample, ServingEndpoint, ServingSample, SourceResult
+
+    newest, window = 60, []
+    for t in range(newest + 1):
+        if t <= newest - round(x):
+            e = ServingEndpoint("chat", "http://127.0.0.1:8000/metrics", up=True, runtime="vllm",
+                                kv_cache_usage_ratio=0.3, requests_running=2.0, requests_waiting=0.0)
+        else:
+            e = ServingEndpoint("chat", "http://127.0.0.1:8000/metrics", up=False, timed_out=True,
+                                error="no answer within 2000 ms (collectors.serving.timeout)")
+        window.append(Sample(timestamp=1e9 + t, monotonic=float(t),
+                             sources={"serving": SourceResult("serving", True, 0.0, ServingSample((e,)))}))
+    return 1.0 if serving_signals(window, 61.0, "chat", T).state == "down" else 0.0
+
+
 def p_restart(x):  # the endpoint restarted (its counters went down) x seconds before the newest scrape: 1 while
     # it is reported restarting
     from headroom.analysis.serving import serving_signals
@@ -477,6 +495,8 @@ ROWS = [
         "the runtime's own limits (1: they do)", p_scrape_share, ZERO, FULL, FULL),
     Row("serving_down_seconds", 3.0, "a serving endpoint whose scrapes have failed this long since its last answer "
         "is reported down (1: it is)", p_down, ZERO, FULL, FULL, step=1),
+    Row("serving_unresponsive_seconds", 30.0, "a serving endpoint whose every scrape since its last answer connected "
+        "and timed out this long is reported down (1: it is)", p_unresponsive, ZERO, FULL, FULL, step=1),
     Row("serving_restart_seconds", 15.0, "a serving endpoint is reported restarting for this long after its "
         "counters went down (1: it is)", p_restart, FULL, ZERO, ZERO, step=1),
     Row("demand_busy", 0.05, "a GPU below it is idle for lack of work: a saturated host CPU is not its bottleneck",

@@ -425,6 +425,8 @@ class ServingEndpoint:
     endpoint: str
     up: bool | None
     error: str | None = None  # why it is down, for people (log, status API)
+    # the scrape failed by its deadline after the endpoint accepted the connection: slow (a saturated runtime), not gone
+    timed_out: bool = False
     runtime: str | None = None  # vllm | sglang | tgi | triton | llama.cpp, detected from the exposition
     scrape_duration_seconds: float | None = None
     kv_cache_usage_ratio: float | None = None  # share of the KV cache in use (the fullest engine)

@@ -120,6 +120,9 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
                                   "had room for the evidence to blame the runtime's own limits"),
     "serving_down_seconds": (3.0, "seconds a serving endpoint's scrapes must have failed since its last answer "
                                   "before it is reported down (a scrape that timed out under load is not an outage)"),
+    "serving_unresponsive_seconds": (30.0, "seconds a serving endpoint may answer late (every scrape since its last "
+                                           "answer connected, then timed out: a runtime saturated by its load) "
+                                           "before it is reported down"),
     "serving_restart_seconds": (15.0, "seconds after a serving endpoint restarted (counters reset, KV capacity "
                                       "changed, answering again after failed scrapes) during which its workload is "
                                       "reported restarting and not judged"),

@@ -225,6 +225,25 @@ def _restart(before: ServingEndpoint, after: ServingEndpoint) -> str | None:
     return None
 
 
+# how far back (samples) the last answer before the judged span is looked for
+ANSWER_LOOKBACK = 600
+
+
+def _answered_before(window: Sequence[Sample], span: int, workload: str) -> tuple[float, ServingEndpoint] | None:
+    """(when, what) of the newest answered scrape of ``workload`` older than the window's newest ``span`` samples."""
+    walked = 0
+    for sample in reversed(window):
+        walked += 1
+        if walked <= span:
+            continue
+        if walked > span + ANSWER_LOOKBACK:
+            break
+        e = _endpoint(sample, workload)
+        if e is not None and e.up:
+            return sample.monotonic, e
+    return None
+
+
 def serving_signals(window: Sequence[Sample], seconds: float, workload: str,
                     thresholds: Mapping[str, float] | None = None) -> ServingSignals | None:
     """What the runtime said over the last ``seconds``; None when the workload has no endpoint.
@@ -242,7 +261,8 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str,
     if not window:
         return None
     # only the samples within ``seconds`` of the newest: walked back from it, not filtered out of the whole window
-    timed = [(s.monotonic, e) for s in recent(window, seconds) if (e := _endpoint(s, workload)) is not None]
+    span = recent(window, seconds)
+    timed = [(s.monotonic, e) for s in span if (e := _endpoint(s, workload)) is not None]
     if not timed:
         return None
     now_t, now = timed[-1]
@@ -250,8 +270,12 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str,
                           resident_models=now.resident_models, resident_bytes=now.resident_bytes,
                           resident_vram_bytes=now.resident_vram_bytes)
     judged: list[tuple[float, ServingEndpoint]] = []
-    last: ServingEndpoint | None = None
-    failed = failed_since = 0
+    # the last answer before the judged span, where the window holds one: the span's first answer is compared with
+    # it, so a span that happens to begin with failed scrapes (the window slid past the answers before them) is no
+    # restart when the runtime's counters go on
+    before = _answered_before(window, len(span), workload)
+    last: ServingEndpoint | None = before[1] if before is not None else None
+    failed = failed_since = timeouts_since = 0
     restart_at, why = None, ""
     for t, e in timed:
         if e.up is None:  # no scrape had finished yet: neither an answer nor a failure
@@ -259,6 +283,7 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str,
         if not e.up:
             failed += 1
             failed_since += 1
+            timeouts_since += e.timed_out
             continue
         reason = _restart(last, e) if last is not None else None
         if reason is None and last is None and failed_since:
@@ -268,10 +293,16 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str,
         if reason is not None:
             restart_at, why, judged = t, reason, []
         judged.append((t, e))
-        last, failed_since = e, 0
+        last, failed_since, timeouts_since = e, 0, 0
     ago = None if restart_at is None else now_t - restart_at
+    if not now.up and not judged and before is not None and restart_at is None:
+        judged = [before]  # failing through the whole span: its last answer is older (judged from it while slow)
     silent = None if now.up or not judged else now_t - judged[-1][0]  # seconds since its last answer, while failing
-    if not now.up and (silent is None or silent >= thresholds["serving_down_seconds"]):
+    # every scrape since its last answer connected and then timed out: a runtime answering late (its event loop
+    # saturated by the load), which is down only once that lasts serving_unresponsive_seconds
+    slow = failed_since > 0 and timeouts_since == failed_since
+    down_after = thresholds["serving_unresponsive_seconds" if slow else "serving_down_seconds"]
+    if not now.up and (silent is None or silent >= down_after):
         state, text = DOWN, f"serving endpoint down: {now.error or 'no answer'}"
         if failed > 1:
             text += f" ({failed} of {len(timed)} scrapes of the window failed)"

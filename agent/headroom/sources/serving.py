@@ -86,6 +86,12 @@ class ScrapeError(Exception):
     """The endpoint could not be read or is not a serving runtime. The message is shown to users as is."""
 
 
+class ScrapeTimeout(ScrapeError):
+    """Connected, but the answer did not come (or was not read) within the scrape's deadline: a runtime that accepts
+    connections and answers late (its event loop saturated) is slow, not gone (analysis/serving.py's
+    ``serving_unresponsive_seconds``)."""
+
+
 class Oversized(ScrapeError):
     """The answer is over a cap of what one scrape reads; ``dropped``: the runtime series not read."""
 
@@ -178,7 +184,7 @@ def http_get(target: Target, timeout: float, max_body: int,
                 break
     except TimeoutError:
         what = "no answer" if received == 0 else f"answer incomplete after {received} bytes"
-        raise ScrapeError(f"{what} within {timeout * 1000:.0f} ms (collectors.serving.timeout)") from None
+        raise ScrapeTimeout(f"{what} within {timeout * 1000:.0f} ms (collectors.serving.timeout)") from None
     except ssl.SSLError as exc:
         raise ScrapeError(f"TLS: {exc.reason or exc}") from None
     except OSError as exc:
@@ -393,7 +399,7 @@ def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] |
         key, rest = line[:end], line[end:].split()
         kept = _own(name) in _KEEP
         if kept and deadline is not None and clock() > deadline:  # the costly step: prometheus-client's parser
-            raise ScrapeError("the answer was not parsed by the deadline (collectors.serving.timeout): "
+            raise ScrapeTimeout("the answer was not parsed by the deadline (collectors.serving.timeout): "
                               f"{index} of {len(lines)} lines read")
         try:
             known = (prefix, *_parse_series(line)) if kept else (prefix, name, None)
@@ -806,6 +812,7 @@ class _Endpoint:
                 self._dropped_series += exc.dropped
                 oversized = one_line(str(exc))
             return ServingEndpoint(self.workload, self.url, up=False, error=one_line(str(exc)), runtime=self._runtime,
+                                   timed_out=isinstance(exc, ScrapeTimeout),
                                    scrape_duration_seconds=time.monotonic() - start, oversized=oversized,
                                    dropped_series_total=self._dropped_series,
                                    dropped_buckets_total=self._dropped_buckets)

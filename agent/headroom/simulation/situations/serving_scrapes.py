@@ -37,8 +37,8 @@ def timeline(phase: Callable[[int], dict[str, Any] | str], host_cpu: Callable[[i
             preempted += p.get("preempt", 0.0)
             generated += 20.0 * p.get("running", 0.0)
         p = phase(t)
-        if isinstance(p, str):
-            e = ServingEndpoint("chat", URL, up=False, error=p)
+        if isinstance(p, str):  # a failed scrape; one that names the scrape deadline connected and timed out
+            e = ServingEndpoint("chat", URL, up=False, error=p, timed_out="(collectors.serving.timeout)" in p)
         else:
             e = ServingEndpoint("chat", URL, up=True, runtime="vllm", kv_cache_usage_ratio=p.get("usage"),
                                 requests_running=p.get("running"), requests_waiting=p.get("waiting"),
