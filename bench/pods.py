@@ -12,6 +12,10 @@ kubelet's published proto, ``sources/podresources``); the product's poller asks 
 kubelet's does. Each pod's process is a GPU process: the GPU driver stand-in lists it on its GPU, pods
 time-sliced over every GPU (on a MIG GPU in one of its instances; device IDs are ``UUID::N`` replicas).
 
+The pods' cgroups have the pids controller, as a kubelet's do (cgroup v2's ``subtree_control``; on a hybrid host
+whose unified tree has none, the v1 pids hierarchy at the same paths), so ``pids.current`` is there for the identity
+collector's refresh rule (an idle pod's tree is not walked).
+
 ``step()`` ends the oldest pod (its process killed, its cgroups and bundle removed) and starts a new one
 (a new pid, a new pod UID, a new container ID). ``close()`` removes everything it made.
 """
