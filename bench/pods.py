@@ -12,7 +12,8 @@ kubelet's published proto, ``sources/podresources``); the product's poller asks 
 kubelet's does. Each pod's process is a GPU process: the GPU driver stand-in lists it on its GPU, pods
 time-sliced over every GPU (on a MIG GPU in one of its instances; device IDs are ``UUID::N`` replicas).
 
-The pods' cgroups have the pids controller, as a kubelet's do (cgroup v2's ``subtree_control``; on a hybrid host
+The pods' cgroups have the pids controller, as a kubelet's do (cgroup v2's ``subtree_control`` in the bench's own
+cgroups, where the host's root hands it down; on a hybrid host
 whose unified tree has none, the v1 pids hierarchy at the same paths), so ``pids.current`` is there for the identity
 collector's refresh rule (an idle pod's tree is not walked).
 
@@ -217,15 +218,16 @@ def _write(path: Path, text: str) -> bool:
 
 
 def _enable_pids(base: Path, kubepods: Path) -> bool:
-    """Enable cgroup v2's pids controller from ``base`` down to ``kubepods`` (whose pod cgroups then have
-    pids.current); False where the unified tree has none (a hybrid host) or it cannot be enabled."""
+    """Enable cgroup v2's pids controller in the bench's own cgroups, from its top cgroup down to ``kubepods``
+    (whose pod cgroups then have pids.current); False where the hierarchy's root does not already hand it down
+    (a hybrid host's unified tree has none; the host's root is never changed) or it cannot be enabled."""
     try:
-        if "pids" not in (base / "cgroup.controllers").read_text().split():
+        if "pids" not in (base / "cgroup.subtree_control").read_text().split():
             return False
     except OSError:
         return False
     rel = kubepods.relative_to(base)
-    chain = [base, *(base / d for d in reversed(rel.parents[:-1])), kubepods]  # the root first, the pods' parent last
+    chain = [*(base / d for d in reversed(rel.parents[:-1])), kubepods]  # the bench's top first, the pods' parent last
     return all(_write(d / "cgroup.subtree_control", "+pids") for d in chain)
 
 

@@ -261,7 +261,7 @@ def test_the_bench_pods_have_the_pids_controller_so_an_idle_pods_refresh_lists_n
     scenario_path.write_text(fixtures.scenario_yaml(2))
     churn = pods_module.PodChurn(2, parse_scenario(scenario_path.read_text()).gpus, tmp_path / "pods")
     try:
-        v2_pids = "pids" in (base / "cgroup.controllers").read_text().split()
+        v2_pids = "pids" in (base / "cgroup.subtree_control").read_text().split()
         hybrid = not v2_pids and base.name == "unified" and (base.parent / "pids" / "cgroup.procs").exists()
         if not v2_pids and not hybrid:
             pytest.skip("this host's cgroups have no pids controller to enable")
@@ -282,6 +282,27 @@ def test_the_bench_pods_have_the_pids_controller_so_an_idle_pods_refresh_lists_n
     finally:
         churn.close()
     assert mirror is None or not mirror.exists()
+
+
+def test_the_bench_enables_the_pids_controller_in_its_own_v2_cgroups_only(tmp_path):
+    """On a cgroup v2 host whose root hands the pids controller down, the bench enables it from its top cgroup to
+    the pods' parent (a tree of plain files stands in for cgroupfs here); the host's root is never written, and
+    where the root does not hand it down nothing is."""
+    from bench.pods import _enable_pids
+
+    base = tmp_path / "cgroup"
+    kubepods = base / "headroom-bench-1" / "kubepods.slice" / "kubepods-burstable.slice"
+    kubepods.mkdir(parents=True)
+    (base / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    assert _enable_pids(base, kubepods)
+    chain = [base / "headroom-bench-1", base / "headroom-bench-1" / "kubepods.slice", kubepods]
+    assert [(d / "cgroup.subtree_control").read_text() for d in chain] == ["+pids"] * 3
+    assert (base / "cgroup.subtree_control").read_text() == "cpu memory pids\n"
+    for d in chain:
+        (d / "cgroup.subtree_control").unlink()
+    (base / "cgroup.subtree_control").write_text("cpu memory\n")
+    assert not _enable_pids(base, kubepods)
+    assert not any((d / "cgroup.subtree_control").exists() for d in chain)
 
 
 def test_a_child_started_on_port_0_is_found_on_the_port_the_kernel_gave_it():
