@@ -12,6 +12,11 @@ kubelet's published proto, ``sources/podresources``); the product's poller asks 
 kubelet's does. Each pod's process is a GPU process: the GPU driver stand-in lists it on its GPU, pods
 time-sliced over every GPU (on a MIG GPU in one of its instances; device IDs are ``UUID::N`` replicas).
 
+The pods' cgroups have the pids controller, as a kubelet's do (cgroup v2's ``subtree_control`` in the bench's own
+cgroups, where the host's root hands it down; on a hybrid host
+whose unified tree has none, the v1 pids hierarchy at the same paths), so ``pids.current`` is there for the identity
+collector's refresh rule (an idle pod's tree is not walked).
+
 ``step()`` ends the oldest pod (its process killed, its cgroups and bundle removed) and starts a new one
 (a new pid, a new pod UID, a new container ID). ``close()`` removes everything it made.
 """
@@ -79,6 +84,13 @@ class PodChurn:
         self.top = base / f"headroom-bench-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.kubepods = self.top / "kubepods.slice" / "kubepods-burstable.slice"
         self.kubepods.mkdir(parents=True)
+        # a kubelet's pod cgroups have the pids controller (it limits each pod's processes): pids.current is what
+        # tells the identity collector that a process joined or left an idle pod (sources/identity.py
+        # _CgroupDir.refresh); without it every refresh lists the pod's tree. Enabled as the kubelet has it where the
+        # host allows: in cgroup v2's subtree_control down to the pods, or, on a hybrid host whose unified tree has
+        # no pids controller, in the v1 pids hierarchy at the same paths (where the collector reads it then)
+        self.pids_v1 = _pids_v1(base, self.top)
+        self.pids_controller = "v1" if self.pids_v1 is not None else ("v2" if _enable_pids(base, self.kubepods) else "")
         atexit.register(self.close)  # a bench stopped midway (SIGTERM: host.ProcessFarm exits) leaves nothing
         self._scenarios: list[Any] = []
         self._pods: list[_Pod] = []
@@ -132,9 +144,10 @@ class PodChurn:
         if getattr(self, "server", None) is not None:
             self.server.stop(0)
             self.server = None
-        for d in sorted((p for p in self.top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-            _rmdir(d)
-        _rmdir(self.top)
+        for top in (self.top, self.pids_v1) if getattr(self, "pids_v1", None) is not None else (self.top,):
+            for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+                _rmdir(d)
+            _rmdir(top)
         shutil.rmtree(self.rootfs, ignore_errors=True)
 
     # -- one pod
@@ -152,6 +165,8 @@ class PodChurn:
         pod_dir = self.kubepods / f"kubepods-burstable-pod{uid.replace('-', '_')}.slice"
         scope = pod_dir / f"cri-containerd-{cid}.scope"
         scope.mkdir(parents=True)
+        if self.pids_controller == "v2":
+            _write(pod_dir / "cgroup.subtree_control", "+pids")
         bundle = self.rootfs / "run/containerd/io.containerd.runtime.v2.task/k8s.io" / cid
         bundle.mkdir(parents=True)
         (bundle / "config.json").write_text(json.dumps({"ociVersion": "1.1.0", "annotations": {
@@ -162,6 +177,10 @@ class PodChurn:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
         try:
             (scope / "cgroup.procs").write_text(f"{process.pid}\n")
+            if self.pids_v1 is not None:
+                v1_scope = self.pids_v1 / scope.relative_to(self.top)
+                v1_scope.mkdir(parents=True)
+                (v1_scope / "cgroup.procs").write_text(f"{process.pid}\n")
         except OSError:
             _stop([process])
             raise
@@ -172,6 +191,9 @@ class PodChurn:
         _stop([p.process])
         _rmdir(p.scope_dir)
         _rmdir(p.pod_dir)
+        if self.pids_v1 is not None:
+            _rmdir(self.pids_v1 / p.scope_dir.relative_to(self.top))
+            _rmdir(self.pids_v1 / p.pod_dir.relative_to(self.top))
         shutil.rmtree(p.bundle, ignore_errors=True)
         self.ended += 1
 
@@ -185,6 +207,49 @@ class PodChurn:
         attached = self._attached()
         for s in self._scenarios:
             s.attach_processes(attached)
+
+
+def _write(path: Path, text: str) -> bool:
+    try:
+        path.write_text(text)
+    except OSError:
+        return False
+    return True
+
+
+def _enable_pids(base: Path, kubepods: Path) -> bool:
+    """Enable cgroup v2's pids controller in the bench's own cgroups, from its top cgroup down to ``kubepods``
+    (whose pod cgroups then have pids.current); False where the hierarchy's root does not already hand it down
+    (a hybrid host's unified tree has none; the host's root is never changed) or it cannot be enabled."""
+    try:
+        if "pids" not in (base / "cgroup.subtree_control").read_text().split():
+            return False
+    except OSError:
+        return False
+    rel = kubepods.relative_to(base)
+    chain = [*(base / d for d in reversed(rel.parents[:-1])), kubepods]  # the bench's top first, the pods' parent last
+    return all(_write(d / "cgroup.subtree_control", "+pids") for d in chain)
+
+
+def _pids_v1(base: Path, top: Path) -> Path | None:
+    """On a hybrid host (``base`` is fs/cgroup/unified and its tree has no pids controller): ``top``'s place in
+    the v1 pids hierarchy, made; None elsewhere or where it cannot be made."""
+    if base.name != "unified":
+        return None
+    try:
+        if "pids" in (base / "cgroup.controllers").read_text().split():
+            return None
+    except OSError:
+        pass
+    hierarchy = base.parent / "pids"
+    if not (hierarchy / "cgroup.procs").exists():
+        return None
+    mirror = hierarchy / top.relative_to(base)
+    try:
+        mirror.mkdir()
+    except OSError:
+        return None
+    return mirror
 
 
 def _rmdir(path: Path) -> None:

@@ -246,6 +246,65 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
     assert "**CPU per tick with 5 pods churning over 10 ms**: the pods add" in report.markdown(results)
 
 
+def test_the_bench_pods_have_the_pids_controller_so_an_idle_pods_refresh_lists_no_tree(tmp_path, monkeypatch):
+    """A kubelet's pod cgroups have the pids controller; the bench's do too (cgroup v2's subtree_control, or the v1
+    pids hierarchy at the same paths on a hybrid host), so the identity collector's refresh of an idle pod reads
+    pids.current and does not list the pod's tree (sources/identity.py _CgroupDir.refresh). Without it every
+    refresh walked every pod's tree, an overstatement of the bench."""
+    from bench import pods as pods_module
+    from headroom.sources import identity
+
+    base, why = pods_module.cgroup_v2_base()
+    if base is None:
+        pytest.skip(why)
+    scenario_path = tmp_path / "scenario.yaml"
+    scenario_path.write_text(fixtures.scenario_yaml(2))
+    churn = pods_module.PodChurn(2, parse_scenario(scenario_path.read_text()).gpus, tmp_path / "pods")
+    try:
+        v2_pids = "pids" in (base / "cgroup.subtree_control").read_text().split()
+        hybrid = not v2_pids and base.name == "unified" and (base.parent / "pids" / "cgroup.procs").exists()
+        if not v2_pids and not hybrid:
+            pytest.skip("this host's cgroups have no pids controller to enable")
+        pod = churn._pods[0]
+        cgroup = "/" + str(pod.pod_dir.relative_to(base))
+        d = identity._CgroupDir.open(str(pod.pod_dir), True, cgroup,
+                                     v1_base=str(base.parent) if hybrid else "")
+        try:
+            walks = []
+            listed = identity.list_members
+            monkeypatch.setattr(identity, "list_members", lambda path: walks.append(path) or listed(path))
+            assert d.refresh(0) and d.processes == 1 and d.members == (pod.process.pid,)
+            assert not d.refresh(1) and d.processes == 1
+            assert walks == [str(pod.pod_dir)]  # the first read only: the idle pod's tree is not walked again
+        finally:
+            d.close()
+        mirror = base.parent / "pids" / churn.top.relative_to(base) if hybrid else None
+    finally:
+        churn.close()
+    assert mirror is None or not mirror.exists()
+
+
+def test_the_bench_enables_the_pids_controller_in_its_own_v2_cgroups_only(tmp_path):
+    """On a cgroup v2 host whose root hands the pids controller down, the bench enables it from its top cgroup to
+    the pods' parent (a tree of plain files stands in for cgroupfs here); the host's root is never written, and
+    where the root does not hand it down nothing is."""
+    from bench.pods import _enable_pids
+
+    base = tmp_path / "cgroup"
+    kubepods = base / "headroom-bench-1" / "kubepods.slice" / "kubepods-burstable.slice"
+    kubepods.mkdir(parents=True)
+    (base / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    assert _enable_pids(base, kubepods)
+    chain = [base / "headroom-bench-1", base / "headroom-bench-1" / "kubepods.slice", kubepods]
+    assert [(d / "cgroup.subtree_control").read_text() for d in chain] == ["+pids"] * 3
+    assert (base / "cgroup.subtree_control").read_text() == "cpu memory pids\n"
+    for d in chain:
+        (d / "cgroup.subtree_control").unlink()
+    (base / "cgroup.subtree_control").write_text("cpu memory\n")
+    assert not _enable_pids(base, kubepods)
+    assert not any((d / "cgroup.subtree_control").exists() for d in chain)
+
+
 def test_a_child_started_on_port_0_is_found_on_the_port_the_kernel_gave_it():
     import subprocess
     import sys
