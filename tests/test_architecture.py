@@ -72,6 +72,65 @@ def test_the_nvml_package_is_one_purpose_a_module_each_under_800_lines():
         assert siblings <= allowed, f"sources/nvml/{name} imports {sorted(siblings - allowed)}"
 
 
+# workload/profiles/, workload/sizing/ and workload/modelconfig/: one purpose a module, each under 800 lines, the
+# layers pointing one way (the package docstrings say what each module holds); no module imports its own package's
+# __init__ (which re-exports them all)
+PROFILES_MODULES = {
+    "__init__.py": {"matching", "reader", "schema", "types"},
+    "types.py": set(),
+    "reader.py": set(),
+    "matching.py": {"reader", "types"},
+    "schema.py": {"matching", "reader", "types"},
+}
+# types <- formulas <- runtime <- plan; report reads types only; runtime names plan's _Plan only for type checking
+SIZING_MODULES = {
+    "__init__.py": {"formulas", "plan", "report", "types"},
+    "types.py": set(),
+    "formulas.py": {"types"},
+    "runtime.py": {"formulas", "types"},
+    "plan.py": {"formulas", "runtime", "types"},
+    "report.py": {"types"},
+}
+# fields <- safetensors <- architecture <- reading
+MODELCONFIG_MODULES = {
+    "__init__.py": {"architecture", "fields", "reading", "safetensors"},
+    "fields.py": set(),
+    "safetensors.py": {"fields"},
+    "architecture.py": {"fields", "safetensors"},
+    "reading.py": {"architecture", "fields"},
+}
+
+
+def _check_split_package(rel: str, allowed_imports: dict[str, set[str]]) -> None:
+    pkg, dotted = PKG / rel, "headroom." + rel.replace("/", ".")
+    assert not (PKG / f"{rel}.py").exists(), f"{rel}.py is back beside the package"
+    assert {p.name for p in pkg.glob("*.py")} == set(allowed_imports)
+    names = {n.removesuffix(".py") for n in allowed_imports} - {"__init__"}
+    for name, allowed in allowed_imports.items():
+        path = pkg / name
+        assert len(path.read_text().splitlines()) <= 800, f"{rel}/{name} is over 800 lines"
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == dotted:  # from headroom.workload.sizing import plan
+                found.update(a.name for a in node.names if a.name in names)
+                if name != "__init__.py":
+                    raise AssertionError(f"{rel}/{name} imports its own package's __init__")
+        found |= {m.removeprefix(dotted + ".") for m in _runtime_imports(path) if m.startswith(dotted + ".")}
+        assert found <= allowed, f"{rel}/{name} imports {sorted(found - allowed)}"
+
+
+def test_the_profiles_package_is_one_purpose_a_module_each_under_800_lines():
+    _check_split_package("workload/profiles", PROFILES_MODULES)
+
+
+def test_the_sizing_package_is_one_purpose_a_module_each_under_800_lines():
+    _check_split_package("workload/sizing", SIZING_MODULES)
+
+
+def test_the_modelconfig_package_is_one_purpose_a_module_each_under_800_lines():
+    _check_split_package("workload/modelconfig", MODELCONFIG_MODULES)
+
+
 def test_analysis_imports_neither_nvml_nor_prometheus_nor_http():
     banned = ("pynvml", "prometheus_client", "http", "headroom.exposition", "headroom.sources")
     for p in (PKG / "analysis").rglob("*.py"):

@@ -98,7 +98,7 @@ def test_sglang_tokens_are_the_logs_rest_memory_over_the_cell():
     KV cell headroom builds for the model (2 of 8 KV heads at TP 4 x 128 x 64 layers x K and V x 2 B) gives the
     #tokens it printed, to the rounding of its two-decimal figures."""
     from headroom.workload.profiles import profile_from_dict
-    from headroom.workload.sizing import _plan
+    from headroom.workload.sizing.plan import _plan  # private: the plan's KV layout (no public name gives it)
 
     case = CASES["qwq-32b-l4x4-sglang"]
     layout = _plan(profile_from_dict(ev._profile(case), attributable=False), DEFAULTS).layout

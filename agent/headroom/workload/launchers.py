@@ -21,7 +21,7 @@ torchrun's parsers accept both). A flag whose value cannot be read is named in `
 left unset (the runtime's default applies), never guessed. Values not on the command line stay None: the
 runtimes' defaults (vLLM's gpu_memory_utilization 0.9, max_num_seqs and max_num_batched_tokens by
 version; SGLang's mem_fraction_static by GPU memory; TGI's prefill budget) are the memory model's
-(workload/sizing.py, workload/serving_memory.py), so there is one place that knows them.
+(workload/sizing/, workload/serving_memory.py), so there is one place that knows them.
 """
 
 from __future__ import annotations

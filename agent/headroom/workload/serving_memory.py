@@ -8,7 +8,7 @@ the source cannot give (CUDA context, NCCL buffers, the sampler's live set) are 
 ``kv_layout`` describes the KV cache per token per GPU as groups of layers; ``vllm_kv`` turns the KV
 memory into vLLM's blocks, "GPU KV cache size: N tokens" and "Maximum concurrency for L tokens per
 request: X.XXx"; ``vllm_request_bytes`` is what one request takes under the same rules. The budget
-arithmetic per runtime (``RuntimeReport``) is in ``sizing._runtime_report``.
+arithmetic per runtime (``RuntimeReport``) is in ``sizing.runtime._runtime_report``.
 """
 
 from __future__ import annotations

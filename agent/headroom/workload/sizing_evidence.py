@@ -24,7 +24,8 @@ from typing import Any
 from headroom.workload.modelconfig import read_model_config
 from headroom.workload.profiles import profile_from_dict
 from headroom.workload.serving_memory import vllm_kv, vllm_request_bytes, vllm_rules
-from headroom.workload.sizing import DEFAULTS, _plan, estimate
+from headroom.workload.sizing import DEFAULTS, estimate
+from headroom.workload.sizing.plan import _plan  # private: the plan's KV layout, which no public name gives
 
 GIB = 1024**3
 FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "hf"
