@@ -1,0 +1,254 @@
+"""The two lanes of the suite: `make check` runs the tests that start no process and take no more than a second
+or two (ruff and mypy beside them, under a minute on 2 cores); `make test` runs every test. docs/testing.md.
+
+The tests the fast lane leaves out are listed HERE and nowhere else, each with why:
+- EXTERNAL: the test starts a process: a `headroom run` child (conftest's Agent, agent_factory), Prometheus,
+  promtool, chromium, Alertmanager, VictoriaMetrics, node_exporter, openssl, kubectl, systemd-analyze, Slurm,
+  Podman, torch or vLLM, the simulation's stand-in processes, or any other subprocess. Marked ``external``.
+- SLOW: in-process, but seconds long (measured with ``pytest --durations``). Marked ``slow``.
+A key is a path from the repository root, for every test of that file, or ``path::test`` (``path::Class::test``)
+for one test with all its parameters.
+
+A test that starts a process and is not in EXTERNAL fails, in every run (`make test` and so CI included), with a
+message naming this file: a new test cannot slip into the fast lane by starting one. tests/conftest.py imports the
+hooks below; tests/test_suite_config.py checks the guard and that every key still names a test.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.util
+import os
+import subprocess
+
+import pytest
+
+EXTERNAL: dict[str, str] = {
+    # whole files: all or most of their tests start something
+    "bench/test_bench.py": "node_exporter, `headroom` CLI children, stand-in processes, subprocesses",
+    "tests/test_alertmanager.py": "promtool, Prometheus, Alertmanager, `headroom run` children",
+    "tests/test_auto_members.py": "stand-in processes, subprocesses",
+    "tests/test_cli_flags.py": "node_exporter, `headroom run` children, `headroom` CLI children, subprocesses",
+    "tests/test_dcgm_compat.py": "promtool, Prometheus, subprocesses",
+    "tests/test_deploy.py": "Prometheus, kubectl, `headroom` CLI children, subprocesses",
+    "tests/test_e2e.py": "promtool, Prometheus, `headroom run` children",
+    "tests/test_estimate_cli.py": "`headroom` CLI children, stand-in processes, subprocesses",
+    "tests/test_faults_record.py": "`headroom run` children, subprocesses",
+    "tests/test_first_run.py": "`headroom` CLI children, stand-in processes, subprocesses",
+    "tests/test_fleet.py": "Prometheus, `headroom` CLI children, stand-in processes, subprocesses",
+    "tests/test_fleet_report.py": "Prometheus, `headroom` CLI children, subprocesses",
+    "tests/test_fuzz_config.py": "`headroom` CLI children, subprocesses",
+    "tests/test_golden.py": "promtool, Prometheus, stand-in processes, subprocesses",
+    "tests/test_hostile_cmdline.py": "`headroom` CLI children, subprocesses",
+    "tests/test_hostile_config.py": "Prometheus, openssl, `headroom run` children, `headroom` CLI children",
+    "tests/test_hostile_models.py": "`headroom run` children, stand-in processes, subprocesses",
+    "tests/test_hostile_names.py": "promtool, Prometheus, subprocesses",
+    "tests/test_hostile_traces.py": "`headroom run` children, `headroom` CLI children, subprocesses",
+    "tests/test_identity.py": "promtool, Prometheus, kubectl",
+    "tests/test_identity_churn.py": "subprocesses",
+    "tests/test_infiniband.py": "Prometheus, node_exporter, `headroom` CLI children, subprocesses",
+    "tests/test_landing_browser.py": "chromium, `headroom run` children, stand-in processes",
+    "tests/test_launchers.py": "Prometheus, `headroom run` children",
+    "tests/test_load.py": "`headroom run` children under load, bench/soak.py",
+    "tests/test_longterm_store.py": "Prometheus, VictoriaMetrics, `headroom` CLI children",
+    "tests/test_memory.py": "`headroom run` children, subprocesses",
+    "tests/test_node_exporter_parity.py": "Prometheus, node_exporter, `headroom` CLI children, subprocesses",
+    "tests/test_notify_process.py": "`headroom` CLI children, subprocesses",
+    "tests/test_npd_check.py": "`headroom check` children against `headroom run` children",
+    "tests/test_nvml_binding.py": "`headroom snapshot` children on each binding",
+    "tests/test_openmetrics.py": "promtool, Prometheus, node_exporter, `headroom run` children",
+    "tests/test_probe.py": "`headroom` CLI children, stand-in processes, subprocesses",
+    "tests/test_probe_gauges.py": "`headroom run` children",
+    "tests/test_probe_host.py": "`headroom run` children",
+    "tests/test_probe_landing_browser.py": "chromium",
+    "tests/test_processes.py": "stand-in processes",
+    "tests/test_procfs.py": "subprocesses",
+    "tests/test_prometheus_configs.py": "promtool, Prometheus, `headroom` CLI children, subprocesses",
+    "tests/test_prometheus_integration.py": "Prometheus, Alertmanager, `headroom run` children",
+    "tests/test_real_dataloader.py": "real torch, real vLLM, subprocesses",
+    "tests/test_real_load.py": "`headroom run` children, stand-in processes, subprocesses",
+    "tests/test_real_podman.py": "real Podman, `headroom run` children, stand-in processes",
+    "tests/test_real_probe.py": "real vLLM, `headroom run` children, `headroom` CLI children, subprocesses",
+    "tests/test_real_slurm.py": "real Slurm, `headroom run` children, stand-in processes, subprocesses",
+    "tests/test_real_torchrun.py": "real torch, `headroom run` children, stand-in processes, subprocesses",
+    "tests/test_real_vllm_sizing.py": "a real vLLM server (skipped without the real-component venv)",
+    "tests/test_real_vllm.py": "real torch, real vLLM, `headroom run` children, stand-in processes",
+    "tests/test_record_replay.py": "`headroom run` children, `headroom` CLI children, stand-in processes, subprocesses",
+    "tests/test_reload.py": "`headroom run` children (SIGHUP)",
+    "tests/test_rules.py": "promtool, Prometheus, subprocesses",
+    "tests/test_serving.py": "promtool, Prometheus, `headroom run` children",
+    "tests/test_simulation_machine.py": "stand-in processes, subprocesses",
+    "tests/test_systemd_unit.py": "Prometheus, systemd-analyze, subprocesses",
+    "tests/test_webconfig.py": "openssl makes the certificates (a module fixture) for most tests",
+    "tests/test_workload_e2e.py": "Prometheus, `headroom run` children, `headroom` CLI children",
+    # single tests (a parametrized one with all its parameters, or one [parameter])
+    "tests/test_architecture.py::test_the_agent_loads_prometheus_client_only_to_read_a_serving_runtime":
+        "a fresh interpreter, to see what it imports",
+    "tests/test_config.py::test_check_config_accepts_a_profile_with_only_an_endpoint":
+        "`headroom check-config` child",
+    "tests/test_config.py::test_check_config_exit_codes":
+        "`headroom check-config` children",
+    "tests/test_config.py::test_check_config_reads_the_web_config_file_as_run_does":
+        "`headroom check-config` child",
+    "tests/test_config.py::test_check_config_refuses_the_listen_addresses_run_refuses":
+        "`headroom check-config` children",
+    "tests/test_config.py::test_default_config_path_is_cwd_config_yaml":
+        "`headroom check-config` child",
+    "tests/test_dashboards.py::test_committed_dashboards_equal_the_generator_output":
+        "grafana/generate.py --check child",
+    "tests/test_faults.py::test_a_disk_disappears_and_comes_back":
+        "`headroom run` child",
+    "tests/test_faults.py::test_a_host_file_fails_then_heals":
+        "`headroom run` child",
+    "tests/test_faults.py::test_a_workload_process_vanishes_and_returns":
+        "`headroom run` child",
+    "tests/test_faults.py::test_dev_shm_goes_missing_and_comes_back":
+        "`headroom run` child",
+    "tests/test_faults.py::test_proc_pid_io_permission_denied":
+        "`headroom run` child",
+    "tests/test_faults.py::test_proc_pressure_absent":
+        "`headroom run` child",
+    "tests/test_faults.py::test_processes_vanish_mid_read_under_churn":
+        "`headroom run` child",
+    "tests/test_fleet_profile.py::test_an_eight_gpu_host_stays_within_the_series_budget":
+        "`headroom snapshot` child",
+    "tests/test_fleet_profile.py::test_fleet_info_and_gpu_price_are_exported":
+        "`headroom snapshot` child",
+    "tests/test_fleet_profile.py::test_no_price_and_no_group_no_series":
+        "`headroom snapshot` child",
+    "tests/test_gpu_check.py::test_without_a_gpu_the_check_says_why_and_fails":
+        "`python -m bench.gpu --check` child",
+    "tests/test_host_collectors.py::test_shm_on_a_real_tmpfs_sees_size_fstype_and_what_is_written":
+        "mount/umount",
+    "tests/test_hostile_http.py::test_a_tls_handshake_trickled_byte_by_byte_is_cut_at_the_head_deadline":
+        "openssl",
+    "tests/test_hostile_numbers.py::test_a_value_prometheus_cannot_parse_leaves_the_scrape_up_on_a_real_prometheus":
+        "Prometheus",
+    "tests/test_hostile_numbers.py::test_estimate_refuses_a_hostile_config_in_one_line_with_exit_2":
+        "`headroom estimate` child",
+    "tests/test_hostile_serving.py::test_four_endpoints_of_140k_series_cost_little_and_an_honest_one_beside_them_reads_right":
+        "endpoint servers and an agent as subprocesses",
+    "tests/test_kubelet.py::test_checked_in_code_matches_the_proto":
+        "grpc_tools.protoc child",
+    "tests/test_kubelet.py::test_permission_denied_is_named":
+        "forks a child that drops privileges",
+    "tests/test_latency_resolution.py::test_a_running_agent_reports_vllms_5ms_gaps_as_a_bound_and_the_8ms_slo_as_not_measurable":
+        "`headroom run` child",
+    "tests/test_probe_store.py::test_save_replaces_atomically_a_reader_never_sees_half_a_file":
+        "a writer process",
+    "tests/test_sampler.py::test_collector_order_does_not_depend_on_which_module_was_imported_first":
+        "a fresh interpreter per import order",
+    "tests/test_scenario_accuracy.py::test_builtin_scenario_is_classified":
+        "`headroom run` child per scenario",
+    "tests/test_scenario_fit.py::test_every_builtin_workload_fits_its_gpus_as_the_scenario_intends[real-load]":
+        "the scenario's stand-in processes",
+    "tests/test_simulation.py::test_attach_lists_real_processes_by_pid_file_and_cmdline_on_their_gpus":
+        "sleeping processes to attach to",
+    "tests/test_suite_config.py::test_a_test_that_starts_a_process_and_is_not_listed_external_fails_in_every_run":
+        "a pytest child",
+    "tests/test_suite_config.py::test_make_help_lists_every_target_with_its_description":
+        "make",
+    "tests/test_suite_config.py::test_the_seed_is_printed_and_orders_the_tests_the_same_with_workers_or_without":
+        "pytest children",
+    "tests/test_verdict_actions.py::test_snapshot_of_the_demo_says_what_is_pending_and_the_capacity_from_the_runtime":
+        "`headroom snapshot` child",
+    "tests/test_verdict_actions.py::test_the_sampler_logs_the_remedy_with_bottleneck_changed":
+        "`headroom snapshot` child",
+    "tests/test_words.py::test_health_says_degraded_in_the_status_too_and_started_names_the_workloads":
+        "`headroom run` children",
+}
+
+SLOW: dict[str, str] = {
+    # measured: `pytest -n 2 --durations=0 -m "not external"` on the 2-core machine (in-process, no process started)
+    "tests/test_faults.py": "each test drives an in-process agent through a fault and its recovery: 1.5-6 s",
+    "tests/test_hostile_http.py::test_a_prometheus_keep_alive_connection_survives_a_15_second_scrape_interval":
+        "waits out a 15 s scrape interval",
+    "tests/test_hostile_http.py::test_clients_that_do_not_read_their_answers_make_room_before_anyone_is_refused":
+        "14 s of clients that do not read",
+    "tests/test_hostile_http.py::test_a_new_client_is_served_while_1000_slow_connections_are_held":
+        "1000 slow connections: 7 s",
+    "tests/test_hostile_http.py::test_fuzzed_requests_get_well_formed_answers_and_never_break_the_server":
+        "hypothesis-fuzzed requests: 2 s",
+    "tests/test_hostile_serving.py::test_an_endpoint_whose_answers_cost_cpu_is_read_less_often": "2 s of reads",
+    "tests/test_scenario_fit.py::test_every_builtin_workload_fits_its_gpus_as_the_scenario_intends":
+        "0.5-1 s per built-in scenario, 20 of them",
+    "tests/test_probe_hostile.py::test_a_failing_endpoint_aborts_the_step_with_its_error_class_and_a_partial_result":
+        "each failure waits out its timeout: 0.6-3.6 s per parameter",
+}
+
+
+def lane_key(item: pytest.Item) -> tuple[str, str]:
+    """(path from the repository root, test name without parameters) of a collected test."""
+    path = item.path.relative_to(item.config.rootpath).as_posix()
+    name = item.nodeid.split("::", 1)[1].split("[", 1)[0] if "::" in item.nodeid else ""
+    return path, name
+
+
+def listed(table: dict[str, str], item: pytest.Item) -> bool:
+    path, name = lane_key(item)
+    return path in table or f"{path}::{name}" in table or f"{path}::{item.nodeid.split('::', 1)[-1]}" in table
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if listed(EXTERNAL, item):
+            item.add_marker(pytest.mark.external)
+        if listed(SLOW, item):
+            item.add_marker(pytest.mark.slow)
+
+
+# ------------------------------------------------------------------ the guard
+# Every way a test can start a process ends in one of these (subprocess.run/check_output/os.popen/asyncio's
+# subprocesses go through Popen._execute_child, multiprocessing's spawn and forkserver through spawnv_passfds).
+_STARTERS = [(subprocess.Popen, "_execute_child"), (os, "fork"), (os, "forkpty"), (os, "posix_spawn"),
+             (os, "posix_spawnp"), (os, "system"), (multiprocessing.util, "spawnv_passfds")]
+_STARTED = pytest.StashKey[list]()
+
+
+class ProcessOutsideTheList(RuntimeError):
+    pass
+
+
+def _refuse(item: pytest.Item, owner: object, name: str):
+    def refused(*args, **kwargs):
+        what = name
+        if name == "_execute_child" and len(args) > 1:  # (self, args, executable, ...)
+            argv = args[1]
+            what = " ".join(map(str, argv))[:200] if isinstance(argv, list | tuple) else str(argv)[:200]
+        item.stash[_STARTED].append(what)
+        raise ProcessOutsideTheList(
+            f"{item.nodeid} started a process ({what}) but is not in EXTERNAL of tests/lanes.py: add it there "
+            "(with why), so that `make check`, which runs only tests that start none, leaves it out")
+
+    return refused
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if item.get_closest_marker("external") is not None:
+        yield
+        return
+    item.stash[_STARTED] = []
+    saved = [(owner, name, getattr(owner, name)) for owner, name in _STARTERS if hasattr(owner, name)]
+    for owner, name, _ in saved:
+        setattr(owner, name, _refuse(item, owner, name))
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that started a process fails even where the code it ran caught the refusal."""
+    outcome = yield
+    started = item.stash.get(_STARTED, None)
+    if not started:
+        return
+    report = outcome.get_result()
+    if not report.failed:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} started {len(started)} process(es) ({'; '.join(started)[:400]}) but is "
+                           "not in EXTERNAL of tests/lanes.py: add it there (with why); `make check` runs only "
+                           "tests that start none")
+    started.clear()
