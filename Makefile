@@ -68,7 +68,7 @@ test: venv system-deps real-deps .binding/$(MIN_NVML)/pynvml.py
 	HEADROOM_REAL_VENV=$(REAL_VENV) $(PY) -m pytest -p no:xdist $(PYTEST_ARGS) $(REAL_TESTS)
 	PYTHONPATH=.binding/$(MIN_NVML) HEADROOM_EXPECT_NVML_BINDING=$(MIN_NVML) $(PY) -m pytest $(PARALLEL) $(NVML_TESTS)
 
-## Ruff and the type checker (mypy, configured in pyproject.toml: strict on samples and sampler, docs/testing.md).
+## Ruff and the type checker (mypy, configured in pyproject.toml: strict on samples, sampler and more; docs/testing.md).
 lint: venv
 	$(VENV)/bin/ruff check agent tests
 	$(PY) -m mypy
