@@ -11,7 +11,8 @@ for one test with all its parameters.
 
 A test that starts a process and is not in EXTERNAL fails, in every run (`make test` and so CI included), with a
 message naming this file: a new test cannot slip into the fast lane by starting one. tests/conftest.py imports the
-hooks below; tests/test_suite_config.py checks the guard and that every key still names a test.
+hooks below; tests/test_suite_config.py checks the guard, that every key still names a test, and (statically) that a
+test whose body names subprocess, Popen, shutil.which, os.fork, an Agent or agent_factory is listed.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -154,6 +155,45 @@ def test_every_entry_of_the_lanes_names_a_test_that_exists():
                 function = name.split("[", 1)[0].split("::")[-1]
                 source = (ROOT / path).read_text()
                 assert re.search(rf"^\s*(async )?def {function}\(", source, re.M), f"{key}: no such test"
+
+
+# what in a test's own body says it starts a process (the guard above catches the rest, where it runs)
+_STARTS = re.compile(r"\bsubprocess\b|\bPopen\b|shutil\.which|\bos\.(fork|forkpty|system|posix_spawnp?)\b|"
+                     r"create_subprocess|\bAgent\(|\bagent_factory\b")
+
+
+def _test_functions(path: Path):
+    """(test name as in a node id, its code and argument names) of each test function of a file, methods of
+    classes included."""
+    source = path.read_text()
+    lines = source.splitlines()
+    for node in ast.parse(source).body:
+        members = [(f"{node.name}::", n) for n in node.body] if isinstance(node, ast.ClassDef) else [("", node)]
+        for prefix, fn in members:
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and fn.name.startswith("test_"):
+                body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body  # the docstring may say so
+                code = [line for part in fn.decorator_list for line in lines[part.lineno - 1:part.end_lineno]]
+                code += lines[body[0].lineno - 1:fn.end_lineno] if body else []
+                yield prefix + fn.name, " ".join([*code, *(a.arg for a in fn.args.args)])
+
+
+def test_a_test_that_says_it_starts_a_process_is_listed_external():
+    """Statically, beside the guard: a test whose body names subprocess, Popen, shutil.which, os.fork/system/
+    posix_spawn, an Agent or agent_factory is in EXTERNAL (its file, itself or one of its parameters), so a test
+    that only starts its tool where the tool is installed (shutil.which) is listed even on a machine without it."""
+    import lanes
+
+    unlisted = []
+    for path in _test_files():
+        key = path.as_posix()
+        if key in lanes.EXTERNAL:
+            continue
+        for name, text in _test_functions(ROOT / path):
+            test = f"{key}::{name}"
+            if _STARTS.search(text) and test not in lanes.EXTERNAL and not any(
+                    k.startswith(test + "[") for k in lanes.EXTERNAL):
+                unlisted.append(test)
+    assert not unlisted, f"these tests start a process: add them to EXTERNAL in tests/lanes.py (with why): {unlisted}"
 
 
 def test_make_check_is_lint_and_the_unlisted_tests_and_make_test_lints_too():
