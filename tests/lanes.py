@@ -160,6 +160,8 @@ EXTERNAL: dict[str, str] = {
 
 SLOW: dict[str, str] = {
     # measured: `pytest -n 2 --durations=0 -m "not external"` on the 2-core machine (in-process, no process started)
+    "tests/test_real_dataloader.py": "real torch DataLoader workers (was pytestmark = slow in the file)",
+    "tests/test_real_probe.py": "the probe against a real vLLM server (was pytestmark = slow in the file)",
     "tests/test_faults.py": "each test drives an in-process agent through a fault and its recovery: 1.5-6 s",
     "tests/test_hostile_http.py::test_a_prometheus_keep_alive_connection_survives_a_15_second_scrape_interval":
         "waits out a 15 s scrape interval",

@@ -196,6 +196,18 @@ def test_a_test_that_says_it_starts_a_process_is_listed_external():
     assert not unlisted, f"these tests start a process: add them to EXTERNAL in tests/lanes.py (with why): {unlisted}"
 
 
+def test_the_marks_of_the_lanes_are_given_in_tests_lanes_py_only():
+    """One place: no test file marks itself external or slow, and every real-component file is EXTERNAL."""
+    import lanes
+
+    for path in _test_files():
+        source = (ROOT / path).read_text()
+        if path.as_posix() != "tests/test_suite_config.py":  # its LANES_PROBE marks a test on purpose
+            assert not re.search(r"mark\.(external|slow)\b", source), f"{path}: list it in tests/lanes.py instead"
+        if path.name.startswith("test_real_"):
+            assert path.as_posix() in lanes.EXTERNAL, f"{path}: a real-component file, list it in EXTERNAL"
+
+
 def test_make_check_is_lint_and_the_unlisted_tests_and_make_test_lints_too():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^check: lint$", makefile, re.M)
