@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from lanes import pytest_collection_modifyitems, pytest_runtest_makereport, pytest_runtest_protocol  # noqa: F401
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -32,7 +32,6 @@ from real_vllm import real_venv, unavailable
 
 REAL_DEADLINE_SECONDS = 240.0  # for the workers to be found (torch imports take long on a loaded 2-core machine)
 
-pytestmark = pytest.mark.slow
 
 SCRIPT = '''
 import os, sys, time

@@ -22,7 +22,6 @@ from headroom.cli import main
 import real_vllm
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow
 KV_BYTES = 1 << 20  # a cache of about 2 000 tokens (16 blocks of 128 on CPU): 8 requests of 32 + 224 tokens fill it
 INPUT, OUTPUT = 32, 224  # the output grows each sequence to a second block: the cache fills, vLLM preempts
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -77,3 +79,180 @@ def test_the_seed_is_printed_and_orders_the_tests_the_same_with_workers_or_witho
     other, _ = _order(tmp_path, "-p", "no:xdist", "-p", "randomly", "--randomly-seed=4243")
     assert parallel == serial and sorted(serial, key=int) == [str(i) for i in range(12)]
     assert other != serial  # the seed does order them (12! orders: the same one by chance is out of reach)
+
+
+# ------------------------------------------------------------------ the lanes (tests/lanes.py, docs/testing.md)
+LANES_PROBE = """
+import subprocess, sys, pytest
+
+def test_starts_a_process():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+
+def test_swallows_the_refusal():
+    try:
+        subprocess.run([sys.executable, "-c", "pass"])
+    except Exception:
+        pass
+
+def test_forks():
+    import os
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+@pytest.fixture(scope="module")
+def server():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    yield p
+    p.kill()
+
+def test_uses_a_module_fixture_that_starts_one(server):
+    pass
+
+def test_starts_none():
+    assert sum([1, 2]) == 3
+
+@pytest.mark.external
+def test_marked_external_may():
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+"""
+
+
+def test_a_test_that_starts_a_process_and_is_not_listed_external_fails_in_every_run(tmp_path):
+    """The guard of tests/lanes.py: an unlisted test that starts a process fails, even where its code catches the
+    refusal or a module fixture starts it, and says where to list it; a listed (external) one may, and a test that
+    starts none passes. So a new test cannot join the fast lane (`make check`) by starting a process unnoticed."""
+    (tmp_path / "test_probe_lanes.py").write_text(LANES_PROBE)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-p",
+                        "no:xdist", "-c", os.devnull, "--rootdir", str(tmp_path), "-p", "lanes", "-rA",
+                        str(tmp_path / "test_probe_lanes.py")], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
+    out = r.stdout
+    outcome = {}
+    for line in out.splitlines():
+        for word in ("PASSED", "FAILED", "ERROR"):
+            if line.startswith(word + " "):
+                outcome[line.split("::")[1].split()[0]] = word
+    assert outcome == {"test_starts_a_process": "FAILED", "test_swallows_the_refusal": "FAILED",
+                       "test_forks": "FAILED", "test_uses_a_module_fixture_that_starts_one": "ERROR",
+                       "test_starts_none": "PASSED", "test_marked_external_may": "PASSED"}, out[-4000:]
+    assert "is not in EXTERNAL of tests/lanes.py: add it there" in out
+    assert "test_starts_a_process started a process (" in out and "-c pass)" in out
+
+
+def test_every_entry_of_the_lanes_names_a_test_that_exists():
+    """A renamed or deleted test leaves no stale entry in EXTERNAL or SLOW (tests/lanes.py)."""
+    import lanes
+
+    for table in (lanes.EXTERNAL, lanes.SLOW):
+        assert table
+        for key, why in table.items():
+            path, _, name = key.partition("::")
+            assert (ROOT / path).is_file(), f"{key}: no such file"
+            assert why.strip(), f"{key}: say why"
+            if name:
+                function = name.split("[", 1)[0].split("::")[-1]
+                source = (ROOT / path).read_text()
+                assert re.search(rf"^\s*(async )?def {function}\(", source, re.M), f"{key}: no such test"
+
+
+# what in a test's own body says it starts a process (the guard above catches the rest, where it runs)
+_STARTS = re.compile(r"\bsubprocess\b|\bPopen\b|shutil\.which|\bos\.(fork|forkpty|system|posix_spawnp?)\b|"
+                     r"create_subprocess|\bAgent\(|\bagent_factory\b")
+
+
+def _test_functions(path: Path):
+    """(test name as in a node id, its code and argument names) of each test function of a file, methods of
+    classes included."""
+    source = path.read_text()
+    lines = source.splitlines()
+    for node in ast.parse(source).body:
+        members = [(f"{node.name}::", n) for n in node.body] if isinstance(node, ast.ClassDef) else [("", node)]
+        for prefix, fn in members:
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and fn.name.startswith("test_"):
+                body = fn.body[1:] if ast.get_docstring(fn) is not None else fn.body  # the docstring may say so
+                code = [line for part in fn.decorator_list for line in lines[part.lineno - 1:part.end_lineno]]
+                code += lines[body[0].lineno - 1:fn.end_lineno] if body else []
+                yield prefix + fn.name, " ".join([*code, *(a.arg for a in fn.args.args)])
+
+
+def test_a_test_that_says_it_starts_a_process_is_listed_external():
+    """Statically, beside the guard: a test whose body names subprocess, Popen, shutil.which, os.fork/system/
+    posix_spawn, an Agent or agent_factory is in EXTERNAL (its file, itself or one of its parameters), so a test
+    that only starts its tool where the tool is installed (shutil.which) is listed even on a machine without it."""
+    import lanes
+
+    unlisted = []
+    for path in _test_files():
+        key = path.as_posix()
+        if key in lanes.EXTERNAL:
+            continue
+        for name, text in _test_functions(ROOT / path):
+            test = f"{key}::{name}"
+            if _STARTS.search(text) and test not in lanes.EXTERNAL and not any(
+                    k.startswith(test + "[") for k in lanes.EXTERNAL):
+                unlisted.append(test)
+    assert not unlisted, f"these tests start a process: add them to EXTERNAL in tests/lanes.py (with why): {unlisted}"
+
+
+def test_the_marks_of_the_lanes_are_given_in_tests_lanes_py_only():
+    """One place: no test file marks itself external or slow, and every real-component file is EXTERNAL."""
+    import lanes
+
+    for path in _test_files():
+        source = (ROOT / path).read_text()
+        if path.as_posix() != "tests/test_suite_config.py":  # its LANES_PROBE marks a test on purpose
+            assert not re.search(r"mark\.(external|slow)\b", source), f"{path}: list it in tests/lanes.py instead"
+        if path.name.startswith("test_real_"):
+            assert path.as_posix() in lanes.EXTERNAL, f"{path}: a real-component file, list it in EXTERNAL"
+
+
+def test_make_check_is_lint_and_the_unlisted_tests_and_make_test_lints_too():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^check: lint$", makefile, re.M)
+    assert '-m "not external and not slow"' in makefile
+    lint = re.search(r"^lint: venv\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert "ruff check" in lint and "mypy" in lint
+    test = re.search(r"^test: .*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert test.splitlines()[0].strip() == "@$(MAKE) --no-print-directory lint"
+    markers = PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
+    assert any(m.startswith("external:") for m in markers) and any(m.startswith("slow:") for m in markers)
+
+
+def _described_targets() -> dict[str, list[str]]:
+    """Target -> its "## " lines, for every target line of the Makefile (rule lines of files excluded)."""
+    targets, lines = {}, []
+    for line in (ROOT / "Makefile").read_text().splitlines():
+        if line.startswith("## "):
+            lines.append(line[3:])
+        elif m := re.match(r"^([a-z][a-z-]*):(?!=)", line):
+            targets[m.group(1)] = lines
+            lines = []
+    return targets
+
+
+def test_every_target_has_a_description():
+    makefile = (ROOT / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY: (.*)$", makefile, re.M).group(1).split()
+    targets = _described_targets()
+    assert set(phony) <= set(targets), set(phony) - set(targets)
+    missing = [t for t, lines in targets.items() if not lines]
+    assert not missing, f"targets without a '## ' line above them: {missing}"
+    assert set(targets) <= set(phony), f"not in .PHONY: {set(targets) - set(phony)}"
+
+
+def test_make_help_lists_every_target_with_its_description():
+    r = subprocess.run(["make", "--no-print-directory", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    listed = {}
+    for line in r.stdout.splitlines():
+        name, _, text = line.strip().partition(" ")
+        if line.startswith("  ") and not line.startswith("   "):
+            listed[name] = text.strip()
+    targets = _described_targets()
+    assert set(listed) == set(targets)
+    for target, lines in targets.items():
+        assert listed[target] == lines[0], target
+    assert all(line in r.stdout for lines in targets.values() for line in lines)

@@ -123,6 +123,7 @@ class _Lane:
 def _call(collector: Collector, clock: Callable[[], float]) -> tuple[bool, Any, str | None, float]:
     """(ok, data, error, duration) of one collect(); a collector fault degrades that collector only."""
     start = clock()
+    outcome: tuple[bool, Any, str | None]
     try:
         data = collector.collect()
         outcome = (True, data, None)

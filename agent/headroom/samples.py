@@ -59,7 +59,7 @@ class CpuTimes:
     def modes(self) -> dict[str, float]:
         """Mode name -> seconds, for the modes this kernel reports."""
         out: dict[str, float] = {}
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        for name in self.__slots__:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
