@@ -74,6 +74,8 @@ EXTERNAL: dict[str, str] = {
         "named stand-in processes",
     "bench/test_bench.py::test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_nothing_behind":
         "named stand-in processes",
+    "bench/test_bench.py::test_the_bench_pods_have_the_pids_controller_so_an_idle_pods_refresh_lists_no_tree":
+        "the bench's pods: named stand-in processes in real cgroups",
     "tests/test_architecture.py::test_the_agent_loads_prometheus_client_only_to_read_a_serving_runtime":
         "a fresh interpreter, to see what it imports",
     "tests/test_auto_members.py::test_a_declared_profile_keeps_its_processes_and_takes_the_place_of_an_identity_it_claims":
