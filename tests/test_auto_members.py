@@ -352,9 +352,12 @@ def test_an_idle_automatic_workload_is_read_again_when_its_cgroup_moves_and_a_bu
             c = _processes(None)
             c.ctx = SourceContext(paths=c.ctx.paths, previous=lambda: _sample(identity=IdentitySample(
                 groups=tuple(groups.values()))))
+            # kids[0] has run before the first measurement, so that one finds it busy (CPU since its start): one
+            # found idle is measured again only when its cgroup figures move, which these fixed ones never do (on
+            # a loaded machine, 4 test workers on 2 cores, the new child had not run yet and read 0.0 throughout)
+            _wait_cpu_above(kids[0], 0.0)
             c.collect()
-            # a tick apart, and kids[0] (burning all along) has run since: on a loaded machine (4 test workers
-            # on 2 cores) it had not, 0.2 s later, and its CPU read 0.0 at both measurements
+            # a tick apart, and kids[0] (burning all along) has run since
             _wait_cpu_above(kids[0], _proc_figures([kids[0]])[2], after=0.2)
             idle, busy = c.collect().workloads  # the idle one's CPU did not grow since the first
             _check_entry(busy, proc.pid, kids)
