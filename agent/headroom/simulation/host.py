@@ -39,7 +39,7 @@ from headroom.sources import Paths
 if TYPE_CHECKING:  # the parser lives in simulation.py, which imports this module lazily
     import yaml
 
-    from headroom.simulation.scenario import Signal, _Parser
+    from headroom.simulation.scenario.parse import Signal, _Parser
 
 log = structlog.get_logger("headroom.simulation.host")
 
