@@ -10,7 +10,8 @@
 - ``runner``: a scenario run in process on a manual clock (tests, ``make accuracy``);
 - ``scenarios/``: the built-in scenarios.
 
-They import one way (tests/test_architecture.py): signals <- spec <- host, stand-ins, driver stand-in <- scenario.
+They import one way (tests/test_architecture.py): signals <- spec; those two <- host, stand-ins, driver stand-in
+<- scenario <- runner.
 """
 
 from headroom.simulation.scenario import (
