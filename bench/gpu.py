@@ -66,7 +66,7 @@ class _CountingLibrary:
 
 def probe() -> str | None:
     """None when a real NVIDIA GPU answers through NVML, else why not. The simulated rows of ``make bench``
-    install the driver stand-in as the binding's library in this process (simulation/nvml_driver.py): NVML
+    install the driver stand-in as the binding's library in this process (simulation/nvml_driver/): NVML
     then initialises and lists GPUs that do not exist, so the stand-in is refused by name, never measured
     as a GPU (bench/run.py measures this section before any simulated row)."""
     try:

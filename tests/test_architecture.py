@@ -27,7 +27,7 @@ def test_only_the_nvml_binding_layer_and_its_stand_in_import_pynvml():
     """sources/nvml/binding.py imports pynvml; the package's other modules reach it through binding.py."""
     importers = {p.relative_to(PKG).as_posix() for p in modules()
                  if any(m == "pynvml" or m.startswith("pynvml.") for m in imports(p))}
-    assert importers <= {"sources/nvml/binding.py", "simulation/nvml_driver.py"}, importers
+    assert importers <= {"sources/nvml/binding.py", "simulation/nvml_driver/core.py"}, importers
 
 
 # sources/nvml/: one purpose a module, and what each may import of the others (the layers point one way:
@@ -41,15 +41,19 @@ NVML_MODULES = {
 }
 
 
-def _runtime_imports(path: Path) -> set[str]:
-    """The modules ``path`` imports, leaving out those under ``if TYPE_CHECKING:``."""
+def _runtime_import_nodes(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements of ``path`` (at the top or inside functions), leaving out those under
+    ``if TYPE_CHECKING:``."""
     tree = ast.parse(path.read_text())
     skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
                for n in ast.walk(node)}
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skipped]
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The modules ``path`` imports, leaving out those under ``if TYPE_CHECKING:``."""
     out: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    for node in _runtime_import_nodes(path):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -129,6 +133,92 @@ def test_the_sizing_package_is_one_purpose_a_module_each_under_800_lines():
 
 def test_the_modelconfig_package_is_one_purpose_a_module_each_under_800_lines():
     _check_split_package("workload/modelconfig", MODELCONFIG_MODULES)
+
+# simulation/: what each of its modules (a package counts as one) may import of the others when it runs (imports
+# inside functions count; those under ``if TYPE_CHECKING:`` do not). What a scenario drives (the synthetic host,
+# the driver stand-in, the stand-in processes) sits below the scenario package and never imports it: it takes
+# the signals and the spec types from the two modules at the bottom.
+SIMULATION_IMPORTS = {
+    "signals": set(),
+    "spec": {"signals"},
+    "host": {"signals"},
+    "openai_api": set(),
+    "runtime_metrics": {"openai_api"},
+    "standin": {"runtime_metrics", "signals"},
+    "nvml_driver": {"spec"},
+    "scenario": {"signals", "spec", "host", "nvml_driver", "standin", "runtime_metrics", "openai_api"},
+    "runner": {"scenario"},
+    "fleet": set(),
+    "situations": set(),
+    "__init__": {"scenario"},
+}
+SIM = PKG / "simulation"
+
+
+def _simulation_imports(path: Path) -> set[str]:
+    """The simulation modules (by SIMULATION_IMPORTS name) ``path`` imports when it runs, its own package left out."""
+    out: set[str] = set()
+    for node in _runtime_import_nodes(path):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        for name in names:
+            if name == "headroom.simulation" and isinstance(node, ast.ImportFrom):  # from headroom.simulation import X
+                rooms = {a.name for a in node.names} & set(SIMULATION_IMPORTS)
+                out |= rooms or {"__init__"}
+            elif name.startswith("headroom.simulation."):
+                out.add(name.removeprefix("headroom.simulation.").split(".")[0])
+    own = path.relative_to(SIM).parts[0].removesuffix(".py")
+    return out - {own}
+
+
+def test_the_simulation_imports_one_way():
+    """No circle: scenario drives host, driver and stand-ins, which import only signals and spec."""
+    found = {p.relative_to(SIM).parts[0].removesuffix(".py") for p in SIM.glob("*") if p.suffix == ".py" or
+             (p.is_dir() and (p / "__init__.py").exists())}
+    assert found == set(SIMULATION_IMPORTS), found ^ set(SIMULATION_IMPORTS)
+    for path in SIM.rglob("*.py"):
+        room = path.relative_to(SIM).parts[0].removesuffix(".py")
+        used = _simulation_imports(path)
+        allowed = SIMULATION_IMPORTS[room]
+        assert used <= allowed, f"{path.relative_to(PKG)} imports simulation.{sorted(used - allowed)}"
+        assert len(path.read_text().splitlines()) <= 800, f"{path.relative_to(PKG)} is over 800 lines"
+    done: set[str] = set()  # and the allowed imports themselves form no circle (each layer only looks down)
+    while len(done) < len(SIMULATION_IMPORTS):
+        ready = {m for m, deps in SIMULATION_IMPORTS.items() if m not in done and deps <= done}
+        assert ready, f"a circle among {sorted(set(SIMULATION_IMPORTS) - done)}"
+        done |= ready
+
+
+# simulation/scenario/: the runtime (Scenario) and the parser that builds it; the parser imports the runtime
+SCENARIO_MODULES = {"__init__.py": {"parse", "runtime"}, "runtime.py": set(), "parse.py": {"runtime"}}
+# simulation/nvml_driver/: nvml.h <- core (state, plumbing) <- device <- health <- driver (the table)
+NVML_DRIVER_MODULES = {
+    "__init__.py": {"driver", "nvml_h"},
+    "nvml_h.py": set(),
+    "core.py": {"nvml_h"},
+    "device.py": {"core", "nvml_h"},
+    "health.py": {"core", "device", "nvml_h"},
+    "driver.py": {"health", "nvml_h"},
+}
+
+
+def _check_package(pkg: Path, modules: dict[str, set[str]]) -> None:
+    dotted = "headroom." + ".".join(pkg.relative_to(PKG).parts) + "."
+    assert not pkg.with_suffix(".py").exists(), f"{pkg.name}.py and {pkg.name}/ both exist"
+    assert {p.name for p in pkg.glob("*.py")} == set(modules)
+    for name, allowed in modules.items():
+        path = pkg / name
+        assert len(path.read_text().splitlines()) <= 800, f"{path.relative_to(PKG)} is over 800 lines"
+        siblings = {m.removeprefix(dotted) for m in _runtime_imports(path) if m.startswith(dotted)}
+        siblings &= {n.removesuffix(".py") for n in modules}
+        assert siblings <= allowed, f"{path.relative_to(PKG)} imports {sorted(siblings - allowed)}"
+
+
+def test_the_scenario_package_is_one_purpose_a_module_each_under_800_lines():
+    _check_package(SIM / "scenario", SCENARIO_MODULES)
+
+
+def test_the_nvml_driver_package_is_one_purpose_a_module_each_under_800_lines():
+    _check_package(SIM / "nvml_driver", NVML_DRIVER_MODULES)
 
 
 def test_analysis_imports_neither_nvml_nor_prometheus_nor_http():

@@ -15,8 +15,8 @@ import pynvml
 import pytest
 
 from headroom.simulation import ManualClock, load_scenario, parse_scenario
-from headroom.simulation import nvml_driver as drv
 from headroom.simulation.nvml_driver import NvmlDriver, error_code
+from headroom.simulation.nvml_driver import nvml_h as drv  # the nvml.h structs the binding is checked against
 
 
 @pytest.fixture

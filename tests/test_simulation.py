@@ -267,7 +267,7 @@ def test_attach_lists_real_processes_by_pid_file_and_cmdline_on_their_gpus(tmp_p
     import sys
     import time
 
-    from headroom.simulation import scenario as scenario_module
+    from headroom.simulation.scenario import runtime  # how often the attach rules look again (no public name)
 
     marker = f"headroom-attach-test-{tmp_path.name}"
     by_file = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -289,7 +289,7 @@ attach:
         assert on1 == [(by_cmdline.pid, 1)]
         by_file.kill()
         by_file.wait()
-        time.sleep(scenario_module.ATTACH_REFRESH_SECONDS + 0.1)
+        time.sleep(runtime.ATTACH_REFRESH_SECONDS + 0.1)
         assert sc.standin_processes(0) == []
     finally:
         for p in (by_file, by_cmdline):

@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from headroom.samples import MountUsage
+from headroom.simulation.signals import Signal, constant
 from headroom.sources import Paths
 
-if TYPE_CHECKING:  # the parser lives in simulation.py, which imports this module lazily
+if TYPE_CHECKING:  # the scenario parser calls parse_host with itself; this module never imports it
     import yaml
 
-    from headroom.simulation.scenario import Signal, _Parser
+    from headroom.simulation.scenario.parse import _Parser
 
 log = structlog.get_logger("headroom.simulation.host")
 
@@ -145,8 +146,6 @@ def parse_host(p: _Parser, node: yaml.Node, path: str = "host") -> HostSpec:
 
     Returns a HostSpec; absent keys take the calm defaults documented in docs/scenario-format.md.
     """
-    from headroom.simulation.scenario import constant
-
     top = p.mapping(node, path, _HOST_KEYS)
 
     def sig(section: Mapping[str, Any], key: str, sub: str, kind: str, default: float | None) -> Signal | None:
@@ -230,8 +229,6 @@ def _disk(p: _Parser, node: yaml.Node, path: str) -> DiskSpec:
     d = p.mapping(node, path, _DISK_KEYS, ("name",))
 
     def s(key: str, kind: str, default: float) -> Signal:
-        from headroom.simulation.scenario import constant
-
         return p.signal(d[key], f"{path}.{key}", kind) if key in d else constant(default)
 
     size = int(p.unit(d["request_size"], f"{path}.request_size", "size")) if "request_size" in d else 128 * 2**10
@@ -242,8 +239,6 @@ def _disk(p: _Parser, node: yaml.Node, path: str) -> DiskSpec:
 
 
 def _nic(p: _Parser, node: yaml.Node, path: str) -> NicSpec:
-    from headroom.simulation.scenario import constant
-
     n = p.mapping(node, path, _NIC_KEYS, ("name",))
     speed = None
     if "speed" in n:
@@ -264,8 +259,6 @@ def _shm(p: _Parser, node: yaml.Node, path: str) -> ShmSpec:
     size = int(p.unit(s["size"], f"{path}.size", "size"))
     if size <= 0:
         raise p.error(s["size"], f"{path}.size", "must be > 0")
-    from headroom.simulation.scenario import constant
-
     used = p.signal(s["used"], f"{path}.used", "size") if "used" in s else constant(0)
     return ShmSpec(mountpoint, size, used)
 

@@ -107,7 +107,7 @@ def _serving(spec: dict | None):
     # a stand-in's interpreter does not know the agent's environment (its argv[0] is a placeholder)
     sys.path.extend(p for p in spec.get("sys_path", ()) if p not in sys.path)
     from headroom.simulation.runtime_metrics import serve
-    from headroom.simulation.scenario import Signal
+    from headroom.simulation.signals import Signal
 
     _, driver = serve(spec, Signal)
     driver.started = time.monotonic()
