@@ -22,8 +22,10 @@ import pytest
 from headroom.safeio import Credentials, FileRefused, Tree
 from headroom.samples import IdentityGroup
 from headroom.sources import Paths, SourceContext
-from headroom.sources import identity as identity_module
 from headroom.sources.identity import IdentityCollector, process_identity, read_launcher_model
+
+# read_launcher_model, MODEL_READ_SECONDS: patched where the model reader looks them up
+from headroom.sources.identity import collector as identity_module
 from headroom.workload import modelconfig
 from headroom.workload.modelconfig import ModelConfigError, read_model_config
 
@@ -560,7 +562,8 @@ _STUCK = """
 import sys, threading, time
 sys.path.insert(0, {tests!r})
 from pathlib import Path
-from headroom.sources import identity
+# where the model reader looks read_launcher_model up
+from headroom.sources.identity import collector as identity
 import test_hostile_models as t
 release = threading.Event()
 identity.read_launcher_model = lambda *a, **k: release.wait()  # a read that never returns

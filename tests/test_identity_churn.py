@@ -18,8 +18,10 @@ import pytest
 
 from headroom.samples import GpuProcess, GpuSample, NvmlSample, Sample, SourceResult
 from headroom.sources import Paths, SourceContext
-from headroom.sources import identity as identity_module
 from headroom.sources.identity import IdentityCollector
+
+# launcher_step, CGROUP_EVERY_TICK: patched where the collector looks them up
+from headroom.sources.identity import collector as identity_module
 
 UNSHARE = shutil.which("unshare")
 

@@ -694,7 +694,8 @@ def test_launchers_without_a_gpu_are_the_outermost_bounded_and_not_while_their_g
     """A forked worker with its server's command line belongs to the server (one workload); a launcher whose
     engine is on a GPU is that engine's workload as before (its GPU processes, not itself); with launchers off
     nothing is looked for; and at most LAUNCHERS_WITHOUT_GPU are followed."""
-    from headroom.sources import identity as identity_module
+    # LAUNCHERS_WITHOUT_GPU: patched where the collector reads it
+    from headroom.sources.identity import collector as identity_module
 
     proc = fake_proc(tmp_path, 50, 1, ["vllm", "serve", "o/a", "--port", "8001"])
     for pid, ppid, argv in ((51, 50, ["vllm", "serve", "o/a", "--port", "8001"]),  # a forked worker
