@@ -567,10 +567,10 @@ def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_end
 def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path, monkeypatch):
     """Files are kept open for the first OPEN_CGROUP_DIRS identities only (the cap allows 10 000): the others'
     files are read by path, with the same values."""
-    # OPEN_CGROUP_DIRS: patched where the collector reads it
-    from headroom.sources.identity import collector as identity_module
+    # OPEN_CGROUP_DIRS: patched in the module of the cgroup reads, which reads it
+    from headroom.sources.identity import cgroup_files
 
-    monkeypatch.setattr(identity_module, "OPEN_CGROUP_DIRS", 1)
+    monkeypatch.setattr(cgroup_files, "OPEN_CGROUP_DIRS", 1)
     proc, sysfs = tmp_path / "proc", tmp_path / "sys"
     jobs = {4242: "/system.slice/slurmstepd.scope/job_4242", 4343: "/system.slice/slurmstepd.scope/job_4343"}
     for pid, path in jobs.items():
@@ -629,7 +629,7 @@ def test_the_kubelets_answer_is_read_again_when_it_or_the_gpus_change(tmp_path, 
     ("", (None, None)),
 ])
 def test_cgroup_cpu_stat_user_and_system_seconds(text, expected):
-    from headroom.sources.identity.collector import _cpu_seconds  # private: the module that owns it
+    from headroom.sources.identity.cgroup_files import _cpu_seconds  # private: the module that owns it
 
     assert _cpu_seconds(text) == expected
 
