@@ -1,6 +1,6 @@
 """Runtimes that describe themselves: serving and training launchers recognised from their command lines
 (workload/launchers.py), their models' config.json found as the process sees it (a path, or its Hugging
-Face cache; sources/identity.py), automatic profiles sized by the memory model, and the analysis giving
+Face cache; sources/identity/models.py), automatic profiles sized by the memory model, and the analysis giving
 them verdicts like declared ones. Hostile command lines and model directories get a reason, never a
 traceback."""
 
