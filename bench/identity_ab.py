@@ -23,17 +23,36 @@ from pathlib import Path
 
 from bench.stats import Spread
 
-SOURCE = "agent/headroom/sources/identity.py"
+SOURCE = "agent/headroom/sources/identity"  # a package since issue 31's split; identity.py in refs before it
 
 
 def load_ref(ref: str, into: Path) -> type:
-    """The IdentityCollector class of ``ref``'s identity.py, as a module of its own (not registered)."""
+    """The IdentityCollector class of ``ref``'s identity collector, as a module (or package) of its own, not
+    registered: ``ref``'s sources/identity/ package (its modules' imports of one another renamed), or its
+    sources/identity.py in a ref from before the split."""
     root = Path(__file__).resolve().parent.parent
-    text = subprocess.run(["git", "-C", str(root), "show", f"{ref}:{SOURCE}"], check=True, capture_output=True,
-                          text=True).stdout
-    path = into / "identity_ref.py"
-    path.write_text(text.replace("\n@register\n", "\n"))
-    spec = importlib.util.spec_from_file_location("identity_ref", path)
+
+    def git(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(root), *argv], capture_output=True, text=True)
+
+    listing = git("ls-tree", "--name-only", f"{ref}:{SOURCE}")
+    if listing.returncode == 0:
+        package = into / "identity_ref"
+        package.mkdir()
+        for name in listing.stdout.split():
+            if name.endswith(".py"):
+                text = git("show", f"{ref}:{SOURCE}/{name}").stdout
+                text = text.replace("headroom.sources.identity.", "identity_ref.").replace("\n@register\n", "\n")
+                (package / name).write_text(text)
+        spec = importlib.util.spec_from_file_location("identity_ref", package / "__init__.py",
+                                                      submodule_search_locations=[str(package)])
+    else:
+        shown = git("show", f"{ref}:{SOURCE}.py")
+        if shown.returncode != 0:
+            raise SystemExit(f"{ref} has neither {SOURCE}/ nor {SOURCE}.py: {shown.stderr.strip()}")
+        path = into / "identity_ref.py"
+        path.write_text(shown.stdout.replace("\n@register\n", "\n"))
+        spec = importlib.util.spec_from_file_location("identity_ref", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["identity_ref"] = module

@@ -85,7 +85,7 @@ class PodChurn:
         self.kubepods = self.top / "kubepods.slice" / "kubepods-burstable.slice"
         self.kubepods.mkdir(parents=True)
         # a kubelet's pod cgroups have the pids controller (it limits each pod's processes): pids.current is what
-        # tells the identity collector that a process joined or left an idle pod (sources/identity.py
+        # tells the identity collector that a process joined or left an idle pod (sources/identity/cgroup_files.py
         # _CgroupDir.refresh); without it every refresh lists the pod's tree. Enabled as the kubelet has it where the
         # host allows: in cgroup v2's subtree_control down to the pods, or, on a hybrid host whose unified tree has
         # no pids controller, in the v1 pids hierarchy at the same paths (where the collector reads it then)

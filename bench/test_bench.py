@@ -249,10 +249,12 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
 def test_the_bench_pods_have_the_pids_controller_so_an_idle_pods_refresh_lists_no_tree(tmp_path, monkeypatch):
     """A kubelet's pod cgroups have the pids controller; the bench's do too (cgroup v2's subtree_control, or the v1
     pids hierarchy at the same paths on a hybrid host), so the identity collector's refresh of an idle pod reads
-    pids.current and does not list the pod's tree (sources/identity.py _CgroupDir.refresh). Without it every
+    pids.current and does not list the pod's tree (sources/identity/cgroup_files.py _CgroupDir.refresh). Without it every
     refresh walked every pod's tree, an overstatement of the bench."""
     from bench import pods as pods_module
-    from headroom.sources import identity
+
+    # _CgroupDir (private) and list_members (patched where _CgroupDir.refresh looks it up): their module
+    from headroom.sources.identity import cgroup_files as identity
 
     base, why = pods_module.cgroup_v2_base()
     if base is None:

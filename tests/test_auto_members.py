@@ -525,7 +525,7 @@ def test_v1_cgroup_figures_are_read_from_each_controllers_hierarchy(tmp_path):
 def test_an_idle_cgroups_members_are_listed_again_only_when_its_cpu_or_process_count_moves(tmp_path):
     """A process cannot join or leave a cgroup without its CPU or pids.current moving: an idle pod's refresh reads
     its files and does not walk its tree (a fixture tree can show the difference: its cgroup.procs changed alone)."""
-    from headroom.sources.identity import _CgroupDir
+    from headroom.sources.identity.cgroup_files import _CgroupDir  # private: the module that owns it
 
     d = tmp_path / "kubepods.slice" / "pod-a"
     (d / "cri-containerd-1.scope").mkdir(parents=True)

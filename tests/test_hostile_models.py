@@ -22,8 +22,10 @@ import pytest
 from headroom.safeio import Credentials, FileRefused, Tree
 from headroom.samples import IdentityGroup
 from headroom.sources import Paths, SourceContext
-from headroom.sources import identity as identity_module
 from headroom.sources.identity import IdentityCollector, process_identity, read_launcher_model
+
+# read_launcher_model, MODEL_READ_SECONDS: patched in the model reader's module, where it looks them up
+from headroom.sources.identity import models as identity_models
 from headroom.workload import modelconfig
 from headroom.workload.modelconfig import ModelConfigError, read_model_config
 
@@ -537,15 +539,15 @@ def test_a_read_stuck_past_its_deadline_is_given_up_and_the_next_runs(tmp_path, 
     launcher's model is read in a new thread."""
     c, _ = _two_launchers(tmp_path)
     release = threading.Event()
-    real = identity_module.read_launcher_model
+    real = identity_models.read_launcher_model
 
     def read(procfs_root, pid, model, *args, **kwargs):
         if model == "/slow":
             release.wait(30)
         return real(procfs_root, pid, model, *args, **kwargs)
 
-    monkeypatch.setattr(identity_module, "read_launcher_model", read)
-    monkeypatch.setattr(identity_module, "MODEL_READ_SECONDS", 0.3)
+    monkeypatch.setattr(identity_models, "read_launcher_model", read)
+    monkeypatch.setattr(identity_models, "MODEL_READ_SECONDS", 0.3)
     try:
         t = time.monotonic()
         models = _until_sized(c, 10)
@@ -560,7 +562,8 @@ _STUCK = """
 import sys, threading, time
 sys.path.insert(0, {tests!r})
 from pathlib import Path
-from headroom.sources import identity
+# the model reader's module, where it looks read_launcher_model up
+from headroom.sources.identity import models as identity
 import test_hostile_models as t
 release = threading.Event()
 identity.read_launcher_model = lambda *a, **k: release.wait()  # a read that never returns

@@ -567,9 +567,10 @@ def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_end
 def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path, monkeypatch):
     """Files are kept open for the first OPEN_CGROUP_DIRS identities only (the cap allows 10 000): the others'
     files are read by path, with the same values."""
-    from headroom.sources import identity as identity_module
+    # OPEN_CGROUP_DIRS: patched in the module of the cgroup reads, which reads it
+    from headroom.sources.identity import cgroup_files
 
-    monkeypatch.setattr(identity_module, "OPEN_CGROUP_DIRS", 1)
+    monkeypatch.setattr(cgroup_files, "OPEN_CGROUP_DIRS", 1)
     proc, sysfs = tmp_path / "proc", tmp_path / "sys"
     jobs = {4242: "/system.slice/slurmstepd.scope/job_4242", 4343: "/system.slice/slurmstepd.scope/job_4343"}
     for pid, path in jobs.items():
@@ -628,7 +629,7 @@ def test_the_kubelets_answer_is_read_again_when_it_or_the_gpus_change(tmp_path, 
     ("", (None, None)),
 ])
 def test_cgroup_cpu_stat_user_and_system_seconds(text, expected):
-    from headroom.sources.identity import _cpu_seconds
+    from headroom.sources.identity.cgroup_files import _cpu_seconds  # private: the module that owns it
 
     assert _cpu_seconds(text) == expected
 
@@ -887,7 +888,7 @@ def test_a_huge_file_a_fifo_and_a_device_in_the_job_mapping_are_refused(tmp_path
     os.mkfifo(mapping / "2")
     os.symlink("/dev/zero", mapping / "3")
     (mapping / "4").write_text("ok_1\n$(rm -rf)\n" + "x" * 100 + "\n")
-    script = SPARSE_MAPPING.format(agent=str(Path(identity_module.__file__).parents[2]), directory=str(mapping))
+    script = SPARSE_MAPPING.format(agent=str(Path(identity_module.__file__).parents[3]), directory=str(mapping))
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     grown, rest = r.stdout.split(" ", 1)
@@ -916,7 +917,7 @@ def test_a_process_whose_files_are_closed_to_the_agent_says_so(tmp_path):
     one line, instead of a bare "Permission denied" on a path."""
     target = subprocess.Popen(["sleep", "60"])
     try:
-        script = CLOSED_MODEL.format(agent=str(Path(identity_module.__file__).parents[2]), pid=target.pid)
+        script = CLOSED_MODEL.format(agent=str(Path(identity_module.__file__).parents[3]), pid=target.pid)
         r = subprocess.run(["setpriv", "--reuid=0", "--regid=0", "--keep-groups", "--inh-caps=-all",
                             "--ambient-caps=-all", "--bounding-set=-all", sys.executable, "-c", script],
                            capture_output=True, text=True, timeout=60)

@@ -18,8 +18,10 @@ import pytest
 
 from headroom.samples import GpuProcess, GpuSample, NvmlSample, Sample, SourceResult
 from headroom.sources import Paths, SourceContext
-from headroom.sources import identity as identity_module
-from headroom.sources.identity import IdentityCollector
+
+# launcher_step: patched where the collector looks it up; CGROUP_EVERY_TICK: in the module of the cgroup reads
+from headroom.sources.identity import IdentityCollector, cgroup_files
+from headroom.sources.identity import collector as identity_module
 
 UNSHARE = shutil.which("unshare")
 
@@ -174,7 +176,7 @@ def test_cgroup_figures_of_many_identities_are_read_within_the_refresh_bound(tmp
     """Beyond CGROUP_EVERY_TICK identities, each tick reads the cgroups read longest ago, enough of them that each
     one's figures are at most refresh_ticks - 1 ticks old (CGROUP_REFRESH_SECONDS at the sampling interval); a
     new identity's are read at once."""
-    monkeypatch.setattr(identity_module, "CGROUP_EVERY_TICK", 2)
+    monkeypatch.setattr(cgroup_files, "CGROUP_EVERY_TICK", 2)
     proc, sysfs = tmp_path / "proc", tmp_path / "sys"
     jobs = list(range(1, 13))
     for j in jobs:

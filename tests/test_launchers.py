@@ -1,6 +1,6 @@
 """Runtimes that describe themselves: serving and training launchers recognised from their command lines
 (workload/launchers.py), their models' config.json found as the process sees it (a path, or its Hugging
-Face cache; sources/identity.py), automatic profiles sized by the memory model, and the analysis giving
+Face cache; sources/identity/models.py), automatic profiles sized by the memory model, and the analysis giving
 them verdicts like declared ones. Hostile command lines and model directories get a reason, never a
 traceback."""
 
@@ -694,7 +694,8 @@ def test_launchers_without_a_gpu_are_the_outermost_bounded_and_not_while_their_g
     """A forked worker with its server's command line belongs to the server (one workload); a launcher whose
     engine is on a GPU is that engine's workload as before (its GPU processes, not itself); with launchers off
     nothing is looked for; and at most LAUNCHERS_WITHOUT_GPU are followed."""
-    from headroom.sources import identity as identity_module
+    # LAUNCHERS_WITHOUT_GPU: patched where the collector reads it
+    from headroom.sources.identity import collector as identity_module
 
     proc = fake_proc(tmp_path, 50, 1, ["vllm", "serve", "o/a", "--port", "8001"])
     for pid, ppid, argv in ((51, 50, ["vllm", "serve", "o/a", "--port", "8001"]),  # a forked worker

@@ -502,7 +502,7 @@ CATALOG: tuple[MetricSpec, ...] = (
           "sequence holds now, basis max_context at the profile's context.max."),
 )
 
-_id = _m("identity", "identity collector (sources/identity.py): cgroup paths of GPU processes, the kubelet's "
+_id = _m("identity", "identity collector (sources/identity/): cgroup paths of GPU processes, the kubelet's "
          "pod-resources API (sources/kubelet.py), the HPC job mapping directory")
 CATALOG += (
     _id("headroom_identity_source_up", GAUGE, "", ("source",),
