@@ -231,3 +231,18 @@ SERVING_MODULES = {
 
 def test_the_serving_package_is_one_purpose_a_module_each_under_800_lines():
     _check_split_package("sources/serving", SERVING_MODULES)
+
+
+# sources/procfs/: the parsers grouped by what they parse, the readers apart (host <- pid <- readers)
+PROCFS_MODULES = {
+    "__init__.py": {"host", "pid", "readers"},
+    "host.py": set(),
+    "pid.py": {"host"},
+    "readers.py": {"host", "pid"},
+}
+
+
+def test_the_procfs_package_is_one_purpose_a_module_each_under_800_lines():
+    _check_split_package("sources/procfs", PROCFS_MODULES)
+    # the per-process parsers never touch the filesystem (host.py's only filesystem call: mount_usage's statvfs)
+    assert not imports(PKG / "sources" / "procfs" / "pid.py") & {"os", "pathlib"}
