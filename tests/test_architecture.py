@@ -246,3 +246,17 @@ def test_the_procfs_package_is_one_purpose_a_module_each_under_800_lines():
     _check_split_package("sources/procfs", PROCFS_MODULES)
     # the per-process parsers never touch the filesystem (host.py's only filesystem call: mount_usage's statvfs)
     assert not imports(PKG / "sources" / "procfs" / "pid.py") & {"os", "pathlib"}
+
+
+# sources/processes/: the match rules, the pid helpers and the cgroup reader apart from the collector
+PROCESSES_MODULES = {
+    "__init__.py": {"cgroups", "collector", "matching", "pids"},
+    "matching.py": set(),
+    "pids.py": set(),
+    "cgroups.py": set(),
+    "collector.py": {"cgroups", "matching", "pids"},
+}
+
+
+def test_the_processes_package_is_one_purpose_a_module_each_under_800_lines():
+    _check_split_package("sources/processes", PROCESSES_MODULES)
