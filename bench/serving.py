@@ -165,7 +165,7 @@ def with_endpoints(config_text: str, urls: list[str]) -> str:
 
 def scrape_cpu(url: str, n: int = 200) -> tuple[float, float]:
     """(median thread CPU, median wall) seconds of one scrape of ``url`` by the product's endpoint worker."""
-    from headroom.sources.serving import _Endpoint
+    from headroom.sources.serving.collector import _Endpoint  # private: the endpoint worker itself, timed
 
     e = _Endpoint("bench", url, None, 0.5, 8 * 2**20)
     cpu, wall = [], []

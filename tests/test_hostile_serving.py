@@ -108,7 +108,10 @@ def test_the_deadline_covers_parsing_not_only_the_http_read():
 
 # ------------------------------------------------------------------- the endpoint: status and counters
 def test_an_oversized_endpoint_is_down_reported_oversized_counted_and_retried_later(served, monkeypatch):
-    monkeypatch.setattr(serving, "OVERSIZED_RETRY", 0.5)
+    # OVERSIZED_RETRY: patched in the module whose endpoint worker reads it
+    from headroom.sources.serving import collector as endpoint_worker
+
+    monkeypatch.setattr(endpoint_worker, "OVERSIZED_RETRY", 0.5)
     s = served()
     s.reply = (200, "text/plain", hostile_body(serving.MAX_SERIES + 1))
     c = collector(s.url)

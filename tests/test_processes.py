@@ -674,7 +674,8 @@ def test_members_stat_and_io_stay_open_on_the_live_proc_and_close_when_they_exit
     import time
     import uuid
 
-    from headroom.sources import processes
+    # OPEN_MEMBER_FILES: patched in the module whose collector reads it
+    from headroom.sources.processes import collector as processes
 
     monkeypatch.setattr(processes, "OPEN_MEMBER_FILES", 1)
     token = f"headroom-test-{uuid.uuid4().hex[:8]}"

@@ -529,7 +529,7 @@ def test_pid_reader_process_vanishing_during_the_read_is_process_gone(monkeypatc
     def fake_open(*args, **kwargs):
         raise exc
 
-    monkeypatch.setattr(procfs.os, "open", fake_open)  # the pid readers open with os.open
+    monkeypatch.setattr(os, "open", fake_open)  # the pid readers open with os.open
     with pytest.raises(ProcessGone):
         procfs.read_pid_stat(MODERN, 4242)
 
@@ -538,7 +538,7 @@ def test_pid_reader_other_os_errors_propagate(monkeypatch):
     def fake_open(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(procfs.os, "open", fake_open)  # the pid readers open with os.open
+    monkeypatch.setattr(os, "open", fake_open)  # the pid readers open with os.open
     with pytest.raises(OSError, match="Input/output error"):
         procfs.read_pid_io(MODERN, 4242)
 

@@ -47,9 +47,9 @@ _net = _m("network", "net collector (sources/net.py): /proc/net/dev, /sys/class/
 _ib = _m("network", "infiniband collector (sources/infiniband.py): /sys/class/infiniband/<device>/ports/<port>/")
 IB = ("device", "port")
 
-_wl = _m("workload", "processes collector (sources/processes.py) joined with NVML process lists and the memory "
+_wl = _m("workload", "processes collector (sources/processes/) joined with NVML process lists and the memory "
          "model (workload/attribution.py)")
-_srv = _m("serving", "serving collector (sources/serving.py): each workload's runtime /metrics (endpoint:), "
+_srv = _m("serving", "serving collector (sources/serving/): each workload's runtime /metrics (endpoint:), "
           "normalized across vLLM, SGLang, TGI and Triton (docs/serving.md)")
 _slat = _m("serving", "analysis (analysis/serving.py) over the serving collector's histograms in the short window")
 _probe = _m("serving", "probe collector (sources/probe.py): the last `headroom probe` result, probe-last.json in "

@@ -1,71 +1,11 @@
-"""The processes collector: finds each declared workload's processes and measures them, every tick.
-
-Matching (``match:`` in a workload profile; any rule may match): ``cmdline`` (an RE2 regular
-expression, linear-time, searched in the first ``CMDLINE_MATCH_BYTES`` bytes of the argv joined by
-spaces: a megabyte-long command line costs what 4 KiB does), ``exe`` (comm, or the base name of argv[0]), ``systemd_unit``
-(a component of the process's cgroup path; ``.service`` is assumed without a suffix), ``cgroup`` (a
-glob over the cgroup path, ``*`` crossing ``/``), ``container_id`` (a substring of the cgroup path, as
-docker, containerd and CRI-O name their scopes), ``pid_file`` (read every tick). ``user`` / ``uid``
-restrict the other rules to processes of that real user (alone, they match all of its processes):
-any local user can name a process to match a ``cmdline`` or ``exe`` rule, so those rules alone are
-not an authentication. Children follow their
-parent: a process whose ancestor belongs to a workload belongs to it too (DataLoader workers, vLLM
-engine cores), and keeps it when the parent exits. On conflict the first declared workload wins.
-
-Cost (docs/architecture.md, "Cost facts": reading every /proc/PID/stat of 1 000 processes takes ~22 ms,
-every cmdline ~16 ms, far over the tick budget), so the work is incremental:
-
-- new processes are found without listing /proc on most ticks: on a live procfs of the agent's own pid
-  namespace, /proc/loadavg's last field is the newest pid the kernel allocated, so a tick where it did not
-  move has no new process, and one where it moved by a few only stats /proc/PID for the pids in between
-  (a thread's id is skipped by its Tgid). /proc is listed (``os.scandir``) on the first tick, every
-  ``FULL_SCAN_SECONDS`` (which forgets processes that exited without being members), when the pid
-  counter wrapped or jumped further than a listing costs, and on every tick of a fixture tree or another
-  namespace's procfs. A pid is examined only when it is new, or when its /proc/PID inode changed (the
-  kernel gives every process instance a fresh inode; an evicted dentry also changes it, so the start
-  time in /proc/PID/stat decides whether the pid was reused);
-- a new process costs one read each of stat, cmdline (only when a rule needs it) and cgroup (only
-  when a rule needs it), once; one that appeared after the first scan and matched nothing is re-read
-  ``RECHECKS`` more times at doubling intervals (the next tick, then about 3, 7 and 15 s after discovery), so a fork ->
-  exec (or a move into its unit's cgroup) that happened after discovery is not missed even when a
-  loaded host or a launcher script delays the exec past one tick (such a look re-reads what the rules
-  match, not the stat: the same inode is the same process, whose start time is known; comm, which an exec
-  changes, only for an ``exe`` rule); later changes are seen by the
-  ``FULL_SCAN_SECONDS`` listing. The cost grows with the fork rate, not the process count;
-- per tick, only the members of workloads are read: /proc/PID/stat (CPU, threads, RSS, and the start
-  time that detects pid reuse; each member's own CPU seconds are reported beside the workload's sum, for
-  per-process saturation; and, while a main process runs at HOT_CORES or more, its threads'
-  /proc/PID/task/TID/stat, for per-thread saturation), /proc/PID/io (skipped for good once denied; not read for a simulation's
-  stand-ins that are real processes of this machine, which perform none of the I/O they model: unknown,
-  not zero) and, on ticks where its CPU seconds grew, /proc/PID/schedstat (its main thread's seconds on a CPU and
-  waiting runnable for one: oversubscribed CPUs; skipped for good once unreadable; ~5 us a read); on a live procfs a
-  member's stat, io and schedstat stay open (``procfs.PidFiles``, for the first ``OPEN_MEMBER_FILES`` members) and
-  are read again from offset 0, and closed when it exits or leaves;
-- a newcomer due another look whose /proc/PID has gone is forgotten at that look (short-lived processes, pods
-  replaced), not stat-ed again on every tick until the next listing;
-- a workload that maps to a cgroup (systemd unit, cgroup glob, container id) also gets its cgroup v2
-  files through ``--path.sysfs``: cpu.stat, cpu.max, memory.current, io.stat, {cpu,memory,io}.pressure.
-
-Automatic workloads (sources/identity.py: pods, Slurm jobs, containers, units, launchers) are measured by the same
-code: their members are the processes their cgroup (and every cgroup below it) listed when the identity collector
-last read it, their GPU processes (a launcher of its own: the launcher too) and every known descendant of those
-(``_measure_auto``), read from the previous tick's identity sample (one tick of drift); their cgroup figures are
-the identity collector's. Their entries follow the declared ones, by workload name (docs/workload-identity.md,
-"Members and measurement"). With automatic workloads and no declared one, /proc is followed as above all the same.
-
-Under a simulation scenario that declares workloads, only the scenario's stand-ins count (never a real
-process of the machine that happens to match a rule).
-
-Processes that vanish mid-read, entries the kernel denies (hidepid, other users' io) and pid reuse
-never fail the collector: they are skipped or re-examined silently.
-"""
+"""The processes collector: ``ProcessesCollector`` (discovery, membership and the measurement of declared and
+automatic workloads, every tick), what it remembers of each process (``_Proc``) and workload (``_Totals``); the
+package docstring (``headroom.sources.processes``) says how it finds and measures processes, and at what cost."""
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -77,12 +17,13 @@ from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses, sh
 from headroom.sources import Collector, SourceContext, procfs, register
 from headroom.sources.cpu import clock_ticks_per_second
 from headroom.sources.neighbours import NeighbourScan
+from headroom.sources.processes.cgroups import read_cgroup
+from headroom.sources.processes.matching import CMDLINE_MATCH_BYTES, Matcher
+from headroom.sources.processes.pids import is_thread_group_leader, read_last_pid
 from headroom.workload.launchers import dataloader_ranks
-from headroom.workload.profiles import compile_cmdline_pattern
 
 log = structlog.get_logger("headroom.sources.processes")
 
-CMDLINE_MATCH_BYTES = 4096  # the prefix of /proc/PID/cmdline that cmdline and exe rules see
 HOT_CORES = 0.8  # a main process using this many cores since the previous tick gets its threads read
 FULL_SCAN_SECONDS = 30.0  # /proc is listed at least this often (exits of non-members, a safety net)
 MIN_LISTING_WORTH = 64  # new pids a tick stats one by one before listing /proc instead (and 1/8 of the known)
@@ -94,114 +35,6 @@ try:
     PAGE_SIZE = int(os.sysconf("SC_PAGE_SIZE"))
 except (ValueError, OSError, AttributeError):  # pragma: no cover - every Linux has it
     PAGE_SIZE = 4096
-
-
-# --------------------------------------------------------------------------------------- matching
-class Rule:
-    """The static match rules of one workload profile (everything but the pid file)."""
-
-    def __init__(self, match: Any) -> None:
-        self.cmdline = compile_cmdline_pattern(match.cmdline) if match.cmdline else None
-        self.exe: str | None = match.exe
-        self.uid: int | None = match.uid
-        self.restricted = match.uid is not None or match.user is not None
-        self.others = any((match.cmdline, match.exe, match.systemd_unit, match.cgroup, match.container_id,
-                           match.pid_file))
-        if match.user is not None:
-            import pwd
-
-            try:
-                uid = pwd.getpwnam(match.user).pw_uid
-            except KeyError:
-                log.warning("workload_user_unknown", user=match.user, effect="the user rule matches no process")
-                uid = -1
-            if self.uid is not None and self.uid != uid:
-                uid = -1  # user and uid name two users: nothing can match both
-            self.uid = uid
-        unit = match.systemd_unit
-        self.unit: str | None = unit if not unit or "." in unit else f"{unit}.service"
-        self.cgroup: str | None = match.cgroup
-        self.container_id: str | None = match.container_id
-        self.pid_file: str | None = match.pid_file
-
-    @property
-    def needs_cmdline(self) -> bool:
-        return self.cmdline is not None or self.exe is not None
-
-    @property
-    def needs_cgroup(self) -> bool:
-        return bool(self.unit or self.cgroup or self.container_id)
-
-    def allows(self, uid: int | None) -> bool:
-        """False when a user/uid rule excludes a process of this real uid (None: unreadable)."""
-        return not self.restricted or (uid is not None and uid == self.uid)
-
-    def matches(self, comm: str, argv: list[str], cgroup_paths: Iterable[str], uid: int | None = None) -> bool:
-        """True when any static rule matches this process (argv may be [] and paths () when unreadable)
-        and a user/uid rule, if any, allows it; ``argv`` holds at most CMDLINE_MATCH_BYTES."""
-        if not self.allows(uid):
-            return False
-        if self.restricted and not self.others:
-            return True
-        if self.cmdline is not None and argv and self.cmdline.search(" ".join(argv)[:CMDLINE_MATCH_BYTES]):
-            return True
-        if self.exe is not None and (comm == self.exe[:15] or (argv and os.path.basename(argv[0]) == self.exe)):
-            return True
-        if self.needs_cgroup:
-            for path in cgroup_paths:
-                if self.cgroup_of(path) is not None:
-                    return True
-        return False
-
-    def cgroup_of(self, path: str) -> str | None:
-        """The cgroup (a prefix of ``path``) that this rule maps the process to, or None when none does."""
-        parts = path.split("/")
-        if self.unit and self.unit in parts:
-            return "/".join(parts[: parts.index(self.unit) + 1]) or "/"
-        if self.container_id:
-            for i, part in enumerate(parts):
-                if self.container_id in part:
-                    return "/".join(parts[: i + 1])
-        if self.cgroup:
-            for i in range(2, len(parts) + 1):
-                prefix = "/".join(parts[:i])
-                if fnmatch.fnmatchcase(prefix, self.cgroup):
-                    return prefix
-        return None
-
-
-class Matcher:
-    """The static rules of a list of ``match:`` blocks and what of a process they need read: the one
-    matching code path of this collector and of the serving collector's endpoint detection
-    (sources/serving.py). ``cmdline`` is RE2 over the first CMDLINE_MATCH_BYTES of the argv; ``user`` /
-    ``uid`` compare the real uid of /proc/PID/status."""
-
-    def __init__(self, matches: Iterable[Any]) -> None:
-        self.rules = [Rule(m) for m in matches]
-        self.needs_cmdline = any(r.needs_cmdline for r in self.rules)
-        self.needs_cgroup = any(r.needs_cgroup for r in self.rules)
-        self.needs_uid = any(r.restricted for r in self.rules)
-        self.needs_comm = any(r.exe is not None for r in self.rules)  # an exec changes comm: read it again
-
-    def read(self, root: Path, pid: int) -> tuple[list[str], tuple[str, ...], int | None]:
-        """(argv: at most its first CMDLINE_MATCH_BYTES, cgroup paths: unified first, real uid) of ``pid``, each
-        only when a rule needs it; all empty when one is unreadable; ProcessGone when the pid vanished."""
-        try:
-            argv = (procfs.read_pid_cmdline(root, pid, limit=CMDLINE_MATCH_BYTES) or []) if self.needs_cmdline else []
-            groups = procfs.read_pid_cgroup(root, pid) if self.needs_cgroup else None
-            status = procfs.read_pid_status(root, pid) if self.needs_uid else None
-        except (OSError, ValueError):
-            return [], (), None
-        paths: tuple[str, ...] = ()
-        if groups is not None:
-            paths = tuple(dict.fromkeys(
-                ([groups.unified] if groups.unified is not None else []) + list(groups.controllers.values())
-            ))  # fmt: skip
-        return argv, paths, status.uid if status is not None else None
-
-    def matching(self, comm: str, argv: list[str], paths: Iterable[str], uid: int | None) -> frozenset[int]:
-        """The indexes of the rules that match this process (what ``read`` returned, and its comm)."""
-        return frozenset(i for i, r in enumerate(self.rules) if r.matches(comm, argv, paths, uid))
 
 
 class _Again(NamedTuple):
@@ -774,140 +607,3 @@ def _resolved(path: Path) -> Path:
         return Path(path).resolve()
     except OSError:
         return Path(path)
-
-
-# ----------------------------------------------------------------------------------------- cgroups
-def read_last_pid(root: Path) -> int | None:
-    """The newest pid the kernel allocated (last field of /proc/loadavg), or None when unreadable."""
-    try:
-        fd = os.open(f"{root}/loadavg", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            return int(os.read(fd, 256).split()[4])
-        finally:
-            os.close(fd)
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def is_thread_group_leader(root: Path, pid: int) -> bool:
-    """False when /proc/PID is a thread of another process (its Tgid differs); True when it is a process,
-    or when its status cannot be read (then it is examined like a process, as a listing would)."""
-    try:
-        fd = os.open(f"{root}/{pid}/status", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return True
-    try:
-        head = os.read(fd, 512)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    for line in head.split(b"\n"):
-        if line.startswith(b"Tgid:"):
-            try:
-                return int(line.split()[1]) == pid
-            except (ValueError, IndexError):
-                return True
-    return True
-
-
-def parse_cpu_stat(text: str) -> dict[str, int]:
-    """Parse a cgroup v2 cpu.stat ("usage_usec 123" lines); returns key -> value."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            try:
-                out[parts[0]] = int(parts[1])
-            except ValueError:
-                raise ValueError(f"{parts[0]} is not an integer: {parts[1]!r}") from None
-    return out
-
-
-def parse_cpu_max(text: str) -> float | None:
-    """Parse a cgroup v2 cpu.max ("QUOTA PERIOD" in microseconds, QUOTA "max" = no limit); returns cores."""
-    parts = text.split()
-    if len(parts) != 2 or parts[0] == "max":
-        return None
-    try:
-        quota, period = int(parts[0]), int(parts[1])
-    except ValueError:
-        return None
-    return quota / period if period > 0 else None
-
-
-def parse_io_stat(text: str) -> tuple[int, int]:
-    """Parse a cgroup v2 io.stat ("MAJ:MIN rbytes=.. wbytes=.." lines); returns (rbytes, wbytes) summed."""
-    read = written = 0
-    for line in text.splitlines():
-        for item in line.split()[1:]:
-            key, _, value = item.partition("=")
-            if key == "rbytes":
-                read += int(value)
-            elif key == "wbytes":
-                written += int(value)
-    return read, written
-
-
-def cgroup_root(sysfs: Path, path: str) -> Path | None:
-    """The directory of cgroup ``path`` in the v2 hierarchy (``fs/cgroup``, or ``fs/cgroup/unified`` on a
-    hybrid v1 host) under ``sysfs``; None when it does not exist."""
-    rel = path.lstrip("/")
-    for base in (sysfs / "fs" / "cgroup", sysfs / "fs" / "cgroup" / "unified"):
-        d = base / rel if rel else base
-        if (d / "cgroup.procs").exists() or (d / "cpu.stat").exists() or (d / "memory.current").exists():
-            return d
-    return None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
-def read_cgroup(sysfs: Path, path: str) -> CgroupStats | None:
-    """Read cpu.stat, cpu.max, memory.current, io.stat and the pressure files of a cgroup v2 cgroup.
-
-    Returns None when the cgroup does not exist; a file that is absent (controller not enabled) or
-    garbled leaves its fields None.
-    """
-    d = cgroup_root(sysfs, path)
-    if d is None:
-        return None
-    user = system = None
-    text = _read(d / "cpu.stat")
-    if text is not None:
-        try:
-            cpu = parse_cpu_stat(text)
-            user = cpu["user_usec"] / 1e6 if "user_usec" in cpu else None
-            system = cpu["system_usec"] / 1e6 if "system_usec" in cpu else None
-        except ValueError:
-            pass
-    quota = None
-    text = _read(d / "cpu.max")
-    if text is not None:
-        quota = parse_cpu_max(text)
-    memory = None
-    text = _read(d / "memory.current")
-    if text is not None and text.strip().isdigit():
-        memory = int(text)
-    read = written = None
-    text = _read(d / "io.stat")
-    if text is not None:
-        try:
-            read, written = parse_io_stat(text)
-        except ValueError:
-            pass
-    pressure = {}
-    for resource in procfs.PRESSURE_RESOURCES:
-        text = _read(d / f"{resource}.pressure")
-        if text is not None:
-            try:
-                pressure[resource] = procfs.parse_pressure(text).some.avg10
-            except ValueError:
-                pass
-    return CgroupStats(path=path, cpu_user_seconds_total=user, cpu_system_seconds_total=system,
-                       memory_bytes=memory, read_bytes_total=read, written_bytes_total=written,
-                       pressure_some_avg10=MappingProxyType(pressure), cpu_quota_cores=quota)
