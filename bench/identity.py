@@ -20,10 +20,8 @@ from pathlib import Path
 
 from bench.stats import Spread
 from headroom.exposition import render
-from headroom.exposition.render.writer import (
-    _render_identity,  # private: no public name
-    _render_workloads,  # private: no public name
-)
+from headroom.exposition.render.collectors import _render_identity  # private: no public name
+from headroom.exposition.render.findings import _render_workloads  # private: no public name
 from headroom.samples import GpuProcess, GpuSample, NvmlSample, Sample, SourceResult
 from headroom.sources import Paths, SourceContext
 from headroom.sources.identity import IdentityCollector

@@ -459,7 +459,7 @@ def test_workload_identities_counts_the_automatic_workloads_exported():
     """Issue 25: "headroom_workload_identities read 3 while 2 were exported": an identity a declared profile takes
     the place of is not an exported automatic workload."""
     from headroom.exposition.render import Writer
-    from headroom.exposition.render.writer import _render_identity  # private: no public name
+    from headroom.exposition.render.collectors import _render_identity  # private: no public name
     from headroom.workload.attribution import attribute
     from headroom.workload.profiles import profile_from_dict
 

@@ -20,10 +20,8 @@ from headroom.analysis.pipeline import Analysis
 from headroom.config import load_config
 from headroom.exposition import landing, render
 from headroom.exposition.render import render as render_exposition
-from headroom.exposition.render.writer import (
-    _render_identity,  # private: no public name
-    _render_workloads,  # private: no public name
-)
+from headroom.exposition.render.collectors import _render_identity  # private: no public name
+from headroom.exposition.render.findings import _render_workloads  # private: no public name
 from headroom.sampler import Sampler
 from headroom.samples import (
     GpuProcess,

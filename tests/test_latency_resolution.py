@@ -59,7 +59,7 @@ def finding(extra, slo: str):
 
 def rendered(wf) -> str:
     from headroom.exposition.render import Writer
-    from headroom.exposition.render.writer import _render_serving_findings  # private: no public name
+    from headroom.exposition.render.findings import _render_serving_findings  # private: no public name
 
     w = Writer()
     _render_serving_findings(w, wf)

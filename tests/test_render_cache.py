@@ -12,6 +12,8 @@ import pytest
 
 from headroom.exposition import render
 from headroom.exposition.render import UnknownMetric, Writer
+from headroom.exposition.render import findings as render_findings  # private names: no public one says them
+from headroom.exposition.render import text as render_text  # private names: no public one says them
 from headroom.exposition.render import writer as render_writer  # private names: no public one says them
 
 # values that compare equal but render differently (10**15 and 1e15), equal values of different types (1, 1.0,
@@ -46,7 +48,7 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, rng: random.Random, extras: dict[str
            ) -> bytes:
     """What a tick renders with every cache empty (the reference the cached rendering must equal)."""
     with monkeypatch.context() as m:
-        m.setattr(render_writer, "_LABEL_TEXT", {})
+        m.setattr(render_text, "_LABEL_TEXT", {})
         return _tick(rng, extras, workloads, render.Renderer())
 
 
@@ -99,7 +101,7 @@ def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
     render.clear_caches()
     monkeypatch.setattr(render_writer, "_SERIES_MAX", 40)
     monkeypatch.setattr(render_writer, "_GROUPS_MAX", 30)
-    monkeypatch.setattr(render_writer, "_LABEL_TEXT_MAX", 50)
+    monkeypatch.setattr(render_text, "_LABEL_TEXT_MAX", 50)
     rng = random.Random(3)
     workloads = [f"w{i}" for i in range(5)]
     sizes = set()
@@ -110,7 +112,7 @@ def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
         rng.setstate(state)
         assert cached == _fresh(monkeypatch, rng, {}, workloads), tick
         c = render_writer._PROCESS
-        assert len(c.series) <= 40 and len(c.series_old) <= 40 and len(render_writer._LABEL_TEXT) <= 50
+        assert len(c.series) <= 40 and len(c.series_old) <= 40 and len(render_text._LABEL_TEXT) <= 50
         assert len(c.groups) <= 30 and len(c.groups_old) <= 30
         sizes.add(len(c.groups_old))
     assert max(sizes) == 30  # a full generation was set aside, so the bound was what held the cache
@@ -167,11 +169,11 @@ def test_each_workload_value_lands_in_its_own_series():
                                 host_memory_bytes=24, shared_memory_bytes=25, power_watts=26.5, thermal_celsius=27.5,
                                 basis="memory_model")
     w = Writer()
-    render_writer._render_workloads(w, [st])
+    render_findings._render_workloads(w, [st])
     from headroom.analysis.bottleneck import Verdict
 
     wf = SimpleNamespace(name="w", verdict=Verdict(scores={}, evidence={}, candidate="none"), headroom=headroom)
-    render_writer._render_findings(w, SimpleNamespace(gpu_findings=(), workload_findings=(wf,), host=None))
+    render_findings._render_findings(w, SimpleNamespace(gpu_findings=(), workload_findings=(wf,), host=None))
     series = {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in w.render().decode().splitlines()
               if not line.startswith("#") and "bottleneck" not in line}
     w_ = 'workload="w"'
@@ -239,7 +241,7 @@ def _status(name: str, processes: int, cpu: float, gpu_util: float) -> object:
 
 def _workloads_text(cache: render.Renderer, statuses: list) -> bytes:
     w = Writer(cache)
-    render_writer._render_workloads(w, statuses)
+    render_findings._render_workloads(w, statuses)
     return w.render()
 
 

@@ -1072,7 +1072,7 @@ def test_an_ollama_endpoint_is_scraped_over_http_and_exported(served):
     """A real HTTP server answering /api/ps; the collector's worker reads it like a /metrics endpoint, and the
     resident models are exported."""
     from headroom.exposition.render import Writer
-    from headroom.exposition.render.writer import _render_serving  # private: no public name
+    from headroom.exposition.render.collectors import _render_serving  # private: no public name
     from headroom.samples import ServingSample
 
     s = served()
