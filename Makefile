@@ -124,7 +124,7 @@ fleet-bench: venv system-deps
 accuracy: venv
 	$(PY) -m bench.accuracy --write
 
-## Mutation testing of analysis/, workload/sizing/, exposition/render.py and config.py (mutmut; not in CI, minutes
+## Mutation testing of analysis/, workload/sizing/, exposition/render/ and config.py (mutmut; not in CI, minutes
 ## to an hour on 2 cores). MUTATE=src/headroom/analysis/* narrows it. Score and survivors: docs/testing.md.
 MUTATE ?=
 mutate: venv

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from bench.stats import Spread
 from headroom.exposition import render
+from headroom.exposition.render.collectors import _render_identity  # private: no public name
+from headroom.exposition.render.findings import _render_workloads  # private: no public name
 from headroom.samples import GpuProcess, GpuSample, NvmlSample, Sample, SourceResult
 from headroom.sources import Paths, SourceContext
 from headroom.sources.identity import IdentityCollector
@@ -73,8 +75,8 @@ def measure(pods: int, ticks: int, memory: bool = False) -> tuple[Spread, Spread
             t1 = time.perf_counter()
             full = Sample(0.0, 0.0, {**state["s"].sources, "identity": SourceResult("identity", True, 0.0, sample)})
             w = render.Writer()
-            render._render_identity(w, sample, full)
-            render._render_workloads(w, attribution.attribute(full, []))
+            _render_identity(w, sample, full)
+            _render_workloads(w, attribution.attribute(full, []))
             w.render()
             t2 = time.perf_counter()
             if not memory:  # the timing lists would be the only thing growing

@@ -428,7 +428,8 @@ def test_cpu_utilization_ratio_covers_the_analysis_short_window(short_window, ex
 
 @pytest.mark.parametrize(("setting", "currency"), [("", "USD"), ("  currency: EUR\n", "EUR")])
 def test_idle_cost_carries_its_currency_into_the_exposition(setting, currency):
-    from headroom.exposition.render import Writer, _render_findings
+    from headroom.exposition.render import Writer
+    from headroom.exposition.render.findings import _render_findings  # private: no public name
 
     window = build_window(Host(), [Gpu(util=0.0), Gpu(util=0.9)], seconds=11)
     findings = analyse("", window, analysis="  cost_per_gpu_hour: 3.6\n" + setting)

@@ -371,3 +371,35 @@ PROCESSES_MODULES = {
 
 def test_the_processes_package_is_one_purpose_a_module_each_under_800_lines():
     _check_split_package("sources/processes", PROCESSES_MODULES)
+
+# analysis/bottleneck/: one purpose a module (the package docstring says what each holds), each under 800 lines; the
+# vocabulary (thresholds, evidence) <- the verdict and the rules (gpu, starvation, neighbours) <- scoring, which runs
+# them; __main__ prints the thresholds table of docs/analysis.md
+BOTTLENECK_MODULES = {
+    "__init__.py": {"evidence", "gpu", "neighbours", "scoring", "starvation", "thresholds", "verdict"},
+    "__main__.py": {"thresholds"},
+    "thresholds.py": set(),
+    "evidence.py": set(),
+    "verdict.py": {"evidence"},
+    "gpu.py": {"evidence", "thresholds"},
+    "starvation.py": {"evidence", "thresholds"},
+    "neighbours.py": {"evidence"},
+    "scoring.py": {"evidence", "gpu", "neighbours", "starvation", "verdict"},
+}
+# exposition/render/: text (the format) <- collectors and findings (the families of series, naming the Writer only
+# for type checking) <- writer (the Writer, its caches, the Renderer and render_into, which calls the families)
+RENDER_MODULES = {
+    "__init__.py": {"text", "writer"},
+    "text.py": set(),
+    "collectors.py": {"text"},
+    "findings.py": {"text"},
+    "writer.py": {"collectors", "findings", "text"},
+}
+
+
+def test_the_bottleneck_package_is_one_purpose_a_module_each_under_800_lines():
+    _check_split_package("analysis/bottleneck", BOTTLENECK_MODULES)
+
+
+def test_the_render_package_is_one_purpose_a_module_each_under_800_lines():
+    _check_split_package("exposition/render", RENDER_MODULES)

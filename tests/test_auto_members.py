@@ -461,7 +461,8 @@ def test_every_automatic_workload_gets_verdicts_and_says_why_it_has_no_expected_
 def test_workload_identities_counts_the_automatic_workloads_exported():
     """Issue 25: "headroom_workload_identities read 3 while 2 were exported": an identity a declared profile takes
     the place of is not an exported automatic workload."""
-    from headroom.exposition.render import Writer, _render_identity
+    from headroom.exposition.render import Writer
+    from headroom.exposition.render.collectors import _render_identity  # private: no public name
     from headroom.workload.attribution import attribute
     from headroom.workload.profiles import profile_from_dict
 

@@ -63,7 +63,7 @@ def test_the_exposition_stays_valid_with_such_names(tmp_path):
 
 
 def test_a_surrogate_in_a_label_value_is_escaped_not_fatal():
-    from headroom.exposition.render import _escape
+    from headroom.exposition.render.text import _escape  # private: no public name
 
     assert _escape("/mnt/\udcff") == "/mnt/\\\\udcff"
     assert _escape("plain") == "plain" and _escape("ü") == "ü"

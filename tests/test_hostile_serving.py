@@ -21,7 +21,8 @@ import time
 import pytest
 import structlog
 
-from headroom.exposition.render import Writer, _render_serving
+from headroom.exposition.render import Writer
+from headroom.exposition.render.collectors import _render_serving  # private: no public name
 from headroom.sources import serving
 from headroom.sources.serving import Oversized, ScrapeError, read_exposition
 from test_serving import Exposition, RawServer, body_of, collector, outcome

@@ -20,6 +20,8 @@ from headroom.analysis.pipeline import Analysis
 from headroom.config import load_config
 from headroom.exposition import landing, render
 from headroom.exposition.render import render as render_exposition
+from headroom.exposition.render.collectors import _render_identity  # private: no public name
+from headroom.exposition.render.findings import _render_workloads  # private: no public name
 from headroom.sampler import Sampler
 from headroom.samples import (
     GpuProcess,
@@ -414,8 +416,8 @@ def test_churn_new_pods_every_tick_leave_no_series_or_state(tmp_path):
         sample = _sample(current["previous"].data("nvml").gpus, identity)
         statuses = attribution.attribute(sample, [])
         w = render.Writer()
-        render._render_identity(w, identity, sample)
-        render._render_workloads(w, statuses)
+        _render_identity(w, identity, sample)
+        _render_workloads(w, statuses)
         text = w.render().decode()
         assert sorted(_series(text, "headroom_workload_info")) == sorted(
             f'workload="job_{p}",kind="job",model="",precision="",runtime="",source="auto"' for p in pids)
@@ -450,7 +452,7 @@ def test_cap_drops_identities_beyond_it_and_counts_each_once(tmp_path):
     s = tick([3, 4, 5])  # job 5 left and came back: a new refusal, counted again
     assert s.dropped_total == 5
     w = render.Writer()
-    render._render_identity(w, s, _sample([]))
+    _render_identity(w, s, _sample([]))
     text = w.render().decode()
     assert "headroom_workload_identities_dropped_total 5" in text and "headroom_workload_identities_max 2" in text
 

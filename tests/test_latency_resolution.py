@@ -58,7 +58,8 @@ def finding(extra, slo: str):
 
 
 def rendered(wf) -> str:
-    from headroom.exposition.render import Writer, _render_serving_findings
+    from headroom.exposition.render import Writer
+    from headroom.exposition.render.findings import _render_serving_findings  # private: no public name
 
     w = Writer()
     _render_serving_findings(w, wf)

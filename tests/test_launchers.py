@@ -669,10 +669,12 @@ def test_a_serving_launcher_without_a_gpu_is_a_workload_whose_endpoint_is_scrape
         st = {s.name: s for s in attribution.attribute(sample, ())}
         assert st[g.name].source == "auto" and st[g.name].kind == "inference" and st[g.name].gpus == ()
         from headroom.exposition import render
+        from headroom.exposition.render.collectors import _render_identity  # private: no public name
+        from headroom.exposition.render.findings import _render_workloads  # private: no public name
 
         w = render.Writer()
-        render._render_identity(w, sample.data("identity"), sample)
-        render._render_workloads(w, tuple(st.values()))
+        _render_identity(w, sample.data("identity"), sample)
+        _render_workloads(w, tuple(st.values()))
         text = w.render().decode()
         mine_lines = [line for line in text.splitlines() if f'workload="{g.name}"' in line]
         assert any(line.startswith("headroom_workload_info{") for line in mine_lines)

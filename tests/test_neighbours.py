@@ -184,7 +184,8 @@ def test_status_and_landing_page_show_the_neighbours():
 
 
 def test_neighbours_never_become_labels():
-    from headroom.exposition.render import Writer, _render_findings
+    from headroom.exposition.render import Writer
+    from headroom.exposition.render.findings import _render_findings  # private: no public name
 
     situation = next(s for s in ALL if s.name == "a neighbour's CPU burn starves the DataLoader")
     findings = analyse(situation.config, situation.window())

@@ -12,6 +12,9 @@ import pytest
 
 from headroom.exposition import render
 from headroom.exposition.render import UnknownMetric, Writer
+from headroom.exposition.render import findings as render_findings  # private names: no public one says them
+from headroom.exposition.render import text as render_text  # private names: no public one says them
+from headroom.exposition.render import writer as render_writer  # private names: no public one says them
 
 # values that compare equal but render differently (10**15 and 1e15), equal values of different types (1, 1.0,
 # True), NaN (never equal to itself), both zeros, absent
@@ -45,7 +48,7 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, rng: random.Random, extras: dict[str
            ) -> bytes:
     """What a tick renders with every cache empty (the reference the cached rendering must equal)."""
     with monkeypatch.context() as m:
-        m.setattr(render, "_LABEL_TEXT", {})
+        m.setattr(render_text, "_LABEL_TEXT", {})
         return _tick(rng, extras, workloads, render.Renderer())
 
 
@@ -96,9 +99,9 @@ def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
     """Every tick a new workload (a pod ending, another starting): each cache keeps at most two generations of
     its bound instead of growing, and what they render stays right across the swaps."""
     render.clear_caches()
-    monkeypatch.setattr(render, "_SERIES_MAX", 40)
-    monkeypatch.setattr(render, "_GROUPS_MAX", 30)
-    monkeypatch.setattr(render, "_LABEL_TEXT_MAX", 50)
+    monkeypatch.setattr(render_writer, "_SERIES_MAX", 40)
+    monkeypatch.setattr(render_writer, "_GROUPS_MAX", 30)
+    monkeypatch.setattr(render_text, "_LABEL_TEXT_MAX", 50)
     rng = random.Random(3)
     workloads = [f"w{i}" for i in range(5)]
     sizes = set()
@@ -108,16 +111,16 @@ def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
         cached = _tick(rng, {}, workloads)
         rng.setstate(state)
         assert cached == _fresh(monkeypatch, rng, {}, workloads), tick
-        c = render._PROCESS
-        assert len(c.series) <= 40 and len(c.series_old) <= 40 and len(render._LABEL_TEXT) <= 50
+        c = render_writer._PROCESS
+        assert len(c.series) <= 40 and len(c.series_old) <= 40 and len(render_text._LABEL_TEXT) <= 50
         assert len(c.groups) <= 30 and len(c.groups_old) <= 30
         sizes.add(len(c.groups_old))
     assert max(sizes) == 30  # a full generation was set aside, so the bound was what held the cache
     built = []
     for fn in ("_new_series", "_new_group"):
-        real = getattr(render, fn)
-        monkeypatch.setattr(render, fn, lambda *args, real=real: built.append(args) or real(*args))
-    c = render._PROCESS
+        real = getattr(render_writer, fn)
+        monkeypatch.setattr(render_writer, fn, lambda *args, real=real: built.append(args) or real(*args))
+    c = render_writer._PROCESS
     for cache in ("series", "groups"):  # a swap just now: the last tick's entries all in the old generation
         setattr(c, cache + "_old", {**getattr(c, cache + "_old"), **getattr(c, cache)})
         setattr(c, cache, {})
@@ -166,11 +169,11 @@ def test_each_workload_value_lands_in_its_own_series():
                                 host_memory_bytes=24, shared_memory_bytes=25, power_watts=26.5, thermal_celsius=27.5,
                                 basis="memory_model")
     w = Writer()
-    render._render_workloads(w, [st])
+    render_findings._render_workloads(w, [st])
     from headroom.analysis.bottleneck import Verdict
 
     wf = SimpleNamespace(name="w", verdict=Verdict(scores={}, evidence={}, candidate="none"), headroom=headroom)
-    render._render_findings(w, SimpleNamespace(gpu_findings=(), workload_findings=(wf,), host=None))
+    render_findings._render_findings(w, SimpleNamespace(gpu_findings=(), workload_findings=(wf,), host=None))
     series = {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in w.render().decode().splitlines()
               if not line.startswith("#") and "bottleneck" not in line}
     w_ = 'workload="w"'
@@ -222,7 +225,7 @@ def test_each_renderer_keeps_its_own_caches():
     assert len(a.series) == len(b.series) == 1 and len(a.groups) == len(b.groups) == 1
     assert a.series[("headroom_gpu_utilization_ratio", ("0", "GPU-0"))][3] == ',pod="p"'  # rendered once, kept
     assert b.series[("headroom_gpu_utilization_ratio", ("0", "GPU-0"))][3] == ""
-    assert not render._PROCESS.series and not render._PROCESS.groups
+    assert not render_writer._PROCESS.series and not render_writer._PROCESS.groups
 
 
 def _status(name: str, processes: int, cpu: float, gpu_util: float) -> object:
@@ -238,7 +241,7 @@ def _status(name: str, processes: int, cpu: float, gpu_util: float) -> object:
 
 def _workloads_text(cache: render.Renderer, statuses: list) -> bytes:
     w = Writer(cache)
-    render._render_workloads(w, statuses)
+    render_findings._render_workloads(w, statuses)
     return w.render()
 
 

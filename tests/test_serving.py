@@ -1071,7 +1071,8 @@ def test_json_without_a_declared_ollama_runtime_says_how_it_is_read():
 def test_an_ollama_endpoint_is_scraped_over_http_and_exported(served):
     """A real HTTP server answering /api/ps; the collector's worker reads it like a /metrics endpoint, and the
     resident models are exported."""
-    from headroom.exposition.render import Writer, _render_serving
+    from headroom.exposition.render import Writer
+    from headroom.exposition.render.collectors import _render_serving  # private: no public name
     from headroom.samples import ServingSample
 
     s = served()

@@ -136,7 +136,8 @@ def test_ttft_quantiles_describe_the_short_window_not_the_whole_life():
 
 
 def test_slo_met_and_missed_from_the_windows_percentiles():
-    from headroom.exposition.render import Writer, _render_serving_findings
+    from headroom.exposition.render import Writer
+    from headroom.exposition.render.findings import _render_serving_findings  # private: no public name
 
     config = VLLM + "    slo: {ttft_p95: 1s, ttft_p50: 3s, itl_p95: 50ms}\n"
     bounds = (0.1, 0.5, 1.0, 2.5, math.inf)

@@ -21,7 +21,8 @@ from headroom.analysis.bottleneck import RESOURCES, Hysteresis
 from headroom.analysis.headroom import CAPACITY_TOLERANCE, workload_headroom
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
 from headroom.exposition.landing import _gpu_card, _workload_card, status
-from headroom.exposition.render import Writer, _render_findings
+from headroom.exposition.render import Writer
+from headroom.exposition.render.findings import _render_findings  # private: no public name
 from headroom.simulation.situations import SERVER, Gpu, Host, analyse, build_window
 from headroom.simulation.situations import serving_source as serving
 from headroom.simulation.situations.serving import RESERVED, VLLM
