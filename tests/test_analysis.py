@@ -24,7 +24,8 @@ from headroom.samples import (
     Sample,
     SourceResult,
 )
-from headroom.simulation.situations import (  # noqa: F401 (re-exported for the other analysis tests)
+
+from situations import (  # noqa: F401 (re-exported for the other analysis tests)
     ALL,
     DISTRIBUTED,
     GIB,
@@ -538,8 +539,8 @@ def test_an_idle_gpu_says_why_nothing_limits_it_in_the_status():
 def test_a_workload_on_a_mig_slice_gets_the_slice_s_vram_headroom_not_the_gpu_s():
     """MIG partitions memory: a workload on a 1g.10gb slice can grow into its slice's free memory only, however
     empty the other slices are (situations/mig.py has the verdict; this is the headroom figure)."""
-    from headroom.simulation.situations import analyse, build_window
-    from headroom.simulation.situations.mig import SLICE, SLICE_SERVER, _a100
+    from situations import analyse, build_window
+    from situations.mig import SLICE, SLICE_SERVER, _a100
 
     findings = analyse(SLICE_SERVER, build_window(Host(), [_a100(own_used=3 * GIB, others_used=0.5 * GIB)]))
     (status,) = findings.workloads

@@ -18,7 +18,8 @@ from headroom.analysis.bottleneck import (
     rule_gpu_thermal,
 )
 from headroom.analysis.signals import GpuSignals, sustained_growth, trend
-from headroom.simulation.situations import (
+
+from situations import (
     GIB,
     SERVER,
     TRAINER,

@@ -149,7 +149,6 @@ SIMULATION_IMPORTS = {
     "scenario": {"signals", "spec", "host", "nvml_driver", "standin", "runtime_metrics", "openai_api"},
     "runner": {"scenario"},
     "fleet": set(),
-    "situations": set(),
     "__init__": {"scenario"},
 }
 SIM = PKG / "simulation"
@@ -403,3 +402,17 @@ def test_the_bottleneck_package_is_one_purpose_a_module_each_under_800_lines():
 
 def test_the_render_package_is_one_purpose_a_module_each_under_800_lines():
     _check_split_package("exposition/render", RENDER_MODULES)
+
+
+def test_the_situations_corpus_lives_beside_the_tests_and_the_agent_never_imports_it():
+    """The labelled situations (tests/situations/) serve the tests and `make accuracy` only: not in the package (the
+    wheel ships what agent/headroom holds), and no agent module imports them."""
+    corpus = PKG.parent.parent / "tests" / "situations"
+    assert (corpus / "__init__.py").exists() and len(list(corpus.glob("*.py"))) > 10
+    assert not list(PKG.rglob("situations")), "the situation corpus is back inside agent/headroom"
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n == "situations" or n.startswith("situations.") or ".situations" in n for n in names), \
+                f"{path.relative_to(PKG)} imports the situation corpus"

@@ -389,7 +389,7 @@ def test_an_idle_automatic_workload_is_read_again_when_its_cgroup_moves_and_a_bu
 def _auto_window(group: IdentityGroup, own_cores: float, host_busy: float = 0.99, neighbours=(), psi: float = 0.5):
     """A window where the host's CPUs are ``host_busy`` and its PSI cpu 50 %, the GPU 35 % busy, and the automatic
     workload ``group`` (its process pid 500 on GPU 0) uses ``own_cores``."""
-    from headroom.simulation.situations import Gpu, Host, build_window
+    from situations import Gpu, Host, build_window
 
     def extra(t):
         entry = WorkloadProcesses(name=group.name, pids=(500,), threads=4, cpu_user_seconds_total=own_cores * t,
@@ -422,7 +422,7 @@ def test_an_automatic_workload_is_not_blamed_for_its_neighbours_cpu(group):
     """Issue 25: "Its cpu score reached 1.0 from host-wide pressure caused by other users while the job itself
     used 0.005 cores". With its own CPU measured, host-wide CPU counts only in proportion to it, and the
     evidence names who presses."""
-    from headroom.simulation.situations import neighbour
+    from situations import neighbour
 
     burn = neighbour(4242, "stress-ng", "bob", cores=15.0)
     findings = _analyse(_auto_window(group, own_cores=0.005, neighbours=(burn,)))
@@ -550,7 +550,8 @@ def test_automatic_workloads_are_scored_within_the_refresh_and_forgotten_when_th
     AUTO_REFRESH_SECONDS (its last finding, the same object, in between); one that ends leaves no state."""
     from headroom.analysis import pipeline
     from headroom.config import check_config_text
-    from headroom.simulation.situations import Gpu, Host, build_window
+
+    from situations import Gpu, Host, build_window
 
     n = 12
     groups = tuple(IdentityGroup("pod", f"ns/p{i}", pids=(1000 + i,), gpus=(f"GPU-{i % 2}",)) for i in range(n))
@@ -593,7 +594,8 @@ def test_a_steady_automatic_workload_keeps_its_finding_and_one_that_moves_is_sco
     (re-scored within AUTO_STEADY_SECONDS); the tick one starts burning CPU it is scored again."""
     from headroom.analysis import pipeline
     from headroom.config import check_config_text
-    from headroom.simulation.situations import Gpu, Host, build_window
+
+    from situations import Gpu, Host, build_window
 
     n = 12
     groups = tuple(IdentityGroup("pod", f"ns/p{i}", pids=(1000 + i,), gpus=(f"GPU-{i % 2}",)) for i in range(n))

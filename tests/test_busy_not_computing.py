@@ -11,7 +11,8 @@ import pytest
 
 from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, score_gpu
 from headroom.analysis.signals import HostSignals, gpu_signals, host_signals, steady_share
-from headroom.simulation.situations import DISTRIBUTED, Gpu, Host, analyse, build_window, chat
+
+from situations import DISTRIBUTED, Gpu, Host, analyse, build_window, chat
 
 GB = 1e9
 T = DEFAULT_THRESHOLDS

@@ -11,9 +11,10 @@ import pytest
 
 from headroom.analysis.signals import host_signals
 from headroom.samples import InfinibandPort, InfinibandSample, SourceResult
-from headroom.simulation.situations import DISTRIBUTED, Gpu, Host, analyse, build_window
 from headroom.sources import REGISTRY, CollectorError, Paths, SourceContext, load_all
 from headroom.sources.infiniband import InfinibandCollector, parse_counter, parse_rate, parse_state
+
+from situations import DISTRIBUTED, Gpu, Host, analyse, build_window
 
 SYS = Path(__file__).parent / "fixtures" / "infiniband" / "sys"
 GB = 1e9

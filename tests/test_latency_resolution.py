@@ -13,9 +13,10 @@ from dataclasses import replace
 import pytest
 
 from headroom.samples import Histogram, ProbeSample, SourceResult
-from headroom.simulation.situations import Host, analyse, build_window
-from headroom.simulation.situations import serving_source as serving
-from headroom.simulation.situations.serving import RESERVED, VLLM
+
+from situations import Host, analyse, build_window
+from situations import serving_source as serving
+from situations.serving import RESERVED, VLLM
 
 # vllm/v1/metrics/loggers.py (vllm-project/vllm, the 0.11 line and later: PrometheusStatLogger),
 # histogram_inter_token_latency and histogram_time_to_first_token

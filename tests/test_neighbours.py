@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from headroom.samples import CpuSample, CpuTimes, MemorySample, Pressure, PressureLine, Sample, SourceResult
-from headroom.simulation.situations import ALL, GIB, TRAINER, Gpu, Host, analyse, build_window, neighbour
 from headroom.sources import Paths, SourceContext
 from headroom.sources.neighbours import NeighbourScan, pressured
 from headroom.sources.processes import PAGE_SIZE, ProcessesCollector
 from headroom.workload.profiles import profile_from_dict
 from test_processes import PROC, SYS, write_proc
+
+from situations import ALL, GIB, TRAINER, Gpu, Host, analyse, build_window, neighbour
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 

@@ -12,9 +12,10 @@ import pytest
 from headroom.analysis.pipeline import Analysis
 from headroom.config import check_config_text
 from headroom.samples import ServingEndpoint, ServingSample, SourceResult
-from headroom.simulation.situations import GIB, Gpu, Host, build_window
 from headroom.sources.serving import read_exposition
 from headroom.workload.launchers import auto_profile, display_name, parse
+
+from situations import GIB, Gpu, Host, build_window
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "serving"
 FULL = Gpu(util=0.6, mem_used=int(78 * GIB), mem_total=80 * GIB)  # 97.5 %: what a reservation looks like

@@ -22,10 +22,11 @@ import structlog
 
 from headroom.samples import ServingEndpoint
 from headroom.simulation.runtime_metrics import VERSIONS, ServingState, exposition
-from headroom.simulation.situations.serving import VLLM
 from headroom.sources import SourceContext
 from headroom.sources.serving import ServingCollector, read_exposition
 from headroom.workload.profiles import profile_from_dict
+
+from situations.serving import VLLM
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "serving"
 CASES = [(r, v) for r, versions in VERSIONS.items() for v in versions]

@@ -9,9 +9,10 @@ import pytest
 
 from headroom.analysis.serving import histogram_quantile, window_delta
 from headroom.samples import Histogram, ServingEndpoint
-from headroom.simulation.situations import Gpu, Host, analyse, build_window
-from headroom.simulation.situations import serving_source as serving
-from headroom.simulation.situations.serving import RESERVED, VLLM
+
+from situations import Gpu, Host, analyse, build_window
+from situations import serving_source as serving
+from situations.serving import RESERVED, VLLM
 
 VLLM_GPU = RESERVED  # the reservation: NVML looks full
 
@@ -173,7 +174,8 @@ def _run(phase, seconds, gpu=VLLM_GPU, host_cpu=None, hold=0.0):
     """The workload's finding at every tick of a window whose endpoint follows ``phase`` (serving_scrapes.timeline)."""
     from headroom.analysis.pipeline import Analysis
     from headroom.config import check_config_text
-    from headroom.simulation.situations.serving_scrapes import timeline
+
+    from situations.serving_scrapes import timeline
 
     window = build_window(Host(), [gpu], seconds=seconds, extra=timeline(phase, host_cpu))
     analysis = Analysis(check_config_text(VLLM + f"\nanalysis:\n  hold: {hold}s\n", "c.yaml"))
@@ -458,7 +460,8 @@ def test_an_ollama_cards_memory_is_its_resident_models_in_the_verdict():
     full card is its normal state, and its /api/ps says which models hold it (the real answer of
     nirmato-ollama#13: gemma3:latest, 5964735424 bytes, all in VRAM)."""
     from headroom.samples import ServingSample
-    from headroom.simulation.situations import SourceResult, chat
+
+    from situations import SourceResult, chat
 
     config = "\nworkloads:\n" + chat("{name: ollama}", extra="endpoint: http://127.0.0.1:11434/api/ps")
 

@@ -539,7 +539,7 @@ def test_every_threshold_has_rows():
                          ids=["just below idle_busy_ratio: idle", "at it: not idle", "just above: not idle"])
 def test_idle_busy_ratio(busy, idle):
     """idle_busy_ratio (documented 0.05): a GPU below it counts as idle (headroom_gpus_idle, idle cost)."""
-    from headroom.simulation.situations import Gpu, Host, build_window
+    from situations import Gpu, Host, build_window
 
     findings = None
     analysis = Analysis(check_config_text("", "c.yaml"))

@@ -23,12 +23,12 @@ from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
 from headroom.exposition.landing import _gpu_card, _workload_card, status
 from headroom.exposition.render import Writer
 from headroom.exposition.render.findings import _render_findings  # private: no public name
-from headroom.simulation.situations import SERVER, Gpu, Host, analyse, build_window
-from headroom.simulation.situations import serving_source as serving
-from headroom.simulation.situations.serving import RESERVED, VLLM
 from test_rules import RULES, alerts, runbook_anchors
 
 from conftest import ROOT
+from situations import SERVER, Gpu, Host, analyse, build_window
+from situations import serving_source as serving
+from situations.serving import RESERVED, VLLM
 
 CAPPED = Gpu(util=0.97, power=699, reasons=("sw_power_cap",))
 

@@ -10,10 +10,10 @@ import pytest
 
 from headroom.analysis.bottleneck import gib
 from headroom.exposition.landing import _fmt_gib
-from headroom.simulation.situations import SERVER, Gpu, Host, analyse, build_window
 from headroom.units import GIB, format_size
 
 from conftest import http_get
+from situations import SERVER, Gpu, Host, analyse, build_window
 
 MIB = 2**20
 

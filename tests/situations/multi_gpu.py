@@ -8,7 +8,7 @@ straggler's cause is the workload's, and the evidence names the straggler.
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, Gpu, Host, Situation, chat
+from situations import GIB, Gpu, Host, Situation, chat
 
 DDP4 = """
 workloads:

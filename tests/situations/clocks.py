@@ -3,7 +3,7 @@ slowdown, judged against the GPU's own temperature limits; MIG GPUs, which repor
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, SERVER, TRAINER, Gpu, Host, Situation
+from situations import GIB, SERVER, TRAINER, Gpu, Host, Situation
 
 H100_LIMITS = (87, 89, 92, 95)  # max operating, slowdown, shutdown, memory max operating (nvidia-smi -q)
 

@@ -3,7 +3,7 @@ corpus: every resource at least 5 situations)."""
 
 from __future__ import annotations
 
-from headroom.simulation.situations import SERVER, TRAINER, Gpu, Host, Situation
+from situations import SERVER, TRAINER, Gpu, Host, Situation
 
 MIB = 2**20
 

@@ -9,8 +9,8 @@ a checkpoint upload, and a hung collective that moves no bytes, name no link."""
 
 from __future__ import annotations
 
-from headroom.simulation.situations import DISTRIBUTED, Gpu, Host, Situation, chat
-from headroom.simulation.situations.interconnect import TENSOR_PARALLEL
+from situations import DISTRIBUTED, Gpu, Host, Situation, chat
+from situations.interconnect import TENSOR_PARALLEL
 
 GB = 1e9
 VLLM = "\nworkloads:\n" + chat("{name: vllm}")

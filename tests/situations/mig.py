@@ -6,7 +6,7 @@ whole GPU's."""
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, Gpu, Host, Situation
+from situations import GIB, Gpu, Host, Situation
 
 # an A100 80GB split 1g.10gb x 7 (nvidia-smi mig -lgip: 9.75 GiB each); the workload's slice is MIG-a. Its runtime
 # (Transformers) allocates as it goes: under one that reserves up front (TGI, vLLM) a full slice would be normal

@@ -7,7 +7,7 @@ rest of the host does.
 
 from __future__ import annotations
 
-from headroom.simulation.situations import DISTRIBUTED, TRAINER, Gpu, Host, Situation, processes_source
+from situations import DISTRIBUTED, TRAINER, Gpu, Host, Situation, processes_source
 
 MIB = 2**20
 

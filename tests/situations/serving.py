@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, Gpu, Host, Situation, chat, serving_source
+from situations import GIB, Gpu, Host, Situation, chat, serving_source
 
 VLLM = "\nworkloads:\n" + chat("{name: vllm, gpu_memory_utilization: 0.9}",
                                 extra="endpoint: http://127.0.0.1:8000/metrics")

@@ -10,7 +10,8 @@ still be named gpu_memory: memory growing past it, and a workload that shares th
 from __future__ import annotations
 
 from headroom.samples import ServingEndpoint, ServingSample, SourceResult
-from headroom.simulation.situations import GIB, Gpu, Host, Situation, chat
+
+from situations import GIB, Gpu, Host, Situation, chat
 
 ARCH = """    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}
     context: {max: 8192}

@@ -3,7 +3,7 @@ the CPU is the compute and the work itself (its requests, its cores) plays the p
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, Host, Situation, processes_source, serving_source, together
+from situations import GIB, Host, Situation, processes_source, serving_source, together
 
 MIB = 2**20
 

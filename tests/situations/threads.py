@@ -7,7 +7,7 @@ processes collector reports each member's own CPU seconds; one at a full core is
 
 from __future__ import annotations
 
-from headroom.simulation.situations import TRAINER, Gpu, Host, Situation, processes_source
+from situations import TRAINER, Gpu, Host, Situation, processes_source
 
 NO_WORKERS = """
 workloads:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headroom.simulation.situations import DISTRIBUTED, SERVER, Gpu, Host, Situation
+from situations import DISTRIBUTED, SERVER, Gpu, Host, Situation
 
 TENSOR_PARALLEL = SERVER.replace("gpus: [0]", "gpus: [0, 1]\n    parallel: {tensor: 2}")
 

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from headroom.samples import CpuSample, CpuTimes, ServingEndpoint, ServingSample, SourceResult
-from headroom.simulation.situations import GIB, Gpu, Host, Situation, chat
+
+from situations import GIB, Gpu, Host, Situation, chat
 
 URL = "http://127.0.0.1:8000/metrics"
 VLLM = "\nworkloads:\n" + chat("{name: vllm, gpu_memory_utilization: 0.9}", extra=f"endpoint: {URL}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, SERVER, TRAINER, Gpu, Host, Situation, processes_source
+from situations import GIB, SERVER, TRAINER, Gpu, Host, Situation, processes_source
 
 SITUATIONS = [
     Situation("DataLoader starves the GPU", TRAINER, Host(cpus=16, cpu_busy=0.3, psi={"cpu.some": 0.42}),

@@ -7,7 +7,7 @@ own consumption) beats a host-wide correlation.
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, TRAINER, Gpu, Host, Situation, processes_source
+from situations import GIB, TRAINER, Gpu, Host, Situation, processes_source
 
 SITUATIONS = [
     Situation(

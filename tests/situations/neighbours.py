@@ -6,7 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from headroom.samples import SourceResult
-from headroom.simulation.situations import GIB, TRAINER, Gpu, Host, Situation, neighbour
+
+from situations import GIB, TRAINER, Gpu, Host, Situation, neighbour
 
 
 def trainer_processes(cores: float, read_bytes_per_second: float = 0.0):

@@ -13,7 +13,7 @@ workload's threads get their CPUs (its host-wide busy CPUs, PSI and run queue ar
 
 from __future__ import annotations
 
-from headroom.simulation.situations import (
+from situations import (
     DISTRIBUTED,
     TRAINER,
     Gpu,

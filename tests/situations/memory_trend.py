@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headroom.simulation.situations import GIB, SERVER, TRAINER, Gpu, Host, Situation
+from situations import GIB, SERVER, TRAINER, Gpu, Host, Situation
 
 MIB = 2**20
 

@@ -3,7 +3,7 @@ workload's saturation is never another's bottleneck (issue 12, classes 1 and 3).
 
 from __future__ import annotations
 
-from headroom.simulation.situations import (
+from situations import (
     GIB,
     TRAINER,
     Gpu,
