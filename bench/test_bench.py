@@ -267,8 +267,10 @@ def test_the_bench_pods_have_the_pids_controller_so_an_idle_pods_refresh_lists_n
         hybrid = not v2_pids and base.name == "unified" and (base.parent / "pids" / "cgroup.procs").exists()
         if not v2_pids and not hybrid:
             pytest.skip("this host's cgroups have no pids controller to enable")
+        # private: the bench harness's own pods (bench/pods.py), not agent code
         pod = churn._pods[0]
         cgroup = "/" + str(pod.pod_dir.relative_to(base))
+        # private: the identity collector's directory reader: the bench opens one as the collector does
         d = identity._CgroupDir.open(str(pod.pod_dir), True, cgroup,
                                      v1_base=str(base.parent) if hybrid else "")
         try:
@@ -350,6 +352,7 @@ def test_the_memory_section_says_what_a_sample_and_a_gpu_cost_in_this_run():
     results.window_rss = {8: [(0.0, 46 * report.MIB), (30.0, 46 * report.MIB + 601 * 12 * 1024)],
                           16: [(0.0, 47 * report.MIB), (60.0, 47 * report.MIB + 601 * 20 * 1024)]}
     results.window_full_at = {8: 30.0, 16: 60.0}
+    # private: the bench report's own helper (bench/report.py), not agent code
     text = report._why_rss(results)
     assert "the 46 MiB before the window fills" in text
     assert "(here 12 KiB at 8 GPUs, 20 KiB at 16: 1.0 KiB per GPU)" in text

@@ -189,6 +189,7 @@ def test_compute_evidence_says_how_long_it_was_throttled_not_how_long_it_was_not
 
 
 def test_the_power_margin_is_given_per_gpu_beside_the_sum():
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     from headroom.exposition.landing import _power_margin
     from headroom.samples import to_jsonable
 

@@ -232,8 +232,10 @@ def test_the_estimate_and_a_refusal_are_memoised_across_ticks():
     chat = prof(CHAT)
     ticks = [sample(gpu(0, GpuProcess(7, 9 * GIB), GpuProcess(201, 60 * GIB)),
                     workloads=(members("mystery", 7), members("chat", 201))) for _ in range(3)]
+    # private: the lru_cache of the estimate: the cache hit is what is tested, no public name shows it
     attribution._estimate.cache_clear()
     results = [attribute(s, [mystery, chat]) for s in ticks]
+    # private: the lru_cache of the estimate: the cache hit is what is tested, no public name shows it
     info = attribution._estimate.cache_info()
     assert (info.misses, info.hits) == (2, 4)
     for m, c in results:  # the memoised answers are the first tick's, refusal and estimate alike

@@ -307,11 +307,13 @@ def test_automatic_entries_follow_their_identities_and_leave_nothing_behind():
         c = ProcessesCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS),
                                              previous=lambda: _sample(identity=IdentitySample(groups=current["groups"]))))
         assert [(w.name, w.pids) for w in c.collect().workloads] == [(f"ns/p{i}", (k,)) for i, k in enumerate(kids)]
+        # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
         assert len(c._auto) == 3 and c._auto_pids == set(kids)
         current["groups"] = (groups[1],)
         assert [w.name for w in c.collect().workloads] == ["ns/p1"]
         current["groups"] = ()
         assert c.collect() == ProcessesSample()
+        # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it; the processes collector's bookkeeping: its bound and what it keeps open are what is tested
         assert c._auto == {} and c._auto_pids == set() and c._kept == set()
 
 
@@ -441,6 +443,7 @@ def test_an_automatic_workload_is_not_blamed_for_its_neighbours_cpu(group):
 def test_every_automatic_workload_gets_verdicts_and_says_why_it_has_no_expected_memory():
     """Issue 25: "The promised estimate_error ... appears nowhere in the status": a pod no launcher describes gets
     the verdicts that need no memory model, and its estimate_error in /api/v1/status and on the page."""
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     from headroom.exposition.landing import _identity_status, _workload_card, _workload_status
 
     group = IdentityGroup("pod", "ml/trainer-0", pids=(500,), gpus=("GPU-0",), pod="trainer-0", namespace="ml")
@@ -513,6 +516,7 @@ def test_v1_cgroup_figures_are_read_from_each_controllers_hierarchy(tmp_path):
         d.mkdir(parents=True, exist_ok=True)
         (d / leaf).write_text(text)
     c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path / "proc", sysfs=tmp_path, rootfs=tmp_path)))
+    # private: the collector's cgroup opener: the directory it keeps is what is tested, no public name returns it
     directory = c._open_cgroup(f"freezer:{rel}")
     assert directory is not None and directory.refresh(1)
     hz = os.sysconf("SC_CLK_TCK")
@@ -520,6 +524,7 @@ def test_v1_cgroup_figures_are_read_from_each_controllers_hierarchy(tmp_path):
                                           memory_bytes=4096, read_bytes_total=100, written_bytes_total=20,
                                           cpu_quota_cores=1.5)
     assert (directory.processes, directory.members) == (3, (5,))
+    # private: the collector's cgroup opener: the directory it keeps is what is tested, no public name returns it
     assert c._open_cgroup("freezer:/docker/gone") is None
 
 
@@ -580,12 +585,15 @@ def test_automatic_workloads_are_scored_within_the_refresh_and_forgotten_when_th
     for name, ticks in scored_at.items():
         gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
         assert ticks[0] == 1 and max(gaps) <= pipeline.AUTO_REFRESH_SECONDS, name
+    # private: the analysis's per-workload state: its bound is what is tested, no public name shows it
     assert set(analysis._auto_long_at) == {g.name for g in groups}  # long scores made for all (at refreshes)
     live["groups"] = groups[:2]
     window = build_window(Host(), gpus, seconds=45, extra=extra)
     findings = analysis(window)[1]
     assert [wf.name for wf in findings.workload_findings] == ["ns/p0", "ns/p1"]
+    # private: the analysis's per-workload state: its bound is what is tested, no public name shows it
     assert set(analysis._auto_findings) <= {"ns/p0", "ns/p1"} and set(analysis._auto_long_at) <= {"ns/p0", "ns/p1"}
+    # private: the analysis's hold state: its bound is what is tested, no public name shows it
     assert {k for k in analysis._hysteresis if k.startswith("workload/")} <= {"workload/ns/p0", "workload/ns/p1"}
 
 
@@ -641,6 +649,7 @@ def test_on_a_hybrid_host_what_the_unified_tree_lacks_comes_from_the_v1_hierarch
     mem.mkdir(parents=True)
     (mem / "memory.usage_in_bytes").write_text("790528\n")
     c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path / "proc", sysfs=tmp_path, rootfs=tmp_path)))
+    # private: the collector's cgroup opener: the directory it keeps is what is tested, no public name returns it
     directory = c._open_cgroup(rel)
     assert directory is not None and directory.refresh(1)
     assert (directory.stats.cpu_user_seconds_total, directory.stats.cpu_system_seconds_total,

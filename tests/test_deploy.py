@@ -241,6 +241,8 @@ def test_the_daemonset_arguments_are_valid_agent_flags():
     args = parser.parse_args(c["args"])  # exits (SystemExit) on an unknown flag
     assert args.command == "run" and args.procfs == "/host/proc" and args.config_file == "/etc/headroom/config.yaml"
     # argparse accepts abbreviations: every flag must be spelled in full
+    # private: argparse's own list of a parser's actions: argparse has no public one
     [sub] = [a for a in parser._actions if a.dest == "command"]
+    # private: argparse's own list of a parser's actions: argparse has no public one
     known = {s for a in sub.choices["run"]._actions for s in a.option_strings}
     assert not [a.split("=")[0] for a in c["args"][1:] if a.split("=")[0] not in known]

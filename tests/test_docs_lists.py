@@ -14,6 +14,7 @@ README = (ROOT / "README.md").read_text()
 
 
 def _commands() -> set[str]:
+    # private: argparse's own list of a parser's actions: argparse has no public one
     sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
     return set(sub.choices)
 

@@ -330,6 +330,7 @@ OPTIONAL_GAUGES = ("headroom_gpu_utilization_ratio", "headroom_gpu_memory_used_b
 
 def test_every_optional_query_answers_not_supported(live, monkeypatch):
     fault = "every optional NVML query NOT_SUPPORTED"
+    # private: a tuning constant, shortened for the test (no setting or public name for it)
     monkeypatch.setattr(nvml_binding, "_REPROBE_UNSUPPORTED", 1.0)  # 600 s in production
     a = live()
     a.start()

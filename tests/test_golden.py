@@ -56,6 +56,7 @@ def render(tmp_path: Path) -> str:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             gpus = nvml.collect().gpus
+            # private: the PCIe poller thread: the test waits until it has read every GPU, no public name says it has
             poller = nvml._pcie
             polled = poller is not None and all(  # every GPU read, found unsupported, or counted (not polled)
                 uuid in poller.values or uuid in poller.unsupported or uuid in poller.counted

@@ -39,6 +39,7 @@ gpus:
 
 @pytest.fixture
 def rig(monkeypatch):
+    # private: a tuning constant, shortened for the test (no setting or public name for it)
     monkeypatch.setattr(threads, "_EVENT_WAIT_MS", 20)
     made = []
 
@@ -82,8 +83,10 @@ def test_gpm_is_absent_where_the_gpu_has_none_and_not_asked_again(rig):
 def test_gpm_samples_are_freed_at_close(rig):
     clock, lib, c = rig()
     c.collect()
+    # private: the simulated driver's GPM sample handles: that they are freed is what is tested
     assert len(lib._gpm_samples) == 2
     c.close()
+    # private: the simulated driver's GPM sample handles: that they are freed is what is tested
     assert lib._gpm_samples == {}
 
 

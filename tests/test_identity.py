@@ -319,6 +319,7 @@ def test_identity_samples_survive_record_and_replay():
 
 
 def test_flags_reach_the_identity_collector(tmp_path):
+    # private: the CLI's flags-to-Options step: no public name gives the Options of an argv
     from headroom.cli import _options, build_parser
     from headroom.daemon import build_collectors
 
@@ -422,8 +423,10 @@ def test_churn_new_pods_every_tick_leave_no_series_or_state(tmp_path):
         assert sorted(_series(text, "headroom_workload_info")) == sorted(
             f'workload="job_{p}",kind="job",model="",precision="",runtime="",source="auto"' for p in pids)
         widths.add(len(text.splitlines()))
+        # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
         assert len(c._pids) <= 2 and len(c._meta) == 0 and len(c._refused) == 0 and len(c._dirs) <= 2
         # what the collector keeps from tick to tick to work again only what changed: the live identities' only
+        # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
         assert max(len(x) for x in (c._members, c._member_of, c._parts, c._groups, c._built, c._made, c._shown,
                                     c._shown_names, c._kinds, c._by_name, c._part_ref, c._containers)) <= 2
     assert len(widths) == 1  # the same number of series every tick
@@ -542,7 +545,9 @@ def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_end
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
                                         settings={"kubernetes": False}, previous=lambda: current["previous"]))
     c.kubernetes = True  # pods from their cgroups alone, no kubelet thread
+    # private: kept descriptors are a live kernel's rule; a fixture tree turns them off, no setting says it
     assert not c._keep_cgroup_files  # a fixture tree: files are opened by path each tick (procfs.ProcFile's rule)
+    # private: kept descriptors are a live kernel's rule; a fixture tree turns them off, no setting says it
     c._keep_cgroup_files = True  # as on a live kernel's /proc and /sys (the files here are rewritten in place)
     try:
         seen = []
@@ -557,6 +562,7 @@ def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_end
         assert c.collect().groups[0].cgroup.memory_bytes is None
         current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=())])  # the pod ended
         assert c.collect().groups == ()
+        # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
         assert _open_on(d) == 0 and c._dirs == {}
         current["previous"] = _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(4242, 1),))])
         assert c.collect().groups[0].cgroup.memory_bytes == 123
@@ -581,6 +587,7 @@ def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path,
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
                                         previous=lambda: _sample([GpuSample(0, "GPU-a", "x", "0", processes=(
                                             GpuProcess(4242, 1), GpuProcess(4343, 1)))])))
+    # private: kept descriptors are a live kernel's rule; a fixture tree turns them off, no setting says it
     c._keep_cgroup_files = True  # as on a live kernel's /sys (the pids here are a fixture's, not watched)
     try:
         for _ in range(2):
@@ -857,6 +864,7 @@ def test_a_huge_job_mapping_directory_is_bounded(tmp_path):
     assert len(src.unknown_devices) <= identity_module.MAPPING_FILES
     assert any(f"more than {identity_module.MAPPING_ENTRIES} entries" in r for r in src.refused), src.refused
     _old(mapping)
+    # private: the collector's mapping reader: the names it reads are what is tested
     for name in c._mapping_reader._names:
         _old(mapping / name)
     c.collect()

@@ -61,19 +61,23 @@ def test_a_gpu_process_that_exits_leaves_at_once_though_nvml_still_lists_it(tmp_
     listed: dict[str, Sample] = {}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=tmp_path, rootfs=tmp_path),
                                         previous=lambda: listed["s"]))
+    # private: the launcher scan: its reads (or its absence) are what is tested, no public name shows it
     c._scan = None  # GPU processes only: this machine's launchers without a GPU (other users' CPU servers) are not
     # what this test counts
     a, b = _torchrun("a"), _torchrun("b")
     try:
         listed["s"] = _sample({"GPU-a": (a.pid, b.pid)})
         assert sorted(g.pids for g in c.collect().groups) == [(a.pid,), (b.pid,)]
+        # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
         assert set(c._watched) == {a.pid, b.pid}
         _stop(a)
         assert [g.pids for g in c.collect().groups] == [(b.pid,)]  # a is still listed, but gone
+        # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
         assert set(c._watched) == {b.pid} and len(c._by_fd) == 1
     finally:
         _stop(a, b)
         c.close()
+    # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
     assert not c._by_fd and not c._ancestors
 
 
@@ -150,10 +154,12 @@ def test_a_launchers_ancestors_are_read_once_while_they_live(tmp_path, monkeypat
         (g,) = [g for g in c.collect().groups if mine & set(g.pids)]
         assert g.pids == (one, two) and g.gpus == ("GPU-a", "GPU-b")
         assert steps.count(launcher.pid) == 1  # read for the first worker, remembered for the second
+        # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
         assert launcher.pid in c._ancestors
         launcher.kill()
         launcher.wait()
         c.collect()
+        # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
         assert launcher.pid not in c._ancestors
     finally:
         os.killpg(launcher.pid, 9)
@@ -344,6 +350,7 @@ def test_a_tick_that_fails_midway_leaves_no_stale_identity(tmp_path, monkeypatch
     def fault():
         raise RuntimeError("planted")
 
+    # private: a fault injected into the launcher step, which has no public seam
     monkeypatch.setattr(c, "_launcher_names", fault)
     with pytest.raises(RuntimeError):
         c.collect()

@@ -356,6 +356,7 @@ def test_automatic_workloads_that_end_leave_no_analysis_state():
         g = _group(1000 + i, f"vllm serve Qwen/Qwen3-0.6B --port {2000 + i}", model_info())
         _, findings = analysis([_sample(float(i), (g,))])
         assert [w.name for w in findings.workload_findings] == [f"vllm/Qwen3-0.6B:{2000 + i}"]
+    # private: the analysis's hold state: its bound is what is tested, no public name shows it
     assert len([k for k in analysis._hysteresis if k.startswith("workload/")]) == 1
 
 
@@ -720,6 +721,7 @@ def test_launchers_without_a_gpu_are_the_outermost_bounded_and_not_while_their_g
         assert got == [("launcher", "sglang/b:30000", (61,), ("GPU-0",)),
                        ("launcher", "torchrun/train.py", (70,), ()), ("launcher", "vllm/a:8001", (50,), ())]
         c.collect()
+        # private: the launcher scan: its reads (or its absence) are what is tested, no public name shows it
         assert c._scan.reads == 7  # each process's command line once (a fixture tree is listed every tick)
         (tmp_path / "gone").mkdir()
         os.rename(proc / "70", tmp_path / "gone" / "70")
@@ -727,6 +729,7 @@ def test_launchers_without_a_gpu_are_the_outermost_bounded_and_not_while_their_g
     finally:
         c.close()
     off = collector(auto=["pods", "jobs"])
+    # private: the launcher scan: its reads (or its absence) are what is tested, no public name shows it
     assert off.collect().groups == () and off._scan is None
     monkeypatch.setattr(identity_module, "LAUNCHERS_WITHOUT_GPU", 1)
     capped = collector()

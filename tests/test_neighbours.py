@@ -72,6 +72,7 @@ class Rig:
 
     @property
     def scans(self) -> int:
+        # private: the neighbours scan's counters: how often it reads is what is tested
         return self.collector._neighbours.scans
 
 
@@ -172,6 +173,7 @@ def test_a_calm_host_names_nobody():
 
 
 def test_status_and_landing_page_show_the_neighbours():
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     from headroom.exposition.landing import _workload_card, _workload_status
 
     situation = next(s for s in ALL if s.name == "a backup saturates the disk the trainer reads from")
@@ -206,9 +208,11 @@ def test_a_pass_reads_at_most_a_chunk_of_pids_per_tick(rig, monkeypatch):
     ticks_per_pass = -(-pids // 3)
     reads, t, answer = [], 0.0, ()
     while not answer and t < 10 * ticks_per_pass:
+        # private: the neighbours scan's counters: how often it reads is what is tested
         before = rig.collector._neighbours.reads
         write_proc(rig.root, 7000, "stress-ng", 1, ["stress-ng"], "/user.slice", utime=int(800 * t))
         answer = rig.tick(t).neighbours
+        # private: the neighbours scan's counters: how often it reads is what is tested
         reads.append(rig.collector._neighbours.reads - before)
         t += 1.0
     assert max(reads) == 3

@@ -87,6 +87,7 @@ def test_a_collector_module_that_fails_to_import_is_reported_not_fatal(monkeypat
     from headroom import sources
 
     sources.load_all()  # the real modules register into the real registry first, never into the copy below
+    # private: the collector registry itself: an unknown module is what is tested
     monkeypatch.setattr(sources, "_MODULES", (*sources._MODULES, "no_such_collector"))
     monkeypatch.setattr(sources, "REGISTRY", dict(sources.REGISTRY))
     monkeypatch.setattr(sources, "IMPORT_ERRORS", {})

@@ -59,6 +59,7 @@ class Rig:
 def make(monkeypatch: pytest.MonkeyPatch) -> Callable[..., Rig]:
     # the XID thread waits on NVML in slices of _EVENT_WAIT_MS and close() joins it: shorter slices keep
     # each test's teardown at milliseconds instead of half a second
+    # private: a tuning constant, shortened for the test (no setting or public name for it)
     monkeypatch.setattr(threads, "_EVENT_WAIT_MS", 20)
     rigs: list[Rig] = []
 
@@ -258,6 +259,7 @@ def test_an_unsupported_field_leaves_the_prepared_read_and_is_asked_again_after_
     for _ in range(3):
         g0 = rig.tick().gpus[0]
         assert g0.memory_temperature_celsius is None and g0.energy_joules_total is not None
+    # private: a tuning constant, shortened for the test (no setting or public name for it)
     assert rig.tick(binding._REPROBE_UNSUPPORTED).gpus[0].memory_temperature_celsius == 78
 
 
@@ -278,6 +280,7 @@ def test_field_values_read_the_same_through_the_binding_wrapper(make):
     rig = make()
     rig.collector.lib = WithoutLookup()
     slow = rig.tick().gpus[0]
+    # private: the decoder's own tables: the table itself is what is checked
     assert max(asked) >= len(decode._FIELDS)  # the per-tick read went through the binding's wrapper
     keys = ("memory_temperature_celsius", "energy_joules_total", "ecc_uncorrected_volatile_total",
             "remapped_rows_correctable", "remapped_rows_pending", "pcie_tx_bytes_total", "pcie_rx_bytes_total")
@@ -298,9 +301,12 @@ def test_the_field_decoder_reads_every_value_type_as_the_binding_declares_it():
         else:  # usVal, which bindings before 12.560 do not declare: the driver still writes it (nvml.h)
             ctypes.c_ushort.from_buffer(entry.value).value = v
     array[len(values)].nvmlReturn = 3  # NOT_SUPPORTED
+    # private: the decoder's own tables: the table itself is what is checked
     assert decode._FIELD_DECODER.ready
+    # private: the decoder's own tables: the table itself is what is checked
     decoded = decode._FIELD_DECODER.decode(array, len(array))
     assert decoded == [(0, v) for v in values.values()] + [(3, None)]
+    # private: the decoder's own tables: the table itself is what is checked
     by_getter = decode._decode_fields(array)  # the binding's own union members, where it declares them
     declared = [i for i, vtype in enumerate(values) if hasattr(array[0].value, decode.VALUE_MEMBER[vtype])]
     assert [by_getter[i] for i in declared] == [decoded[i] for i in declared]
@@ -317,6 +323,7 @@ def test_the_field_decoder_reads_narrow_values_whatever_the_rest_of_the_union_ho
             setattr(entry.value, member, v)
         else:
             ctypes.c_ushort.from_buffer(entry.value).value = v
+    # private: the decoder's own tables: the table itself is what is checked
     assert decode._FIELD_DECODER.decode(array, 3) == [(0, 7), (0, 9), (0, -3)]
 
 
@@ -338,11 +345,13 @@ def test_each_device_field_is_the_value_of_its_own_field_id_whatever_the_order_r
     for name, constant in BINDING_FIELD.items():
         fid = decode._FIELD_IDS[name]  # private: the table itself is what is checked
         assert fid == getattr(pynvml, constant, fid), (name, constant)
+        # private: the decoder's own tables: the table itself is what is checked
         got = {(other, 0): -other for other in decode._FIELDS if other != fid}
         got[(fid, 0)] = "mine"
         got[(fid, 1)] = "another scope"  # an NVLink-style scoped read of the same id is not the device's value
         fields = decode.device_fields(dict(reversed(got.items())))
         assert getattr(fields, name) == "mine"
+        # private: the decoder's own tables: the table itself is what is checked
         assert sorted(v for v in fields if v != "mine") == sorted(-f for f in decode._FIELDS if f != fid)
 
 
@@ -654,6 +663,7 @@ def test_xids_are_not_counted_twice_across_a_reinit(make):
     wait_for(lambda: rig.tick(0).gpus[0].xid_errors_total.get(79))
     time.sleep(0.2)
     assert rig.tick(0).gpus[0].xid_errors_total == {13: 1, 79: 1}
+    # private: the simulated driver's event sets: that they are freed is what is tested
     assert len(rig.lib._event_sets) == 1  # the first session's set was freed
 
 
@@ -689,9 +699,11 @@ def test_a_changed_power_limit_shows_within_the_refresh_period(make):
     assert rig.tick().gpus[0].power_limit_watts == 300
     reads = rig.lib.calls[("nvmlDeviceGetEnforcedPowerLimit", 0)]
     pynvml.nvmlDeviceSetPowerManagementLimit(pynvml.nvmlDeviceGetHandleByIndex(0), 250_000)
+    # private: the refresh period itself is what is tested (no setting for it)
     seen = [rig.tick().gpus[0].power_limit_watts for _ in range(int(collector_module._LIMIT_REFRESH))]
     assert seen[-1] == 250 and rig.tick().gpus[1].power_limit_watts == 400
     assert rig.lib.calls[("nvmlDeviceGetEnforcedPowerLimit", 0)] - reads <= 2  # once per refresh, not per tick
+    # private: the refresh period itself is what is tested (no setting for it)
     assert f"every {collector_module._LIMIT_REFRESH:g} s" in BY_NAME["headroom_gpu_power_limit_watts"].help  # HELP says so
 
 
@@ -699,8 +711,10 @@ def test_a_power_limit_that_turns_unsupported_goes_absent_and_a_failed_re_read_k
     rig = make()
     rig.tick()
     rig.lib.inject("nvmlDeviceGetEnforcedPowerLimit", gpu=0, error="TIMEOUT", calls=1)
+    # private: the refresh period itself is what is tested (no setting for it)
     assert rig.tick(collector_module._LIMIT_REFRESH).gpus[0].power_limit_watts == 300  # the last value, read again next tick
     rig.lib.inject("nvmlDeviceGetEnforcedPowerLimit", gpu=0, error="NOT_SUPPORTED")
+    # private: the refresh period itself is what is tested (no setting for it)
     assert rig.tick(collector_module._LIMIT_REFRESH).gpus[0].power_limit_watts is None
 
 
@@ -798,6 +812,7 @@ def test_a_process_list_longer_than_the_kept_array_grows_it_once_and_reads_every
     driver asks for and a second call that tick (the binding's two-call protocol), then one call again."""
     rig = make()
     rig.tick()
+    # private: the list's first capacity itself is what is tested (the regrowth past it)
     many = [(5000 + i, 1 + i % 3, 0.5 if i % 2 else None) for i in range(binding._LIST_CAPACITY + 8)]
     _attach(rig, many)
     calls = rig.lib.calls[("nvmlDeviceGetComputeRunningProcesses_v3", 0)]
@@ -825,6 +840,7 @@ def test_an_unchanged_process_keeps_its_object_when_the_list_changes(make):
     assert after[7003] is not before[7003] and after[7003].used_memory_bytes == 3 * GIB
     assert (after[7004].used_memory_bytes, after[7004].sm_utilization_ratio) == (4 * GIB, 0.12)
     again = rig.tick().gpus[0].processes
+    # private: the collector's per-GPU cache: the list reused from it is what is tested
     assert again is rig.collector._gpus[0].cache["processes_last"] and [p.pid for p in again] == [1001, 1002, 7002, 7003, 7004]
 
 
@@ -883,8 +899,11 @@ def test_several_samples_of_one_process_are_averaged_and_the_newest_timestamp_is
 
     collector = NvmlCollector(SourceContext())
     collector.lib = Library()
+    # private: a GPU handle built by hand: the process-list calls are what is tested, without a device
     gpu = binding._Gpu(collector.lib, 0, handle=object())
+    # private: one NVML call of the collector, tested against its error answers
     assert collector._process_utilization(gpu) == {9: 0.4, 10: 1.0}
+    # private: one NVML call of the collector, tested against its error answers
     assert collector._process_utilization(gpu) == {}  # NOT_FOUND: nothing ran since, every process idle
     assert asked == [0, 1_200]
 
@@ -892,6 +911,7 @@ def test_several_samples_of_one_process_are_averaged_and_the_newest_timestamp_is
 def test_a_list_that_fills_the_kept_array_to_its_last_entry_is_read_again_into_a_larger_one():
     """A driver may fill what fits and answer SUCCESS: a full array may hold a list cut short, so it is read
     once more into one twice as large, and every process is there."""
+    # private: the list's first capacity itself is what is tested (the regrowth past it)
     pids = list(range(100, 100 + binding._LIST_CAPACITY + 3))
     capacities: list[int] = []
 
@@ -913,11 +933,16 @@ def test_a_list_that_fills_the_kept_array_to_its_last_entry_is_read_again_into_a
 
     collector = NvmlCollector(SourceContext())
     collector.lib = Library()
+    # private: a GPU handle built by hand: the process-list calls are what is tested, without a device
     gpu = binding._Gpu(collector.lib, 0, handle=object())
+    # private: one NVML call of the collector: its regrowing buffer is what is tested
     rows, failed = collector._process_list(gpu, gpu.handle)
     assert not failed and [pid for pid, _ in rows] == pids
+    # private: the list's first capacity itself is what is tested (the regrowth past it)
     assert capacities == [binding._LIST_CAPACITY, binding._LIST_CAPACITY * 2 + 5]
+    # private: one NVML call of the collector: its regrowing buffer is what is tested
     collector._process_list(gpu, gpu.handle)
+    # private: the list's first capacity itself is what is tested (the regrowth past it)
     assert capacities[2:] == [binding._LIST_CAPACITY * 2 + 5]  # large enough now: one call
 
 
@@ -954,16 +979,20 @@ def test_per_process_utilization_errors_are_handled_as_every_other_query(make, e
 def test_the_process_layouts_read_what_the_binding_declares():
     """The one-pass reads take offsets and C types from the binding's own structs; NVML_VALUE_NOT_AVAILABLE
     is no figure (None), as the binding's wrapper makes it."""
+    # private: the decoder's own tables: the table itself is what is checked
     assert decode._PROCESS_LAYOUT.ready and decode._SAMPLE_LAYOUT.ready
     procs = (pynvml.c_nvmlProcessInfo_v2_t * 2)()
     procs[0].pid, procs[0].usedGpuMemory, procs[0].gpuInstanceId = 4_000_000_001, 2**40 + 3, 7
+    # private: the decoder's own tables: the table itself is what is checked
     procs[1].pid, procs[1].usedGpuMemory = 12, decode._NOT_AVAILABLE
     raw = ctypes.string_at(procs, ctypes.sizeof(procs))
+    # private: the decoder's own tables: the table itself is what is checked
     assert decode._process_rows(decode._PROCESS_LAYOUT.rows(raw)) == ((4_000_000_001, 2**40 + 3), (12, None))
     found = (pynvml.c_nvmlProcessUtilizationSample_t * 2)()
     found[0].pid, found[0].timeStamp, found[0].smUtil, found[0].memUtil = 9, 2**50 + 1, 37, 99
     found[1].pid, found[1].timeStamp, found[1].smUtil = 10, 5, 100
     raw = ctypes.string_at(found, ctypes.sizeof(found))
+    # private: the decoder's own tables: the table itself is what is checked
     assert decode._SAMPLE_LAYOUT.rows(raw) == [(9, 2**50 + 1, 37), (10, 5, 100)]
 
 
@@ -987,6 +1016,7 @@ def test_an_unknown_error_at_event_registration_rebuilds_the_event_set(make):
     rig = make()
     rig.lib.inject("nvmlDeviceRegisterEvents", gpu=1, error="UNKNOWN", calls=1)  # before the session starts
     wait_for(lambda: rig.tick(0).gpus[0].xid_errors_total)
+    # private: the simulated driver's event sets: that they are freed is what is tested
     assert len(rig.lib._event_sets) == 1 and rig.lib.calls[("nvmlEventSetFree", None)] == 1
     rig.lib.inject_xid(1, 31)
     sample = wait_for(lambda: (s := rig.tick(0)).gpus[1].xid_errors_total and s)
@@ -1046,8 +1076,10 @@ def test_a_quiet_gpu_keeps_the_shared_empty_xid_map_when_the_watcher_registers_i
     rig = make()
     rig.collector.collect()
     before = rig.tick().gpus
+    # private: the XID watcher's state, set as the watcher does when it starts
     with rig.collector._xid_lock:
         for g in before:
+            # private: the XID watcher's state, set as the watcher does when it starts
             rig.collector._xid_counts.setdefault(g.uuid, {})  # what _XidWatcher does when it starts watching
     after = rig.tick().gpus
     quiet = [(a, b) for a, b in zip(before, after, strict=True) if a.up and not a.xid_errors_total]

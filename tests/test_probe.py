@@ -467,6 +467,7 @@ def _step(index, level, ok, scores, bottleneck="cpu"):
 
 
 def test_what_binds_is_what_rose_with_the_load_not_what_was_pressed_at_every_level():
+    # private: the probe's capacity step over made-up steps; execute() needs a live server
     from headroom.probe.run import _capacity
 
     # a host CPU busy with other work scores 1 at every level; the KV cache rises only past the cache's size

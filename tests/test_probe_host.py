@@ -93,6 +93,7 @@ def test_in_process_without_an_agent_reads_the_agents_own_collectors():
     assert host["source"] == "in_process" and host["samples"] >= 4
     assert host["peaks"]["gpu_memory_used_bytes"] > 0 and host["peaks"]["host_memory_used_bytes"] > 0
     assert host["bottleneck"] in ("gpu_power", "none")  # the verdict needs the window the short step may not hold
+    # private: the in-process agent's sampler: that it stopped with the watch is what is tested
     assert watch._sampler is None  # closed: the in-process agent stopped with it
 
 

@@ -553,9 +553,11 @@ def test_new_processes_are_found_from_the_pids_allocated_since_the_last_tick(tre
     shutil.rmtree(tree / "5000")  # a non-member exits: forgotten at the next listing, at the latest 30 s on
     clock.advance(1.0)
     c.collect()
+    # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
     assert c.listings == 3 and 5000 in c._procs
     clock.advance(FULL_SCAN_SECONDS)
     c.collect()
+    # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
     assert c.listings == 4 and 5000 not in c._procs
 
 
@@ -575,6 +577,7 @@ def test_a_newcomer_that_exits_before_its_next_look_is_forgotten_there_not_statt
     live(tree, 6002)
     clock.advance(1.0)
     c.collect()
+    # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
     assert {6001, 6002} <= set(c._recheck) and {6001, 6002} <= set(c._procs)
     shutil.rmtree(tree / "6001")
     statted: list[str] = []
@@ -582,6 +585,7 @@ def test_a_newcomer_that_exits_before_its_next_look_is_forgotten_there_not_statt
     monkeypatch.setattr(os, "stat", lambda path, *a, **k: statted.append(str(path)) or real(path, *a, **k))
     clock.advance(1.0)
     c.collect()  # 6001's look is due: gone, forgotten; 6002 is looked at and stays due later looks
+    # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
     assert 6001 not in c._recheck and 6001 not in c._procs and 6002 in c._recheck and 6002 in c._procs
     statted.clear()
     for _ in range(10):
@@ -648,6 +652,7 @@ def test_the_real_proc_finds_a_new_process_and_not_its_threads():
 
     token = f"headroom-test-{uuid.uuid4().hex[:8]}"
     c = ProcessesCollector(SourceContext(paths=Paths(), workloads=(profile("t", cmdline=token),)))
+    # private: whether the collector reads a live /proc (keeps descriptors): no public name says it
     assert c._live  # the agent's own /proc
     c.collect()
     code = "import threading, time\n[threading.Thread(target=time.sleep, args=(60,)).start() for _ in range(3)]\n" \
@@ -680,6 +685,7 @@ def test_members_stat_and_io_stay_open_on_the_live_proc_and_close_when_they_exit
     monkeypatch.setattr(processes, "OPEN_MEMBER_FILES", 1)
     token = f"headroom-test-{uuid.uuid4().hex[:8]}"
     c = ProcessesCollector(SourceContext(paths=Paths(), workloads=(profile("t", cmdline=token),)))
+    # private: whether the collector reads a live /proc (keeps descriptors): no public name says it
     assert c._live
     c.collect()
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", token]) for _ in range(2)]
@@ -691,6 +697,7 @@ def test_members_stat_and_io_stay_open_on_the_live_proc_and_close_when_they_exit
         while len(c.collect().workloads[0].pids) < 2:  # found within a tick or two (a recheck may be needed)
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
         kept, = c._kept
         by_path = next(p.pid for p in procs if p.pid != kept)
         opened.clear()
@@ -699,18 +706,22 @@ def test_members_stat_and_io_stay_open_on_the_live_proc_and_close_when_they_exit
             assert w.pids == tuple(sorted(p.pid for p in procs)) and w.threads == 2
         assert not {f"/proc/{kept}/{name}" for name in ("stat", "io", "schedstat")} & set(opened)  # its descriptors
         assert opened.count(f"/proc/{by_path}/stat") == 3  # past the cap: by path, every tick
+        # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
         files = c._procs[kept].files
         assert files is not None and files.open_descriptors == 3
         procs[[p.pid for p in procs].index(kept)].kill()
         procs[[p.pid for p in procs].index(kept)].wait()
         assert c.collect().workloads[0].pids == (by_path,)
+        # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
         assert files.open_descriptors == 0 and kept not in c._procs
+        # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
         assert c._kept == {by_path}  # the freed place is taken at the next member's read
     finally:
         for p in procs:
             p.kill()
             p.wait()
         c.close()
+    # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
     assert c._kept == set()
 
 
@@ -720,6 +731,7 @@ def test_a_fixture_tree_keeps_no_member_file_open(tree: Path):
     c.collect()
     before = c.collect().workloads[0]
     assert before.pids == (1000, 1001, 1002, 1003)
+    # private: the processes collector's bookkeeping: its bound and what it keeps open are what is tested
     assert c._kept == set() and all(p.files is None for p in c._procs.values())
     threads = procfs.read_pid_stat(tree, 1001).num_threads
     write_proc(tree, 1001, "python3", 1000, ["python3", "train.py"], "/user.slice", starttime=900_000,

@@ -167,8 +167,10 @@ def test_a_kept_proc_file_is_regenerated_by_every_read_from_offset_0():
         while time.process_time() - start < 0.05:
             pass
         after = procfs.parse_pid_stat(f.text())
+        # private: ProcFile's kept descriptor: that it is kept, or closed, is what is tested
         fd = f._fd
         assert fd is not None and f.text().split()[0] == str(os.getpid())
+        # private: ProcFile's kept descriptor: that it is kept, or closed, is what is tested
         assert f._fd == fd, "the descriptor is kept between reads"
     finally:
         f.close()
@@ -194,6 +196,7 @@ def test_a_failed_read_drops_the_descriptor_and_the_next_read_opens_the_path_aga
     f = procfs.ProcFile(path, keep=True)
     with pytest.raises(OSError):
         f.read()
+    # private: ProcFile's kept descriptor: that it is kept, or closed, is what is tested
     assert f._fd is None
     path.rmdir()
     path.write_text("25000\n")
@@ -212,6 +215,7 @@ def test_a_file_not_kept_is_opened_on_every_read(tmp_path):
     replacement = tmp_path / "new"
     replacement.write_text("4 5 6 1/100 43\n")
     replacement.replace(path)
+    # private: ProcFile's kept descriptor: that it is kept, or closed, is what is tested
     assert f.text() == "4 5 6 1/100 43\n" and f._fd is None
 
 
@@ -586,6 +590,7 @@ def test_kept_pid_files_read_a_live_process_afresh_and_say_gone_once_it_is_reape
     try:
         first = files.stat()
         assert first.pid == child.pid and files.io() is not None and files.open_descriptors == 2
+        # private: the kept descriptors: that the same ones are read again is what is tested
         opened = files._fds.copy()
         for _ in range(20):  # let it burn some CPU
             child.stdin.write(b"x")
@@ -594,6 +599,7 @@ def test_kept_pid_files_read_a_live_process_afresh_and_say_gone_once_it_is_reape
         while (later := files.stat()).utime_seconds + later.stime_seconds <= first.utime_seconds + first.stime_seconds:
             assert time.monotonic() < deadline
             time.sleep(0.01)
+        # private: the kept descriptors: that the same ones are read again is what is tested
         assert files._fds == opened  # the same descriptors, read again
         child.stdin.close()
         child.wait()

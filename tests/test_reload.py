@@ -94,6 +94,7 @@ def test_a_stop_signal_that_lands_inside_a_log_line_does_not_deadlock():
     from headroom.daemon import Agent
 
     agent = Agent.__new__(Agent)  # only what the handler touches
+    # private: the stop event: only what the handler touches is built (Agent.__new__), or the sampler's clock is stepped; the stop event: only what the handler touches is built (Agent.__new__)
     agent._stop, agent._stop_signal = threading.Event(), None
 
     class Stream:
@@ -123,5 +124,6 @@ def test_a_stop_signal_that_lands_inside_a_log_line_does_not_deadlock():
     t = threading.Thread(target=log_a_line, daemon=True)
     t.start()
     assert done.wait(5.0), "the stop handler deadlocked on the logger's lock"
+    # private: the stop event: only what the handler touches is built (Agent.__new__), or the sampler's clock is stepped; the stop event: only what the handler touches is built (Agent.__new__)
     assert agent._stop.is_set() and agent._stop_signal == "SIGINT"
     assert '"listening"' in stream.text

@@ -48,6 +48,7 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, rng: random.Random, extras: dict[str
            ) -> bytes:
     """What a tick renders with every cache empty (the reference the cached rendering must equal)."""
     with monkeypatch.context() as m:
+        # private: the renderer's label-text cache: its bound is what is tested
         m.setattr(render_text, "_LABEL_TEXT", {})
         return _tick(rng, extras, workloads, render.Renderer())
 
@@ -99,8 +100,11 @@ def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
     """Every tick a new workload (a pod ending, another starting): each cache keeps at most two generations of
     its bound instead of growing, and what they render stays right across the swaps."""
     render.clear_caches()
+    # private: a tuning constant, shortened for the test (no setting or public name for it)
     monkeypatch.setattr(render_writer, "_SERIES_MAX", 40)
+    # private: a tuning constant, shortened for the test (no setting or public name for it)
     monkeypatch.setattr(render_writer, "_GROUPS_MAX", 30)
+    # private: a tuning constant, shortened for the test (no setting or public name for it)
     monkeypatch.setattr(render_text, "_LABEL_TEXT_MAX", 50)
     rng = random.Random(3)
     workloads = [f"w{i}" for i in range(5)]
@@ -111,7 +115,9 @@ def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
         cached = _tick(rng, {}, workloads)
         rng.setstate(state)
         assert cached == _fresh(monkeypatch, rng, {}, workloads), tick
+        # private: the renderer's process-wide caches: their bounds are what is tested
         c = render_writer._PROCESS
+        # private: the renderer's label-text cache: its bound is what is tested
         assert len(c.series) <= 40 and len(c.series_old) <= 40 and len(render_text._LABEL_TEXT) <= 50
         assert len(c.groups) <= 30 and len(c.groups_old) <= 30
         sizes.add(len(c.groups_old))
@@ -120,6 +126,7 @@ def test_caches_stay_within_their_bounds_while_labels_churn(monkeypatch):
     for fn in ("_new_series", "_new_group"):
         real = getattr(render_writer, fn)
         monkeypatch.setattr(render_writer, fn, lambda *args, real=real: built.append(args) or real(*args))
+    # private: the renderer's process-wide caches: their bounds are what is tested
     c = render_writer._PROCESS
     for cache in ("series", "groups"):  # a swap just now: the last tick's entries all in the old generation
         setattr(c, cache + "_old", {**getattr(c, cache + "_old"), **getattr(c, cache)})
@@ -169,10 +176,12 @@ def test_each_workload_value_lands_in_its_own_series():
                                 host_memory_bytes=24, shared_memory_bytes=25, power_watts=26.5, thermal_celsius=27.5,
                                 basis="memory_model")
     w = Writer()
+    # private: one family of series; render_exposition needs a whole snapshot
     render_findings._render_workloads(w, [st])
     from headroom.analysis.bottleneck import Verdict
 
     wf = SimpleNamespace(name="w", verdict=Verdict(scores={}, evidence={}, candidate="none"), headroom=headroom)
+    # private: one family of series; render_exposition needs a whole snapshot
     render_findings._render_findings(w, SimpleNamespace(gpu_findings=(), workload_findings=(wf,), host=None))
     series = {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in w.render().decode().splitlines()
               if not line.startswith("#") and "bottleneck" not in line}
@@ -225,6 +234,7 @@ def test_each_renderer_keeps_its_own_caches():
     assert len(a.series) == len(b.series) == 1 and len(a.groups) == len(b.groups) == 1
     assert a.series[("headroom_gpu_utilization_ratio", ("0", "GPU-0"))][3] == ',pod="p"'  # rendered once, kept
     assert b.series[("headroom_gpu_utilization_ratio", ("0", "GPU-0"))][3] == ""
+    # private: the renderer's process-wide caches: their bounds are what is tested
     assert not render_writer._PROCESS.series and not render_writer._PROCESS.groups
 
 
@@ -241,6 +251,7 @@ def _status(name: str, processes: int, cpu: float, gpu_util: float) -> object:
 
 def _workloads_text(cache: render.Renderer, statuses: list) -> bytes:
     w = Writer(cache)
+    # private: one family of series; render_exposition needs a whole snapshot
     render_findings._render_workloads(w, statuses)
     return w.render()
 

@@ -34,6 +34,7 @@ workloads:
 def run(config: str, window, statuses=None):
     analysis = Analysis(check_config_text(config + "\nanalysis:\n  hold: 0s\n", "c.yaml"))
     if statuses is not None:
+        # private: the attribution stands in (Analysis takes no attribution argument; the situation names the workloads' GPUs)
         analysis._attribute = lambda sample: statuses
     findings = None
     for i in range(1, len(window) + 1):

@@ -268,6 +268,7 @@ def test_tick_lateness_and_missed_slots_are_measured_against_the_schedule():
     snaps = []
     s = Sampler(render=render_exposition, collectors=[_Taking(SourceContext(), clock)], interval=1.0,
                 collector_timeout=100.0, clock=clock, on_snapshot=snaps.append)
+    # private: the stop event: only what the handler touches is built (Agent.__new__), or the sampler's clock is stepped
     s._stop = clock
     try:
         s.run()

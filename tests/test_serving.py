@@ -557,6 +557,7 @@ def test_the_python_client_layout_is_the_python_clients():
     families, bucket/count/sum order, number format) must be byte for byte what the library prints."""
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+    # private: the simulated runtime's text metric, the one the test builds from
     from headroom.simulation.runtime_metrics import Hist, _Text
 
     registry = CollectorRegistry()
@@ -667,6 +668,7 @@ def test_training_profiles_are_never_searched_for_an_endpoint():
     profile = profile_from_dict({"name": "trainer", "kind": "training", "match": {"cmdline": "."}})
     c = ServingCollector(SourceContext(settings={"detect_interval": 3600}, workloads=(profile,)))
     try:
+        # private: the detector is made lazily: that none was made is what is tested
         assert c.detect() == {} and c._detector is None
     finally:
         c.close()

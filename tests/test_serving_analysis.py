@@ -303,10 +303,12 @@ def test_the_serving_state_is_in_the_status_api_and_the_page():
         return "cannot connect: Connection refused" if t >= 10 else {"usage": 0.5, "running": 4, "waiting": 0}
 
     wf = _run(phase, 15)[-1]
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     serving_status = landing._workload_status(wf, None)["serving"]
     assert "scrapes" not in serving_status  # the counts are in the evidence, not 15 scrapes per workload
     assert serving_status["state"] == "down"
     assert serving_status["state_reason"].startswith("serving endpoint down: cannot connect")
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     page = landing._serving_line(serving_status)
     assert "down" in page and "5 of 15 scrapes of the window failed" in page
 
@@ -480,8 +482,10 @@ def test_an_ollama_cards_memory_is_its_resident_models_in_the_verdict():
     assert not wf.serving.idle  # Ollama says nothing of requests: never called idle from its endpoint
     from headroom.exposition import landing
 
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     status = landing._workload_status(wf, None)["serving"]
     assert status["resident_models"] == ["gemma3:latest"] and status["resident_vram_bytes"] == 5964735424.0
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     assert landing._serving_line(status) == ('<p class="serving">ollama: <b>1</b> model loaded (gemma3:latest), '
                                              '5.56 GiB, 5.56 GiB in GPU memory</p>')
 
@@ -492,10 +496,13 @@ def test_the_newer_families_are_in_the_status_api_and_the_page():
 
     wf = finding(Host(), VLLM_GPU, serving(usage=0.97, waiting=6, deferred=2, rejections_per_second=0.5,
                                            sleep_level=0))
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     status = landing._workload_status(wf, None)["serving"]
     assert (status["deferred"], status["rejections_per_minute"], status["sleep_level"]) == (2.0, 30.0, 0)
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     page = landing._serving_line(status)
     assert "(2 deferred, not for capacity)" in page and "<b>30.0</b>/min refused at admission" in page
+    # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     asleep = landing._serving_line(landing._workload_status(
         finding(Host(), Gpu(util=0.0), serving(usage=0.0, running=0, waiting=0, sleep_level=2)), None)["serving"])
     assert "asleep (sleep level 2): idle, not broken" in asleep

@@ -65,6 +65,7 @@ def test_the_sort_based_sampler_is_what_makes_the_v011_rows_fit():
 
     case = CASES["qwen3-32b-h100-v011"]
     assert abs(ev.error(case)) < 0.05
+    # private: the evidence case's profile document: sizing_evidence exports only the error and the table
     p = profile_from_dict(ev._profile(case), attributable=False)
     old = replace(DEFAULTS, sampler_bytes_per_logit=4)
     r = estimate(p, gpu_memory_bytes=int(case.gpu_memory_gib * ev.GIB), overhead=old).runtime_report
@@ -101,6 +102,7 @@ def test_sglang_tokens_are_the_logs_rest_memory_over_the_cell():
     from headroom.workload.sizing.plan import _plan  # private: the plan's KV layout (no public name gives it)
 
     case = CASES["qwq-32b-l4x4-sglang"]
+    # private: the evidence case's profile document: sizing_evidence exports only the error and the table
     layout = _plan(profile_from_dict(ev._profile(case), attributable=False), DEFAULTS).layout
     assert layout is not None
     rest = (6.09 - 21.63 * (1 - case.flags["mem_fraction_static"])) * ev.GIB

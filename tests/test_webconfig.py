@@ -352,6 +352,7 @@ def test_successful_checks_are_cached_and_failures_never_are(auth_config, monkey
 
 
 def test_the_success_cache_is_bounded(site, monkeypatch):
+    # private: a tuning constant, shortened for the test (no setting or public name for it)
     monkeypatch.setattr(webconfig, "_AUTH_CACHE_SIZE", 2)
     users = {f"user{i}": hashed(f"pw{i}") for i in range(3)}
     text = "basic_auth_users:\n" + "".join(f'  {u}: "{h}"\n' for u, h in users.items())

@@ -9,6 +9,8 @@ import json
 import pytest
 
 from headroom.analysis.bottleneck import gib
+
+# private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
 from headroom.exposition.landing import _fmt_gib
 from headroom.units import GIB, format_size
 

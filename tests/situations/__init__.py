@@ -300,6 +300,7 @@ def analyse(config_text: str, window: list[Sample], hold: float = 0.0, analysis:
     config = check_config_text(config_text + f"\nanalysis:\n  hold: {hold}s\n{analysis}", "c.yaml")
     analysis = Analysis(config)
     if gpus_of:
+        # private: the attribution stands in (Analysis takes no attribution argument; the situation names the workloads' GPUs)
         analysis._attribute = lambda sample: tuple(
             SimpleNamespace(name=n, gpu_indices=g, processes=1, estimate=None, expected_peak_bytes=None)
             for n, g in gpus_of.items())
