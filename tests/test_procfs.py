@@ -167,11 +167,9 @@ def test_a_kept_proc_file_is_regenerated_by_every_read_from_offset_0():
         while time.process_time() - start < 0.05:
             pass
         after = procfs.parse_pid_stat(f.text())
-        # private: ProcFile's kept descriptor: that it is kept, or closed, is what is tested
-        fd = f._fd
+        fd = f.descriptor
         assert fd is not None and f.text().split()[0] == str(os.getpid())
-        # private: ProcFile's kept descriptor: that it is kept, or closed, is what is tested
-        assert f._fd == fd, "the descriptor is kept between reads"
+        assert f.descriptor == fd, "the descriptor is kept between reads"
     finally:
         f.close()
     assert after.utime_seconds + after.stime_seconds >= before.utime_seconds + before.stime_seconds + 0.03
@@ -196,8 +194,7 @@ def test_a_failed_read_drops_the_descriptor_and_the_next_read_opens_the_path_aga
     f = procfs.ProcFile(path, keep=True)
     with pytest.raises(OSError):
         f.read()
-    # private: ProcFile's kept descriptor: that it is kept, or closed, is what is tested
-    assert f._fd is None
+    assert f.descriptor is None
     path.rmdir()
     path.write_text("25000\n")
     try:
@@ -215,8 +212,7 @@ def test_a_file_not_kept_is_opened_on_every_read(tmp_path):
     replacement = tmp_path / "new"
     replacement.write_text("4 5 6 1/100 43\n")
     replacement.replace(path)
-    # private: ProcFile's kept descriptor: that it is kept, or closed, is what is tested
-    assert f.text() == "4 5 6 1/100 43\n" and f._fd is None
+    assert f.text() == "4 5 6 1/100 43\n" and f.descriptor is None
 
 
 # ------------------------------------------------------------------------------------ memory, vmstat

@@ -101,6 +101,11 @@ class ProcFile:
         """``read()`` decoded as UTF-8 (``errors`` as for bytes.decode: a bad byte raises ValueError)."""
         return self.read().decode("utf-8", errors)
 
+    @property
+    def descriptor(self) -> int | None:
+        """The descriptor kept open between reads (``keep``), or None: none is open (PidFiles.open_descriptors)."""
+        return self._fd
+
     def close(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None:
