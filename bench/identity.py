@@ -22,7 +22,7 @@ from bench.stats import Spread
 from headroom.exposition import render
 from headroom.exposition.render.collectors import _render_identity  # private: no public name
 from headroom.exposition.render.findings import _render_workloads  # private: no public name
-from headroom.samples import GpuProcess, GpuSample, NvmlSample, Sample, SourceResult
+from headroom.samples import GpuProcess, GpuSample, NvmlSample, PreviousTick, Sample, SourceResult
 from headroom.sources import Paths, SourceContext
 from headroom.sources.identity import IdentityCollector
 from headroom.workload import attribution
@@ -55,7 +55,7 @@ def measure(pods: int, ticks: int, memory: bool = False) -> tuple[Spread, Spread
             _pod(root, pid)
         state: dict[str, Sample] = {}
         c = IdentityCollector(SourceContext(paths=Paths(procfs=root / "proc", sysfs=root / "sys", rootfs=root / "root"),
-                                            settings={"kubernetes": False}, previous=lambda: state.get("s")))
+                                            settings={"kubernetes": False}, previous=lambda: PreviousTick.of(state.get("s"))))
         c.kubernetes = True  # pods named from containerd's bundles; no kubelet thread in the measured tick
         collect, analyse = [], []
         next_pid = live[-1] + 1

@@ -26,6 +26,14 @@ from bench.stats import Spread
 SOURCE = "agent/headroom/sources/identity"  # a package since issue 31's split; identity.py in refs before it
 
 
+def _takes_previous_tick(cls: type) -> bool:
+    """Whether a ref's collector reads ``SourceContext.previous`` as a samples.PreviousTick (issue 31) rather than
+    as the newest Sample."""
+    import inspect
+
+    return "previous_tick()" in inspect.getsource(inspect.getmodule(cls))  # type: ignore[arg-type]
+
+
 def load_ref(ref: str, into: Path) -> type:
     """The IdentityCollector class of ``ref``'s identity collector, as a module (or package) of its own, not
     registered: ``ref``'s sources/identity/ package (its modules' imports of one another renamed), or its
@@ -72,6 +80,7 @@ def main() -> int:
     from bench.pods import PodChurn
     from headroom import logs
     from headroom.config import check_config_text
+    from headroom.daemon import LatestSample
     from headroom.simulation import load_scenario
     from headroom.sources.identity import IdentityCollector
 
@@ -89,9 +98,13 @@ def main() -> int:
         churn = PodChurn(args.pods, load_scenario(inputs.scenario(gpus)).gpus, workdir / "pods")
         farm.resize_host(processes)
         sampler = ticks._Ticking(config, inputs.scenario(gpus), churn)
+        # the previous tick as each tree hands it to its collectors: this one's PreviousTick (daemon.LatestSample); a
+        # ref from before it (issue 31), the newest Sample itself
+        latest = LatestSample(sampler.sampler)
         newest = lambda: sampler.sampler.snapshot.sample if sampler.sampler.snapshot else None  # noqa: E731
         for name, cls in classes.items():
-            c = collectors[name] = cls(dataclasses.replace(sampler.identity.ctx, previous=newest))
+            previous = latest if cls is IdentityCollector or _takes_previous_tick(cls) else newest
+            c = collectors[name] = cls(dataclasses.replace(sampler.identity.ctx, previous=previous))
             c.poller.close()  # type: ignore[attr-defined]
             c.poller = sampler.identity.poller  # type: ignore[attr-defined]  # one kubelet, asked between ticks
         cpu: dict[str, list[float]] = {name: [] for name in classes}

@@ -416,3 +416,57 @@ def test_the_situations_corpus_lives_beside_the_tests_and_the_agent_never_import
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n == "situations" or n.startswith("situations.") or ".situations" in n for n in names), \
                 f"{path.relative_to(PKG)} imports the situation corpus"
+
+# the contract typed and one-way (issue 31): what crosses the seams of a tick is a typed value, and the one input a
+# collector has of the tick before is the PreviousTick (docs/architecture.md draws it)
+def test_a_collector_reads_the_previous_tick_only_as_a_previous_tick():
+    """Sources reach the last tick through ``SourceContext.previous_tick()`` (a samples.PreviousTick), never the
+    callable itself nor a Sample's ``data(name)``: what they read of it is PreviousTick's fields."""
+    for p in (PKG / "sources").rglob("*.py"):
+        if p == PKG / "sources" / "__init__.py":
+            continue
+        text = p.read_text()
+        assert "ctx.previous(" not in text and "ctx.previous," not in text, f"{p.relative_to(PKG)}: ctx.previous"
+        assert 'previous.data("' not in text, f"{p.relative_to(PKG)} reads the previous Sample by name"
+
+
+def test_the_previous_tick_is_documented_field_by_field():
+    import dataclasses
+
+    from headroom.samples import PreviousTick
+
+    doc = (PKG.parent.parent / "docs" / "architecture.md").read_text()
+    assert "PreviousTick" in doc
+    section = doc[doc.index("PreviousTick"):]
+    for f in dataclasses.fields(PreviousTick):
+        assert f"`{f.name}`" in section, f"docs/architecture.md does not name PreviousTick.{f.name}"
+
+
+def test_the_seams_of_a_tick_are_typed():
+    """SourceContext, Snapshot and the sampler's inputs name their types (no Any), the sampler does not probe the
+    findings with hasattr/getattr, and the analysis imports attribution outright (no ImportError fallback)."""
+    import dataclasses
+
+    from headroom.samples import Snapshot
+    from headroom.sources import SourceContext
+
+    typed = {"scenario", "workloads", "previous"}
+    for f in dataclasses.fields(SourceContext):
+        if f.name in typed:
+            assert "Any" not in str(f.type), f"SourceContext.{f.name}: {f.type}"
+    (findings,) = [f for f in dataclasses.fields(Snapshot) if f.name == "findings"]
+    assert "Any" not in str(findings.type), findings.type
+    sampler = (PKG / "sampler.py").read_text()
+    assert "hasattr(" not in sampler and 'getattr(findings' not in sampler
+    assert "except ImportError" not in (PKG / "analysis" / "pipeline.py").read_text()
+
+
+def test_the_contract_modules_are_held_to_the_strict_type_checks():
+    import tomllib
+
+    config = tomllib.loads((PKG.parent.parent / "pyproject.toml").read_text())
+    strict, ignored = config["tool"]["mypy"]["overrides"][0], config["tool"]["mypy"]["overrides"][-1]
+    assert strict.get("disallow_untyped_defs") and ignored.get("ignore_errors")
+    for module in ("headroom.samples", "headroom.sampler", "headroom.sources", "headroom.sources.neighbours",
+                   "headroom.sources.processes", "headroom.sources.processes.*"):
+        assert module in strict["module"] and module not in ignored["module"], module

@@ -26,6 +26,7 @@ from headroom.samples import (
     IdentitySample,
     Launcher,
     NvmlSample,
+    PreviousTick,
     ProcessesSample,
     Sample,
     SourceResult,
@@ -185,7 +186,7 @@ def _v1_writable() -> str:
 
 
 def _processes(previous) -> ProcessesCollector:
-    return ProcessesCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS), previous=lambda: previous))
+    return ProcessesCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS), previous=lambda: PreviousTick.of(previous)))
 
 
 def _check_entry(entry: WorkloadProcesses, parent: int, kids: list[int]) -> None:
@@ -214,7 +215,7 @@ def test_a_slurm_job_on_cgroup_v1_has_every_process_of_its_cgroup_measured_as_pr
     with _cgroups(dirs), _family(dirs) as (proc, kids):
         time.sleep(0.3)
         ident = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS, rootfs=tmp_path),
-                                                settings={"auto": ["jobs"]}, previous=lambda: _sample(nvml=_nvml(proc.pid))))
+                                                settings={"auto": ["jobs"]}, previous=lambda: PreviousTick.of(_sample(nvml=_nvml(proc.pid)))))
         (g,) = ident.collect().groups
         assert (g.kind, g.name, g.pids) == ("job", job, (proc.pid,))
         assert sorted(g.members) == sorted([proc.pid, *kids])  # freezer's cgroup.procs of the job and below
@@ -249,7 +250,7 @@ def test_a_slurm_job_on_cgroup_v2_lists_its_steps_and_tasks(tmp_path):
     task = base / f"system.slice/slurmstepd.scope/{job}/step_0/user/task_0"
     with _cgroups([task]), _family([task]) as (proc, kids):
         ident = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS, rootfs=tmp_path),
-                                                settings={"auto": ["jobs"]}, previous=lambda: _sample(nvml=_nvml(kids[1]))))
+                                                settings={"auto": ["jobs"]}, previous=lambda: PreviousTick.of(_sample(nvml=_nvml(kids[1])))))
         (g,) = ident.collect().groups
         assert (g.name, g.pids) == (job, (kids[1],))
         assert sorted(g.members) == sorted([proc.pid, *kids])
@@ -294,7 +295,7 @@ def test_a_declared_profile_keeps_its_processes_and_takes_the_place_of_an_identi
         same = IdentityGroup("pod", "trainer", pids=(kids[1],))  # a declared profile's name: not an automatic one
         previous = _sample(identity=IdentitySample(groups=(other, same)))
         c = ProcessesCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS), workloads=(mine,),
-                                             previous=lambda: previous))
+                                             previous=lambda: PreviousTick.of(previous)))
         out = c.collect().workloads
         assert [w.name for w in out] == ["trainer", "ns/other"]
         assert sorted(out[1].pids) == sorted([proc.pid, *kids]) and me not in out[1].pids
@@ -305,7 +306,7 @@ def test_automatic_entries_follow_their_identities_and_leave_nothing_behind():
         groups = [IdentityGroup("pod", f"ns/p{i}", pids=(k,)) for i, k in enumerate(kids)]
         current = {"groups": tuple(groups)}
         c = ProcessesCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS),
-                                             previous=lambda: _sample(identity=IdentitySample(groups=current["groups"]))))
+                                             previous=lambda: PreviousTick.of(_sample(identity=IdentitySample(groups=current["groups"])))))
         assert [(w.name, w.pids) for w in c.collect().workloads] == [(f"ns/p{i}", (k,)) for i, k in enumerate(kids)]
         # private: the identity collector's bookkeeping: its bound (nothing left of gone processes) is what is tested, no public name shows it
         assert len(c._auto) == 3 and c._auto_pids == set(kids)
@@ -352,8 +353,8 @@ def test_an_idle_automatic_workload_is_read_again_when_its_cgroup_moves_and_a_bu
             groups = {"idle": IdentityGroup("pod", "ns/idle", pids=(waker.pid,), cgroup=cgroup(1.0)),
                       "busy": IdentityGroup("pod", "ns/busy", pids=(kids[0],), members=(proc.pid,), cgroup=cgroup(2.0))}
             c = _processes(None)
-            c.ctx = SourceContext(paths=c.ctx.paths, previous=lambda: _sample(identity=IdentitySample(
-                groups=tuple(groups.values()))))
+            c.ctx = SourceContext(paths=c.ctx.paths, previous=lambda: PreviousTick.of(_sample(identity=IdentitySample(
+                groups=tuple(groups.values())))))
             # kids[0] has run before the first measurement, so that one finds it busy (CPU since its start): one
             # found idle is measured again only when its cgroup figures move, which these fixed ones never do (on
             # a loaded machine, 4 test workers on 2 cores, the new child had not run yet and read 0.0 throughout)
@@ -660,12 +661,13 @@ def test_on_a_hybrid_host_what_the_unified_tree_lacks_comes_from_the_v1_hierarch
 def test_neighbours_are_looked_for_under_host_pressure_that_the_workloads_own_use_discounts():
     """An idle job on a saturated host scores cpu ~0 (not blamed), yet who saturates it must still be named: the
     neighbour scan runs when the analysis found host-wide pressure, not only when a workload scored it."""
+    from headroom.daemon import previous_tick
     from headroom.sources.neighbours import scored
 
     group = IdentityGroup("pod", "ml/trainer-0", pids=(500,), gpus=("GPU-0",), pod="trainer-0", namespace="ml")
     idle = _analyse(_auto_window(group, own_cores=0.005))
     assert idle.workload_findings[0].verdict.scores["cpu"] < 0.1
     assert idle.host.host_pressure["cpu"] > 0.9
-    assert scored(idle) is True
+    assert scored(previous_tick(Sample(0.0, 0.0), idle)) is True
     calm = _analyse(_auto_window(group, own_cores=0.005, host_busy=0.1, psi=0.0))
-    assert scored(calm) is False
+    assert scored(previous_tick(Sample(0.0, 0.0), calm)) is False

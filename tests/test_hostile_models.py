@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from headroom.safeio import Credentials, FileRefused, Tree
-from headroom.samples import IdentityGroup
+from headroom.samples import IdentityGroup, PreviousTick
 from headroom.sources import Paths, SourceContext
 from headroom.sources.identity import IdentityCollector, process_identity, read_launcher_model
 
@@ -504,7 +504,7 @@ def _two_launchers(tmp_path: Path) -> tuple[IdentityCollector, Path]:
 
     previous = _sample(0.0, (IdentityGroup(kind="x", name="x", pids=(61, 71)),))
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
-                                        previous=lambda: previous))
+                                        previous=lambda: PreviousTick.of(previous)))
     return c, tmp_path / "rootfs"
 
 

@@ -30,6 +30,7 @@ from headroom.samples import (
     IdentitySample,
     IdentitySource,
     NvmlSample,
+    PreviousTick,
     ProcessesSample,
     Sample,
     SourceResult,
@@ -257,7 +258,7 @@ def test_pods_and_jobs_holding_gpus_become_workloads_with_labels(tmp_path, kubel
     nvml = NvmlCollector(SourceContext(paths=paths, scenario=scenario, monotonic=clock,
                                        settings={"pcie_poll_interval": 60.0}))
     ident = IdentityCollector(SourceContext(
-        paths=paths, previous=lambda: holder["s"].snapshot.sample if holder["s"].snapshot else None,
+        paths=paths, previous=lambda: PreviousTick.of(holder["s"].snapshot.sample if holder["s"].snapshot else None),
         settings={"kubernetes": True, "pod_resources_socket": str(sock), "pod_resources_refresh": 0.05}))
     sampler = holder["s"] = Sampler(render=render_exposition, collectors=[nvml, ident], interval=1.0, collector_timeout=10.0,
                                     analyse=Analysis(load_config(None)), clock=clock)
@@ -366,7 +367,7 @@ def test_units_and_containers_only_when_asked(tmp_path):
 
     def names(**settings):
         c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
-                                            settings=settings, previous=lambda: previous))
+                                            settings=settings, previous=lambda: PreviousTick.of(previous)))
         return sorted((g.kind, g.name) for g in c.collect().groups)
 
     assert names() == []  # default: pods (with --kubernetes) and jobs only
@@ -403,7 +404,7 @@ def test_churn_new_pods_every_tick_leave_no_series_or_state(tmp_path):
     current = {}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
                                         settings={"auto": ["jobs", "units"]},
-                                        previous=lambda: current.get("previous")))
+                                        previous=lambda: PreviousTick.of(current.get("previous"))))
     widths = set()
     for tick in range(600):
         pids = (100_000 + tick, 100_000 + tick + 1)  # two live jobs, one replaced per tick
@@ -436,7 +437,7 @@ def test_cap_drops_identities_beyond_it_and_counts_each_once(tmp_path):
     proc = tmp_path / "proc"
     current = {}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
-                                        settings={"max_workloads": 2}, previous=lambda: current["previous"]))
+                                        settings={"max_workloads": 2}, previous=lambda: PreviousTick.of(current["previous"])))
 
     def tick(jobs):
         for j in jobs:
@@ -467,7 +468,7 @@ def test_job_mapping_dir_labels_gpus_and_makes_job_workloads(tmp_path):
     (mapping / "7").write_text("9002\n")  # no GPU 7 here
     previous = _sample([GpuSample(0, "GPU-a", "x", "0"), GpuSample(1, "GPU-b", "x", "1")])
     c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path, sysfs=tmp_path, rootfs=Path("/")),
-                                        settings={"hpc_job_mapping_dir": str(mapping)}, previous=lambda: previous))
+                                        settings={"hpc_job_mapping_dir": str(mapping)}, previous=lambda: PreviousTick.of(previous)))
     s = c.collect()
     assert [(g.name, g.gpus) for g in s.groups] == [("job_9001", ("GPU-b",))]
     assert s.sources[0].up and s.sources[0].unknown_devices == ("7",)
@@ -543,7 +544,7 @@ def test_identity_cgroup_files_are_read_fresh_each_tick_and_released_when_it_end
     (d / "cgroup.procs").write_text("")
     current = {"previous": _sample([GpuSample(0, "GPU-a", "x", "0", processes=(GpuProcess(4242, 1),))])}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
-                                        settings={"kubernetes": False}, previous=lambda: current["previous"]))
+                                        settings={"kubernetes": False}, previous=lambda: PreviousTick.of(current["previous"])))
     c.kubernetes = True  # pods from their cgroups alone, no kubelet thread
     # private: kept descriptors are a live kernel's rule; a fixture tree turns them off, no setting says it
     assert not c._keep_cgroup_files  # a fixture tree: files are opened by path each tick (procfs.ProcFile's rule)
@@ -585,8 +586,8 @@ def test_identity_cgroups_beyond_the_open_directories_are_read_by_path(tmp_path,
         _proc(proc, pid, f"0::{path}/step_0")
         _cgroup(sysfs, path, memory=pid, pids=2)
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path / "root"),
-                                        previous=lambda: _sample([GpuSample(0, "GPU-a", "x", "0", processes=(
-                                            GpuProcess(4242, 1), GpuProcess(4343, 1)))])))
+                                        previous=lambda: PreviousTick.of(_sample([GpuSample(0, "GPU-a", "x", "0", processes=(
+                                            GpuProcess(4242, 1), GpuProcess(4343, 1)))]))))
     # private: kept descriptors are a live kernel's rule; a fixture tree turns them off, no setting says it
     c._keep_cgroup_files = True  # as on a live kernel's /sys (the pids here are a fixture's, not watched)
     try:
@@ -610,7 +611,7 @@ def test_the_kubelets_answer_is_read_again_when_it_or_the_gpus_change(tmp_path, 
                                                     rootfs=tmp_path / "root"),
                                         settings={"kubernetes": True, "pod_resources_socket": str(sock),
                                                   "pod_resources_refresh": 3600.0},
-                                        previous=lambda: _sample(current["gpus"])))
+                                        previous=lambda: PreviousTick.of(_sample(current["gpus"]))))
 
     def tick():
         s = c.collect()
@@ -668,7 +669,7 @@ def _collector(tmp_path: Path, previous, **settings) -> IdentityCollector:
     c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path / "proc", sysfs=tmp_path / "sys",
                                                     rootfs=tmp_path / "root"),
                                         settings={"auto": ["pods", "jobs", "containers", "units"], **settings},
-                                        previous=lambda: previous))
+                                        previous=lambda: PreviousTick.of(previous)))
     c.kubernetes = True  # pods from their cgroups alone, no kubelet thread
     return c
 
@@ -778,7 +779,7 @@ def test_a_pod_the_kubelet_does_not_list_is_not_shown_as_that_pod(tmp_path, kube
                         GpuSample(1, "GPU-b", "x", "1", processes=(GpuProcess(32, 1),))])
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=rootfs),
                                         settings={"kubernetes": True, "pod_resources_socket": str(sock),
-                                                  "pod_resources_refresh": 3600.0}, previous=lambda: previous))
+                                                  "pod_resources_refresh": 3600.0}, previous=lambda: PreviousTick.of(previous)))
     try:
         before = c.collect()  # no answer yet: pods from their cgroups alone
         assert sorted(g.name for g in before.groups) == [stray, "ml/chat-0", "ml/ghost"]
@@ -830,7 +831,7 @@ def test_job_mapping_is_read_again_only_when_it_changed(tmp_path):
     _old(mapping)
     previous = _sample([GpuSample(0, "GPU-a", "x", "0")])
     c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path, sysfs=tmp_path, rootfs=tmp_path),
-                                        settings={"hpc_job_mapping_dir": str(mapping)}, previous=lambda: previous))
+                                        settings={"hpc_job_mapping_dir": str(mapping)}, previous=lambda: PreviousTick.of(previous)))
     assert [g.name for g in c.collect().groups] == ["job_4242"]
     mtime = (mapping / "0").stat().st_mtime_ns
     (mapping / "0").write_text("4343\n")  # same size
@@ -857,7 +858,7 @@ def test_a_huge_job_mapping_directory_is_bounded(tmp_path):
         (mapping / str(i)).write_text(f"{i}\n")
     previous = _sample([GpuSample(0, "GPU-a", "x", "0")])
     c = IdentityCollector(SourceContext(paths=Paths(procfs=tmp_path, sysfs=tmp_path, rootfs=tmp_path),
-                                        settings={"hpc_job_mapping_dir": str(mapping)}, previous=lambda: previous))
+                                        settings={"hpc_job_mapping_dir": str(mapping)}, previous=lambda: PreviousTick.of(previous)))
     s = c.collect()
     src = s.sources[0]
     assert [g.name for g in s.groups] == ["job_0"]  # this host's GPU's file, wherever the listing stopped

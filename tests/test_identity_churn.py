@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from headroom.samples import GpuProcess, GpuSample, NvmlSample, Sample, SourceResult
+from headroom.samples import GpuProcess, GpuSample, NvmlSample, PreviousTick, Sample, SourceResult
 from headroom.sources import Paths, SourceContext
 
 # launcher_step: patched where the collector looks it up; CGROUP_EVERY_TICK: in the module of the cgroup reads
@@ -60,7 +60,7 @@ def test_a_gpu_process_that_exits_leaves_at_once_though_nvml_still_lists_it(tmp_
     has it, and its descriptor is closed."""
     listed: dict[str, Sample] = {}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=tmp_path, rootfs=tmp_path),
-                                        previous=lambda: listed["s"]))
+                                        previous=lambda: PreviousTick.of(listed["s"])))
     # private: the launcher scan: its reads (or its absence) are what is tested, no public name shows it
     c._scan = None  # GPU processes only: this machine's launchers without a GPU (other users' CPU servers) are not
     # what this test counts
@@ -86,12 +86,13 @@ import json, os, subprocess, sys
 from pathlib import Path
 sys.path[:0] = [{tests!r}]
 from test_identity_churn import _sample, _torchrun, _stop
+from headroom.samples import PreviousTick
 from headroom.sources import Paths, SourceContext
 from headroom.sources.identity import IdentityCollector
 
 listed = {{}}
 c = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=Path({tmp!r}), rootfs=Path({tmp!r})),
-                                    previous=lambda: listed["s"]))
+                                    previous=lambda: PreviousTick.of(listed["s"])))
 first = _torchrun("first")
 listed["s"] = _sample({{"GPU-a": (first.pid,)}})
 out = {{"before": [g.name for g in c.collect().groups]}}
@@ -142,7 +143,7 @@ def test_a_launchers_ancestors_are_read_once_while_they_live(tmp_path, monkeypat
     launcher = _torchrun("workers", LAUNCHER, stdout=subprocess.PIPE, text=True, start_new_session=True)
     listed: dict[str, Sample] = {}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=tmp_path, rootfs=tmp_path),
-                                        previous=lambda: listed["s"]))
+                                        previous=lambda: PreviousTick.of(listed["s"])))
     try:
         assert launcher.stdout is not None
         one, two = (int(p) for p in launcher.stdout.readline().split())
@@ -189,7 +190,7 @@ def test_cgroup_figures_of_many_identities_are_read_within_the_refresh_bound(tmp
         _job(proc, sysfs, 1000 + j, j, 0)
     listed: dict[str, Sample] = {"s": _sample({"GPU-a": tuple(1000 + j for j in jobs)})}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path), interval=2.5,
-                                        settings={"auto": ["jobs"]}, previous=lambda: listed["s"]))
+                                        settings={"auto": ["jobs"]}, previous=lambda: PreviousTick.of(listed["s"])))
     assert c.refresh_ticks == 4  # 10 s at 2.5 s a tick
     ages = []
     for tick in range(1, 13):
@@ -217,7 +218,7 @@ def test_an_unchanged_identity_is_last_ticks_object(tmp_path):
     _job(proc, sysfs, 1002, 2, 200)
     listed = {"s": _sample({"GPU-a": (1001, 1002)})}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path),
-                                        previous=lambda: listed["s"]))
+                                        previous=lambda: PreviousTick.of(listed["s"])))
     one, two = c.collect().groups
     again = c.collect().groups
     assert again[0] is one and again[1] is two
@@ -290,7 +291,7 @@ def test_what_changed_is_worked_again_and_the_rest_kept_equals_reading_everythin
     settings = {"kubernetes": True, "pod_resources_socket": str(sock), "pod_resources_refresh": 3600.0,
                 "max_workloads": 1000}
     ctx = SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=rootfs), settings=settings,
-                        previous=lambda: listed["s"])
+                        previous=lambda: PreviousTick.of(listed["s"]))
     c = IdentityCollector(ctx)
     try:
         for tick in range(200):
@@ -343,7 +344,7 @@ def test_a_tick_that_fails_midway_leaves_no_stale_identity(tmp_path, monkeypatch
     _job(proc, sysfs, 1002, 2, 200)
     listed = {"s": _sample({"GPU-a": (1001,)})}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=sysfs, rootfs=tmp_path),
-                                        previous=lambda: listed["s"]))
+                                        previous=lambda: PreviousTick.of(listed["s"])))
     assert [g.name for g in c.collect().groups] == ["job_1"]
     listed["s"] = _sample({"GPU-a": (1001, 1002)})
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from headroom.samples import GpuSample, MigInstance, NvmlSample, Sample, SourceResult
+from headroom.samples import GpuSample, MigInstance, NvmlSample, PreviousTick, Sample, SourceResult
 from headroom.sources import Paths, SourceContext
 from headroom.sources.identity import IdentityCollector
 from headroom.sources.kubelet import (
@@ -236,7 +236,7 @@ def _collector(tmp_path, sock, previous, **settings) -> IdentityCollector:
     ctx = SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=Path("/")),
                         settings={"kubernetes": True, "pod_resources_socket": str(sock), "pod_resources_refresh": 0.05,
                                   **settings},
-                        previous=lambda: previous)
+                        previous=lambda: PreviousTick.of(previous))
     return IdentityCollector(ctx)
 
 
@@ -409,7 +409,7 @@ def test_unreachable_kubelet_shows_in_metrics_status_and_log(tmp_path, capsys, c
         paths=Paths(procfs=tmp_path, sysfs=tmp_path, rootfs=Path("/")),
         settings={"kubernetes": True, "pod_resources_socket": str(tmp_path / "absent.sock"),
                   "pod_resources_refresh": 0.05},
-        previous=lambda: holder["s"].snapshot.sample if holder["s"].snapshot else None))
+        previous=lambda: PreviousTick.of(holder["s"].snapshot.sample if holder["s"].snapshot else None)))
     sampler = holder["s"] = Sampler(render=render_exposition, collectors=[c], interval=1.0, collector_timeout=10.0)
     try:
         for _ in range(400):

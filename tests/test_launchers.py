@@ -23,6 +23,7 @@ from headroom.samples import (
     IdentitySample,
     ModelInfo,
     NvmlSample,
+    PreviousTick,
     ProcessesSample,
     Sample,
     SourceResult,
@@ -378,10 +379,10 @@ def test_the_identity_collector_makes_a_workload_of_a_launcher_outside_any_pod(t
 
     def collect(**settings):
         return IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
-                                               previous=lambda: previous, settings=settings)).collect()
+                                               previous=lambda: PreviousTick.of(previous), settings=settings)).collect()
 
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
-                                        previous=lambda: previous))
+                                        previous=lambda: PreviousTick.of(previous)))
     s = c.collect()
     assert [(g.kind, g.name, g.pids, g.launcher.port) for g in s.groups] == [("launcher", "vllm/Qwen3-0.6B:8001",
                                                                                (51,), 8001)]
@@ -421,7 +422,7 @@ def test_found_is_logged_only_for_launchers_that_become_automatic_workloads(tmp_
                                  "processes": SourceResult("processes", True, 0.0, ProcessesSample(workloads=claimed))})
 
     c = IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
-                                        workloads=(chat,), previous=lambda: newest["sample"]))
+                                        workloads=(chat,), previous=lambda: PreviousTick.of(newest["sample"])))
     try:
         newest["sample"] = previous((members,))
         with capture_logs() as logs:
@@ -521,7 +522,7 @@ def test_an_automatic_servers_metrics_are_scraped_where_its_command_line_says(tm
     proc = subprocess.Popen([sys.executable, "-c", SERVE_FILE, *argv])
     g = _group(proc.pid, " ".join(argv), model_info())
     holder = {"s": _sample(1.0, (g,))}
-    c = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: holder["s"]))
+    c = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: PreviousTick.of(holder["s"])))
     try:
         deadline = time.monotonic() + 20
         served = c.collect()
@@ -544,7 +545,7 @@ def test_an_automatic_servers_metrics_are_scraped_where_its_command_line_says(tm
         # a profile with only an endpoint naming the same server (localhost spelled out): that profile's, scraped once
         holder["s"] = _sample(1.0, (g,))
         only = profile_from_dict({"name": "chat", "kind": "inference", "endpoint": f"http://localhost:{port}/metrics"})
-        c2 = ServingCollector(SourceContext(settings={"detect": False}, workloads=(only,), previous=lambda: holder["s"]))
+        c2 = ServingCollector(SourceContext(settings={"detect": False}, workloads=(only,), previous=lambda: PreviousTick.of(holder["s"])))
         try:
             assert [e.workload for e in c2.collect().endpoints] == ["chat"]
         finally:
@@ -638,7 +639,7 @@ def test_a_serving_launcher_without_a_gpu_is_a_workload_whose_endpoint_is_scrape
 
     early, early_port = start()
     c = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=tmp_path / "sys", rootfs=tmp_path),
-                                        previous=_no_gpus))
+                                        previous=lambda: PreviousTick.of(_no_gpus())))
     late = None
     try:
         (g,), _ = _mine(c, early.pid)
@@ -654,7 +655,7 @@ def test_a_serving_launcher_without_a_gpu_is_a_workload_whose_endpoint_is_scrape
         mine = tuple(x for x in identity.groups if x.pids in ((early.pid,), (late.pid,)))
         holder["s"] = Sample(2.0, 2.0, {**_no_gpus(2.0).sources, "identity": SourceResult("identity", True, 0.0,
                                                                                          IdentitySample(groups=mine))})
-        serving = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: holder["s"]))
+        serving = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: PreviousTick.of(holder["s"])))
         try:
             deadline = time.monotonic() + 20
             served = serving.collect()
@@ -713,7 +714,7 @@ def test_launchers_without_a_gpu_are_the_outermost_bounded_and_not_while_their_g
 
     def collector(**settings) -> IdentityCollector:
         return IdentityCollector(SourceContext(paths=Paths(procfs=proc, sysfs=tmp_path / "sys", rootfs=tmp_path),
-                                               previous=lambda: previous, settings=settings))
+                                               previous=lambda: PreviousTick.of(previous), settings=settings))
 
     c = collector()
     try:
@@ -882,7 +883,7 @@ def test_an_automatic_ollama_server_has_its_api_ps_read(tmp_path):
     launcher = replace(parse(["ollama", "serve"]), metrics_url=f"http://127.0.0.1:{port}/api/ps")
     g = IdentityGroup(kind="launcher", name=display_name(launcher), pids=(proc.pid,), gpus=("GPU-0",),
                       launcher=launcher, model=None)
-    c = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: _sample(1.0, (g,))))
+    c = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: PreviousTick.of(_sample(1.0, (g,)))))
     try:
         deadline = time.monotonic() + 20
         served = c.collect()

@@ -6,13 +6,23 @@ pressure (sources/neighbours.py); the analysis names the top three outside the w
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 from pathlib import Path
 
 import pytest
 
-from headroom.samples import CpuSample, CpuTimes, MemorySample, Pressure, PressureLine, Sample, SourceResult
+from headroom.samples import (
+    CpuSample,
+    CpuTimes,
+    MemorySample,
+    Pressure,
+    PressureLine,
+    PreviousTick,
+    Sample,
+    SourceResult,
+)
 from headroom.sources import Paths, SourceContext
 from headroom.sources.neighbours import NeighbourScan, pressured
 from headroom.sources.processes import PAGE_SIZE, ProcessesCollector
@@ -24,14 +34,15 @@ from situations import ALL, GIB, TRAINER, Gpu, Host, analyse, build_window, neig
 ME = pwd.getpwuid(os.getuid()).pw_name
 
 
-def previous(psi_cpu: float = 0.0, available: int = 200 * GIB, psi: bool = True, load1: float = 1.0) -> Sample:
+def previous(psi_cpu: float = 0.0, available: int = 200 * GIB, psi: bool = True, load1: float = 1.0) -> PreviousTick:
+    """The previous tick as the collectors get it, from a Sample with this CPU and memory (no analysis at hand)."""
     line = PressureLine(psi_cpu, psi_cpu, psi_cpu, 0.0)
     pressure = {"cpu": Pressure(some=line, full=None)} if psi else {}
     cpu = CpuSample(times=CpuTimes(user=0, nice=0, system=0, idle=0, iowait=0), logical_cpus=16, load1=load1,
                     load5=1, load15=1, pressure=pressure)
     mem = MemorySample(total_bytes=256 * GIB, available_bytes=available, free_bytes=available)
-    return Sample(timestamp=1e9, monotonic=0.0, sources={"cpu": SourceResult("cpu", True, 0.0, cpu),
-                                                         "memory": SourceResult("memory", True, 0.0, mem)})
+    return PreviousTick.of(Sample(timestamp=1e9, monotonic=0.0, sources={"cpu": SourceResult("cpu", True, 0.0, cpu),
+                                                                        "memory": SourceResult("memory", True, 0.0, mem)}))
 
 
 @pytest.mark.parametrize(("sample", "expected"), [
@@ -51,19 +62,13 @@ class Rig:
 
     def __init__(self, root: Path) -> None:
         self.root, self.now, self.before = root, 0.0, previous()
-        self.findings = None  # the previous tick's analysis, as daemon.LatestSample.findings gives it
-        rig = self
-
-        class Latest:  # daemon.LatestSample's interface: the newest Sample, and its Findings
-            def __call__(self):
-                return rig.before
-
-            def findings(self):
-                return rig.findings
+        # the previous tick's analysis as daemon.LatestSample puts it in the PreviousTick: each workload's scores
+        self.scores: tuple[dict[str, float], ...] | None = None
 
         trainer = profile_from_dict({"name": "trainer", "kind": "inference", "match": {"cmdline": r"train\.py"}})
         ctx = SourceContext(paths=Paths(procfs=root, sysfs=SYS, rootfs=Path("/")), workloads=(trainer,),
-                            monotonic=lambda: self.now, previous=Latest())
+                            monotonic=lambda: self.now,
+                            previous=lambda: dataclasses.replace(self.before, workload_scores=self.scores))
         self.collector = ProcessesCollector(ctx)
 
     def tick(self, at: float):
@@ -224,18 +229,16 @@ def test_a_pass_reads_at_most_a_chunk_of_pids_per_tick(rig, monkeypatch):
 def test_under_pressure_nothing_is_read_unless_a_workload_scores_it(rig):
     """A host under pressure whose workloads are not held back by it (busy GPUs: cpu, disk_io and
     host_memory score 0) pays nothing; a workload that scores it does."""
-    from types import SimpleNamespace
 
-    def findings(**scores):
-        verdict = SimpleNamespace(scores={"cpu": 0.0, "disk_io": 0.0, "host_memory": 0.0, "gpu_compute": 1.0, **scores})
-        return SimpleNamespace(workload_findings=(SimpleNamespace(verdict=verdict),))
+    def findings(**scores):  # one workload's verdict scores
+        return ({"cpu": 0.0, "disk_io": 0.0, "host_memory": 0.0, "gpu_compute": 1.0, **scores},)
 
     rig.before = previous(psi_cpu=0.8)
-    rig.findings = findings()
+    rig.scores = findings()
     for t in range(3):
         assert rig.tick(float(t)).neighbours == ()
     assert rig.scans == 0
-    rig.findings = findings(disk_io=0.3)
+    rig.scores = findings(disk_io=0.3)
     rig.tick(3.0)
     assert rig.scans == 1
 

@@ -14,10 +14,13 @@ from typing import Any
 import structlog
 
 from headroom import __version__
+from headroom.analysis.pipeline import Analysis, Findings
 from headroom.config import Config
 from headroom.exposition import render
 from headroom.exposition.server import HeadroomHTTPServer, parse_listen_address
 from headroom.sampler import Sampler
+from headroom.samples import Findings as FindingsView
+from headroom.samples import PreviousTick, Sample, Snapshot
 from headroom.sources import Collector, Paths, SourceContext, load_all
 
 log = structlog.get_logger("headroom.daemon")
@@ -60,20 +63,36 @@ class Options:
 
 
 class LatestSample:
-    """``SourceContext.previous``: the sampler's newest Sample (None until the first tick)."""
+    """``SourceContext.previous``: the previous tick's input to the collectors (``samples.PreviousTick``), built
+    from the sampler's newest Snapshot (None until the first tick): its Sample's fields, and of its Findings each
+    workload's verdict scores and the host's pressures (the processes collector names neighbours only while a
+    workload's cpu, disk_io or host_memory scores: sources/neighbours.py). Built once per Snapshot, however many
+    collectors ask."""
 
-    def __init__(self, sampler: Any = None) -> None:
+    def __init__(self, sampler: Sampler | None = None) -> None:
         self.sampler = sampler
+        # (the Snapshot, its PreviousTick): one pair, swapped by one assignment (collector lanes call this)
+        self._last: tuple[Snapshot, PreviousTick] | None = None
 
-    def __call__(self) -> Any:
-        snap = getattr(self.sampler, "snapshot", None)
-        return snap.sample if snap is not None else None
+    def __call__(self) -> PreviousTick | None:
+        snap = self.sampler.snapshot if self.sampler is not None else None
+        if snap is None:
+            return None
+        last = self._last
+        if last is not None and last[0] is snap:
+            return last[1]
+        tick = previous_tick(snap.sample, snap.findings)
+        self._last = (snap, tick)
+        return tick
 
-    def findings(self) -> Any:
-        """The newest tick's analysis Findings (None before the first): the processes collector names
-        neighbours only while a workload's cpu, disk_io or host_memory scores (sources/neighbours.py)."""
-        snap = getattr(self.sampler, "snapshot", None)
-        return getattr(snap, "findings", None) if snap is not None else None
+
+def previous_tick(sample: Sample, findings: FindingsView | None) -> PreviousTick:
+    """What the collectors read of a tick: its Sample's fields, and of its Findings each workload's verdict
+    scores and the host's pressures (``workload_scores`` None: no analysis, or it failed, that tick)."""
+    if isinstance(findings, Findings):
+        return PreviousTick.of(sample, tuple(w.verdict.scores for w in findings.workload_findings),
+                               findings.host.host_pressure)
+    return PreviousTick.of(sample)
 
 
 def enabled_collectors(config: Config, options: Options) -> list[str]:
@@ -218,10 +237,8 @@ def cap_window(sampler: Sampler, window_seconds: float) -> int | None:
     return fits
 
 
-def make_analysis(config: Config) -> Any:
+def make_analysis(config: Config) -> Analysis:
     """The per-tick analysis for this configuration: window -> (derived values, findings)."""
-    from headroom.analysis.pipeline import Analysis
-
     return Analysis(config)
 
 

@@ -12,6 +12,11 @@ its tick started after its slot, the slots skipped because a tick started or ran
 and durations over TIMING_WINDOW_SECONDS (``samples.TickTiming``): on a host whose every core is busy, the very
 situation the agent must diagnose, this is what says whether its own figures still come on time (docs/deploy.md
 "CPU priority" gives the unit and the DaemonSet the CPU weight that keeps them so).
+
+What the daemon hands the sampler is typed here without importing it: ``Analyse`` (window -> derived values and
+``samples.Findings``), the renderer (Snapshot -> bytes), and the agent's own health that rides on each Snapshot
+(``config_reload_ok`` and its timestamp, set by the daemon on reload; a ``Recorder`` and a ``ConfigWatcher``,
+Protocols of record.Recorder and exposition.webconfig.WebConfigWatcher, read once a tick).
 """
 
 from __future__ import annotations
@@ -21,20 +26,50 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 import structlog
 
 from headroom.analysis import rates
 from headroom.safeio import clip
-from headroom.samples import Sample, Snapshot, SourceResult, TickTiming
-from headroom.sources import Collector
+from headroom.samples import Findings, Sample, Snapshot, SourceResult, TickTiming
+from headroom.sources import Collector, CollectorError
 
 log = structlog.get_logger("headroom.sampler")
 
 # The span the recent tick lateness and durations cover (their max is exported, their spread is in /api/v1/status):
 # at least one Prometheus scrape interval (15-60 s), so a late tick between two scrapes is still seen by the next.
 TIMING_WINDOW_SECONDS = 60.0
+
+# a collector's outcome in its lane: (ok, its collect() value or None, the error, seconds it took)
+Outcome = tuple[bool, object, str | None, float]
+# the analysis of a tick: window -> (derived values: rates.derive's, Findings or None); the daemon's is
+# analysis.pipeline.Analysis (its Findings satisfies samples.Findings)
+Analyse = Callable[[deque[Sample]], tuple[Mapping[str, Any], Findings | None]]
+
+
+class Recorder(Protocol):
+    """--record's writer (headroom.record.Recorder) as the sampler drives it: one line a tick."""
+
+    ok: bool  # the last write succeeded
+    error: str | None  # why it did not
+    written_bytes_total: int
+
+    def write(self, sample: Sample, verdicts: Mapping[str, str] | None = None) -> None: ...
+    def finish(self) -> None: ...  # at stop: the last file closed (and a rotated one compressed)
+
+
+class ConfigWatcher(Protocol):
+    """The web config's watcher (headroom.exposition.webconfig.WebConfigWatcher): did its last (re)load succeed."""
+
+    ok: bool
+
+
+class Closable(Protocol):
+    """The simulation scenario behind ``Sampler.scenario``: closed at stop (it removes a synthetic host tree)."""
+
+    def close(self) -> None: ...
 
 
 class _Lane:
@@ -54,7 +89,7 @@ class _Lane:
         self._requested = False
         self._skip: frozenset[str] = frozenset()  # collectors this run leaves out (already ran this tick)
         self._stop = False
-        self._results: dict[str, tuple[bool, Any, str | None, float]] = {}
+        self._results: dict[str, Outcome] = {}
         self.current: Collector | None = None  # the collector being called now
         self.current_started: float | None = None
         names = "+".join(c.name for c in self.collectors) or "none"
@@ -100,7 +135,7 @@ class _Lane:
         with self._cv:
             return self._cv.wait_for(lambda: not self._pending, timeout=max(0.0, deadline - self._clock()))
 
-    def progress(self) -> tuple[dict[str, tuple[bool, Any, str | None, float]], Collector | None, float | None]:
+    def progress(self) -> tuple[dict[str, Outcome], Collector | None, float | None]:
         """(results so far, the collector running now, when it started)."""
         with self._cv:
             return dict(self._results), self.current, self.current_started
@@ -120,10 +155,10 @@ class _Lane:
             self._cv.notify_all()
 
 
-def _call(collector: Collector, clock: Callable[[], float]) -> tuple[bool, Any, str | None, float]:
+def _call(collector: Collector, clock: Callable[[], float]) -> Outcome:
     """(ok, data, error, duration) of one collect(); a collector fault degrades that collector only."""
     start = clock()
-    outcome: tuple[bool, Any, str | None]
+    outcome: tuple[bool, object, str | None]
     try:
         data = collector.collect()
         outcome = (True, data, None)
@@ -136,8 +171,6 @@ def _call(collector: Collector, clock: Callable[[], float]) -> tuple[bool, Any, 
 
 
 def _is_expected(exc: Exception) -> bool:
-    from headroom.sources import CollectorError
-
     return isinstance(exc, CollectorError | OSError)
 
 
@@ -151,13 +184,13 @@ class Sampler:
         window_seconds: float = 600.0,
         collector_timeout: float | None = None,
         scenario: str | None = None,
-        analyse: Callable[[deque[Sample]], tuple[Mapping[str, Any], Any]] | None = None,
+        analyse: Analyse | None = None,
         render: Callable[[Snapshot], bytes] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         on_snapshot: Callable[[Snapshot], None] | None = None,
         before_tick: Callable[[], None] | None = None,
-        recorder: Any = None,
+        recorder: Recorder | None = None,
     ) -> None:
         self.interval = interval
         self.collector_timeout = collector_timeout if collector_timeout is not None else interval
@@ -171,7 +204,7 @@ class Sampler:
         self._on_snapshot = on_snapshot
         self._before_tick = before_tick  # e.g. a scenario's synthetic host tree catching up with its clock
         self.recorder = recorder  # headroom.record.Recorder when --record is given
-        self.web_config_watcher: Any = None  # headroom.exposition.webconfig.WebConfigWatcher when a web config is used
+        self.web_config_watcher: ConfigWatcher | None = None  # set by the daemon when a web config is used
         self._ticks = 0
         timing_ticks = max(1, math.ceil(TIMING_WINDOW_SECONDS / interval))
         self._lateness: deque[float] = deque(maxlen=timing_ticks)  # of the scheduled ticks in the timing window
@@ -186,8 +219,8 @@ class Sampler:
         self.last_tick_monotonic: float | None = None
         self.config_reload_ok = True
         self.config_reload_success_timestamp: float | None = wall_clock()
-        self._pending: tuple[list[Collector], Any] | None = None
-        self.scenario_object: Any = None  # the simulation.Scenario behind ``scenario``, if any
+        self._pending: tuple[list[Collector], Analyse | None] | None = None
+        self.scenario_object: Closable | None = None  # the simulation.Scenario behind ``scenario``, if any
         self._pending_lock = threading.Lock()
 
     @property
@@ -195,7 +228,7 @@ class Sampler:
         return [c.name for c in self._collectors()]
 
     # ----------------------------------------------------------------------------- reconfiguring
-    def reconfigure(self, collectors: list[Collector], analyse: Any = None) -> None:
+    def reconfigure(self, collectors: list[Collector], analyse: Analyse | None = None) -> None:
         """Use these collectors (and analysis) from the next tick on.
 
         A collector whose name, settings and scenario are unchanged keeps its running instance (its
@@ -256,14 +289,13 @@ class Sampler:
         self._log_changes(results)
         self.window.append(sample)
         derived, findings = self._analysis(self.window)
-        for change in getattr(findings, "changes", ()) or ():
+        for change in findings.changes if findings is not None else ():
             log.info("bottleneck_changed", entity=change.entity, name=change.name, before=change.before,
                      after=change.after, evidence=change.evidence,
                      **({"remedy": change.remedy, "runbook_url": change.runbook_url,
                         "runbook_path": change.runbook_path} if change.remedy else {}))
         if self.recorder is not None:
-            primaries = findings.primaries() if hasattr(findings, "primaries") else None
-            self.recorder.write(sample, primaries)
+            self.recorder.write(sample, findings.primaries() if findings is not None else None)
         self._ticks += 1
         duration = self._clock() - start
         self._durations.append(duration)
@@ -292,7 +324,7 @@ class Sampler:
             self._on_snapshot(snap)
         return snap
 
-    def _analysis(self, window: deque[Sample]) -> tuple[Mapping[str, Any], Any]:
+    def _analysis(self, window: deque[Sample]) -> tuple[Mapping[str, Any], Findings | None]:
         """The analysis of the window; a fault in it costs this tick's verdicts, never the tick: the raw signals are
         still rendered, ``failing`` (hence /healthz) names it, and it is logged once until it recovers. Workloads
         whose own analysis failed (``Findings.errors``) are logged once each, at error level."""
@@ -307,7 +339,7 @@ class Sampler:
         if self._analysis_error is not None:
             self._analysis_error = None
             log.info("analysis_recovered")
-        errors = dict(getattr(findings, "errors", ()) or ())
+        errors = dict(findings.errors) if findings is not None else {}
         if errors != self._workload_errors:
             for entity, reason in errors.items():
                 if self._workload_errors.get(entity) != reason:
@@ -399,9 +431,8 @@ class Sampler:
                 c.close()
             except Exception:
                 log.exception("collector_close_failed", collector=c.name)
-        close_scenario = getattr(self.scenario_object, "close", None)
-        if close_scenario is not None:
-            close_scenario()  # removes a synthetic host tree
+        if self.scenario_object is not None:
+            self.scenario_object.close()  # removes a synthetic host tree
         if self.recorder is not None:
             self.recorder.finish()  # and a rotated file compressed
 
@@ -422,12 +453,10 @@ def _same_setup(a: Collector, b: Collector) -> bool:
 
 
 def _with_exposition(snap: Snapshot, body: bytes) -> Snapshot:
-    from dataclasses import replace
-
     return replace(snap, exposition=body)
 
 
-def _default_analysis(window: deque[Sample]) -> tuple[Mapping[str, Any], Any]:
+def _default_analysis(window: deque[Sample]) -> tuple[Mapping[str, Any], Findings | None]:
     return rates.derive(window), None
 
 

@@ -5,19 +5,23 @@ counters as read. ``None`` always means "not supported / not readable here": exp
 series, analysis treats it as unknown. Never use 0 for "unknown".
 
 Sources (``headroom.sources.*``) build these; analysis and exposition read them. This module imports
-nothing from either side, so it is the contract between them.
+nothing from either side, so it is the contract between them. It also holds what crosses the other seams of a
+tick: ``PreviousTick`` (the one input a collector may read of the tick before: docs/architecture.md),
+``Findings`` (the analysis's result as the sampler, the recorder and the snapshot see it: a Protocol that
+``headroom.analysis.pipeline.Findings`` satisfies, so this module imports no analysis) and ``Snapshot``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol, TypeVar, overload
 
 EMPTY: Mapping[Any, Any] = MappingProxyType({})  # a shared read-only empty mapping
 _MAPS = (dict, MappingProxyType)
+_T = TypeVar("_T")
 _set = object.__setattr__  # share_unchanged: a field of a frozen dataclass that has not been published yet
 
 
@@ -601,6 +605,8 @@ class SourceResult:
     name: str
     ok: bool
     duration_seconds: float
+    # the collector's frozen value (a CpuSample, an NvmlSample ...: each collector's ``collect()`` says which); Any
+    # here because the mapping below is keyed by name: ``Sample.data`` and ``PreviousTick`` give it its type back
     data: Any = None
     error: str | None = None
 
@@ -617,6 +623,50 @@ class Sample:
         """The data of collector ``name`` if it ran and succeeded this tick, else None."""
         result = self.sources.get(name)
         return result.data if result is not None and result.ok else None
+
+
+def _of(kind: type[_T], value: object) -> _T | None:
+    return value if isinstance(value, kind) else None
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousTick:
+    """What a collector may read of the tick before this one: ``SourceContext.previous()`` returns it (None
+    before the first tick). It is the one feedback in the otherwise one-way flow (docs/architecture.md, the
+    dotted arrow): these fields and nothing else of the last tick reach a collector, each typed, each read by
+    the collectors named beside it. A collector that failed last tick gives None.
+    """
+
+    cpu: CpuSample | None = None  # processes (sources/neighbours.py ``pressured``): PSI and load say "pressure"
+    memory: MemorySample | None = None  # processes (``pressured``): MemAvailable says "pressure"
+    nvml: NvmlSample | None = None  # identity: the GPU processes NVML listed are the automatic workloads' seeds
+    processes: ProcessesSample | None = None  # identity, serving: the pids the declared workloads claimed
+    identity: IdentitySample | None = None  # processes (their members are measured), serving (launchers' URLs)
+    # from the last tick's analysis (processes, sources/neighbours.py ``scored``): each workload's verdict scores
+    # (resource -> 0-1), None when no analysis is at hand (a bare sampler, a collector test) ...
+    workload_scores: tuple[Mapping[str, float], ...] | None = None
+    # ... and the host-wide starvation pressures ("cpu", "disk_io", "host_memory" -> 0-1)
+    host_pressure: Mapping[str, float] = field(default_factory=lambda: EMPTY)
+
+    @overload
+    @classmethod
+    def of(cls, sample: Sample, workload_scores: tuple[Mapping[str, float], ...] | None = None,
+           host_pressure: Mapping[str, float] = EMPTY) -> PreviousTick: ...
+    @overload
+    @classmethod
+    def of(cls, sample: None, workload_scores: tuple[Mapping[str, float], ...] | None = None,
+           host_pressure: Mapping[str, float] = EMPTY) -> None: ...
+    @classmethod
+    def of(cls, sample: Sample | None, workload_scores: tuple[Mapping[str, float], ...] | None = None,
+           host_pressure: Mapping[str, float] = EMPTY) -> PreviousTick | None:
+        """The fields of ``sample`` (its collectors that succeeded) and of its analysis; None for None (no tick
+        yet)."""
+        if sample is None:
+            return None
+        return cls(cpu=_of(CpuSample, sample.data("cpu")), memory=_of(MemorySample, sample.data("memory")),
+                   nvml=_of(NvmlSample, sample.data("nvml")), processes=_of(ProcessesSample, sample.data("processes")),
+                   identity=_of(IdentitySample, sample.data("identity")), workload_scores=workload_scores,
+                   host_pressure=host_pressure)
 
 
 def share_unchanged(new: Any, old: Any, names: Iterable[str] | None = None) -> Any:
@@ -679,6 +729,39 @@ class TickTiming:
     recent_duration_seconds: tuple[float, ...] = ()  # every tick of that span (this one included)
 
 
+class Change(Protocol):
+    """A primary bottleneck that changed this tick, as the sampler logs it (``analysis.pipeline.Change``)."""
+
+    @property
+    def entity(self) -> str: ...  # "workload" | "gpu"
+    @property
+    def name(self) -> str: ...
+    @property
+    def before(self) -> str: ...
+    @property
+    def after(self) -> str: ...
+    @property
+    def evidence(self) -> str: ...
+    @property
+    def remedy(self) -> str: ...
+    @property
+    def runbook_url(self) -> str: ...
+    @property
+    def runbook_path(self) -> str: ...
+
+
+class Findings(Protocol):
+    """The analysis's result of a tick as the sampler, the recorder and ``Snapshot`` see it: what changed, which
+    workloads' analysis failed, the primaries replay compares. ``headroom.analysis.pipeline.Findings`` (frozen)
+    is the one implementation; the renderer and the daemon read it as that type."""
+
+    @property
+    def changes(self) -> Sequence[Change]: ...
+    @property
+    def errors(self) -> Sequence[tuple[str, str]]: ...  # (entity, reason) of each workload whose analysis failed
+    def primaries(self) -> Mapping[str, str]: ...  # {"workload/<name>": primary, "gpu/<index>": primary}
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """What the exposition layer serves: the latest Sample, its findings and the rendered bytes."""
@@ -689,7 +772,7 @@ class Snapshot:
     tick_duration_seconds: float
     scenario: str | None = None
     rates: Mapping[str, Any] = field(default_factory=dict)
-    findings: Any = None  # headroom.analysis results (bottlenecks, headroom) once present
+    findings: Findings | None = None  # the analysis of this tick (None: none configured, or it failed)
     config_reload_ok: bool = True  # the last configuration (re)load succeeded
     config_reload_success_timestamp: float | None = None  # when the configuration last loaded successfully
     record_ok: bool | None = None  # --record: the last write succeeded (None: not recording)

@@ -23,6 +23,7 @@ from headroom.analysis.headroom import (
 )
 from headroom.safeio import clip
 from headroom.samples import NvmlSample, Sample
+from headroom.workload import attribution
 
 LONG_REFRESH_SECONDS = 5.0  # long-window scores are recomputed this often (sample time), not every tick
 # ... from at most this many evenly spaced samples of the long window (every 5th of 300 at 1 s): a refresh then
@@ -172,10 +173,6 @@ class Analysis:
         """Workload statuses of this tick (workload/attribution.py). The bottleneck and headroom steps read,
         from each status: ``name``, ``gpu_indices`` (GPUs it uses), ``processes``, ``estimate``
         (sizing.Estimate or None), ``expected_peak_bytes`` and optionally ``cpu_quota_cores``."""
-        try:
-            from headroom.workload import attribution
-        except ImportError:
-            return ()
         if self._auto is None:
             self._auto = attribution.AutoStatuses()
         return attribution.attribute(sample, self.profiles, getattr(self.config, "sizing", None), self._auto)

@@ -5,9 +5,15 @@ dataclass from ``headroom.samples``. It knows nothing of Prometheus. It may keep
 (handles, accumulators), and it raises ``CollectorError`` (or anything else) when it cannot read: the
 sampler turns that into ``headroom_collector_success{collector} 0`` and the rest of the tick goes on.
 
+What a collector gets is ``SourceContext``: its paths and settings, the declared workloads, its clock, the
+simulation scenario (as ``Simulation``: what collectors use of it, so sources never import the simulation) and
+``previous``, which returns the one thing it may read of the tick before: a ``samples.PreviousTick``
+(docs/architecture.md: the previous-tick arrow). ``collect()`` returns the collector's own frozen value; each
+collector's annotation says which (``Collector.collect`` is ``object``, narrowed by every subclass).
+
 To add a collector: write ``sources/<name>.py`` with a class decorated ``@register``; import the
 module in ``_MODULES`` below; add its metrics to ``exposition/catalog.py`` and their rendering to
-``exposition/render.py``.
+``exposition/render/collectors.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol, TypeVar
+
+from headroom.samples import MountUsage, PreviousTick
+
+if TYPE_CHECKING:  # workload/ imports no source; sources read its profile type only in annotations
+    from headroom.workload.profiles import WorkloadProfile
 
 
 class CollectorError(Exception):
@@ -38,23 +49,46 @@ class Paths:
         return self.rootfs / p.relative_to("/") if p.is_absolute() else self.rootfs / p
 
 
+class SimulatedDriver(Protocol):
+    """The NVML driver stand-in (``headroom.simulation.nvml_driver.NvmlDriver``) as the NVML collector uses it."""
+
+    def install(self) -> object: ...  # make it the binding's loaded library
+
+
+class Simulation(Protocol):
+    """What collectors use of a simulation scenario (``headroom.simulation.Scenario``); real sources never
+    import the simulation (tests/test_architecture.py), they call these."""
+
+    def nvml_library(self) -> SimulatedDriver: ...  # nvml: the driver stand-in under the real binding
+    def standin_pids(self) -> frozenset[int] | None: ...  # processes, identity: the only processes counted
+    def standin_workload(self, pid: int) -> str | None: ...  # identity: the scenario workload of a stand-in
+    def standin_endpoint(self, pid: int) -> str | None: ...  # serving: where a stand-in launcher serves
+    def serving_endpoints(self) -> dict[str, str]: ...  # serving: workload -> its stand-in's /metrics URL
+    def host_statvfs(self, mountpoint: str) -> MountUsage | None: ...  # shm: statvfs(2) of the synthetic tree
+
+
 @dataclass(frozen=True)
 class SourceContext:
     """What a collector gets at construction."""
 
     paths: Paths = field(default_factory=Paths)
-    # the collector's own section of config.yaml (``collectors.<name>``), already validated
+    # the collector's own section of config.yaml (``collectors.<name>``), already validated; Any: its values are
+    # the YAML's scalars and lists, each collector checks the keys it reads
     settings: Mapping[str, Any] = field(default_factory=dict)
-    # the simulation scenario (headroom.simulation.Scenario) or None on a real host
-    scenario: Any = None
+    # the simulation scenario or None on a real host
+    scenario: Simulation | None = None
     # seconds; used by collectors that accumulate counters from instantaneous readings
     interval: float = 1.0
-    # the declared workload profiles (headroom.workload.profiles.WorkloadProfile), config file then drop-ins
-    workloads: tuple[Any, ...] = ()
+    # the declared workload profiles, config file then drop-ins
+    workloads: tuple[WorkloadProfile, ...] = ()
     monotonic: Callable[[], float] | None = None
-    # the newest Sample before this tick (None before the first), for collectors that follow another
-    # collector's findings (the identity collector reads the GPU processes NVML listed)
-    previous: Callable[[], Any] | None = None
+    # what the collector may read of the tick before this one (None before the first; ``previous`` None: a
+    # collector run on its own): samples.PreviousTick documents each field and who reads it
+    previous: Callable[[], PreviousTick | None] | None = None
+
+    def previous_tick(self) -> PreviousTick | None:
+        """The previous tick's input, or None (before the first tick, or no ``previous`` given)."""
+        return self.previous() if self.previous is not None else None
 
 
 class Collector:
@@ -67,7 +101,8 @@ class Collector:
     def __init__(self, ctx: SourceContext) -> None:
         self.ctx = ctx
 
-    def collect(self) -> Any:
+    def collect(self) -> object:
+        """This tick's frozen value (each subclass narrows the type: ``CpuSample``, ``NvmlSample`` ...)."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -112,7 +147,10 @@ REGISTRY: dict[str, type[Collector]] = {}
 _MODULES = ("nvml", "cpu", "memory", "shm", "disk", "net", "infiniband", "processes", "serving", "identity", "agent", "probe")
 
 
-def register(cls: type[Collector]) -> type[Collector]:
+_C = TypeVar("_C", bound=type[Collector])
+
+
+def register(cls: _C) -> _C:
     if not cls.name:
         raise ValueError(f"{cls.__qualname__} has no name")
     REGISTRY[cls.name] = cls
@@ -131,7 +169,7 @@ def _unloadable(module: str, reason: str) -> type[Collector]:
         default_enabled = True
         description = f"(failed to load: {reason})"
 
-        def collect(self) -> Any:
+        def collect(self) -> NoReturn:
             raise CollectorError(f"collector failed to load: {reason}")
 
     return Unloadable

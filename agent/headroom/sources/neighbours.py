@@ -19,9 +19,8 @@ import os
 import pwd
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from headroom.samples import CpuSample, MemorySample, Neighbour
+from headroom.samples import Neighbour, PreviousTick
 from headroom.sources import procfs
 
 TOP = 3  # offenders named per resource
@@ -40,28 +39,28 @@ SCORED = 0.25  # a workload's cpu, disk_io or host_memory score from which its n
 RESOURCES = ("cpu", "disk_io", "host_memory")
 
 
-def scored(findings: Any) -> bool | None:
+def scored(previous: PreviousTick | None) -> bool | None:
     """Whether the previous tick's analysis scored CPU, disk or memory pressure for some workload (at least
     SCORED), or found that much host-wide pressure while there are workloads (one that uses little of it is not
-    blamed, but its evidence names who causes it); None when no findings are at hand (then ``pressured`` alone
+    blamed, but its evidence names who causes it); None when no analysis is at hand (then ``pressured`` alone
     decides)."""
-    if findings is None:
+    workloads = previous.workload_scores if previous is not None else None
+    if previous is None or workloads is None:
         return None
-    workloads = getattr(findings, "workload_findings", ())
-    if any(wf.verdict.scores.get(r, 0.0) >= SCORED for wf in workloads for r in RESOURCES):
+    if any(scores.get(r, 0.0) >= SCORED for scores in workloads for r in RESOURCES):
         return True
     # host-wide pressure that the workloads' own use discounted (a job using 0.005 cores of a saturated host):
     # who causes it is what their evidence names
-    pressure = getattr(getattr(findings, "host", None), "host_pressure", None) or {}
+    pressure = previous.host_pressure
     return bool(workloads) and any(pressure.get(r, 0.0) >= SCORED for r in RESOURCES)
 
 
-def pressured(previous: Any) -> bool:
+def pressured(previous: PreviousTick | None) -> bool:
     """Whether the previous tick's sample shows CPU, I/O or memory pressure worth naming neighbours for."""
     if previous is None:
         return False
-    cpu = previous.data("cpu")
-    if isinstance(cpu, CpuSample):
+    cpu = previous.cpu
+    if cpu is not None:
         for resource, low in PSI_SOME.items():
             p = cpu.pressure.get(resource)
             if p is not None and p.some is not None and p.some.avg10 >= low:
@@ -71,8 +70,8 @@ def pressured(previous: Any) -> bool:
             return True
         if not cpu.pressure and cpu.logical_cpus and cpu.load1 >= LOAD_PER_CPU * cpu.logical_cpus:
             return True
-    mem = previous.data("memory")
-    return (isinstance(mem, MemorySample) and mem.available_bytes is not None and mem.total_bytes > 0
+    mem = previous.memory
+    return (mem is not None and mem.available_bytes is not None and mem.total_bytes > 0
             and mem.available_bytes / mem.total_bytes < MEM_AVAILABLE_LOW)
 
 
@@ -105,12 +104,11 @@ class NeighbourScan:
         self.scans = 0  # passes started (for tests and the benchmark)
         self.reads = 0  # pids read
 
-    def update(self, now: float, previous_sample: Any, workload_of: dict[int, str],
-               findings: Any = None) -> tuple[Neighbour, ...]:
-        """This tick's neighbours; ``workload_of``: pid -> name of the declared workload it belongs to;
-        ``findings``: the previous tick's analysis, where at hand (the daemon's), so that only pressure a
-        workload's score shows is paid for."""
-        if not pressured(previous_sample) or scored(findings) is False:
+    def update(self, now: float, previous: PreviousTick | None, workload_of: dict[int, str]) -> tuple[Neighbour, ...]:
+        """This tick's neighbours; ``previous``: the previous tick's input (its host pressure, and its analysis's
+        scores where at hand, so that only pressure a workload's score shows is paid for); ``workload_of``: pid ->
+        name of the declared workload it belongs to."""
+        if previous is None or not pressured(previous) or scored(previous) is False:
             self._queue, self._current, self._last, self._started, self._answer = [], {}, None, None, ()
             return ()
         if not self._queue:
@@ -130,7 +128,7 @@ class NeighbourScan:
                 self._current[pid] = seen
         if not self._queue:  # the pass is complete
             if self._last is not None:
-                self._answer = self._rank(self._last, self._current, previous_sample, workload_of)
+                self._answer = self._rank(self._last, self._current, previous, workload_of)
             self._last, self._current = self._current, {}
         return self._answer
 
@@ -161,12 +159,11 @@ class NeighbourScan:
                 self._users[uid] = str(uid)
         return self._users[uid]
 
-    def _rank(self, before: dict[int, _Seen], after: dict[int, _Seen], sample: Any,
+    def _rank(self, before: dict[int, _Seen], after: dict[int, _Seen], previous: PreviousTick,
               workload_of: dict[int, str]) -> tuple[Neighbour, ...]:
-        cpu = sample.data("cpu")
-        cpus = cpu.logical_cpus if isinstance(cpu, CpuSample) and cpu.logical_cpus else None
-        mem = sample.data("memory")
-        mem_total = mem.total_bytes if isinstance(mem, MemorySample) and mem.total_bytes else None
+        cpu, mem = previous.cpu, previous.memory
+        cpus = cpu.logical_cpus if cpu is not None and cpu.logical_cpus else None
+        mem_total = mem.total_bytes if mem is not None and mem.total_bytes else None
         rates: dict[int, tuple[float, float | None]] = {}
         for pid, s in after.items():
             b = before.get(pid)

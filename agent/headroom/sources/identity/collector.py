@@ -23,6 +23,7 @@ from headroom.samples import (
     Launcher,
     ModelInfo,
     NvmlSample,
+    PreviousTick,
     share_unchanged,
 )
 from headroom.sources import Collector, SourceContext, procfs, register
@@ -43,6 +44,7 @@ from headroom.sources.identity.launchers import (
 from headroom.sources.identity.models import _ModelReader, process_identity
 from headroom.workload.attribution import claimed_by_declared
 from headroom.workload.launchers import display_name
+from headroom.workload.profiles import WorkloadProfile
 
 log = structlog.get_logger("headroom.sources.identity")
 
@@ -203,10 +205,10 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
         return info
 
     # -- inputs
-    def _gpu_processes(self, previous: Any) -> tuple[dict[int, tuple[str, ...]], NvmlSample | None]:
+    def _gpu_processes(self, previous: PreviousTick | None) -> tuple[dict[int, tuple[str, ...]], NvmlSample | None]:
         """(pid -> the UUIDs of the GPUs NVML listed it on in ``previous``, its NVML sample)."""
-        nvml = previous.data("nvml") if previous is not None else None
-        if not isinstance(nvml, NvmlSample):
+        nvml = previous.nvml if previous is not None else None
+        if nvml is None:
             return {}, None
         out: dict[int, tuple[str, ...]] = {}
         for g in nvml.gpus:
@@ -437,7 +439,7 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
         the processes that came, went or moved are rebuilt (``_parts``), what the kubelet and the job mapping
         add is merged again only into the groups it or they changed (``_groups``), and an identity whose inputs
         are all unchanged is last tick's IdentityGroup (``_built``)."""
-        previous = self.ctx.previous() if self.ctx.previous is not None else None
+        previous = self.ctx.previous_tick()  # NVML's processes and the declared workloads' pids (PreviousTick)
         on_gpu, nvml = self._gpu_processes(previous)
         self._tick += 1
         pids = self._pids
@@ -687,10 +689,12 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
         return group
 
 
-def _declared_claims(previous: Any, profiles: tuple[Any, ...]) -> tuple[frozenset[int], frozenset[str]]:
+def _declared_claims(previous: PreviousTick | None,
+                     profiles: tuple[WorkloadProfile, ...]) -> tuple[frozenset[int], frozenset[str]]:
     """(pids the declared profiles' processes had in ``previous``, the declared profiles' names)."""
     names = frozenset(p.name for p in profiles)
-    processes = previous.data("processes") if previous is not None and names else None
+    processes = previous.processes if previous is not None and names else None
     # the declared entries only: the automatic workloads' entries (by their own names) follow them
-    pids = frozenset(pid for w in getattr(processes, "workloads", ()) if w.name in names for pid in w.pids)
+    pids = frozenset(pid for w in (processes.workloads if processes is not None else ()) if w.name in names
+                     for pid in w.pids)
     return pids, names

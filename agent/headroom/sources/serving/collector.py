@@ -216,12 +216,12 @@ class ServingCollector(Collector):
         simulation, a stand-in's command line may name a port it does not serve on: a launcher that is a
         scenario's stand-in is scraped where that stand-in serves (``Scenario.standin_endpoint``; one that serves
         nothing is not scraped), any other where its command line says."""
-        previous = self.ctx.previous() if self.ctx.previous is not None else None
-        identity = previous.data("identity") if previous is not None else None
+        previous = self.ctx.previous_tick()  # the identity collector's launchers, the declared pids (PreviousTick)
+        identity = previous.identity if previous is not None else None
         where = getattr(self.ctx.scenario, "standin_endpoint", None) if self.ctx.scenario is not None else None
         wanted: dict[str, tuple[str, str]] = {}
         if identity is not None:
-            processes = previous.data("processes")
+            processes = previous.processes if previous is not None else None
             declared = {p.name for p in self._profiles}
             named = {_same_url(p.endpoint) for p in self._profiles if getattr(p, "endpoint", None)}
             # the declared entries' processes: the automatic workloads' entries, under their own names, are not
