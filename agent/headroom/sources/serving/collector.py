@@ -220,7 +220,7 @@ class ServingCollector(Collector):
         identity = previous.data("identity") if previous is not None else None
         where = getattr(self.ctx.scenario, "standin_endpoint", None) if self.ctx.scenario is not None else None
         wanted: dict[str, tuple[str, str]] = {}
-        if identity is not None:
+        if previous is not None and identity is not None:
             processes = previous.data("processes")
             declared = {p.name for p in self._profiles}
             named = {_same_url(p.endpoint) for p in self._profiles if getattr(p, "endpoint", None)}
@@ -261,9 +261,12 @@ class ServingCollector(Collector):
         with self._lock:
             endpoints = [*self._endpoints.values(), *self._auto.values()]
         for e in endpoints:
+
+            def idle(e: _Endpoint = e) -> bool:
+                return not (e._wanted or e._busy)
+
             with e._cv:
-                if not e._cv.wait_for(lambda e=e: not (e._wanted or e._busy),
-                                      timeout=max(0.0, deadline - time.monotonic())):
+                if not e._cv.wait_for(idle, timeout=max(0.0, deadline - time.monotonic())):
                     return False
         return True
 
