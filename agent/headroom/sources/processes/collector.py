@@ -215,7 +215,7 @@ class ProcessesCollector(Collector):
         """Examine new, re-inoded and recheck pids; returns the pids (re)classified, or None when an
         existing process changed its rules' verdict (then every membership is resolved again)."""
         root = self.ctx.paths.procfs
-        todo = []
+        todo: list[tuple[procfs.PidStat | _Again, int, _Proc | None]] = []  # (its stat, its inode, known as)
         for pid, inode in listing.items():
             p = self._procs.get(pid)
             if p is not None and p.inode == inode:
@@ -224,6 +224,7 @@ class ProcessesCollector(Collector):
                 if not self._needs_comm:  # another look at the same process (same inode): only its argv,
                     todo.append((_Again(pid, "", p.ppid, p.starttime), inode, p))  # cgroup or uid can change
                     continue
+            st: procfs.PidStat | None
             try:
                 st = procfs.read_pid_stat(root, pid, self._user_hz)
             except (OSError, ValueError):
@@ -241,15 +242,15 @@ class ProcessesCollector(Collector):
         todo.sort(key=lambda t: (t[0].starttime_ticks, t[0].pid))  # parents before their children
         changed: list[int] = []
         verdict_changed = False
-        for st, inode, old in todo:
-            pid = st.pid
+        for seen, inode, old in todo:
+            pid = seen.pid
             try:
                 argv, paths, uid = self._matcher.read(root, pid)
             except procfs.ProcessGone:
                 self._forget(pid)
                 continue
-            direct = self._matcher.matching(st.comm, argv, paths, uid)
-            if old is not None and old.starttime == st.starttime_ticks:  # a re-examination
+            direct = self._matcher.matching(seen.comm, argv, paths, uid)
+            if old is not None and old.starttime == seen.starttime_ticks:  # a re-examination
                 old.rechecks += 1
                 if direct or old.rechecks >= RECHECKS:
                     old.recheck = False
@@ -264,10 +265,10 @@ class ProcessesCollector(Collector):
             if old is not None:
                 self._forget(pid)  # pid reuse: a different process now
             # processes found by the first scan are old: only later arrivals may still be between fork and exec
-            self._procs[pid] = _Proc(inode=inode, starttime=st.starttime_ticks, ppid=st.ppid, direct=direct,
+            self._procs[pid] = _Proc(inode=inode, starttime=seen.starttime_ticks, ppid=seen.ppid, direct=direct,
                                      cgroups=paths, recheck=not direct and self._scanned,
                                      found=self._now if self._scanned else 0.0)
-            self._kids.setdefault(st.ppid, set()).add(pid)
+            self._kids.setdefault(seen.ppid, set()).add(pid)
             if not direct and self._scanned:
                 self._recheck[pid] = self._now  # due at the next tick
             changed.append(pid)
@@ -307,7 +308,7 @@ class ProcessesCollector(Collector):
 
     def _read_pid_files(self) -> list[frozenset[int]]:
         """Per workload, the pid its pid file names (empty when it has none, or it is missing/garbled)."""
-        out = []
+        out: list[frozenset[int]] = []
         for rule, totals in zip(self._rules, self._totals, strict=True):
             if rule.pid_file is None:
                 out.append(frozenset())
