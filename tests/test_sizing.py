@@ -516,3 +516,26 @@ def test_fp8_and_int8_checkpoints_keep_embeddings_and_lm_head_in_16_bits(precisi
                 architecture=LLAMA3_8B, context=8192)
     sixteen = 2 * 128256 * 4096 + (2 * 32 + 1) * 4096
     assert estimate(p).component("weights") == (8_030_261_248 - sixteen) + sixteen * 2
+
+
+def test_with_load_sets_the_micro_batch_of_a_training_profile_without_a_training_block():
+    # a training profile may leave out `training:`; with_load then starts from the defaults (Training() once
+    # raised TypeError: its sharding default called Sharding() without a value)
+    p = full_training(training=None)
+    assert p.training is None
+    loaded = with_load(p, concurrency=4)
+    assert loaded.training is not None and loaded.training.micro_batch == 4
+    assert loaded.training.sharding.stage == 0
+    assert estimate(loaded).needed_bytes > estimate(with_load(p, concurrency=1)).needed_bytes
+
+
+def test_experts_without_their_width_or_params_is_a_sizing_error_naming_params():
+    # parameters are derived from the architecture only when every dimension is given; a mixture of experts
+    # without moe_intermediate_size once raised TypeError (None x int) instead of asking for params
+    arch = dict(LLAMA3_8B, experts=8, experts_per_token=2)
+    p = profile(kind="inference", precision="bf16", architecture=arch, context=4096)
+    with pytest.raises(SizingError, match="weights needs params") as exc:
+        estimate(p)
+    assert "params" in exc.value.missing
+    assert estimate(profile(kind="inference", precision="bf16", architecture=dict(arch, moe_intermediate_size=1024),
+                            context=4096)).component("weights") > 0

@@ -159,7 +159,7 @@ class InfinibandCollector(Collector):
             return []  # no RDMA device here
         except OSError as exc:
             raise procfs.read_failure(self._root, exc) from None
-        out = []
+        out: list[tuple[str, int]] = []
         for hca in hcas:
             if not self._filter.wanted(hca):
                 continue

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -97,10 +98,12 @@ class PodResourcesClient:
     def __init__(self, socket_path: str, timeout: float) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
-        self._channel = None
-        self._stub = None
+        # grpc and the code protoc generates carry no types: the channel and stub are Any
+        self._channel: Any = None
+        self._stub: Any = None
+        self._grpc: Any = None
 
-    def _connect(self):
+    def _connect(self) -> Any:
         if self._stub is None:
             try:
                 import grpc

@@ -43,6 +43,10 @@ from headroom.samples import (
 from headroom.workload.profiles import Kind, WorkloadProfile
 from headroom.workload.sizing import DEFAULTS, Estimate, OverheadConstants, SizingError, estimate
 
+# what a memoised status was made from (AutoStatuses): a tuple of hashable inputs, compared for equality only
+_Inputs = tuple[object, ...]
+_Listing = tuple[int, int, int, GpuProcess]  # (GPU position, MIG position, place in the list, the process)
+
 MAX_RANKS_NAMED = 8  # ranks a declared-against-measured workers problem names one by one (the rest are counted)
 
 
@@ -175,13 +179,13 @@ class AutoStatuses:
     __slots__ = ("_last", "_now")
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[tuple, WorkloadStatus]] = {}
-        self._now: dict[str, tuple[tuple, WorkloadStatus]] = {}
+        self._last: dict[str, tuple[_Inputs, WorkloadStatus]] = {}
+        self._now: dict[str, tuple[_Inputs, WorkloadStatus]] = {}
 
     def __len__(self) -> int:
         return len(self._last)
 
-    def get(self, name: str, key: tuple, cgroup: CgroupStats | None, measured: WorkloadProcesses | None = None,
+    def get(self, name: str, key: _Inputs, cgroup: CgroupStats | None, measured: WorkloadProcesses | None = None,
             processes: int | None = None) -> WorkloadStatus | None:
         """Last tick's status of ``name`` if it was made from inputs equal to ``key`` (its cgroup ``cgroup``, its
         processes collector's entry ``measured`` and member count ``processes``: figures it only carries)."""
@@ -198,7 +202,7 @@ class AutoStatuses:
         self._now[name] = (key, st)
         return st
 
-    def put(self, name: str, key: tuple, status: WorkloadStatus) -> None:
+    def put(self, name: str, key: _Inputs, status: WorkloadStatus) -> None:
         self._now[name] = (key, status)
 
     def tick_done(self) -> None:
@@ -225,7 +229,7 @@ class _GpuIndex:
     by_ref: Mapping[object, Sequence[int]]
     # per GPU position, what attribution reads of the GPU itself: index, UUID, up, memory total and its MIG
     # instances' (UUID, memory total)
-    facts: tuple[tuple, ...]
+    facts: tuple[_Inputs, ...]
 
     @classmethod
     def of(cls, gpus: Sequence[GpuSample]) -> _GpuIndex:
@@ -245,18 +249,20 @@ class _GpuIndex:
                           tuple((m.uuid, m.memory_total_bytes) for m in g.mig_instances)))
         return cls({k: tuple(v) for k, v in by_pid.items()}, by_ref, tuple(facts))
 
-    def lookup(self, pids: Sequence[int], refs: Iterable, inputs: bool = True) -> tuple[list[int], tuple]:
+    def lookup(self, pids: Sequence[int], refs: Iterable[object], inputs: bool = True) -> tuple[list[int], _Inputs]:
         """(the positions of the GPUs that list one of ``pids`` or that ``refs`` name, what ``_gpus_of`` reads for
         ``pids`` on those GPUs when ``inputs``: the GPUs' facts and every listing of the pids (GPU, MIG instance,
         GpuProcess) in list order (the order of its sums), without their places in the lists (other processes
         coming and going move them))."""
         by_pid = self.by_pid
+        listed: Sequence[_Listing]
         if len(pids) == 1:
             listed = by_pid.get(pids[0], ())
         else:
-            listed = [e for pid in pids for e in by_pid.get(pid, ())]
+            several = [e for pid in pids for e in by_pid.get(pid, ())]
             if inputs:
-                listed.sort(key=_place)
+                several.sort(key=_place)
+            listed = several
         found = {e[0] for e in listed}
         by_ref = self.by_ref
         for ref in refs:
@@ -290,7 +296,7 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
     if where is None:
         where = _GpuIndex.of(gpus)
     positions, inputs = where.lookup(pids, g.gpus)
-    key: tuple = ()
+    key: _Inputs = ()
     if measured is not None:
         processes: int | None = measured.processes
     else:  # the processes collector has not measured it yet (its first tick) or failed: what its cgroup says
@@ -305,7 +311,8 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
     kind, model, precision, runtime = g.kind, "", "", ""
     profile: WorkloadProfile = minimal_profile(g.name)
     error: str | None = NO_PROFILE
-    est, expected = None, (EMPTY, None, None)
+    est = None
+    expected: tuple[Mapping[str, int], int | None, int | None] = (EMPTY, None, None)
     if g.launcher is not None:
         from headroom.workload.launchers import auto_profile
 
@@ -434,7 +441,7 @@ def _gpus(p: WorkloadProfile, procs: WorkloadProcesses | None, gpus: Sequence[Gp
     return _gpus_of(set(pids), set(p.gpus), gpus)
 
 
-def _gpus_of(pids: set[int], declared: set, gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
+def _gpus_of(pids: set[int], declared: set[int | str], gpus: Sequence[GpuSample]) -> tuple[WorkloadGpu, ...]:
     """The GPUs where NVML lists one of ``pids``, plus the ``declared`` ones (index, GPU or MIG UUID). On a MIG
     GPU its processes may be listed only by their instance (the whole-GPU list needs more privileges)."""
     out = []

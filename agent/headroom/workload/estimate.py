@@ -109,8 +109,8 @@ def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """The profile fields --model-config / --model read (empty without them), and notes on where from."""
     from headroom.workload import modelconfig
 
-    path = getattr(args, "model_config", None)
-    name = getattr(args, "model", None)
+    path: str | None = getattr(args, "model_config", None)  # argparse's Namespace: attributes untyped
+    name: str | None = getattr(args, "model", None)
     if not path and not name:
         return {}, []
     if path and name:
@@ -119,6 +119,7 @@ def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         if name:
             mc = _named_model(name)
         else:
+            assert path is not None  # one of the two is given
             mc = modelconfig.read_model_config(path)
     except modelconfig.ModelConfigError as exc:
         where = "" if exc.field.startswith(("--", "/")) else f"{path or name}: "

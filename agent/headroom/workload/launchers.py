@@ -314,13 +314,13 @@ def parse(argv: Sequence[str]) -> Launcher | None:
                                     stop_at_positional=False)
         model = next((script_values[f] for f in _SCRIPT_MODEL_FLAGS if script_values.get(f)), "")
         for key, flags in (("max_model_len", _SCRIPT_LENGTH_FLAGS), ("micro_batch", _SCRIPT_BATCH_FLAGS)):
-            flag = next((f for f in flags if script_values.get(f)), None)
-            if flag is not None:
-                text = script_values[flag]
+            given = next((f for f in flags if script_values.get(f)), None)
+            if given is not None:
+                text = script_values[given]
                 if text.isdigit() and len(text) <= 9 and 0 < int(text) <= 10**8:
                     settings[key] = int(text)
                 else:
-                    problems.append(f"{flag} {excerpt(text)}: not a positive integer up to 10^8; ignored")
+                    problems.append(f"{given} {excerpt(text)}: not a positive integer up to 10^8; ignored")
         settings["gradient_checkpointing"] = _switch(after, "--gradient-checkpointing")
         settings["sharding"], settings["sharding_unknown"] = _sharding(runtime, values, after)
         settings["nproc_per_node"], settings["nnodes"], settings["world_size"] = _world(runtime, settings, problems)
@@ -616,7 +616,7 @@ def _base_profile(launcher: Launcher, model: ModelInfo | None, fields: Mapping[s
         parallel = {"data": launcher.world_size} if launcher.world_size else {}
         if launcher.max_model_len:
             d["context"] = {"max": launcher.max_model_len}
-        training = {k: v for k, v in (("micro_batch", launcher.micro_batch),
+        training: dict[str, object] = {k: v for k, v in (("micro_batch", launcher.micro_batch),
                                       ("gradient_checkpointing", launcher.gradient_checkpointing or None)) if v}
         if launcher.sharding:
             training["sharding"] = launcher.sharding
@@ -752,6 +752,7 @@ def dataloader_ranks(members: Mapping[int, tuple[int, str]], argv_of: Any) -> di
     for pid, (ppid, comm) in members.items():
         if pid in ranks:
             continue
+        rank: int | None
         if ppid in ranks:
             rank = ppid
         else:  # the nearest rank above it (a tree is at most a few levels deep)

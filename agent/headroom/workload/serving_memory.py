@@ -324,6 +324,7 @@ def vllm_request_bytes(rules: VllmRules, layout: KVLayout, block_size: int, toke
     if not rules.hybrid_groups or not n_sliding:
         return full_blocks * page * (full + n_sliding)
     window = sliding[0].window
+    assert window is not None  # the sliding groups are the ones with a window
     sw_blocks = _cdiv(min(window - 1 + max_num_batched_tokens, tokens), block_size) + 1
     if not full:
         return sw_blocks * page * n_sliding
@@ -350,6 +351,7 @@ def vllm_kv(rules: VllmRules, layout: KVLayout, available: int, block_size: int,
     window = sliding[0].window if sliding else None
 
     def sliding_blocks() -> int:  # blocks one request can hold on a sliding-window layer (0.9+ SlidingWindowSpec)
+        assert window is not None  # called only when there are sliding-window layers
         return _cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block_size) + 1
 
     if not rules.hybrid_groups or not (full and n_sliding):

@@ -225,14 +225,17 @@ def evaluate(case: Case) -> float:
         assert layout is not None
         if case.measure == "request_gib":
             return vllm_request_bytes(rules, layout, 16, case.context, 8192) / GIB
+        assert case.available_gib is not None  # the KV step of a case that is not request_gib
         blocks, tokens, _ = vllm_kv(rules, layout, int(case.available_gib * GIB), 16, case.context, 8192)
         return {"blocks": blocks, "kv_tokens": tokens}[case.measure]
     e = estimate(p, gpu_memory_bytes=int(case.gpu_memory_gib * GIB), gpus=case.tensor, gpu_name=case.gpu)
     r = e.runtime_report
     assert r is not None
     if case.measure == "kv_gib":
-        return r["kv_available_bytes"] / GIB
-    return r[case.measure]
+        kv_bytes: int = r["kv_available_bytes"]
+        return kv_bytes / GIB
+    figure: float = r[case.measure]
+    return figure
 
 
 def error(case: Case) -> float:

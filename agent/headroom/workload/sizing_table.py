@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from headroom.workload.modelconfig import read_model_config
 from headroom.workload.profiles import profile_from_dict
@@ -22,8 +23,8 @@ FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "hf"
 
 # GPU -> memory as the framework sees it (torch.cuda.mem_get_info total), GiB; docs/sizing.md says where from
 GPUS = {"RTX 3090 24GB": 23.58, "L4 24GB": 22.05, "H100 80GB": 79.19}
-# (model fixture, GPU, tensor parallel, extra profile fields)
-PAIRS = (
+# (model fixture, GPU, tensor parallel, extra profile fields: a profile mapping as YAML gives it, hence Any)
+PAIRS: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
     ("llama-3-8b", "RTX 3090 24GB", 1, {}),
     ("llama-3-8b", "L4 24GB", 1, {}),
     ("llama-3-8b", "H100 80GB", 1, {}),
@@ -40,7 +41,7 @@ PAIRS = (
 )  # fmt: skip
 
 
-def _row(model: str, gpu: str, tensor: int, extra: dict, version: str) -> str:
+def _row(model: str, gpu: str, tensor: int, extra: dict[str, Any], version: str) -> str:
     fields = read_model_config(FIXTURES / model).fields
     cells = []
     kv_tokens = per_token = None
@@ -49,6 +50,7 @@ def _row(model: str, gpu: str, tensor: int, extra: dict, version: str) -> str:
              "parallel": {"tensor": tensor}, **fields, **extra}  # fmt: skip
         e = estimate(profile_from_dict(d, attributable=False), gpu_memory_bytes=int(GPUS[gpu] * GIB), gpus=tensor)
         r = e.runtime_report
+        assert r is not None  # runtime vllm on a GPU: its own accounting
         if context == 8192:
             kv_tokens, per_token = r["kv_tokens"], e.kv_bytes_per_token
         cells.append(f"{r['max_concurrency']:.2f}x ({'fits' if r['max_concurrency'] >= 1 else 'does not fit'})")

@@ -87,10 +87,15 @@ class _Additions:
         known = _known_devices(nvml)
         dra_names = _dra_names(nvml)
         view = self._kubelet_view
+        holders: dict[str, set[tuple[str, str]]]  # GPU or MIG UUID -> pods (namespace, name)
+        pods: dict[tuple[str, str], _Addition]
+        unknown: dict[str, None]
         if view is not None and view[0] is state.devices and view[1] == known and view[2] == dra_names:
             holders, pods, unknown = view[3]  # the same answer on the same GPUs: read once
         else:
-            holders, containers, devices, unknown = {}, {}, {}, {}  # holders: GPU or MIG UUID -> pods (namespace, name)
+            holders, unknown = {}, {}
+            containers: dict[tuple[str, str], dict[str, None]] = {}  # pod -> its containers' names, in order
+            devices: dict[tuple[str, str], dict[str, None]] = {}  # pod -> its GPU and MIG UUIDs, in order
             for c in state.devices:
                 if c.claim is not None:  # a DRA claim's devices: only the NVIDIA DRA driver's are GPUs
                     if c.resource != NVIDIA_DRA_DRIVER:
@@ -98,6 +103,8 @@ class _Additions:
                 elif not c.resource.startswith("nvidia.com/"):
                     continue
                 for raw in c.device_ids:
+                    uuid: str | None
+                    why: str | None
                     if c.claim is None:
                         uuid, why = device_uuid(raw), None
                     else:
@@ -167,7 +174,7 @@ class _Additions:
                     hidden[key] = (f"pod {key[1]}: no pod the kubelet lists holds its GPUs alone, and no runtime "
                                    "record names it: not shown as a pod")
             for ref, key in self._by_name.items():
-                if ref not in listed and key[1] not in hidden:
+                if ref not in listed and key not in hidden:
                     hidden[key] = (f"pod {key[1]}: its runtime's record names it {ref[0]}/{ref[1]}, which the "
                                    "kubelet does not list: not shown as a pod")
         if hidden != self._hidden:
@@ -263,10 +270,14 @@ def _dra_uuid(name: str, names: dict[tuple[int, ...], str] | None) -> tuple[str 
     dev = dra_device(name)
     if dev.kind in ("gpu", "mig") and names is None:
         return None, "no NVML answer to look its GPU up in"
+    # dra_device gives a gpu its minor number, a mig device its minor number, profile id and placement start
     if dev.kind == "gpu":
+        assert names is not None and dev.minor is not None
         uuid = names.get((dev.minor,))
         return (uuid, None) if uuid is not None else (None, f"no GPU with minor number {dev.minor} here")
     if dev.kind == "mig":
+        assert names is not None and dev.minor is not None
+        assert dev.profile_id is not None and dev.placement_start is not None
         uuid = names.get((dev.minor, dev.profile_id, dev.placement_start))
         if uuid is not None:
             return uuid, None

@@ -43,26 +43,30 @@ _KUBEPODS = frozenset(("kubepods", "kubepods.slice"))
 _QOS = frozenset(("besteffort", "burstable", "kubepods-besteffort.slice", "kubepods-burstable.slice"))
 
 
+# a test of one cgroup name: a match (re.Match) or True when it is the one a layout wants there
+_Test = Callable[[str], object]
+
+
 def _is(value: str) -> Callable[[str], bool]:
     return value.__eq__
 
 
 # the cgroups above a job or a pod, from the hierarchy's root, as Slurm and the kubelet make them
-_JOB_LAYOUTS: tuple[tuple[Callable[[str], bool], ...], ...] = (
+_JOB_LAYOUTS: tuple[tuple[_Test, ...], ...] = (
     (_is("system.slice"), _SLURM_V2.match),  # cgroup v2: /system.slice/slurmstepd.scope/job_N
     (_SLURM_V1.match, _SLURM_UID.match),  # cgroup v1: /slurm/uid_N/job_N
     (_SLURM_V1.match,),
 )
-_POD_LAYOUTS: tuple[tuple[Callable[[str], bool], ...], ...] = (
+_POD_LAYOUTS: tuple[tuple[_Test, ...], ...] = (
     (_KUBEPODS.__contains__, _QOS.__contains__),  # /kubepods.slice/kubepods-burstable.slice/..., /kubepods/besteffort
     (_KUBEPODS.__contains__,),  # guaranteed pods
 )
-_COLON_LAYOUTS: tuple[tuple[Callable[[str], bool], ...], ...] = (
+_COLON_LAYOUTS: tuple[tuple[_Test, ...], ...] = (
     (_is("system.slice"), lambda c: c.endswith(".service")),  # containerd's own unit, systemd driver names
 )
 
 
-def _laid_out(above: list[str], layouts: tuple[tuple[Callable[[str], bool], ...], ...], verified: bool) -> bool:
+def _laid_out(above: list[str], layouts: tuple[tuple[_Test, ...], ...], verified: bool) -> bool:
     """True when the cgroups ``above`` a job or pod component (from the hierarchy's root) are one of ``layouts``:
     exactly, from the root; or, for a path relative to the agent's own cgroup namespace (leading ``..``: the
     part left out is the agent's own ancestors), the end of one; or, when ``verified`` (every directory on the
@@ -205,7 +209,7 @@ def _delegation(parts: list[str], at: int) -> str:
 
 
 def _untrusted(parts: list[str], at: int, user_at: int, delegated_at: int, owners: Owners,
-               layouts: tuple[tuple[Callable[[str], bool], ...], ...], what: str, kind: str) -> str:
+               layouts: tuple[tuple[_Test, ...], ...], what: str, kind: str) -> str:
     """Why the job or pod component at ``at`` is not taken for one ("" when it is)."""
     if 0 <= delegated_at <= at:
         owner = f" (its cgroup is uid {owners.uid}'s)" if owners.delegated == delegated_at else ""

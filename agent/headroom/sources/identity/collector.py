@@ -354,9 +354,9 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
             pass
         elif ident.kind == "pod" and self.kubernetes and "pods" in self.auto:
             # the runtime's record names this container's pod: taken when it is this pod (its UID, where recorded)
-            named = meta is not None and bool(meta.pod) and meta.pod_uid in ("", ident.pod_uid)
-            return _Slot("pod", ident.pod_uid, pod_uid=ident.pod_uid, namespace=meta.namespace if named else "",
-                         pod=meta.pod if named else "", container=meta.container if named else "",
+            named = meta if meta is not None and meta.pod and meta.pod_uid in ("", ident.pod_uid) else None
+            return _Slot("pod", ident.pod_uid, pod_uid=ident.pod_uid, namespace=named.namespace if named else "",
+                         pod=named.pod if named else "", container=named.container if named else "",
                          cgroup=ident.cgroup)
         elif ident.kind == "job" and "jobs" in self.auto:
             return _Slot("job", ident.job_id, job_id=ident.job_id, cgroup=ident.cgroup)
@@ -515,8 +515,8 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
                 directory.close()
         if self._models or self._reader is not None:
             live_models = {(g.launcher_pid, g.launcher.model) for g in groups.values() if g.launcher is not None}
-            for key in [k for k in self._models if k not in live_models]:
-                del self._models[key]
+            for model_key in [k for k in self._models if k not in live_models]:
+                del self._models[model_key]
             if self._reader is not None:
                 self._reader.forget(live_models)
         # logged as attribution will show them: a declared profile that has these processes takes their place
@@ -610,7 +610,7 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
                 g.cgroup = slot.cgroup
             if known.launcher is not None and g.launcher is None:
                 g.launcher, g.launcher_pid = known.launcher, known.launcher_pid
-            g.pids.append(pid)  # type: ignore[union-attr]
+            g.pids.append(pid)
             g.gpus.update(dict.fromkeys(on_gpu[pid]))  # type: ignore[union-attr]
         assert g is not None
         return g

@@ -86,10 +86,14 @@ def container_meta(rootfs: Path, container_id: str, runtime: str) -> ContainerMe
         if not isinstance(doc, dict):
             continue
         if kind == "docker":
-            config = doc.get("Config") if isinstance(doc.get("Config"), dict) else {}
-            labels = config.get("Labels") if isinstance(config.get("Labels"), dict) else {}
+            # the runtime's state file: JSON, untyped (Any) until each value is checked
+            found = doc.get("Config")
+            config: dict[str, Any] = found if isinstance(found, dict) else {}
+            found = config.get("Labels")
+            labels: dict[str, Any] = found if isinstance(found, dict) else {}
             return _from_annotations(labels, str(doc.get("Name", "")).lstrip("/"))
-        annotations = doc.get("annotations") if isinstance(doc.get("annotations"), dict) else {}
+        found = doc.get("annotations")
+        annotations: dict[str, Any] = found if isinstance(found, dict) else {}
         meta = _from_annotations(annotations)
         if runtime == "podman" or (not meta.pod and runtime == ""):
             name = _podman_name(Path(rootfs), container_id)

@@ -77,7 +77,7 @@ class _Group:
     kind: str
     key: str
     name: str = ""
-    pids: list[int] | None = None
+    pids: list[int] = field(default_factory=list)  # every constructor gives them
     gpus: dict[str, None] | None = None
     namespace: str = ""
     pod: str = ""

@@ -74,6 +74,7 @@ class JobMappingReader:
             known = files.get(name)
             if known is not None and known[0] == key and fst.st_mtime_ns < racy:
                 continue
+            jobs: tuple[str, ...]
             if stat_module.S_ISDIR(fst.st_mode):
                 jobs, why = (), ""
             else:

@@ -10,7 +10,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from headroom.safeio import Credentials, Tree
 from headroom.samples import ModelInfo
@@ -31,7 +30,7 @@ class _ModelReader:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: dict[tuple[int, str], tuple[Any, ...]] = {}  # waiting, in order
+        self._queue: dict[tuple[int, str], _ReadArgs] = {}  # waiting, in order
         self._results: dict[tuple[int, str], ModelInfo] = {}
         self._running: tuple[tuple[int, str], float, threading.Thread] | None = None
         self._stuck: set[threading.Thread] = set()
@@ -42,9 +41,10 @@ class _ModelReader:
             return key in self._queue or key in self._results or (self._running is not None
                                                                    and self._running[0] == key)
 
-    def submit(self, key: tuple[int, str], *args: Any) -> None:
+    def submit(self, key: tuple[int, str], procfs_root: Path, pid: int, model: str,
+               who: ProcessIdentity | None) -> None:  # fmt: skip
         with self._lock:
-            self._queue[key] = args
+            self._queue[key] = (procfs_root, pid, model, who)
         self._step()
 
     def result(self, key: tuple[int, str]) -> ModelInfo | None:
@@ -83,7 +83,7 @@ class _ModelReader:
             self._running = (key, now, thread)
         thread.start()
 
-    def _read(self, key: tuple[int, str], args: tuple[Any, ...]) -> None:
+    def _read(self, key: tuple[int, str], args: _ReadArgs) -> None:
         try:
             info = read_launcher_model(*args, deadline=time.monotonic() + MODEL_READ_SECONDS)
         except Exception as exc:  # read_launcher_model turns file problems into reasons; this is a bug's
@@ -116,6 +116,10 @@ class ProcessIdentity:
     creds: Credentials
     start: int  # /proc/PID/stat starttime: a pid reused by another process starts later
     status: tuple[str, ...]  # its Uid, Gid and Groups lines: a setuid exec since changes them
+
+
+# what one queued model read is given: read_launcher_model's (procfs_root, pid, model, who)
+_ReadArgs = tuple[Path, int, str, ProcessIdentity | None]
 
 
 def process_identity(procfs_root: Path, pid: int) -> ProcessIdentity | str:

@@ -56,9 +56,9 @@ def _legacy_shadow() -> str | None:
 
 BINDING_ERROR: str | None = _legacy_shadow()
 try:
-    import pynvml
+    import pynvml as pynvml  # re-exported: the package's other modules take it from here
 except Exception as exc:  # not installed, or a broken module: this collector fails, the others go on
-    pynvml = None  # type: ignore[assignment]
+    pynvml = None
     BINDING_ERROR = BINDING_ERROR or f"cannot import pynvml (install nvidia-ml-py>={MIN_BINDING}): {type(exc).__name__}: {exc}"
 if BINDING_ERROR is None and not hasattr(pynvml, "NVMLError"):
     BINDING_ERROR = f"the pynvml module at {getattr(pynvml, '__file__', '?')} is not nvidia-ml-py's binding"
@@ -123,7 +123,8 @@ def describe(err: BaseException) -> str:
 
 def library_reason(err: BaseException) -> str:
     """Why NVML is unusable, with advice where there is some: "Driver Not Loaded (DRIVER_NOT_LOADED): is ..."."""
-    hint = _HINTS.get(getattr(err, "value", None))
+    value = getattr(err, "value", None)  # an NVMLError's return code
+    hint = _HINTS.get(value) if isinstance(value, int) else None
     return f"{describe(err)}: {hint}" if hint else describe(err)
 
 
@@ -222,9 +223,12 @@ class _ListQuery:
 
     def _invoke(self, fn: Any, handle: Any, tail: tuple[Any, ...]) -> int:
         self.count.value = self.capacity
+        rc: int  # fn: a function of the NVML library (ctypes), untyped
         if self.samples_first:
-            return fn(handle, self.array, self.count_ref, *tail)
-        return fn(handle, self.count_ref, self.array, *tail)
+            rc = fn(handle, self.array, self.count_ref, *tail)
+        else:
+            rc = fn(handle, self.count_ref, self.array, *tail)
+        return rc
 
     def read(self, handle: Any, *tail: Any) -> tuple[int, Any]:
         """(NVML return code, the converted entries on success, else None)."""

@@ -286,10 +286,10 @@ def _gpu_processes(last: tuple[samples.GpuProcess, ...] | None, rows: Sequence[P
     known = {p.pid: p for p in last} if last else {}
     out = []
     for (pid, used), ratio in zip(rows, ratios, strict=True):
-        p = known.get(pid)
-        if p is None or p.used_memory_bytes != used or p.sm_utilization_ratio != ratio:
-            p = samples.GpuProcess(pid=pid, used_memory_bytes=used, sm_utilization_ratio=ratio)
-        out.append(p)
+        proc = known.get(pid)
+        if proc is None or proc.used_memory_bytes != used or proc.sm_utilization_ratio != ratio:
+            proc = samples.GpuProcess(pid=pid, used_memory_bytes=used, sm_utilization_ratio=ratio)
+        out.append(proc)
     return tuple(out)
 
 

@@ -214,7 +214,7 @@ class ProcessesCollector(Collector):
         """Examine new, re-inoded and recheck pids; returns the pids (re)classified, or None when an
         existing process changed its rules' verdict (then every membership is resolved again)."""
         root = self.ctx.paths.procfs
-        todo: list[tuple[procfs.PidStat | _Again, int, _Proc | None]] = []
+        todo: list[tuple[procfs.PidStat | _Again, int, _Proc | None]] = []  # (its stat, its inode, known as)
         for pid, inode in listing.items():
             p = self._procs.get(pid)
             if p is not None and p.inode == inode:
@@ -223,6 +223,7 @@ class ProcessesCollector(Collector):
                 if not self._needs_comm:  # another look at the same process (same inode): only its argv,
                     todo.append((_Again(pid, "", p.ppid, p.starttime), inode, p))  # cgroup or uid can change
                     continue
+            st: procfs.PidStat | None
             try:
                 st = procfs.read_pid_stat(root, pid, self._user_hz)
             except (OSError, ValueError):

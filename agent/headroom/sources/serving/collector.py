@@ -166,7 +166,7 @@ class ServingCollector(Collector):
         self._detect_every = float(ctx.settings.get("detect_interval") or DEFAULT_DETECT_INTERVAL)
         self._profiles = list(ctx.workloads)
         self._endpoints: dict[str, _Endpoint] = {
-            p.name: self._endpoint(p, p.endpoint) for p in self._profiles if getattr(p, "endpoint", None)}
+            p.name: self._endpoint(p, p.endpoint) for p in self._profiles if p.endpoint}
         # inference profiles without endpoint: found from their process's command line (or, simulated, the
         # stand-in's URL); training kinds serve nothing, so they cost no /proc search
         self._undeclared = [p for p in self._profiles if not getattr(p, "endpoint", None)
@@ -223,7 +223,7 @@ class ServingCollector(Collector):
         if identity is not None:
             processes = previous.processes if previous is not None else None
             declared = {p.name for p in self._profiles}
-            named = {_same_url(p.endpoint) for p in self._profiles if getattr(p, "endpoint", None)}
+            named = {_same_url(p.endpoint) for p in self._profiles if p.endpoint}
             # the declared entries' processes: the automatic workloads' entries, under their own names, are not
             autos = {g.name for g in getattr(identity, "groups", ())} - declared
             claimed = {pid for w in getattr(processes, "workloads", ()) if w.name not in autos for pid in w.pids}
@@ -261,9 +261,12 @@ class ServingCollector(Collector):
         with self._lock:
             endpoints = [*self._endpoints.values(), *self._auto.values()]
         for e in endpoints:
+
+            def idle(e: _Endpoint = e) -> bool:
+                return not (e._wanted or e._busy)
+
             with e._cv:
-                if not e._cv.wait_for(lambda e=e: not (e._wanted or e._busy),
-                                      timeout=max(0.0, deadline - time.monotonic())):
+                if not e._cv.wait_for(idle, timeout=max(0.0, deadline - time.monotonic())):
                     return False
         return True
 

@@ -146,7 +146,7 @@ def parse(text: str, series: dict[str, tuple[str, str, dict[str, str] | None]] |
             if len(cache) >= SERIES_CACHE_MAX:  # remembered only under the key the lookup above finds
                 cache.clear()
             cache[key] = known
-        if kept:
+        if known[2] is not None:  # kept: its labels were parsed
             samples.setdefault(known[1], []).append((known[2], value))
     if not typed and others_unseen:  # no TYPE lines: count the other families by their sample names
         for line in lines:

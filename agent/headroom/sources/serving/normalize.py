@@ -180,14 +180,14 @@ NORMALIZERS: dict[str, Callable[[Metrics], dict[str, Any]]] = {
 }  # fmt: skip
 
 
-class _Asked(dict):
+class _Asked(dict[str, Any]):
     """An empty sample table that remembers every name a normalizer asks for."""
 
     def __init__(self) -> None:
         super().__init__()
         self.asked: set[str] = set()
 
-    def get(self, key, default=None):  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:  # Any: whatever default the normalizer passes
         self.asked.add(key)
         return default
 

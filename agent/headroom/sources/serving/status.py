@@ -39,6 +39,8 @@ def _ollama_ps(doc: Any) -> dict[str, Any]:
                         "(serving.MAX_RESIDENT_MODELS); not read", 0)
     names, total, vram = [], 0.0, 0.0
     for i, m in enumerate(models):
+        size: Any  # JSON from the runtime's /api/ps, checked below
+        in_vram: Any
         size, in_vram = (m.get("size"), m.get("size_vram", 0)) if isinstance(m, dict) else (None, None)
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 2**63 for v in (size, in_vram)):
             raise ScrapeError(f"not an Ollama /api/ps answer: models[{i}] has no byte counts size and size_vram")

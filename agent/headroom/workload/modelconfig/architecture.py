@@ -39,7 +39,8 @@ def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str,
         raise ModelConfigError("is_encoder_decoder", f"encoder-decoder models ({top.get('model_type')}) are not "
                                                      "modelled: their cross-attention KV cache has another layout")  # fmt: skip
     # multimodal and some newer configs nest the language model's fields in text_config
-    cfg = top.get("text_config") if isinstance(top.get("text_config"), dict) else top
+    text_config = top.get("text_config")
+    cfg: Mapping[str, Any] = text_config if isinstance(text_config, dict) else top
     where = "text_config." if cfg is not top else ""
     model_type = str(cfg.get("model_type") or top.get("model_type") or "") or None
     if model_type in _ATTENTION_FREE:
@@ -82,7 +83,7 @@ def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str,
 
     # MLA (DeepSeek V2/V3): one latent vector plus the RoPE key per token per layer
     if cfg.get("kv_lora_rank") is not None:
-        arch["kv_lora_rank"] = _int(cfg, where, "kv_lora_rank")
+        arch["kv_lora_rank"] = _int(cfg, where, "kv_lora_rank", required=True)  # given: required never raises
         arch["qk_rope_head_dim"] = _int(cfg, where, "qk_rope_head_dim", required=True)
         q_rank = _int(cfg, where, "q_lora_rank")
         if q_rank is not None:
@@ -98,8 +99,8 @@ def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str,
         elif model_type == "gemma2":  # alternating local/global, local first
             sliding = (layers + 1) // 2
         elif cfg.get("sliding_window_pattern") is not None or model_type in ("gemma3", "gemma3_text", "cohere2"):
-            pattern = _int(cfg, where, "sliding_window_pattern") or 6  # every pattern-th layer is global
-            sliding = layers - layers // pattern
+            every = _int(cfg, where, "sliding_window_pattern") or 6  # every every-th layer is global
+            sliding = layers - layers // every
         else:
             sliding = layers
         if sliding:
@@ -108,15 +109,15 @@ def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str,
             layout.append("sliding-window")
 
     # hybrid models: only some layers hold a KV cache
-    kv_layers = None
+    kv_layers: int | None = None
     block_types = cfg.get("layers_block_type")
     if isinstance(block_types, list):
         kv_layers = sum(1 for t in block_types if str(t) == "attention")
     elif cfg.get("attn_layer_period") is not None:
-        period, offset = _int(cfg, where, "attn_layer_period"), _int(cfg, where, "attn_layer_offset", minimum=0) or 0
+        period, offset = _int(cfg, where, "attn_layer_period", required=True), _int(cfg, where, "attn_layer_offset", minimum=0) or 0
         kv_layers = sum(1 for i in range(layers) if i % period == offset)
     elif cfg.get("full_attention_interval") is not None:
-        kv_layers = layers // _int(cfg, where, "full_attention_interval")
+        kv_layers = layers // _int(cfg, where, "full_attention_interval", required=True)
     elif layer_types is not None and any("attention" not in str(t) or "linear" in str(t) for t in layer_types):
         kv_layers = sum(1 for t in layer_types if "attention" in str(t) and "linear" not in str(t))
     pattern = cfg.get("hybrid_override_pattern")  # NemotronH: M Mamba2, * attention, - MLP, E MoE, one per layer
@@ -175,7 +176,7 @@ def _mla_params(cfg: Mapping[str, Any], arch: Mapping[str, Any], where: str = ""
 
     nope, rope, v = optional("qk_nope_head_dim"), arch["qk_rope_head_dim"], optional("v_head_dim")
     kv_rank, q_rank = arch["kv_lora_rank"], arch.get("q_lora_rank")
-    if not all(isinstance(x, int) for x in (nope, v, vocab)):
+    if nope is None or v is None or not isinstance(vocab, int):
         return None
     q = h * heads * (nope + rope) if not q_rank else h * q_rank + q_rank + q_rank * heads * (nope + rope)
     attn = q + h * (kv_rank + rope) + kv_rank + kv_rank * heads * (nope + v) + heads * v * h
@@ -186,7 +187,8 @@ def _mla_params(cfg: Mapping[str, Any], arch: Mapping[str, Any], where: str = ""
         width = arch["moe_intermediate_size"]
         moe = (arch["experts"] + (_int(cfg, where, "n_shared_experts", minimum=0) or 0)) * 3 * h * width + arch["experts"] * h
     embeddings = vocab * h * (1 if arch.get("tie_embeddings") else 2)
-    return layers * (attn + 2 * h) + dense_layers * dense + (layers - dense_layers) * moe + embeddings + h
+    total: int = layers * (attn + 2 * h) + dense_layers * dense + (layers - dense_layers) * moe + embeddings + h
+    return total
 
 
 def _is_encoder_architecture(architectures: Any) -> bool:
@@ -209,7 +211,10 @@ def _recurrent_state(cfg: Mapping[str, Any], where: str, model_type: str | None,
     (model_executor/models/<family>.py ``get_mamba_state_shape_from_config``); {} for any other config."""
     def i(*keys: str, default: int | None = None) -> int:
         v = _int(cfg, where, *keys, required=default is None)
-        return v if v is not None else default
+        if v is not None:
+            return v
+        assert default is not None  # no default: required, so _int raised
+        return default
 
     if model_type == "jamba":  # jamba.py: mamba1_state_shape(mamba_expand x hidden, mamba_d_state, mamba_d_conv)
         inner = i("mamba_expand", default=2) * hidden  # transformers' JambaConfig defaults: expand 2, state 16, conv 4
@@ -288,8 +293,9 @@ def _precision_fields(cfg: Mapping[str, Any], top: Mapping[str, Any], where: str
         else:
             raise ModelConfigError("quantization_config", "bitsandbytes without load_in_4bit or load_in_8bit")
     elif method == "compressed-tensors":
-        groups = q.get("config_groups") if isinstance(q.get("config_groups"), dict) else {}
-        weights = [g.get("weights") for g in groups.values() if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
+        config_groups = q.get("config_groups")
+        groups: dict[str, Any] = config_groups if isinstance(config_groups, dict) else {}
+        weights: list[dict[str, Any]] = [g["weights"] for g in groups.values() if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
         if not weights:
             raise ModelConfigError("quantization_config.config_groups", "no weights scheme found")
         w = weights[0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from headroom.safeio import FileRefused
 
@@ -77,7 +77,12 @@ _LIMITS = {
 }  # fmt: skip
 
 
+@overload
+def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: Literal[True], minimum: int = 1) -> int: ...
+@overload
+def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: bool = False, minimum: int = 1) -> int | None: ...
 def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: bool = False, minimum: int = 1) -> int | None:
+    """The integer under the first of ``keys`` config.json has, bounded; None when none (``required``: refused)."""
     v = _first(cfg, *keys)
     if v is None:
         if required:

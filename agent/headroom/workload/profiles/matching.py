@@ -20,7 +20,9 @@ _MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "containe
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?$")  # what useradd accepts (NAME_REGEX, relaxed)
 
 
-def _gpus(r: _Reader, top: Mapping) -> Any:
+# ``top``: the profile mapping as YAML parsed it, untyped (Any) until checked; each returns the checked value or
+# _BAD, hence Any
+def _gpus(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("gpus")
     if v is None:
         return ()
@@ -74,7 +76,7 @@ def _excerpt(value: str, limit: int = 40) -> str:
     return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
 
 
-def _match(r: _Reader, top: Mapping) -> Any:
+def _match(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("match")
     if v is None:
         return ProcessMatch()
@@ -109,7 +111,7 @@ def _match(r: _Reader, top: Mapping) -> Any:
     return ProcessMatch(**values)
 
 
-def _endpoint(r: _Reader, top: Mapping) -> Any:
+def _endpoint(r: _Reader, top: Mapping[str, Any]) -> Any:
     url = r.string(top, "endpoint", ())
     if not _ok(url):
         return url

@@ -219,7 +219,9 @@ def _error_roots(r: _Reader) -> set[str | int]:
     return {e.path[0] for e in r.errors if e.path}
 
 
-def _model(r: _Reader, top: Mapping) -> Any:
+# The section readers: ``top`` is the profile mapping as YAML parsed it, its values untyped (Any) until checked; each
+# returns the section's frozen value, its default, or _BAD (an error recorded in ``r``), hence Any.
+def _model(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("model")
     if v is None:
         return Model()
@@ -232,7 +234,7 @@ def _model(r: _Reader, top: Mapping) -> Any:
     return _BAD if _BAD in (name, version) else Model(name, version)
 
 
-def _runtime(r: _Reader, top: Mapping) -> Any:
+def _runtime(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("runtime")
     if v is None:
         return Runtime()
@@ -262,7 +264,7 @@ def _runtime(r: _Reader, top: Mapping) -> Any:
     return rt
 
 
-def _size(r: _Reader, m: Mapping, key: str, path: Path) -> Any:
+def _size(r: _Reader, m: Mapping[str, Any], key: str, path: Path) -> Any:
     """A size in bytes: an integer or a string with a unit (64MiB, 4GiB)."""
     if m.get(key) is None:
         return None
@@ -275,7 +277,7 @@ def _size(r: _Reader, m: Mapping, key: str, path: Path) -> Any:
     return n
 
 
-def _quantization(r: _Reader, top: Mapping) -> Any:
+def _quantization(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("quantization")
     if v is None:
         return QuantizationSpec()
@@ -301,7 +303,7 @@ def _quantization(r: _Reader, top: Mapping) -> Any:
     return QuantizationSpec(method=method, group_size=_val(group), double_quant=_val(double))
 
 
-def _architecture(r: _Reader, top: Mapping) -> Any:
+def _architecture(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("architecture")
     if v is None:
         return Architecture()
@@ -346,8 +348,8 @@ def _check_architecture(r: _Reader, a: Architecture) -> None:
     if a.sliding_window_layers is not None and a.sliding_window is None:
         r.error(("architecture", "sliding_window"), "sliding_window_layers is set but the window size is not")
     if (a.kv_lora_rank is None) != (a.qk_rope_head_dim is None):
-        missing = "qk_rope_head_dim" if a.qk_rope_head_dim is None else "kv_lora_rank"
-        r.error(("architecture", missing), "MLA (latent KV) needs both kv_lora_rank and qk_rope_head_dim")
+        absent = "qk_rope_head_dim" if a.qk_rope_head_dim is None else "kv_lora_rank"
+        r.error(("architecture", absent), "MLA (latent KV) needs both kv_lora_rank and qk_rope_head_dim")
     if a.q_lora_rank is not None and a.kv_lora_rank is None:
         r.error(("architecture", "q_lora_rank"), "q_lora_rank is an MLA field: give kv_lora_rank and qk_rope_head_dim")
     if a.experts is not None and a.experts_per_token is not None and a.experts_per_token > a.experts:
@@ -355,7 +357,7 @@ def _check_architecture(r: _Reader, a: Architecture) -> None:
                                                       f"{a.experts}")  # fmt: skip
 
 
-def _context(r: _Reader, top: Mapping) -> Any:
+def _context(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("context")
     if v is None:
         return Context()
@@ -373,7 +375,7 @@ def _context(r: _Reader, top: Mapping) -> Any:
     return Context(typical=_val(typical), max=_val(mx)) if _BAD not in (typical, mx) else _BAD
 
 
-def _training(r: _Reader, top: Mapping) -> Any:
+def _training(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("training")
     if v is None:
         return None
@@ -381,7 +383,7 @@ def _training(r: _Reader, top: Mapping) -> Any:
     m = r.mapping(v, p, _TRAINING_KEYS)
     if m is None:
         return _BAD
-    fields = dict(
+    fields: dict[str, Any] = dict(  # each a checked value, None (not given) or _BAD
         optimizer=r.choice(m, "optimizer", p, Optimizer),
         gradient_precision=r.choice(m, "gradient_precision", p, Precision, FLOAT_PRECISIONS),
         master_weights=r.boolean(m, "master_weights", p),
@@ -401,12 +403,13 @@ def _training(r: _Reader, top: Mapping) -> Any:
                                                                    "fsdp-full-shard")  # fmt: skip
     if any(x is _BAD for x in fields.values()):
         return _BAD
-    defaults = {"gradient_checkpointing": False, "flash_attention": True, "sharding": Sharding.NONE,
+    defaults: dict[str, Any] = {"gradient_checkpointing": False, "flash_attention": True, "sharding": Sharding.NONE,
                 "offload_optimizer": False, "offload_params": False}  # fmt: skip
-    return Training(**{k: (defaults.get(k) if x is None else x) for k, x in fields.items()})
+    given: dict[str, Any] = {k: (defaults.get(k) if x is None else x) for k, x in fields.items()}
+    return Training(**given)
 
 
-def _lora(r: _Reader, top: Mapping) -> Any:
+def _lora(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("lora")
     if v is None:
         return None
@@ -444,7 +447,7 @@ def _lora(r: _Reader, top: Mapping) -> Any:
     )
 
 
-def _parallel(r: _Reader, top: Mapping) -> Any:
+def _parallel(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("parallel")
     if v is None:
         return Parallelism()
@@ -458,7 +461,7 @@ def _parallel(r: _Reader, top: Mapping) -> Any:
     return Parallelism(**{k: x or 1 for k, x in degrees.items()})
 
 
-def _group_name(r: _Reader, top: Mapping, key: str) -> Any:
+def _group_name(r: _Reader, top: Mapping[str, Any], key: str) -> Any:
     """``job`` / ``team``: a name with the rules of ``name`` (it becomes a label value across the fleet)."""
     value = r.string(top, key, ())
     if value is not None and value is not _BAD and not _NAME.match(value):
@@ -480,7 +483,7 @@ def _ratio(r: _Reader, value: Any, path: Path) -> Any:
     return float(v)
 
 
-def _slo(r: _Reader, top: Mapping) -> tuple[Any, Any]:
+def _slo(r: _Reader, top: Mapping[str, Any]) -> tuple[Any, Any]:
     """(latency objectives, error budget): the latency objectives as (objective, seconds) pairs."""
     v = top.get("slo")
     if v is None:
@@ -505,7 +508,7 @@ def _slo(r: _Reader, top: Mapping) -> tuple[Any, Any]:
     return tuple(out), _val(budget)
 
 
-def _lengths(r: _Reader, m: Mapping, key: str) -> Any:
+def _lengths(r: _Reader, m: Mapping[str, Any], key: str) -> Any:
     v = m.get(key)
     p = ("load", key)
     if v is None:
@@ -532,7 +535,7 @@ def _lengths(r: _Reader, m: Mapping, key: str) -> Any:
     return Lengths(typical=typical if typical is not None else mx, max=mx, distribution=dist)
 
 
-def _levels(r: _Reader, m: Mapping, key: str, integer: bool, limit: float) -> Any:
+def _levels(r: _Reader, m: Mapping[str, Any], key: str, integer: bool, limit: float) -> Any:
     v = m.get(key)
     p = ("load", key)
     if v is None:
@@ -556,7 +559,7 @@ def _levels(r: _Reader, m: Mapping, key: str, integer: bool, limit: float) -> An
     return Levels(normal=normal if normal is not None else peak, peak=peak if peak is not None else normal)
 
 
-def _load(r: _Reader, top: Mapping) -> Any:
+def _load(r: _Reader, top: Mapping[str, Any]) -> Any:
     v = top.get("load")
     if v is None:
         return None
@@ -569,7 +572,7 @@ def _load(r: _Reader, top: Mapping) -> Any:
     return _BAD if _BAD in parts.values() else Load(**parts)
 
 
-def _check_kind(r: _Reader, top: Mapping, kind: Kind, precision: Any, quant: Any, kv_precision: Any,
+def _check_kind(r: _Reader, top: Mapping[str, Any], kind: Kind, precision: Any, quant: Any, kv_precision: Any,
                 concurrency: Any, training: Any, lora: Any, runtime: Any, gpus: Any, parallel: Any) -> None:  # fmt: skip
     """Record the combinations the kind rules out."""
     if lora is not None and not kind.is_adapter:

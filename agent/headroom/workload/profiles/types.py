@@ -262,7 +262,7 @@ class Training:
     flash_attention: bool = True  # attention scores are never materialised (no s^2 activation term)
     batch_size: int | None = None  # global batch (sequences per optimizer step)
     micro_batch: int | None = None  # sequences per GPU per forward/backward pass
-    sharding: Sharding = field(default_factory=lambda: Sharding())  # ZeRO / FSDP over the data-parallel ranks
+    sharding: Sharding = field(default_factory=lambda: Sharding.NONE)  # ZeRO / FSDP over the data-parallel ranks
     offload_optimizer: bool = False  # optimizer state and FP32 master weights kept in host memory
     offload_params: bool = False  # ZeRO-3 / FSDP full shard only: the 16-bit weights kept in host memory too
 

@@ -135,7 +135,13 @@ def lora_adapter_params(arch: Architecture, rank: int, target_modules: tuple[str
         raise SizingError(
             f"LoRA adapter size needs {', '.join(missing)}; missing: {', '.join(missing)}", tuple(missing)
         )
-    return arch.layers * sum(rank * (shapes[m][0] + shapes[m][1]) for m in modules)
+    assert arch.layers is not None  # a missing dimension raised above
+    per_layer = 0
+    for m in modules:
+        d_in, d_out = shapes[m]
+        assert d_in is not None and d_out is not None  # a missing dimension raised above
+        per_layer += rank * (d_in + d_out)
+    return arch.layers * per_layer
 
 
 def _module_needs(module: str, arch: Architecture) -> list[str]:
@@ -282,16 +288,21 @@ def architecture_params(arch: Architecture) -> int | None:
     """Parameters implied by a Llama-style architecture (attention, gated MLP or all experts, norms,
     embeddings); None when a dimension is missing or the layout is MLA (give params then)."""
     h, hd, heads, kv = arch.effective_hidden_size, arch.effective_head_dim, arch.heads, arch.effective_kv_heads
-    if None in (arch.layers, h, hd, heads, kv, arch.vocab_size) or arch.kv_lora_rank is not None:
+    layers, vocab = arch.layers, arch.vocab_size
+    if layers is None or h is None or hd is None or heads is None or kv is None or vocab is None:
+        return None
+    if arch.kv_lora_rank is not None:
         return None
     attn = h * heads * hd * 2 + 2 * h * kv * hd
     if arch.experts:
+        if arch.moe_intermediate_size is None:  # the experts' width unknown
+            return None
         mlp = arch.experts * (3 * h * arch.moe_intermediate_size + h)
     elif arch.intermediate_size is not None:
         mlp = 3 * h * arch.intermediate_size
     else:
         return None
-    return arch.layers * (attn + mlp + 2 * h) + h + arch.vocab_size * h * (1 if arch.tie_embeddings else 2)
+    return layers * (attn + mlp + 2 * h) + h + vocab * h * (1 if arch.tie_embeddings else 2)
 
 
 def _ffn_per_token(arch: Architecture, tensor: int) -> int | None:
@@ -311,6 +322,6 @@ def _assumed_hidden(p: WorkloadProfile, notes: list[str]) -> int | None:
     arch = p.architecture
     if p.params is None or not arch.layers:
         return None
-    h = max(128, round((p.params / (12 * arch.layers)) ** 0.5 / 128) * 128)
+    h: int = max(128, round((p.params / (12 * arch.layers)) ** 0.5 / 128) * 128)
     notes.append(f"hidden_size not given: assuming {h} (~sqrt(params / (12 x layers))) for activations only")
     return h

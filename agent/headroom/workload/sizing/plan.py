@@ -94,6 +94,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
         if params is not None:
             notes.append(f"params not given: {params} derived from the architecture")
     if need("weights", {"params": params, "precision": wprec}):
+        assert params is not None and wprec is not None  # need() said both are given
         unquantized = 0
         if quant.method != Quantization.NONE or wprec.bits < compute.bits:  # embeddings stay 16-bit
             h, v = arch.effective_hidden_size, arch.vocab_size
@@ -138,6 +139,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
         if lora is not None and lora.params is not None:
             adapter_params = lora.params
         elif need("LoRA adapter size", {"lora.rank": lora.rank if lora else None}):
+            assert lora is not None and lora.rank is not None  # need() said lora.rank is given
             targets = lora.target_modules or ("q_proj", "v_proj")
             if not lora.target_modules:
                 notes.append(
@@ -221,6 +223,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
         if p.kind.is_inference:
             out = []
             if layout is not None and rt == "vllm":
+                assert block is not None  # runtime vllm sets the block size
                 rules, _ = vllm_rules(p.runtime.version)
                 batched = _activation_tokens(p, c, rt, concurrency, context, device_memory, device_name)[0]
                 kv = vllm_request_bytes(rules, layout, block, context, batched) * concurrency
@@ -239,6 +242,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
                                      f"forward pass over {tokens} tokens ({how})" if forward >= sampler
                                      else f"sampler over {seqs} x {arch.vocab_size} logits"))  # fmt: skip
             return tuple(out)
+        assert arch.layers is not None and hidden is not None  # need("activations") refused one without
         act = training_activation_bytes(
             arch.layers, hidden, arch.heads or 1, context, concurrency, par.tensor,
             bool(tr and tr.gradient_checkpointing), tr.flash_attention if tr else True, compute,
@@ -301,6 +305,7 @@ def _estimate(p: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None
             "micro-batch",
         )
     context = p.context.max
+    assert context is not None  # _plan refused a profile without context.max (need "KV cache" / "activations")
     components = plan.static + plan.variable(concurrency, context)
     order = ("weights", "kv_cache", "gradients", "optimizer_state", "master_weights", "adapter", "activations",
              "non_torch", "cuda_context", "runtime_overhead")  # fmt: skip

@@ -77,6 +77,7 @@ def format_table(e: Estimate) -> str:
         f"workload {e.profile} ({e.kind}): {e.concurrency} {e.concurrency_label} x {e.context} tokens, {where}"
     )
     if e.vllm_reservation_bytes is not None:
+        assert e.gpu_memory_bytes is not None  # the reservation is a share of the GPU's memory
         lines.append(f"vLLM reserves {format_bytes(e.vllm_reservation_bytes)} of {format_bytes(e.gpu_memory_bytes)} "
                      f"per GPU (gpu_memory_utilization); that is the expected GPU memory use")  # fmt: skip
     lines.extend(fit_lines(e))
@@ -87,18 +88,18 @@ def format_table(e: Estimate) -> str:
         lines.append(
             f"largest context at {e.concurrency} {e.concurrency_label}: {e.max_context_at_concurrency} tokens"
         )
-    r = e.runtime_report
-    if r is not None:
+    rr = e.runtime_report
+    if rr is not None:
         device = "CPU" if e.kind == Kind.CPU_INFERENCE.value else "GPU"  # vLLM names the pool (kv_cache_utils.py:2311)
         if device == "CPU":
-            lines.append(f"{r['runtime']}: KV {format_bytes(r['kv_available_bytes'])} (--kv-cache-memory-bytes)")
+            lines.append(f"{rr['runtime']}: KV {format_bytes(rr['kv_available_bytes'])} (--kv-cache-memory-bytes)")
         else:
-            lines.append(f"{r['runtime']}: budget {format_bytes(r['budget_bytes'])} - weights "
-                         f"{format_bytes(r['weights_bytes'])} - activation peak {format_bytes(r['activation_bytes'])}"
-                         f" - non-torch {format_bytes(r['non_torch_bytes'])} = KV "
-                         f"{format_bytes(r['kv_available_bytes'])}")  # fmt: skip
-        lines.append(f"{device} KV cache size: {r['kv_tokens']:,} tokens ({r['blocks']} blocks of {r['block_size']})")
-        lines.append(f"Maximum concurrency for {r['max_model_len']:,} tokens per request: {r['max_concurrency']:.2f}x")
+            lines.append(f"{rr['runtime']}: budget {format_bytes(rr['budget_bytes'])} - weights "
+                         f"{format_bytes(rr['weights_bytes'])} - activation peak {format_bytes(rr['activation_bytes'])}"
+                         f" - non-torch {format_bytes(rr['non_torch_bytes'])} = KV "
+                         f"{format_bytes(rr['kv_available_bytes'])}")  # fmt: skip
+        lines.append(f"{device} KV cache size: {rr['kv_tokens']:,} tokens ({rr['blocks']} blocks of {rr['block_size']})")
+        lines.append(f"Maximum concurrency for {rr['max_model_len']:,} tokens per request: {rr['max_concurrency']:.2f}x")
     elif e.kv_capacity_tokens is not None:
         lines.append(
             f"KV cache capacity: {e.kv_capacity_tokens} tokens ({e.kv_bytes_per_token} B/token per GPU)"

@@ -49,9 +49,14 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
         fields |= {"architecture.kv_heads": kv_heads, "architecture.head_dim": hd}
     if not need("KV cache", fields):
         return None
+    assert arch.layers is not None  # need() said it is given
     bits = p.effective_kv_cache_precision.bits
     replicate, align = "ceil", 1
-    mla_width = arch.kv_lora_rank + arch.qk_rope_head_dim if mla else None
+    mla_width = None
+    if arch.kv_lora_rank is not None:  # mla
+        assert arch.qk_rope_head_dim is not None  # the profile schema gives both MLA fields or neither
+        mla_width = arch.kv_lora_rank + arch.qk_rope_head_dim
+    state_name = arch.state_kind.value if arch.state_kind is not None else None  # None: no recurrent state
     sliding = arch.sliding_window
     if rt == "vllm":
         rules, _ = vllm_rules(p.runtime.version)
@@ -65,12 +70,12 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
                               ("architecture.state_kind",))  # fmt: skip
         if hybrid and not rules.state_pages:
             raise SizingError(f"cannot size workload {p.name!r} for vLLM {rules.name}: hybrid layout (attention + "
-                              f"{arch.state_kind.value} layers): this version's state pages were not read (modelled "
+                              f"{state_name} layers): this version's state pages were not read (modelled "
                               "from vLLM 0.32); give --runtime-version 0.32 or later, or drop runtime vllm",
                               ("runtime.version",))  # fmt: skip
         if hybrid and (sliding or mla or arch.kv_layers == 0):
             what = "sliding-window" if sliding else "MLA" if mla else "no attention"
-            raise SizingError(f"cannot size workload {p.name!r} for vLLM: a {arch.state_kind.value} hybrid with "
+            raise SizingError(f"cannot size workload {p.name!r} for vLLM: a {state_name} hybrid with "
                               f"{what} layers is not modelled (only full attention + one recurrent state kind)",
                               ("architecture.state_kind",))  # fmt: skip
         if mla and not rules.mla_latent:  # V0 before 0.7 cached DeepSeek's K/V in full, head size padded to 256
@@ -101,6 +106,9 @@ def _with_state(p: WorkloadProfile, layout: KVLayout, rt: str | None) -> KVLayou
     """``layout`` plus the recurrent state of a hybrid model's Mamba / gated-delta-net layers: conv state in the
     model's dtype (vLLM's mamba_cache_dtype "auto"), SSM state in ``state_precision`` else the same."""
     a, par = p.architecture, p.parallel
+    # called with state_kind given; the profile schema requires the state's shape with it
+    assert a.state_kind is not None and a.state_conv_dim is not None and a.state_conv_kernel is not None
+    assert a.state_heads is not None and a.state_head_dim is not None and a.state_size is not None
     conv_bits = p.effective_compute_precision.bits
     ssm_bits = a.state_precision.bits if a.state_precision else conv_bits
     per = state_bytes(a.state_kind.value, par.tensor, a.state_conv_dim, a.state_conv_kernel, a.state_groups or 0,
@@ -192,10 +200,12 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
                     c: OverheadConstants) -> RuntimeReport:  # fmt: skip
     """The runtime's own start-up figures (docs/sizing.md, "Runtime accounting")."""
     p, layout = plan.profile, plan.layout
+    assert layout is not None  # _estimate asks for a runtime report only with a KV layout
     get = {x.name: x.bytes for x in components}
     weights, act, non_torch = get.get("weights", 0), get.get("activations", 0), get.get("non_torch", 0)
     notes: list[str] = []
     if plan.runtime == "vllm":
+        assert plan.block_size is not None  # _plan sets it for runtime vllm
         rules, note = vllm_rules(p.runtime.version)
         if note:
             notes.append(note)
@@ -224,6 +234,7 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
         blocks = tokens = available // layout.bytes_per_token
         conc, name, block = tokens / max_model_len, f"SGLang (mem_fraction_static {frac:.3g})", 1
     else:
+        assert plan.block_size is not None  # _plan sets it for runtime tgi
         budget = total  # CUDA_MEMORY_FRACTION 1.0
         available = max(budget - weights - act - non_torch, 0)
         # warmup: free memory after a max_batch_prefill_tokens prefill x wiggle room // block bytes, plus the
@@ -231,12 +242,12 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
         prefill = _activation_tokens(p, c, "tgi", 1, max_model_len, total)[0]
         held = _ceil_div(prefill, plan.block_size)
         block_bytes = layout.bytes_per_token * plan.block_size
-        rules, note = tgi_rules(p.runtime.version)
+        tgi, note = tgi_rules(p.runtime.version)
         if note:
             notes.append(note)
-        blocks = int(max(available - held * block_bytes, 0) * rules.wiggle_room) // block_bytes + held
+        blocks = int(max(available - held * block_bytes, 0) * tgi.wiggle_room) // block_bytes + held
         tokens = blocks * plan.block_size
-        conc, name, block = tokens / max_model_len, f"TGI {rules.name}", plan.block_size
+        conc, name, block = tokens / max_model_len, f"TGI {tgi.name}", plan.block_size
     if available <= 0:
         notes.append(f"{name}: nothing left for the KV cache ({format_bytes(available)} after weights and profiling)")
     return RuntimeReport(name, budget, weights, act, non_torch, available, block, blocks, tokens, max_model_len,
