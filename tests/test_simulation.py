@@ -126,9 +126,18 @@ def test_defaults_fill_identity_and_limits():
 @pytest.mark.parametrize(
     ("situation", "text", "expected"),
     [
-        ("yaml syntax error", "seed: 1\nbad: : x\n", r"^f\.yaml:2:\d+: yaml: mapping values are not allowed here$"),
+        ("yaml syntax error", "seed: 1\nbad: : x\n", r"^f\.yaml:2:\d+: YAML syntax error: mapping values are not allowed here$"),
+        # the shared reader (headroom.schema): a scalar YAML cannot construct, and aliases, fail as in config.yaml
+        ("an impossible date", "seed: 2024-13-01\ngpus: []\n", r"^f\.yaml:1:7: seed: invalid value '2024-13-01': month "),
+        ("an impossible date in a profile", "gpus: []\nprofiles: [{name: 2024-13-01}]\n",
+         r"^f\.yaml:2:19: profiles: invalid value '2024-13-01'"),
+        ("a recursive alias", "gpus: &a [*a]\n", r"^f\.yaml:1:\d+: an alias refers to a node that contains it"),
+        ("an alias bomb", "a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+         "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n",
+         r"^f\.yaml:\d+:\d+: aliases expand the document past 100000 nodes"),
+        ("a typo of a top-level key", MINIMAL + "gpuz: []\n", r"^f\.yaml:5:1: gpuz: unknown key \(did you mean 'gpus'\?\)$"),
         ("empty file", "", r"^f\.yaml: scenario: the file is empty$"),
-        ("top level not a mapping", "- 1\n", r"^f\.yaml:1:1: : expected a mapping$"),
+        ("top level not a mapping", "- 1\n", r"^f\.yaml:1:1: \(document\): expected a mapping$"),
         ("unknown top-level key", MINIMAL + "gpu_count: 2\n", r"^f\.yaml:5:1: gpu_count: unknown key \(expected one of: "),
         ("missing gpus", "seed: 1\n", r"^f\.yaml:1:1: scenario: missing required key 'gpus'$"),
         ("gpus not a list", "gpus: {a: 1}\n", r"^f\.yaml:1:7: gpus: expected a list$"),
