@@ -265,7 +265,7 @@ def node_kind(node: yaml.Node) -> str:
         return "a mapping"
     if isinstance(node, yaml.SequenceNode):
         return "a list"
-    tag = node.tag.rsplit(":", 1)[-1]
+    tag: str = str(node.tag).rsplit(":", 1)[-1]
     return _TAG_KINDS.get(tag, tag)
 
 
