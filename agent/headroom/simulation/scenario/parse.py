@@ -156,7 +156,7 @@ class _Parser:
             out[key] = value_node
         for key in required:
             if key not in out:
-                raise self.error(node, path or "scenario", f"missing required key {key!r}")
+                raise self.error(node, f"{path}.{key}" if path else key, "is required")
         return out
 
     def sequence(self, node: yaml.Node, path: str) -> list[yaml.Node]:
