@@ -278,15 +278,22 @@ def closest(name: str, choices: Collection[str]) -> str | None:
     return match[0] if match else None
 
 
-def unknown_key(key: str, allowed: Collection[str]) -> str:
-    """The message for an unknown key: "unknown key (did you mean 'x'?)", else the keys allowed.
+MAX_LISTED_KEYS = 20  # an unknown key's message lists the keys allowed up to this many
 
-    ``allowed`` in a stable order (a set is sorted)."""
+
+def unknown_key(key: str, allowed: Collection[str]) -> str:
+    """The message for an unknown key: "unknown key (did you mean 'x'?)", else the keys allowed (their number
+    when there are over MAX_LISTED_KEYS, e.g. analysis.thresholds). ``allowed`` in a stable order (a set is
+    sorted)."""
     hint = closest(key, allowed)
     if hint:
         return f"unknown key (did you mean {hint!r}?)"
-    names = sorted(allowed) if isinstance(allowed, (set, frozenset)) else list(allowed)
-    return f"unknown key (expected one of: {', '.join(names)})" if names else "unknown key"
+    names = sorted(allowed) if isinstance(allowed, (set, frozenset)) else [str(n) for n in allowed]
+    if not names:
+        return "unknown key (no keys are allowed here)"
+    if len(names) > MAX_LISTED_KEYS:
+        return f"unknown key (not one of the {len(names)} keys allowed here)"
+    return f"unknown key (expected one of: {', '.join(names)})"
 
 
 # ------------------------------------------------------------------------------------------ listen addresses

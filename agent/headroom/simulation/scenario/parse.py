@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from headroom.safeio import clip
-from headroom.schema import BadScalar, ConfigError, compose_text, to_python, unknown_key, where
+from headroom.schema import BadScalar, ConfigError, compose_text, node_kind, to_python, unknown_key, where
 from headroom.simulation.host import parse_host
 from headroom.simulation.scenario.runtime import Scenario
 from headroom.simulation.signals import Signal, constant
@@ -166,7 +166,7 @@ class _Parser:
 
     def scalar(self, node: yaml.Node, path: str) -> Any:
         if not isinstance(node, yaml.ScalarNode):
-            raise self.error(node, path, "expected a single value")
+            raise self.error(node, path, f"expected a single value, got {node_kind(node)}")
         return self.plain(node, path)
 
     def string(self, node: yaml.Node, path: str) -> str:
