@@ -107,6 +107,20 @@ def test_missing_file_says_which(tmp_path: Path):
         load_scenario(str(tmp_path / "absent.yaml"))
 
 
+def test_a_scenario_file_is_read_as_config_yaml_is(tmp_path: Path):
+    """Through headroom.schema and safeio: bytes that are not UTF-8 are a positioned error (was a UnicodeDecodeError
+    traceback), a FIFO is refused at once (reading it blocked until a writer came)."""
+    import os
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"gpus: []\n\xff\n")
+    with pytest.raises(ScenarioError, match=r"^.*bad\.yaml:2:1: file is not valid UTF-8$"):
+        load_scenario(str(bad))
+    os.mkfifo(tmp_path / "fifo.yaml")
+    with pytest.raises(ScenarioError, match=r"fifo\.yaml: cannot read scenario file: is a FIFO, not a regular file$"):
+        load_scenario(str(tmp_path / "fifo.yaml"))
+
+
 def test_host_section_is_parsed_into_a_host_spec():
     # (workloads: stand-in processes are tested in test_workload_e2e.py; the synthetic host in test_simulation_host.py)
     scenario = parse_scenario(MINIMAL + "host:\n  cpu: {utilization: 0.5}\n")

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from headroom.safeio import clip
+from headroom.safeio import clip, read_config_bytes
 from headroom.schema import BadScalar, ConfigError, compose_text, node_kind, to_python, unknown_key, where
 from headroom.simulation.host import parse_host
 from headroom.simulation.scenario.runtime import Scenario
@@ -68,11 +68,11 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     text_name = str(name_or_path)
     if "/" in text_name or text_name.endswith((".yaml", ".yml")) or isinstance(name_or_path, Path):
         path = Path(name_or_path)
-        try:
-            text = path.read_text(encoding="utf-8")
+        try:  # as config.yaml is read: a regular file of at most 1 MiB (a FIFO would block), UTF-8 checked in parsing
+            raw = read_config_bytes(path)
         except OSError as exc:
             raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror or exc}") from None
-        return parse_scenario(text, filename=str(path), name=path.stem)
+        return parse_scenario(raw, filename=str(path), name=path.stem)
     text_name = builtin_name(text_name) or text_name
     resource = resources.files("headroom.simulation") / _SCENARIO_DIR / f"{text_name}.yaml"
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", text_name) or not resource.is_file():  # no name is longer
@@ -96,7 +96,7 @@ def builtin_name(name: str) -> str | None:
     return next((k for k in list_scenarios() if _fold(k) == folded), None)
 
 
-def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenario") -> Scenario:
+def parse_scenario(text: str | bytes, filename: str = "<scenario>", name: str = "scenario") -> Scenario:
     """Parse scenario YAML text into a Scenario. Raises ScenarioError with file, line, column and path."""
     try:  # syntax errors, recursive aliases and alias bombs worded and placed as config.yaml's are
         root = compose_text(text, filename)
