@@ -149,6 +149,8 @@ def test_defaults_fill_identity_and_limits():
         ("an alias bomb", "a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
          "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n",
          r"^f\.yaml:\d+:\d+: aliases expand the document past 100000 nodes"),
+        ("a long value is quoted in part, as in config.yaml's errors", "gpus: []\nseed: '" + "x" * 200 + "'\n",
+         r"^f\.yaml:2:7: seed: expected a whole number, got 'x{32}'\.\.\. \(200 characters\)$"),
         ("a typo of a top-level key", MINIMAL + "gpuz: []\n", r"^f\.yaml:5:1: gpuz: unknown key \(did you mean 'gpus'\?\)$"),
         ("empty file", "", r"^f\.yaml: scenario: the file is empty$"),
         ("top level not a mapping", "- 1\n", r"^f\.yaml:1:1: \(document\): expected a mapping$"),

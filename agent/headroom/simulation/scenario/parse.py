@@ -23,7 +23,16 @@ from typing import Any
 import yaml
 
 from headroom.safeio import clip, read_config_bytes
-from headroom.schema import BadScalar, ConfigError, compose_text, node_kind, to_python, unknown_key, where
+from headroom.schema import (
+    BadScalar,
+    ConfigError,
+    ConfigIssue,
+    compose_text,
+    node_kind,
+    position,
+    to_python,
+    unknown_key,
+)
 from headroom.simulation.host import parse_host
 from headroom.simulation.scenario.runtime import Scenario
 from headroom.simulation.signals import Signal, constant
@@ -128,8 +137,11 @@ class _Parser:
 
     # -- plumbing
     def error(self, node: yaml.Node | None, path: str, message: str) -> ScenarioError:
-        at = where(self.filename, node) if node is not None else self.filename
-        return ScenarioError(f"{at}: {path or '(document)'}: {message}")
+        """``FILE:LINE:COLUMN: path: message`` as config.yaml's issues are written (one line, long quotes cut)."""
+        if node is None:
+            return ScenarioError(f"{self.filename}: {path or '(document)'}: {message}")
+        line, column = position(node)
+        return ScenarioError(str(ConfigIssue(self.filename, line, column, path, message)))
 
     def plain(self, node: yaml.Node, path: str = "") -> Any:
         """The Python value of a node (for scalars and raw sections); a scalar YAML cannot construct (a
