@@ -381,3 +381,56 @@ def test_check_config_accepts_a_profile_with_only_an_endpoint(tmp_path):
     assert r.returncode == 2
     assert "workloads[0].match: a profile needs at least one match rule" in r.stderr
     assert "or a serving endpoint" in r.stderr and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------- one wording for the four validators (headroom.schema)
+def _four_errors(tmp_path: Path, config: str, web: str, scenario: str) -> list[str]:
+    """The first message of config.yaml's, the web config's, a profile's (a drop-in) and a scenario's validator."""
+    from headroom.exposition.webconfig import WebConfigError, load_web_config
+    from headroom.simulation.scenario import ScenarioError, parse_scenario
+
+    out = issues(config)[:1]
+    (tmp_path / "web.yml").write_text(web)
+    with pytest.raises(WebConfigError) as web_error:
+        load_web_config(tmp_path / "web.yml")
+    out.append(str(web_error.value).replace(str(tmp_path / "web.yml"), "web.yml"))
+    with pytest.raises(ScenarioError) as scenario_error:
+        parse_scenario(scenario, filename="s.yaml")
+    out.append(str(scenario_error.value))
+    return out
+
+
+def test_the_four_validators_word_an_unknown_key_alike(tmp_path):
+    """config.yaml, a workload profile, the web config and a scenario: FILE:LINE:COLUMN: path: unknown key, with a
+    "did you mean" for a near miss and the keys allowed otherwise (each had its own words before issue 31)."""
+    got = _four_errors(tmp_path, "agent:\n  windw: 5m\n", "tls_server_config:\n  cert_fil: a\n",
+                       "gpus: []\ngpuz: 1\n")
+    assert got == ["c.yaml:2:3: agent.windw: unknown key (did you mean 'window'?)",
+                   "web.yml:2:3: tls_server_config.cert_fil: unknown key (did you mean 'cert_file'?)",
+                   "s.yaml:2:1: gpuz: unknown key (did you mean 'gpus'?)"]
+    profile = issues("workloads:\n  - {name: w, kind: inference, gpus: [0], paramz: 7B}\n")
+    assert profile == ["c.yaml:2:43: workloads[0].paramz: unknown key (did you mean 'params'?)"]
+    far = _four_errors(tmp_path, "bogus: 1\n", "nothing: 1\n", "gpus: []\nnothing: 1\n")
+    assert far[0] == "c.yaml:1:1: bogus: unknown key (expected one of: agent, web, collectors, workloads, workloads_dir, "\
+                     "analysis, sizing)"
+    assert far[1] == "web.yml:1:1: nothing: unknown key (expected one of: tls_server_config, http_server_config, "\
+                     "basic_auth_users)"
+    assert far[2].startswith("s.yaml:2:1: nothing: unknown key (expected one of: attach, ")
+    many = issues("analysis:\n  thresholds:\n    zzz: 1\n")  # seventy names are counted, not listed
+    assert re.fullmatch(r"c\.yaml:3:5: analysis\.thresholds\.zzz: unknown key \(not one of the \d+ keys allowed here\)",
+                        many[0]), many
+
+
+def test_the_four_validators_word_yaml_errors_alike(tmp_path):
+    """A syntax error and a recursive alias read the same in config.yaml, the web config and a scenario."""
+    syntax = _four_errors(tmp_path, "a: [1\n", "a: [1\n", "a: [1\n")
+    assert [s.split(": ", 1)[1] for s in syntax] == [
+        "(document): YAML syntax error: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)",
+        "YAML syntax error: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)",
+        "YAML syntax error: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)"]
+    assert [s.split(": ", 1)[0] for s in syntax] == ["c.yaml:2:1", "web.yml:2:1", "s.yaml:2:1"]
+    recursive = _four_errors(tmp_path, "a: &x [*x]\n", "a: &x [*x]\n", "a: &x [*x]\n")
+    assert all(r.endswith("an alias refers to a node that contains it (recursive YAML)") for r in recursive), recursive
+    kinds = _four_errors(tmp_path, "agent:\n  sample_interval: [1]\n", "basic_auth_users:\n  u: [5]\n",
+                         "gpus: []\nseed: [1]\n")
+    assert [k.rsplit(", ", 1)[1] for k in kinds] == ["got a list"] * 3, kinds

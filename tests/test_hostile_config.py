@@ -330,7 +330,7 @@ def test_a_web_config_symlinked_to_a_secret_is_not_printed_back(tmp_path):
         load_web_config(tmp_path / "web.yml")
     message = str(info.value)
     assert "expected a mapping" in message
-    assert "SECRET_LINE_1=" not in message and "(649 characters)" in message  # at most 32 characters quoted
+    assert "SECRET_LINE" not in message  # the value is named by its kind ("got a string"), never quoted
     assert len(message) < 250
 
 

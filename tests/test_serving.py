@@ -523,7 +523,7 @@ def test_promtool_accepts_the_serving_golden_file():
 
 
 @pytest.mark.parametrize(("slo", "message"), [
-    ({"ttft_p96": "1s"}, "slo.ttft_p96: unknown key 'ttft_p96'; did you mean 'ttft_p99'?"),
+    ({"ttft_p96": "1s"}, "slo.ttft_p96: unknown key (did you mean 'ttft_p99'?)"),
     ({"itl_p95": "fast"}, "slo.itl_p95: invalid duration 'fast'"),
     ({"ttft_p95": 0}, "slo.ttft_p95: must be more than 0"),
 ])

@@ -107,6 +107,20 @@ def test_missing_file_says_which(tmp_path: Path):
         load_scenario(str(tmp_path / "absent.yaml"))
 
 
+def test_a_scenario_file_is_read_as_config_yaml_is(tmp_path: Path):
+    """Through headroom.schema and safeio: bytes that are not UTF-8 are a positioned error (was a UnicodeDecodeError
+    traceback), a FIFO is refused at once (reading it blocked until a writer came)."""
+    import os
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"gpus: []\n\xff\n")
+    with pytest.raises(ScenarioError, match=r"^.*bad\.yaml:2:1: file is not valid UTF-8$"):
+        load_scenario(str(bad))
+    os.mkfifo(tmp_path / "fifo.yaml")
+    with pytest.raises(ScenarioError, match=r"fifo\.yaml: cannot read scenario file: is a FIFO, not a regular file$"):
+        load_scenario(str(tmp_path / "fifo.yaml"))
+
+
 def test_host_section_is_parsed_into_a_host_spec():
     # (workloads: stand-in processes are tested in test_workload_e2e.py; the synthetic host in test_simulation_host.py)
     scenario = parse_scenario(MINIMAL + "host:\n  cpu: {utilization: 0.5}\n")
@@ -126,19 +140,30 @@ def test_defaults_fill_identity_and_limits():
 @pytest.mark.parametrize(
     ("situation", "text", "expected"),
     [
-        ("yaml syntax error", "seed: 1\nbad: : x\n", r"^f\.yaml:2:\d+: yaml: mapping values are not allowed here$"),
+        ("yaml syntax error", "seed: 1\nbad: : x\n", r"^f\.yaml:2:\d+: YAML syntax error: mapping values are not allowed here$"),
+        # the shared reader (headroom.schema): a scalar YAML cannot construct, and aliases, fail as in config.yaml
+        ("an impossible date", "seed: 2024-13-01\ngpus: []\n", r"^f\.yaml:1:7: seed: invalid value '2024-13-01': month "),
+        ("an impossible date in a profile", "gpus: []\nprofiles: [{name: 2024-13-01}]\n",
+         r"^f\.yaml:2:19: profiles: invalid value '2024-13-01'"),
+        ("a recursive alias", "gpus: &a [*a]\n", r"^f\.yaml:1:\d+: an alias refers to a node that contains it"),
+        ("an alias bomb", "a: &a [1,1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+         "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n",
+         r"^f\.yaml:\d+:\d+: aliases expand the document past 100000 nodes"),
+        ("a long value is quoted in part, as in config.yaml's errors", "gpus: []\nseed: '" + "x" * 200 + "'\n",
+         r"^f\.yaml:2:7: seed: expected a whole number, got 'x{32}'\.\.\. \(200 characters\)$"),
+        ("a typo of a top-level key", MINIMAL + "gpuz: []\n", r"^f\.yaml:5:1: gpuz: unknown key \(did you mean 'gpus'\?\)$"),
         ("empty file", "", r"^f\.yaml: scenario: the file is empty$"),
-        ("top level not a mapping", "- 1\n", r"^f\.yaml:1:1: : expected a mapping$"),
+        ("top level not a mapping", "- 1\n", r"^f\.yaml:1:1: \(document\): expected a mapping$"),
         ("unknown top-level key", MINIMAL + "gpu_count: 2\n", r"^f\.yaml:5:1: gpu_count: unknown key \(expected one of: "),
-        ("missing gpus", "seed: 1\n", r"^f\.yaml:1:1: scenario: missing required key 'gpus'$"),
+        ("missing gpus", "seed: 1\n", r"^f\.yaml:1:1: gpus: is required$"),
         ("gpus not a list", "gpus: {a: 1}\n", r"^f\.yaml:1:7: gpus: expected a list$"),
-        ("missing power limit", "gpus:\n  - name: x\n    memory_total: 1GiB\n", r"^f\.yaml:2:5: gpus\[0\]: missing required key 'power_limit'$"),
+        ("missing power limit", "gpus:\n  - name: x\n    memory_total: 1GiB\n", r"^f\.yaml:2:5: gpus\[0\]\.power_limit: is required$"),
         ("bad size", gpu_with("memory_used: 12 parsecs"), r"^f\.yaml:5:18: gpus\[0\]\.memory_used: invalid size '12 parsecs'"),
         ("ratio above one", gpu_with("utilization: 1.5"), r"^f\.yaml:5:18: gpus\[0\]\.utilization: expected a ratio between 0 and 1, got 1\.5$"),
         ("bad duration in sine", gpu_with("utilization: {sine: {min: 0.1, max: 0.9, period: soon}}"),
          r"^f\.yaml:5:\d+: gpus\[0\]\.utilization\.sine\.period: invalid duration 'soon'"),
         ("sine without period", gpu_with("utilization: {sine: {min: 0.1, max: 0.9}}"),
-         r"^f\.yaml:5:\d+: gpus\[0\]\.utilization\.sine: missing required key 'period'$"),
+         r"^f\.yaml:5:\d+: gpus\[0\]\.utilization\.sine\.period: is required$"),
         ("sine min above max", gpu_with("utilization: {sine: {min: 0.9, max: 0.1, period: 1m}}"),
          r"gpus\[0\]\.utilization\.sine\.max: must be >= min \(0\.9\)$"),
         ("two shapes", gpu_with("utilization: {value: 0.5, ramp: {from: 0, to: 1, over: 1m}}"),

@@ -224,7 +224,7 @@ def test_a_scenario_without_host_reads_the_real_host():
         ("a relative shm mountpoint", "  shm: [{mountpoint: dev/shm, size: 1GiB}]\n",
          r"host.shm\[0\].mountpoint: expected an absolute path"),
         ("a PSI line without avg10", "  pressure: {io: {some: {avg60: 0.2}}}\n",
-         r"host.pressure.io.some: missing required key 'avg10'"),
+         r"host.pressure.io.some.avg10: is required"),
         ("a device name the kernel could not use", "  disks: [{name: 'my disk'}]\n", r"not a device name"),
     ],
 )

@@ -176,7 +176,7 @@ def test_scenario_workloads_parse_with_children_and_gpu_uses():
      r"workloads\[0\]\.children\[0\]\.cpu_quota: only the workload's main process has a cgroup of its own"),
     ("  - {name: w, cmdline: 'long enough command', cgroup: relative/path}",
      r"workloads\[0\]\.cgroup: expected an absolute cgroup path"),
-    ("  - {cmdline: 'long enough command'}", r"workloads\[0\]: missing required key 'name'"),
+    ("  - {cmdline: 'long enough command'}", r"workloads\[0\]\.name: is required"),
     ("  - {name: w, cmdline: 'long enough command', children: [{children: 1}]}",
      r"workloads\[0\]\.children\[0\]\.children: unknown key"),
 ])

@@ -20,47 +20,26 @@ from typing import Any
 import yaml
 
 from headroom import units
-from headroom.safeio import EXCERPT_CHARS, excerpt, read_config_bytes, shorten_quoted
+from headroom.schema import (  # ConfigError, ConfigIssue, compose_file, compose_text: imported from here too
+    BadScalar,
+    ConfigError,
+    ConfigIssue,
+    compose_file,
+    compose_text,
+    construct,
+    format_path,
+    kind,
+    node_at,
+    parse_listen_address,
+    position,
+    to_python,
+    unknown_key,
+)
 
 DEFAULT_PATHS = (Path("config.yaml"), Path("/etc/headroom/config.yaml"))
 
 
 # ------------------------------------------------------------------------------------------ errors
-@dataclass(frozen=True)
-class ConfigIssue:
-    file: str
-    line: int  # 1-based
-    column: int  # 1-based
-    path: str  # field path, e.g. collectors.shm.mountpoints[0]
-    message: str
-
-    def __str__(self) -> str:
-        where = self.path or "(document)"
-        message = " ".join(part.strip() for part in self.message.splitlines())  # one issue, one line
-        # a file that turned out to be a secret (a symlinked drop-in) must not be printed back: quote excerpts
-        return f"{self.file}:{self.line}:{self.column}: {shorten_quoted(where)}: {shorten_quoted(message)}"
-
-
-class ConfigError(Exception):
-    """One or more problems in configuration files; ``str()`` is one issue per line."""
-
-    def __init__(self, issues: Sequence[ConfigIssue]) -> None:
-        self.issues = list(issues)
-        super().__init__("\n".join(str(i) for i in self.issues))
-
-
-def _fmt_path(parts: Sequence[str | int]) -> str:
-    out = ""
-    for p in parts:
-        if isinstance(p, int):
-            out += f"[{p}]"
-        elif not p or not p.isprintable() or any(c in p for c in ".[]: ") or len(p) > EXCERPT_CHARS:
-            out += f"[{excerpt(p)}]"  # a key that would garble the path (empty, newline, dots, ": ") or is long
-        else:
-            out += ("." if out else "") + p
-    return out
-
-
 class _Ctx:
     """Collects issues while walking one file."""
 
@@ -69,11 +48,8 @@ class _Ctx:
         self.issues: list[ConfigIssue] = []
 
     def error(self, node: yaml.Node | None, path: Sequence[str | int], message: str) -> None:
-        if node is not None:
-            line, col = node.start_mark.line + 1, node.start_mark.column + 1
-        else:
-            line, col = 1, 1
-        self.issues.append(ConfigIssue(self.file, line, col, _fmt_path(path), message))
+        line, col = position(node)
+        self.issues.append(ConfigIssue(self.file, line, col, format_path(path), message))
 
 
 _INVALID = object()  # returned by a spec when the value was rejected (the issue is recorded)
@@ -93,35 +69,10 @@ def _scalar(node: yaml.Node, path: list, ctx: _Ctx, what: str) -> Any:
         ctx.error(node, path, f"expected {what}, got {kind}")
         return _INVALID
     try:
-        return _construct(node)
-    except _BadScalar as exc:
+        return construct(node)
+    except BadScalar as exc:
         ctx.error(node, path, str(exc))
         return _INVALID
-
-
-_LOADER = yaml.SafeLoader("")
-
-
-class _BadScalar(Exception):
-    """A scalar YAML cannot turn into a value (a bad timestamp, an integer of over 4300 digits)."""
-
-    def __init__(self, node: yaml.Node, message: str) -> None:
-        super().__init__(message)
-        self.node = node
-
-
-def _construct(node: yaml.ScalarNode) -> Any:
-    """The Python value of a scalar node; raises _BadScalar."""
-    try:
-        return _LOADER.construct_object(node, deep=True)
-    except yaml.MarkedYAMLError as exc:  # e.g. a timestamp that does not parse
-        raise _BadScalar(node, f"invalid value: {exc.problem or exc}") from None
-    except yaml.YAMLError as exc:
-        raise _BadScalar(node, f"invalid value: {exc}") from None
-    except ValueError as exc:  # an int over sys.get_int_max_str_digits() digits, a date like 2024-13-01
-        if node.tag == "tag:yaml.org,2002:int":
-            raise _BadScalar(node, f"invalid value: a number of {len(node.value)} digits is too large") from None
-        raise _BadScalar(node, f"invalid value {node.value[:40]!r}: {exc}") from None
 
 
 @dataclass
@@ -138,7 +89,7 @@ class Str(Spec):
             return value
         if not isinstance(value, str) and not (self.coerce and isinstance(value, (int, float))
                                                and not isinstance(value, bool)):
-            ctx.error(node, path, f"expected a string, got {_kind(value)}")
+            ctx.error(node, path, f"expected a string, got {kind(value)}")
             return _INVALID
         value = node.value if not isinstance(value, str) else value  # 0.10 stays "0.10"
         if self.nonempty and not value:
@@ -168,7 +119,7 @@ class Bool(Spec):
         if value is _INVALID:
             return value
         if not isinstance(value, bool):
-            ctx.error(node, path, f"expected true or false, got {_kind(value)} {node.value!r}")
+            ctx.error(node, path, f"expected true or false, got {kind(value)} {node.value!r}")
             return _INVALID
         return value
 
@@ -185,7 +136,7 @@ class Number(Spec):
         if value is _INVALID:
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            ctx.error(node, path, f"expected {'an integer' if self.integer else 'a number'}, got {_kind(value)}")
+            ctx.error(node, path, f"expected {'an integer' if self.integer else 'a number'}, got {kind(value)}")
             return _INVALID
         if isinstance(value, float) and not math.isfinite(value):
             ctx.error(node, path, "must be a finite number")
@@ -315,8 +266,7 @@ class Map(Spec):
             if self.open_values is not None:
                 v = self.open_values.check(value_node, [*path, key], ctx)
             elif key not in self.fields:
-                hint = _closest(key, self.fields)
-                ctx.error(key_node, [*path, key], "unknown key" + (f" (did you mean {hint!r}?)" if hint else ""))
+                ctx.error(key_node, [*path, key], unknown_key(key, self.fields))
                 continue
             else:
                 spec = self.fields[key]
@@ -357,62 +307,19 @@ def check_profile(node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Any:
         ctx.error(node, path, "expected a workload profile (a mapping with at least name and kind)")
         return _INVALID
     try:
-        return profile_from_dict(_to_python(node))
-    except _BadScalar as exc:
+        return profile_from_dict(to_python(node))
+    except BadScalar as exc:
         ctx.error(exc.node, path, str(exc))
         return _INVALID
     except ProfileErrors as exc:
         for e in exc.errors:
-            at = _node_at(node, e.path)
+            at = node_at(node, e.path)
             if e.message.startswith("unknown key") and e.path:  # point at the key, not its value
-                parent = _node_at(node, e.path[:-1])
+                parent = node_at(node, e.path[:-1])
                 if isinstance(parent, yaml.MappingNode):
                     at = next((k for k, _ in parent.value if getattr(k, "value", None) == e.path[-1]), at)
             ctx.error(at, [*path, *e.path], e.message)
         return _INVALID
-
-
-def _node_at(node: yaml.Node, rel: Sequence[str | int]) -> yaml.Node:
-    """The node at ``rel`` below ``node``; for a missing key, the nearest existing ancestor."""
-    for part in rel:
-        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-            nxt = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
-            if nxt is None:
-                key = next((k for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
-                return key or node
-            node = nxt
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-            node = node.value[part]
-        else:
-            return node
-    return node
-
-
-def _to_python(node: yaml.Node) -> Any:
-    if isinstance(node, yaml.MappingNode):
-        return {(k.value if isinstance(k, yaml.ScalarNode) else str(k)): _to_python(v) for k, v in node.value}
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(v) for v in node.value]
-    return _construct(node)
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return type(value).__name__
-
-
-def _closest(key: str, choices: Mapping[str, Any]) -> str | None:
-    import difflib
-
-    match = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.75)
-    return match[0] if match else None
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -486,8 +393,6 @@ def _currency(value: str) -> str | None:
 
 def _listen_address(value: str) -> str | None:
     """The check `run` applies before binding, so check-config refuses what run would (with FILE:LINE)."""
-    from headroom.exposition.server import parse_listen_address
-
     try:
         parse_listen_address(value)
     except ValueError as exc:
@@ -588,109 +493,6 @@ def _schema() -> Map:
     return Map(fields)
 
 
-def compose_file(path: Path) -> yaml.Node | None:
-    """Parse a YAML file into a node tree; raise ConfigError with the position of a syntax error."""
-    name = str(path)
-    try:
-        raw = read_config_bytes(path)  # regular files only, at most MAX_CONFIG_BYTES, never blocks on open
-    except FileNotFoundError:
-        raise ConfigError([ConfigIssue(name, 1, 1, "", "file not found")]) from None
-    except OSError as exc:
-        raise ConfigError([ConfigIssue(name, 1, 1, "", f"cannot read: {exc.strerror or exc}")]) from None
-    return compose_text(raw, name)
-
-
-def compose_text(raw: bytes | str, name: str) -> yaml.Node | None:
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = raw[: exc.start].count(b"\n") + 1
-            col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-            raise ConfigError([ConfigIssue(name, line, col, "", "file is not valid UTF-8")]) from None
-    else:
-        text = raw
-    try:
-        return bounded_expansion(yaml.compose(text, Loader=yaml.SafeLoader), name)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        msg = f"YAML syntax error: {exc.problem or exc}" + (f" ({exc.context})" if exc.context else "")
-        raise ConfigError([ConfigIssue(name, line, col, "", msg)]) from None
-    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, most C0 controls)
-        at = max(0, exc.position)
-        line, col = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
-        what = f"#x{exc.character:04x}" if isinstance(exc.character, int) else repr(exc.character)
-        raise ConfigError([ConfigIssue(name, line, col, "", f"YAML error: character {what} is not allowed: {exc.reason}")]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([ConfigIssue(name, 1, 1, "", f"YAML error: {exc}")]) from None
-    except RecursionError:
-        raise ConfigError([ConfigIssue(name, 1, 1, "", "YAML nesting is too deep")]) from None
-
-
-MAX_CONFIG_NODES = 100_000  # YAML nodes in a document once its aliases are expanded
-MAX_ALIAS_USES = 10_000  # alias references in a document
-
-
-def bounded_expansion(root: yaml.Node | None, name: str) -> yaml.Node | None:
-    """``root``, unless its aliases expand it past MAX_CONFIG_NODES nodes, or it uses more than
-    MAX_ALIAS_USES aliases, or an alias refers to a node that contains it: then a ConfigError at the
-    anchor that blows up. PyYAML composes an alias as a second reference to the same node, so a
-    billion-laughs document is small here; it is every later walk (validation, conversion) that would
-    expand it. One pass over the distinct nodes, sizes memoised."""
-    if root is None:
-        return None
-    size: dict[int, int] = {}
-    uses: dict[int, int] = {}
-    nodes: dict[int, yaml.Node] = {}
-    alias_uses = 0
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    open_: set[int] = set()
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        if done:
-            open_.discard(key)
-            total = 1
-            for child in _children(node):
-                total = min(total + size[id(child)], MAX_CONFIG_NODES + 1)
-            size[key] = total
-            continue
-        if key in size or key in open_:
-            if key in open_:
-                raise ConfigError([ConfigIssue(name, node.start_mark.line + 1, node.start_mark.column + 1, "",
-                                               "an alias refers to a node that contains it (recursive YAML)")])
-            alias_uses += 1
-            uses[key] = uses.get(key, 0) + 1
-            if alias_uses > MAX_ALIAS_USES:
-                raise ConfigError([ConfigIssue(name, node.start_mark.line + 1, node.start_mark.column + 1, "",
-                                               f"more than {MAX_ALIAS_USES} alias references")])
-            continue
-        open_.add(key)
-        nodes[key] = node
-        stack.append((node, True))
-        for child in reversed(_children(node)):
-            if id(child) in open_:
-                raise ConfigError([ConfigIssue(name, child.start_mark.line + 1, child.start_mark.column + 1, "",
-                                               "an alias refers to a node that contains it (recursive YAML)")])
-            stack.append((child, False))
-    if size[id(root)] > MAX_CONFIG_NODES:
-        culprit = max((nodes[k] for k in uses), key=lambda n: size[id(n)], default=root)
-        mark = culprit.start_mark
-        raise ConfigError([ConfigIssue(name, mark.line + 1, mark.column + 1, "",
-                                       f"aliases expand the document past {MAX_CONFIG_NODES} nodes "
-                                       "(an alias bomb?); the anchor here is the largest one reused")])
-    return root
-
-
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    return []
-
-
 def default_config_path() -> Path | None:
     """./config.yaml when present, else /etc/headroom/config.yaml when present, else None (defaults)."""
     for candidate in DEFAULT_PATHS:
@@ -782,7 +584,7 @@ def issue_at(file: str, path: Sequence[str | int], message: str) -> ConfigIssue:
         node = compose_file(Path(file))
     except ConfigError:
         node = None
-    ctx.error(_node_at(node, path) if node is not None else None, path, message)
+    ctx.error(node_at(node, path) if node is not None else None, path, message)
     return ctx.issues[0]
 
 
@@ -827,7 +629,7 @@ def _window_budget(node: yaml.Node, file: str, agent: Any) -> list[ConfigIssue]:
     if problem is None:
         return []
     ctx = _Ctx(file)
-    ctx.error(_node_at(node, ["agent", "window"]), ["agent", "window"],
+    ctx.error(node_at(node, ["agent", "window"]), ["agent", "window"],
               problem + f" (validation assumes {ASSUMED_GPUS} GPUs)")
     return ctx.issues
 
@@ -835,11 +637,11 @@ def _window_budget(node: yaml.Node, file: str, agent: Any) -> list[ConfigIssue]:
 def _duplicate_names(node: yaml.Node, file: str) -> list[ConfigIssue]:
     """Two profiles with one name in the config file itself."""
     ctx = _Ctx(file)
-    workloads = _node_at(node, ["workloads"])
+    workloads = node_at(node, ["workloads"])
     if isinstance(workloads, yaml.SequenceNode):
         first: dict[str, int] = {}
         for i, item in enumerate(workloads.value):
-            name_node = _node_at(item, ["name"])
+            name_node = node_at(item, ["name"])
             if isinstance(name_node, yaml.ScalarNode) and name_node is not item:
                 if name_node.value in first:
                     ctx.error(name_node, ["workloads", i, "name"],
@@ -856,7 +658,7 @@ def _load_dropins(directory: Path, config_node: yaml.Node, config_name: str):
     directory named *.yaml or a file over MAX_CONFIG_BYTES is an issue for that file."""
     if not directory.is_dir():
         ctx = _Ctx(config_name)
-        ctx.error(_node_at(config_node, ["workloads_dir"]), ["workloads_dir"],
+        ctx.error(node_at(config_node, ["workloads_dir"]), ["workloads_dir"],
                   f"{directory} is not a directory" if directory.exists() else f"directory {directory} does not exist")
         yield None, config_name, ctx.issues[0]
         return

@@ -17,10 +17,11 @@ from headroom import __version__
 from headroom.analysis.pipeline import Analysis, Findings
 from headroom.config import Config
 from headroom.exposition import render
-from headroom.exposition.server import HeadroomHTTPServer, parse_listen_address
+from headroom.exposition.server import HeadroomHTTPServer
 from headroom.sampler import Sampler
 from headroom.samples import Findings as FindingsView
 from headroom.samples import PreviousTick, Sample, Snapshot
+from headroom.schema import parse_listen_address
 from headroom.sources import Collector, Paths, SourceContext, load_all
 
 log = structlog.get_logger("headroom.daemon")

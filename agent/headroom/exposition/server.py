@@ -39,6 +39,7 @@ from headroom import __version__
 from headroom.exposition import landing, openmetrics, runbook
 from headroom.exposition.render import CONTENT_TYPE
 from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
+from headroom.schema import parse_listen_address  # noqa: F401  (its home is schema.py; still importable here)
 
 log = structlog.get_logger("headroom.server")
 
@@ -609,24 +610,3 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
             return  # client went away or timed out: not our problem, not worth a traceback
         log.warning("http_handler_error", client=client_address[0] if client_address else None,
                     error=f"{type(exc).__name__}: {exc}")
-
-
-def parse_listen_address(value: str) -> tuple[str, int, int]:
-    """'host:port', ':port' or '[v6]:port' -> (host, port, address family); ValueError when invalid."""
-    host, sep, port_text = value.rpartition(":")
-    if not sep:
-        raise ValueError(f"listen address {value!r} must be HOST:PORT (e.g. :9843 or 127.0.0.1:9843)")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ValueError(f"listen address {value!r}: port {port_text!r} is not a number") from None
-    if not 0 <= port <= 65535:
-        raise ValueError(f"listen address {value!r}: port must be 0-65535")
-    family = socket.AF_INET
-    if host.startswith("[") and host.endswith("]"):
-        host, family = host[1:-1], socket.AF_INET6
-    elif ":" in host:
-        raise ValueError(f"listen address {value!r}: write IPv6 addresses in brackets, e.g. [::1]:9843")
-    if host == "":
-        host = "0.0.0.0"
-    return host, port, family

@@ -52,10 +52,10 @@ from typing import Any
 
 import bcrypt
 import structlog
-import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from headroom.safeio import read_config_bytes, shorten_quoted
+from headroom.schema import ConfigError, compose_text, node_kind, unknown_key, where
 
 log = structlog.get_logger("headroom.webconfig")
 
@@ -253,11 +253,9 @@ class _Reader:
         self.path = path
 
     def fail(self, node: Node | None, field_path: str, message: str) -> WebConfigError:
-        where = str(self.path)
-        if node is not None:
-            where += f":{node.start_mark.line + 1}:{node.start_mark.column + 1}"
+        at = where(str(self.path), node) if node is not None else str(self.path)
         message = shorten_quoted(message)  # never print back a file that turned out to be a secret
-        return WebConfigError(f"{where}: {shorten_quoted(field_path)}: {message}" if field_path else f"{where}: {message}")
+        return WebConfigError(f"{at}: {shorten_quoted(field_path)}: {message}" if field_path else f"{at}: {message}")
 
     @staticmethod
     def is_null(node: Node) -> bool:
@@ -266,11 +264,11 @@ class _Reader:
     def mapping(self, node: Node, field_path: str, allowed: tuple[str, ...] | None) -> dict[str, Node]:
         """Return key -> value node for a mapping; unknown keys (when allowed is given) are errors."""
         if not isinstance(node, MappingNode):
-            raise self.fail(node, field_path, f"expected a mapping, got {_kind(node)}")
+            raise self.fail(node, field_path, f"expected a mapping, got {node_kind(node)}")
         result: dict[str, Node] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
-                raise self.fail(key_node, field_path or "(top level)", f"keys must be strings, got {_kind(key_node)}")
+                raise self.fail(key_node, field_path or "(top level)", f"keys must be strings, got {node_kind(key_node)}")
             key = key_node.value
             key_path = f"{field_path}.{key}" if field_path else key
             if key in result:
@@ -278,41 +276,30 @@ class _Reader:
             if allowed is not None and key not in allowed:
                 if key_path in _REFUSED_FIELDS:
                     raise self.fail(key_node, key_path, _REFUSED_FIELDS[key_path])
-                raise self.fail(key_node, key_path, f"unknown field; expected one of {', '.join(allowed)}")
+                raise self.fail(key_node, key_path, unknown_key(key, allowed))
             result[key] = value_node
         return result
 
     def string(self, node: Node, field_path: str) -> str:
         if not isinstance(node, ScalarNode) or self.is_null(node):
-            raise self.fail(node, field_path, f"expected a string, got {_kind(node)}")
+            raise self.fail(node, field_path, f"expected a string, got {node_kind(node)}")
         return node.value
 
     def boolean(self, node: Node, field_path: str) -> bool:
         if not isinstance(node, ScalarNode) or node.tag != "tag:yaml.org,2002:bool":
-            raise self.fail(node, field_path, f"expected true or false, got {_kind(node)}")
+            raise self.fail(node, field_path, f"expected true or false, got {node_kind(node)}")
         return node.value.lower() in ("true", "yes", "on", "y")
 
     def strings(self, node: Node, field_path: str) -> list[tuple[Node, str]]:
         if not isinstance(node, SequenceNode):
-            raise self.fail(node, field_path, f"expected a list of strings, got {_kind(node)}")
+            raise self.fail(node, field_path, f"expected a list of strings, got {node_kind(node)}")
         return [(item, self.string(item, f"{field_path}[{i}]")) for i, item in enumerate(node.value)]
 
     def choice(self, node: Node, field_path: str, choices: tuple[str, ...]) -> str:
         value = self.string(node, field_path)
         if value not in choices:
-            raise self.fail(node, field_path, f"{value!r} is not one of {', '.join(choices)}")
+            raise self.fail(node, field_path, f"must be one of {', '.join(choices)}; got {value!r}")
         return value
-
-
-def _kind(node: Node) -> str:
-    """Return a short description of what a node holds, for error messages."""
-    if isinstance(node, MappingNode):
-        return "a mapping"
-    if isinstance(node, SequenceNode):
-        return "a list"
-    if node.tag == "tag:yaml.org,2002:null":
-        return "nothing (null)"
-    return f"{node.tag.rsplit(':', 1)[-1]} {node.value!r}"
 
 
 def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
@@ -323,22 +310,11 @@ def load_web_config(path: str | os.PathLike[str]) -> WebConfig:
     """
     path = Path(path)
     try:
-        text = read_config_bytes(path).decode("utf-8")
+        raw = read_config_bytes(path)
     except OSError as exc:
         raise WebConfigError(f"{path}: cannot read web config: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise WebConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise WebConfigError(f"{where}: invalid YAML: {problem}") from None
-    from headroom.config import ConfigError, bounded_expansion
-
-    try:
-        root = bounded_expansion(root, str(path))  # an alias bomb fails here, not in a walk that expands it
+    try:  # UTF-8, YAML syntax and alias bombs (refused here, not in a walk that expands them) as config.yaml's
+        root = compose_text(raw, str(path))
     except ConfigError as exc:
         raise WebConfigError(str(exc.issues[0]).replace(": (document): ", ": ", 1)) from None
     reader = _Reader(path)
@@ -398,7 +374,7 @@ def _load_headers(reader: _Reader, node: Node) -> dict[str, str]:
             raise reader.fail(value_node, field_path, "header values cannot contain line breaks")
         allowed = _ALLOWED_HEADERS[proper]
         if allowed is not None and value.lower() not in allowed:
-            raise reader.fail(value_node, field_path, f"{value!r} is not one of {', '.join(allowed)}")
+            raise reader.fail(value_node, field_path, f"must be one of {', '.join(allowed)}; got {value!r}")
         headers[proper] = value
     return headers
 

@@ -22,7 +22,17 @@ from typing import Any
 
 import yaml
 
-from headroom.safeio import clip
+from headroom.safeio import clip, read_config_bytes
+from headroom.schema import (
+    BadScalar,
+    ConfigError,
+    ConfigIssue,
+    compose_text,
+    node_kind,
+    position,
+    to_python,
+    unknown_key,
+)
 from headroom.simulation.host import parse_host
 from headroom.simulation.scenario.runtime import Scenario
 from headroom.simulation.signals import Signal, constant
@@ -67,11 +77,11 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     text_name = str(name_or_path)
     if "/" in text_name or text_name.endswith((".yaml", ".yml")) or isinstance(name_or_path, Path):
         path = Path(name_or_path)
-        try:
-            text = path.read_text(encoding="utf-8")
+        try:  # as config.yaml is read: a regular file of at most 1 MiB (a FIFO would block), UTF-8 checked in parsing
+            raw = read_config_bytes(path)
         except OSError as exc:
             raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror or exc}") from None
-        return parse_scenario(text, filename=str(path), name=path.stem)
+        return parse_scenario(raw, filename=str(path), name=path.stem)
     text_name = builtin_name(text_name) or text_name
     resource = resources.files("headroom.simulation") / _SCENARIO_DIR / f"{text_name}.yaml"
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", text_name) or not resource.is_file():  # no name is longer
@@ -95,16 +105,12 @@ def builtin_name(name: str) -> str | None:
     return next((k for k in list_scenarios() if _fold(k) == folded), None)
 
 
-def parse_scenario(text: str, filename: str = "<scenario>", name: str = "scenario") -> Scenario:
+def parse_scenario(text: str | bytes, filename: str = "<scenario>", name: str = "scenario") -> Scenario:
     """Parse scenario YAML text into a Scenario. Raises ScenarioError with file, line, column and path."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
-        raise ScenarioError(f"{where}: yaml: {exc.problem or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{filename}: yaml: {exc}") from None
+    try:  # syntax errors, recursive aliases and alias bombs worded and placed as config.yaml's are
+        root = compose_text(text, filename)
+    except ConfigError as exc:
+        raise ScenarioError(str(exc.issues[0]).replace(": (document): ", ": ", 1)) from None
     return _Parser(filename).scenario(root, name)
 
 
@@ -127,19 +133,23 @@ class _Parser:
 
     def __init__(self, filename: str) -> None:
         self.filename = filename
-        self._constructor = yaml.SafeLoader("")
         self.seed = 0
 
     # -- plumbing
     def error(self, node: yaml.Node | None, path: str, message: str) -> ScenarioError:
+        """``FILE:LINE:COLUMN: path: message`` as config.yaml's issues are written (one line, long quotes cut)."""
         if node is None:
-            return ScenarioError(f"{self.filename}: {path}: {message}")
-        m = node.start_mark
-        return ScenarioError(f"{self.filename}:{m.line + 1}:{m.column + 1}: {path}: {message}")
+            return ScenarioError(f"{self.filename}: {path or '(document)'}: {message}")
+        line, column = position(node)
+        return ScenarioError(str(ConfigIssue(self.filename, line, column, path, message)))
 
-    def plain(self, node: yaml.Node) -> Any:
-        """The Python value of a node (for scalars and raw sections)."""
-        return self._constructor.construct_object(node, deep=True)
+    def plain(self, node: yaml.Node, path: str = "") -> Any:
+        """The Python value of a node (for scalars and raw sections); a scalar YAML cannot construct (a
+        timestamp such as 2024-13-01) is a ScenarioError at that scalar."""
+        try:
+            return to_python(node)
+        except BadScalar as exc:
+            raise self.error(exc.node, path, str(exc)) from None
 
     def mapping(self, node: yaml.Node, path: str, allowed: set[str], required: tuple[str, ...] = ()) -> dict[str, yaml.Node]:
         """Key -> value node of a mapping; rejects unknown, duplicate and missing keys."""
@@ -147,18 +157,18 @@ class _Parser:
             raise self.error(node, path, "expected a mapping")
         out: dict[str, yaml.Node] = {}
         for key_node, value_node in node.value:
-            key = self.plain(key_node) if isinstance(key_node, yaml.ScalarNode) else None
+            key = self.plain(key_node, path) if isinstance(key_node, yaml.ScalarNode) else None
             if not isinstance(key, str):
                 raise self.error(key_node, path, "keys must be strings")
             sub = f"{path}.{key}" if path else key
             if key in out:
                 raise self.error(key_node, sub, "duplicate key")
             if key not in allowed:
-                raise self.error(key_node, sub, f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+                raise self.error(key_node, sub, unknown_key(key, allowed))
             out[key] = value_node
         for key in required:
             if key not in out:
-                raise self.error(node, path or "scenario", f"missing required key {key!r}")
+                raise self.error(node, f"{path}.{key}" if path else key, "is required")
         return out
 
     def sequence(self, node: yaml.Node, path: str) -> list[yaml.Node]:
@@ -168,8 +178,8 @@ class _Parser:
 
     def scalar(self, node: yaml.Node, path: str) -> Any:
         if not isinstance(node, yaml.ScalarNode):
-            raise self.error(node, path, "expected a single value")
-        return self.plain(node)
+            raise self.error(node, path, f"expected a single value, got {node_kind(node)}")
+        return self.plain(node, path)
 
     def string(self, node: yaml.Node, path: str) -> str:
         value = self.scalar(node, path)
@@ -314,11 +324,11 @@ class _Parser:
             missing_functions=missing,
             workloads=self.workloads(top["workloads"], len(gpus)) if "workloads" in top else (),
             host=parse_host(self, top["host"]) if "host" in top else None,
-            profiles=self.plain(top["profiles"]) if "profiles" in top else None,
+            profiles=self.plain(top["profiles"], "profiles") if "profiles" in top else None,
             profiles_node=top.get("profiles"),
-            expected=self.expected(top["expected"], self.plain(top["profiles"]) if "profiles" in top else None)
+            expected=self.expected(top["expected"], self.plain(top["profiles"], "profiles") if "profiles" in top else None)
             if "expected" in top else {},
-            fits=self.fits(top["fits"], self.plain(top["profiles"]) if "profiles" in top else None)
+            fits=self.fits(top["fits"], self.plain(top["profiles"], "profiles") if "profiles" in top else None)
             if "fits" in top else {},
             attach=self.attach(top["attach"], len(gpus)) if "attach" in top else (),
         )

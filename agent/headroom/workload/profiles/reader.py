@@ -7,12 +7,13 @@ reports them all. No profile key is known here (``schema.py`` names them).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
 from headroom import units
+from headroom.schema import kind as _kind_of  # a mapping, a list, null, a string ...: every validator's words
+from headroom.schema import unknown_key
 
 # ----------------------------------------------------------------------------------------- errors
 Path = tuple[str | int, ...]
@@ -74,9 +75,7 @@ class _Reader:
             return None
         for key in value:
             if key not in allowed:
-                close = difflib.get_close_matches(str(key), allowed, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(allowed)}"
-                self.error(path + (str(key),), f"unknown key {key!r}{hint}")
+                self.error(path + (str(key),), unknown_key(str(key), allowed))
         return value
 
     # each converter returns the converted value, None when absent, or _BAD after recording an error
@@ -87,7 +86,8 @@ class _Reader:
         if isinstance(v, bool) or isinstance(v, int | float):
             return self.error(path + (key,), f'expected a string; got {v!r} (quote it: {key}: "{v}")')
         if not isinstance(v, str) or not v.strip():
-            return self.error(path + (key,), f"expected a non-empty string; got {_kind_of(v)}")
+            got = "an empty string" if isinstance(v, str) else _kind_of(v)
+            return self.error(path + (key,), f"expected a non-empty string; got {got}")
         return v.strip()
 
     def integer(self, m: Mapping, key: str, path: Path, minimum: int) -> Any:
@@ -150,16 +150,6 @@ class _Reader:
         if not isinstance(v, str) or v.strip().lower() not in options:
             return self.error(path + (key,), f"expected one of {', '.join(options)}; got {v!r}")
         return enum(v.strip().lower())
-
-
-def _kind_of(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if value is None:
-        return "nothing"
-    return repr(value)
 
 
 def _ok(*values: Any) -> bool:
