@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
 from headroom.units import format_bytes
@@ -28,6 +28,15 @@ CAPACITY_TOLERANCE = 0.10
 # a `headroom probe` result younger than this gives the measured basis of "more sequences" (docs/probe.md): a
 # week, so a probe run in a maintenance window counts until the next one; older, the host may have changed
 PROBE_RECENT_SECONDS = 7 * 24 * 3600.0
+
+
+class _ModelFigures(TypedDict):
+    """The memory model's own figures (WorkloadHeadroom's ``estimate_*`` fields)."""
+
+    estimate_sequences: int | None
+    estimate_context_tokens: int | None
+    estimate_basis: str
+    estimate_kv_capacity_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -95,8 +104,9 @@ def workload_headroom(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], 
     # else the configured one: an 83 degC limit on one card and 90 on the next are not the same margin
     margins = [(g.thermal_limit_celsius if g.thermal_limit_celsius is not None else slowdown_celsius)
                - g.temperature_celsius for g in up if g.temperature_celsius is not None]
-    model = {"estimate_sequences": sequences, "estimate_context_tokens": context, "estimate_basis": basis,
-             "estimate_kv_capacity_tokens": getattr(estimate, "kv_capacity_tokens", None) if estimate else None}
+    model: _ModelFigures = {
+        "estimate_sequences": sequences, "estimate_context_tokens": context, "estimate_basis": basis,
+        "estimate_kv_capacity_tokens": getattr(estimate, "kv_capacity_tokens", None) if estimate else None}
     if capacity is not None:
         sequences, context, basis = capacity["sequences"], capacity["context_tokens"], "runtime"
     return WorkloadHeadroom(
@@ -155,7 +165,7 @@ def _tokens(n: float) -> str:
     return f"{n:,.0f}".replace(",", " ")
 
 
-def explain(profile: Any, estimate: Any, capacity: Mapping[str, Any] | None, model: Mapping[str, Any]) -> str:
+def explain(profile: Any, estimate: Any, capacity: Mapping[str, Any] | None, model: _ModelFigures) -> str:
     """In words: where the memory model's capacity differs from the runtime's by more than CAPACITY_TOLERANCE,
     which assumption accounts for it (gpu_memory_utilization, KV precision, block size, the runtime version's
     profiling); and what a negative model figure means. "" when there is nothing to explain."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, cast
 
 from headroom.analysis import bottleneck, health, rates, remedies, signals
 from headroom.analysis import serving as serving_analysis
@@ -47,7 +47,19 @@ AUTO_STEADY_SECONDS = 30.0
 # there are no more than AUTO_EVERY_TICK, 9 per refresh for 50 pods
 AUTO_LONG_REFRESH_SECONDS = 30.0
 
-DEFAULTS: dict[str, Any] = {
+class Settings(TypedDict):
+    """The ``analysis:`` section's settings (DEFAULTS where unset)."""
+
+    short_window: float
+    long_window: float
+    hold: float
+    idle_busy_ratio: float
+    gpu_slowdown_celsius: float
+    cost_per_gpu_hour: float | None
+    currency: str
+
+
+DEFAULTS: Settings = {
     "short_window": 15.0,  # seconds of samples the scores look at
     "long_window": 300.0,
     "hold": 20.0,  # a new primary must hold this long before it replaces the current one
@@ -143,7 +155,9 @@ class Analysis:
     def __init__(self, config: Any) -> None:
         self.config = config
         section = dict(getattr(config, "analysis", None) or {})
-        self.settings = {k: (section.get(k) if section.get(k) is not None else v) for k, v in DEFAULTS.items()}
+        # each set key's type is the one config.py's _analysis_spec validated (a Duration or Number: float, str)
+        self.settings = cast(Settings, {k: (section.get(k) if section.get(k) is not None else v)
+                                        for k, v in DEFAULTS.items()})
         self.thresholds = {**bottleneck.DEFAULT_THRESHOLDS, **{k: v for k, v in
                                                              (section.get("thresholds") or {}).items()
                                                              if v is not None}}
@@ -234,14 +248,14 @@ class Analysis:
                                                               reserved.get(g.index), view_long, rules_long).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes,
                              remedies.Facts(gpus=(g,), host=host, reserved=reserved.get(g.index)))
-            idle = _is_idle(g, s)
-            if idle:
+            is_idle = _is_idle(g, s)
+            if is_idle:
                 idle_since[g.uuid] = self._idle_since.get(g.uuid, now)
-            gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=idle,
+            gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=is_idle,
                                            clock_events=dict(g.reason_shares),
                                            thermal_limit_celsius=g.thermal_limit_celsius,
                                            thermal_limit_source=g.thermal_limit_source,
-                                           idle_seconds=round(now - idle_since[g.uuid], 3) if idle else 0.0,
+                                           idle_seconds=round(now - idle_since[g.uuid], 3) if is_idle else 0.0,
                                            allocated_to=tuple(holders.get(g.index, ()))))
         self._idle_since = idle_since
 
@@ -387,10 +401,12 @@ class Analysis:
         primary, changed = h.update(v.candidate, now)
         pending = h.pending(now)
         fixes = remedies.Remedies((primary, pending[0] if pending is not None else NONE), facts)
+        # (Verdict's defaults where no candidate is pending)
+        waiting, held, confirm_in = ((pending[0], round(pending[1], 3), round(pending[2], 3)) if pending is not None
+                                     else (NONE, None, None))
         settled = Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
-                          long_scores=long_scores, remedies=fixes,
-                          **({"pending": pending[0], "pending_seconds": round(pending[1], 3),
-                              "confirm_in_seconds": round(pending[2], 3)} if pending is not None else {}))
+                          long_scores=long_scores, remedies=fixes, pending=waiting, pending_seconds=held,
+                          confirm_in_seconds=confirm_in)
         if changed:
             evidence = v.evidence.get(primary, "") if primary != NONE else \
                 v.evidence.get(NONE, "no resource scores high enough")
@@ -437,7 +453,7 @@ def _neighbours(host: signals.HostSignals, workload: str) -> dict[str, tuple[Any
     return {r: n for r, n in found.items() if n}
 
 
-def _is_idle(g: signals.GpuSignals, s: Mapping[str, Any]) -> bool:
+def _is_idle(g: signals.GpuSignals, s: Settings) -> bool:
     return g.up and g.busy is not None and g.busy < s["idle_busy_ratio"]
 
 

@@ -391,9 +391,9 @@ def _cpu(f: Facts) -> str:
     pinned = next((r for r in ranks if trainer and not r.workers and (r.cores or 0.0) >= SINGLE_CORE_BOUND), None)
     runnable = getattr(w, "runnable_threads", None)
     allowed = getattr(w, "cores_allowed", None)
-    oversubscribed = (runnable is not None and allowed and (w.cpu_wait_share or 0.0) >= OVERSUBSCRIBED_WAIT
+    oversubscribed = (w is not None and runnable is not None and allowed and (w.cpu_wait_share or 0.0) >= OVERSUBSCRIBED_WAIT
                       and runnable / allowed >= OWN_THREADS_PER_CORE)
-    if oversubscribed:  # more of its threads than cores: fewer threads, not more workers
+    if oversubscribed and w is not None:  # more of its threads than cores: fewer threads, not more workers
         parts.append(f"≈ {runnable:.0f} of its threads are runnable on {allowed:g} cores and wait "
                      f"{pct(w.cpu_wait_share)} of the time for one: cap each process's thread pools at its share of "
                      "the cores (cores / processes): `OMP_NUM_THREADS` and `MKL_NUM_THREADS` set before the libraries "

@@ -146,7 +146,8 @@ class ServingSignals:
 
 
 def _endpoint(sample: Sample, workload: str) -> ServingEndpoint | None:
-    for e in getattr(sample.data("serving"), "endpoints", ()) or ():
+    endpoints: tuple[ServingEndpoint, ...] = getattr(sample.data("serving"), "endpoints", ()) or ()
+    for e in endpoints:
         if e.workload == workload:
             return e
     return None
@@ -256,7 +257,9 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str,
     ``up``, judged from its answers (``thresholds``: bottleneck.DEFAULT_THRESHOLDS when None; its latency_bucket_width_max: a percentile in a wider
     bucket is a bound)."""
     if thresholds is None:
-        from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS as thresholds
+        from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
+
+        thresholds = DEFAULT_THRESHOLDS
     bucket_width_max = thresholds.get("latency_bucket_width_max", BUCKET_WIDTH_MAX)
     if not window:
         return None

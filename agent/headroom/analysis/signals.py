@@ -398,8 +398,8 @@ def mig_memory(g: GpuSignals, window: Sequence[Sample], seconds: float, instance
                                             for m in found):
             newest = None
             continue
-        used = sum(m.memory_used_bytes for m in found)
-        newest = (used, sum(m.memory_total_bytes for m in found))
+        used = sum(m.memory_used_bytes or 0 for m in found)  # (none is None: just checked)
+        newest = (used, sum(m.memory_total_bytes or 0 for m in found))
         points.append((s.monotonic, float(used)))
     if newest is None or not newest[1]:
         return g
@@ -722,7 +722,7 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
         io_bytes_per_second=_rate_of((t, _io_total(e)) for t, e in entries),
         busiest_process_cores=busiest[0] if busiest else None,
         busiest_process_pid=busiest[1] if busiest else None,
-        busiest_is_main=bool(busiest) and (busiest[1] in ranked if ranked else busiest[1] == getattr(newest, "main_pid", None)),
+        busiest_is_main=busiest is not None and (busiest[1] in ranked if ranked else busiest[1] == getattr(newest, "main_pid", None)),
         main_thread_cores=thread[0] if thread else None,
         main_thread_tid=thread[1] if thread else None,
         cgroup_pressure=dict(getattr(cgroup, "pressure_some_avg10", None) or {}),
@@ -730,6 +730,6 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
         cgroup_path=getattr(cgroup, "path", None),
         ranks=ranks,
         threads=getattr(newest, "threads", None),
-        cpu_wait_share=(waited / runnable) if runnable else None,
+        cpu_wait_share=(waited / runnable) if runnable and waited is not None else None,
         runnable_main_threads=runnable,
     )

@@ -57,7 +57,7 @@ def status(state: Any, snap: Any = None) -> dict[str, Any]:
     out["now"] = host_now(*pair)
     for w in out["workloads"]:
         w["now"] = workload_now(pair[1], w["name"], w["gpus"])
-    if f is not None and getattr(f, "gpu_findings", ()):
+    if f is not None and bool(getattr(f, "gpu_findings", ())):
         out["host"] = {"gpus_idle": f.host.gpus_idle, "gpu_idle_seconds_total": f.host.gpu_idle_seconds_total,
                        "gpu_idle_cost_total": f.host.gpu_idle_cost_total, "currency": f.host.currency}
     identity = snap.sample.data("identity")
@@ -160,9 +160,9 @@ def host_now(before: Any, last: Any) -> dict[str, float | None]:
         out["disk_bytes_per_second"] = max((m for m in moved if m is not None), default=None)
     net, net0 = last.data("net"), before.data("net") if before is not None else None
     if isinstance(net, NetSample) and isinstance(net0, NetSample) and dt > 0:
-        old = {d.device: d for d in net0.devices}
-        moved = [_per_second(old[d.device].receive_bytes + old[d.device].transmit_bytes,
-                             d.receive_bytes + d.transmit_bytes, dt) for d in net.devices if d.device in old]
+        old_net = {d.device: d for d in net0.devices}
+        moved = [_per_second(old_net[d.device].receive_bytes + old_net[d.device].transmit_bytes,
+                             d.receive_bytes + d.transmit_bytes, dt) for d in net.devices if d.device in old_net]
         out["network_bytes_per_second"] = max((m for m in moved if m is not None), default=None)
     return out
 
@@ -302,7 +302,7 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
             # found in its process tree (issue 25): summed (the metric) and per rank (pid -> its worker pids)
             "dataloader_workers": getattr(st, "dataloader_workers", None),
             "ranks": ({str(r): list(ws) for r, ws in sorted(measured.ranks.items())}
-                      if getattr(measured, "ranks", None) else None),
+                      if measured is not None and getattr(measured, "ranks", None) else None),
         }
         declared = getattr(st, "declared_dataloader_workers", None)
         if declared is not None:
@@ -373,7 +373,7 @@ def runbook_href(remedy: dict[str, Any]) -> str:
     """The page's link to a remedy's runbook section: the agent's own ``/runbook`` as a relative link
     ('runbook#bottleneck-gpu_power'), so it works on an air-gapped host and behind a proxy's path prefix."""
     path = remedy.get("runbook_path")
-    return path.lstrip("/") if path else remedy["runbook_url"]
+    return str(path.lstrip("/") if path else remedy["runbook_url"])
 
 
 def _remedy_line(remedy: dict[str, Any] | None, label: str = "What to do") -> str:

@@ -12,6 +12,7 @@ Prometheus asks for OpenMetrics first by default; browsers and curl get the text
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from headroom.exposition.catalog import BY_NAME, COUNTER
@@ -21,7 +22,7 @@ _VERSIONS = {None, "1.0.0", "0.0.1"}  # the OpenMetrics versions this body satis
 _UNIT_SUFFIXES = {"bytes", "seconds", "ratio", "watts", "celsius", "hertz", "joules"}
 
 
-def _media_ranges(accept: str):
+def _media_ranges(accept: str) -> Iterator[tuple[str, dict[str, str], float]]:
     """(type/subtype, params, q) of each media range in an Accept header."""
     for part in accept.split(","):
         fields = [f.strip() for f in part.split(";")]

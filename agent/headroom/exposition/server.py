@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import structlog
 
@@ -106,7 +106,7 @@ class _HeadReader:
     """Stands in for rfile while http.server reads a request's header lines: keeps the first line's problem
     (the stdlib's email parser would silently end the headers at ``Name : value`` or split at a bare CR)."""
 
-    def __init__(self, rfile: Any) -> None:
+    def __init__(self, rfile: io.BufferedIOBase) -> None:
         self._rfile = rfile
         self.problem: str | None = None
 
@@ -116,7 +116,7 @@ class _HeadReader:
             self.problem = header_line_problem(line)
         return line
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # Any: whatever rfile's attribute is (a delegating proxy)
         return getattr(self._rfile, name)
 
 
@@ -197,9 +197,11 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     # headers and body go out in separate writes: without TCP_NODELAY, Nagle's algorithm and the client's
     # delayed ACK add ~40 ms to every response (docs/benchmarks.md)
     disable_nagle_algorithm = True
+    raw_requestline: bytes  # set by http.server's handle_one_request (its stubs leave it out)
 
     def setup(self) -> None:
-        self.timeout = self.server.request_head_timeout
+        # per connection: socketserver reads it from the instance (its stubs call it a class variable)
+        self.timeout = self.server.request_head_timeout  # type: ignore[misc]
         self._conn = self.server.connection_of_this_thread()
         if self._conn is not None:
             self._conn.sock = self.request  # the TLS socket, when wrapped
@@ -221,7 +223,8 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         srv.mark(conn, _IDLE, srv.keepalive_timeout)
         try:
             self.connection.settimeout(srv.keepalive_timeout + srv.request_head_timeout)  # a backstop only
-            data = self.rfile.peek(1)
+            # a buffered reader: StreamRequestHandler's rbufsize -1 (the stubs say BufferedIOBase, without peek)
+            data = cast(io.BufferedReader, self.rfile).peek(1)
             self.connection.settimeout(self.timeout)
         except (OSError, ValueError):
             return False
@@ -278,12 +281,14 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         problem = request_line_problem(self.raw_requestline)
         if problem:
-            self.command, self.requestline, self.request_version = None, "", "HTTP/1.0"
+            # as http.server's own parse_request does on a bad request line (its stubs say command is a str)
+            self.command, self.requestline, self.request_version = None, "", "HTTP/1.0"  # type: ignore[assignment]
             self.server.mark(self._conn, _BUSY, 0.0)
             self.send_error(HTTPStatus.BAD_REQUEST, problem)
             return False
         rfile = self.rfile
-        self._head_reader = self.rfile = _HeadReader(rfile)  # checks each header line as http.server reads it
+        self._head_reader = _HeadReader(rfile)  # checks each header line as http.server reads it
+        self.rfile = cast(io.BufferedIOBase, self._head_reader)  # readline checked, the rest delegated
         try:
             ok = super().parse_request()
         finally:
@@ -323,8 +328,8 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
             body, content_type, extra = self._metrics_response(snapshot)
             self._send(HTTPStatus.OK, body, content_type, head=head, extra=extra)
         elif path in ("/healthz", "/health"):
-            ok, body, _ = health(srv.state, snapshot)
-            self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, (body + "\n").encode(),
+            ok, text, _ = health(srv.state, snapshot)
+            self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, (text + "\n").encode(),
                        "text/plain; charset=utf-8", head=head)
         elif path == "/api/v1/status":
             self._send(HTTPStatus.OK, landing.status_json(srv.state), "application/json", head=head)
@@ -450,7 +455,9 @@ _REFUSED = _refusal(b"too many connections")
 _REFUSED_CLIENT = _refusal(b"too many connections from this address")
 
 
-class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
+# ignore: webconfig.TLSAuthServerMixin.finish_request takes a socket where BaseServer's takes its _RequestType
+# (a socket, or a datagram pair this TCP server never gets); webconfig.py is typed on its own (issue 31)
+class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):  # type: ignore[misc]
     """The agent's listener. ``web_config`` returns the TLS/auth/headers settings to apply now
     (``WebConfigWatcher.current`` re-reads the file on change; the default is plain HTTP).
 

@@ -113,9 +113,10 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
     # known, any other process pinned at a core counts only where no rank has workers (a decoder the rank waits on)
     ranked = {r.pid for r in w.ranks} if w is not None else set()
     critical = w is not None and not cpu_is_compute and (not w.dataloader_workers or (w.busiest_is_main and not ranked))
-    if critical and ranked and w.busiest_process_pid in ranked:
+    if critical and w is not None and ranked and w.busiest_process_pid in ranked:
         critical = False  # judged with its rank above
-    if critical and w.busiest_process_cores is not None and w.busiest_process_cores >= t["cpu_saturation_low"]:
+    if (critical and w is not None and w.busiest_process_cores is not None
+            and w.busiest_process_cores >= t["cpu_saturation_low"]):
         which = "its main process" if w.busiest_is_main else "its busiest process"
         used = f"{which} (pid {w.busiest_process_pid}) used {w.busiest_process_cores:.2f} cores"
         if w.busiest_is_main and w.main_thread_cores is not None:  # its threads were read: the busiest decides
@@ -144,7 +145,7 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
         parts.append(f"host-wide CPU counts {pct(involved)}: the workload itself uses {own_cores:.2f} cores")
     # its threads' measured waits say whether the host's contention reaches them: busy CPUs, PSI and a long run queue
     # of neighbours whose threads leave its own runnable threads a CPU are not its bottleneck
-    if waits is not None and waits[2] < involved:
+    if waits is not None and w is not None and waits[2] < involved:  # (waits are w's)
         involved = waits[2]
         if host > 0:
             parts.append(f"host-wide CPU counts {pct(involved)}: its threads waited only {pct(w.cpu_wait_share)} "

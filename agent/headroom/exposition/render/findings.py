@@ -32,11 +32,12 @@ _VERDICT_SERIES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
 def _verdict_series(prefix: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     from headroom.analysis.bottleneck import NONE, RESOURCES
 
+    resources: tuple[str, ...] = RESOURCES
     if prefix == "headroom_gpu":  # a KV cache belongs to a serving workload, never to a GPU on its own
-        RESOURCES = tuple(r for r in RESOURCES if r != "kv_cache")  # noqa: N806
-    n = len(RESOURCES)
+        resources = tuple(r for r in RESOURCES if r != "kv_cache")
+    n = len(resources)
     names = (f"{prefix}_bottleneck_score",) * n + (f"{prefix}_bottleneck_long_score",) * n + (f"{prefix}_bottleneck",) * (n + 1)
-    _VERDICT_SERIES[prefix] = entry = (RESOURCES, names, (*RESOURCES, *RESOURCES, *RESOURCES, NONE))
+    _VERDICT_SERIES[prefix] = entry = (resources, names, (*resources, *resources, *resources, NONE))
     return entry
 
 
@@ -77,8 +78,8 @@ def _workload_series(st: Any) -> tuple[tuple[str, ...], list[Any], tuple[Any, ..
     else:  # an automatic workload without measured processes still counts them, and has its cgroup
         cg = getattr(st, "cgroup", None) if source == "auto" else None
         measured = (st.processes if source == "auto" else None, None, None, None, None, None, None, None, None, None)
-    names = _WORKLOAD_ROW
-    tails = ((st.kind, st.model, st.precision, st.runtime, source), (st.team, st.job), *_WORKLOAD_ROW_TAILS)
+    names: tuple[str, ...] = _WORKLOAD_ROW
+    tails: tuple[Any, ...] = ((st.kind, st.model, st.precision, st.runtime, source), (st.team, st.job), *_WORKLOAD_ROW_TAILS)
     values = [1, 1 if st.job or st.team else None, *measured]
     if cg is None:
         values += (None, None, None)
@@ -117,7 +118,7 @@ _WORKLOAD_GPU_ROW = ("headroom_workload_gpu_memory_used_bytes", "headroom_worklo
 
 def _render_findings(w: Writer, f: Any) -> None:
     for g in f.gpu_findings:
-        ids = (str(g.index), g.uuid)
+        ids: tuple[str, ...] = (str(g.index), g.uuid)
         _render_verdict(w, "headroom_gpu", ids, g.verdict)
         w.add_many(_GPU_FINDINGS_ROW, (g.idle, f.host.gpu_cost_per_hour.get(g.index)), ids)
     for h in getattr(f, "gpu_health", ()):

@@ -196,10 +196,11 @@ class Writer:
     def add(self, name: str, value: float | int | bool | None, *label_values: Any) -> None:
         if value is None:
             return  # unknown / unsupported: the series is absent, never 0
-        key = (name, label_values)
+        lookup = (name, label_values)
+        key: tuple[str, tuple[Any, ...]] | None = lookup  # None: not cached
         cache = self._cache
         try:
-            index, prefix, uuid, extra, head, last, line = cache.series[key]
+            index, prefix, uuid, extra, head, last, line = cache.series[lookup]
         except KeyError:
             index, prefix, uuid, extra, head, last, line = _series(cache, name, label_values, key)
         except TypeError:  # an unhashable label value: rendered, not cached
@@ -225,10 +226,11 @@ class Writer:
         label where ``tails`` is given (and not None; a tuple: the last labels), in one call: the same output as
         those ``add`` calls, at a fraction of their cost for a group of series that repeats every tick (a GPU's
         gauges, a verdict, a workload's series)."""
-        key = (names, label_values, tails)
+        lookup = (names, label_values, tails)
+        key: tuple[tuple[str, ...], tuple[Any, ...], tuple[Any, ...] | None] | None = lookup  # None: not cached
         cache = self._cache
         try:
-            group = cache.groups.get(key)
+            group = cache.groups.get(lookup)
         except TypeError:  # an unhashable label value: rendered, not cached
             key, group = None, None
         if group is None:
