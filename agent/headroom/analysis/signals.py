@@ -10,9 +10,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from headroom.samples import CpuSample, DiskSample, GpuSample, MemorySample, NvmlSample, Sample, ShmSample
+from headroom.samples import (
+    CgroupStats,
+    CpuSample,
+    DiskSample,
+    GpuSample,
+    MemorySample,
+    NvmlSample,
+    Sample,
+    ShmSample,
+    WorkloadProcesses,
+)
+
+if TYPE_CHECKING:
+    from headroom.workload.attribution import WorkloadStatus
+    from headroom.workload.profiles.types import WorkloadProfile
+
+if TYPE_CHECKING:
+    from headroom.samples import Neighbour
 
 THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
 POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
@@ -438,7 +455,7 @@ class HostSignals:
     net_steady: float | None = None
     disk_bytes_per_second: float | None = None  # the busiest device: read + written bytes/s
     # the host's top consumers of CPU, disk I/O and memory (samples.Neighbour), newest scan; empty on a calm host
-    neighbours: tuple[Any, ...] = ()
+    neighbours: tuple[Neighbour, ...] = ()
 
 
 def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
@@ -446,7 +463,7 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
     if not span:
         return HostSignals()
     last = span[-1]
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {}  # HostSignals' keyword arguments, as each is found (its constructor names them)
     cpu = last.data("cpu")
     if isinstance(cpu, CpuSample):
         out["logical_cpus"] = cpu.logical_cpus
@@ -603,20 +620,20 @@ class WorkloadSignals:
 RUN_SHARE_FLOOR = 0.05  # the least share of their runnable time threads are taken to run (runnable_threads)
 
 
-def _cpu_total(w: Any) -> float | None:
+def _cpu_total(w: WorkloadProcesses | CgroupStats | None) -> float | None:
     user, system = getattr(w, "cpu_user_seconds_total", None), getattr(w, "cpu_system_seconds_total", None)
     return None if user is None or system is None else user + system
 
 
-_ENTRIES: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(ProcessesSample) -> (it, its entries by name)
+_ENTRIES: dict[int, tuple[object, dict[str, WorkloadProcesses]]] = {}  # id(ProcessesSample) -> (it, its entries by name)
 ENTRY_INDEXES = 1024  # ProcessesSamples whose index is kept (a window of 300 and the long span's 60, with room)
 
 
-def _entry(s: Sample, name: str) -> Any:
+def _entry(s: Sample, name: str) -> WorkloadProcesses | None:
     """The processes collector's entry of workload ``name`` in ``s``: a dict lookup (built once per sample; with
     50 automatic workloads beside the declared ones a scan per workload and sample would cost milliseconds)."""
     data = s.data("processes")
-    workloads = getattr(data, "workloads", None)
+    workloads: tuple[WorkloadProcesses, ...] | None = getattr(data, "workloads", None)
     if not workloads:
         return None
     if len(workloads) < 4:
@@ -628,14 +645,15 @@ def _entry(s: Sample, name: str) -> Any:
     if known is None or known[0] is not data:
         if len(_ENTRIES) >= ENTRY_INDEXES:
             del _ENTRIES[next(iter(_ENTRIES))]
-        index: dict[str, Any] = {}
+        index: dict[str, WorkloadProcesses] = {}
         for w in workloads:
             index.setdefault(w.name, w)
         known = _ENTRIES[id(data)] = (data, index)
     return known[1].get(name)
 
 
-def _io_total(w: Any) -> float | None:
+def _io_total(w: WorkloadProcesses) -> float | None:
+    owner: WorkloadProcesses | CgroupStats | None
     for owner in (getattr(w, "cgroup", None), w):  # the cgroup's io.stat counts what /proc/PID/io may not
         r, wr = getattr(owner, "read_bytes_total", None), getattr(owner, "written_bytes_total", None)
         if r is not None and wr is not None:
@@ -667,7 +685,7 @@ def _busiest(rates: Mapping[int, float]) -> tuple[float, int] | None:
     return max(((r, pid) for pid, r in rates.items()), default=None)
 
 
-def _rank_signals(entries: Sequence[tuple[float, Any]], newest: Any, rates: Mapping[int, float]
+def _rank_signals(entries: Sequence[tuple[float, WorkloadProcesses]], newest: WorkloadProcesses | None, rates: Mapping[int, float]
                   ) -> tuple[RankSignals, ...]:
     """Each rank of the newest entry (WorkloadProcesses.ranks) with its own process's rate, its workers' summed
     rate and, where its threads were read on two ticks of the span, its busiest thread's."""
@@ -686,7 +704,7 @@ def _rank_signals(entries: Sequence[tuple[float, Any]], newest: Any, rates: Mapp
     return tuple(out)
 
 
-def workload_signals(window: Sequence[Sample], seconds: float, status: Any, profile: Any,
+def workload_signals(window: Sequence[Sample], seconds: float, status: WorkloadStatus | None, profile: WorkloadProfile,
                      logical_cpus: int | None) -> WorkloadSignals:
     """Signals of one workload from its processes' counters and its attributed GPUs."""
     span = recent(window, seconds)
