@@ -510,7 +510,7 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
     # the links a distributed job's collectives may cross: the NICs (/proc/net/dev) and the RDMA ports (RDMA
     # traffic bypasses the network stack), each with its speed, judged alike
     best_net = None
-    busiest: tuple[float, str, str, Any] | None = None  # (bytes/s, device, its busier direction's counter, series)
+    busiest: tuple[float, str, str, list[tuple[float, dict[str, object]]]] | None = None  # (bytes/s, device, its busier direction's counter, series)
     for source in NET_SOURCES:
         devices = getattr(last.data(source), "devices", None)
         if not devices:
@@ -540,7 +540,7 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
 NET_SOURCES = ("net", "infiniband")  # samples whose devices are links: receive_bytes, transmit_bytes, speed
 
 
-def _devices(span: Sequence[Sample], source: str) -> list[tuple[float, dict[str, Any]]]:
+def _devices(span: Sequence[Sample], source: str) -> list[tuple[float, dict[str, object]]]:
     """(monotonic, device name -> that device's entry) for each sample of the span with ``source``'s devices:
     one pass over the span, so each device's rate below is a dict lookup per sample, not a device scan."""
     out = []
@@ -551,9 +551,9 @@ def _devices(span: Sequence[Sample], source: str) -> list[tuple[float, dict[str,
     return out
 
 
-def _device_rate(maps: Sequence[tuple[float, Mapping[str, Any]]], device: str, *fields: str) -> float | None:
+def _device_rate(maps: Sequence[tuple[float, Mapping[str, object]]], device: str, *fields: str) -> float | None:
     """Per-second increase (``_rate_of``) of one device's counter, or of the sum of several (all present)."""
-    def value(d: Any) -> float | None:
+    def value(d: object) -> float | None:
         if d is None:
             return None
         total = 0.0

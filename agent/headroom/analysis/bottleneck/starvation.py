@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from headroom.analysis.bottleneck.evidence import NO_GPM, Scored, gib, pct, plural
 from headroom.analysis.bottleneck.thresholds import ramp
-from headroom.analysis.signals import HostSignals, WorkloadSignals
+from headroom.analysis.signals import HostSignals, RankSignals, WorkloadSignals
 
 
 @dataclass(frozen=True)
@@ -183,7 +182,7 @@ def _cpu_waits(w: WorkloadSignals, t: Mapping[str, float]) -> tuple[float, str, 
     return score, text, ramp(share, 0.0, t["cpu_wait_low"])
 
 
-def _worst_rank(ranks: Any, t: Mapping[str, float], trainer: bool = True) -> tuple[float, str] | None:
+def _worst_rank(ranks: Sequence[RankSignals], t: Mapping[str, float], trainer: bool = True) -> tuple[float, str] | None:
     """(score, evidence) of the rank that starves its GPU most: its DataLoader workers' summed cores against their
     count (one core each: all busy, they cannot keep up), and its own process at a full core (its busiest thread
     decides where its threads were read); None when no rank shows either. ``trainer``: its worker count means
