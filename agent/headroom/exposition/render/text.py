@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
 
 from headroom.exposition.catalog import CATALOG
 
@@ -26,11 +25,14 @@ def _escape(value: str) -> str:
 
 # rendered label sets, reused across families and ticks (a GPU's ``gpu="0",uuid="GPU-..."`` appears in
 # ~40 families per tick); cleared when it grows past the bound, so changing label values cannot leak
-_LABEL_TEXT: dict[tuple[tuple[str, ...], tuple[Any, ...]], str] = {}
+# a series' label values, in the catalogue's label order: anything str() renders (str, int, an enum member ...)
+Labels = tuple[object, ...]
+
+_LABEL_TEXT: dict[tuple[tuple[str, ...], Labels], str] = {}
 _LABEL_TEXT_MAX = 20_000
 
 
-def _label_text(names: tuple[str, ...], values: tuple[Any, ...]) -> str:
+def _label_text(names: tuple[str, ...], values: Labels) -> str:
     """``k1="v1",k2="v2"`` with values escaped for the text format."""
     key = (names, values)
     cached = True
