@@ -28,10 +28,10 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import structlog
 
@@ -39,6 +39,9 @@ from headroom import __version__
 from headroom.exposition import landing, openmetrics, runbook
 from headroom.exposition.render import CONTENT_TYPE
 from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
+
+if TYPE_CHECKING:
+    from headroom.samples import Snapshot
 
 log = structlog.get_logger("headroom.server")
 
@@ -125,7 +128,7 @@ class _Conn:
 
     __slots__ = ("client", "sock", "state", "since", "deadline", "served")
 
-    def __init__(self, client: str, sock: Any, now: float, deadline: float) -> None:
+    def __init__(self, client: str, sock: socket.socket, now: float, deadline: float) -> None:
         self.client = client
         self.sock = sock
         self.state = _HEAD
@@ -145,14 +148,14 @@ class _ResponseWriter(io.BufferedIOBase):
     """The handler's wfile: sends in chunks and records each one's progress on the connection, so the accept
     loop can close a client that does not read its response (module docstring) and replace it at the cap."""
 
-    def __init__(self, sock: Any, server: HeadroomHTTPServer, conn: _Conn | None) -> None:
+    def __init__(self, sock: socket.socket, server: HeadroomHTTPServer, conn: _Conn | None) -> None:
         super().__init__()
         self._sock, self._server, self._conn = sock, server, conn
 
     def writable(self) -> bool:
         return True
 
-    def write(self, data: Any) -> int:
+    def write(self, data: Any) -> int:  # Any: BufferedIOBase.write's buffer, whose len() the caller counts
         srv, conn = self._server, self._conn
         view = memoryview(data).cast("B")
         srv.mark(conn, _WRITE, srv.write_stall_timeout)
@@ -167,7 +170,7 @@ class _ResponseWriter(io.BufferedIOBase):
 
 
 class State(Protocol):
-    snapshot: Any
+    snapshot: Snapshot | None
 
     def healthy(self) -> tuple[bool, str]: ...
 
@@ -177,9 +180,9 @@ class _GzipCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[str, tuple[Any, bytes]] = {}  # format -> (snapshot, compressed body)
+        self._entries: dict[str, tuple[Snapshot, bytes]] = {}  # format -> (snapshot, compressed body)
 
-    def get(self, snapshot: Any, body: bytes | None = None, fmt: str = "text") -> bytes:
+    def get(self, snapshot: Snapshot, body: bytes | None = None, fmt: str = "text") -> bytes:
         with self._lock:
             cached = self._entries.get(fmt)
             if cached is None or cached[0] is not snapshot:
@@ -341,7 +344,7 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         else:
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", head=head)
 
-    def _metrics_response(self, snapshot: Any) -> tuple[bytes, str, dict[str, str]]:
+    def _metrics_response(self, snapshot: Snapshot) -> tuple[bytes, str, dict[str, str]]:
         """The exposition in the format (Accept) and encoding (Accept-Encoding, q-values honoured) the
         request asks for: (body, content type, extra headers)."""
         fmt, body, content_type = exposition_for(snapshot, self.headers.get("Accept"))
@@ -381,7 +384,7 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature, its Any)
         pass  # access logs would be per-scrape noise; errors are logged by the server
 
     def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -391,7 +394,7 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
 _OPENMETRICS = openmetrics.Converter()
 
 
-def exposition_for(snapshot: Any, accept: str | None) -> tuple[str, bytes, str]:
+def exposition_for(snapshot: Snapshot, accept: str | None) -> tuple[str, bytes, str]:
     """(format, body, content type) for a scrape: OpenMetrics when its Accept header prefers it (Prometheus
     does by default), the text format 0.0.4 otherwise. Both come from the bytes rendered at the tick."""
     if openmetrics.prefers_openmetrics(accept):
@@ -399,7 +402,7 @@ def exposition_for(snapshot: Any, accept: str | None) -> tuple[str, bytes, str]:
     return "text", snapshot.exposition, CONTENT_TYPE
 
 
-def accepts_gzip(accept_encoding: Any) -> bool:
+def accepts_gzip(accept_encoding: Iterable[str]) -> bool:
     """Whether Accept-Encoding header values (RFC 9110 12.5.3, q-values included) allow gzip.
 
     ``gzip;q=0`` refuses it; ``*`` stands for gzip when gzip is not named; a malformed q counts as 0."""
@@ -428,7 +431,7 @@ def accepts_gzip(accept_encoding: Any) -> bool:
     return star is not None and star > 0
 
 
-def health(state: State, snapshot: Any) -> tuple[bool, str, list[str]]:
+def health(state: State, snapshot: Snapshot | None) -> tuple[bool, str, list[str]]:
     """(ok, text, degraded): /healthz's answer and the status API's ``health``, one text for both: 'ok', or 'ok;
     degraded: nvml: NVML unavailable ...' while the agent works but a collector or GPU does not."""
     ok, reason = state.healthy()
@@ -436,7 +439,7 @@ def health(state: State, snapshot: Any) -> tuple[bool, str, list[str]]:
     return ok, reason if not degraded else reason + "; degraded: " + "; ".join(degraded), degraded
 
 
-def _degraded(state: State, snapshot: Any) -> list[str]:
+def _degraded(state: State, snapshot: Snapshot | None) -> list[str]:
     """What is broken while the agent itself works: failing collectors, then GPUs that stopped answering."""
     out = [f"{k}: {v}" for k, v in sorted(getattr(state, "failing", {}).items())]
     nvml = snapshot.sample.data("nvml") if snapshot is not None else None
@@ -500,7 +503,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):  # type: igno
     def connection_of_this_thread(self) -> _Conn | None:
         return getattr(self._local, "conn", None)
 
-    def connection_socket_changed(self, sock: Any) -> None:
+    def connection_socket_changed(self, sock: socket.socket) -> None:
         """TLSAuthServerMixin: the connection is now this (TLS) socket."""
         conn = self.connection_of_this_thread()
         if conn is not None:
@@ -525,6 +528,8 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):  # type: igno
                 best, best_key = c, key
         return best
 
+    # Any: socketserver's request (for this TCP server a socket: webconfig's finish_request takes one) and client
+    # address, as BaseServer types them
     def process_request(self, request: Any, client_address: Any) -> None:
         client = str(client_address[0]) if client_address else ""
         now = time.monotonic()
@@ -570,7 +575,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):  # type: igno
             self.shutdown_request(request)
             raise
 
-    def _serve_connection(self, request: Any, client_address: Any, conn: _Conn) -> None:
+    def _serve_connection(self, request: Any, client_address: Any, conn: _Conn) -> None:  # as process_request
         self._local.conn = conn
         try:
             self.finish_request(request, client_address)
@@ -608,7 +613,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):  # type: igno
         for c in late:
             c.drop()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: Any, client_address: Any) -> None:  # as process_request
         import sys
 
         exc = sys.exc_info()[1]
