@@ -387,7 +387,7 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature, its Any)
         pass  # access logs would be per-scrape noise; errors are logged by the server
 
-    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 (as log_message)
         log.debug("http_request_error", client=self.client_address[0], detail=format % args)
 
 
