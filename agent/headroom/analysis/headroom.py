@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
 from headroom.units import format_bytes
+
+if TYPE_CHECKING:
+    from headroom.analysis.serving import ServingSignals
+    from headroom.samples import ProbeSample
+    from headroom.workload.profiles.types import WorkloadProfile
+    from headroom.workload.sizing.types import Estimate
 
 # where "more sequences" and "more context" come from (the `basis` label of headroom_workload_headroom_sequences
 # and _context_tokens); the first that has its inputs wins
@@ -28,6 +34,26 @@ CAPACITY_TOLERANCE = 0.10
 # a `headroom probe` result younger than this gives the measured basis of "more sequences" (docs/probe.md): a
 # week, so a probe run in a maintenance window counts until the next one; older, the host may have changed
 PROBE_RECENT_SECONDS = 7 * 24 * 3600.0
+
+
+class _ModelFigures(TypedDict):
+    """The memory model's own figures (WorkloadHeadroom's ``estimate_*`` fields)."""
+
+    estimate_sequences: int | None
+    estimate_context_tokens: int | None
+    estimate_basis: str
+    estimate_kv_capacity_tokens: int | None
+
+
+class _Capacity(TypedDict):
+    """The runtime's own KV cache, in sequences and tokens (runtime_capacity)."""
+
+    capacity: float  # KV tokens
+    free: float
+    sequences: int
+    context_tokens: int
+    context: int  # the context a sequence is sized at, and the concurrency: what the two figures divide by
+    concurrency: int
 
 
 @dataclass(frozen=True)
@@ -57,8 +83,9 @@ class WorkloadHeadroom:
     measured_at: float | None = None
 
 
-def workload_headroom(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
-                      estimate: Any, slowdown_celsius: float, serving: Any = None) -> WorkloadHeadroom:
+def workload_headroom(profile: WorkloadProfile, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
+                      estimate: Estimate | None, slowdown_celsius: float, serving: ServingSignals | None = None
+                      ) -> WorkloadHeadroom:
     """``serving``: the runtime's view (analysis/serving.py ServingSignals); where it reports its KV capacity and
     usage, "more sequences" and "more context" come from it (basis runtime) and the memory model's figures stand
     beside them as an estimate."""
@@ -95,8 +122,9 @@ def workload_headroom(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], 
     # else the configured one: an 83 degC limit on one card and 90 on the next are not the same margin
     margins = [(g.thermal_limit_celsius if g.thermal_limit_celsius is not None else slowdown_celsius)
                - g.temperature_celsius for g in up if g.temperature_celsius is not None]
-    model = {"estimate_sequences": sequences, "estimate_context_tokens": context, "estimate_basis": basis,
-             "estimate_kv_capacity_tokens": getattr(estimate, "kv_capacity_tokens", None) if estimate else None}
+    model: _ModelFigures = {
+        "estimate_sequences": sequences, "estimate_context_tokens": context, "estimate_basis": basis,
+        "estimate_kv_capacity_tokens": getattr(estimate, "kv_capacity_tokens", None) if estimate else None}
     if capacity is not None:
         sequences, context, basis = capacity["sequences"], capacity["context_tokens"], "runtime"
     return WorkloadHeadroom(
@@ -118,7 +146,8 @@ def workload_headroom(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], 
     )
 
 
-def measured_headroom(room: WorkloadHeadroom, probe: Any, name: str, serving: Any, now: float) -> WorkloadHeadroom:
+def measured_headroom(room: WorkloadHeadroom, probe: ProbeSample | None, name: str, serving: ServingSignals | None,
+                      now: float) -> WorkloadHeadroom:
     """``room`` with the measured basis beside its own: when ``probe`` (samples.ProbeSample) holds a complete
     concurrency result for workload ``name`` measured within PROBE_RECENT_SECONDS before ``now`` (unix seconds),
     more sequences = its capacity - the requests running now (the runtime's mean over the short window; 0 when
@@ -133,7 +162,8 @@ def measured_headroom(room: WorkloadHeadroom, probe: Any, name: str, serving: An
     return replace(room, measured_sequences=int(probe.concurrency - (running or 0.0)), measured_at=probe.measured_at)
 
 
-def runtime_capacity(profile: Any, serving: Any, estimate: Any) -> dict[str, Any] | None:
+def runtime_capacity(profile: WorkloadProfile, serving: ServingSignals | None, estimate: Estimate | None
+                     ) -> _Capacity | None:
     """More sequences and context from the runtime's own KV cache, where it reports capacity and usage: free
     tokens = capacity x (1 - usage); more sequences = free // context.max; more context = free // the declared
     concurrency (at least 1). None when the runtime is unread or does not report both."""
@@ -155,7 +185,8 @@ def _tokens(n: float) -> str:
     return f"{n:,.0f}".replace(",", " ")
 
 
-def explain(profile: Any, estimate: Any, capacity: Mapping[str, Any] | None, model: Mapping[str, Any]) -> str:
+def explain(profile: WorkloadProfile, estimate: Estimate | None, capacity: _Capacity | None, model: _ModelFigures
+            ) -> str:
     """In words: where the memory model's capacity differs from the runtime's by more than CAPACITY_TOLERANCE,
     which assumption accounts for it (gpu_memory_utilization, KV precision, block size, the runtime version's
     profiling); and what a negative model figure means. "" when there is nothing to explain."""
@@ -176,7 +207,8 @@ def explain(profile: Any, estimate: Any, capacity: Mapping[str, Any] | None, mod
     return " ".join(parts)
 
 
-def _difference(profile: Any, estimate: Any, runtime_tokens: float, estimate_tokens: int) -> list[str]:
+def _difference(profile: WorkloadProfile, estimate: Estimate | None, runtime_tokens: float, estimate_tokens: int
+                ) -> list[str]:
     ratio = runtime_tokens / estimate_tokens
     if abs(ratio - 1.0) <= CAPACITY_TOLERANCE:
         return []

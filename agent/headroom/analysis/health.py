@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from headroom.samples import GpuSample
 
@@ -104,7 +103,7 @@ class _State:
     was_down: bool = False
     hw_since: float | None = None
     low_since: float | None = None
-    last: tuple[Any, tuple[Condition, ...]] = ({}, ())  # the conditions found last tick and what they made
+    last: tuple[Mapping[str, tuple[str, str]], tuple[Condition, ...]] = ({}, ())  # the conditions found last tick and what they made
 
 
 class HealthTracker:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 from headroom.analysis import bottleneck, health, rates, remedies, signals
 from headroom.analysis import serving as serving_analysis
@@ -22,8 +22,12 @@ from headroom.analysis.headroom import (
     workload_headroom,
 )
 from headroom.safeio import clip
-from headroom.samples import NvmlSample, Sample
+from headroom.samples import Neighbour, NvmlSample, Sample, ServingEndpoint
 from headroom.workload import attribution
+
+if TYPE_CHECKING:
+    from headroom.workload.attribution import AutoStatuses, WorkloadStatus
+    from headroom.workload.profiles.types import WorkloadProfile
 
 LONG_REFRESH_SECONDS = 5.0  # long-window scores are recomputed this often (sample time), not every tick
 # ... from at most this many evenly spaced samples of the long window (every 5th of 300 at 1 s): a refresh then
@@ -48,7 +52,19 @@ AUTO_STEADY_SECONDS = 30.0
 # there are no more than AUTO_EVERY_TICK, 9 per refresh for 50 pods
 AUTO_LONG_REFRESH_SECONDS = 30.0
 
-DEFAULTS: dict[str, Any] = {
+class Settings(TypedDict):
+    """The ``analysis:`` section's settings (DEFAULTS where unset)."""
+
+    short_window: float
+    long_window: float
+    hold: float
+    idle_busy_ratio: float
+    gpu_slowdown_celsius: float
+    cost_per_gpu_hour: float | None
+    currency: str
+
+
+DEFAULTS: Settings = {
     "short_window": 15.0,  # seconds of samples the scores look at
     "long_window": 300.0,
     "hold": 20.0,  # a new primary must hold this long before it replaces the current one
@@ -84,7 +100,7 @@ class WorkloadFinding:
     serving_headroom: serving_analysis.ServingHeadroom | None = None
     slos: tuple[serving_analysis.SloStatus, ...] = ()  # the profile's latency objectives (slo:)
     # resource -> the top processes outside the workload pressing on it (samples.Neighbour), where any do
-    neighbours: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    neighbours: Mapping[str, tuple[Neighbour, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -118,7 +134,7 @@ class Change:
 class Findings:
     """What analysis concluded this tick. Exposition renders it; record/replay compares it."""
 
-    workloads: tuple[Any, ...] = ()  # analysis.workloads.WorkloadStatus, one per declared workload
+    workloads: tuple[WorkloadStatus, ...] = ()  # one per declared workload, then the automatic ones
     gpu_findings: tuple[GpuFinding, ...] = ()
     workload_findings: tuple[WorkloadFinding, ...] = ()
     host: HostFinding = field(default_factory=HostFinding)
@@ -144,11 +160,13 @@ class Analysis:
     def __init__(self, config: Any) -> None:
         self.config = config
         section = dict(getattr(config, "analysis", None) or {})
-        self.settings = {k: (section.get(k) if section.get(k) is not None else v) for k, v in DEFAULTS.items()}
+        # each set key's type is the one config.py's _analysis_spec validated (a Duration or Number: float, str)
+        self.settings = cast(Settings, {k: (section.get(k) if section.get(k) is not None else v)
+                                        for k, v in DEFAULTS.items()})
         self.thresholds = {**bottleneck.DEFAULT_THRESHOLDS, **{k: v for k, v in
                                                              (section.get("thresholds") or {}).items()
                                                              if v is not None}}
-        self.profiles = tuple(getattr(config, "workloads", ()) or ())
+        self.profiles: tuple[WorkloadProfile, ...] = tuple(getattr(config, "workloads", ()) or ())
         self._hysteresis: dict[str, Hysteresis] = {}
         self._settled: set[str] = set()  # hysteresis keys updated in the current tick
         self._last_monotonic: float | None = None
@@ -158,9 +176,9 @@ class Analysis:
         self._idle_cost = 0.0
         self._long_at: float | None = None
         self._long_scores: dict[str, Mapping[str, float]] = {}
-        self._auto: Any = None  # attribution.AutoStatuses: last tick's automatic workload statuses
+        self._auto: AutoStatuses | None = None  # last tick's automatic workload statuses
         # automatic workload -> (when it was last scored, that finding), in the order they were scored
-        self._auto_findings: dict[str, tuple[float, WorkloadFinding, Any]] = {}  # ... and what it was judged from
+        self._auto_findings: dict[str, tuple[float, WorkloadFinding, _Due]] = {}  # ... and what it was judged from
         self._auto_long_at: dict[str, float] = {}  # automatic workload -> when its long scores were made
 
     def _hold(self, key: str) -> Hysteresis:
@@ -169,7 +187,7 @@ class Analysis:
             h = self._hysteresis[key] = Hysteresis(hold=self.settings["hold"])
         return h
 
-    def _attribute(self, sample: Sample) -> tuple[Any, ...]:
+    def _attribute(self, sample: Sample) -> tuple[WorkloadStatus, ...]:
         """Workload statuses of this tick (workload/attribution.py). The bottleneck and headroom steps read,
         from each status: ``name``, ``gpu_indices`` (GPUs it uses), ``processes``, ``estimate``
         (sizing.Estimate or None), ``expected_peak_bytes`` and optionally ``cpu_quota_cores``."""
@@ -206,12 +224,12 @@ class Analysis:
         changes: list[Change] = []
         self._settled = set()
 
-        status_by_name = {getattr(st, "name", None): st for st in statuses}
+        status_by_name = {st.name: st for st in statuses}
         # declared profiles, then every automatic workload: a launcher's command line gives one a profile
         # (workload/launchers.py), any other has its name alone (attribution.minimal_profile: no memory model, so
         # the verdicts that need one find no expected memory): all get verdicts and headroom the same way
-        auto = tuple(st.profile for st in statuses
-                     if getattr(st, "source", "declared") == "auto" and getattr(st, "profile", None) is not None)
+        auto = tuple(profile for st in statuses
+                     if getattr(st, "source", "declared") == "auto" and (profile := st.profile) is not None)
         profiles = self.profiles + auto
         indices_of = {p.name: tuple(getattr(status_by_name.get(p.name), "gpu_indices", ()) or ())
                       or _declared_indices(p, sample) for p in profiles}
@@ -231,27 +249,26 @@ class Analysis:
                                                               reserved.get(g.index), view_long, rules_long).scores
             v = self._settle(v, self._long_scores.get(key, {}), key, "gpu", str(g.index), now, changes,
                              remedies.Facts(gpus=(g,), host=host, reserved=reserved.get(g.index)))
-            idle = _is_idle(g, s)
-            if idle:
+            is_idle = _is_idle(g, s)
+            if is_idle:
                 idle_since[g.uuid] = self._idle_since.get(g.uuid, now)
-            gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=idle,
+            gpu_findings.append(GpuFinding(g.index, g.uuid, g.name, v, idle=is_idle,
                                            clock_events=dict(g.reason_shares),
                                            thermal_limit_celsius=g.thermal_limit_celsius,
                                            thermal_limit_source=g.thermal_limit_source,
-                                           idle_seconds=round(now - idle_since[g.uuid], 3) if idle else 0.0,
+                                           idle_seconds=round(now - idle_since[g.uuid], 3) if is_idle else 0.0,
                                            allocated_to=tuple(holders.get(g.index, ()))))
         self._idle_since = idle_since
 
         by_index = {g.index: g for g in gpus}
-        workload_findings = []
+        workload_findings: list[WorkloadFinding] = []
         errors: list[tuple[str, str]] = []
         due = self._autos_due(auto, now, dt, _auto_marks(auto, status_by_name, indices_of, gpu_findings, view, sample))
         long_due = self._autos_long_due(auto) if refresh else set()
         for p in profiles:
             key = f"workload/{p.name}"
-            kept = due.get(p.name)  # an automatic workload scored not long ago: its last finding stands
-            if type(kept) is _Due:
-                kept = None
+            scored = due.get(p.name)
+            kept = None if isinstance(scored, _Due) else scored  # one scored not long ago: its last finding stands
             if kept is not None and p.name not in long_due:
                 workload_findings.append(kept)
                 self._settled.add(key)  # and its hysteresis
@@ -297,8 +314,8 @@ class Analysis:
                                                              p, srv, sample.data("probe"), sample.timestamp,
                                                              PROBE_RECENT_SECONDS),
                                                          _neighbours(host, p.name)))
-                if p.name in due:
-                    self._auto_findings[p.name] = (now, workload_findings[-1], due[p.name])
+                if isinstance(scored, _Due):  # (an automatic workload whose finding is not kept)
+                    self._auto_findings[p.name] = (now, workload_findings[-1], scored)
             except Exception as exc:  # a fault in one workload's figures (a hostile config.json) degrades that
                 # workload only: its verdict says why, the other workloads and the tick go on (docs/reliability.md)
                 reason = f"analysis failed: {type(exc).__name__}: {clip(str(exc))}"
@@ -332,7 +349,7 @@ class Analysis:
         return derived, Findings(tuple(statuses), tuple(gpu_findings), tuple(workload_findings), host_finding,
                                  tuple(changes), tuple(errors), t, gpu_health)
 
-    def _autos_long_due(self, auto: tuple[Any, ...]) -> set[str]:
+    def _autos_long_due(self, auto: tuple[WorkloadProfile, ...]) -> set[str]:
         """The automatic workloads whose long-window scores are made again at this refresh (every
         LONG_REFRESH_SECONDS): those made longest ago (never first), as many as it takes to make each again within
         AUTO_LONG_REFRESH_SECONDS, at least AUTO_EVERY_TICK (so all of them while there are no more)."""
@@ -342,8 +359,8 @@ class Analysis:
             return {p.name for p in auto}
         return set(sorted((p.name for p in auto), key=lambda name: at.get(name, -1e18))[:budget])
 
-    def _autos_due(self, auto: tuple[Any, ...], now: float, dt: float, marks: Mapping[str, Any] | None = None
-                   ) -> dict[str, Any]:
+    def _autos_due(self, auto: tuple[WorkloadProfile, ...], now: float, dt: float,
+                   marks: Mapping[str, _Mark] | None = None) -> dict[str, WorkloadFinding | _Due]:
         """Automatic workload name -> its last finding (a WorkloadFinding: kept), or what it is judged from this
         tick (``marks``, ``_auto_marks``; None where there are none) when it is scored this tick: new ones at
         once, then the ones scored longest ago, as many as it takes to score each again within
@@ -359,7 +376,7 @@ class Analysis:
             self._auto_long_at.pop(name, None)
         for name in [n for n in self._auto_long_at if n not in live]:
             del self._auto_long_at[name]
-        due: dict[str, Any] = {name: _Due(marks.get(name)) for name in names if name not in findings}
+        due: dict[str, WorkloadFinding | _Due] = {name: _Due(marks.get(name)) for name in names if name not in findings}
         ticks = max(1, int(AUTO_REFRESH_SECONDS / dt)) if dt > 0 else 1
         budget = max(AUTO_EVERY_TICK, -(-len(names) // ticks))
         for name, (at, finding, was) in list(findings.items()):  # scored longest ago first
@@ -384,10 +401,12 @@ class Analysis:
         primary, changed = h.update(v.candidate, now)
         pending = h.pending(now)
         fixes = remedies.Remedies((primary, pending[0] if pending is not None else NONE), facts)
+        # (Verdict's defaults where no candidate is pending)
+        waiting, held, confirm_in = ((pending[0], round(pending[1], 3), round(pending[2], 3)) if pending is not None
+                                     else (NONE, None, None))
         settled = Verdict(scores=v.scores, evidence=v.evidence, candidate=v.candidate, primary=primary,
-                          long_scores=long_scores, remedies=fixes,
-                          **({"pending": pending[0], "pending_seconds": round(pending[1], 3),
-                              "confirm_in_seconds": round(pending[2], 3)} if pending is not None else {}))
+                          long_scores=long_scores, remedies=fixes, pending=waiting, pending_seconds=held,
+                          confirm_in_seconds=confirm_in)
         if changed:
             evidence = v.evidence.get(primary, "") if primary != NONE else \
                 v.evidence.get(NONE, "no resource scores high enough")
@@ -397,10 +416,10 @@ class Analysis:
         return settled
 
 
-def _served(window: Sequence[Sample], seconds: float) -> dict[str, Any]:
+def _served(window: Sequence[Sample], seconds: float) -> dict[str, ServingEndpoint]:
     """workload -> its newest serving scrape that was read (up, its runtime detected) in the last ``seconds``: the
     format of its metrics says which runtime serves it, and one failed scrape does not forget that."""
-    out: dict[str, Any] = {}
+    out: dict[str, ServingEndpoint] = {}
     for sample in reversed(signals.recent(window, seconds)):
         for e in getattr(sample.data("serving"), "endpoints", ()) or ():
             if e.workload not in out and e.up and e.runtime:
@@ -408,8 +427,8 @@ def _served(window: Sequence[Sample], seconds: float) -> dict[str, Any]:
     return out
 
 
-def _reservations(profiles: Sequence[Any], auto: set[str], indices_of: Mapping[str, tuple[int, ...]],
-                  served: Mapping[str, Any]) -> tuple[dict[str, bottleneck.Reserved], dict[int, bottleneck.Reserved]]:
+def _reservations(profiles: Sequence[WorkloadProfile], auto: set[str], indices_of: Mapping[str, tuple[int, ...]],
+                  served: Mapping[str, ServingEndpoint]) -> tuple[dict[str, bottleneck.Reserved], dict[int, bottleneck.Reserved]]:
     """(workload -> the reservation of the runtime that runs it, GPU index -> the reservation on it). What runs is
     found from the workload's serving metrics, else its profile (an automatic workload's from its launcher's
     command line): workload/runtimes.py says whether that runtime reserves up front. On a GPU it shares with a
@@ -429,12 +448,12 @@ def _reservations(profiles: Sequence[Any], auto: set[str], indices_of: Mapping[s
     return own, per_gpu
 
 
-def _neighbours(host: signals.HostSignals, workload: str) -> dict[str, tuple[Any, ...]]:
+def _neighbours(host: signals.HostSignals, workload: str) -> dict[str, tuple[Neighbour, ...]]:
     found = {r: tuple(bottleneck.neighbours_of(host, r, workload)) for r in bottleneck.NEIGHBOUR_RESOURCES}
     return {r: n for r, n in found.items() if n}
 
 
-def _is_idle(g: signals.GpuSignals, s: Mapping[str, Any]) -> bool:
+def _is_idle(g: signals.GpuSignals, s: Settings) -> bool:
     return g.up and g.busy is not None and g.busy < s["idle_busy_ratio"]
 
 
@@ -446,14 +465,19 @@ def _steady_for(v: Verdict) -> float:
     return min(AUTO_STEADY_SECONDS, v.confirm_in_seconds if v.confirm_in_seconds is not None else 0.0)
 
 
+# what an automatic workload is judged from (_auto_marks): (its status, the host's pressures at 0.5 or more, each of
+# its GPUs' (primary, candidate) or None), compared with == only
+_Mark = tuple[object, ...]
+
+
 class _Due(NamedTuple):
     """An automatic workload scored this tick, with what it is judged from (``_auto_marks``)."""
 
-    mark: Any
+    mark: _Mark | None
 
 
-def _auto_marks(auto: tuple[Any, ...], statuses: Mapping[Any, Any], indices_of: Mapping[str, tuple[int, ...]],
-                gpu_findings: list[GpuFinding], view: bottleneck.HostView, sample: Sample) -> dict[str, Any]:
+def _auto_marks(auto: tuple[WorkloadProfile, ...], statuses: Mapping[str, WorkloadStatus], indices_of: Mapping[str, tuple[int, ...]],
+                gpu_findings: list[GpuFinding], view: bottleneck.HostView, sample: Sample) -> dict[str, _Mark]:
     """Automatic workload name -> what its verdict is judged from this tick, as a value compared with the one
     it was last scored with (AUTO_STEADY_SECONDS): its status (equal while its processes, cgroup and GPU listings
     do not change: attribution.AutoStatuses), its GPUs' verdicts (primary and candidate) and which of the host's
@@ -462,7 +486,7 @@ def _auto_marks(auto: tuple[Any, ...], statuses: Mapping[Any, Any], indices_of: 
     served = {e.workload for e in getattr(sample.data("serving"), "endpoints", ()) or ()}
     gpus = {g.index: (g.verdict.primary, g.verdict.candidate) for g in gpu_findings}
     host = (view.cpu[0] >= 0.5, view.memory[0] >= 0.5, view.shm[0] >= 0.5, view.disk[0] >= 0.5)
-    out: dict[str, Any] = {}
+    out: dict[str, _Mark] = {}
     for p in auto:
         st = statuses.get(p.name)
         if st is None or p.name in served:
@@ -471,7 +495,7 @@ def _auto_marks(auto: tuple[Any, ...], statuses: Mapping[Any, Any], indices_of: 
     return out
 
 
-def _declared_indices(profile: Any, sample: Sample) -> tuple[int, ...]:
+def _declared_indices(profile: WorkloadProfile, sample: Sample) -> tuple[int, ...]:
     """The GPUs a profile lists (indices or UUIDs), as indices present in this sample."""
     nvml = sample.data("nvml")
     gpus = nvml.gpus if isinstance(nvml, NvmlSample) else ()
@@ -483,7 +507,7 @@ def _declared_indices(profile: Any, sample: Sample) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _gpu_costs(profiles: Sequence[Any], findings: Sequence[WorkloadFinding]) -> dict[int, float]:
+def _gpu_costs(profiles: Sequence[WorkloadProfile], findings: Sequence[WorkloadFinding]) -> dict[int, float]:
     """GPU index -> cost per GPU-hour of the first workload on it that declares one."""
     costs: dict[int, float] = {}
     by_name = {p.name: p for p in profiles}

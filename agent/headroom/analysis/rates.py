@@ -9,7 +9,6 @@ negative one).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from headroom.samples import CpuSample, Sample
 
@@ -48,6 +47,6 @@ def cpu_utilization(window: Sequence[Sample], seconds: float = SHORT_WINDOW_SECO
     return min(1.0, max(0.0, (total - idle) / total))
 
 
-def derive(window: Sequence[Sample], seconds: float = SHORT_WINDOW_SECONDS) -> Mapping[str, Any]:
+def derive(window: Sequence[Sample], seconds: float = SHORT_WINDOW_SECONDS) -> Mapping[str, float | None]:
     """The derived values the exposition needs every tick, over the analysis short window."""
     return {"cpu_utilization_ratio": cpu_utilization(window, seconds)}

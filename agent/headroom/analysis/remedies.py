@@ -15,11 +15,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from headroom.analysis.bottleneck import NONE, RESOURCES, Verdict, pct, plural
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
 from headroom.units import format_bytes
+
+if TYPE_CHECKING:
+    from headroom.analysis.bottleneck import Reserved
+    from headroom.analysis.serving import ServingSignals
+    from headroom.workload.profiles.types import WorkloadProfile
+    from headroom.workload.sizing.types import Estimate
 
 # where the alert rules link too (grafana/rules/headroom-alerts.yml); the anchors are docs/runbook.md's headings
 RUNBOOK_URL = "https://github.com/headroom-agent/headroom/blob/main/docs/runbook.md"
@@ -66,10 +72,10 @@ class Facts:
     gpus: Sequence[GpuSignals] = ()
     host: HostSignals | None = None
     workload: WorkloadSignals | None = None
-    profile: Any = None  # workload.profiles.WorkloadProfile; None for a GPU's own verdict
-    serving: Any = None  # analysis.serving.ServingSignals
-    estimate: Any = None  # workload.sizing.Estimate
-    reserved: Any = None  # bottleneck.Reserved: the runtime on the GPU that reserves it up front, when one does
+    profile: WorkloadProfile | None = None  # None for a GPU's own verdict
+    serving: ServingSignals | None = None
+    estimate: Estimate | None = None
+    reserved: Reserved | None = None  # the runtime on the GPU that reserves it up front, when one does
 
 
 def runbook_anchor(resource: str) -> str:
@@ -391,9 +397,9 @@ def _cpu(f: Facts) -> str:
     pinned = next((r for r in ranks if trainer and not r.workers and (r.cores or 0.0) >= SINGLE_CORE_BOUND), None)
     runnable = getattr(w, "runnable_threads", None)
     allowed = getattr(w, "cores_allowed", None)
-    oversubscribed = (runnable is not None and allowed and (w.cpu_wait_share or 0.0) >= OVERSUBSCRIBED_WAIT
+    oversubscribed = (w is not None and runnable is not None and allowed and (w.cpu_wait_share or 0.0) >= OVERSUBSCRIBED_WAIT
                       and runnable / allowed >= OWN_THREADS_PER_CORE)
-    if oversubscribed:  # more of its threads than cores: fewer threads, not more workers
+    if oversubscribed and w is not None:  # more of its threads than cores: fewer threads, not more workers
         parts.append(f"≈ {runnable:.0f} of its threads are runnable on {allowed:g} cores and wait "
                      f"{pct(w.cpu_wait_share)} of the time for one: cap each process's thread pools at its share of "
                      "the cores (cores / processes): `OMP_NUM_THREADS` and `MKL_NUM_THREADS` set before the libraries "
@@ -481,7 +487,7 @@ def _disk_io(f: Facts) -> str:
         top = [n for n in h.neighbours if n.workload != getattr(w, "name", None) and (n.io_bytes_per_second or 0) >= 1e6]
         if top:
             others = " Other processes use the disk: " + ", ".join(
-                f"{n.name} (pid {n.pid}, {n.io_bytes_per_second / 1e6:.0f} MB/s)" for n in top[:2]) + \
+                f"{n.name} (pid {n.pid}, {(n.io_bytes_per_second or 0) / 1e6:.0f} MB/s)" for n in top[:2]) + \
                 "; move them (`ionice -c3`) or schedule them elsewhere."
     return (f"{disk}stage the dataset on local NVMe (or in RAM: the page cache holds what fits), read it in large "
             "sequential shards (WebDataset, TFRecord, Parquet) with more DataLoader workers reading in parallel, "

@@ -25,10 +25,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from headroom.analysis.signals import recent
 from headroom.samples import Histogram, Sample, ServingEndpoint
+
+if TYPE_CHECKING:
+    from headroom.samples import ProbeSample
+    from headroom.workload.profiles.types import WorkloadProfile
+    from headroom.workload.sizing.types import Estimate
 
 QUANTILES = (0.5, 0.95, 0.99)
 # a percentile read inside a bucket wider than this share of the bucket's upper bound (upper - lower > 0.4 x
@@ -146,7 +151,8 @@ class ServingSignals:
 
 
 def _endpoint(sample: Sample, workload: str) -> ServingEndpoint | None:
-    for e in getattr(sample.data("serving"), "endpoints", ()) or ():
+    endpoints: tuple[ServingEndpoint, ...] = getattr(sample.data("serving"), "endpoints", ()) or ()
+    for e in endpoints:
         if e.workload == workload:
             return e
     return None
@@ -256,7 +262,9 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str,
     ``up``, judged from its answers (``thresholds``: bottleneck.DEFAULT_THRESHOLDS when None; its latency_bucket_width_max: a percentile in a wider
     bucket is a bound)."""
     if thresholds is None:
-        from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS as thresholds
+        from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
+
+        thresholds = DEFAULT_THRESHOLDS
     bucket_width_max = thresholds.get("latency_bucket_width_max", BUCKET_WIDTH_MAX)
     if not window:
         return None
@@ -538,7 +546,8 @@ class ServingHeadroom:
     sequences_max_context: int | None = None  # more sequences at the profile's max context
 
 
-def serving_headroom(s: ServingSignals | None, profile: Any, estimate: Any) -> ServingHeadroom | None:
+def serving_headroom(s: ServingSignals | None, profile: WorkloadProfile, estimate: Estimate | None
+                     ) -> ServingHeadroom | None:
     if s is None:
         return None
     estimate_tokens = getattr(estimate, "kv_capacity_tokens", None) if estimate is not None else None
@@ -552,7 +561,7 @@ def serving_headroom(s: ServingSignals | None, profile: Any, estimate: Any) -> S
 
 
 @lru_cache(maxsize=64)
-def alternatives(profile: Any, gpu_memory_bytes: int | None, gpus: int | None, measured: float | None) -> str:
+def alternatives(profile: WorkloadProfile, gpu_memory_bytes: int | None, gpus: int | None, measured: float | None) -> str:
     """What the memory model says more KV room would give: higher gpu_memory_utilization, fp8 KV, one more GPU.
 
     Gains are the model's ratios applied to the measured capacity when the runtime reports one."""
@@ -610,7 +619,7 @@ class SloStatus:
     text: str = ""  # one line: what was judged and why
 
 
-def _probe_percentile(probe: Any, workload: str, objective: str, running: float | None, now: float | None,
+def _probe_percentile(probe: ProbeSample | None, workload: str, objective: str, running: float | None, now: float | None,
                       recent_seconds: float) -> tuple[float, str] | None:
     """The last probe's client-side percentile for ``objective`` at its capacity step and how it is quoted, when
     the probe is of this workload, complete, younger than ``recent_seconds`` and measured at no less load than
@@ -650,7 +659,7 @@ def _bucket_text(p: Percentile) -> str:
     return f"{seconds_text(p.lower) if p.lower > 0 else '0'} to {upper}"
 
 
-def slo_status(profile: Any, s: ServingSignals | None, probe: Any = None, now: float | None = None,
+def slo_status(profile: WorkloadProfile, s: ServingSignals | None, probe: ProbeSample | None = None, now: float | None = None,
                recent_seconds: float = 0.0) -> tuple[SloStatus, ...]:
     """Each latency objective of the profile against the short window's percentile and its bucket. Where the
     buckets cannot tell (undecided, not measurable), a recent probe of this workload (``probe``:

@@ -10,9 +10,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from headroom.samples import CpuSample, DiskSample, GpuSample, MemorySample, NvmlSample, Sample, ShmSample
+from headroom.samples import (
+    CgroupStats,
+    CpuSample,
+    DiskSample,
+    GpuSample,
+    MemorySample,
+    NvmlSample,
+    Sample,
+    ShmSample,
+    WorkloadProcesses,
+)
+
+if TYPE_CHECKING:
+    from headroom.workload.attribution import WorkloadStatus
+    from headroom.workload.profiles.types import WorkloadProfile
+
+if TYPE_CHECKING:
+    from headroom.samples import Neighbour
 
 THERMAL_REASONS = ("sw_thermal_slowdown", "hw_thermal_slowdown")
 POWER_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")
@@ -398,8 +415,8 @@ def mig_memory(g: GpuSignals, window: Sequence[Sample], seconds: float, instance
                                             for m in found):
             newest = None
             continue
-        used = sum(m.memory_used_bytes for m in found)
-        newest = (used, sum(m.memory_total_bytes for m in found))
+        used = sum(m.memory_used_bytes or 0 for m in found)  # (none is None: just checked)
+        newest = (used, sum(m.memory_total_bytes or 0 for m in found))
         points.append((s.monotonic, float(used)))
     if newest is None or not newest[1]:
         return g
@@ -438,7 +455,7 @@ class HostSignals:
     net_steady: float | None = None
     disk_bytes_per_second: float | None = None  # the busiest device: read + written bytes/s
     # the host's top consumers of CPU, disk I/O and memory (samples.Neighbour), newest scan; empty on a calm host
-    neighbours: tuple[Any, ...] = ()
+    neighbours: tuple[Neighbour, ...] = ()
 
 
 def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
@@ -446,7 +463,7 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
     if not span:
         return HostSignals()
     last = span[-1]
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {}  # HostSignals' keyword arguments, as each is found (its constructor names them)
     cpu = last.data("cpu")
     if isinstance(cpu, CpuSample):
         out["logical_cpus"] = cpu.logical_cpus
@@ -493,7 +510,7 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
     # the links a distributed job's collectives may cross: the NICs (/proc/net/dev) and the RDMA ports (RDMA
     # traffic bypasses the network stack), each with its speed, judged alike
     best_net = None
-    busiest: tuple[float, str, str, Any] | None = None  # (bytes/s, device, its busier direction's counter, series)
+    busiest: tuple[float, str, str, list[tuple[float, dict[str, object]]]] | None = None  # (bytes/s, device, its busier direction's counter, series)
     for source in NET_SOURCES:
         devices = getattr(last.data(source), "devices", None)
         if not devices:
@@ -523,7 +540,7 @@ def host_signals(window: Sequence[Sample], seconds: float) -> HostSignals:
 NET_SOURCES = ("net", "infiniband")  # samples whose devices are links: receive_bytes, transmit_bytes, speed
 
 
-def _devices(span: Sequence[Sample], source: str) -> list[tuple[float, dict[str, Any]]]:
+def _devices(span: Sequence[Sample], source: str) -> list[tuple[float, dict[str, object]]]:
     """(monotonic, device name -> that device's entry) for each sample of the span with ``source``'s devices:
     one pass over the span, so each device's rate below is a dict lookup per sample, not a device scan."""
     out = []
@@ -534,9 +551,9 @@ def _devices(span: Sequence[Sample], source: str) -> list[tuple[float, dict[str,
     return out
 
 
-def _device_rate(maps: Sequence[tuple[float, Mapping[str, Any]]], device: str, *fields: str) -> float | None:
+def _device_rate(maps: Sequence[tuple[float, Mapping[str, object]]], device: str, *fields: str) -> float | None:
     """Per-second increase (``_rate_of``) of one device's counter, or of the sum of several (all present)."""
-    def value(d: Any) -> float | None:
+    def value(d: object) -> float | None:
         if d is None:
             return None
         total = 0.0
@@ -603,20 +620,20 @@ class WorkloadSignals:
 RUN_SHARE_FLOOR = 0.05  # the least share of their runnable time threads are taken to run (runnable_threads)
 
 
-def _cpu_total(w: Any) -> float | None:
+def _cpu_total(w: WorkloadProcesses | CgroupStats | None) -> float | None:
     user, system = getattr(w, "cpu_user_seconds_total", None), getattr(w, "cpu_system_seconds_total", None)
     return None if user is None or system is None else user + system
 
 
-_ENTRIES: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(ProcessesSample) -> (it, its entries by name)
+_ENTRIES: dict[int, tuple[object, dict[str, WorkloadProcesses]]] = {}  # id(ProcessesSample) -> (it, its entries by name)
 ENTRY_INDEXES = 1024  # ProcessesSamples whose index is kept (a window of 300 and the long span's 60, with room)
 
 
-def _entry(s: Sample, name: str) -> Any:
+def _entry(s: Sample, name: str) -> WorkloadProcesses | None:
     """The processes collector's entry of workload ``name`` in ``s``: a dict lookup (built once per sample; with
     50 automatic workloads beside the declared ones a scan per workload and sample would cost milliseconds)."""
     data = s.data("processes")
-    workloads = getattr(data, "workloads", None)
+    workloads: tuple[WorkloadProcesses, ...] | None = getattr(data, "workloads", None)
     if not workloads:
         return None
     if len(workloads) < 4:
@@ -628,14 +645,15 @@ def _entry(s: Sample, name: str) -> Any:
     if known is None or known[0] is not data:
         if len(_ENTRIES) >= ENTRY_INDEXES:
             del _ENTRIES[next(iter(_ENTRIES))]
-        index: dict[str, Any] = {}
+        index: dict[str, WorkloadProcesses] = {}
         for w in workloads:
             index.setdefault(w.name, w)
         known = _ENTRIES[id(data)] = (data, index)
     return known[1].get(name)
 
 
-def _io_total(w: Any) -> float | None:
+def _io_total(w: WorkloadProcesses) -> float | None:
+    owner: WorkloadProcesses | CgroupStats | None
     for owner in (getattr(w, "cgroup", None), w):  # the cgroup's io.stat counts what /proc/PID/io may not
         r, wr = getattr(owner, "read_bytes_total", None), getattr(owner, "written_bytes_total", None)
         if r is not None and wr is not None:
@@ -667,7 +685,7 @@ def _busiest(rates: Mapping[int, float]) -> tuple[float, int] | None:
     return max(((r, pid) for pid, r in rates.items()), default=None)
 
 
-def _rank_signals(entries: Sequence[tuple[float, Any]], newest: Any, rates: Mapping[int, float]
+def _rank_signals(entries: Sequence[tuple[float, WorkloadProcesses]], newest: WorkloadProcesses | None, rates: Mapping[int, float]
                   ) -> tuple[RankSignals, ...]:
     """Each rank of the newest entry (WorkloadProcesses.ranks) with its own process's rate, its workers' summed
     rate and, where its threads were read on two ticks of the span, its busiest thread's."""
@@ -686,7 +704,7 @@ def _rank_signals(entries: Sequence[tuple[float, Any]], newest: Any, rates: Mapp
     return tuple(out)
 
 
-def workload_signals(window: Sequence[Sample], seconds: float, status: Any, profile: Any,
+def workload_signals(window: Sequence[Sample], seconds: float, status: WorkloadStatus | None, profile: WorkloadProfile,
                      logical_cpus: int | None) -> WorkloadSignals:
     """Signals of one workload from its processes' counters and its attributed GPUs."""
     span = recent(window, seconds)
@@ -722,7 +740,7 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
         io_bytes_per_second=_rate_of((t, _io_total(e)) for t, e in entries),
         busiest_process_cores=busiest[0] if busiest else None,
         busiest_process_pid=busiest[1] if busiest else None,
-        busiest_is_main=bool(busiest) and (busiest[1] in ranked if ranked else busiest[1] == getattr(newest, "main_pid", None)),
+        busiest_is_main=busiest is not None and (busiest[1] in ranked if ranked else busiest[1] == getattr(newest, "main_pid", None)),
         main_thread_cores=thread[0] if thread else None,
         main_thread_tid=thread[1] if thread else None,
         cgroup_pressure=dict(getattr(cgroup, "pressure_some_avg10", None) or {}),
@@ -730,6 +748,6 @@ def workload_signals(window: Sequence[Sample], seconds: float, status: Any, prof
         cgroup_path=getattr(cgroup, "path", None),
         ranks=ranks,
         threads=getattr(newest, "threads", None),
-        cpu_wait_share=(waited / runnable) if runnable else None,
+        cpu_wait_share=(waited / runnable) if runnable and waited is not None else None,
         runnable_main_threads=runnable,
     )

@@ -11,6 +11,7 @@ scrapes every 15-60 s.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 GAUGE = "gauge"
@@ -30,8 +31,8 @@ class MetricSpec:
     group: str  # section in docs/metrics.md
 
 
-def _m(group: str, source: str):
-    def make(name, type_, unit, labels, help_):
+def _m(group: str, source: str) -> Callable[[str, str, str, Iterable[str], str], MetricSpec]:
+    def make(name: str, type_: str, unit: str, labels: Iterable[str], help_: str) -> MetricSpec:
         return MetricSpec(name, type_, unit, tuple(labels), help_, source, group)
 
     return make

@@ -120,13 +120,13 @@ def _thin(points: Series, now: float, x1: float, scale: float) -> list[tuple[flo
     """(x, value) with at most two points per COLUMN_PX column of the plot (its lowest and highest, in time
     order), the newest point always kept as it is; x = x1 - (now - t) * scale."""
     out: list[tuple[float, float]] = []
-    lo = hi = None
-    at = None
+    lo = hi = (0.0, 0.0)  # the open column's lowest and highest points (a column is open once ``at`` is set)
+    at: int | None = None
     for t, v in points:
         x = x1 - (now - t) * scale
         px = int(x) // COLUMN_PX
         if px != at:
-            if lo is not None:
+            if at is not None:
                 out += (lo,) if lo is hi else (lo, hi) if lo[0] < hi[0] else (hi, lo)
             lo = hi = (x, v)
             at = px
@@ -134,7 +134,7 @@ def _thin(points: Series, now: float, x1: float, scale: float) -> list[tuple[flo
             lo = (x, v)
         elif v > hi[1]:
             hi = (x, v)
-    if lo is not None:  # the last column: its extremes, then the newest point itself
+    if at is not None:  # the last column: its extremes, then the newest point itself
         last = points[-1]
         newest = (x1 - (now - last[0]) * scale, last[1])
         out += [p for p in sorted({lo, hi}) if p[0] < newest[0]]
@@ -171,8 +171,8 @@ def chart(points: Series, now: float, top: float, label: str, fmt: Callable[[flo
              f'<rect class="plot" x="{x0}" y="{y1}" width="{x1 - x0}" height="{y0 - y1}" fill="#f7fafc" '
              'stroke="#cbd5e0" stroke-width="0.5"/>']
     # value axis: 0, the top and each threshold, a label left out where it would overlap another
-    taken = [y0, y1]
-    ticks = [(y0, fmt(0.0)), (y1, fmt(top))]
+    taken: list[float] = [y0, y1]
+    ticks: list[tuple[float, str]] = [(y0, fmt(0.0)), (y1, fmt(top))]
     for m in shown:
         y = y_of(m.value)
         parts.append(f'<line class="mark" data-threshold="{e(m.key)}" data-value="{float(m.value)!r}" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}" '

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from headroom import __version__
 from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
@@ -19,18 +20,31 @@ from headroom.exposition.charts import Mark
 from headroom.samples import NvmlSample
 from headroom.units import format_size
 
+if TYPE_CHECKING:
+    from headroom.analysis.bottleneck import Verdict
+    from headroom.analysis.health import GpuHealth
+    from headroom.analysis.pipeline import Findings, WorkloadFinding
+    from headroom.exposition.server import State
+    from headroom.probe.store import LastResult
+    from headroom.samples import IdentityGroup, IdentitySample, Launcher, Sample, Snapshot, TickTiming
+    from headroom.workload.attribution import WorkloadStatus
+
 GIB = 2**30
+
+# the status API's JSON document (/api/v1/status) as built and read here: Any, a JSON value (str, a number, a bool,
+# None, or a list or dict of them)
+Json = dict[str, Any]
 
 
 # -------------------------------------------------------------------------------------------- JSON
-def status(state: Any, snap: Any = None) -> dict[str, Any]:
+def status(state: State, snap: Snapshot | None = None) -> Json:
     """A JSON-able summary of the current snapshot (or of ``snap``): health, collectors, GPUs and workloads with
     verdicts."""
     from headroom.exposition.server import health
 
     snap = state.snapshot if snap is None else snap
     ok, reason, degraded = health(state, snap)  # as /healthz says it: "ok; degraded: nvml: ..." with NVML down
-    out: dict[str, Any] = {
+    out: Json = {
         "version": __version__,
         "healthy": ok,
         "health": reason,
@@ -46,9 +60,10 @@ def status(state: Any, snap: Any = None) -> dict[str, Any]:
     out["interval_seconds"] = snap.interval
     for name, r in snap.sample.sources.items():
         out["collectors"][name] = {"ok": r.ok, "duration_seconds": round(r.duration_seconds, 6), "error": r.error}
-    if getattr(snap, "timing", None) is not None:
-        out["agent"] = timing_status(snap.timing, snap.tick_duration_seconds)
-    f = snap.findings
+    timing: TickTiming | None = getattr(snap, "timing", None)
+    if timing is not None:
+        out["agent"] = timing_status(timing, snap.tick_duration_seconds)
+    f = cast("Findings | None", snap.findings)  # samples.Findings: the pipeline's is the one implementation
     verdicts = {g.index: g for g in getattr(f, "gpu_findings", ())}
     health_of = {h.index: h for h in getattr(f, "gpu_health", ())}
     statuses = {getattr(s, "name", None): s for s in getattr(f, "workloads", ())}
@@ -57,7 +72,7 @@ def status(state: Any, snap: Any = None) -> dict[str, Any]:
     out["now"] = host_now(*pair)
     for w in out["workloads"]:
         w["now"] = workload_now(pair[1], w["name"], w["gpus"])
-    if f is not None and getattr(f, "gpu_findings", ()):
+    if f is not None and bool(getattr(f, "gpu_findings", ())):
         out["host"] = {"gpus_idle": f.host.gpus_idle, "gpu_idle_seconds_total": f.host.gpu_idle_seconds_total,
                        "gpu_idle_cost_total": f.host.gpu_idle_cost_total, "currency": f.host.currency}
     identity = snap.sample.data("identity")
@@ -92,7 +107,7 @@ def status(state: Any, snap: Any = None) -> dict[str, Any]:
     return out
 
 
-def _health(h: Any, now: float) -> dict[str, Any]:
+def _health(h: GpuHealth, now: float) -> Json:
     """A GPU's health (analysis/health.py): healthy or unhealthy, the reason in one line, and each condition that
     holds with its reason, the action it asks for (reset, reboot, service, inspect) and how long it has held."""
     return {"status": h.status, "reason": h.reason,
@@ -100,7 +115,7 @@ def _health(h: Any, now: float) -> dict[str, Any]:
                             "held_seconds": round(max(0.0, now - c.since), 3)} for c in h.conditions]}
 
 
-def timing_status(t: Any, duration: float) -> dict[str, Any]:
+def timing_status(t: TickTiming, duration: float) -> Json:
     """How the agent kept its schedule over the timing window (sampler.TIMING_WINDOW_SECONDS): the last tick's
     lateness and duration, and their median, p95 and max over the window's ticks (seconds)."""
     from headroom.probe.stats import percentile
@@ -115,7 +130,7 @@ def timing_status(t: Any, duration: float) -> dict[str, Any]:
             "missed_ticks_total": t.missed_total}
 
 
-def _newest_pair(window: Any, snap: Any) -> tuple[Any, Any]:
+def _newest_pair(window: Sequence[Sample], snap: Snapshot) -> tuple[Sample | None, Sample]:
     """(the sample before the snapshot's, the snapshot's): what ``now`` values come from. Only the window's tail
     is looked at (the sampler may have appended a newer sample than the snapshot's since)."""
     now = snap.sample.monotonic
@@ -133,7 +148,7 @@ def _per_second(a: float | None, b: float | None, seconds: float) -> float | Non
     return None if a is None or b is None or seconds <= 0 or b < a else (b - a) / seconds
 
 
-def host_now(before: Any, last: Any) -> dict[str, float | None]:
+def host_now(before: Sample | None, last: Sample) -> dict[str, float | None]:
     """The host as the newest tick saw it (rates over the last tick): what `headroom probe` records per step
     (probe/host.py). None where a collector gave nothing (or, for a rate, before the second tick)."""
     from headroom.analysis import rates
@@ -160,9 +175,9 @@ def host_now(before: Any, last: Any) -> dict[str, float | None]:
         out["disk_bytes_per_second"] = max((m for m in moved if m is not None), default=None)
     net, net0 = last.data("net"), before.data("net") if before is not None else None
     if isinstance(net, NetSample) and isinstance(net0, NetSample) and dt > 0:
-        old = {d.device: d for d in net0.devices}
-        moved = [_per_second(old[d.device].receive_bytes + old[d.device].transmit_bytes,
-                             d.receive_bytes + d.transmit_bytes, dt) for d in net.devices if d.device in old]
+        old_net = {d.device: d for d in net0.devices}
+        moved = [_per_second(old_net[d.device].receive_bytes + old_net[d.device].transmit_bytes,
+                             d.receive_bytes + d.transmit_bytes, dt) for d in net.devices if d.device in old_net]
         out["network_bytes_per_second"] = max((m for m in moved if m is not None), default=None)
     return out
 
@@ -173,7 +188,7 @@ WORKLOAD_NOW_KEYS = ("gpu_memory_used_bytes", "gpu_busy_ratio", "sm_active_ratio
                      "kv_cache_capacity_tokens", "requests_running", "requests_waiting", "preemptions_total")
 
 
-def workload_now(last: Any, name: str, gpus: Any) -> dict[str, float | None]:
+def workload_now(last: Sample, name: str, gpus: Iterable[int]) -> dict[str, float | None]:
     """A workload's GPUs (memory summed, busy and SM activity of the busiest) and its serving runtime's KV cache,
     queue and preemptions as the newest tick read them (``now`` in the status API)."""
     from headroom.samples import ServingSample
@@ -197,7 +212,7 @@ def workload_now(last: Any, name: str, gpus: Any) -> dict[str, float | None]:
     return out
 
 
-def _identity_status(identity: Any, statuses: Any) -> dict[str, Any]:
+def _identity_status(identity: IdentitySample, statuses: Iterable[WorkloadStatus]) -> Json:
     """Identity sources (kubelet, job mapping) with their errors, the cap, and the automatic workloads."""
     auto = {st.name: st for st in statuses if getattr(st, "source", "declared") == "auto"}
     return {
@@ -218,12 +233,13 @@ def _identity_status(identity: Any, statuses: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _launcher_status(g: Any, st: Any) -> dict[str, Any]:
+def _launcher_status(g: IdentityGroup, st: WorkloadStatus | None) -> Json:
     """What an automatic workload's launcher said on its command line, where its model config came from, and
     why it has no expected memory when it has none (workload/launchers.py)."""
     from dataclasses import asdict
 
-    given = {k: v for k, v in asdict(g.launcher).items() if v not in (None, "", ())}
+    launcher = cast("Launcher", g.launcher)  # (called for a group with one)
+    given = {k: v for k, v in asdict(launcher).items() if v not in (None, "", ())}
     model = g.model
     return {
         **given,
@@ -233,7 +249,7 @@ def _launcher_status(g: Any, st: Any) -> dict[str, Any]:
     }
 
 
-def _verdict(v: Any) -> dict[str, Any]:
+def _verdict(v: Verdict) -> Json:
     """Primary, candidate, scores and the evidence behind them, strongest first; plus, under "none", what says
     nothing limits it (idle for lack of work or demand, a serving runtime's own limits), where something does."""
     order = sorted(v.scores, key=lambda r: -v.scores[r])
@@ -250,13 +266,13 @@ def _verdict(v: Any) -> dict[str, Any]:
     }
 
 
-def _remedy(v: Any, resource: str) -> dict[str, Any] | None:
+def _remedy(v: Verdict, resource: str) -> Json | None:
     found = getattr(v, "remedies", {}).get(resource)
     return None if found is None else {"text": found.text, "runbook_url": found.runbook_url,
                                        "runbook_path": found.runbook_path}
 
 
-def _verdict_actions(v: Any) -> dict[str, Any]:
+def _verdict_actions(v: Verdict) -> Json:
     """The primary's remedy, and the pending candidate (resource, score, how long it has held, when it will be
     confirmed if it holds, its evidence and remedy); None where there is none."""
     pending = None
@@ -267,7 +283,7 @@ def _verdict_actions(v: Any) -> dict[str, Any]:
     return {"remedy": _remedy(v, v.primary), "pending": pending}
 
 
-def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
+def _workload_status(wf: WorkloadFinding, st: WorkloadStatus | None) -> Json:
     from headroom.samples import to_jsonable
 
     out = {"name": wf.name, "gpus": list(wf.gpus), **_verdict(wf.verdict), "headroom": to_jsonable(wf.headroom)}
@@ -302,7 +318,7 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
             # found in its process tree (issue 25): summed (the metric) and per rank (pid -> its worker pids)
             "dataloader_workers": getattr(st, "dataloader_workers", None),
             "ranks": ({str(r): list(ws) for r, ws in sorted(measured.ranks.items())}
-                      if getattr(measured, "ranks", None) else None),
+                      if measured is not None and getattr(measured, "ranks", None) else None),
         }
         declared = getattr(st, "declared_dataloader_workers", None)
         if declared is not None:
@@ -318,7 +334,7 @@ def _workload_status(wf: Any, st: Any) -> dict[str, Any]:
     return out
 
 
-def status_json(state: Any) -> bytes:
+def status_json(state: State) -> bytes:
     return json.dumps(status(state), indent=1).encode()
 
 
@@ -351,7 +367,7 @@ figure.probe{margin:.4em 0;max-width:720px}figure.probe svg{display:block;width:
 """
 
 
-def _pill(primary: str, pending: dict[str, Any] | None = None) -> str:
+def _pill(primary: str, pending: Json | None = None) -> str:
     """The primary's pill; while nothing is confirmed but a candidate is pending, an amber 'pending: <resource>'
     (data-bottleneck stays the primary, data-pending names the candidate)."""
     e = html.escape
@@ -369,21 +385,21 @@ def _code(text: str) -> str:
         html.escape(text)
 
 
-def runbook_href(remedy: dict[str, Any]) -> str:
+def runbook_href(remedy: Json) -> str:
     """The page's link to a remedy's runbook section: the agent's own ``/runbook`` as a relative link
     ('runbook#bottleneck-gpu_power'), so it works on an air-gapped host and behind a proxy's path prefix."""
     path = remedy.get("runbook_path")
-    return path.lstrip("/") if path else remedy["runbook_url"]
+    return str(path.lstrip("/") if path else remedy["runbook_url"])
 
 
-def _remedy_line(remedy: dict[str, Any] | None, label: str = "What to do") -> str:
+def _remedy_line(remedy: Json | None, label: str = "What to do") -> str:
     if not remedy:
         return ""
     return (f'<p class="remedy"><b>{html.escape(label)}:</b> {_code(remedy["text"])} '
             f'<a class="runbook" href="{html.escape(runbook_href(remedy))}">runbook</a></p>')
 
 
-def pending_text(pending: dict[str, Any]) -> str:
+def pending_text(pending: Json) -> str:
     """'pending: gpu_power (score 1.00), confirmed in 12 s if it holds'."""
     score = pending.get("score")
     held = "" if score is None else f" (score {score:.2f})"
@@ -391,7 +407,7 @@ def pending_text(pending: dict[str, Any]) -> str:
     return f"pending: {pending['resource']}{held}, confirmed in {wait:.0f} s if it holds"
 
 
-def _verdict_lines(v: dict[str, Any], none_text: str) -> str:
+def _verdict_lines(v: Json, none_text: str) -> str:
     """The card's verdict: the primary's evidence and what to do about it (or why nothing limits it), then a
     pending candidate with its score, when it will be confirmed, its evidence and its remedy."""
     e = html.escape
@@ -411,13 +427,13 @@ def _verdict_lines(v: dict[str, Any], none_text: str) -> str:
     return out
 
 
-def _scores_table(v: dict[str, Any]) -> str:
+def _scores_table(v: Json) -> str:
     rows = "".join(f"<tr><td>{html.escape(r)}</td><td>{s:.2f}</td><td class=muted>{html.escape(v['evidence'][r])}</td></tr>"
                    for r, s in list(v["scores"].items())[:4])
     return f'<table class="scores"><tr><th>resource</th><th>score</th><th>evidence</th></tr>{rows}</table>'
 
 
-def _workload_card(w: dict[str, Any], charts_html: str = "") -> str:
+def _workload_card(w: Json, charts_html: str = "") -> str:
     e = html.escape
     primary = w["primary_bottleneck"]
     h = w["headroom"]
@@ -463,7 +479,7 @@ _BASIS_WORDS = {"runtime": "from the runtime's KV cache", "memory_model": "memor
                 "free_vram": "free VRAM / the model's KV bytes per token"}
 
 
-def _capacity_rows(h: dict[str, Any]) -> list[tuple[str, str]]:
+def _capacity_rows(h: Json) -> list[tuple[str, str]]:
     """'more sequences at max context' and 'more context tokens' from their basis, and the memory model's
     estimate beside them when the runtime's figures lead (analysis/headroom.py)."""
     basis = h.get("basis") or ""
@@ -481,12 +497,12 @@ def _capacity_rows(h: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _capacity_note(h: dict[str, Any]) -> str:
+def _capacity_note(h: Json) -> str:
     text = h.get("explanation")
     return f'<p class="capacity-note muted">{html.escape(text)}</p>' if text else ""
 
 
-def _neighbours_line(found: dict[str, Any] | None) -> str:
+def _neighbours_line(found: Json | None) -> str:
     """'Pressure from outside the workload: CPU: stress-ng (bob) 49 %; disk I/O: rsync (backup) 87 %'."""
     if not found:
         return ""
@@ -500,7 +516,7 @@ def _neighbours_line(found: dict[str, Any] | None) -> str:
     return f'<p class="neighbours warn">Pressure from outside the workload: {"; ".join(parts)}</p>'
 
 
-def _power_margin(h: dict[str, Any]) -> str:
+def _power_margin(h: Json) -> str:
     """'GPU 0: 5 W, GPU 1: 407 W (412 W summed)': per GPU first, the one at its cap shows; the sum, which would hide
     it beside an idle card, only after."""
     if h.get("power_watts") is None:
@@ -512,7 +528,7 @@ def _power_margin(h: dict[str, Any]) -> str:
     return f"{detail} ({h['power_watts']:.0f} W summed)"
 
 
-def _serving_line(s: dict[str, Any] | None) -> str:
+def _serving_line(s: Json | None) -> str:
     """The serving runtime's view of a workload with an endpoint: KV cache, queue, latency, or why it is unread."""
     if not s:
         return ""
@@ -559,7 +575,7 @@ def _gib(n: float) -> str:
 _SLO_CLASS = {"met": "", "breached": "bad", "undecided": "warn", "not_measurable": "warn", "no_data": "muted"}
 
 
-def _gpu_card(g: dict[str, Any], series: dict[str, Any], axis: tuple[float, float], thresholds: dict[str, float]) -> str:
+def _gpu_card(g: Json, series: dict[str, dict[str, charts.Series]], axis: tuple[float, float], thresholds: dict[str, float]) -> str:
     e = html.escape
     primary = g.get("primary_bottleneck", "none")
     health = g.get("health") or {}
@@ -577,7 +593,7 @@ def _gpu_card(g: dict[str, Any], series: dict[str, Any], axis: tuple[float, floa
             + (_scores_table(g) if "scores" in g else "") + "</div>")
 
 
-def _gpu_charts(g: dict[str, Any], s: dict[str, charts.Series], axis: tuple[float, float], t: dict[str, float]) -> str:
+def _gpu_charts(g: Json, s: dict[str, charts.Series], axis: tuple[float, float], t: dict[str, float]) -> str:
     """Busy, SM activity, memory, power and temperature over the last minutes (``axis``: now and the span, in
     seconds), each with the thresholds the analysis judges it by (analysis.thresholds), the enforced power limit
     and the temperature limits."""
@@ -587,7 +603,7 @@ def _gpu_charts(g: dict[str, Any], s: dict[str, charts.Series], axis: tuple[floa
     span = f"last {charts.span_text(seconds)}"
     figs = []
 
-    def add(key: str, title: str, now_text: str, top: float, fmt: Any, marks: list[Mark], color: str,
+    def add(key: str, title: str, now_text: str, top: float, fmt: Callable[[float], str], marks: list[Mark], color: str,
             caption: str = "") -> None:
         svg = c.chart(s.get(key) or [], now, top, f"{name} {title}, {span}", fmt, marks, color, seconds)
         figs.append(c.figure(caption or title, now_text, svg, marks, fmt))
@@ -627,7 +643,7 @@ def _gpu_charts(g: dict[str, Any], s: dict[str, charts.Series], axis: tuple[floa
     return f'<div class="charts">{"".join(figs)}</div>'
 
 
-def _serving_charts(w: dict[str, Any], s: dict[str, charts.Series] | None, axis: tuple[float, float],
+def _serving_charts(w: Json, s: dict[str, charts.Series] | None, axis: tuple[float, float],
                     t: dict[str, float]) -> str:
     """A serving workload's KV cache usage and queue (requests waiting) over the last minutes, from its
     runtime's endpoint, with the kv_cache verdict's thresholds. The last probe's capacity chart is its own section
@@ -654,10 +670,10 @@ def _serving_charts(w: dict[str, Any], s: dict[str, charts.Series] | None, axis:
     return f'<div class="charts">{"".join(figs)}</div>'
 
 
-_PROBE_FILES: dict[str, Any] = {}  # probe-last.json path -> probe/store.py LastResult (one stat per page view)
+_PROBE_FILES: dict[str, LastResult] = {}  # probe-last.json path -> its reader (one stat per page view)
 
 
-def probe_section(snap: Any) -> str:
+def probe_section(snap: Snapshot | None) -> str:
     """The last `headroom probe` (sources/probe.py found it valid this tick): its answer and its chart."""
     from headroom.probe import answer, chart, store
 
@@ -682,7 +698,7 @@ def probe_section(snap: Any) -> str:
             f"{chart.figure(result, answer.capacity_answer(result))}</div>")
 
 
-def page(state: Any, telemetry_path: str) -> bytes:
+def page(state: State, telemetry_path: str) -> bytes:
     snap = state.snapshot
     s = status(state, snap)
     e = html.escape

@@ -12,16 +12,20 @@ Prometheus asks for OpenMetrics first by default; browsers and curl get the text
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from headroom.exposition.catalog import BY_NAME, COUNTER
+
+if TYPE_CHECKING:
+    from headroom.samples import Snapshot
 
 CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 _VERSIONS = {None, "1.0.0", "0.0.1"}  # the OpenMetrics versions this body satisfies
 _UNIT_SUFFIXES = {"bytes", "seconds", "ratio", "watts", "celsius", "hertz", "joules"}
 
 
-def _media_ranges(accept: str):
+def _media_ranges(accept: str) -> Iterator[tuple[str, dict[str, str], float]]:
     """(type/subtype, params, q) of each media range in an Accept header."""
     for part in accept.split(","):
         fields = [f.strip() for f in part.split(";")]
@@ -87,10 +91,10 @@ class Converter:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._snapshot: Any = None  # held, so its id cannot be reused by a later snapshot while cached
+        self._snapshot: Snapshot | None = None  # held, so its id cannot be reused by a later snapshot while cached
         self._body = b""
 
-    def get(self, snapshot: Any) -> bytes:
+    def get(self, snapshot: Snapshot) -> bytes:
         with self._lock:
             if self._snapshot is not snapshot:
                 self._body = from_text(snapshot.exposition)

@@ -28,10 +28,10 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import structlog
 
@@ -40,6 +40,9 @@ from headroom.exposition import landing, openmetrics, runbook
 from headroom.exposition.render import CONTENT_TYPE
 from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
 from headroom.schema import parse_listen_address  # noqa: F401  (its home is schema.py; still importable here)
+
+if TYPE_CHECKING:
+    from headroom.samples import Snapshot
 
 log = structlog.get_logger("headroom.server")
 
@@ -107,7 +110,7 @@ class _HeadReader:
     """Stands in for rfile while http.server reads a request's header lines: keeps the first line's problem
     (the stdlib's email parser would silently end the headers at ``Name : value`` or split at a bare CR)."""
 
-    def __init__(self, rfile: Any) -> None:
+    def __init__(self, rfile: io.BufferedIOBase) -> None:
         self._rfile = rfile
         self.problem: str | None = None
 
@@ -117,7 +120,7 @@ class _HeadReader:
             self.problem = header_line_problem(line)
         return line
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # Any: whatever rfile's attribute is (a delegating proxy)
         return getattr(self._rfile, name)
 
 
@@ -126,7 +129,7 @@ class _Conn:
 
     __slots__ = ("client", "sock", "state", "since", "deadline", "served")
 
-    def __init__(self, client: str, sock: Any, now: float, deadline: float) -> None:
+    def __init__(self, client: str, sock: socket.socket, now: float, deadline: float) -> None:
         self.client = client
         self.sock = sock
         self.state = _HEAD
@@ -146,14 +149,14 @@ class _ResponseWriter(io.BufferedIOBase):
     """The handler's wfile: sends in chunks and records each one's progress on the connection, so the accept
     loop can close a client that does not read its response (module docstring) and replace it at the cap."""
 
-    def __init__(self, sock: Any, server: HeadroomHTTPServer, conn: _Conn | None) -> None:
+    def __init__(self, sock: socket.socket, server: HeadroomHTTPServer, conn: _Conn | None) -> None:
         super().__init__()
         self._sock, self._server, self._conn = sock, server, conn
 
     def writable(self) -> bool:
         return True
 
-    def write(self, data: Any) -> int:
+    def write(self, data: Any) -> int:  # Any: BufferedIOBase.write's buffer, whose len() the caller counts
         srv, conn = self._server, self._conn
         view = memoryview(data).cast("B")
         srv.mark(conn, _WRITE, srv.write_stall_timeout)
@@ -168,7 +171,7 @@ class _ResponseWriter(io.BufferedIOBase):
 
 
 class State(Protocol):
-    snapshot: Any
+    snapshot: Snapshot | None
 
     def healthy(self) -> tuple[bool, str]: ...
 
@@ -178,9 +181,9 @@ class _GzipCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[str, tuple[Any, bytes]] = {}  # format -> (snapshot, compressed body)
+        self._entries: dict[str, tuple[Snapshot, bytes]] = {}  # format -> (snapshot, compressed body)
 
-    def get(self, snapshot: Any, body: bytes | None = None, fmt: str = "text") -> bytes:
+    def get(self, snapshot: Snapshot, body: bytes | None = None, fmt: str = "text") -> bytes:
         with self._lock:
             cached = self._entries.get(fmt)
             if cached is None or cached[0] is not snapshot:
@@ -198,9 +201,11 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     # headers and body go out in separate writes: without TCP_NODELAY, Nagle's algorithm and the client's
     # delayed ACK add ~40 ms to every response (docs/benchmarks.md)
     disable_nagle_algorithm = True
+    raw_requestline: bytes  # set by http.server's handle_one_request (its stubs leave it out)
 
     def setup(self) -> None:
-        self.timeout = self.server.request_head_timeout
+        # per connection: socketserver reads it from the instance (its stubs call it a class variable)
+        self.timeout = self.server.request_head_timeout  # type: ignore[misc]
         self._conn = self.server.connection_of_this_thread()
         if self._conn is not None:
             self._conn.sock = self.request  # the TLS socket, when wrapped
@@ -222,7 +227,8 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         srv.mark(conn, _IDLE, srv.keepalive_timeout)
         try:
             self.connection.settimeout(srv.keepalive_timeout + srv.request_head_timeout)  # a backstop only
-            data = self.rfile.peek(1)
+            # a buffered reader: StreamRequestHandler's rbufsize -1 (the stubs say BufferedIOBase, without peek)
+            data = cast(io.BufferedReader, self.rfile).peek(1)
             self.connection.settimeout(self.timeout)
         except (OSError, ValueError):
             return False
@@ -279,12 +285,14 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
     def parse_request(self) -> bool:
         problem = request_line_problem(self.raw_requestline)
         if problem:
-            self.command, self.requestline, self.request_version = None, "", "HTTP/1.0"
+            # as http.server's own parse_request does on a bad request line (its stubs say command is a str)
+            self.command, self.requestline, self.request_version = None, "", "HTTP/1.0"  # type: ignore[assignment]
             self.server.mark(self._conn, _BUSY, 0.0)
             self.send_error(HTTPStatus.BAD_REQUEST, problem)
             return False
         rfile = self.rfile
-        self._head_reader = self.rfile = _HeadReader(rfile)  # checks each header line as http.server reads it
+        self._head_reader = _HeadReader(rfile)  # checks each header line as http.server reads it
+        self.rfile = cast(io.BufferedIOBase, self._head_reader)  # readline checked, the rest delegated
         try:
             ok = super().parse_request()
         finally:
@@ -324,8 +332,8 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
             body, content_type, extra = self._metrics_response(snapshot)
             self._send(HTTPStatus.OK, body, content_type, head=head, extra=extra)
         elif path in ("/healthz", "/health"):
-            ok, body, _ = health(srv.state, snapshot)
-            self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, (body + "\n").encode(),
+            ok, text, _ = health(srv.state, snapshot)
+            self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, (text + "\n").encode(),
                        "text/plain; charset=utf-8", head=head)
         elif path == "/api/v1/status":
             self._send(HTTPStatus.OK, landing.status_json(srv.state), "application/json", head=head)
@@ -337,7 +345,7 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         else:
             self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", head=head)
 
-    def _metrics_response(self, snapshot: Any) -> tuple[bytes, str, dict[str, str]]:
+    def _metrics_response(self, snapshot: Snapshot) -> tuple[bytes, str, dict[str, str]]:
         """The exposition in the format (Accept) and encoding (Accept-Encoding, q-values honoured) the
         request asks for: (body, content type, extra headers)."""
         fmt, body, content_type = exposition_for(snapshot, self.headers.get("Accept"))
@@ -377,17 +385,17 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature, its Any)
         pass  # access logs would be per-scrape noise; errors are logged by the server
 
-    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_error(self, format: str, *args: Any) -> None:  # noqa: A002 (as log_message)
         log.debug("http_request_error", client=self.client_address[0], detail=format % args)
 
 
 _OPENMETRICS = openmetrics.Converter()
 
 
-def exposition_for(snapshot: Any, accept: str | None) -> tuple[str, bytes, str]:
+def exposition_for(snapshot: Snapshot, accept: str | None) -> tuple[str, bytes, str]:
     """(format, body, content type) for a scrape: OpenMetrics when its Accept header prefers it (Prometheus
     does by default), the text format 0.0.4 otherwise. Both come from the bytes rendered at the tick."""
     if openmetrics.prefers_openmetrics(accept):
@@ -395,7 +403,7 @@ def exposition_for(snapshot: Any, accept: str | None) -> tuple[str, bytes, str]:
     return "text", snapshot.exposition, CONTENT_TYPE
 
 
-def accepts_gzip(accept_encoding: Any) -> bool:
+def accepts_gzip(accept_encoding: Iterable[str]) -> bool:
     """Whether Accept-Encoding header values (RFC 9110 12.5.3, q-values included) allow gzip.
 
     ``gzip;q=0`` refuses it; ``*`` stands for gzip when gzip is not named; a malformed q counts as 0."""
@@ -424,7 +432,7 @@ def accepts_gzip(accept_encoding: Any) -> bool:
     return star is not None and star > 0
 
 
-def health(state: State, snapshot: Any) -> tuple[bool, str, list[str]]:
+def health(state: State, snapshot: Snapshot | None) -> tuple[bool, str, list[str]]:
     """(ok, text, degraded): /healthz's answer and the status API's ``health``, one text for both: 'ok', or 'ok;
     degraded: nvml: NVML unavailable ...' while the agent works but a collector or GPU does not."""
     ok, reason = state.healthy()
@@ -432,7 +440,7 @@ def health(state: State, snapshot: Any) -> tuple[bool, str, list[str]]:
     return ok, reason if not degraded else reason + "; degraded: " + "; ".join(degraded), degraded
 
 
-def _degraded(state: State, snapshot: Any) -> list[str]:
+def _degraded(state: State, snapshot: Snapshot | None) -> list[str]:
     """What is broken while the agent itself works: failing collectors, then GPUs that stopped answering."""
     out = [f"{k}: {v}" for k, v in sorted(getattr(state, "failing", {}).items())]
     nvml = snapshot.sample.data("nvml") if snapshot is not None else None
@@ -451,7 +459,9 @@ _REFUSED = _refusal(b"too many connections")
 _REFUSED_CLIENT = _refusal(b"too many connections from this address")
 
 
-class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
+# ignore: webconfig.TLSAuthServerMixin.finish_request takes a socket where BaseServer's takes its _RequestType
+# (a socket, or a datagram pair this TCP server never gets); webconfig.py is typed on its own (issue 31)
+class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):  # type: ignore[misc]
     """The agent's listener. ``web_config`` returns the TLS/auth/headers settings to apply now
     (``WebConfigWatcher.current`` re-reads the file on change; the default is plain HTTP).
 
@@ -494,7 +504,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
     def connection_of_this_thread(self) -> _Conn | None:
         return getattr(self._local, "conn", None)
 
-    def connection_socket_changed(self, sock: Any) -> None:
+    def connection_socket_changed(self, sock: socket.socket) -> None:
         """TLSAuthServerMixin: the connection is now this (TLS) socket."""
         conn = self.connection_of_this_thread()
         if conn is not None:
@@ -519,6 +529,8 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
                 best, best_key = c, key
         return best
 
+    # Any: socketserver's request (for this TCP server a socket: webconfig's finish_request takes one) and client
+    # address, as BaseServer types them
     def process_request(self, request: Any, client_address: Any) -> None:
         client = str(client_address[0]) if client_address else ""
         now = time.monotonic()
@@ -564,7 +576,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
             self.shutdown_request(request)
             raise
 
-    def _serve_connection(self, request: Any, client_address: Any, conn: _Conn) -> None:
+    def _serve_connection(self, request: Any, client_address: Any, conn: _Conn) -> None:  # as process_request
         self._local.conn = conn
         try:
             self.finish_request(request, client_address)
@@ -602,7 +614,7 @@ class HeadroomHTTPServer(TLSAuthServerMixin, ThreadingHTTPServer):
         for c in late:
             c.drop()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
+    def handle_error(self, request: Any, client_address: Any) -> None:  # as process_request
         import sys
 
         exc = sys.exc_info()[1]

@@ -11,7 +11,7 @@ RESOURCES = ("gpu_compute", "gpu_memory", "cpu", "host_memory", "shared_memory",
              "gpu_thermal", "gpu_power", "network", "nvlink", "kv_cache")  # fmt: skip
 NONE = "none"
 
-Result = tuple  # (score, evidence), a Scored where the rule tells direct evidence from host-wide (see decide)
+Result = tuple[float, str]  # (score, evidence), a Scored where the rule tells direct evidence from host-wide (see decide)
 STARVATION_RULES = ("cpu", "host_memory", "shared_memory", "disk_io", "network")
 NO_GPM = "utilization alone: no GPM activity ratios on this GPU, a weaker signal"
 
@@ -34,7 +34,7 @@ def gib(n: float | None) -> str:
     return format_size(n)
 
 
-class Scored(tuple):
+class Scored(tuple[float, str]):
     """A rule's (score, evidence), which unpacks as the pair every caller expects, plus ``direct``: whether the
     score rests on direct evidence (the workload's own consumption or stall) rather than a host-wide
     correlation. Ties use it (see decide); a plain (score, evidence) pair counts as direct for the GPU's own

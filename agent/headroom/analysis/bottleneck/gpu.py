@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from headroom.analysis.bottleneck.evidence import NO_GPM, gib, pct
 from headroom.analysis.bottleneck.thresholds import ramp
@@ -19,6 +19,11 @@ from headroom.analysis.signals import (
     THERMAL_REASONS,
     GpuSignals,
 )
+
+if TYPE_CHECKING:
+    from headroom.analysis.serving import ServingSignals
+    from headroom.samples import ServingEndpoint
+    from headroom.workload.profiles.types import WorkloadProfile
 
 
 def has_gpm(g: GpuSignals) -> bool:
@@ -90,7 +95,7 @@ class Reserved:
     resident: str = ""  # what the runtime says it holds loaded (Ollama's /api/ps), "" where it does not say
 
 
-def reserved_by(profile: Any, serving: Any = None, auto: bool = False) -> Reserved | None:
+def reserved_by(profile: WorkloadProfile, serving: ServingEndpoint | ServingSignals | None = None, auto: bool = False) -> Reserved | None:
     """The reservation of the runtime that runs ``profile``'s workload, found from its serving metrics (``serving``:
     its newest scrape or ServingSignals), else its profile's runtime (``auto``: an automatic workload's, which its
     launcher's command line gives); None when that runtime does not reserve up front (workload/runtimes.py)."""
@@ -106,7 +111,7 @@ def reserved_by(profile: Any, serving: Any = None, auto: bool = False) -> Reserv
     return Reserved(runtimes.label(name, r), f"{r.setting}, default {r.default}", r.how, how, resident=_resident(serving))
 
 
-def _resident(serving: Any) -> str:
+def _resident(serving: ServingEndpoint | ServingSignals | None) -> str:
     """'its /api/ps lists 1 model loaded: gemma3:latest, 5.6 GiB, all of it in GPU memory' (Ollama), else ''."""
     models = getattr(serving, "resident_models", ()) if getattr(serving, "up", False) else ()
     total, vram = getattr(serving, "resident_bytes", None), getattr(serving, "resident_vram_bytes", None)

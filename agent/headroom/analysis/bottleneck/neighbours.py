@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from headroom.analysis.bottleneck.evidence import Result, Scored, gib, pct
 from headroom.analysis.signals import HostSignals
+
+if TYPE_CHECKING:
+    from headroom.samples import Neighbour
 
 # resource -> (what a neighbour uses of it, its share, how to say it): the evidence names who else presses
 NEIGHBOUR_RESOURCES: dict[str, tuple[str, str, str]] = {
@@ -22,12 +25,12 @@ NEIGHBOUR_MIN = {"cpu": 0.1, "disk_io": 1e6, "host_memory": 256 * 2**20}  # as s
 
 # (id of a neighbours tuple, resource) -> (that tuple, its neighbours above NEIGHBOUR_MIN for the resource, largest
 # first): ranked once per scan, not once per workload scored (50 pods a tick, each asking for three resources twice)
-_RANKED: dict[tuple[int, str], tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+_RANKED: dict[tuple[int, str], tuple[tuple[Neighbour, ...], tuple[Neighbour, ...]]] = {}
 RANKED_MAX = 64  # entries kept (a scan's short and long host signals share its tuple; three resources each)
 NEIGHBOUR_TEXTS = 256  # evidence texts kept (neighbour_text): one per resource and top 3 in the windows scored
 
 
-def neighbours_of(h: HostSignals, resource: str, workload: str | None) -> list[Any]:
+def neighbours_of(h: HostSignals, resource: str, workload: str | None) -> list[Neighbour]:
     """The top 3 processes outside ``workload`` pressing on ``resource``, largest first (issue 12, class 8):
     what sources/neighbours.py found while the host was under pressure; empty on a calm host."""
     everyone = h.neighbours
@@ -50,7 +53,7 @@ def neighbours_of(h: HostSignals, resource: str, workload: str | None) -> list[A
     return out
 
 
-def neighbour_text(resource: str, found: Sequence[Any]) -> str:
+def neighbour_text(resource: str, found: Sequence[Neighbour]) -> str:
     """'outside the workload: stress-ng (user bob, pid 4242) 7.90 cores, 49 % of the CPUs; ...'. The same
     neighbours (equal values) make the same text: kept (NEIGHBOUR_TEXTS), since every workload scored while they
     press on the host names them."""
@@ -61,7 +64,7 @@ def neighbour_text(resource: str, found: Sequence[Any]) -> str:
 
 
 @functools.lru_cache(maxsize=NEIGHBOUR_TEXTS)
-def _neighbour_text(resource: str, found: tuple[Any, ...]) -> str:
+def _neighbour_text(resource: str, found: tuple[Neighbour, ...]) -> str:
     amount, share, of = NEIGHBOUR_RESOURCES[resource]
     parts = []
     for n in found:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from headroom.analysis import serving as serving_rules
 from headroom.analysis.bottleneck.evidence import NONE, RESOURCES, STARVATION_RULES, Result, Scored, pct
@@ -34,6 +34,10 @@ from headroom.analysis.bottleneck.starvation import (
 )
 from headroom.analysis.bottleneck.verdict import CPU_WORK_PRECEDES, Verdict, _verdict
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
+
+if TYPE_CHECKING:
+    from headroom.analysis.serving import ServingSignals
+    from headroom.workload.profiles.types import WorkloadProfile
 
 
 def _without_demand(results: dict[str, Result], why: str) -> dict[str, Result]:
@@ -77,7 +81,7 @@ def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float], reserved: R
     return _verdict(results, t)
 
 
-def cpu_demand(w: WorkloadSignals, serving: Any, t: Mapping[str, float]) -> tuple[float, str | None]:
+def cpu_demand(w: WorkloadSignals, serving: ServingSignals | None, t: Mapping[str, float]) -> tuple[float, str | None]:
     """(demand, idle sentence or None) of work without a GPU, which has no GPU to wait: its own work shows the
     demand a GPU's busy ratio shows for GPU work. Requests running or waiting at its serving runtime, or its
     processes using at least demand_cores, count in full (1); its processes' cores unknown but processes seen
@@ -129,8 +133,8 @@ def straggler(gpus: list[GpuSignals], t: Mapping[str, float]) -> GpuSignals | No
     return None
 
 
-def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
-                   t: Mapping[str, float], expected_peak: float | None = None, serving: Any = None,
+def score_workload(profile: WorkloadProfile, w: WorkloadSignals, gpus: list[GpuSignals], h: HostSignals,
+                   t: Mapping[str, float], expected_peak: float | None = None, serving: ServingSignals | None = None,
                    kv_alternatives: str = "", view: HostView | None = None, rules: GpuRules | None = None,
                    reserved: Reserved | None = None) -> Verdict:
     """Scores for one declared workload from its GPUs, its processes and the host (``view``, ``rules``: as
@@ -215,7 +219,7 @@ def score_workload(profile: Any, w: WorkloadSignals, gpus: list[GpuSignals], h: 
     return v
 
 
-def _serving_verdict(results: dict[str, Result], t: Mapping[str, float], serving: Any,
+def _serving_verdict(results: dict[str, Result], t: Mapping[str, float], serving: ServingSignals | None,
                      busy: float | None, precedes: Mapping[str, tuple[str, ...]] | None = None) -> Verdict:
     """The verdict, with what the serving runtime says about demand (analysis/serving.py): a server with
     nothing running or waiting is idle for lack of demand whatever the host does (every score 0); one that is

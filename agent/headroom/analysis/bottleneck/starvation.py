@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from headroom.analysis.bottleneck.evidence import NO_GPM, Scored, gib, pct, plural
 from headroom.analysis.bottleneck.thresholds import ramp
-from headroom.analysis.signals import HostSignals, WorkloadSignals
+from headroom.analysis.signals import HostSignals, RankSignals, WorkloadSignals
 
 
 @dataclass(frozen=True)
@@ -113,9 +112,10 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
     # known, any other process pinned at a core counts only where no rank has workers (a decoder the rank waits on)
     ranked = {r.pid for r in w.ranks} if w is not None else set()
     critical = w is not None and not cpu_is_compute and (not w.dataloader_workers or (w.busiest_is_main and not ranked))
-    if critical and ranked and w.busiest_process_pid in ranked:
+    if critical and w is not None and ranked and w.busiest_process_pid in ranked:
         critical = False  # judged with its rank above
-    if critical and w.busiest_process_cores is not None and w.busiest_process_cores >= t["cpu_saturation_low"]:
+    if (critical and w is not None and w.busiest_process_cores is not None
+            and w.busiest_process_cores >= t["cpu_saturation_low"]):
         which = "its main process" if w.busiest_is_main else "its busiest process"
         used = f"{which} (pid {w.busiest_process_pid}) used {w.busiest_process_cores:.2f} cores"
         if w.busiest_is_main and w.main_thread_cores is not None:  # its threads were read: the busiest decides
@@ -144,7 +144,7 @@ def rule_cpu(starved: float, busy_text: str, h: HostSignals, w: WorkloadSignals 
         parts.append(f"host-wide CPU counts {pct(involved)}: the workload itself uses {own_cores:.2f} cores")
     # its threads' measured waits say whether the host's contention reaches them: busy CPUs, PSI and a long run queue
     # of neighbours whose threads leave its own runnable threads a CPU are not its bottleneck
-    if waits is not None and waits[2] < involved:
+    if waits is not None and w is not None and waits[2] < involved:  # (waits are w's)
         involved = waits[2]
         if host > 0:
             parts.append(f"host-wide CPU counts {pct(involved)}: its threads waited only {pct(w.cpu_wait_share)} "
@@ -182,7 +182,7 @@ def _cpu_waits(w: WorkloadSignals, t: Mapping[str, float]) -> tuple[float, str, 
     return score, text, ramp(share, 0.0, t["cpu_wait_low"])
 
 
-def _worst_rank(ranks: Any, t: Mapping[str, float], trainer: bool = True) -> tuple[float, str] | None:
+def _worst_rank(ranks: Sequence[RankSignals], t: Mapping[str, float], trainer: bool = True) -> tuple[float, str] | None:
     """(score, evidence) of the rank that starves its GPU most: its DataLoader workers' summed cores against their
     count (one core each: all busy, they cannot keep up), and its own process at a full core (its busiest thread
     decides where its threads were read); None when no rank shows either. ``trainer``: its worker count means

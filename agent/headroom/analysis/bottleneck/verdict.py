@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from headroom.analysis.bottleneck.evidence import NONE, RESOURCES, STARVATION_RULES, Result
+
+if TYPE_CHECKING:
+    from headroom.analysis.remedies import Remedy
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ class Verdict:
     pending_seconds: float | None = None
     confirm_in_seconds: float | None = None
     # resource -> what to do about it (analysis/remedies.py), for the primary and the pending candidate
-    remedies: Mapping[str, Any] = field(default_factory=dict)
+    remedies: Mapping[str, Remedy] = field(default_factory=dict)
 
     @property
     def is_pending(self) -> bool:

@@ -6,7 +6,7 @@ each ``(source name, function)``)."""
 from __future__ import annotations
 
 import platform
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from headroom import __version__
@@ -23,7 +23,15 @@ from headroom.samples import (
 
 if TYPE_CHECKING:
     from headroom.exposition.render.writer import Writer
-    from headroom.samples import Snapshot
+    from headroom.samples import (
+        AgentSample,
+        IdentitySample,
+        ProbeSample,
+        Sample,
+        ServingSample,
+        Snapshot,
+    )
+    from headroom.workload.attribution import WorkloadStatus
 
 
 def _render_self(w: Writer, snap: Snapshot) -> None:
@@ -31,7 +39,7 @@ def _render_self(w: Writer, snap: Snapshot) -> None:
     if snap.scenario:
         w.add("headroom_simulation_info", 1, snap.scenario)
     sources = snap.sample.sources
-    values: list[Any] = []
+    values: list[float | int | bool | None] = []
     for result in sources.values():
         values += (result.ok, round(result.duration_seconds, 6))
     w.add_many(_COLLECTOR_ROW * len(sources), values, (), tuple(n for n in sources for _ in _COLLECTOR_ROW))
@@ -118,7 +126,8 @@ _GPU_ROW, _GPU_ROW_TAILS = (tuple(c) for c in zip(*(
     )), strict=True))
 
 
-def _render_identity(w: Writer, identity: Any, sample: Any, statuses: Iterable[Any] | None = None) -> None:
+def _render_identity(w: Writer, identity: IdentitySample, sample: Sample,
+                     statuses: Iterable[WorkloadStatus] | None = None) -> None:
     """Identity sources, the cap, and the pod / job labels of the GPUs they hold (sources/identity.py).
     ``headroom_workload_identities`` counts the automatic workloads exported (``statuses``, attribution's: an
     identity a declared profile takes the place of is none, and identities of one name are one workload); the
@@ -140,7 +149,7 @@ def _render_identity(w: Writer, identity: Any, sample: Any, statuses: Iterable[A
                                     if v)
 
 
-def _render_serving(w: Writer, data: Any, snap: Snapshot) -> None:
+def _render_serving(w: Writer, data: ServingSample, snap: Snapshot) -> None:
     """The serving collector's endpoints, one workload each (sources/serving.py)."""
     for e in data.endpoints:
         ids = (e.workload,)
@@ -182,7 +191,7 @@ def _render_cpu(w: Writer, cpu: CpuSample, snap: Snapshot) -> None:
                           cpu.load15, cpu.procs_running, cpu.procs_blocked))
     names: tuple[str, ...] = ()
     tails: tuple[tuple[str, ...], ...] = ()
-    values: list[Any] = []
+    values: list[float | int | bool | None] = []
     for resource, pressure in sorted(cpu.pressure.items()):
         for kind, line in (("some", pressure.some), ("full", pressure.full)):
             if line is None:
@@ -255,7 +264,7 @@ _IB_ROW = tuple(f"headroom_infiniband_port_{n}" for n in (
     "receive_bytes_total", "transmit_bytes_total", "receive_packets_total", "transmit_packets_total", "rate_bytes"))
 
 
-def _render_agent(w: Writer, a: Any, snap: Snapshot) -> None:
+def _render_agent(w: Writer, a: AgentSample, snap: Snapshot) -> None:
     w.add("headroom_agent_cpu_seconds_total", _r(a.cpu_user_seconds_total), "user")
     w.add("headroom_agent_cpu_seconds_total", _r(a.cpu_system_seconds_total), "system")
     w.add("headroom_agent_resident_memory_bytes", a.resident_memory_bytes)
@@ -264,7 +273,7 @@ def _render_agent(w: Writer, a: Any, snap: Snapshot) -> None:
     w.add("headroom_agent_start_time_seconds", _r(a.start_time_seconds))
 
 
-def _render_probe(w: Writer, p: Any, snap: Snapshot) -> None:
+def _render_probe(w: Writer, p: ProbeSample, snap: Snapshot) -> None:
     """The last `headroom probe` result (sources/probe.py): the capacity measured at the SLO and its load shape."""
     if not p.found:
         return
@@ -280,7 +289,8 @@ def _label_number(x: float | None) -> str:
     return "" if x is None else f"{x:g}"
 
 
-_HOST_RENDERERS: Iterable[tuple[str, Any]] = (
+# Any: each function takes its own source's sample type (sample.data(name), untyped by name)
+_HOST_RENDERERS: Iterable[tuple[str, Callable[[Writer, Any, Snapshot], None]]] = (
     ("agent", _render_agent),
     ("cpu", _render_cpu),
     ("memory", _render_memory),

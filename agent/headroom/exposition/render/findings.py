@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from headroom.exposition.render.text import _ORDER, _r
 
 if TYPE_CHECKING:
+    from headroom.analysis.bottleneck import Verdict
+    from headroom.analysis.pipeline import Findings, WorkloadFinding
     from headroom.exposition.render.writer import Writer
+    from headroom.workload.attribution import WorkloadStatus
 
 
-def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Any) -> None:
+def _render_verdict(w: Writer, prefix: str, ids: tuple[str, ...], verdict: Verdict) -> None:
     resources, names, tails = _VERDICT_SERIES.get(prefix) or _verdict_series(prefix)
     primary = verdict.primary
     w.add_many(names, (*map(verdict.scores.get, resources), *map(verdict.long_scores.get, resources),
@@ -32,15 +35,16 @@ _VERDICT_SERIES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ..
 def _verdict_series(prefix: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     from headroom.analysis.bottleneck import NONE, RESOURCES
 
+    resources: tuple[str, ...] = RESOURCES
     if prefix == "headroom_gpu":  # a KV cache belongs to a serving workload, never to a GPU on its own
-        RESOURCES = tuple(r for r in RESOURCES if r != "kv_cache")  # noqa: N806
-    n = len(RESOURCES)
+        resources = tuple(r for r in RESOURCES if r != "kv_cache")
+    n = len(resources)
     names = (f"{prefix}_bottleneck_score",) * n + (f"{prefix}_bottleneck_long_score",) * n + (f"{prefix}_bottleneck",) * (n + 1)
-    _VERDICT_SERIES[prefix] = entry = (RESOURCES, names, (*RESOURCES, *RESOURCES, *RESOURCES, NONE))
+    _VERDICT_SERIES[prefix] = entry = (resources, names, (*resources, *resources, *resources, NONE))
     return entry
 
 
-def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
+def _render_workloads(w: Writer, statuses: Iterable[WorkloadStatus]) -> None:
     """Measured against expected per workload (analysis.workloads.WorkloadStatus), declared and automatic: each
     workload's series in one group; a status rendered last tick writes last tick's lines (Renderer.workloads)."""
     cache = w._cache
@@ -63,7 +67,8 @@ def _render_workloads(w: Writer, statuses: Iterable[Any]) -> None:
     cache.workloads = kept
 
 
-def _workload_series(st: Any) -> tuple[tuple[str, ...], list[Any], tuple[Any, ...]]:
+def _workload_series(st: WorkloadStatus
+                     ) -> tuple[tuple[str, ...], list[float | int | bool | None], tuple[object, ...]]:
     """One workload's series for Writer.add_many: (names, values, tail labels)."""
     source = getattr(st, "source", "declared")
     m = st.measured
@@ -71,15 +76,17 @@ def _workload_series(st: Any) -> tuple[tuple[str, ...], list[Any], tuple[Any, ..
         # an automatic workload's cgroup figures: the processes collector's, else the identity collector's (a new
         # identity's first tick, before its members were measured with their cgroup)
         cg = m.cgroup if m.cgroup is not None or source != "auto" else getattr(st, "cgroup", None)
-        measured = (m.processes, m.threads, _r(m.cpu_user_seconds_total, 2), _r(m.cpu_system_seconds_total, 2),
-                    m.resident_memory_bytes, m.read_bytes_total, m.written_bytes_total,
-                    _r(m.sched_wait_seconds_total, 3), _r(m.sched_run_seconds_total, 3), m.cpus_allowed)
+        measured: tuple[float | int | None, ...] = (
+            m.processes, m.threads, _r(m.cpu_user_seconds_total, 2), _r(m.cpu_system_seconds_total, 2),
+            m.resident_memory_bytes, m.read_bytes_total, m.written_bytes_total,
+            _r(m.sched_wait_seconds_total, 3), _r(m.sched_run_seconds_total, 3), m.cpus_allowed)
     else:  # an automatic workload without measured processes still counts them, and has its cgroup
         cg = getattr(st, "cgroup", None) if source == "auto" else None
         measured = (st.processes if source == "auto" else None, None, None, None, None, None, None, None, None, None)
-    names = _WORKLOAD_ROW
-    tails = ((st.kind, st.model, st.precision, st.runtime, source), (st.team, st.job), *_WORKLOAD_ROW_TAILS)
-    values = [1, 1 if st.job or st.team else None, *measured]
+    names: tuple[str, ...] = _WORKLOAD_ROW
+    tails: tuple[object, ...] = ((st.kind, st.model, st.precision, st.runtime, source), (st.team, st.job),
+                                 *_WORKLOAD_ROW_TAILS)
+    values: list[float | int | bool | None] = [1, 1 if st.job or st.team else None, *measured]
     if cg is None:
         values += (None, None, None)
     else:
@@ -115,9 +122,9 @@ _WORKLOAD_ROW_TAILS = (None, None, "user", "system", None, None, None, None, Non
 _WORKLOAD_GPU_ROW = ("headroom_workload_gpu_memory_used_bytes", "headroom_workload_gpu_utilization_ratio")
 
 
-def _render_findings(w: Writer, f: Any) -> None:
+def _render_findings(w: Writer, f: Findings) -> None:
     for g in f.gpu_findings:
-        ids = (str(g.index), g.uuid)
+        ids: tuple[str, ...] = (str(g.index), g.uuid)
         _render_verdict(w, "headroom_gpu", ids, g.verdict)
         w.add_many(_GPU_FINDINGS_ROW, (g.idle, f.host.gpu_cost_per_hour.get(g.index)), ids)
     for h in getattr(f, "gpu_health", ()):
@@ -180,7 +187,7 @@ _HEADROOM_ROW = tuple(f"headroom_workload_headroom_{n}" for n in (
 _CAPACITY_ROW = ("headroom_workload_headroom_sequences", "headroom_workload_headroom_context_tokens")
 
 
-def _render_serving_findings(w: Writer, wf: Any) -> None:
+def _render_serving_findings(w: Writer, wf: WorkloadFinding) -> None:
     """Latency quantiles and KV headroom of a serving workload (analysis/serving.py)."""
     s, room = getattr(wf, "serving", None), getattr(wf, "serving_headroom", None)
     ids = (wf.name,)

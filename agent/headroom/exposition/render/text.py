@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
 
 from headroom.exposition.catalog import CATALOG
 
@@ -26,20 +25,24 @@ def _escape(value: str) -> str:
 
 # rendered label sets, reused across families and ticks (a GPU's ``gpu="0",uuid="GPU-..."`` appears in
 # ~40 families per tick); cleared when it grows past the bound, so changing label values cannot leak
-_LABEL_TEXT: dict[tuple[tuple[str, ...], tuple[Any, ...]], str] = {}
+# a series' label values, in the catalogue's label order: anything str() renders (str, int, an enum member ...)
+Labels = tuple[object, ...]
+
+_LABEL_TEXT: dict[tuple[tuple[str, ...], Labels], str] = {}
 _LABEL_TEXT_MAX = 20_000
 
 
-def _label_text(names: tuple[str, ...], values: tuple[Any, ...]) -> str:
+def _label_text(names: tuple[str, ...], values: Labels) -> str:
     """``k1="v1",k2="v2"`` with values escaped for the text format."""
     key = (names, values)
+    cached = True
     try:
         text = _LABEL_TEXT.get(key)
     except TypeError:  # an unhashable label value: render it, don't cache it
-        key, text = None, None
+        cached, text = False, None
     if text is None:
         text = ",".join(f'{k}="{_escape(str(v))}"' for k, v in zip(names, values, strict=True))
-        if key is None:
+        if not cached:
             return text
         if len(_LABEL_TEXT) >= _LABEL_TEXT_MAX:
             _LABEL_TEXT.clear()
@@ -58,8 +61,7 @@ _INT_LIMIT = int(sys.float_info.max)
 
 def format_value(value: float | int | bool) -> str:
     """The sample's text; ValueRefused for an integer Prometheus could not parse."""
-    kind = type(value)
-    if kind is float:  # most values: tested first, by exact type (a float subclass takes the general path)
+    if type(value) is float:  # most values: tested first, by exact type (a float subclass takes the general path)
         if value.is_integer():
             if abs(value) < 1e15:
                 return str(int(value))
@@ -68,7 +70,7 @@ def format_value(value: float | int | bool) -> str:
         elif value in _INFINITIES:
             return "+Inf" if value > 0 else "-Inf"
         return repr(value)
-    if kind is int:
+    if type(value) is int:
         if -_INT_LIMIT <= value <= _INT_LIMIT:
             return str(value)
         raise ValueRefused("an integer beyond a float's range")

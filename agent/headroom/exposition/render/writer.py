@@ -14,7 +14,7 @@ format itself is simple and ``promtool check metrics`` plus the golden file guar
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import structlog
 
@@ -30,6 +30,7 @@ from headroom.exposition.render.text import (
     _HEADERS,
     _LABEL_TEXT,
     _ORDER,
+    Labels,
     ValueRefused,
     _label_text,
     format_value,
@@ -38,9 +39,18 @@ from headroom.exposition.render.text import (
 log = structlog.get_logger()
 
 if TYPE_CHECKING:
+    from headroom.analysis.pipeline import Findings, WorkloadFinding
     from headroom.samples import Snapshot
+    from headroom.workload.attribution import WorkloadStatus
 
 _GPU_IDS = ("gpu", "uuid")  # the leading labels of every per-GPU series
+
+# the caches' entries (their layout in the comments below): a series', and a group's (Writer.add_many)
+_Series = tuple[int, str, "str | None", str, str, object, str]
+_SeriesKey = tuple[str, Labels]
+_Group = tuple["str | None", str, tuple[int, ...], tuple["str | None", ...], tuple[str, ...], tuple[object, ...],
+               tuple[str, ...]]
+_GroupKey = tuple[tuple[str, ...], Labels, "tuple[object, ...] | None"]  # names, label values, tails
 
 
 class UnknownMetric(KeyError):
@@ -64,8 +74,7 @@ _SERIES_MAX = 2_000  # entries per generation (the reference host with 50 pods u
 _UNSET = object()  # the value of an entry not rendered yet: equal to no value
 
 
-def _series(cache: Renderer, name: str, label_values: tuple[Any, ...], key: tuple[str, tuple[Any, ...]] | None
-            ) -> tuple[int, str, str | None, str, str, Any, str]:
+def _series(cache: Renderer, name: str, label_values: Labels, key: _SeriesKey | None) -> _Series:
     """The cache's entry for this series, from the old generation or new (stored unless ``key`` is None: an
     unhashable label value)."""
     entry = cache.series_old.pop(key, None) if key is not None else None
@@ -78,7 +87,7 @@ def _series(cache: Renderer, name: str, label_values: tuple[Any, ...], key: tupl
     return entry
 
 
-def _new_series(name: str, label_values: tuple[Any, ...]) -> tuple[int, str, str | None, str, str, Any, str]:
+def _new_series(name: str, label_values: Labels) -> _Series:
     spec = BY_NAME.get(name)
     if spec is None:
         raise UnknownMetric(f"{name} is not in the metric catalogue")
@@ -88,7 +97,7 @@ def _new_series(name: str, label_values: tuple[Any, ...]) -> tuple[int, str, str
     if not label_values:
         return (_ORDER[name], name, None, "", f"{name} ", _UNSET, "")
     prefix = f"{name}{{{_label_text(names, label_values)}"
-    uuid = label_values[1] if names[:2] == _GPU_IDS else None
+    uuid = cast("str", label_values[1]) if names[:2] == _GPU_IDS else None  # a GpuSample's uuid
     return (_ORDER[name], prefix, uuid, "", f"{prefix}}} ", _UNSET, "")
 
 
@@ -99,8 +108,8 @@ def _new_series(name: str, label_values: tuple[Any, ...]) -> tuple[int, str, str
 _GROUPS_MAX = 1_000  # entries per generation (the reference host with 50 pods uses ~220)
 
 
-def _group(cache: Renderer, names: tuple[str, ...], label_values: tuple[Any, ...], tails: tuple[Any, ...] | None,
-           key: tuple[Any, ...] | None) -> tuple[Any, ...]:
+def _group(cache: Renderer, names: tuple[str, ...], label_values: Labels, tails: tuple[object, ...] | None,
+           key: _GroupKey | None) -> _Group:
     """The cache's entry for this group, from the old generation or new: each series checked against the
     catalogue as ``Writer.add`` checks it."""
     entry = cache.groups_old.pop(key, None) if key is not None else None
@@ -113,11 +122,13 @@ def _group(cache: Renderer, names: tuple[str, ...], label_values: tuple[Any, ...
     return entry
 
 
-def _new_group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tuple[Any, ...] | None
-               ) -> tuple[Any, ...]:
+def _new_group(names: tuple[str, ...], label_values: Labels, tails: tuple[object, ...] | None) -> _Group:
     if tails is not None and len(tails) != len(names):
         raise ValueError(f"{len(names)} names but {len(tails)} tail labels")
-    uuid, indexes, prefixes, heads = None, [], [], []
+    uuid: str | None = None
+    indexes: list[int] = []
+    prefixes: list[str | None] = []
+    heads: list[str] = []
     for i, name in enumerate(names):
         tail = None if tails is None else tails[i]
         labels = (label_values if tail is None else (*label_values, *tail) if type(tail) is tuple
@@ -130,8 +141,8 @@ def _new_group(names: tuple[str, ...], label_values: tuple[Any, ...], tails: tup
             if uuid is not None and gpu != uuid:  # the group's identity labels are one GPU's
                 raise ValueError(f"one group holds the series of GPUs {uuid} and {gpu}")
             uuid = gpu
-    unset = (_UNSET,) * len(names)
-    return (uuid, "", tuple(indexes), tuple(prefixes), tuple(heads), unset, unset)
+    # no value rendered yet: no line (never read while its last value is _UNSET, which equals no value)
+    return (uuid, "", tuple(indexes), tuple(prefixes), tuple(heads), (_UNSET,) * len(names), ("",) * len(names))
 
 
 class Renderer:
@@ -141,19 +152,19 @@ class Renderer:
     __slots__ = ("findings", "groups", "groups_old", "refused", "series", "series_old", "workloads")
 
     def __init__(self) -> None:
-        self.series: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
-        self.series_old: dict[tuple[str, tuple[Any, ...]], tuple[int, str, str | None, str, str, Any, str]] = {}
-        self.groups: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        self.groups_old: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self.series: dict[_SeriesKey, _Series] = {}
+        self.series_old: dict[_SeriesKey, _Series] = {}
+        self.groups: dict[_GroupKey, _Group] = {}
+        self.groups_old: dict[_GroupKey, _Group] = {}
         # workload name -> (its status as last rendered, the lines it wrote: (family position, lines) pairs). A
         # status is immutable and the analysis hands back the same object while a workload's inputs do not change
         # (attribution.AutoStatuses: most pods, most ticks), so the same object writes the same lines (no workload
         # series carries a GPU's identity labels). Holding the object keeps its id from being reused; only the
         # last render's workloads are kept.
-        self.workloads: dict[str, tuple[Any, tuple[tuple[int, list[str]], ...]]] = {}
+        self.workloads: dict[str, tuple[WorkloadStatus, tuple[tuple[int, list[str]], ...]]] = {}
         # the same for each workload's finding (verdict and headroom series): analysis keeps an automatic
         # workload's finding object between its scorings (pipeline.AUTO_REFRESH_SECONDS)
-        self.findings: dict[str, tuple[Any, tuple[tuple[int, list[str]], ...]]] = {}
+        self.findings: dict[str, tuple[WorkloadFinding, tuple[tuple[int, list[str]], ...]]] = {}
         self.refused: frozenset[str] = frozenset()  # the series names the last render left out (logged when new)
 
     def render(self, snapshot: Snapshot) -> bytes:
@@ -193,13 +204,14 @@ class Writer:
         self.gpu_extra: dict[str, str] = {}
         self.refused: list[str] = []  # the names of the samples left out (format_value refused their value)
 
-    def add(self, name: str, value: float | int | bool | None, *label_values: Any) -> None:
+    def add(self, name: str, value: float | int | bool | None, *label_values: object) -> None:
         if value is None:
             return  # unknown / unsupported: the series is absent, never 0
-        key = (name, label_values)
+        lookup = (name, label_values)
+        key: _SeriesKey | None = lookup  # None: not cached
         cache = self._cache
         try:
-            index, prefix, uuid, extra, head, last, line = cache.series[key]
+            index, prefix, uuid, extra, head, last, line = cache.series[lookup]
         except KeyError:
             index, prefix, uuid, extra, head, last, line = _series(cache, name, label_values, key)
         except TypeError:  # an unhashable label value: rendered, not cached
@@ -220,15 +232,16 @@ class Writer:
         self._lines[index].append(line)
 
     def add_many(self, names: tuple[str, ...], values: Iterable[float | int | bool | None],
-                 label_values: tuple[Any, ...] = (), tails: tuple[Any, ...] | None = None) -> None:
+                 label_values: Labels = (), tails: tuple[object, ...] | None = None) -> None:
         """``add(names[i], value_i, *label_values)`` for each value in order, with ``tails[i]`` as the last
         label where ``tails`` is given (and not None; a tuple: the last labels), in one call: the same output as
         those ``add`` calls, at a fraction of their cost for a group of series that repeats every tick (a GPU's
         gauges, a verdict, a workload's series)."""
-        key = (names, label_values, tails)
+        lookup = (names, label_values, tails)
+        key: _GroupKey | None = lookup  # None: not cached
         cache = self._cache
         try:
-            group = cache.groups.get(key)
+            group = cache.groups.get(lookup)
         except TypeError:  # an unhashable label value: rendered, not cached
             key, group = None, None
         if group is None:
@@ -301,5 +314,6 @@ def render_into(w: Writer, snapshot: Snapshot) -> None:
         if data is not None:
             fn(w, data, snapshot)
     if snapshot.findings is not None:
-        _render_findings(w, snapshot.findings)
+        # the Snapshot holds the samples.Findings protocol; its one implementation is the pipeline's, rendered here
+        _render_findings(w, cast("Findings", snapshot.findings))
         _render_workloads(w, getattr(snapshot.findings, "workloads", ()) or ())
