@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from headroom.analysis.signals import recent
+from headroom.analysis.thresholds import BUCKET_WIDTH_MAX, DEFAULT_THRESHOLDS
 from headroom.samples import Histogram, Sample, ServingEndpoint
 
 if TYPE_CHECKING:
@@ -38,8 +39,8 @@ if TYPE_CHECKING:
 QUANTILES = (0.5, 0.95, 0.99)
 # a percentile read inside a bucket wider than this share of the bucket's upper bound (upper - lower > 0.4 x
 # upper: an upper bound above 1.67 x the lower one) is a bound, not a value; the first bucket (lower 0) and the
-# +Inf bucket always are. The default of bottleneck.THRESHOLDS["latency_bucket_width_max"] (docs/serving.md)
-BUCKET_WIDTH_MAX = 0.4
+# +Inf bucket always are: BUCKET_WIDTH_MAX (analysis/thresholds.py), the default of latency_bucket_width_max
+# (docs/serving.md)
 LIMIT_HINTS = {
     "vllm": "max_num_seqs / max_num_batched_tokens",
     "sglang": "max_running_requests / chunked_prefill_size",
@@ -259,11 +260,9 @@ def serving_signals(window: Sequence[Sample], seconds: float, workload: str,
     none before them in the window, starts a new run. Within ``serving_restart_seconds`` of that restart the
     endpoint is ``restarting``; one whose scrapes have failed for ``serving_down_seconds`` since its last answer (or
     with none in the window) is ``down``; a newer failure than that (a scrape that timed out under load) leaves it
-    ``up``, judged from its answers (``thresholds``: bottleneck.DEFAULT_THRESHOLDS when None; its latency_bucket_width_max: a percentile in a wider
+    ``up``, judged from its answers (``thresholds``: DEFAULT_THRESHOLDS when None; its latency_bucket_width_max: a percentile in a wider
     bucket is a bound)."""
     if thresholds is None:
-        from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
-
         thresholds = DEFAULT_THRESHOLDS
     bucket_width_max = thresholds.get("latency_bucket_width_max", BUCKET_WIDTH_MAX)
     if not window:

@@ -17,6 +17,7 @@ from headroom import __version__
 from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
 from headroom.exposition import charts
 from headroom.exposition.charts import Mark
+from headroom.exposition.health import State, health
 from headroom.samples import NvmlSample
 from headroom.units import format_size
 
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from headroom.analysis.bottleneck import Verdict
     from headroom.analysis.health import GpuHealth
     from headroom.analysis.pipeline import Findings, WorkloadFinding
-    from headroom.exposition.server import State
     from headroom.probe.store import LastResult
     from headroom.samples import IdentityGroup, IdentitySample, Launcher, Sample, Snapshot, TickTiming
     from headroom.workload.attribution import WorkloadStatus
@@ -40,8 +40,6 @@ Json = dict[str, Any]
 def status(state: State, snap: Snapshot | None = None) -> Json:
     """A JSON-able summary of the current snapshot (or of ``snap``): health, collectors, GPUs and workloads with
     verdicts."""
-    from headroom.exposition.server import health
-
     snap = state.snapshot if snap is None else snap
     ok, reason, degraded = health(state, snap)  # as /healthz says it: "ok; degraded: nvml: ..." with NVML down
     out: Json = {

@@ -31,12 +31,13 @@ import time
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
 from headroom import __version__
 from headroom.exposition import landing, openmetrics, runbook
+from headroom.exposition.health import State, health  # noqa: F401  (health: /healthz's text, also the status API's)
 from headroom.exposition.render import CONTENT_TYPE
 from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
 from headroom.schema import parse_listen_address  # noqa: F401  (its home is schema.py; still importable here)
@@ -168,12 +169,6 @@ class _ResponseWriter(io.BufferedIOBase):
         finally:
             srv.mark(conn, _BUSY, 0.0)
         return len(data)
-
-
-class State(Protocol):
-    snapshot: Snapshot | None
-
-    def healthy(self) -> tuple[bool, str]: ...
 
 
 class _GzipCache:
@@ -430,24 +425,6 @@ def accepts_gzip(accept_encoding: Iterable[str]) -> bool:
     if named is not None:
         return named > 0
     return star is not None and star > 0
-
-
-def health(state: State, snapshot: Snapshot | None) -> tuple[bool, str, list[str]]:
-    """(ok, text, degraded): /healthz's answer and the status API's ``health``, one text for both: 'ok', or 'ok;
-    degraded: nvml: NVML unavailable ...' while the agent works but a collector or GPU does not."""
-    ok, reason = state.healthy()
-    degraded = _degraded(state, snapshot)
-    return ok, reason if not degraded else reason + "; degraded: " + "; ".join(degraded), degraded
-
-
-def _degraded(state: State, snapshot: Snapshot | None) -> list[str]:
-    """What is broken while the agent itself works: failing collectors, then GPUs that stopped answering."""
-    out = [f"{k}: {v}" for k, v in sorted(getattr(state, "failing", {}).items())]
-    nvml = snapshot.sample.data("nvml") if snapshot is not None else None
-    for g in getattr(nvml, "gpus", ()):
-        if not g.up:
-            out.append(f"gpu {g.index}" + (f" {g.uuid}" if g.uuid else "") + f": {g.error or 'down'}")
-    return out
 
 
 def _refusal(reason: bytes) -> bytes:

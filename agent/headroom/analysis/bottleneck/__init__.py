@@ -8,8 +8,8 @@ whatever the host does. A host-wide signal counts for a workload in proportion t
 ties between scores go to the cause, then to direct evidence. docs/analysis.md documents every rule, threshold,
 source and blind spot; thresholds come from config.yaml (analysis.thresholds). One purpose a module:
 
-- ``thresholds.py``: ``THRESHOLDS`` (name -> default, meaning), ``DEFAULT_THRESHOLDS``, ``ramp``, the table of
-  docs/analysis.md;
+- the thresholds (``THRESHOLDS``, ``DEFAULT_THRESHOLDS``, ``ramp``, the docs table) are analysis/thresholds.py's, below
+  this package and analysis/serving.py alike (re-exported here)
 - ``evidence.py``: ``RESOURCES``, ``NONE``, a rule's result (``Scored``) and the wording of the evidence;
 - ``verdict.py``: ``Verdict``, ``decide`` (ties: ``EXPLAINS``, ``CPU_WORK_PRECEDES``) and ``Hysteresis``;
 - ``gpu.py``: the rules on a GPU's own signals (gpu_compute, gpu_memory and ``Reserved``, gpu_thermal, gpu_power,
@@ -18,7 +18,7 @@ source and blind spot; thresholds come from config.yaml (analysis.thresholds). O
 - ``neighbours.py``: the processes outside a workload that press on the host, named in its evidence;
 - ``scoring.py``: ``score_gpu`` and ``score_workload``, which run the rules into a verdict.
 
-The modules import one way (thresholds, evidence <- verdict, gpu, starvation, neighbours <- scoring). This module
+The modules import one way (analysis/thresholds.py, evidence <- verdict, gpu, starvation, neighbours <- scoring). This module
 re-exports what the rest of the agent, the tests and the benchmarks import from ``headroom.analysis.bottleneck``.
 """
 
@@ -39,8 +39,8 @@ from headroom.analysis.bottleneck.gpu import (
 from headroom.analysis.bottleneck.neighbours import NEIGHBOUR_RESOURCES, neighbour_text, neighbours_of
 from headroom.analysis.bottleneck.scoring import score_gpu, score_workload, straggler
 from headroom.analysis.bottleneck.starvation import HostView, host_view, rule_cpu, rule_disk_io, rule_network
-from headroom.analysis.bottleneck.thresholds import DEFAULT_THRESHOLDS, THRESHOLDS, thresholds_markdown
 from headroom.analysis.bottleneck.verdict import CPU_WORK_PRECEDES, Hysteresis, Verdict, candidate_of, decide
+from headroom.analysis.thresholds import DEFAULT_THRESHOLDS, THRESHOLDS, thresholds_markdown
 
 __all__ = [
     "CPU_WORK_PRECEDES", "DEFAULT_THRESHOLDS", "GPU_OWN_RULES", "NEIGHBOUR_RESOURCES", "NONE", "RESOURCES",

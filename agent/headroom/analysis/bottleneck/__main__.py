@@ -1,5 +1,5 @@
 """``python -m headroom.analysis.bottleneck``: the thresholds table of docs/analysis.md."""
 
-from headroom.analysis.bottleneck.thresholds import thresholds_markdown
+from headroom.analysis.thresholds import thresholds_markdown
 
 print(thresholds_markdown(), end="")

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from headroom.analysis.bottleneck.evidence import NO_GPM, gib, pct
-from headroom.analysis.bottleneck.thresholds import ramp
 from headroom.analysis.signals import (
     AMBIGUOUS_REASONS,
     POWER_REASONS,
@@ -19,6 +18,7 @@ from headroom.analysis.signals import (
     THERMAL_REASONS,
     GpuSignals,
 )
+from headroom.analysis.thresholds import ramp
 
 if TYPE_CHECKING:
     from headroom.analysis.serving import ServingSignals

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from headroom.analysis.bottleneck.evidence import NO_GPM, Scored, gib, pct, plural
-from headroom.analysis.bottleneck.thresholds import ramp
 from headroom.analysis.signals import HostSignals, RankSignals, WorkloadSignals
+from headroom.analysis.thresholds import ramp
 
 
 @dataclass(frozen=True)

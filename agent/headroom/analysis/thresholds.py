@@ -1,10 +1,14 @@
 """The thresholds of the analysis (config.yaml ``analysis.thresholds``; docs/analysis.md lists them): ``THRESHOLDS``
 (name -> (default, meaning)), ``DEFAULT_THRESHOLDS`` and ``ramp``, the linear step every rule scores with;
-``thresholds_markdown`` is the table of docs/analysis.md (``python -m headroom.analysis.bottleneck``)."""
+``thresholds_markdown`` is the table of docs/analysis.md (``python -m headroom.analysis.bottleneck``). It sits
+below every analysis module (it imports none): the rules (analysis/bottleneck/) and the serving analysis both read it."""
 
 from __future__ import annotations
 
-from headroom.analysis import serving as serving_rules
+# the widest bucket, as a share of its upper bound, in which an interpolated latency percentile is a value and not
+# a bound (analysis/serving.py reads it; here, below both the rules and the serving analysis, so neither imports
+# the other for it)
+BUCKET_WIDTH_MAX = 0.4
 
 # name -> (default, meaning). Ramps go from 0 at *_low to 1 at *_high.
 THRESHOLDS: dict[str, tuple[float, str]] = {
@@ -80,7 +84,7 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "kv_usage_high": (0.95, "serving runtime's KV cache usage where kv_cache scores 1 (with requests waiting)"),
     "serving_waiting_high": (1.0, "requests waiting in one serving scrape at which queueing counts fully"),
     "preemptions_per_minute_high": (1.0, "preemptions per minute at which KV eviction counts fully"),
-    "latency_bucket_width_max": (serving_rules.BUCKET_WIDTH_MAX,
+    "latency_bucket_width_max": (BUCKET_WIDTH_MAX,
                                  "a latency percentile read inside a runtime's histogram bucket wider than this share "
                                  "of the bucket's upper bound (and any in its first or +Inf bucket) is a bound, not a "
                                  "value: SLOs are judged from the bucket (docs/serving.md, Resolution)"),
