@@ -283,7 +283,7 @@ class _Reader:
     def string(self, node: Node, field_path: str) -> str:
         if not isinstance(node, ScalarNode) or self.is_null(node):
             raise self.fail(node, field_path, f"expected a string, got {node_kind(node)}")
-        return node.value
+        return str(node.value)  # a scalar node's text (PyYAML is untyped)
 
     def boolean(self, node: Node, field_path: str) -> bool:
         if not isinstance(node, ScalarNode) or node.tag != "tag:yaml.org,2002:bool":
@@ -659,7 +659,8 @@ class TLSAuthHandlerMixin:
         return True
 
     def _current_web_config(self) -> WebConfig:
-        return self.server.web_config()  # type: ignore[attr-defined]
+        config: WebConfig = self.server.web_config()  # type: ignore[attr-defined]  # HeadroomHTTPServer's
+        return config
 
     def request_framing_ok(self) -> bool:
         """Hook run before authentication: False when the request was already answered (e.g. a 400)."""

@@ -89,7 +89,7 @@ class ShmCollector(Collector):
         answer None means "not synthesized here": the real syscall runs.
         """
         synthetic = getattr(self.ctx.scenario, "host_statvfs", None)
-        usage = synthetic(mountpoint) if synthetic is not None else None
+        usage: MountUsage | None = synthetic(mountpoint) if synthetic is not None else None
         if usage is not None:
             return dataclasses.replace(usage, mountpoint=mountpoint, fstype=fstype)
         return procfs.mount_usage(path, mountpoint=mountpoint, fstype=fstype)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from headroom import samples
 from headroom.sources import Collector, CollectorError, SourceContext, register
@@ -47,6 +47,7 @@ from headroom.sources.nvml.decode import (
     _ALL_REASONS,
     _FIELD_DECODER,
     _FIELDS,
+    _GPM_METRICS,
     _PROCESS_LAYOUT,
     _SAMPLE_LAYOUT,
     FI_NVLINK_LINK_COUNT,
@@ -54,7 +55,9 @@ from headroom.sources.nvml.decode import (
     FI_NVLINK_TX,
     NO_FIELDS,
     DeviceFields,
+    ProcessRow,
     _decode_fields,
+    _GpmRatios,
     _gpu_processes,
     _kib,
     _Layout,
@@ -76,8 +79,10 @@ _STEADY_FIELDS = (
     "memory_temperature_max_operating_celsius",
 )
 # GPM metrics (nvml.h NVML_GPM_METRIC_*, percentages) -> GpuSample field
-_GPM_METRICS = ((2, "sm_active_ratio"), (3, "sm_occupancy_ratio"), (5, "tensor_active_ratio"), (10, "dram_active_ratio"))
 _GPM_METRICS_GET_VERSION = _GPM_SUPPORT_VERSION = 1
+
+
+
 _BINDING_HAS_GPM = hasattr(pynvml, "c_nvmlGpmMetricsGet_t")
 _NVLINK_REFRESH = 30.0  # seconds between NVLink link-state re-reads
 _PSTATE_UNKNOWN = 32
@@ -314,7 +319,7 @@ class NvmlCollector(Collector):
             self._mark_down(gpu, str(exc), now)
             return gpu.down_sample()
         # values that rarely change (limits, thresholds, clock-event totals ...) are last tick's objects
-        gpu.published = sample = samples.share_unchanged(sample, gpu.published, _STEADY_FIELDS)
+        gpu.published = sample = cast(samples.GpuSample, samples.share_unchanged(sample, gpu.published, _STEADY_FIELDS))
         if was_down:
             log.info("gpu_recovered", gpu=gpu.index, uuid=gpu.uuid)
             gpu.up, gpu.error = True, None
@@ -492,7 +497,7 @@ class NvmlCollector(Collector):
             return {}
         return clock_events(supported, current)
 
-    def _process_list(self, gpu: _Gpu, handle: Any, prefix: str = "") -> tuple[tuple[tuple[int, int | None], ...] | None, bool]:
+    def _process_list(self, gpu: _Gpu, handle: Any, prefix: str = "") -> tuple[tuple[ProcessRow, ...] | None, bool]:
         """(processes on ``handle`` as (pid, used memory or None) rows, failed): the rows, or None when this
         handle cannot list them (unsupported, no permission); failed is True when the query failed this tick
         (transient). The same rows object as last tick's when the driver listed the same bytes."""
@@ -665,7 +670,7 @@ class NvmlCollector(Collector):
         """The active NVLink links of this GPU; the link count and states are re-read every _NVLINK_REFRESH s."""
         layout = gpu.cache.get("nvlink")
         if layout is not None and now - layout[0] < _NVLINK_REFRESH:
-            return layout[1]
+            return cast("list[int]", layout[1])  # gpu.cache holds each query's value untyped
         active: list[int] = []
         down: list[int] = []
         if gpu.unsupported.get("field:91:0", 0.0) <= gpu.now:
@@ -698,7 +703,7 @@ class NvmlCollector(Collector):
                 gpu.mark_unsupported(f"field:{fid}:{scope}")
         return None, got
 
-    def _gpm(self, gpu: _Gpu) -> dict[str, float]:
+    def _gpm(self, gpu: _Gpu) -> _GpmRatios:
         """GPM ratios averaged over the last tick (Hopper and later): one nvmlGpmSampleGet (a non-blocking
         snapshot) and one nvmlGpmMetricsGet per tick, between this tick's sample and the last one. {} where
         the GPU or the binding has no GPM, and on the first tick."""
@@ -734,12 +739,12 @@ class NvmlCollector(Collector):
         result = gpu.query("gpm_metrics", "nvmlGpmMetricsGet", request, remember=False)
         if result is None or result is _ABSENT:
             return {}
-        out = {}
+        out: dict[str, float] = {}
         for i, (_, name) in enumerate(_GPM_METRICS):
             m = result.metrics[i]
             if int(m.nvmlReturn) == _SUCCESS:
                 out[name] = min(1.0, max(0.0, float(m.value) / 100))
-        return out
+        return cast(_GpmRatios, out)  # the keys are _GPM_METRICS' names, _GpmRatios' fields
 
     def _gpm_free(self, samples_: Sequence[Any]) -> None:
         for s in samples_:

@@ -10,7 +10,7 @@ import ctypes
 import sys
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from headroom import samples
 from headroom.sources.nvml.binding import _SUCCESS, pynvml
@@ -293,3 +293,14 @@ def _gpu_processes(last: tuple[samples.GpuProcess, ...] | None, rows: Sequence[P
     return tuple(out)
 
 
+# the GPM metrics read each tick (nvmlGpmMetricId_t) and the GpuSample field each ratio fills
+_GPM_METRICS = ((2, "sm_active_ratio"), (3, "sm_occupancy_ratio"), (5, "tensor_active_ratio"), (10, "dram_active_ratio"))
+
+
+class _GpmRatios(TypedDict, total=False):
+    """The GPM ratios a tick measured (those of _GPM_METRICS the GPU answered), GpuSample's fields of those names."""
+
+    sm_active_ratio: float
+    sm_occupancy_ratio: float
+    tensor_active_ratio: float
+    dram_active_ratio: float

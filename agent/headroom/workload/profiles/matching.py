@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from headroom.workload.profiles.reader import _BAD, _kind_of, _ok, _Reader
+from headroom.schema import kind as _kind_of
+from headroom.workload.profiles.reader import _BAD, _ok, _Reader
 from headroom.workload.profiles.types import ProcessMatch
 
 _GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")

@@ -79,7 +79,7 @@ class _Reader:
         return value
 
     # each converter returns the converted value, None when absent, or _BAD after recording an error
-    def string(self, m: Mapping, key: str, path: Path) -> Any:
+    def string(self, m: Mapping[Any, Any], key: str, path: Path) -> Any:
         if key not in m or m[key] is None:
             return None
         v = m[key]
@@ -90,7 +90,7 @@ class _Reader:
             return self.error(path + (key,), f"expected a non-empty string; got {got}")
         return v.strip()
 
-    def integer(self, m: Mapping, key: str, path: Path, minimum: int) -> Any:
+    def integer(self, m: Mapping[Any, Any], key: str, path: Path, minimum: int) -> Any:
         if key not in m or m[key] is None:
             return None
         v = m[key]
@@ -102,7 +102,7 @@ class _Reader:
             return self.error(path + (key,), f"must be <= 2^53 ({MAX_INTEGER}); got {_short(v)}")
         return v
 
-    def number(self, m: Mapping, key: str, path: Path, minimum: float, maximum: float | None = None,
+    def number(self, m: Mapping[Any, Any], key: str, path: Path, minimum: float, maximum: float | None = None,
                exclusive_minimum: bool = False) -> Any:  # fmt: skip
         if key not in m or m[key] is None:
             return None
@@ -119,7 +119,7 @@ class _Reader:
             return self.error(path + (key,), f"must be <= {maximum:g}; got {v:g}")
         return float(v)
 
-    def boolean(self, m: Mapping, key: str, path: Path) -> Any:
+    def boolean(self, m: Mapping[Any, Any], key: str, path: Path) -> Any:
         if key not in m or m[key] is None:
             return None
         v = m[key]
@@ -127,7 +127,7 @@ class _Reader:
             return self.error(path + (key,), f"expected true or false; got {v!r}")
         return v
 
-    def count(self, m: Mapping, key: str, path: Path) -> Any:
+    def count(self, m: Mapping[Any, Any], key: str, path: Path) -> Any:
         if key not in m or m[key] is None:
             return None
         try:
@@ -141,7 +141,7 @@ class _Reader:
         return n
 
     def choice(
-        self, m: Mapping, key: str, path: Path, enum: type[StrEnum], allowed: Sequence[Any] | None = None
+        self, m: Mapping[Any, Any], key: str, path: Path, enum: type[StrEnum], allowed: Sequence[Any] | None = None
     ) -> Any:
         if key not in m or m[key] is None:
             return None

@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from headroom import units
+from headroom.schema import kind as _kind_of
 from headroom.workload.profiles.matching import _MATCH_KEYS, _endpoint, _gpus, _match
 from headroom.workload.profiles.reader import (
     _BAD,
     MAX_INTEGER,
     Path,
     ProfileErrors,
-    _kind_of,
     _ok,
     _Reader,
     _short,
