@@ -15,20 +15,5 @@ command -v flock >/dev/null 2>&1 || need+=(util-linux)
 # a dynamically linked /bin/busybox (Debian's busybox) does not run in an image without a libc
 linked=$(LC_ALL=C ldd /bin/busybox 2>&1 || true)  # ldd exits 1 for a static executable
 case "$linked" in *"not a dynamic executable"*|*"statically linked"*) ;; *) need+=(busybox-static) ;; esac
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
-fi
-mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
-SUDO=""
-if [ "$(id -u)" != 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
-    echo "install-real-debian: need root (or sudo) to install: ${need[*]}" >&2; exit 1; fi
-fi
-echo "make: installing Debian packages for the real-component tests: ${need[*]} (apt-get, a minute or two) ..."
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-# Debian starts the daemons it installs where systemd runs; the tests start their own (own key, ports, temp dirs)
-for svc in slurmctld slurmd munge; do
-  if [ -d /run/systemd/system ]; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
-done
+source "$(dirname "$0")/apt-install.sh"
+apt_install install-real-debian "the real-component tests" slurmctld slurmd munge -- "${need[@]}"

@@ -14,20 +14,5 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v victoria-metrics >/dev/null 2>&1 || need+=(victoria-metrics)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
-if [ ${#need[@]} -eq 0 ]; then
-  exit 0
-fi
-mapfile -t need < <(printf '%s\n' "${need[@]}" | sort -u)
-SUDO=""
-if [ "$(id -u)" != 0 ]; then
-  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
-    echo "install-system-deps: need root (or sudo) to install: ${need[*]}" >&2; exit 1; fi
-fi
-echo "make: installing Debian packages for the tests: ${need[*]} (apt-get, a minute or two) ..."
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-# Debian starts the services it installs where systemd runs; the tests start their own on free ports.
-for svc in prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics; do
-  if [ -d /run/systemd/system ]; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
-done
+source "$(dirname "$0")/apt-install.sh"
+apt_install install-system-deps "the tests" prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics -- "${need[@]}"

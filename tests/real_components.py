@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -253,3 +254,15 @@ def cgroup_mismatches(text: str, workload: str, cpu_before: float | None, cpu_af
         if got is None or abs(got - memory) > slack:
             bad.append(f"cgroup_memory_bytes {got}, its cgroup says {memory} (+-{slack:.0f})")
     return bad
+
+
+def wait_for(what: str, probe, timeout: float = 30.0, every: float = 0.2):
+    """``probe()``'s first truthy answer within ``timeout``; else fails with ``what`` and the last answer."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"{what} not within {timeout} s (last: {str(last)[:3000]})")

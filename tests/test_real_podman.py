@@ -29,6 +29,7 @@ from real_components import (
     metric_samples,
     metric_value,
     proc_figures,
+    wait_for,
 )
 from real_podman import container, podman_image
 
@@ -50,17 +51,6 @@ def metrics(agent) -> str:
 def identity_of(agent, name: str) -> dict | None:
     doc = json.loads(http_get(agent.url + "/api/v1/status")[2])
     return next((w for w in (doc.get("identity") or {}).get("workloads", []) if w["name"] == name), None)
-
-
-def wait_for(what: str, probe, timeout: float = 30.0, every: float = 0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"{what} not within {timeout} s (last: {str(last)[:3000]})")
 
 
 def cgroup_files(ctr) -> tuple[float | None, int | None]:

@@ -37,6 +37,7 @@ from real_components import (
     metric_samples,
     metric_value,
     proc_figures,
+    wait_for,
 )
 from real_slurm import SlurmCluster, slurm_cluster
 
@@ -120,18 +121,6 @@ def metrics(agent) -> str:
 
 def identity_of(doc: dict, name: str) -> dict | None:
     return next((w for w in (doc.get("identity") or {}).get("workloads", []) if w["name"] == name), None)
-
-
-def wait_for(what: str, probe, timeout: float = 30.0, every: float = 0.2):
-    """``probe()``'s first truthy answer within ``timeout``; else fails with ``what`` and the last answer."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"{what} not within {timeout} s (last: {str(last)[:3000]})")
 
 
 def steady_members(slurm: SlurmCluster, job: int, at_least: int, timeout: float = 30.0) -> frozenset[int]:
