@@ -29,7 +29,7 @@ from headroom.config import Config
 from headroom.daemon import LatestSample, Options, build_collectors, make_analysis
 from headroom.exposition import render as render_module
 from headroom.sampler import Sampler
-from headroom.samples import Sample, SourceResult
+from headroom.samples import PreviousTick, Sample, SourceResult
 from headroom.simulation import load_scenario
 
 # NVML functions known to block: real NVML samples PCIe throughput over a 20 ms window per call, and
@@ -310,7 +310,9 @@ def _collectors_directly(config: Config, scenario_path: Path, gpus: int, window:
     about half as much and the split would not add up to the tick. With ``pods`` the GPUs list the pods'
     processes here too, churning between rounds (the identity collector is timed in the ticks instead)."""
     newest: dict[str, Any] = {}
-    collectors, scenario = _build(config, scenario_path, (lambda: newest.get("sample")) if pods else None,
+    # the collectors read the last tick as the daemon hands it: a PreviousTick of the newest sample
+    collectors, scenario = _build(config, scenario_path,
+                                  (lambda: PreviousTick.of(newest.get("sample"))) if pods else None,
                                   pods.settings() if pods else None, pods.rootfs if pods else None)
     if pods is not None:
         pods.attach(scenario)

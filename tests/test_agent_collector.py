@@ -37,7 +37,11 @@ def threads() -> int:
 
 def test_agent_collector_reads_its_own_process():
     before = AgentCollector(SourceContext()).collect()
-    sum(i * i for i in range(300_000))  # burn a little CPU: the counters must follow
+    # burn CPU until the process has used 50 ms more (5 clock ticks: /proc counts in 10 ms steps): the counters
+    # must follow (a fixed 300 000 squares took under one tick once, beside 4 test workers on 2 cores)
+    spent = time.process_time()
+    while time.process_time() - spent < 0.05:
+        sum(i * i for i in range(10_000))
     after = AgentCollector(SourceContext()).collect()
     assert after.cpu_user_seconds_total + after.cpu_system_seconds_total > (
         before.cpu_user_seconds_total + before.cpu_system_seconds_total)
