@@ -93,17 +93,28 @@ def test_the_summary_reports_each_runtimes_error_over_all_its_rows():
     assert got["tgi"]["within"] == 0  # the one TGI row is a known miss, and it is counted
 
 
-def test_sglang_tokens_are_the_logs_rest_memory_over_the_cell():
-    """The L4 start-up prints the free memory before (21.63 GB) and after (6.09 GB) the weights: SGLang's
+# (case, free memory before the weights, free memory after them, as the log printed them in GB = GiB)
+SGLANG_FREE = [("qwq-32b-l4x4-sglang", 21.63, 6.09), ("llama31-8b-h100-sglang-fa3", 63.48 + 15.11, 63.48),
+               ("r1-distill-qwen-7b-3090-wsl-sglang", 22.76, 8.37)]
+
+
+@pytest.mark.parametrize(("name", "before", "after"), SGLANG_FREE)
+def test_sglang_tokens_are_the_logs_rest_memory_over_the_cell(name, before, after):
+    """Start-ups that print the free memory before and after the weights: SGLang's
     ``free after load - free before load x (1 - mem_fraction_static)`` (docs/sizing.md, "SGLang") over the per-rank
-    KV cell headroom builds for the model (2 of 8 KV heads at TP 4 x 128 x 64 layers x K and V x 2 B) gives the
-    #tokens it printed, to the rounding of its two-decimal figures."""
+    KV cell headroom builds for the model gives the #tokens it printed, to the rounding of its two-decimal figures.
+    The fraction is the logged one, else the default headroom applies for that version and GPU (0.88 on one H100 at
+    0.4.4), so the rule and the default are checked by the runtime's own figures; where a row misses (the RTX 3090 under
+    WSL2) the miss is in the memory before the load, not in this rule."""
     from headroom.workload.profiles import profile_from_dict
+    from headroom.workload.serving_memory import sglang_mem_fraction
     from headroom.workload.sizing.plan import _plan  # private: the plan's KV layout (no public name gives it)
 
-    case = CASES["qwq-32b-l4x4-sglang"]
+    case = CASES[name]
     # private: the evidence case's profile document: sizing_evidence exports only the error and the table
     layout = _plan(profile_from_dict(ev._profile(case), attributable=False), DEFAULTS).layout
     assert layout is not None
-    rest = (6.09 - 21.63 * (1 - case.flags["mem_fraction_static"])) * ev.GIB
+    frac = case.flags.get("mem_fraction_static") or sglang_mem_fraction(case.tensor, int(case.gpu_memory_gib * ev.GIB),
+                                                                        case.version)
+    rest = (after - before * (1 - frac)) * ev.GIB
     assert rest // layout.bytes_per_token == pytest.approx(case.reported, rel=0.003)

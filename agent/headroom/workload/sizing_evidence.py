@@ -43,6 +43,8 @@ VLLM_15871 = "https://github.com/vllm-project/vllm/issues/15871"
 VLLM_13061 = "https://github.com/vllm-project/vllm/issues/13061"
 TGI_2744 = "https://github.com/huggingface/text-generation-inference/issues/2744"
 SGLANG_L4_QWQ = "https://github.com/didier-durand/llms-in-clouds/blob/main/docs/sglang.md"
+SGLANG_4760 = "https://github.com/sgl-project/sglang/pull/4760"
+SGLANG_3090_R1 = "https://github.com/jerryzsj/my-deepseek-r1"
 
 
 @dataclass(frozen=True)
@@ -192,12 +194,32 @@ CASES: tuple[Case, ...] = (
               "all-reduce off (more than two PCIe GPUs); the parts differ where the sum agrees: headroom counts 0.85 "
               "GiB of non-torch memory (the log: 0.42 GiB used before load) and 15.26 GiB of weights (the load "
               "took 15.54 GiB)"),
+    Case("llama31-8b-h100-sglang-fa3", SGLANG_4760, "Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, "
+         "avail mem=63.48 GB, mem usage=15.11 GB. KV Cache is allocated. #tokens: 442750, K size: 27.02 GB, V size: "
+         "27.02 GB (Meta-Llama-3.1-8B-Instruct, PR description of 2025-03-25)", "llama-3.1-8b", "H100 80GB", 79.19,
+         "sglang", "0.4.4", 131072, "kv_tokens", 442750,
+         note="GPU not printed: the run tests the FlashAttention 3 backend, which needs a Hopper GPU, and 63.48 + 15.11 "
+              "= 78.59 GB free before load is an 80 GB card (H100 memory as PyTorch sees it); mem_fraction_static not "
+              "given, so 0.4.4's default (0.88 at TP 1 on <= 80 GiB) is what headroom applies, and the log agrees: "
+              "63.48 - 78.59 x 0.12 = 54.05 GiB = the K + V sizes printed; version by date (0.4.4.post1/post2)"),
     # ---- known misses
     Case("qwen3-235b-fp8-vllm-lmcache", VLLM_21348, "Available KV cache memory: 8.11 GiB (vllm serve --tensor-parallel-"
          "size 4 --kv-transfer-config LMCacheConnectorV1)", "qwen3-235b-a22b-fp8", "H100 80GB", 79.19, "vllm", "0.9.2",
          40960, "kv_gib", 8.11, tensor=4, role="known miss",
          note="version not in the issue (posted 2025-07-22: 0.9.2); the run loads the LMCache KV connector, whose "
               "GPU buffers are not modelled (the likely cause, not verified): 1.95 GiB short"),
+    Case("r1-distill-qwen-7b-3090-wsl-sglang", SGLANG_3090_R1, "server_args=ServerArgs(... mem_fraction_static=0.88, "
+         "chunked_prefill_size=2048, tp_size=1 ...) Load weight begin. avail mem=22.76 GB ... Load weight end. "
+         "type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=8.37 GB; KV Cache is allocated. K size: 2.82 GB, V "
+         "size: 2.82 GB; max_total_num_tokens=105531 (README, Docker under WSL2, Graphics: RTX 3090)",
+         "deepseek-r1-distill-qwen-7b", "RTX 3090", 23.58, "sglang", "0.4.2", 131072, "kv_tokens", 105531,
+         flags={"mem_fraction_static": 0.88}, role="known miss",
+         note="version not printed (2025-02-04, the 0.4.2 series by date and the server_args fields); the log itself "
+              "follows SGLang's rule (8.37 - 22.76 x 0.12 = 5.64 GiB = K + V printed); the miss is the memory before "
+              "load: Docker on WSL2 with a Windows driver (560.76), 22.76 GB free of the card's 23.58 GiB (memory as "
+              "vLLM printed it for an RTX 3090 on Linux, vllm#10517), so 0.82 GiB was held by the desktop and WSL "
+              "where headroom counts 0.35 GiB of non-torch memory, and the load took 14.39 GB where headroom counts "
+              "14.18 GiB of weights"),
     Case("llama31-70b-tgi-a100x2", TGI_2744, "Default `max_batch_prefill_tokens` to 10049 ... Setting max batch total "
          "tokens to 30816 (Llama 3.1 70B on 2 A100 80GB)", "llama-3-70b", "A100 80GB", 79.15, "tgi", "2.4.0", 10049,
          "kv_tokens", 30816, tensor=2, flags={"max_num_batched_tokens": 10049}, role="known miss",
