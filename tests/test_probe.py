@@ -572,8 +572,9 @@ def test_a_token_whose_text_is_empty_is_timed_as_a_token(scripted):
     r = _send_one(url)
     assert r.error is None and r.output_tokens == 4
     assert r.ttft < 0.25  # the empty first token, not the text 300 ms later
-    # the closing empty chunk is the 4th token (the usage says 4): counted; the gaps are the server's
-    assert len(r.itl) == 3 and r.itl[0] > 0.25 and all(0.03 < g < 0.25 for g in r.itl[1:])
+    # the closing empty chunk is the 4th token (the usage says 4): counted; the gaps are the server's, none joined
+    # to the next (no lower bound: on a loaded host a late chunk shortens the gap after it, seen at 26 ms of 50)
+    assert len(r.itl) == 3 and r.itl[0] > 0.25 and all(g < 0.25 for g in r.itl[1:]), r.itl
 
 
 def test_a_closing_chunk_with_no_token_is_not_a_gap(scripted):
