@@ -418,6 +418,11 @@ class Histogram:
     count: float  # observations, counter
 
 
+# a ServingEndpoint's fields by name as a runtime's normalizer reads them (sources/serving/): Any, each value of
+# its own field's type (a float, a tuple of model names, a Histogram); ServingEndpoint(**fields) takes them
+ServingFields = dict[str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class ServingEndpoint:
     """One workload's serving runtime as its /metrics endpoint answered, normalized across runtimes.
