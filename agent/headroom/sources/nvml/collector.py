@@ -20,7 +20,7 @@ from typing import cast
 
 from headroom import samples
 from headroom.sources import Collector, CollectorError, SourceContext, register
-from headroom.sources.nvml import threads
+from headroom.sources.nvml import binding, threads
 from headroom.sources.nvml.binding import (
     _ABSENT,
     _ABSENT_CODES,
@@ -29,10 +29,6 @@ from headroom.sources.nvml.binding import (
     _LIBRARY_CODES,
     _SUCCESS,
     BINDING_ERROR,
-    FieldsPlan,
-    NvmlHandle,
-    NvmlLib,
-    NvmlValue,
     _Backoff,
     _const,
     _field_array,
@@ -106,7 +102,7 @@ _MIG_REFRESH = 30.0  # seconds between MIG layout re-reads
 
 @dataclass
 class _Mig:
-    handle: NvmlHandle
+    handle: binding.NvmlHandle
     uuid: str
     gpu_instance_id: int
     compute_instance_id: int | None
@@ -127,7 +123,7 @@ class NvmlCollector(Collector):
         super().__init__(ctx)
         # always the real binding; under simulation the scenario's driver stand-in is its library (made and
         # installed here, at start-up, so its construction does not land on the first tick)
-        self.lib: NvmlLib = pynvml
+        self.lib: binding.NvmlLib = pynvml
         if ctx.scenario is not None and BINDING_ERROR is None:
             ctx.scenario.nvml_library()
         self._clock: Callable[[], float] = ctx.monotonic or time.monotonic
@@ -137,7 +133,7 @@ class NvmlCollector(Collector):
         self._down_error: str | None = None
         self._init_backoff = _Backoff()
         self._gpus: list[_Gpu] = []
-        self._system: dict[str, NvmlValue] = {}
+        self._system: dict[str, binding.NvmlValue] = {}
         self._identity: dict[int, tuple[str, str, str, int | None]] = {}  # index -> (uuid, name, pci, minor)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -207,7 +203,7 @@ class NvmlCollector(Collector):
         self._session = True
         self._start_threads()
 
-    def _system_value(self, convert: Callable[[NvmlValue], NvmlValue], *functions: str) -> NvmlValue:
+    def _system_value(self, convert: Callable[[binding.NvmlValue], binding.NvmlValue], *functions: str) -> binding.NvmlValue:
         """The first of ``functions`` that answers, converted; None when none does. Library errors raise."""
         for function in functions:
             fn = getattr(self.lib, function, None)
@@ -248,7 +244,7 @@ class NvmlCollector(Collector):
             self._mark_down(gpu, str(exc), now)
         return gpu
 
-    def _identify(self, gpu: _Gpu, handle: NvmlHandle) -> None:
+    def _identify(self, gpu: _Gpu, handle: binding.NvmlHandle) -> None:
         """Read and cache uuid, name, PCI bus id and minor number for a fresh handle; raises _GpuDown."""
         if handle is None or handle is _ABSENT:
             raise _GpuDown("no device handle (not supported, no permission or not found)")
@@ -469,7 +465,7 @@ class NvmlCollector(Collector):
                 gpu.fields_plan = None  # re-plan without the unsupported fields
         return device_fields(got), got
 
-    def _fields_plan(self, gpu: _Gpu, links: tuple[int, ...]) -> FieldsPlan:
+    def _fields_plan(self, gpu: _Gpu, links: tuple[int, ...]) -> binding.FieldsPlan:
         """(wanted pairs, links, re-probe times of the fields left out, their array) for _fields."""
         pairs = [(f, 0) for f in _FIELDS] + [(fid, link) for link in links for fid in (FI_NVLINK_TX, FI_NVLINK_RX)]
         wanted, reprobe = [], []
@@ -501,7 +497,7 @@ class NvmlCollector(Collector):
             return {}
         return clock_events(supported, current)
 
-    def _process_list(self, gpu: _Gpu, handle: NvmlHandle, prefix: str = "") -> tuple[tuple[ProcessRow, ...] | None, bool]:
+    def _process_list(self, gpu: _Gpu, handle: binding.NvmlHandle, prefix: str = "") -> tuple[tuple[ProcessRow, ...] | None, bool]:
         """(processes on ``handle`` as (pid, used memory or None) rows, failed): the rows, or None when this
         handle cannot list them (unsupported, no permission); failed is True when the query failed this tick
         (transient). The same rows object as last tick's when the driver listed the same bytes."""
@@ -517,7 +513,7 @@ class NvmlCollector(Collector):
         return None, False
 
     def _list_query(self, gpu: _Gpu, key: str, function: str, layout: _Layout,
-                    convert: Callable[[list[tuple[NvmlValue, ...]]], NvmlValue]) -> _ListQuery | None:
+                    convert: Callable[[list[tuple[binding.NvmlValue, ...]]], binding.NvmlValue]) -> _ListQuery | None:
         """The list query kept under ``key`` on this GPU (see _ListQuery). None where the binding has no such
         function (the query then finds it missing, as before), no function lookup, or no usable layout of the
         struct: then the binding's wrapper is called."""
@@ -750,7 +746,7 @@ class NvmlCollector(Collector):
                 out[name] = min(1.0, max(0.0, float(m.value) / 100))
         return cast(_GpmRatios, out)  # the keys are _GPM_METRICS' names, _GpmRatios' fields
 
-    def _gpm_free(self, samples_: Sequence[NvmlHandle]) -> None:
+    def _gpm_free(self, samples_: Sequence[binding.NvmlHandle]) -> None:
         for s in samples_:
             if s is not None and s is not _ABSENT:
                 try:
