@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from headroom.analysis.bottleneck import STARVATION_RULES
+from headroom.jsontypes import JsonDoc
 
 OK, NON_OK, UNKNOWN = 0, 1, 3  # node-problem-detector: 0 OK, 1 NonOK, any other status Unknown
 DEFAULT_AGENT = "http://127.0.0.1:9843"
@@ -50,7 +51,7 @@ def _duration(text: str) -> float:
     return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:  # Any: argparse's private _SubParsersAction (cli's subparsers)
     p = sub.add_parser("check", help="one verdict of the local agent as a node-problem-detector custom plugin: "
                                      "exit 0 OK, 1 problem, 3 unknown, one line of output")
     p.add_argument("check", choices=tuple(CHECKS), help="what to check")
@@ -64,7 +65,7 @@ def add_parser(sub: Any) -> None:
                    help="characters of the message, at most (node-problem-detector's max_output_length, default 80)")
 
 
-def fetch_status(agent: str, timeout: float) -> dict[str, Any]:
+def fetch_status(agent: str, timeout: float) -> JsonDoc:
     """The agent's status document; raises CheckUnknown with a one-line reason."""
     import urllib.error  # here, not at import: `headroom run` builds the parser and never fetches
     import urllib.request
@@ -93,7 +94,7 @@ def fetch_status(agent: str, timeout: float) -> dict[str, Any]:
     return doc
 
 
-def _gpus(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def _gpus(doc: JsonDoc) -> list[JsonDoc]:
     gpus = [g for g in doc["gpus"] if isinstance(g, dict)]
     if not gpus:
         nvml = (doc.get("collectors") or {}).get("nvml") or {}
@@ -101,7 +102,7 @@ def _gpus(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return gpus
 
 
-def gpu_health(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, str]:
+def gpu_health(doc: JsonDoc, args: argparse.Namespace) -> tuple[int, str]:
     gpus = _gpus(doc)
     judged = [g for g in gpus if isinstance(g.get("health"), dict)]
     if not judged:
@@ -112,7 +113,7 @@ def gpu_health(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, str]
     return NON_OK, "; ".join(f"GPU {g.get('index')}: {g['health'].get('reason')}" for g in bad)
 
 
-def gpu_idle(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, str]:
+def gpu_idle(doc: JsonDoc, args: argparse.Namespace) -> tuple[int, str]:
     gpus = _gpus(doc)
     want = args.for_seconds
     found = [g for g in gpus if isinstance(g.get("allocated_to"), list) and g["allocated_to"] and g.get("idle") is True
@@ -124,7 +125,7 @@ def gpu_idle(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, str]:
                              f"{', '.join(map(str, g['allocated_to']))}" for g in found)
 
 
-def _verdicts(doc: dict[str, Any], gpus: list[dict[str, Any]], resources: tuple[str, ...]) -> list[str]:
+def _verdicts(doc: JsonDoc, gpus: list[JsonDoc], resources: tuple[str, ...]) -> list[str]:
     out = [f"GPU {g.get('index')} {g.get('primary_bottleneck')}" for g in gpus
            if g.get("primary_bottleneck") in resources]
     out += [f"{w.get('name')} {w.get('primary_bottleneck')}" for w in doc.get("workloads") or ()
@@ -132,17 +133,17 @@ def _verdicts(doc: dict[str, Any], gpus: list[dict[str, Any]], resources: tuple[
     return out
 
 
-def gpu_starved(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, str]:
+def gpu_starved(doc: JsonDoc, args: argparse.Namespace) -> tuple[int, str]:
     found = _verdicts(doc, _gpus(doc), STARVATION_RULES)
     return (NON_OK, "starved: " + "; ".join(found)) if found else (OK, "no GPU starved by the host")
 
 
-def gpu_throttled(doc: dict[str, Any], args: argparse.Namespace) -> tuple[int, str]:
+def gpu_throttled(doc: JsonDoc, args: argparse.Namespace) -> tuple[int, str]:
     found = _verdicts(doc, _gpus(doc), THROTTLE_RESOURCES)
     return (NON_OK, "throttled: " + "; ".join(found)) if found else (OK, "no GPU throttled")
 
 
-CHECKS: dict[str, Callable[[dict[str, Any], argparse.Namespace], tuple[int, str]]] = {
+CHECKS: dict[str, Callable[[JsonDoc, argparse.Namespace], tuple[int, str]]] = {
     "gpu-health": gpu_health, "gpu-idle": gpu_idle, "gpu-starved": gpu_starved, "gpu-throttled": gpu_throttled,
 }
 

@@ -15,11 +15,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from headroom import units
+from headroom.jsontypes import Settings, YamlValue
 from headroom.schema import (  # ConfigError, ConfigIssue, compose_file, compose_text: imported from here too
     BadScalar,
     ConfigError,
@@ -35,6 +36,10 @@ from headroom.schema import (  # ConfigError, ConfigIssue, compose_file, compose
     to_python,
     unknown_key,
 )
+
+if TYPE_CHECKING:
+    from headroom.workload.profiles.types import WorkloadProfile
+    from headroom.workload.sizing.types import OverheadConstants
 
 DEFAULT_PATHS = (Path("config.yaml"), Path("/etc/headroom/config.yaml"))
 
@@ -53,17 +58,24 @@ class _Ctx:
 
 
 _INVALID = object()  # returned by a spec when the value was rejected (the issue is recorded)
+# What a spec's check returns: the checked value, of the type that spec declares (a float, a str, a tuple of
+# strings, a mapping of checked values, a WorkloadProfile ...), or _INVALID; the Map holding it keeps it under its
+# key, so a validated section is a jsontypes.Settings
+Checked = Any
 
 
 # ------------------------------------------------------------------------------------------ schema
 class Spec:
     """A schema node: converts a YAML node to a Python value or records an issue."""
 
-    def check(self, node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Any:
+    def check(self, node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Checked:
         raise NotImplementedError
 
 
-def _scalar(node: yaml.Node, path: list, ctx: _Ctx, what: str) -> Any:
+Field = Spec | tuple[Spec, object]  # a Map's field: its spec, or its spec and the default it gives when unset
+
+
+def _scalar(node: yaml.Node, path: list, ctx: _Ctx, what: str) -> Checked:
     if not isinstance(node, yaml.ScalarNode):
         kind = "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
         ctx.error(node, path, f"expected {what}, got {kind}")
@@ -178,7 +190,7 @@ class _Quantity(Spec):
     what = "a value"
 
     @staticmethod
-    def parse(value: Any) -> float:
+    def parse(value: YamlValue) -> float:
         raise NotImplementedError
 
     def check(self, node, path, ctx):
@@ -242,7 +254,7 @@ class Seq(Spec):
 class Map(Spec):
     """A mapping with known keys; unknown keys are errors. ``fields`` values are Spec or (Spec, default)."""
 
-    fields: Mapping[str, Any]
+    fields: Mapping[str, Field]
     required: Sequence[str] = ()
     open_values: Spec | None = None  # a mapping of arbitrary keys to this spec (e.g. headers)
 
@@ -252,7 +264,7 @@ class Map(Spec):
         if not isinstance(node, yaml.MappingNode):
             ctx.error(node, path, "expected a mapping")
             return _INVALID
-        out: dict[str, Any] = {}
+        out: dict[str, Checked] = {}
         seen: set[str] = set()
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
@@ -299,7 +311,7 @@ class Profiles(Spec):
                 if (p := check_profile(item, [*path, i], ctx)) is not _INVALID]
 
 
-def check_profile(node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Any:
+def check_profile(node: yaml.Node, path: list[str | int], ctx: _Ctx) -> Checked:
     """One workload profile from its YAML node; errors are placed at the offending field's position."""
     from headroom.workload.profiles import ProfileErrors, profile_from_dict
 
@@ -328,15 +340,15 @@ class Config:
     """The validated configuration. ``source`` is the file it came from (None: built-in defaults)."""
 
     source: str | None
-    agent: Mapping[str, Any]
-    web: Mapping[str, Any]
-    collectors: Mapping[str, Mapping[str, Any]]
-    workloads: tuple[Any, ...] = ()  # headroom.workload.profiles.WorkloadProfile, config file first, then drop-ins
-    sizing: Any = None  # headroom.workload.sizing.OverheadConstants
-    analysis: Mapping[str, Any] = field(default_factory=dict)
+    agent: Settings
+    web: Settings
+    collectors: Mapping[str, Settings]
+    workloads: tuple[WorkloadProfile, ...] = ()  # config file first, then drop-ins
+    sizing: OverheadConstants | None = None
+    analysis: Settings = field(default_factory=dict)
     workloads_dir: str | None = None
 
-    def workload(self, name: str) -> Any:
+    def workload(self, name: str) -> WorkloadProfile | None:
         """The profile called ``name``, or None."""
         return next((w for w in self.workloads if w.name == name), None)
 
@@ -350,8 +362,8 @@ class Config:
         return default if value is None else bool(value)
 
 
-def _collector_spec(extra: Mapping[str, Any] | None = None) -> Map:
-    fields: dict[str, Any] = {"enabled": (Bool(), None)}
+def _collector_spec(extra: Mapping[str, Field] | None = None) -> Map:
+    fields: dict[str, Field] = {"enabled": (Bool(), None)}
     fields.update(extra or {})
     return Map(fields)
 
@@ -453,7 +465,7 @@ def _schema() -> Map:
             dict,
         ),
     }
-    fields: dict[str, Any] = {
+    fields: dict[str, Field] = {
         "agent": (
             Map(
                 {
@@ -588,7 +600,7 @@ def issue_at(file: str, path: Sequence[str | int], message: str) -> ConfigIssue:
     return ctx.issues[0]
 
 
-def _overhead(section: Mapping[str, Any]) -> Any:
+def _overhead(section: Settings) -> OverheadConstants:
     from dataclasses import replace
 
     from headroom.workload.sizing import DEFAULTS
@@ -621,7 +633,7 @@ def window_budget_problem(window: float, interval: float, gpus: int) -> str | No
             f"budget; at this interval at most {units.format_duration(max(fits, 0))} fits (or sample less often)")
 
 
-def _window_budget(node: yaml.Node, file: str, agent: Any) -> list[ConfigIssue]:
+def _window_budget(node: yaml.Node, file: str, agent: Checked) -> list[ConfigIssue]:
     window, interval = (agent.get("window"), agent.get("sample_interval")) if isinstance(agent, dict) else (None, None)
     if not isinstance(window, float) or not isinstance(interval, float):
         return []  # already reported as invalid

@@ -6,10 +6,11 @@ import errno
 import signal
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -18,11 +19,17 @@ from headroom.analysis.pipeline import Analysis, Findings
 from headroom.config import Config
 from headroom.exposition import render
 from headroom.exposition.server import HeadroomHTTPServer
+from headroom.jsontypes import Settings
 from headroom.sampler import Sampler
 from headroom.samples import Findings as FindingsView
 from headroom.samples import PreviousTick, Sample, Snapshot
 from headroom.schema import parse_listen_address
 from headroom.sources import Collector, Paths, SourceContext, load_all
+
+if TYPE_CHECKING:
+    from headroom.exposition.webconfig import WebConfig, WebConfigWatcher
+    from headroom.record import Recorder
+    from headroom.simulation import Scenario
 
 log = structlog.get_logger("headroom.daemon")
 
@@ -59,7 +66,7 @@ class Options:
     record_max_bytes: int | None = None
     # --kubernetes, --kubernetes.pod-resources-socket, --hpc-job-mapping-dir, --workloads.auto: settings of
     # the identity collector that override ``collectors.identity`` in the configuration
-    identity: Mapping[str, Any] = field(default_factory=dict)
+    identity: Settings = field(default_factory=dict)
     state_dir: str | None = None  # --state.dir: where the last probe result is (probe/store.py)
 
 
@@ -107,8 +114,9 @@ def enabled_collectors(config: Config, options: Options) -> list[str]:
     return names
 
 
-def build_collectors(config: Config, options: Options, scenario: Any,
-                     previous: LatestSample | None = None, monotonic: Any = None) -> list[Collector]:
+def build_collectors(config: Config, options: Options, scenario: Scenario | None,
+                     previous: LatestSample | None = None,
+                     monotonic: Callable[[], float] | None = None) -> list[Collector]:
     """The enabled collectors; ``monotonic``: their clock (None: time.monotonic; a simulation on a manual clock
     passes that clock, so rates the collectors compute follow scenario time)."""
     registry = load_all()
@@ -128,7 +136,7 @@ def build_collectors(config: Config, options: Options, scenario: Any,
     return out
 
 
-def load_scenario(name: str | None) -> Any:
+def load_scenario(name: str | None) -> Scenario | None:
     if name is None:
         return None
     from headroom.simulation import ScenarioError, load_scenario
@@ -139,7 +147,7 @@ def load_scenario(name: str | None) -> Any:
         raise StartupError(str(exc), EXIT_USAGE) from None
 
 
-def with_scenario_profiles(config: Config, scenario: Any) -> Config:
+def with_scenario_profiles(config: Config, scenario: Scenario | None) -> Config:
     """The configuration plus the workload profiles the simulation scenario declares (``profiles:``)."""
     from headroom.config import ConfigError, with_profiles
 
@@ -155,7 +163,7 @@ AUTO_WORKLOADS_NOTE = ("none declared: workloads found on their own (pods, jobs,
                        "as vllm serve) are logged as auto_workload_found when they appear")
 
 
-def workloads_fields(config: Config) -> dict[str, Any]:
+def workloads_fields(config: Config) -> dict[str, list[str] | str]:
     """The started / config_reloaded event's workload fields: the declared profiles (the configuration's and the
     scenario's), or, with none, a note that automatic ones come later (never ``workloads=[]``)."""
     names = [w.name for w in config.workloads]
@@ -186,7 +194,7 @@ def build_sampler(config: Config, options: Options) -> Sampler:
     return sampler
 
 
-def make_recorder(config: Config, options: Options, sampler: Sampler) -> Any:
+def make_recorder(config: Config, options: Options, sampler: Sampler) -> Recorder:
     """A Recorder for --record; a path that cannot be opened stops start-up with a clear message."""
     import time as _time
 
@@ -244,7 +252,7 @@ def make_analysis(config: Config) -> Analysis:
 
 
 def _listen(addresses: Sequence[str], sampler: Sampler, telemetry_path: str,
-            web_config: Any = None) -> list[HeadroomHTTPServer]:
+            web_config: Callable[[], WebConfig] | None = None) -> list[HeadroomHTTPServer]:
     from headroom.exposition.webconfig import WebConfig
 
     servers = []
@@ -332,7 +340,7 @@ def listening_url(host: str, port: int) -> str:
     return f"http://{host}:{port}/"
 
 
-def _web_config(options: Options, config: Config) -> Any:
+def _web_config(options: Options, config: Config) -> Callable[[], WebConfig]:
     """The callable the listeners ask for TLS/auth settings; fails start-up on an invalid file."""
     from headroom.exposition.webconfig import WebConfig, WebConfigError, WebConfigWatcher
 
@@ -345,12 +353,12 @@ def _web_config(options: Options, config: Config) -> Any:
         raise StartupError(str(exc)) from None
 
 
-def _watcher_of(web_config: Any) -> Any:
+def _watcher_of(web_config: Callable[[], WebConfig] | None) -> WebConfigWatcher | None:
     """The WebConfigWatcher behind a web_config callable (its bound ``current``), or None."""
     return getattr(web_config, "__self__", None)
 
 
-def start_standins(scenario: Any) -> None:
+def start_standins(scenario: Scenario | None) -> None:
     """Start a simulation scenario's stand-in workload processes; StartupError when they cannot start."""
     if scenario is None or not getattr(scenario, "workloads", ()):
         return
@@ -363,7 +371,7 @@ def start_standins(scenario: Any) -> None:
     log.info("standins_started", workloads={name: len(pids) for name, pids in started.items()})
 
 
-def stop_standins(scenario: Any) -> None:
+def stop_standins(scenario: Scenario | None) -> None:
     """Stop the stand-ins start_standins started (idempotent; they also die with the agent)."""
     if scenario is not None and getattr(scenario, "workloads", ()):
         scenario.stop_processes()
@@ -404,14 +412,14 @@ class Agent:
         self._stop_signal: str | None = None  # the signal that asked to stop (request_stop), logged by _serve_signals
         self._reload = threading.Event()
 
-    def request_stop(self, signum: int, _frame: Any = None) -> None:
+    def request_stop(self, signum: int, _frame: FrameType | None = None) -> None:
         # a signal handler runs between two bytecodes of the main thread, which may be inside a log line, holding the
         # logger's (non-reentrant) write lock: logging here deadlocked a Ctrl-C about 1 in 15 times. It only records
         # the signal; _serve_signals logs it once the wait wakes
         self._stop_signal = signal.Signals(signum).name
         self._stop.set()
 
-    def request_reload(self, signum: int = signal.SIGHUP, _frame: Any = None) -> None:
+    def request_reload(self, signum: int = signal.SIGHUP, _frame: FrameType | None = None) -> None:
         self._reload.set()
 
     def reload(self) -> bool:
@@ -524,18 +532,18 @@ class HeapTrim:
     window keeps; about 2-3 MiB with a full window (docs/benchmarks.md), for ~0.5 ms per call. Does nothing where
     the C library has no malloc_trim."""
 
-    def __init__(self, every: float = 10.0, clock: Any = time.monotonic) -> None:
+    def __init__(self, every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         import ctypes
 
         try:
-            self.trim: Any = ctypes.CDLL(None).malloc_trim
+            self.trim: Any = ctypes.CDLL(None).malloc_trim  # Any: a ctypes foreign function (its class is private)
         except (OSError, AttributeError):
             self.trim = None
         else:
             self.trim.argtypes, self.trim.restype = (ctypes.c_size_t,), ctypes.c_int
         self.every, self._clock, self._next = every, clock, 0.0
 
-    def __call__(self, _snapshot: Any = None) -> None:
+    def __call__(self, _snapshot: Snapshot | None = None) -> None:
         now = self._clock()
         if self.trim is not None and now >= self._next:
             self._next = now + self.every
@@ -548,7 +556,7 @@ def run(config: Config, options: Options, config_path: Path | None = None) -> in
     return Agent(config, options, config_path).serve()
 
 
-def pending_notes(snap: Any, samples: int) -> list[str]:
+def pending_notes(snap: Snapshot, samples: int) -> list[str]:
     """One line per verdict still pending after the snapshot's ticks: what it would be, and how many samples
     would pass analysis.hold (a snapshot of 2 samples never does at the default 20 s)."""
     import math
@@ -613,7 +621,7 @@ def resolve_config_path(flag: str | None) -> Path | None:
     return Path(flag) if flag else default_config_path()
 
 
-def found_gpus(config: Any, options: Any) -> tuple[int | None, int | None, str, str]:
+def found_gpus(config: Config, options: Options) -> tuple[int | None, int | None, str, str]:
     """(memory per GPU, GPU count, where from, GPU name) from one NVML read (real or simulated)."""
     from headroom.sources import CollectorError, load_all
 

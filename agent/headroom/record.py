@@ -18,13 +18,19 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, TextIO
 
 import structlog
 
 from headroom import __version__, samples
+from headroom.jsontypes import JsonDoc, JsonMapping, JsonValue
 from headroom.safeio import shorten_quoted
 from headroom.samples import Sample, SourceResult
+
+if TYPE_CHECKING:
+    import threading
+
+    from headroom.config import Config
 
 log = structlog.get_logger("headroom.record")
 
@@ -52,8 +58,13 @@ class TraceError(Exception):
     """A recording that cannot be read; the message names the file and line."""
 
 
+# a type expression as typing.get_type_hints gives a dataclass field's (a class, int | None, tuple[X, ...],
+# Mapping[str, X]): decode walks it with typing.get_origin/get_args; typing has no type for it
+TypeForm = Any
+
+
 # ------------------------------------------------------------------------------------------ encode
-def _compact(obj: Any) -> Any:
+def _compact(obj: object) -> JsonValue:
     """JSON-able data with None fields and empty mappings/tuples left out (the decoder restores defaults)."""
     if is_dataclass(obj):
         out = {}
@@ -71,9 +82,9 @@ def _compact(obj: Any) -> Any:
 
 
 def encode_sample(sample: Sample, verdicts: Mapping[str, str] | None = None) -> str:
-    line: dict[str, Any] = {"t": sample.timestamp, "m": sample.monotonic, "s": {}}
+    line: JsonDoc = {"t": sample.timestamp, "m": sample.monotonic, "s": {}}
     for name, r in sample.sources.items():
-        entry: dict[str, Any] = {"ok": r.ok, "d": round(r.duration_seconds, 6)}
+        entry: JsonDoc = {"ok": r.ok, "d": round(r.duration_seconds, 6)}
         if r.error:
             entry["e"] = r.error
         if r.ok and r.data is not None:
@@ -91,7 +102,7 @@ MAX_WINDOW_SAMPLES = 1_000_000  # header window / interval: the replay window's 
 # they take about 5 times as much memory): a recording that needs more is refused at the line that overflows it
 MAX_WINDOW_BYTES = 64 * 2**20
 MAX_INTERVAL_SECONDS = 3600.0
-_HINTS: dict[type, dict[str, Any]] = {}
+_HINTS: dict[type, dict[str, TypeForm]] = {}
 _MISSING = object()
 
 
@@ -99,16 +110,16 @@ class _Invalid(ValueError):
     """A value of the wrong shape; the message names the field path inside the line."""
 
 
-def _hints(cls: type) -> dict[str, Any]:
+def _hints(cls: type) -> dict[str, TypeForm]:
     if cls not in _HINTS:
         _HINTS[cls] = typing.get_type_hints(cls)
     return _HINTS[cls]
 
 
-_LEAVES: dict[Any, type | None] = {}
+_LEAVES: dict[TypeForm, type | None] = {}
 
 
-def _leaf(tp: Any) -> type | None:
+def _leaf(tp: TypeForm) -> type | None:
     """For a field type whose JSON value of exactly one Python type is taken as it is (int, float, str, bool,
     or one of them Optional): that type; None for anything else. The fast path of ``decode`` for big lines."""
     try:
@@ -127,7 +138,7 @@ def _leaf(tp: Any) -> type | None:
     return leaf
 
 
-def _what(value: Any) -> str:
+def _what(value: JsonValue) -> str:
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):
@@ -137,7 +148,7 @@ def _what(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def decode(tp: Any, value: Any, where: str = "data") -> Any:
+def decode(tp: TypeForm, value: JsonValue, where: str = "data") -> Any:  # Any: a value of the type ``tp``
     """Rebuild a value of type ``tp`` (dataclasses, tuples, mappings, optionals) from JSON data.
 
     Strict: a value of the wrong JSON type raises ValueError naming ``where`` (the field path); a
@@ -177,7 +188,7 @@ def decode(tp: Any, value: Any, where: str = "data") -> Any:
         if not isinstance(value, list):
             raise _Invalid(f"{where}: expected a list, got {_what(value)}")
         args = typing.get_args(tp)
-        item = args[0] if args else Any
+        item = args[0] if args else Any  # a bare tuple: items of any type, decoded as they are
         leaf = _leaf(item)
         if leaf is not None and all(type(v) is leaf for v in value):
             return tuple(value)
@@ -185,7 +196,7 @@ def decode(tp: Any, value: Any, where: str = "data") -> Any:
     if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
         if not isinstance(value, dict):
             raise _Invalid(f"{where}: expected an object, got {_what(value)}")
-        key_t, val_t = typing.get_args(tp) or (str, Any)
+        key_t, val_t = typing.get_args(tp) or (str, Any)  # a bare Mapping: str keys, values as they are
         out = {}
         for k, v in value.items():
             key = decode(key_t, k, f"{where} key") if key_t is not str else k
@@ -215,7 +226,7 @@ def decode(tp: Any, value: Any, where: str = "data") -> Any:
     return value
 
 
-def _finite(value: Any, where: str) -> float:
+def _finite(value: JsonValue, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Invalid(f"{where}: expected a number, got {_what(value)}")
     try:
@@ -227,7 +238,7 @@ def _finite(value: Any, where: str) -> float:
     return number
 
 
-def decode_sample(line: Mapping[str, Any]) -> Sample:
+def decode_sample(line: JsonMapping) -> Sample:
     if not isinstance(line, dict):
         raise _Invalid(f"expected an object, got {_what(line)}")
     if "t" not in line or "m" not in line:
@@ -255,7 +266,7 @@ def decode_sample(line: Mapping[str, Any]) -> Sample:
     return Sample(timestamp=_finite(line["t"], "t"), monotonic=_finite(line["m"], "m"), sources=sources)
 
 
-def _check_header(line: Any) -> None:
+def _check_header(line: JsonMapping) -> None:
     """The header's interval and window must give a replay window of bounded length."""
     interval = _finite(line.get("interval", 1.0) if line.get("interval") is not None else 1.0, "interval")
     window = _finite(line.get("window", 600.0) if line.get("window") is not None else 600.0, "window")
@@ -270,11 +281,11 @@ def _check_header(line: Any) -> None:
 
 @dataclass(frozen=True)
 class Trace:
-    header: Mapping[str, Any]
-    lines: Sequence[Mapping[str, Any]]
+    header: JsonMapping
+    lines: Sequence[JsonMapping]
 
 
-def _open_trace(path: Path) -> Any:
+def _open_trace(path: Path) -> IO[bytes]:
     """The recording opened for reading in binary: a gzip file (a rotated FILE.1.gz, by its magic bytes, whatever
     its name) is decompressed as it is read."""
     import gzip
@@ -287,7 +298,7 @@ def _open_trace(path: Path) -> Any:
     return handle
 
 
-def _lines(handle: Any, path: Path) -> Iterator[tuple[int, bytes, bool]]:
+def _lines(handle: IO[bytes], path: Path) -> Iterator[tuple[int, bytes, bool]]:
     """(number, line, complete) for each line, each read with a bounded buffer (also after decompression)."""
     import zlib
 
@@ -308,7 +319,7 @@ def _lines(handle: Any, path: Path) -> Iterator[tuple[int, bytes, bool]]:
         yield number, raw, raw.endswith(b"\n")
 
 
-def read_traces(paths: Sequence[str | Path]) -> Iterator[tuple[Mapping[str, Any], Sample, Mapping[str, str]]]:
+def read_traces(paths: Sequence[str | Path]) -> Iterator[tuple[JsonMapping, Sample, Mapping[str, str]]]:
     """(header, sample, live verdicts) for every tick of the recordings, in the order given.
 
     Any malformed content raises TraceError "FILE:LINE: message"; lines are read with a bounded
@@ -317,7 +328,7 @@ def read_traces(paths: Sequence[str | Path]) -> Iterator[tuple[Mapping[str, Any]
         yield header, sample, live
 
 
-def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, int, Mapping[str, Any], Sample,
+def _read_located(paths: Sequence[str | Path]) -> Iterator[tuple[Path, int, int, JsonMapping, Sample,
                                                                  Mapping[str, str]]]:
     """(path, line number, line bytes, header, sample, live verdicts) for every tick."""
     for path in paths:
@@ -402,16 +413,16 @@ class Recorder:
     deleted or replaced, or a directory removed, is reopened, or reported when that fails.
     """
 
-    def __init__(self, path: str | Path, header: Mapping[str, Any], max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, path: str | Path, header: JsonMapping, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.header = {"format": FORMAT, "version": VERSION, "agent_version": __version__, **header}
         self.ok = True
         self.error: str | None = None
         self.written_bytes_total = 0
-        self._handle: Any = None
+        self._handle: TextIO | None = None
         self._size = 0
-        self._compressing: Any = None  # the thread compressing the last rotated file
+        self._compressing: threading.Thread | None = None  # the thread compressing the last rotated file
 
     def _open(self) -> None:
         self._handle = self.path.open("a", encoding="utf-8")
@@ -509,13 +520,13 @@ class Recorder:
 @dataclass(frozen=True)
 class ReplayResult:
     ticks: int
-    changes: list[dict[str, Any]]  # every primary change: time, entity, name, before, after, evidence
+    changes: list[JsonDoc]  # every primary change: time, entity, name, before, after, evidence
     final: dict[str, str]  # primaries after the last tick
     compared: int  # ticks that carried live verdicts
-    mismatches: list[dict[str, Any]]  # ticks where the replayed primaries differ from the live ones
+    mismatches: list[JsonDoc]  # ticks where the replayed primaries differ from the live ones
 
 
-def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
+def replay(paths: Sequence[str | Path], config: Config | None = None) -> ReplayResult:
     """Run the analysis over recordings. ``config`` None: the configuration stored in the first header."""
     from headroom.analysis.pipeline import Analysis
     from headroom.config import ConfigError, check_config_text, load_config
@@ -524,8 +535,8 @@ def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
     window: deque[Sample] = deque()
     sizes: deque[int] = deque()  # the recorded bytes of each sample in the window
     held = 0  # their sum, at most MAX_WINDOW_BYTES
-    changes: list[dict[str, Any]] = []
-    mismatches: list[dict[str, Any]] = []
+    changes: list[JsonDoc] = []
+    mismatches: list[JsonDoc] = []
     ticks = compared = 0
     final: dict[str, str] = {}
     for path, number, size, header, sample, live in _read_located(paths):
@@ -571,7 +582,7 @@ def replay(paths: Sequence[str | Path], config: Any = None) -> ReplayResult:
     return ReplayResult(ticks, changes, final, compared, mismatches)
 
 
-def _with_recorded_profiles(config: Any, header: Mapping[str, Any]) -> Any:
+def _with_recorded_profiles(config: Config, header: JsonMapping) -> Config:
     """The simulation scenario's profiles the live agent merged into its configuration."""
     import yaml
 

@@ -15,7 +15,6 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 MAX_CONFIG_BYTES = 1024 * 1024  # config.yaml, each workload drop-in, the web config and its certificates
 
@@ -84,7 +83,7 @@ def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
 def shorten_quoted(message: str, limit: int = EXCERPT_CHARS) -> str:
     """``message`` with every quoted value longer than ``limit`` characters cut to an excerpt."""
 
-    def cut(m: Any) -> str:
+    def cut(m: re.Match[str]) -> str:
         text = m.group(0)
         if len(text) <= limit + 2:
             return text

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -46,7 +46,7 @@ TIMING_WINDOW_SECONDS = 60.0
 Outcome = tuple[bool, object, str | None, float]
 # the analysis of a tick: window -> (derived values: rates.derive's, Findings or None); the daemon's is
 # analysis.pipeline.Analysis (its Findings satisfies samples.Findings)
-Analyse = Callable[[deque[Sample]], tuple[Mapping[str, Any], Findings | None]]
+Analyse = Callable[[deque[Sample]], tuple[Mapping[str, float | None], Findings | None]]
 
 
 class Recorder(Protocol):
@@ -324,7 +324,7 @@ class Sampler:
             self._on_snapshot(snap)
         return snap
 
-    def _analysis(self, window: deque[Sample]) -> tuple[Mapping[str, Any], Findings | None]:
+    def _analysis(self, window: deque[Sample]) -> tuple[Mapping[str, float | None], Findings | None]:
         """The analysis of the window; a fault in it costs this tick's verdicts, never the tick: the raw signals are
         still rendered, ``failing`` (hence /healthz) names it, and it is logged once until it recovers. Workloads
         whose own analysis failed (``Findings.errors``) are logged once each, at error level."""
@@ -456,7 +456,7 @@ def _with_exposition(snap: Snapshot, body: bytes) -> Snapshot:
     return replace(snap, exposition=body)
 
 
-def _default_analysis(window: deque[Sample]) -> tuple[Mapping[str, Any], Findings | None]:
+def _default_analysis(window: deque[Sample]) -> tuple[Mapping[str, float | None], Findings | None]:
     return rates.derive(window), None
 
 

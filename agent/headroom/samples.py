@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, overload
 
-EMPTY: Mapping[Any, Any] = MappingProxyType({})  # a shared read-only empty mapping
+EMPTY: Mapping[Any, Any] = MappingProxyType({})  # a shared read-only empty mapping (Any: it stands for any one's)
 _MAPS = (dict, MappingProxyType)
 _T = TypeVar("_T")
 _set = object.__setattr__  # share_unchanged: a field of a frozen dataclass that has not been published yet
@@ -418,6 +418,11 @@ class Histogram:
     count: float  # observations, counter
 
 
+# a ServingEndpoint's fields by name as a runtime's normalizer reads them (sources/serving/): Any, each value of
+# its own field's type (a float, a tuple of model names, a Histogram); ServingEndpoint(**fields) takes them
+ServingFields = dict[str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class ServingEndpoint:
     """One workload's serving runtime as its /metrics endpoint answered, normalized across runtimes.
@@ -619,7 +624,7 @@ class Sample:
     monotonic: float  # for rates and windows
     sources: Mapping[str, SourceResult] = field(default_factory=dict)
 
-    def data(self, name: str) -> Any:
+    def data(self, name: str) -> Any:  # Any: the collector's own value, by name (as SourceResult.data)
         """The data of collector ``name`` if it ran and succeeded this tick, else None."""
         result = self.sources.get(name)
         return result.data if result is not None and result.ok else None
@@ -669,6 +674,7 @@ class PreviousTick:
                    host_pressure=host_pressure)
 
 
+# Any: a source's frozen dataclass, of whichever type (``old`` the last tick's, of the same type or None)
 def share_unchanged(new: Any, old: Any, names: Iterable[str] | None = None) -> Any:
     """``new`` with each field (``names``, default all) that equals ``old``'s holding ``old``'s object, or ``old``
     itself when every field equals it (``names`` None): a value that does not change between ticks (a GPU's
@@ -701,6 +707,8 @@ def share_unchanged(new: Any, old: Any, names: Iterable[str] | None = None) -> A
     return old if same else new
 
 
+# Any: samples and findings of any type in, a JSON value out (jsontypes.JsonValue; samples.py imports nothing
+# of headroom)
 def to_jsonable(obj: Any) -> Any:
     """Plain JSON-able data (dicts, lists, numbers, strings) from samples and findings."""
     if obj is None or isinstance(obj, (bool, int, float, str)):
@@ -771,7 +779,7 @@ class Snapshot:
     interval: float
     tick_duration_seconds: float
     scenario: str | None = None
-    rates: Mapping[str, Any] = field(default_factory=dict)
+    rates: Mapping[str, float | None] = field(default_factory=dict)  # analysis/rates.py derive()
     findings: Findings | None = None  # the analysis of this tick (None: none configured, or it failed)
     config_reload_ok: bool = True  # the last configuration (re)load succeeded
     config_reload_success_timestamp: float | None = None  # when the configuration last loaded successfully
@@ -780,4 +788,4 @@ class Snapshot:
     web_config_reload_ok: bool | None = None  # the last web config (re)load succeeded (None: no web config)
     timing: TickTiming | None = None  # the schedule kept (lateness, missed slots); None for a snapshot built by hand
     exposition: bytes = b""
-    extras: Mapping[str, Any] = field(default_factory=dict)
+    extras: Mapping[str, object] = field(default_factory=dict)

@@ -25,11 +25,14 @@ import socket
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
 from headroom.safeio import EXCERPT_CHARS, excerpt, read_config_bytes, shorten_quoted
+
+if TYPE_CHECKING:
+    from headroom.jsontypes import YamlValue  # for type checking only: schema.py imports nothing but safeio
 
 
 # ------------------------------------------------------------------------------------------ errors
@@ -95,7 +98,7 @@ class BadScalar(Exception):
         self.node = node
 
 
-def construct(node: yaml.ScalarNode) -> Any:
+def construct(node: yaml.ScalarNode) -> YamlValue:
     """The Python value of a scalar node; raises BadScalar."""
     try:
         return _LOADER.construct_object(node, deep=True)
@@ -230,7 +233,7 @@ def node_at(node: yaml.Node, rel: Sequence[str | int]) -> yaml.Node:
     return node
 
 
-def to_python(node: yaml.Node) -> Any:
+def to_python(node: yaml.Node) -> YamlValue:
     if isinstance(node, yaml.MappingNode):
         return {(k.value if isinstance(k, yaml.ScalarNode) else str(k)): to_python(v) for k, v in node.value}
     if isinstance(node, yaml.SequenceNode):
@@ -239,7 +242,7 @@ def to_python(node: yaml.Node) -> Any:
 
 
 # ------------------------------------------------------------------------------------------ wording
-def kind(value: Any) -> str:
+def kind(value: YamlValue) -> str:
     """What a Python value read from YAML is, for "expected X, got Y"."""
     if value is None:
         return "null"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
+from typing import TYPE_CHECKING, NamedTuple, TypedDict, cast
 
 from headroom.analysis import bottleneck, health, rates, remedies, signals
 from headroom.analysis import serving as serving_analysis
@@ -26,6 +26,7 @@ from headroom.samples import Neighbour, NvmlSample, Sample, ServingEndpoint
 from headroom.workload import attribution
 
 if TYPE_CHECKING:
+    from headroom.config import Config
     from headroom.workload.attribution import AutoStatuses, WorkloadStatus
     from headroom.workload.profiles.types import WorkloadProfile
 
@@ -157,7 +158,7 @@ class Analysis:
     """Holds the configuration analysis needs (profiles, sizing constants, thresholds) and any state
     that must persist across ticks (hysteresis, idle counters). Called once per tick with the window."""
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Config | None) -> None:
         self.config = config
         section = dict(getattr(config, "analysis", None) or {})
         # each set key's type is the one config.py's _analysis_spec validated (a Duration or Number: float, str)
@@ -195,7 +196,7 @@ class Analysis:
             self._auto = attribution.AutoStatuses()
         return attribution.attribute(sample, self.profiles, getattr(self.config, "sizing", None), self._auto)
 
-    def __call__(self, window: Sequence[Sample]) -> tuple[Mapping[str, Any], Findings]:
+    def __call__(self, window: Sequence[Sample]) -> tuple[Mapping[str, float | None], Findings]:
         derived = rates.derive(window, self.settings["short_window"])
         if not window:
             return derived, Findings()

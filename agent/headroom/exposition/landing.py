@@ -11,13 +11,14 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from headroom import __version__
 from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS
 from headroom.exposition import charts
 from headroom.exposition.charts import Mark
 from headroom.exposition.health import State, health
+from headroom.jsontypes import JsonDoc
 from headroom.samples import NvmlSample
 from headroom.units import format_size
 
@@ -31,9 +32,7 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 
-# the status API's JSON document (/api/v1/status) as built and read here: Any, a JSON value (str, a number, a bool,
-# None, or a list or dict of them)
-Json = dict[str, Any]
+Json = JsonDoc  # the status API's JSON document (/api/v1/status) as built and read here
 
 
 # -------------------------------------------------------------------------------------------- JSON

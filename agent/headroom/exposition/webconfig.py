@@ -223,6 +223,7 @@ class WebConfig:
             return False
         return self._auth.check(user, password)
 
+    # Any: ssl's getpeercert() dict, whose values typeshed types privately (strings, tuples of pairs)
     def check_client_sans(self, peer_cert: dict[str, Any] | None) -> bool:
         """Return True if client_allowed_sans is unset or the client certificate carries one of them."""
         if self.tls is None or not self.tls.client_allowed_sans:
@@ -609,6 +610,7 @@ class TLSAuthServerMixin:
     def connection_socket_changed(self, sock: socket.socket) -> None:
         """Hook: the connection's socket is now ``sock`` (the TLS one); servers that track sockets override it."""
 
+    # Any: socketserver's client address (typeshed's _RetAddress, Any: a (host, port) pair for TCP)
     def finish_request(self, request: socket.socket, client_address: Any) -> None:
         context = self.web_config().ssl_context()
         if context is None:

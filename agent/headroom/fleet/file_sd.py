@@ -26,9 +26,10 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import yaml
+
+from headroom.jsontypes import JsonDoc, YamlMapping, YamlValue
 
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$")
@@ -40,13 +41,13 @@ class InventoryError(ValueError):
     pass
 
 
-def _port(value: Any, where: str) -> int:
+def _port(value: YamlValue, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise InventoryError(f"{where}: expected a port number 1-65535, got {value!r}")
     return value
 
 
-def _labels(value: Any, where: str) -> dict[str, str]:
+def _labels(value: YamlValue, where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -62,7 +63,7 @@ def _labels(value: Any, where: str) -> dict[str, str]:
     return out
 
 
-def target_groups(inventory: Mapping[str, Any]) -> list[dict[str, Any]]:
+def target_groups(inventory: YamlMapping) -> list[JsonDoc]:
     """The file_sd target groups for an inventory (already loaded), one per host, sorted."""
     if not isinstance(inventory, Mapping):
         raise InventoryError("expected a mapping with a hosts list")
@@ -100,7 +101,7 @@ def target_groups(inventory: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"targets": sorted(targets), "labels": dict(key)} for key, targets in sorted(groups.items())]
 
 
-def write_atomically(path: Path, groups: list[dict[str, Any]]) -> None:
+def write_atomically(path: Path, groups: list[JsonDoc]) -> None:
     """Replaces PATH with the target groups as JSON in one rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -37,6 +37,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from headroom.jsontypes import JsonDoc, JsonValue
+
 GIB = 2**30
 # memory classes a workload can move to (smallest first): label, usable bytes per GPU
 GPU_CLASSES: tuple[tuple[str, int], ...] = (
@@ -118,7 +120,7 @@ class Prometheus:
         self.timeout = timeout
         self.at = at  # evaluation instant (Unix seconds) of every query; None: the server's now
 
-    def query(self, expr: str) -> list[dict[str, Any]]:
+    def query(self, expr: str) -> list[JsonDoc]:
         """The instant vector ``expr`` evaluates to, each item checked: {"metric": {str: str}, "value": [t, "v"]}."""
         params = {"query": expr} if self.at is None else {"query": expr, "time": f"{self.at:.3f}"}
         status, location, body = self._get(f"/api/v1/query?{urllib.parse.urlencode(params)}")
@@ -215,14 +217,14 @@ class Prometheus:
             conn.close()
 
 
-def _shape(value: Any) -> str:
+def _shape(value: JsonValue) -> str:
     """What a JSON value is, for a message (never its content)."""
     if value is None:
         return "missing or null"
     return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
 
 
-def _vector_item_problem(item: Any) -> str | None:
+def _vector_item_problem(item: JsonValue) -> str | None:
     if not isinstance(item, dict):
         return f"is {_shape(item)}, not an object"
     metric, value = item.get("metric"), item.get("value")
@@ -254,11 +256,11 @@ def _quote(text: str, quotes: bool = True, limit: int = MAX_ERROR_CHARS) -> str:
     return out if len(text) <= limit else f"{out}... ({len(text)} characters)"
 
 
-def _value(r: dict[str, Any]) -> float:
+def _value(r: JsonDoc) -> float:
     return float(r["value"][1])
 
 
-def _by(results: list[dict[str, Any]], *labels: str) -> dict[tuple[str, ...], float]:
+def _by(results: list[JsonDoc], *labels: str) -> dict[tuple[str, ...], float]:
     out = {}
     for r in results:
         v = _value(r)
@@ -418,7 +420,7 @@ def to_table(report: Report) -> str:
     return "\n".join(out)
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:  # Any: argparse's private _SubParsersAction (cli's subparsers)
     p = sub.add_parser("fleet-report", help="right-sizing report for a fleet from Prometheus (idle GPUs, "
                                             "oversized workloads, host-bound hosts)",
                        description=__doc__.split("\n\n")[0])

@@ -12,7 +12,7 @@ SLO held at every step, the capacity is "at least" the highest level tried.
 
 from __future__ import annotations
 
-from typing import Any
+from headroom.jsontypes import JsonDoc
 
 UNITS = {"concurrency": "concurrent sequences", "rate": "requests/s"}
 
@@ -29,7 +29,7 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
-def slo_text(slo: dict[str, Any]) -> str:
+def slo_text(slo: JsonDoc) -> str:
     """'TTFT p95 <= 500 ms, ITL p95 <= 50 ms, errors <= 1 %' ('no objective' without one)."""
     parts = []
     for key, value in sorted(slo.items(), key=lambda kv: (ORDER.get(kv[0].split("_")[0], 9), kv[0])):
@@ -46,7 +46,7 @@ def slo_text(slo: dict[str, Any]) -> str:
 ORDER = {"ttft": 0, "itl": 1, "e2e": 2, "error": 3}
 
 
-def lengths_text(result: dict[str, Any], step: dict[str, Any] | None = None) -> str:
+def lengths_text(result: JsonDoc, step: JsonDoc | None = None) -> str:
     """'256 input / 128 output tokens' (the step's measured means where known, else the load's typical)."""
     load = result.get("load") or {}
     ins = (step or {}).get("input_tokens_mean")
@@ -60,16 +60,16 @@ def lengths_text(result: dict[str, Any], step: dict[str, Any] | None = None) -> 
     return f"{_n(ins, 0)} input / {_n(outs, 0)} output tokens{how}"
 
 
-def _step(result: dict[str, Any], index: int | None) -> dict[str, Any] | None:
+def _step(result: JsonDoc, index: int | None) -> JsonDoc | None:
     return next((s for s in result.get("steps") or () if s.get("index") == index), None) if index is not None \
         else None
 
 
-def _good_steps(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _good_steps(result: JsonDoc) -> list[JsonDoc]:
     return [s for s in result.get("steps") or () if s.get("slo_ok")]
 
 
-def _host_evidence(step: dict[str, Any] | None) -> str:
+def _host_evidence(step: JsonDoc | None) -> str:
     """'KV cache 97 % used, 9 waiting, 2 preempted' from a step's host peaks."""
     peaks = ((step or {}).get("host") or {}).get("peaks") or {}
     parts = []
@@ -84,14 +84,14 @@ def _host_evidence(step: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
-def measured_kv_tokens(result: dict[str, Any]) -> float | None:
+def measured_kv_tokens(result: JsonDoc) -> float | None:
     """The KV capacity the runtime reported during the probe (the largest any step saw), None when none did."""
     seen = [((s.get("host") or {}).get("peaks") or {}).get("kv_cache_capacity_tokens") for s in result.get("steps") or ()]
     seen = [v for v in seen if v]
     return max(seen) if seen else None
 
 
-def estimate_text(result: dict[str, Any], measured: float | None) -> str:
+def estimate_text(result: JsonDoc, measured: float | None) -> str:
     """The estimate beside the measurement: KV capacity (estimate vs the runtime's), the sequences it holds at the
     probe's lengths, and the headroom in sequences the agent predicted before the probe."""
     est = result.get("estimate") or {}
@@ -121,7 +121,7 @@ def estimate_text(result: dict[str, Any], measured: float | None) -> str:
     return "Estimate beside the measurement: " + "; ".join(parts) + f"; {got}."
 
 
-def capacity_answer(result: dict[str, Any]) -> str:
+def capacity_answer(result: JsonDoc) -> str:
     """The one-paragraph answer of a result (module docstring)."""
     cap = result.get("capacity") or {}
     steps = result.get("steps") or []

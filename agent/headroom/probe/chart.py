@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
 
 from headroom.exposition.charts import fmt_count, nice_top
+from headroom.jsontypes import JsonDoc
 
 WIDTH, HEIGHT = 480, 250  # px, the whole chart; the page scales it to its column
 LEFT, RIGHT, TOP, GAP, BOTTOM = 56, 12, 10, 30, 30  # px: value labels left, the load axis and its title below
@@ -49,7 +49,7 @@ def _polyline(points: Sequence[tuple[float, float, int, float]], name: str, colo
     return "".join(out)
 
 
-def chart(result: dict[str, Any], label: str = "") -> str:
+def chart(result: JsonDoc, label: str = "") -> str:
     """The chart of a probe result (module docstring); a short note in a <figure> when it has no step."""
     e = html.escape
     steps = list(result.get("steps") or ())
@@ -147,13 +147,13 @@ def legend() -> str:
             f'binding step <span class="dash" style="border-color:{CLIENT_COLOR}"></span> client saturated</div>')
 
 
-def figure(result: dict[str, Any], answer: str) -> str:
+def figure(result: JsonDoc, answer: str) -> str:
     """The chart with the answer sentence above it, for the landing page and ``headroom probe --chart``."""
     e = html.escape
     return (f'<figure class="probe" data-chart="probe"><figcaption class="probe-answer">{e(answer)}</figcaption>'
             f"{chart(result)}{legend()}</figure>")
 
 
-def document(result: dict[str, Any]) -> str:
+def document(result: JsonDoc) -> str:
     """A standalone SVG file of the chart (``headroom probe --chart FILE.svg``), with the XML namespace."""
     return chart(result).replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" ', 1)

@@ -25,10 +25,11 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
+
+from headroom.jsontypes import JsonDoc, JsonValue
 
 MAX_LINE = 1 << 20  # bytes of one SSE line (a chunk of a few tokens is ~300 bytes)
 MAX_ERROR_BODY = 2048  # bytes of an error answer read for its message
@@ -79,7 +80,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:200] if text else type(exc).__name__
 
 
-async def _json_get(session: aiohttp.ClientSession, url: str) -> Any:
+async def _json_get(session: aiohttp.ClientSession, url: str) -> JsonValue:
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=DISCOVER_TIMEOUT)) as r:
             body = await r.content.read(1 << 20)
@@ -209,8 +210,8 @@ class Result:
     cancelled: bool = False  # stopped by the probe (Ctrl-C, an abort, the end of the run): not counted
 
 
-def payload(target: Target, prompt: Any, max_tokens: int) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": target.model, "max_tokens": max_tokens, "stream": True,
+def payload(target: Target, prompt: str, max_tokens: int) -> JsonDoc:
+    body: JsonDoc = {"model": target.model, "max_tokens": max_tokens, "stream": True,
                             "stream_options": {"include_usage": True}, "temperature": 0.0}
     if target.api == "chat":
         body["messages"] = [{"role": "user", "content": prompt if isinstance(prompt, str) else " ".join(WORDS)}]
@@ -247,7 +248,7 @@ def _carries_token(chunk: dict, chat: bool) -> bool | None:
     return True if text or c.get("finish_reason") is None else None
 
 
-async def send(session: aiohttp.ClientSession, target: Target, prompt: Any, input_tokens: int, max_tokens: int,
+async def send(session: aiohttp.ClientSession, target: Target, prompt: str, input_tokens: int, max_tokens: int,
                timeout: float) -> Result:
     """One streamed request; never raises but CancelledError (the probe stopping it)."""
     r = Result(time.monotonic(), input_tokens, max_tokens)

@@ -9,10 +9,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from headroom import probe as limits
 from headroom import units
+from headroom.jsontypes import JsonDoc
+
+if TYPE_CHECKING:
+    from headroom.config import Config
+    from headroom.probe.run import Plan
+    from headroom.workload.profiles.types import Lengths, WorkloadProfile
 
 EXIT_OK, EXIT_NO_CAPACITY, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 STATUS_TIMEOUT = 2.0  # seconds for the agent's /api/v1/status when resolving the target
@@ -24,7 +31,8 @@ class ProbeInputError(Exception):
     """Bad input; the message is one line."""
 
 
-def add_parser(sub: Any, add_common: Any) -> None:
+# Any: argparse's private _SubParsersAction (cli.build_parser's subparsers)
+def add_parser(sub: Any, add_common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser(
         "probe", help="measure capacity under load: how many requests fit within the SLO, and what binds",
         description="Drive a serving runtime's OpenAI-compatible API step by step with the load a workload "
@@ -138,7 +146,7 @@ def _status(url: str | None) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _status_url(args: argparse.Namespace, config: Any) -> str | None:
+def _status_url(args: argparse.Namespace, config: Config) -> str | None:
     if args.no_agent:
         return None
     if args.agent:
@@ -153,7 +161,18 @@ def _status_url(args: argparse.Namespace, config: Any) -> str | None:
     return f"{scheme}://{host}:{port}/api/v1/status"
 
 
-def resolve(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+class Resolved(TypedDict):
+    """What ``resolve`` found: the endpoint, the workload's name and profile, the status URL, the estimate."""
+
+    url: str
+    workload: str | None
+    profile: WorkloadProfile | None
+    status_url: str | None
+    estimate: JsonDoc | None
+    simulated: bool
+
+
+def resolve(args: argparse.Namespace, config: Config) -> Resolved:
     """The target: url, workload name, its profile (or None), the status URL, and the estimate beside it."""
     status_url = _status_url(args, config)
     if not args.workload and not args.url:
@@ -191,7 +210,7 @@ def resolve(args: argparse.Namespace, config: Any) -> dict[str, Any]:
             "simulated": bool((status or {}).get("simulated_scenario")) or bool(args.simulate)}
 
 
-def _scenario_profile(config: Any, scenario: str, name: str) -> Any:
+def _scenario_profile(config: Config, scenario: str, name: str) -> WorkloadProfile | None:
     from headroom import daemon
 
     try:
@@ -200,7 +219,7 @@ def _scenario_profile(config: Any, scenario: str, name: str) -> Any:
         return None
 
 
-def plan_from(args: argparse.Namespace, profile: Any) -> Any:
+def plan_from(args: argparse.Namespace, profile: WorkloadProfile | None) -> Plan:
     from headroom.probe.load import ramp
     from headroom.probe.run import Plan
 
@@ -214,7 +233,7 @@ def plan_from(args: argparse.Namespace, profile: Any) -> Any:
     schedule = args.schedule or ("rate" if load is not None and load.rate.normal and not load.concurrency.normal
                                  else "concurrency")
 
-    def tokens(flag: str | None, lengths: Any, default: int, most: int, name: str) -> tuple[int, int | None, str]:
+    def tokens(flag: str | None, lengths: Lengths | None, default: int, most: int, name: str) -> tuple[int, int | None, str]:
         value = getattr(args, flag)
         if value is not None:
             if not 1 <= value <= most:
@@ -271,7 +290,7 @@ def plan_from(args: argparse.Namespace, profile: Any) -> Any:
                 error_budget=limits.DEFAULT_ERROR_BUDGET if budget is None else budget)
 
 
-def _default_input(profile: Any) -> int:
+def _default_input(profile: WorkloadProfile | None) -> int:
     """Without load.input_tokens: the profile's typical context less its output, else DEFAULT_INPUT_TOKENS."""
     context = getattr(getattr(profile, "context", None), "typical", None)
     out = getattr(profile, "output_tokens", None) or limits.DEFAULT_OUTPUT_TOKENS
@@ -283,7 +302,7 @@ def _secs(v: float | None) -> str:
     return "-" if v is None else f"{v * 1000:.0f}ms" if v < 1 else f"{v:.2f}s"
 
 
-def rows(result: dict[str, Any]) -> list[list[str]]:
+def rows(result: JsonDoc) -> list[list[str]]:
     unit = "conc." if result["schedule"] == "concurrency" else "req/s"
     out = [["step", unit, "requests", "errors", "ttft p50", "ttft p95", "itl p95", "e2e p95", "req/s", "tok/s",
             "goodput", "in/out tok", "kv peak", "bottleneck", "slo"]]
@@ -307,7 +326,7 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}"
 
 
-def _estimate_line(result: dict[str, Any]) -> str:
+def _estimate_line(result: JsonDoc) -> str:
     est = result.get("estimate")
     if not est:
         return ""
@@ -317,7 +336,7 @@ def _estimate_line(result: dict[str, Any]) -> str:
             f"{cap.get('concurrency')} concurrent within the SLO")
 
 
-def format_table(result: dict[str, Any], answer: str) -> str:
+def format_table(result: JsonDoc, answer: str) -> str:
     table = rows(result)
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines = [answer, ""] + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
@@ -329,7 +348,7 @@ def format_table(result: dict[str, Any], answer: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_markdown(result: dict[str, Any], answer: str) -> str:
+def format_markdown(result: JsonDoc, answer: str) -> str:
     table = rows(result)
     lines = [f"**{answer}**", "", "| " + " | ".join(table[0]) + " |", "|" + "---|" * len(table[0])]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table[1:]]
@@ -341,7 +360,7 @@ def format_markdown(result: dict[str, Any], answer: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------- run
-def run(args: argparse.Namespace, config: Any) -> tuple[int, str]:
+def run(args: argparse.Namespace, config: Config) -> tuple[int, str]:
     """(exit status, what stdout gets); raises ProbeInputError for bad input."""
     from headroom import daemon
     from headroom.probe.answer import capacity_answer
@@ -397,7 +416,7 @@ def run(args: argparse.Namespace, config: Any) -> tuple[int, str]:
     return (EXIT_OK if ok else EXIT_NO_CAPACITY), text
 
 
-def _write(path: str, result: dict[str, Any]) -> None:
+def _write(path: str, result: JsonDoc) -> None:
     import os
 
     tmp = f"{path}.tmp"

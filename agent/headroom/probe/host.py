@@ -33,7 +33,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
+
+from headroom.jsontypes import JsonDoc, JsonValue
+
+if TYPE_CHECKING:
+    from headroom.config import Config
+    from headroom.daemon import Options
+    from headroom.sampler import Sampler
 
 STATUS_PATH = "/api/v1/status"
 POLL_TIMEOUT_SECONDS = 2.0  # one status poll; a slower answer is an error for that poll, not for the step
@@ -67,7 +74,7 @@ def status_url_of(base: str) -> str:
     return base if base.endswith(STATUS_PATH) else base + STATUS_PATH
 
 
-def find_workload(status: dict[str, Any], workload: str | None, url: str | None) -> dict[str, Any] | None:
+def find_workload(status: JsonDoc, workload: str | None, url: str | None) -> JsonDoc | None:
     """The status API's entry of the probed workload: by name, else by its serving endpoint's origin."""
     entries = [w for w in status.get("workloads") or () if isinstance(w, dict)]
     if workload and "://" not in workload:
@@ -82,7 +89,7 @@ def find_workload(status: dict[str, Any], workload: str | None, url: str | None)
     return None
 
 
-def _number(v: Any) -> float | None:
+def _number(v: JsonValue) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf") \
         else None
 
@@ -104,7 +111,7 @@ class _Step:
         self.errors = 0
         self.error: str | None = None
 
-    def add(self, status: dict[str, Any], w: dict[str, Any] | None) -> None:
+    def add(self, status: JsonDoc, w: JsonDoc | None) -> None:
         self.samples += 1
         values = dict(status.get("now") or {}) if isinstance(status.get("now"), dict) else {}
         if w is not None and isinstance(w.get("now"), dict):
@@ -139,13 +146,13 @@ class _Step:
         self.errors += 1
         self.error = error[:MAX_ERROR_TEXT]
 
-    def result(self, source: str, found: bool) -> dict[str, Any]:
+    def result(self, source: str, found: bool) -> JsonDoc:
         means = {k: self.sums[k] / self.counts[k] for k in self.sums}
         peaks = dict(self.peaks)
         if self.preempt_first is not None and self.preempt_last is not None:
             grew = max(0.0, self.preempt_last - self.preempt_first)  # a restarted runtime counts from 0: no growth
             peaks["preemptions"] = means["preemptions"] = grew
-        out: dict[str, Any] = {"bottleneck": "none", "confidence": None, "evidence": "", "peaks": peaks,
+        out: JsonDoc = {"bottleneck": "none", "confidence": None, "evidence": "", "peaks": peaks,
                                "means": means, "samples": self.samples, "source": source,
                                # each resource's highest score in the step and its newest evidence: run.py names
                                # what rose with the load (the agent's verdict on a shared host may be another's)
@@ -175,7 +182,7 @@ class NoWatch:
     def begin(self) -> None:
         pass
 
-    def end(self) -> dict[str, Any]:
+    def end(self) -> JsonDoc:
         return _Step().result("none", True)
 
     def close(self) -> None:
@@ -189,14 +196,14 @@ class HostWatch:
     None: the default configuration file, no flags)."""
 
     def __init__(self, workload: str | None, status_url: str | None, interval: float = 1.0, *,
-                 url: str | None = None, config: Any = None, options: Any = None) -> None:
+                 url: str | None = None, config: Config | None = None, options: Options | None = None) -> None:
         self.workload = workload
         self.url = url
         self.interval = max(MIN_INTERVAL_SECONDS, float(interval))
         self.status_url = status_url_of(status_url) if status_url else None
         self.source = "status_api" if status_url else "in_process"
         self._config, self._options = config, options
-        self._sampler: Any = None
+        self._sampler: Sampler | None = None
         self._lock = threading.Lock()
         self._step: _Step | None = None
         self._found = False
@@ -206,7 +213,7 @@ class HostWatch:
         self.failed: str | None = None  # why the in-process agent could not start (then no step has figures)
 
     # ------------------------------------------------------------------------------------------ reading
-    def _read_api(self) -> dict[str, Any]:
+    def _read_api(self) -> JsonDoc:
         assert self.status_url is not None
         req = urllib.request.Request(self.status_url, headers={"Accept": "application/json"})
         with urllib.request.urlopen(req, timeout=POLL_TIMEOUT_SECONDS) as resp:  # noqa: S310 (the user's URL)
@@ -237,7 +244,7 @@ class HostWatch:
         self._sampler.tick()
         self._sampler.start()
 
-    def _read_in_process(self) -> dict[str, Any]:
+    def _read_in_process(self) -> JsonDoc:
         from headroom.exposition import landing
 
         snap = self._sampler.snapshot
@@ -245,7 +252,7 @@ class HostWatch:
             raise ValueError("no sample yet")
         return landing.status(self._sampler, snap)
 
-    def poll_once(self) -> dict[str, Any] | None:
+    def poll_once(self) -> JsonDoc | None:
         """One reading into the current step (if one is open); the status document, or None when it failed."""
         try:
             doc = self._read_api() if self.status_url else self._read_in_process()
@@ -284,7 +291,7 @@ class HostWatch:
             self._thread = threading.Thread(target=self._loop, name="probe-hostwatch", daemon=True)
             self._thread.start()
 
-    def end(self) -> dict[str, Any]:
+    def end(self) -> JsonDoc:
         """Close the step; its host dict. Without a step open: an empty one (source none)."""
         with self._lock:
             step, self._step = self._step, None
@@ -311,5 +318,5 @@ class HostWatch:
     def __enter__(self) -> HostWatch:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

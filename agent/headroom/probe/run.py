@@ -24,8 +24,9 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from headroom.jsontypes import JsonDoc, JsonValue
 from headroom.probe import (
     ABORT_ERROR_RATE,
     ABORT_MIN_FINISHED,
@@ -45,6 +46,11 @@ from headroom.probe.client import (
 )
 from headroom.probe.load import arrivals, length
 from headroom.probe.stats import percentile, summarize
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from headroom.probe.host import HostWatch, NoWatch  # run.py imports host.py only inside probe()
 
 LAG_TICK = 0.05  # seconds of the ticker that measures the event loop's lag
 
@@ -68,7 +74,7 @@ class Plan:
     slo: dict[str, float] = field(default_factory=dict)  # objective -> seconds
     error_budget: float = 0.01
 
-    def load_dict(self) -> dict[str, Any]:
+    def load_dict(self) -> JsonDoc:
         return {"input_tokens": {"typical": self.input_tokens, "max": self.input_max,
                                  "distribution": self.input_distribution},
                 "output_tokens": {"typical": self.output_tokens, "max": self.output_max,
@@ -135,7 +141,7 @@ async def _ticker(step: _Step) -> None:
 
 
 class Runner:
-    def __init__(self, target: Target, prompts: Prompts, plan: Plan, session: Any, stop: asyncio.Event,
+    def __init__(self, target: Target, prompts: Prompts, plan: Plan, session: aiohttp.ClientSession, stop: asyncio.Event,
                  deadline: float) -> None:
         self.target, self.prompts, self.plan, self.session = target, prompts, plan, session
         self.stop, self.deadline = stop, deadline
@@ -184,7 +190,7 @@ class Runner:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def step(self, level: float, index: int, host: Any) -> tuple[dict[str, Any], str | None]:
+    async def step(self, level: float, index: int, host: HostWatch | NoWatch) -> tuple[JsonDoc, str | None]:
         """Run one level; returns (the step dict, why the probe stops here or None)."""
         p = self.plan
         step = _Step(p, level, index)
@@ -219,7 +225,7 @@ class Runner:
         cpu = time.thread_time() - cpu0
         host_doc = await asyncio.to_thread(host.end)
         measured = max(1e-3, min(time.monotonic(), end) - warm_end)
-        doc: dict[str, Any] = {"index": index, "level": level, "started_at": round(started_at, 3),
+        doc: JsonDoc = {"index": index, "level": level, "started_at": round(started_at, 3),
                                "seconds": round(wall, 3)}
         doc.update(summarize(step.counted, measured, p.slo, p.error_budget))
         if step.abort is not None:
@@ -248,7 +254,7 @@ class Runner:
         return doc, stopped
 
 
-def _capacity(schedule: str, steps: list[dict[str, Any]], stopped: str) -> dict[str, Any]:
+def _capacity(schedule: str, steps: list[JsonDoc], stopped: str) -> JsonDoc:
     if not steps:
         return {"concurrency": None, "requests_per_second": None, "bound_by": "none", "from_step": None,
                 "evidence": "no step ran"}
@@ -256,7 +262,7 @@ def _capacity(schedule: str, steps: list[dict[str, Any]], stopped: str) -> dict[
     good = [s for s in steps if s["slo_ok"] and (broke is None or s["index"] < broke["index"])]
     last = good[-1] if good else None
 
-    def sized(s: dict[str, Any] | None) -> tuple[Any, Any]:
+    def sized(s: JsonDoc | None) -> tuple[JsonValue, JsonValue]:
         if s is None:
             return None, None
         if schedule == "concurrency":
@@ -295,7 +301,7 @@ BIND_RISE = 0.3  # a resource's score (its highest in the step) must rise this m
 BIND_SCORE = 0.5  # ... to at least this at the step that broke it, to be named as what binds
 
 
-def _rose(before: dict[str, Any] | None, after: dict[str, Any]) -> str | None:
+def _rose(before: JsonDoc | None, after: JsonDoc) -> str | None:
     """The resource whose score rose most from the last good step to the breaking one (the one parameter
     changed is the load: what it pressed is what binds), or None when the host gave no scores or none rose
     enough. A resource pressed at every level (a CPU busy with other work) binds nothing the probe changed."""
@@ -308,7 +314,7 @@ def _rose(before: dict[str, Any] | None, after: dict[str, Any]) -> str | None:
     return top[0] if top is not None and top[1] >= BIND_RISE else None
 
 
-def _progress_line(schedule: str, s: dict[str, Any], total: int) -> str:
+def _progress_line(schedule: str, s: JsonDoc, total: int) -> str:
     unit = "concurrent" if schedule == "concurrency" else "req/s"
     ttft, itl = s["ttft"].get("p95"), s["itl"].get("p95")
     errors = sum(s["errors"].values())
@@ -330,8 +336,8 @@ def _secs(v: float | None) -> str:
 
 
 async def probe(url: str, plan: Plan, *, workload: str | None = None, model: str | None = None,
-                api: str = "completions", host: Any = None, estimate: dict | None = None,
-                stop: asyncio.Event | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                api: str = "completions", host: HostWatch | NoWatch | None = None, estimate: dict | None = None,
+                stop: asyncio.Event | None = None, progress: Callable[[str], None] | None = None) -> JsonDoc:
     """Run ``plan`` against ``url``; the result dict (PROBE_CONTRACT.md)."""
     from headroom.probe.host import HostWatch
 
@@ -342,7 +348,7 @@ async def probe(url: str, plan: Plan, *, workload: str | None = None, model: str
     started = time.time()
     deadline = time.monotonic() + plan.duration
     peak = int(max(plan.levels)) if plan.schedule == "concurrency" else plan.max_in_flight
-    result: dict[str, Any] = {"version": 1, "workload": workload, "url": url, "model": None,
+    result: JsonDoc = {"version": 1, "workload": workload, "url": url, "model": None,
                               "started_at": round(started, 3), "finished_at": None, "schedule": plan.schedule,
                               "api": api, "load": plan.load_dict(),
                               "slo": {**plan.slo, "error_rate": plan.error_budget}, "steps": [], "capacity": None,
@@ -354,8 +360,8 @@ async def probe(url: str, plan: Plan, *, workload: str | None = None, model: str
             await asyncio.to_thread(host.close)
 
 
-async def _probe(url: str, plan: Plan, result: dict[str, Any], host: Any, model: str | None, api: str,
-                 stop: asyncio.Event, progress: Callable[[str], None], deadline: float, peak: int) -> dict[str, Any]:
+async def _probe(url: str, plan: Plan, result: JsonDoc, host: HostWatch | NoWatch, model: str | None, api: str,
+                 stop: asyncio.Event, progress: Callable[[str], None], deadline: float, peak: int) -> JsonDoc:
     async with new_session(peak + 4) as session:
         try:
             target = await discover(session, url, model, api)
@@ -394,7 +400,7 @@ async def _probe(url: str, plan: Plan, result: dict[str, Any], host: Any, model:
     return result
 
 
-def _message(result: dict[str, Any]) -> str:
+def _message(result: JsonDoc) -> str:
     steps = result["steps"]
     stopped = result["stopped"]
     if stopped == "interrupted":
@@ -410,11 +416,11 @@ def _message(result: dict[str, Any]) -> str:
     return f"all {len(steps)} levels ran"
 
 
-def execute(url: str, plan: Plan, **kwargs: Any) -> dict[str, Any]:
+def execute(url: str, plan: Plan, **kwargs: Any) -> JsonDoc:  # Any: probe()'s keyword arguments, of their own types
     """``probe`` in a fresh event loop, with Ctrl-C and SIGTERM stopping it gracefully (a partial result); a
     second Ctrl-C stops at once."""
 
-    async def main() -> dict[str, Any]:
+    async def main() -> JsonDoc:
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         me = asyncio.current_task()

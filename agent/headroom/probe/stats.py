@@ -9,7 +9,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+from headroom.jsontypes import JsonDoc
+
+if TYPE_CHECKING:
+    from headroom.probe.client import Result  # not at run time: client.py imports aiohttp
 
 QUANTILES = (0.5, 0.95, 0.99)
 
@@ -33,7 +38,7 @@ def spread(values: Sequence[float]) -> dict[str, float | None]:
     return out
 
 
-def within(r: Any, slo: Mapping[str, float]) -> bool:
+def within(r: Result, slo: Mapping[str, float]) -> bool:
     """A completed request within every per-request objective (its TTFT, its mean inter-token latency):
     goodput counts these (as ``vllm bench serve --goodput``)."""
     if r.error is not None:
@@ -47,7 +52,7 @@ def within(r: Any, slo: Mapping[str, float]) -> bool:
     return True
 
 
-def summarize(results: Sequence[Any], seconds: float, slo: Mapping[str, float], error_budget: float) -> dict:
+def summarize(results: Sequence[Result], seconds: float, slo: Mapping[str, float], error_budget: float) -> dict:
     """The step's figures (the contract's step keys but index/level/host), from the requests counted in it."""
     counted = [r for r in results if not r.cancelled]
     done = [r for r in counted if r.error is None]
@@ -58,7 +63,7 @@ def summarize(results: Sequence[Any], seconds: float, slo: Mapping[str, float], 
     out_tokens = sum(r.output_tokens for r in done)
     seconds = max(seconds, 1e-9)
     error_rate = len(counted) and sum(errors.values()) / len(counted)
-    step: dict[str, Any] = {
+    step: JsonDoc = {
         "requests": len(counted), "completed": len(done), "errors": dict(sorted(errors.items())),
         "input_tokens_mean": _mean([r.prompt_tokens if r.prompt_tokens is not None else r.input_tokens
                                     for r in done]),

@@ -25,8 +25,9 @@ import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
+from headroom.jsontypes import JsonDoc, JsonMapping, JsonValue
 from headroom.safeio import clip
 
 FILENAME = "probe-last.json"
@@ -70,7 +71,7 @@ class _Bad(ValueError):
     pass
 
 
-def _num(value: Any, where: str, optional: bool = True, minimum: float | None = None) -> float | None:
+def _num(value: JsonValue, where: str, optional: bool = True, minimum: float | None = None) -> float | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -83,7 +84,7 @@ def _num(value: Any, where: str, optional: bool = True, minimum: float | None = 
     return v
 
 
-def _int(value: Any, where: str, optional: bool = True) -> int | None:
+def _int(value: JsonValue, where: str, optional: bool = True) -> int | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not -2**53 <= value <= 2**53:
@@ -91,7 +92,7 @@ def _int(value: Any, where: str, optional: bool = True) -> int | None:
     return value
 
 
-def _text(value: Any, where: str, limit: int = MAX_NAME, optional: bool = True) -> str | None:
+def _text(value: JsonValue, where: str, limit: int = MAX_NAME, optional: bool = True) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str):
@@ -99,13 +100,13 @@ def _text(value: Any, where: str, limit: int = MAX_NAME, optional: bool = True) 
     return clip(value, limit)
 
 
-def _choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
+def _choice(value: JsonValue, where: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise _Bad(f"{where}: expected one of {', '.join(choices)}, got {_what(value)}")
     return value
 
 
-def _obj(value: Any, where: str, optional: bool = True) -> dict[str, Any] | None:
+def _obj(value: JsonValue, where: str, optional: bool = True) -> JsonDoc | None:
     if value is None and optional:
         return None
     if not isinstance(value, dict):
@@ -113,7 +114,7 @@ def _obj(value: Any, where: str, optional: bool = True) -> dict[str, Any] | None
     return value
 
 
-def _what(value: Any) -> str:
+def _what(value: JsonValue) -> str:
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):
@@ -123,7 +124,7 @@ def _what(value: Any) -> str:
     return f"{type(value).__name__} {clip(repr(value), 20)}"
 
 
-def _resource(value: Any, where: str) -> str:
+def _resource(value: JsonValue, where: str) -> str:
     """A resource name (kv_cache, client, none ...): a short identifier, as the analysis names them."""
     text = _text(value, where, 64, optional=False) or ""
     if not text or not all(c.isascii() and (c.isalnum() or c == "_") for c in text):
@@ -131,26 +132,26 @@ def _resource(value: Any, where: str) -> str:
     return text
 
 
-def _objective(key: Any) -> str:
+def _objective(key: JsonValue) -> str:
     """An SLO objective's name: ttft_p95, itl_p99, e2e_p50 ... or error_rate."""
     if not (isinstance(key, str) and (key == "error_rate" or OBJECTIVE.fullmatch(key))):
         raise _Bad(f"slo: {_what(key)} is not an objective (ttft_p95, itl_p99, e2e_p50 ..., error_rate)")
     return key
 
 
-def _quantiles(value: Any, where: str) -> dict[str, float | None]:
+def _quantiles(value: JsonValue, where: str) -> dict[str, float | None]:
     q = _obj(value, where) or {}
     return {k: _num(q.get(k), f"{where}.{k}", minimum=0) for k in ("p50", "p95", "p99") if k in q}
 
 
-def _values(value: Any, where: str) -> dict[str, float | None]:
+def _values(value: JsonValue, where: str) -> dict[str, float | None]:
     d = _obj(value, where) or {}
     if len(d) > 64:
         raise _Bad(f"{where}: more than 64 values")
     return {_resource(k, f"{where} key"): _num(v, f"{where}.{k}") for k, v in d.items()}
 
 
-def _host(value: Any, where: str) -> dict[str, Any] | None:
+def _host(value: JsonValue, where: str) -> JsonDoc | None:
     h = _obj(value, where)
     if h is None:
         return None
@@ -171,14 +172,14 @@ def _host(value: Any, where: str) -> dict[str, Any] | None:
     }
 
 
-def _texts(value: Any, where: str) -> dict[str, str]:
+def _texts(value: JsonValue, where: str) -> dict[str, str]:
     d = _obj(value, where) or {}
     if len(d) > 64:
         raise _Bad(f"{where}: more than 64 values")
     return {_resource(k, f"{where} key"): _text(v, f"{where}.{k}", MAX_TEXT, optional=False) for k, v in d.items()}
 
 
-def _step(value: Any, where: str) -> dict[str, Any]:
+def _step(value: JsonValue, where: str) -> JsonDoc:
     s = _obj(value, where, optional=False) or {}
     errors = _obj(s.get("errors"), f"{where}.errors") or {}
     if len(errors) > MAX_ERROR_CLASSES:
@@ -220,17 +221,17 @@ def _step(value: Any, where: str) -> dict[str, Any]:
     }
 
 
-def _lengths(value: Any, where: str) -> dict[str, float | None] | None:
+def _lengths(value: JsonValue, where: str) -> JsonDoc | None:  # typical, max: numbers; distribution: a name
     d = _obj(value, where)
     if d is None:
         return None
-    out: dict[str, Any] = {k: _num(d.get(k), f"{where}.{k}", minimum=0) for k in ("typical", "max") if k in d}
+    out: JsonDoc = {k: _num(d.get(k), f"{where}.{k}", minimum=0) for k in ("typical", "max") if k in d}
     if d.get("distribution") is not None:
         out["distribution"] = _resource(d["distribution"], f"{where}.distribution")
     return out
 
 
-def validate(doc: Any) -> dict[str, Any]:
+def validate(doc: JsonValue) -> JsonDoc:
     """The result as a new dict of only the known keys, checked (module docstring); StoreError when it is not a
     version-1 probe result."""
     try:
@@ -239,7 +240,7 @@ def validate(doc: Any) -> dict[str, Any]:
         raise StoreError(f"not a probe result: {exc}") from None
 
 
-def _validate(doc: Any) -> dict[str, Any]:
+def _validate(doc: JsonValue) -> JsonDoc:
     d = _obj(doc, "the result", optional=False) or {}
     if d.get("version") != VERSION:
         raise _Bad(f"version: expected {VERSION}, got {_what(d.get('version'))}")
@@ -294,11 +295,11 @@ def _validate(doc: Any) -> dict[str, Any]:
     }
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise _Bad(f"{name} is not a number JSON allows")
 
 
-def parse(data: bytes) -> dict[str, Any]:
+def parse(data: bytes) -> JsonDoc:
     """A probe result from the bytes of a file: StoreError (one line) when they are not one."""
     if len(data) > MAX_RESULT_BYTES:
         raise StoreError(f"larger than {MAX_RESULT_BYTES} bytes")
@@ -316,7 +317,7 @@ def parse(data: bytes) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------------------------------- files
-def save(result: Mapping[str, Any], directory: str | os.PathLike[str]) -> Path:
+def save(result: JsonMapping, directory: str | os.PathLike[str]) -> Path:
     """Write ``result`` as probe-last.json in ``directory`` (created 0700 when missing), atomically: a temporary
     file beside it, fsync, rename. Returns the path; StoreError (one line, what to do) when it cannot."""
     doc = validate(result)  # what the agent would refuse is refused here, where the user sees why
@@ -379,7 +380,7 @@ def read_bytes(path: Path) -> tuple[bytes, os.stat_result]:
         os.close(fd)
 
 
-def load(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
+def load(directory: str | os.PathLike[str]) -> JsonDoc | None:
     """The last result saved in ``directory``, validated; None when there is none; StoreError (one line naming
     the file) when the file is there but is not one."""
     path = path_in(directory)
@@ -401,10 +402,10 @@ class LastResult:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.path = path_in(directory)
         self._key: tuple[int, int, int] | None = None
-        self.result: dict[str, Any] | None = None
+        self.result: JsonDoc | None = None
         self.error: str | None = None
 
-    def get(self) -> dict[str, Any] | None:
+    def get(self) -> JsonDoc | None:
         try:
             st = os.stat(self.path, follow_symlinks=False)
         except FileNotFoundError:

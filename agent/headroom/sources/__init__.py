@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, NoReturn, Protocol, TypeVar
 
+from headroom.jsontypes import Settings
 from headroom.samples import MountUsage, PreviousTick
 
 if TYPE_CHECKING:  # workload/ imports no source; sources read its profile type only in annotations
@@ -72,9 +73,9 @@ class SourceContext:
     """What a collector gets at construction."""
 
     paths: Paths = field(default_factory=Paths)
-    # the collector's own section of config.yaml (``collectors.<name>``), already validated; Any: its values are
-    # the YAML's scalars and lists, each collector checks the keys it reads
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    # the collector's own section of config.yaml (``collectors.<name>``), already validated: each key's value of
+    # the type config.py's schema declares for it
+    settings: Settings = field(default_factory=dict)
     # the simulation scenario or None on a real host
     scenario: Simulation | None = None
     # seconds; used by collectors that accumulate counters from instantaneous readings
@@ -117,7 +118,7 @@ class DeviceFilter:
     applies only when it is also given.
     """
 
-    def __init__(self, collector: str, settings: Mapping[str, Any], default_exclude: str) -> None:
+    def __init__(self, collector: str, settings: Settings, default_exclude: str) -> None:
         include = settings.get("device_include")
         self.include = None if include in (None, "") else self._compile(collector, "device_include", include)
         exclude = settings.get("device_exclude")

@@ -100,10 +100,10 @@ class PodResourcesClient:
         self.timeout = timeout
         # grpc and the code protoc generates carry no types: the channel and stub are Any
         self._channel: Any = None
-        self._stub: Any = None
-        self._grpc: Any = None
+        self._stub: Any = None  # Any: protoc's generated stub, untyped
+        self._grpc: Any = None  # Any: the grpc module, imported on first use (untyped)
 
-    def _connect(self) -> Any:
+    def _connect(self) -> Any:  # Any: the stub (protoc's code carries no types)
         if self._stub is None:
             try:
                 import grpc

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from headroom import units
+from headroom.jsontypes import JsonMapping, YamlDict, YamlValue
 from headroom.workload.profiles import (
     KINDS,
     OPTIMIZERS,
@@ -21,8 +22,14 @@ from headroom.workload.profiles import (
     profile_from_dict,
 )
 
+if TYPE_CHECKING:
+    from headroom.config import Config
+    from headroom.workload.modelconfig.fields import ModelConfig
+    from headroom.workload.profiles.types import WorkloadProfile
+    from headroom.workload.sizing.types import Estimate
+
 # flag -> (path in the profile mapping, how to parse the text, help)
-_FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
+_FLAGS: dict[str, tuple[tuple[str, ...], type[str | int | float], str]] = {
     "--name": (("name",), str, "workload name (default: estimate)"),
     "--kind": (("kind",), str, f"one of {', '.join(KINDS)} (default inference)"),
     "--params": (("params",), str, "parameter count: 7B, 7e9, 70000000000"),
@@ -70,7 +77,8 @@ _BOOL_HELP = {"--gradient-checkpointing": "recompute activations in the backward
 _LIST_FLAGS = {"--lora-target-modules": ("lora", "target_modules")}
 
 
-def add_parser(sub: Any, add_source_flags: Any) -> None:
+# Any: argparse's private _SubParsersAction (cli.build_parser's subparsers)
+def add_parser(sub: Any, add_source_flags: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser(
         "estimate",
         help="size a workload: memory per component, fits or not, max concurrency and context",
@@ -105,7 +113,7 @@ class EstimateError(Exception):
     """A user error in the estimate's inputs; the message is printed as is."""
 
 
-def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+def _model_fields(args: argparse.Namespace) -> tuple[YamlDict, list[str]]:
     """The profile fields --model-config / --model read (empty without them), and notes on where from."""
     from headroom.workload import modelconfig
 
@@ -144,7 +152,7 @@ def _model_fields(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     return fields, notes
 
 
-def _named_model(name: str) -> Any:
+def _named_model(name: str) -> ModelConfig:
     """--model ORG/NAME: the local Hugging Face cache first (the checkpoint's own config.json and safetensors), else
     headroom's table of well-known models (headroom.workload.known_models: published config.json values)."""
     from headroom.workload import known_models, modelconfig
@@ -165,21 +173,21 @@ def _named_model(name: str) -> Any:
                                                      f"{known_models.source(known)}; not in the local cache)")
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: YamlDict, over: YamlDict) -> YamlDict:
     out = dict(base)
     for k, v in over.items():
         out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
 
-def _flag_profile(args: argparse.Namespace) -> dict[str, Any]:
-    d: dict[str, Any] = {"name": "estimate", "kind": "inference"}
+def _flag_profile(args: argparse.Namespace) -> YamlDict:
+    d: YamlDict = {"name": "estimate", "kind": "inference"}
     for flag, (path, typ, _) in {**_FLAGS, **{f: (p, str, "") for f, p in _LIST_FLAGS.items()},
                                  **{f: (p, bool, "") for f, p in _BOOL_FLAGS.items()}}.items():
         raw = getattr(args, "est_" + flag[2:].replace("-", "_"), None)
         if raw is None:
             continue
-        value: Any = raw
+        value: YamlValue = raw
         if flag in _LIST_FLAGS:
             value = [x.strip() for x in raw.split(",") if x.strip()]
         elif typ is int:
@@ -212,7 +220,7 @@ def _flag_for(path: tuple[str | int, ...]) -> str:
     return ".".join(str(x) for x in path)
 
 
-def build_profile(args: argparse.Namespace, config: Any) -> Any:
+def build_profile(args: argparse.Namespace, config: Config) -> WorkloadProfile:
     if args.workload:
         if getattr(args, "model_config", None) or getattr(args, "model", None):
             raise EstimateError("--workload takes the whole profile from the configuration; --model-config and "
@@ -241,7 +249,7 @@ def build_profile(args: argparse.Namespace, config: Any) -> Any:
         raise EstimateError("\n".join(f"{_flag_for(e.path)}: {e.message}" for e in exc.errors)) from None
 
 
-def run(args: argparse.Namespace, config: Any,
+def run(args: argparse.Namespace, config: Config,
         find_gpus: Callable[[], tuple[int | None, int | None, str, str]]) -> tuple[int, str]:
     """(exit code, text to print). ``find_gpus``: (memory per GPU, GPU count, where from, GPU name), asked
     only when --gpu-memory is not given (the CLI passes one NVML read: ``daemon.found_gpus``)."""
@@ -284,7 +292,7 @@ def run(args: argparse.Namespace, config: Any,
             est = replace(est, notes=(*model_notes, *est.notes))
     code = exit_code(est)
     if args.format == "json":
-        doc: Mapping[str, Any] = {"workload": profile.name, "memory_source": where, **est.to_dict(),
+        doc: JsonMapping = {"workload": profile.name, "memory_source": where, **est.to_dict(),
                                   "verdict": sizing.fit_lines(est), "exit_code": code}  # fmt: skip
         return code, json.dumps(doc, indent=1) + "\n"
     head = (f"workload {profile.name} ({profile.kind.value}); GPU memory: {where}\n"
@@ -295,7 +303,7 @@ def run(args: argparse.Namespace, config: Any,
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_BAD_INPUT, EXIT_UNKNOWN = 0, 1, 2, 3  # README.md and docs/sizing.md
 
 
-def exit_code(est: Any) -> int:
+def exit_code(est: Estimate) -> int:
     """0 fits, 1 does not fit (too few GPUs or too little memory), 3 unknown (no GPU memory given or found);
     bad input exits 2 before an estimate exists."""
     from headroom.workload import sizing

@@ -11,7 +11,8 @@ tests/fixtures/hf (``FIXTURES``) against it field by field, and that every entry
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+from headroom.jsontypes import JsonDoc, JsonMapping, JsonValue
 
 _HF = "https://huggingface.co/{}/blob/main/config.json"
 
@@ -99,7 +100,7 @@ _GEMMA3_TEXT = {"model_type": "gemma3_text", "head_dim": 256, "sliding_window": 
                 "vocab_size": 262208, "max_position_embeddings": 131072}  # fmt: skip
 
 
-def _gemma3(**text: Any) -> dict[str, Any]:
+def _gemma3(**text: JsonValue) -> JsonDoc:
     return {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "torch_dtype": "bfloat16",
             "text_config": {**_GEMMA3_TEXT, **text}}  # fmt: skip
 
@@ -137,7 +138,7 @@ PHI_4 = {**_PHI3, "hidden_size": 5120, "intermediate_size": 17920, "num_attentio
          "num_hidden_layers": 40, "vocab_size": 100352, "max_position_embeddings": 16384}  # fmt: skip
 
 # Hugging Face name -> its config.json values (the source is that repository's config.json)
-MODELS: Mapping[str, Mapping[str, Any]] = {
+MODELS: Mapping[str, JsonMapping] = {
     "meta-llama/Meta-Llama-3-8B": LLAMA_3_8B,
     "meta-llama/Meta-Llama-3-8B-Instruct": LLAMA_3_8B,
     "meta-llama/Meta-Llama-3-70B": LLAMA_3_70B,
@@ -220,7 +221,7 @@ def source(name: str) -> str:
     return _HF.format(name)
 
 
-def lookup(name: str) -> tuple[str, Mapping[str, Any]] | None:
+def lookup(name: str) -> tuple[str, JsonMapping] | None:
     """(the table's spelling of ``name``, its config.json values), matching case-insensitively; None if absent."""
     folded = name.strip().casefold()
     for known, config in MODELS.items():

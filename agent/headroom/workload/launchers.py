@@ -29,13 +29,17 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
+from headroom.jsontypes import YamlDict, YamlMapping
 from headroom.safeio import excerpt
 from headroom.samples import Launcher, ModelInfo
+
+if TYPE_CHECKING:
+    from headroom.workload.profiles.types import WorkloadProfile
 
 # runtime -> (module names run with -m, executable base names)
 # (the runtime names are workload/runtimes.py's, which says how each reserves GPU memory up front)
@@ -277,7 +281,7 @@ def parse(argv: Sequence[str]) -> Launcher | None:
     training = runtime in _TRAINING_VALUE_FLAGS
     value_flags = _TRAINING_VALUE_FLAGS[runtime] if training else set(flag_of)
     values, positional = _options(argv[start:], value_flags, stop_at_positional=training)
-    settings: dict[str, Any] = {}
+    settings: YamlDict = {}
     problems: list[str] = []
     for flag, value in values.items():
         if flag not in flag_of:
@@ -456,7 +460,7 @@ def url_host(host: str) -> str | None:
     return None
 
 
-def _convert(typ: str, value: str) -> Any:
+def _convert(typ: str, value: str) -> int | float | str:
     if typ != _STR and len(value) > 32:  # no number is longer; int() of 5 000 digits is slow before it refuses
         raise ValueError(value)
     if typ == _INT:
@@ -473,7 +477,7 @@ def _convert(typ: str, value: str) -> Any:
     return value.strip()
 
 
-def _world(runtime: str, s: dict[str, Any], problems: list[str]) -> tuple[int | None, int | None, int | None]:
+def _world(runtime: str, s: YamlDict, problems: list[str]) -> tuple[int | None, int | None, int | None]:
     """(processes per node, nodes, world size) of a training launcher; None where the command line does not
     say (torchrun ``--nproc-per-node gpu``/``auto``, deepspeed without ``--num_gpus``: all GPUs; an elastic
     ``--nnodes MIN:MAX``)."""
@@ -532,7 +536,7 @@ def display_name(launcher: Launcher) -> str:
 
 
 @lru_cache(maxsize=256)
-def auto_profile(launcher: Launcher, model: ModelInfo | None, name: str) -> tuple[Any, str | None]:
+def auto_profile(launcher: Launcher, model: ModelInfo | None, name: str) -> tuple[WorkloadProfile, str | None]:
     """(WorkloadProfile, why it has no expected memory or None) of an automatic workload started by
     ``launcher``; ``model`` is its config.json as read (None: not looked up). The profile always exists
     (kind, runtime, parallel layout: what the bottleneck verdicts need); it is sized only when the model's
@@ -540,7 +544,7 @@ def auto_profile(launcher: Launcher, model: ModelInfo | None, name: str) -> tupl
     from headroom.workload.profiles import ProfileErrors, profile_from_dict
 
     notes: list[str] = list(launcher.problems)
-    fields: dict[str, Any] = {}
+    fields: YamlDict = {}
     reason: str | None = None
     if model is not None and model.fields_json:
         try:
@@ -564,7 +568,7 @@ def auto_profile(launcher: Launcher, model: ModelInfo | None, name: str) -> tupl
     return profile, reason
 
 
-def _unsized_reason(launcher: Launcher, model: ModelInfo | None, fields: Mapping[str, Any]) -> str | None:
+def _unsized_reason(launcher: Launcher, model: ModelInfo | None, fields: YamlMapping) -> str | None:
     if launcher.role == "training":
         if not fields:
             return _model_reason(launcher, model)
@@ -587,17 +591,17 @@ def _model_reason(launcher: Launcher, model: ModelInfo | None) -> str:
     return f"model {launcher.model}: {model.error}"
 
 
-def _base_profile(launcher: Launcher, model: ModelInfo | None, fields: Mapping[str, Any],
-                  notes: list[str]) -> dict[str, Any]:
+def _base_profile(launcher: Launcher, model: ModelInfo | None, fields: YamlMapping,
+                  notes: list[str]) -> YamlDict:
     """The profile mapping: config.json's fields, then what the command line says."""
-    d: dict[str, Any] = {k: v for k, v in fields.items() if k not in ("kind", "context", "model", "name")}
+    d: YamlDict = {k: v for k, v in fields.items() if k not in ("kind", "context", "model", "name")}
     d["name"] = "auto"
     serving = launcher.role == "serving"
     d["kind"] = ("embedding" if model is not None and model.encoder_only else "inference") if serving else "training"
     if launcher.model:
         d["model"] = {"name": launcher.model}
     if serving:
-        runtime: dict[str, Any] = {"name": launcher.runtime}
+        runtime: YamlDict = {"name": launcher.runtime}
         if launcher.runtime == "vllm" and launcher.gpu_memory_utilization is not None:
             runtime["gpu_memory_utilization"] = launcher.gpu_memory_utilization
         if launcher.runtime == "sglang" and launcher.mem_fraction_static is not None:
@@ -628,7 +632,7 @@ def _base_profile(launcher: Launcher, model: ModelInfo | None, fields: Mapping[s
     return d
 
 
-def _precision(launcher: Launcher, d: dict[str, Any], notes: list[str], serving: bool) -> None:
+def _precision(launcher: Launcher, d: YamlDict, notes: list[str], serving: bool) -> None:
     """dtype, quantization and KV cache dtype flags over the checkpoint's own (config.json's)."""
     quantized = "quantization" in d or d.get("precision") in ("int4", "int8", "fp8")
     dtype = (launcher.dtype or "auto").lower()
@@ -716,7 +720,7 @@ def _python(argv: Sequence[str]) -> bool:
     return bool(argv) and _PYTHON.match(argv[0].rsplit("/", 1)[-1]) is not None
 
 
-def dataloader_ranks(members: Mapping[int, tuple[int, str]], argv_of: Any) -> dict[int, tuple[int, ...]]:
+def dataloader_ranks(members: Mapping[int, tuple[int, str]], argv_of: Callable[[int], Sequence[str]]) -> dict[int, tuple[int, ...]]:
     """The ranks of a workload and the DataLoader worker processes of each: rank pid -> its workers' pids (sorted).
 
     ``members``: pid -> (ppid, comm) of every live process of the workload; ``argv_of(pid)``: the command line of

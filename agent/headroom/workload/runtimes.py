@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ def label(name: str | None, reservation: Reservation | None = None) -> str:
     return f"{text} ({reservation.by})" if reservation is not None and reservation.by not in ("", text) else text
 
 
-def reservation(name: str | None, endpoint: Any = None) -> Reservation | None:
+def reservation(name: str | None, endpoint: object = None) -> Reservation | None:
     """How the runtime ``name`` reserves GPU memory up front, or None when it does not (or is not known).
     ``endpoint``: its newest serving scrape (samples.ServingEndpoint) when it has one: a runtime that reserves only
     for a KV cache (Triton's TensorRT-LLM backend) reserves when its metrics carry one."""
@@ -114,13 +113,13 @@ def reservation(name: str | None, endpoint: Any = None) -> Reservation | None:
     return d.reservation
 
 
-def _has_kv(endpoint: Any) -> bool:
+def _has_kv(endpoint: object) -> bool:
     """True when a scrape (samples.ServingEndpoint) or its window (analysis ServingSignals) reports a KV cache."""
     names = ("kv_cache_usage_ratio", "kv_cache_capacity_tokens", "usage", "capacity_tokens")
     return endpoint is not None and any(getattr(endpoint, n, None) is not None for n in names)
 
 
-def running(profile: Any, endpoint: Any = None, auto: bool = False) -> tuple[str, str] | None:
+def running(profile: object, endpoint: object = None, auto: bool = False) -> tuple[str, str] | None:
     """(canonical runtime, how it was found) of what runs a workload: the format of its serving metrics when its
     newest scrape was read, else its profile's ``runtime``: a declared one, or (``auto``) an automatic workload's,
     which its launcher's command line gives (workload/launchers.py). None when neither names a described runtime."""

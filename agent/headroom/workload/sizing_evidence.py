@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from headroom.jsontypes import YamlDict
 from headroom.workload.modelconfig import read_model_config
 from headroom.workload.profiles import profile_from_dict
 from headroom.workload.serving_memory import vllm_kv, vllm_request_bytes, vllm_rules
@@ -61,8 +61,8 @@ class Case:
     measure: str  # blocks | kv_tokens | kv_gib | request_gib (the KV one max_model_len request needs)
     reported: float
     tensor: int = 1
-    flags: dict[str, Any] = field(default_factory=dict)  # runtime settings as logged (gpu_memory_utilization, ...)
-    profile: dict[str, Any] = field(default_factory=dict)  # profile fields beyond the config.json (kv_cache_precision)
+    flags: YamlDict = field(default_factory=dict)  # runtime settings as logged (gpu_memory_utilization, ...)
+    profile: YamlDict = field(default_factory=dict)  # profile fields beyond the config.json (kv_cache_precision)
     available_gib: float | None = None  # kv step rows: the KV memory the runtime printed
     role: str = "check"  # check | fit | kv step | known miss
     tolerance: float = 0.10
@@ -229,7 +229,7 @@ CASES: tuple[Case, ...] = (
 )
 
 
-def _profile(case: Case) -> dict[str, Any]:
+def _profile(case: Case) -> YamlDict:
     fields = read_model_config(FIXTURES / case.model).fields
     runtime = {"name": case.runtime, "version": case.version, **case.flags}
     return {"name": case.name, "kind": "inference", "context": case.context, **fields, **case.profile,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
+from headroom.jsontypes import YamlDict
 from headroom.workload.modelconfig import read_model_config
 from headroom.workload.profiles import profile_from_dict
 from headroom.workload.sizing import estimate
@@ -23,8 +23,8 @@ FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "hf"
 
 # GPU -> memory as the framework sees it (torch.cuda.mem_get_info total), GiB; docs/sizing.md says where from
 GPUS = {"RTX 3090 24GB": 23.58, "L4 24GB": 22.05, "H100 80GB": 79.19}
-# (model fixture, GPU, tensor parallel, extra profile fields: a profile mapping as YAML gives it, hence Any)
-PAIRS: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
+# (model fixture, GPU, tensor parallel, extra profile fields: a profile mapping as YAML gives it)
+PAIRS: tuple[tuple[str, str, int, YamlDict], ...] = (
     ("llama-3-8b", "RTX 3090 24GB", 1, {}),
     ("llama-3-8b", "L4 24GB", 1, {}),
     ("llama-3-8b", "H100 80GB", 1, {}),
@@ -41,7 +41,7 @@ PAIRS: tuple[tuple[str, str, int, dict[str, Any]], ...] = (
 )  # fmt: skip
 
 
-def _row(model: str, gpu: str, tensor: int, extra: dict[str, Any], version: str) -> str:
+def _row(model: str, gpu: str, tensor: int, extra: YamlDict, version: str) -> str:
     fields = read_model_config(FIXTURES / model).fields
     cells = []
     kv_tokens = per_token = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -17,17 +17,29 @@ from headroom.samples import IdentitySource, NvmlSample
 from headroom.sources.identity.groups import _Addition, _Group
 from headroom.sources.identity.jobs import JobMappingReader
 
+if TYPE_CHECKING:
+    from headroom.sources.kubelet import ContainerDevices, PodResourcesPoller
+
 log = structlog.get_logger("headroom.sources.identity")
 
 REFUSED_REASONS = 16  # one-line reasons a source's status lists (the rest are counted in one more line)
 
 
 
+# what the tick keeps of the kubelet's last answer: (its containers' devices, the GPUs known, the DRA driver's
+# names of them, what was read from it: GPU or MIG UUID -> pods, the pods' additions, the unknown devices)
+_KubeletView = tuple[tuple["ContainerDevices", ...], set[str] | None, dict[tuple[int, ...], str] | None,
+                     tuple[dict[str, set[tuple[str, str]]], dict[tuple[str, str], _Addition], dict[str, None]]]
+# the kubelet's additions by group: (the answer's pods, each group's addition, pod -> group key)
+_KubeAdditions = tuple[dict[tuple[str, str], _Addition], dict[tuple[str, str], _Addition],
+                       dict[tuple[str, str], tuple[str, str]]]
+
+
 class _Additions:
     """The identity collector's merge of what the kubelet and a job mapping say (see the module's docstring)."""
 
     auto: frozenset[str]
-    poller: Any  # sources/kubelet.PodResourcesPoller, with --kubernetes
+    poller: PodResourcesPoller | None  # with --kubernetes
     mapping_dir: Path | None
     _mapping_error: str | None
     _mapping_reader: JobMappingReader | None
@@ -37,8 +49,8 @@ class _Additions:
     _part_ref: dict[tuple[str, str], tuple[str, str]]
     _unnamed: dict[tuple[str, str], None]  # pod groups whose processes gave no names
     _renamed: set[tuple[str, str]]
-    _kube: tuple[Any, dict[tuple[str, str], _Addition], dict[tuple[str, str], tuple[str, str]]] | None
-    _kubelet_view: tuple[Any, Any, Any, Any] | None
+    _kube: _KubeAdditions | None
+    _kubelet_view: _KubeletView | None
     _hidden: dict[tuple[str, str], str]  # pod groups the kubelet's answer does not confirm -> why
     _unknown: dict[str, tuple[str, ...]]  # source -> unknown devices last logged
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 import select
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from headroom.samples import (
     CgroupIdentity,
+    CgroupStats,
     IdentityGroup,
     IdentitySample,
     Launcher,
@@ -27,7 +28,7 @@ from headroom.samples import (
     share_unchanged,
 )
 from headroom.sources import Collector, SourceContext, procfs, register
-from headroom.sources.identity.additions import _Additions
+from headroom.sources.identity.additions import _Additions, _KubeAdditions, _KubeletView
 from headroom.sources.identity.cgroup_files import CGROUP_REFRESH_SECONDS, _CgroupDir, _CgroupReads
 from headroom.sources.identity.cgroup_paths import classify, v1_identity_cgroup
 from headroom.sources.identity.containers import ContainerMeta, container_meta
@@ -60,7 +61,11 @@ WATCHED_PIDS = 256
 ANCESTORS = 64  # of those, live ancestors of GPU processes remembered for the launcher search
 
 
-def _auto_setting(value: Any) -> tuple[str, ...]:
+# what an exported identity's IdentityGroup was made from: its group, cgroup figures, process count, model, members
+_MadeFrom = tuple[_Group, CgroupStats | None, int | None, ModelInfo | None, tuple[int, ...]]
+
+
+def _auto_setting(value: str | Sequence[str] | None) -> tuple[str, ...]:
     if value is None:
         return DEFAULT_AUTO
     items = [v.strip() for v in (value.split(",") if isinstance(value, str) else value)]
@@ -121,7 +126,7 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
         # each identity's cgroup files are read again within this many ticks (CGROUP_REFRESH_SECONDS)
         self.refresh_ticks = max(1, int(CGROUP_REFRESH_SECONDS / ctx.interval)) if ctx.interval > 0 else 1
         # each exported identity's IdentityGroup and what it was made from; the IdentityGroups alone
-        self._built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]] = {}
+        self._built: dict[tuple[str, str], tuple[_MadeFrom, IdentityGroup]] = {}
         self._made: dict[tuple[str, str], IdentityGroup] = {}
         # GPU processes watched through pidfds (live procfs of our own pid namespace): one poll per tick says
         # which exited, instead of a stat of /proc/PID per process per tick
@@ -146,7 +151,7 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
         self._unnamed: dict[tuple[str, str], None] = {}
         self._renamed: set[tuple[str, str]] = set()
         # the kubelet's additions (its answer's pods by group): (the answer's pods, additions, pod -> group key)
-        self._kube: tuple[Any, dict[tuple[str, str], _Addition], dict[tuple[str, str], tuple[str, str]]] | None = None
+        self._kube: _KubeAdditions | None = None
         # live ancestors of GPU processes (a launcher, a shell, a container's shim) as the launcher search read
         # them, watched through pidfds like the GPU processes: pid -> (pidfd, launcher, parent pid); least
         # recently used first. A torchrun's or a vLLM server's workers, and the pods of one parent, read their
@@ -156,7 +161,7 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
         self._unknown: dict[str, tuple[str, ...]] = {}  # source -> unknown devices last logged
         self._hidden: dict[tuple[str, str], str] = {}  # pod groups the kubelet's answer does not confirm -> why
         # (answer, known devices, the DRA driver's names of them, what _kubelet read from it)
-        self._kubelet_view: tuple[Any, Any, Any, Any] | None = None
+        self._kubelet_view: _KubeletView | None = None
         self._models: dict[tuple[int, str], ModelInfo] = {}  # (launcher pid, model) -> its config, while it lives
         # config.json and safetensors headers are read off the tick, in a daemon thread (a big checkpoint has
         # hundreds of shards; a hostile file can be slow): the tick never waits for model files (_ModelReader)
@@ -653,7 +658,7 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
             cached = self._unique = (self._parts_version, names if names or cached[1] else cached[1])
         return cached[1]
 
-    def _finish(self, g: _Group, built: dict[tuple[str, str], tuple[tuple[Any, ...], IdentityGroup]]
+    def _finish(self, g: _Group, built: dict[tuple[str, str], tuple[_MadeFrom, IdentityGroup]]
                 ) -> IdentityGroup:
         """The group's IdentityGroup: last tick's object when nothing in it changed (most of a tick's pods),
         so an unchanged identity costs a comparison and is kept once in the window."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import os
 import stat as stat_module
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from headroom.jsontypes import JsonDoc, JsonMapping, JsonValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,7 @@ _CRI_KEYS = (  # (namespace, pod, container, pod uid) annotations: containerd's 
 )
 
 
-def _from_annotations(annotations: Mapping[str, Any], name: str = "") -> ContainerMeta:
+def _from_annotations(annotations: JsonMapping, name: str = "") -> ContainerMeta:
     for ns, pod, container, uid in _CRI_KEYS:
         if annotations.get(pod):
             return ContainerMeta(name=name, namespace=str(annotations.get(ns, "")), pod=str(annotations[pod]),
@@ -42,7 +42,7 @@ def _from_annotations(annotations: Mapping[str, Any], name: str = "") -> Contain
 JSON_BYTES = 4 * 2**20  # of a runtime's state file: a larger one is cut there (and fails to parse)
 
 
-def _load_json(path: Path | str) -> Any:
+def _load_json(path: Path | str) -> JsonValue:
     try:
         # no Python file object: once per new container, in the tick; O_NONBLOCK: a FIFO put there cannot block it
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -86,14 +86,14 @@ def container_meta(rootfs: Path, container_id: str, runtime: str) -> ContainerMe
         if not isinstance(doc, dict):
             continue
         if kind == "docker":
-            # the runtime's state file: JSON, untyped (Any) until each value is checked
+            # the runtime's state file: JSON, untyped until each value is checked
             found = doc.get("Config")
-            config: dict[str, Any] = found if isinstance(found, dict) else {}
+            config: JsonDoc = found if isinstance(found, dict) else {}
             found = config.get("Labels")
-            labels: dict[str, Any] = found if isinstance(found, dict) else {}
+            labels: JsonDoc = found if isinstance(found, dict) else {}
             return _from_annotations(labels, str(doc.get("Name", "")).lstrip("/"))
         found = doc.get("annotations")
-        annotations: dict[str, Any] = found if isinstance(found, dict) else {}
+        annotations: JsonDoc = found if isinstance(found, dict) else {}
         meta = _from_annotations(annotations)
         if runtime == "podman" or (not meta.pod and runtime == ""):
             name = _podman_name(Path(rootfs), container_id)

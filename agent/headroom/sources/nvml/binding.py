@@ -128,7 +128,16 @@ def library_reason(err: BaseException) -> str:
     return f"{describe(err)}: {hint}" if hint else describe(err)
 
 
-def _address(handle: Any) -> int | None:
+# pynvml ships no types, so what it hands back is Any to the type checker; these name which kind of value it is:
+NvmlLib = Any  # the pynvml module (the simulation's driver stand-in under it), its functions looked up by name
+NvmlHandle = Any  # a handle NVML gave (a device, a MIG device, an event set, a GPM sample): a pynvml ctypes pointer
+NvmlValue = Any  # what an NVML call answered or takes: a number, bytes, a pynvml ctypes struct, array or function
+# what _fields asks NVML for a GPU: (the wanted (field id, scope id) pairs, the links, the re-probe times of the
+# fields left out, their nvmlFieldValue_t array)
+FieldsPlan = tuple[tuple[tuple[int, int], ...], tuple[int, ...], tuple[float, ...], NvmlValue]
+
+
+def _address(handle: NvmlHandle) -> int | None:
     """The pointer value of an NVML handle (to recognise it in event data), or None."""
     try:
         return ctypes.cast(handle, ctypes.c_void_p).value
@@ -137,7 +146,7 @@ def _address(handle: Any) -> int | None:
 
 
 
-def _text(value: Any) -> str:
+def _text(value: NvmlValue) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
@@ -162,7 +171,7 @@ class _Backoff:
 _ABSENT = object()  # a query this GPU does not support (as opposed to None: failed this tick)
 
 
-def _field_array(wanted: Sequence[tuple[int, int]]) -> Any:
+def _field_array(wanted: Sequence[tuple[int, int]]) -> NvmlValue:
     """A c_nvmlFieldValue_t array for the (field id, scope id) pairs ``wanted``, each set through the plain ctypes
     setter; None where there are none or the binding lacks the struct."""
     if not wanted or not hasattr(pynvml, "c_nvmlFieldValue_t"):
@@ -174,7 +183,8 @@ def _field_array(wanted: Sequence[tuple[int, int]]) -> Any:
     return array
 
 
-def _field_values_into(lib: Any, handle: Any, array: Any, wanted: Sequence[tuple[int, int]]) -> Any:
+def _field_values_into(lib: NvmlLib, handle: NvmlHandle, array: NvmlValue, wanted: Sequence[tuple[int, int]]
+                       ) -> NvmlValue:
     """nvmlDeviceGetFieldValues into ``array``: the entry point found through the binding's own lookup
     (its error mapping, FUNCTION_NOT_FOUND included), called with the prepared array; the binding's
     wrapper (a new array, every field id set through its printable struct) where it has no lookup."""
@@ -202,18 +212,18 @@ class _ListQuery:
     __slots__ = ("lookup", "function", "layout", "convert", "samples_first", "array", "capacity", "count",
                  "count_ref", "raw", "converted")
 
-    def __init__(self, lookup: Callable[[str], Any], function: str, layout: _Layout,
-                 convert: Callable[[list[tuple[Any, ...]]], Any]) -> None:
+    def __init__(self, lookup: Callable[[str], NvmlValue], function: str, layout: _Layout,
+                 convert: Callable[[list[tuple[NvmlValue, ...]]], NvmlValue]) -> None:
         self.lookup, self.function, self.layout, self.convert = lookup, function, layout, convert
         # nvmlDeviceGetProcessUtilization(device, samples, *count, lastSeen) against the process lists'
         # (device, *count, infos)
         self.samples_first = function == "nvmlDeviceGetProcessUtilization"
         self.capacity = 0
-        self.array: Any = None
+        self.array: NvmlValue = None
         self.count = ctypes.c_uint(0)
         self.count_ref = ctypes.byref(self.count)
         self.raw: bytes | None = None
-        self.converted: Any = None
+        self.converted: NvmlValue = None
         self.reserve(_LIST_CAPACITY)
 
     def reserve(self, entries: int) -> None:
@@ -221,7 +231,7 @@ class _ListQuery:
             self.capacity = entries
             self.array = (self.layout.ctype * entries)()
 
-    def _invoke(self, fn: Any, handle: Any, tail: tuple[Any, ...]) -> int:
+    def _invoke(self, fn: NvmlValue, handle: NvmlHandle, tail: tuple[NvmlValue, ...]) -> int:
         self.count.value = self.capacity
         rc: int  # fn: a function of the NVML library (ctypes), untyped
         if self.samples_first:
@@ -230,7 +240,7 @@ class _ListQuery:
             rc = fn(handle, self.count_ref, self.array, *tail)
         return rc
 
-    def read(self, handle: Any, *tail: Any) -> tuple[int, Any]:
+    def read(self, handle: NvmlHandle, *tail: NvmlValue) -> tuple[int, NvmlValue]:
         """(NVML return code, the converted entries on success, else None)."""
         fn = self.lookup(self.function)
         ret = self._invoke(fn, handle, tail)
@@ -246,7 +256,7 @@ class _ListQuery:
             self.raw, self.converted = raw, self.convert(self.layout.rows(raw))
         return ret, self.converted
 
-    def __call__(self, handle: Any, *tail: Any) -> Any:
+    def __call__(self, handle: NvmlHandle, *tail: NvmlValue) -> NvmlValue:
         """The converted entries; raises the binding's NVMLError for any other return code (``_Gpu.query``
         maps it as it maps the binding's own calls)."""
         ret, converted = self.read(handle, *tail)
@@ -260,9 +270,9 @@ class _ListQuery:
 class _Gpu:
     """One GPU within one NVML session: handle, cached identity and what it does not support."""
 
-    lib: Any
+    lib: NvmlLib
     index: int
-    handle: Any = None
+    handle: NvmlHandle = None
     uuid: str = ""
     name: str = ""
     pci_bus_id: str = ""
@@ -272,14 +282,14 @@ class _Gpu:
     error: str | None = None
     backoff: _Backoff = field(default_factory=_Backoff)
     unsupported: dict[str, float] = field(default_factory=dict)  # query -> when to try again
-    cache: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, NvmlValue] = field(default_factory=dict)
     logged: set[tuple[str, int]] = field(default_factory=set)  # transient errors already logged
     now: float = 0.0
     # the per-tick field read: (wanted (field, scope) pairs, unsupported-set version, links, array for them)
-    fields_plan: tuple[Any, ...] | None = None
+    fields_plan: FieldsPlan | None = None
     published: samples.GpuSample | None = None  # the last full read (for samples.share_unchanged)
 
-    def query(self, key: str, function: str, *args: Any, remember: bool = True, call: Callable[..., Any] | None = None) -> Any:
+    def query(self, key: str, function: str, *args: NvmlValue, remember: bool = True, call: Callable[..., NvmlValue] | None = None) -> NvmlValue:
         """lib.<function>(*args) (``call(*args)`` instead where given: the same entry point reached another
         way); _ABSENT if unsupported here, None if it failed this tick.
 
@@ -318,12 +328,12 @@ class _Gpu:
         """Remember ``key`` as unsupported on this GPU: not asked again for ``_REPROBE_UNSUPPORTED`` seconds."""
         self.unsupported[key] = self.now + _REPROBE_UNSUPPORTED
 
-    def value(self, key: str, function: str, *args: Any, call: Callable[..., Any] | None = None) -> Any:
+    def value(self, key: str, function: str, *args: NvmlValue, call: Callable[..., NvmlValue] | None = None) -> NvmlValue:
         """Like query, with "unsupported" folded into None."""
         v = self.query(key, function, *args, call=call)
         return None if v is _ABSENT else v
 
-    def first(self, options: Sequence[tuple[str, str, tuple[Any, ...]]]) -> Any:
+    def first(self, options: Sequence[tuple[str, str, tuple[NvmlValue, ...]]]) -> NvmlValue:
         """The first option that is supported (fallback chain); None when none is."""
         for key, function, args in options:
             v = self.query(key, function, *args)
@@ -331,7 +341,7 @@ class _Gpu:
                 return v
         return None
 
-    def cached(self, key: str, function: str, *args: Any, refresh: float | None = None) -> Any:
+    def cached(self, key: str, function: str, *args: NvmlValue, refresh: float | None = None) -> NvmlValue:
         """A value read once and kept (identity-like quantities); unsupported is retried on reprobe.
 
         ``refresh``: seconds after which it is read again (a value that can change, but rarely: the power

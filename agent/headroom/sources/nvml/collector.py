@@ -16,11 +16,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import cast
 
 from headroom import samples
 from headroom.sources import Collector, CollectorError, SourceContext, register
-from headroom.sources.nvml import threads
+from headroom.sources.nvml import binding, threads
 from headroom.sources.nvml.binding import (
     _ABSENT,
     _ABSENT_CODES,
@@ -102,7 +102,7 @@ _MIG_REFRESH = 30.0  # seconds between MIG layout re-reads
 
 @dataclass
 class _Mig:
-    handle: Any
+    handle: binding.NvmlHandle
     uuid: str
     gpu_instance_id: int
     compute_instance_id: int | None
@@ -123,7 +123,7 @@ class NvmlCollector(Collector):
         super().__init__(ctx)
         # always the real binding; under simulation the scenario's driver stand-in is its library (made and
         # installed here, at start-up, so its construction does not land on the first tick)
-        self.lib: Any = pynvml
+        self.lib: binding.NvmlLib = pynvml
         if ctx.scenario is not None and BINDING_ERROR is None:
             ctx.scenario.nvml_library()
         self._clock: Callable[[], float] = ctx.monotonic or time.monotonic
@@ -133,7 +133,7 @@ class NvmlCollector(Collector):
         self._down_error: str | None = None
         self._init_backoff = _Backoff()
         self._gpus: list[_Gpu] = []
-        self._system: dict[str, Any] = {}
+        self._system: dict[str, binding.NvmlValue] = {}
         self._identity: dict[int, tuple[str, str, str, int | None]] = {}  # index -> (uuid, name, pci, minor)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -203,7 +203,7 @@ class NvmlCollector(Collector):
         self._session = True
         self._start_threads()
 
-    def _system_value(self, convert: Callable[[Any], Any], *functions: str) -> Any:
+    def _system_value(self, convert: Callable[[binding.NvmlValue], binding.NvmlValue], *functions: str) -> binding.NvmlValue:
         """The first of ``functions`` that answers, converted; None when none does. Library errors raise."""
         for function in functions:
             fn = getattr(self.lib, function, None)
@@ -244,7 +244,7 @@ class NvmlCollector(Collector):
             self._mark_down(gpu, str(exc), now)
         return gpu
 
-    def _identify(self, gpu: _Gpu, handle: Any) -> None:
+    def _identify(self, gpu: _Gpu, handle: binding.NvmlHandle) -> None:
         """Read and cache uuid, name, PCI bus id and minor number for a fresh handle; raises _GpuDown."""
         if handle is None or handle is _ABSENT:
             raise _GpuDown("no device handle (not supported, no permission or not found)")
@@ -434,7 +434,7 @@ class NvmlCollector(Collector):
             **thresholds,
         )
 
-    def _fields(self, gpu: _Gpu, links: Sequence[int] = ()) -> tuple[DeviceFields, dict[tuple[int, int], Any]]:
+    def _fields(self, gpu: _Gpu, links: Sequence[int] = ()) -> tuple[DeviceFields, dict[tuple[int, int], int | None]]:
         """The device fields of _FIELDS by name (None where a field failed) and every value read by (field,
         scope), the NVLink data counters of ``links`` among them, from one nvmlDeviceGetFieldValues call.
 
@@ -446,7 +446,7 @@ class NvmlCollector(Collector):
         if plan is None or plan[1] != links or (plan[2] and any(t <= gpu.now for t in plan[2])):
             plan = gpu.fields_plan = self._fields_plan(gpu, links)
         wanted, _, _, array = plan
-        got: dict[tuple[int, int], Any] = {}
+        got: dict[tuple[int, int], int | None] = {}
         if not wanted:
             return NO_FIELDS, got
         values = gpu.value("field_values", "nvmlDeviceGetFieldValues", gpu.handle, array, wanted, call=partial(_field_values_into, self.lib))
@@ -465,7 +465,7 @@ class NvmlCollector(Collector):
                 gpu.fields_plan = None  # re-plan without the unsupported fields
         return device_fields(got), got
 
-    def _fields_plan(self, gpu: _Gpu, links: tuple[int, ...]) -> tuple[Any, ...]:
+    def _fields_plan(self, gpu: _Gpu, links: tuple[int, ...]) -> binding.FieldsPlan:
         """(wanted pairs, links, re-probe times of the fields left out, their array) for _fields."""
         pairs = [(f, 0) for f in _FIELDS] + [(fid, link) for link in links for fid in (FI_NVLINK_TX, FI_NVLINK_RX)]
         wanted, reprobe = [], []
@@ -497,7 +497,7 @@ class NvmlCollector(Collector):
             return {}
         return clock_events(supported, current)
 
-    def _process_list(self, gpu: _Gpu, handle: Any, prefix: str = "") -> tuple[tuple[ProcessRow, ...] | None, bool]:
+    def _process_list(self, gpu: _Gpu, handle: binding.NvmlHandle, prefix: str = "") -> tuple[tuple[ProcessRow, ...] | None, bool]:
         """(processes on ``handle`` as (pid, used memory or None) rows, failed): the rows, or None when this
         handle cannot list them (unsupported, no permission); failed is True when the query failed this tick
         (transient). The same rows object as last tick's when the driver listed the same bytes."""
@@ -513,7 +513,7 @@ class NvmlCollector(Collector):
         return None, False
 
     def _list_query(self, gpu: _Gpu, key: str, function: str, layout: _Layout,
-                    convert: Callable[[list[tuple[Any, ...]]], Any]) -> _ListQuery | None:
+                    convert: Callable[[list[tuple[binding.NvmlValue, ...]]], binding.NvmlValue]) -> _ListQuery | None:
         """The list query kept under ``key`` on this GPU (see _ListQuery). None where the binding has no such
         function (the query then finds it missing, as before), no function lookup, or no usable layout of the
         struct: then the binding's wrapper is called."""
@@ -692,7 +692,7 @@ class NvmlCollector(Collector):
         layout = gpu.cache.get("nvlink")
         return tuple(samples.NvLink(link=link, up=False) for link in (layout[2] if layout else ()))
 
-    def _fields_only(self, gpu: _Gpu, scoped: Sequence[tuple[int, int]]) -> tuple[None, dict[tuple[int, int], Any]]:
+    def _fields_only(self, gpu: _Gpu, scoped: Sequence[tuple[int, int]]) -> tuple[None, dict[tuple[int, int], int | None]]:
         """Just the ``scoped`` fields (one nvmlDeviceGetFieldValues call), for reads off the per-tick set."""
         values = gpu.value("field_values_extra", "nvmlDeviceGetFieldValues", gpu.handle, list(scoped))
         got = {}
@@ -746,7 +746,7 @@ class NvmlCollector(Collector):
                 out[name] = min(1.0, max(0.0, float(m.value) / 100))
         return cast(_GpmRatios, out)  # the keys are _GPM_METRICS' names, _GpmRatios' fields
 
-    def _gpm_free(self, samples_: Sequence[Any]) -> None:
+    def _gpm_free(self, samples_: Sequence[binding.NvmlHandle]) -> None:
         for s in samples_:
             if s is not None and s is not _ABSENT:
                 try:

@@ -10,10 +10,10 @@ import ctypes
 import sys
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, NamedTuple, TypedDict
+from typing import NamedTuple, TypedDict
 
 from headroom import samples
-from headroom.sources.nvml.binding import _SUCCESS, pynvml
+from headroom.sources.nvml.binding import _SUCCESS, NvmlValue, pynvml
 
 # Clock-event ("throttle") reasons by NVML bit.
 CLOCK_EVENT_REASONS: tuple[tuple[str, int], ...] = (
@@ -43,7 +43,7 @@ def clock_events(supported: int, current: int) -> dict[str, bool]:
     return events
 
 
-def _limit_max(constraints: Any) -> float | None:
+def _limit_max(constraints: NvmlValue) -> float | None:
     """The max of nvmlDeviceGetPowerManagementLimitConstraints' [min, max] milliwatts, in watts; None when absent."""
     try:
         high = constraints[1]
@@ -64,18 +64,19 @@ FI_NVLINK_TX, FI_NVLINK_RX = 138, 139  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/R
 
 class DeviceFields(NamedTuple):
     """The device-wide (scope 0) fields of one GPU's per-tick nvmlDeviceGetFieldValues call, each the value
-    of its field id (``_FIELD_IDS``) as NVML gives it; None where the field failed or was not read."""
+    of its field id (``_FIELD_IDS``) as NVML gives it (each an unsigned integer of NVML's); None where the field
+    failed or was not read."""
 
-    memory_temperature: Any = None  # degC; 0 on boards without the sensor
-    energy_millijoules: Any = None  # since the driver loaded
-    ecc_dbe_volatile: Any = None  # uncorrected ECC errors since the driver loaded
-    ecc_dbe_aggregate: Any = None  # uncorrected ECC errors over the board's life
-    remapped_correctable: Any = None  # rows remapped for correctable errors
-    remapped_uncorrectable: Any = None  # rows remapped for uncorrectable errors
-    remapped_pending: Any = None  # nonzero: a remap waits for a GPU reset
-    remapped_failure: Any = None  # nonzero: a remap failed
-    pcie_tx_bytes: Any = None  # cumulative PCIe bytes, GPU to host
-    pcie_rx_bytes: Any = None  # cumulative PCIe bytes, host to GPU
+    memory_temperature: int | None = None  # degC; 0 on boards without the sensor
+    energy_millijoules: int | None = None  # since the driver loaded
+    ecc_dbe_volatile: int | None = None  # uncorrected ECC errors since the driver loaded
+    ecc_dbe_aggregate: int | None = None  # uncorrected ECC errors over the board's life
+    remapped_correctable: int | None = None  # rows remapped for correctable errors
+    remapped_uncorrectable: int | None = None  # rows remapped for uncorrectable errors
+    remapped_pending: int | None = None  # nonzero: a remap waits for a GPU reset
+    remapped_failure: int | None = None  # nonzero: a remap failed
+    pcie_tx_bytes: int | None = None  # cumulative PCIe bytes, GPU to host
+    pcie_rx_bytes: int | None = None  # cumulative PCIe bytes, host to GPU
 
 
 # each DeviceFields member's nvmlFieldId (a member without one fails here, at import)
@@ -91,7 +92,7 @@ _FIELD_KEYS = tuple((f, 0) for f in _FIELDS)
 NO_FIELDS = DeviceFields()
 
 
-def device_fields(got: Mapping[tuple[int, int], Any]) -> DeviceFields:
+def device_fields(got: Mapping[tuple[int, int], int | None]) -> DeviceFields:
     """DeviceFields from values keyed by (field id, scope id): each member is its own field id's value."""
     return DeviceFields._make([got.get(key) for key in _FIELD_KEYS])
 
@@ -100,7 +101,7 @@ class FieldValue(NamedTuple):
     """One decoded nvmlFieldValue_t: NVML's return code for the field and, on success, its value."""
 
     ret: int
-    value: Any
+    value: NvmlValue  # the union member NVML filled (an integer for every field headroom reads); None on failure
 
 
 # FieldValue((ret, value)) without NamedTuple's Python-level __new__ (it runs for every field on every tick)
@@ -117,7 +118,7 @@ _NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE (unsigned long l
 _raw = ctypes.Structure.__getattribute__  # a struct field without the binding's per-read decoding
 
 
-def _struct_values(struct: Any, *names: str) -> tuple[Any, ...]:
+def _struct_values(struct: NvmlValue, *names: str) -> tuple[NvmlValue, ...]:
     """Fields of a binding struct by the plain ctypes getter (the binding's printable structs decode every
     attribute read); None for each when there is no struct, and for a field this struct version lacks."""
     if struct is None:
@@ -132,7 +133,7 @@ def _struct_values(struct: Any, *names: str) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _decode_fields(values: Any) -> list[FieldValue]:
+def _decode_fields(values: NvmlValue) -> list[FieldValue]:
     """A FieldValue (return code, value or None) of each nvmlFieldValue_t, through the plain ctypes getter
     (the binding's printable struct decodes every attribute read, 10x slower)."""
     out = []
@@ -174,7 +175,7 @@ class _FieldDecoder:
             return
         self.ready = True
 
-    def decode(self, array: Any, count: int) -> list[FieldValue]:
+    def decode(self, array: NvmlValue, count: int) -> list[FieldValue]:
         """A FieldValue of each of the first ``count`` entries of ``array``."""
         if not self.ready:
             return _decode_fields(array)
@@ -222,7 +223,7 @@ class _Layout:
         import struct
 
         self.ready = False
-        self.ctype: Any = getattr(pynvml, ctype_name, None) if pynvml is not None else None
+        self.ctype: NvmlValue = getattr(pynvml, ctype_name, None) if pynvml is not None else None
         if self.ctype is None:
             return
         try:
@@ -242,7 +243,7 @@ class _Layout:
             return
         self.ready = self.struct.size == self.size
 
-    def rows(self, raw: bytes) -> list[tuple[Any, ...]]:
+    def rows(self, raw: bytes) -> list[tuple[NvmlValue, ...]]:
         return list(self.struct.iter_unpack(raw))
 
 
@@ -264,7 +265,7 @@ class ProcessRow(NamedTuple):
     used_memory_bytes: int | None
 
 
-def _process_rows(rows: Sequence[tuple[Any, Any]]) -> tuple[ProcessRow, ...]:
+def _process_rows(rows: Sequence[tuple[NvmlValue, NvmlValue]]) -> tuple[ProcessRow, ...]:
     """The ProcessRows of a process list's (pid, usedGpuMemory) entries, the memory None where NVML cannot say
     (None from the binding's wrapper, NVML_VALUE_NOT_AVAILABLE in the struct)."""
     return tuple(ProcessRow(int(pid), None if used is None or used == _NOT_AVAILABLE else int(used)) for pid, used in rows)

@@ -4,12 +4,13 @@ throughput poller (nvmlDeviceGetPcieThroughput blocks ~20 ms) and the XID event 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from headroom.sources.nvml.binding import (
     _ABSENT_CODES,
     _ERR,
     _LIBRARY_CODES,
+    NvmlHandle,
+    NvmlLib,
     _address,
     _text,
     describe,
@@ -25,14 +26,14 @@ _EVENT_WAIT_MS = 500
 class _PciePoller(threading.Thread):
     """Reads PCIe TX/RX throughput off the tick: one GPU at a time, each every ``interval`` seconds."""
 
-    def __init__(self, lib: Any, targets: list[tuple[str, Any]], interval: float, stop: threading.Event) -> None:
+    def __init__(self, lib: NvmlLib, targets: list[tuple[str, NvmlHandle]], interval: float, stop: threading.Event) -> None:
         super().__init__(name="headroom-nvml-pcie", daemon=True)
         self.lib, self.targets, self.interval, self.stop = lib, targets, interval, stop
         self.values: dict[str, tuple[float | None, float | None]] = {}
         self.unsupported: set[str] = set()
         self.counted: set[str] = set()  # GPUs with cumulative PCIe counters: not polled
 
-    def _read(self, handle: Any, counter: int) -> float | None:
+    def _read(self, handle: NvmlHandle, counter: int) -> float | None:
         try:
             return float(self.lib.nvmlDeviceGetPcieThroughput(handle, counter)) * 1024  # KB/s -> bytes/s
         except pynvml.NVMLError as exc:
@@ -63,7 +64,7 @@ class _PciePoller(threading.Thread):
 class _XidWatcher(threading.Thread):
     """Counts XID critical errors per GPU from an NVML event set, waiting ``_EVENT_WAIT_MS`` at a time."""
 
-    def __init__(self, lib: Any, targets: list[tuple[str, Any]], stop: threading.Event, counts: dict[str, dict[int, int]], lock: threading.Lock) -> None:
+    def __init__(self, lib: NvmlLib, targets: list[tuple[str, NvmlHandle]], stop: threading.Event, counts: dict[str, dict[int, int]], lock: threading.Lock) -> None:
         super().__init__(name="headroom-nvml-xid", daemon=True)
         self.lib, self.targets, self.stop, self.counts, self.lock = lib, targets, stop, counts, lock
         self.registered: set[str] = set()
@@ -75,7 +76,7 @@ class _XidWatcher(threading.Thread):
         finally:
             self.ready.set()
 
-    def _register(self) -> tuple[Any, dict[int | None, str]] | None:
+    def _register(self) -> tuple[NvmlHandle, dict[int | None, str]] | None:
         """A new event set with every target registered for XIDs; (set, handle address -> uuid), or None.
 
         NVML_ERROR_UNKNOWN from nvmlDeviceRegisterEvents leaves the event set undefined (nvml.h): it is
@@ -109,7 +110,7 @@ class _XidWatcher(threading.Thread):
             self._free(event_set)
         return None
 
-    def _free(self, event_set: Any) -> None:
+    def _free(self, event_set: NvmlHandle) -> None:
         try:
             self.lib.nvmlEventSetFree(event_set)
         except pynvml.NVMLError:
@@ -150,7 +151,7 @@ class _XidWatcher(threading.Thread):
             except pynvml.NVMLError:
                 pass
 
-    def _uuid_of(self, device: Any) -> str | None:
+    def _uuid_of(self, device: NvmlHandle) -> str | None:
         try:
             uuid = _text(self.lib.nvmlDeviceGetUUID(device))
         except pynvml.NVMLError:

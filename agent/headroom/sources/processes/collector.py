@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import structlog
 
-from headroom.samples import CgroupStats, ProcessesSample, WorkloadProcesses, share_unchanged
+from headroom.samples import CgroupStats, IdentityGroup, ProcessesSample, WorkloadProcesses, share_unchanged
 from headroom.sources import Collector, SourceContext, procfs, register
 from headroom.sources.cpu import clock_ticks_per_second
 from headroom.sources.neighbours import NeighbourScan
@@ -359,7 +360,7 @@ class ProcessesCollector(Collector):
                 self._totals[p.workload].members.add(pid)
 
     # -- automatic workloads
-    def _measure_auto(self, groups: tuple[Any, ...], declared: tuple[WorkloadProcesses, ...]
+    def _measure_auto(self, groups: tuple[IdentityGroup, ...], declared: tuple[WorkloadProcesses, ...]
                       ) -> tuple[WorkloadProcesses, ...]:
         """One entry per automatic workload of the previous tick's identity sample (sources/identity.py), by its
         workload name, measured as a declared workload's (``_measure_members``). Its members: the processes its
@@ -380,7 +381,7 @@ class ProcessesCollector(Collector):
         names = {w.name for w in declared}
         procs, kids = self._procs, self._kids
         taken: set[int] = set()
-        plan: dict[str, tuple[set[int], Any]] = {}
+        plan: dict[str, tuple[set[int], CgroupStats | None]] = {}
         for g in groups:
             if claimed_by_declared(g, claimed, names):
                 continue
@@ -428,7 +429,7 @@ class ProcessesCollector(Collector):
     def _measure(self, i: int) -> WorkloadProcesses:
         return self._measure_members(self._totals[i], self._profiles[i].name, lambda pids: self._cgroup(i, pids))
 
-    def _measure_members(self, t: _Totals, name: str, cgroup: Any, quiet: bool = False) -> WorkloadProcesses:
+    def _measure_members(self, t: _Totals, name: str, cgroup: Callable[..., CgroupStats | None], quiet: bool = False) -> WorkloadProcesses:
         """The WorkloadProcesses of the members in ``t`` (declared or automatic: one measurement for both);
         ``cgroup``: the members' pids -> the cgroup figures of the workload; ``quiet``: no log line when its
         processes come or go (an automatic workload's arrival is logged by the identity collector)."""

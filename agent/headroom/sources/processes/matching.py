@@ -9,12 +9,15 @@ import fnmatch
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from headroom.sources import procfs
 from headroom.workload.profiles import compile_cmdline_pattern
+
+if TYPE_CHECKING:
+    from headroom.workload.profiles.types import ProcessMatch
 
 log = structlog.get_logger("headroom.sources.processes")
 
@@ -24,7 +27,7 @@ CMDLINE_MATCH_BYTES = 4096  # the prefix of /proc/PID/cmdline that cmdline and e
 class Rule:
     """The static match rules of one workload profile (everything but the pid file)."""
 
-    def __init__(self, match: Any) -> None:
+    def __init__(self, match: ProcessMatch) -> None:
         self.cmdline = compile_cmdline_pattern(match.cmdline) if match.cmdline else None
         self.exe: str | None = match.exe
         self.uid: int | None = match.uid
@@ -100,7 +103,7 @@ class Matcher:
     (sources/serving/discovery.py). ``cmdline`` is RE2 over the first CMDLINE_MATCH_BYTES of the argv; ``user`` /
     ``uid`` compare the real uid of /proc/PID/status."""
 
-    def __init__(self, matches: Iterable[Any]) -> None:
+    def __init__(self, matches: Iterable[ProcessMatch]) -> None:
         self.rules = [Rule(m) for m in matches]
         self.needs_cmdline = any(r.needs_cmdline for r in self.rules)
         self.needs_cgroup = any(r.needs_cgroup for r in self.rules)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -17,6 +17,9 @@ from headroom.sources.serving.discovery import discover
 from headroom.sources.serving.errors import _QUOTED, Oversized, ScrapeError, ScrapeTimeout, _reason, one_line
 from headroom.sources.serving.exposition import RUNTIME_ALIASES, read_exposition
 from headroom.sources.serving.http import DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, Target, http_get
+
+if TYPE_CHECKING:
+    from headroom.workload.profiles.types import WorkloadProfile
 
 log = structlog.get_logger("headroom.serving")
 
@@ -147,7 +150,7 @@ def _same_url(url: str) -> str:
     return f"{t.scheme}://{host}:{t.port}{t.path}"
 
 
-def declared_runtime(profile: Any) -> str | None:
+def declared_runtime(profile: WorkloadProfile) -> str | None:
     """The runtime a profile declares, when it is one this collector reads (else detection decides)."""
     name = getattr(getattr(profile, "runtime", None), "name", None)
     return RUNTIME_ALIASES.get(name) if name else None
@@ -179,7 +182,7 @@ class ServingCollector(Collector):
             self._detector = threading.Thread(target=self._detect_loop, name="serving-detect", daemon=True)
             self._detector.start()
 
-    def _endpoint(self, profile: Any, url: str) -> _Endpoint:
+    def _endpoint(self, profile: WorkloadProfile, url: str) -> _Endpoint:
         return _Endpoint(profile.name, url, declared_runtime(profile), self._timeout, self._max_body)
 
     def _detect_loop(self) -> None:

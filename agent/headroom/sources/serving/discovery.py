@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from headroom.workload.profiles.types import WorkloadProfile
 
 
 def endpoint_from_argv(argv: list[str]) -> tuple[str, str] | None:
@@ -15,7 +20,7 @@ def endpoint_from_argv(argv: list[str]) -> tuple[str, str] | None:
     return metrics_endpoint(argv)
 
 
-def discover(procfs: Any, profiles: list[Any]) -> dict[str, str]:
+def discover(procfs: Path, profiles: list[WorkloadProfile]) -> dict[str, str]:
     """Workload name -> /metrics URL, for profiles with a ``match.cmdline`` rule whose match finds a serving
     runtime's process.
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from headroom.samples import ServingFields
 from headroom.sources.serving.errors import Oversized, ScrapeError, ScrapeTimeout
 from headroom.sources.serving.normalize import _KEEP, NORMALIZERS, Metrics
 from headroom.sources.serving.status import STATUS_READERS, _json
@@ -195,7 +195,7 @@ def detect(by_prefix: Mapping[str, int]) -> str | None:
 
 def read_exposition(body: bytes, content_type: str, declared: str | None,
                     series: dict[str, tuple[str, str, dict[str, str] | None]] | None = None,
-                    deadline: float | None = None) -> tuple[str, dict[str, Any]]:
+                    deadline: float | None = None) -> tuple[str, ServingFields]:
     """(runtime, normalized fields) of a /metrics body; ScrapeError when it is not a serving runtime's (Oversized
     when it is over a cap). A histogram over MAX_HISTOGRAM_BUCKETS is left out: the fields then say so in
     ``oversized`` and count its lines in ``dropped_buckets``."""

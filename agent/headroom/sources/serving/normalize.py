@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from headroom.samples import Histogram
+from headroom.samples import Histogram, ServingFields
 
 MAX_HISTOGRAM_BUCKETS = 64  # distinct bounds of one histogram (vLLM's have 22); more: that histogram is not read
 
@@ -73,7 +73,7 @@ class Metrics:
         return [(labels, v) for labels, v in rows if not math.isnan(v)]
 
 
-def _vllm(m: Metrics) -> dict[str, Any]:
+def _vllm(m: Metrics) -> ServingFields:
     capacity = None
     engines: dict[str, float] = {}
     for labels, _ in m.samples.get("vllm:cache_config_info", ()):
@@ -119,7 +119,7 @@ def _vllm_sleep_level(m: Metrics) -> int | None:
     return 2 if state.get("discard_all", 0.0) >= 1 else 1
 
 
-def _sglang(m: Metrics) -> dict[str, Any]:
+def _sglang(m: Metrics) -> ServingFields:
     return dict(
         kv_cache_usage_ratio=m.highest("sglang:token_usage"),
         # 0.3.x (python/sglang/srt/metrics/metrics_collector.py): num_requests_running / num_requests_waiting
@@ -134,7 +134,7 @@ def _sglang(m: Metrics) -> dict[str, Any]:
     )
 
 
-def _tgi(m: Metrics) -> dict[str, Any]:
+def _tgi(m: Metrics) -> ServingFields:
     capacity = m.total("tgi_batch_max_total_tokens")
     reserved = m.total("tgi_batch_current_max_tokens")
     return dict(
@@ -148,7 +148,7 @@ def _tgi(m: Metrics) -> dict[str, Any]:
     )
 
 
-def _triton(m: Metrics) -> dict[str, Any]:
+def _triton(m: Metrics) -> ServingFields:
     kv = "nv_trt_llm_kv_cache_block_metrics"
     used, most = m.total(kv, where={"kv_cache_block_type": "used"}), m.total(kv, where={"kv_cache_block_type": "max"})
     per_block = m.total(kv, where={"kv_cache_block_type": "tokens_per"})
@@ -163,7 +163,7 @@ def _triton(m: Metrics) -> dict[str, Any]:
     )
 
 
-def _llamacpp(m: Metrics) -> dict[str, Any]:
+def _llamacpp(m: Metrics) -> ServingFields:
     """llama.cpp's llama-server (``--metrics``): slots processing and deferred requests; its KV cache usage
     gauge only in the releases that export it (llamacpp:kv_cache_usage_ratio, removed in 2025)."""
     return dict(
@@ -175,12 +175,12 @@ def _llamacpp(m: Metrics) -> dict[str, Any]:
     )
 
 
-NORMALIZERS: dict[str, Callable[[Metrics], dict[str, Any]]] = {
+NORMALIZERS: dict[str, Callable[[Metrics], ServingFields]] = {
     "vllm": _vllm, "sglang": _sglang, "tgi": _tgi, "triton": _triton, "llama.cpp": _llamacpp,
 }  # fmt: skip
 
 
-class _Asked(dict[str, Any]):
+class _Asked(dict[str, list[tuple[dict[str, str], float]]]):
     """An empty sample table that remembers every name a normalizer asks for."""
 
     def __init__(self) -> None:

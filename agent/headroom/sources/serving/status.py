@@ -5,8 +5,9 @@ MAX_MODEL_NAME) and any other answer a one-line ``ScrapeError``."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from headroom.jsontypes import JsonValue
+from headroom.samples import ServingFields
 from headroom.sources.serving.errors import Oversized, ScrapeError
 from headroom.workload import runtimes as runtime_descriptions
 
@@ -14,7 +15,7 @@ MAX_MODEL_NAME = 128  # characters of a resident model's name kept (a name is wh
 MAX_RESIDENT_MODELS = 256  # entries of a status answer's model list read (Ollama loads a few; OLLAMA_MAX_LOADED_MODELS)
 
 
-def _json(body: bytes, runtime: str) -> Any:
+def _json(body: bytes, runtime: str) -> JsonValue:
     """A status endpoint's JSON answer, or a one-line ScrapeError naming what is wrong with it."""
     import json
 
@@ -27,7 +28,7 @@ def _json(body: bytes, runtime: str) -> Any:
         raise ScrapeError(f"not the JSON {label}'s status endpoint answers: {str(exc).splitlines()[0][:120]}") from None
 
 
-def _ollama_ps(doc: Any) -> dict[str, Any]:
+def _ollama_ps(doc: JsonValue) -> ServingFields:
     """Ollama's GET /api/ps (api/types.go ProcessResponse): ``{"models": [{"name", "size", "size_vram",
     "expires_at", ...}]}``, the models it holds loaded, each with its bytes in all and in GPU memory (size_vram is
     left out when 0: all on the CPU, ollama#4840). No request counts: Ollama exports none."""
@@ -39,8 +40,8 @@ def _ollama_ps(doc: Any) -> dict[str, Any]:
                         "(serving.MAX_RESIDENT_MODELS); not read", 0)
     names, total, vram = [], 0.0, 0.0
     for i, m in enumerate(models):
-        size: Any  # JSON from the runtime's /api/ps, checked below
-        in_vram: Any
+        size: JsonValue  # from the runtime's /api/ps, checked below
+        in_vram: JsonValue
         size, in_vram = (m.get("size"), m.get("size_vram", 0)) if isinstance(m, dict) else (None, None)
         if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 2**63 for v in (size, in_vram)):
             raise ScrapeError(f"not an Ollama /api/ps answer: models[{i}] has no byte counts size and size_vram")
@@ -52,4 +53,4 @@ def _ollama_ps(doc: Any) -> dict[str, Any]:
 
 
 # runtime -> the reader of its JSON status endpoint (RuntimeDescription.status), for runtimes without /metrics
-STATUS_READERS: dict[str, Callable[[Any], dict[str, Any]]] = {"ollama": _ollama_ps}
+STATUS_READERS: dict[str, Callable[[JsonValue], ServingFields]] = {"ollama": _ollama_ps}

@@ -8,9 +8,7 @@ torch_dtype and quantization_config, and the parameters (safetensors, else MLA's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from headroom.jsontypes import JsonDoc, JsonMapping, JsonValue, YamlDict
 from headroom.safeio import Tree, Within
 from headroom.workload.modelconfig.fields import (
     MAX_CHECKPOINT_BYTES,
@@ -31,7 +29,7 @@ _ATTENTION_FREE = {"mamba", "mamba2", "rwkv", "rwkv5", "rwkv6"}
 _TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "bert", "roberta", "xlm-roberta"}
 
 
-def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str, ...] | None = None,
+def model_config_from(top: JsonMapping, source: str, directory: tuple[str, ...] | None = None,
                       tree: Tree | None = None, within: Within = None) -> ModelConfig:
     """A ``ModelConfig`` from config.json's parsed content; ``directory`` (in ``tree``) holds its safetensors (None:
     none, the parameters come from the architecture). ``source`` names where the values came from."""
@@ -40,7 +38,7 @@ def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str,
                                                      "modelled: their cross-attention KV cache has another layout")  # fmt: skip
     # multimodal and some newer configs nest the language model's fields in text_config
     text_config = top.get("text_config")
-    cfg: Mapping[str, Any] = text_config if isinstance(text_config, dict) else top
+    cfg: JsonMapping = text_config if isinstance(text_config, dict) else top
     where = "text_config." if cfg is not top else ""
     model_type = str(cfg.get("model_type") or top.get("model_type") or "") or None
     if model_type in _ATTENTION_FREE:
@@ -55,7 +53,7 @@ def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str,
     else:
         kv_heads = _int(cfg, where, "num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num")
     head_dim = _int(cfg, where, "head_dim")
-    arch: dict[str, Any] = {"layers": layers, "heads": heads, "hidden_size": hidden}
+    arch: YamlDict = {"layers": layers, "heads": heads, "hidden_size": hidden}
     for key, value in (("kv_heads", kv_heads), ("head_dim", head_dim),
                        ("intermediate_size", _int(cfg, where, "intermediate_size", "ffn_dim", "n_inner")),
                        ("vocab_size", _int(cfg, where, "vocab_size", "padded_vocab_size"))):  # fmt: skip
@@ -147,7 +145,7 @@ def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str,
     encoder = model_type in _ENCODERS or _is_encoder_architecture(top.get("architectures"))
     if encoder:
         layout.append("encoder")
-    fields: dict[str, Any] = {"architecture": arch}
+    fields: YamlDict = {"architecture": arch}
     fields.update(_precision_fields(cfg, top, where))
     params, params_from = (_safetensors_params(tree, directory, fields, within)
                            if directory is not None and tree is not None else (None, "architecture"))
@@ -167,7 +165,7 @@ def model_config_from(top: Mapping[str, Any], source: str, directory: tuple[str,
                                                             "max_sequence_length", "seq_length"))  # fmt: skip
 
 
-def _mla_params(cfg: Mapping[str, Any], arch: Mapping[str, Any], where: str = "") -> int | None:
+def _mla_params(cfg: JsonMapping, arch: JsonMapping, where: str = "") -> int | None:
     """DeepSeek V2/V3 parameters from the config: low-rank query and latent KV projections, dense layers
     before ``first_k_dense_replace``, routed + shared experts and the router after, untied embeddings."""
     h, layers, heads, vocab = arch["hidden_size"], arch["layers"], arch["heads"], arch.get("vocab_size")
@@ -191,7 +189,7 @@ def _mla_params(cfg: Mapping[str, Any], arch: Mapping[str, Any], where: str = ""
     return total
 
 
-def _is_encoder_architecture(architectures: Any) -> bool:
+def _is_encoder_architecture(architectures: JsonValue) -> bool:
     if not isinstance(architectures, list) or not architectures:
         return False
     names = [str(a) for a in architectures]
@@ -205,8 +203,8 @@ _STATE_MARKERS = ("mamba_d_state", "ssm_state_size", "linear_num_value_heads", "
                   "mamba_n_heads", "mamba_num_heads", "attn_type_list", "linear_attn_config")  # fmt: skip
 
 
-def _recurrent_state(cfg: Mapping[str, Any], where: str, model_type: str | None, layers: int, hidden: int,
-                     kv_layers: int | None) -> dict[str, Any]:  # fmt: skip
+def _recurrent_state(cfg: JsonMapping, where: str, model_type: str | None, layers: int, hidden: int,
+                     kv_layers: int | None) -> YamlDict:  # fmt: skip
     """The profile's state_* fields for the hybrid families whose state shape vLLM 0.32 builds from these fields
     (model_executor/models/<family>.py ``get_mamba_state_shape_from_config``); {} for any other config."""
     def i(*keys: str, default: int | None = None) -> int:
@@ -250,9 +248,9 @@ def _recurrent_state(cfg: Mapping[str, Any], where: str, model_type: str | None,
     return out
 
 
-def _precision_fields(cfg: Mapping[str, Any], top: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _precision_fields(cfg: JsonMapping, top: JsonMapping, where: str) -> YamlDict:
     """precision / quantization profile keys from torch_dtype and quantization_config."""
-    out: dict[str, Any] = {}
+    out: YamlDict = {}
     dtype = _first(cfg, "torch_dtype", "dtype") or _first(top, "torch_dtype", "dtype")
     if dtype is not None:
         if str(dtype) not in _DTYPES:
@@ -271,7 +269,7 @@ def _precision_fields(cfg: Mapping[str, Any], top: Mapping[str, Any], where: str
             raise ModelConfigError("quantization_config.bits", f"{method} with {bits!r} bits is not modelled "
                                                                f"({'4' if method == 'awq' else '4 or 8'} are)")  # fmt: skip
         out["precision"] = f"int{bits}"
-        spec: dict[str, Any] = {"method": method}
+        spec: YamlDict = {"method": method}
         group = q.get("group_size", q.get("q_group_size"))
         if isinstance(group, int) and group > 0:  # -1: one group per output channel (the default)
             if group > MAX_WIDTH:
@@ -294,8 +292,8 @@ def _precision_fields(cfg: Mapping[str, Any], top: Mapping[str, Any], where: str
             raise ModelConfigError("quantization_config", "bitsandbytes without load_in_4bit or load_in_8bit")
     elif method == "compressed-tensors":
         config_groups = q.get("config_groups")
-        groups: dict[str, Any] = config_groups if isinstance(config_groups, dict) else {}
-        weights: list[dict[str, Any]] = [g["weights"] for g in groups.values() if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
+        groups: JsonDoc = config_groups if isinstance(config_groups, dict) else {}
+        weights: list[JsonDoc] = [g["weights"] for g in groups.values() if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
         if not weights:
             raise ModelConfigError("quantization_config.config_groups", "no weights scheme found")
         w = weights[0]

@@ -7,10 +7,10 @@ path at fault; ``NotCached``), ``_int`` (one integer field under any of its alia
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Literal, overload
 
+from headroom.jsontypes import JsonMapping, JsonValue, YamlDict
 from headroom.safeio import FileRefused
 
 
@@ -33,13 +33,13 @@ class ModelConfig:
     model_type: str | None
     layout: str  # dense, moe, sliding-window, mla, hybrid, encoder (comma-joined when several)
     encoder_only: bool  # no KV cache: serve it as kind embedding
-    fields: dict[str, Any]  # profile mapping fragment
+    fields: YamlDict  # profile mapping fragment
     params_from: str  # "safetensors headers", "safetensors index", "architecture"
     notes: tuple[str, ...] = ()
     max_context: int | None = None  # max_position_embeddings: vLLM's default max_model_len
 
 
-def _first(cfg: Mapping[str, Any], *keys: str) -> Any:
+def _first(cfg: JsonMapping, *keys: str) -> JsonValue:
     for k in keys:
         if cfg.get(k) is not None:
             return cfg[k]
@@ -78,10 +78,10 @@ _LIMITS = {
 
 
 @overload
-def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: Literal[True], minimum: int = 1) -> int: ...
+def _int(cfg: JsonMapping, where: str, *keys: str, required: Literal[True], minimum: int = 1) -> int: ...
 @overload
-def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: bool = False, minimum: int = 1) -> int | None: ...
-def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: bool = False, minimum: int = 1) -> int | None:
+def _int(cfg: JsonMapping, where: str, *keys: str, required: bool = False, minimum: int = 1) -> int | None: ...
+def _int(cfg: JsonMapping, where: str, *keys: str, required: bool = False, minimum: int = 1) -> int | None:
     """The integer under the first of ``keys`` config.json has, bounded; None when none (``required``: refused)."""
     v = _first(cfg, *keys)
     if v is None:
@@ -100,7 +100,7 @@ def _int(cfg: Mapping[str, Any], where: str, *keys: str, required: bool = False,
     return v
 
 
-def _quote(v: Any) -> str:
+def _quote(v: JsonValue) -> str:
     """A value from config.json as an error message quotes it: short (a 400-digit number is not repeated)."""
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**15:
         return f"a {len(str(abs(v)))}-digit number"

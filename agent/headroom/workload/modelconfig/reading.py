@@ -12,8 +12,8 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from headroom.jsontypes import JsonDoc
 from headroom.safeio import Confine, FileRefused, Tree, Within, show
 from headroom.workload.modelconfig.architecture import model_config_from
 from headroom.workload.modelconfig.fields import ModelConfig, ModelConfigError, NotCached, _refused
@@ -29,7 +29,7 @@ REF_BYTES = 256  # a hub cache's refs/main: a 40-character commit hash
 SNAPSHOTS = 1024  # entries of a cache repository's snapshots/ looked at (one per revision downloaded)
 
 
-def _load_json(tree: Tree, path: tuple[str, ...], what: str, within: Within = None) -> dict[str, Any]:
+def _load_json(tree: Tree, path: tuple[str, ...], what: str, within: Within = None) -> JsonDoc:
     """A small JSON object file (config.json), read whole through the tree (MODEL_CONFIG_BYTES at most)."""
     try:
         raw = tree.read(path, MODEL_CONFIG_BYTES, within)

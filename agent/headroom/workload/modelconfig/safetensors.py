@@ -12,8 +12,8 @@ import os
 import re
 import struct
 from collections.abc import Iterator
-from typing import Any
 
+from headroom.jsontypes import JsonDoc, JsonValue, YamlDict
 from headroom.safeio import Tree, Within, show
 from headroom.workload.modelconfig.fields import ModelConfigError, _refused
 
@@ -119,7 +119,7 @@ class _Scan:
             if depth == 0:
                 return
 
-    def value(self, limit: int) -> Any:
+    def value(self, limit: int) -> JsonValue:
         """The next value, parsed alone; at most ``limit`` bytes of it."""
         self.ws()
         start = self.pos
@@ -214,7 +214,7 @@ def safetensors_tensors(header: bytes, what: str) -> Iterator[tuple[str, str, tu
     scan.end()
 
 
-def safetensors_header(path: str | os.PathLike[str], tree: Tree | None = None) -> dict[str, Any]:
+def safetensors_header(path: str | os.PathLike[str], tree: Tree | None = None) -> JsonDoc:
     """The tensors of one .safetensors file: {name: {dtype, shape}} (``__metadata__`` left out)."""
     if tree is None:
         with Tree("/") as own:
@@ -251,7 +251,7 @@ def _tensor_bytes(dtype: str, shape: tuple[int, ...]) -> int:
     return n * _ST_BYTES.get(dtype, 0)
 
 
-def _read_index(tree: Tree, path: tuple[str, ...], within: Within) -> tuple[list[str], Any]:
+def _read_index(tree: Tree, path: tuple[str, ...], within: Within) -> tuple[list[str], JsonValue]:
     """(the shard file names of model.safetensors.index.json's weight_map, metadata.total_size or None), scanned
     incrementally: a weight_map of 100 k entries keeps only its few distinct file names."""
     shown = show(path)
@@ -298,7 +298,7 @@ def _read_index(tree: Tree, path: tuple[str, ...], within: Within) -> tuple[list
     return sorted(shards), total
 
 
-def _safetensors_params(tree: Tree, directory: tuple[str, ...], fields: dict[str, Any],
+def _safetensors_params(tree: Tree, directory: tuple[str, ...], fields: YamlDict,
                         within: Within) -> tuple[int | None, str]:
     """(parameters, where from); with the weight files present also sets fields["weight_bytes"]."""
     precision = str(fields.get("precision", ""))

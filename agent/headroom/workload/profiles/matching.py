@@ -7,12 +7,12 @@ readers here check each attribution rule of a profile (``schema.py`` calls them)
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from headroom.jsontypes import YamlMapping
 from headroom.schema import kind as _kind_of
-from headroom.workload.profiles.reader import _BAD, _ok, _Reader
+from headroom.workload.profiles.reader import _BAD, Checked, _ok, _Reader
 from headroom.workload.profiles.types import ProcessMatch
 
 _GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z-]+$")
@@ -21,9 +21,9 @@ _MATCH_KEYS = ("cmdline", "exe", "systemd_unit", "cgroup", "pid_file", "containe
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}\$?$")  # what useradd accepts (NAME_REGEX, relaxed)
 
 
-# ``top``: the profile mapping as YAML parsed it, untyped (Any) until checked; each returns the checked value or
-# _BAD, hence Any
-def _gpus(r: _Reader, top: Mapping[str, Any]) -> Any:
+# ``top``: the profile mapping as YAML parsed it, untyped (YamlMapping) until checked; each returns the checked
+# value or _BAD (reader.Checked)
+def _gpus(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("gpus")
     if v is None:
         return ()
@@ -48,7 +48,7 @@ def _gpus(r: _Reader, top: Mapping[str, Any]) -> Any:
     return _BAD if bad else tuple(out)
 
 
-def compile_cmdline_pattern(pattern: str) -> Any:
+def compile_cmdline_pattern(pattern: str) -> Any:  # Any: an re2 pattern (google-re2 ships no types)
     """Compile a ``match.cmdline`` pattern with RE2 (linear time in the text, whatever the pattern:
     a command line from any local user must never stall the agent); ValueError says why it cannot.
 
@@ -77,7 +77,7 @@ def _excerpt(value: str, limit: int = 40) -> str:
     return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
 
 
-def _match(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _match(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("match")
     if v is None:
         return ProcessMatch()
@@ -112,7 +112,7 @@ def _match(r: _Reader, top: Mapping[str, Any]) -> Any:
     return ProcessMatch(**values)
 
 
-def _endpoint(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _endpoint(r: _Reader, top: YamlMapping) -> Checked:
     url = r.string(top, "endpoint", ())
     if not _ok(url):
         return url

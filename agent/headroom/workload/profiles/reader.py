@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from headroom import units
+from headroom.jsontypes import YamlMapping, YamlValue
 from headroom.schema import kind as _kind_of  # a mapping, a list, null, a string ...: every validator's words
 from headroom.schema import unknown_key
 
@@ -46,13 +47,16 @@ class ProfileErrors(ValueError):
 
 # ---------------------------------------------------------------------------------------- reading
 _BAD = object()  # a value that failed validation; its error is already recorded
+# What a converter or section reader returns: the checked value (of the type its key or section declares: a str,
+# an int, an enum member, a frozen section), None where the key is not given, or _BAD; the caller narrows it
+Checked = Any
 
 # Every integer of a profile (declared, or made from another user's command line and config.json) is at most 2^53:
 # exact as a float, so every figure the memory model derives stays a finite float that Prometheus can parse.
 MAX_INTEGER = 2**53
 
 
-def _short(v: Any) -> str:
+def _short(v: YamlValue) -> str:
     """A value as an error message quotes it: a 400-digit number is not repeated."""
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**15:
         return f"a {len(str(abs(v)))}-digit number"
@@ -68,7 +72,7 @@ class _Reader:
         self.errors.append(ProfileError(path, message))
         return _BAD
 
-    def mapping(self, value: Any, path: Path, allowed: Sequence[str]) -> Mapping[str, Any] | None:
+    def mapping(self, value: YamlValue, path: Path, allowed: Sequence[str]) -> YamlMapping | None:
         """The mapping with unknown keys reported, or None (error recorded) when it is not a mapping."""
         if not isinstance(value, Mapping):
             self.error(path, f"expected a mapping with keys {', '.join(allowed)}; got {_kind_of(value)}")
@@ -79,7 +83,7 @@ class _Reader:
         return value
 
     # each converter returns the converted value, None when absent, or _BAD after recording an error
-    def string(self, m: Mapping[Any, Any], key: str, path: Path) -> Any:
+    def string(self, m: YamlMapping, key: str, path: Path) -> Checked:
         if key not in m or m[key] is None:
             return None
         v = m[key]
@@ -90,7 +94,7 @@ class _Reader:
             return self.error(path + (key,), f"expected a non-empty string; got {got}")
         return v.strip()
 
-    def integer(self, m: Mapping[Any, Any], key: str, path: Path, minimum: int) -> Any:
+    def integer(self, m: YamlMapping, key: str, path: Path, minimum: int) -> Checked:
         if key not in m or m[key] is None:
             return None
         v = m[key]
@@ -102,8 +106,8 @@ class _Reader:
             return self.error(path + (key,), f"must be <= 2^53 ({MAX_INTEGER}); got {_short(v)}")
         return v
 
-    def number(self, m: Mapping[Any, Any], key: str, path: Path, minimum: float, maximum: float | None = None,
-               exclusive_minimum: bool = False) -> Any:  # fmt: skip
+    def number(self, m: YamlMapping, key: str, path: Path, minimum: float, maximum: float | None = None,
+               exclusive_minimum: bool = False) -> Checked:  # fmt: skip
         if key not in m or m[key] is None:
             return None
         v = m[key]
@@ -119,7 +123,7 @@ class _Reader:
             return self.error(path + (key,), f"must be <= {maximum:g}; got {v:g}")
         return float(v)
 
-    def boolean(self, m: Mapping[Any, Any], key: str, path: Path) -> Any:
+    def boolean(self, m: YamlMapping, key: str, path: Path) -> Checked:
         if key not in m or m[key] is None:
             return None
         v = m[key]
@@ -127,7 +131,7 @@ class _Reader:
             return self.error(path + (key,), f"expected true or false; got {v!r}")
         return v
 
-    def count(self, m: Mapping[Any, Any], key: str, path: Path) -> Any:
+    def count(self, m: YamlMapping, key: str, path: Path) -> Checked:
         if key not in m or m[key] is None:
             return None
         try:
@@ -141,8 +145,8 @@ class _Reader:
         return n
 
     def choice(
-        self, m: Mapping[Any, Any], key: str, path: Path, enum: type[StrEnum], allowed: Sequence[Any] | None = None
-    ) -> Any:
+        self, m: YamlMapping, key: str, path: Path, enum: type[StrEnum], allowed: Sequence[StrEnum] | None = None
+    ) -> Checked:
         if key not in m or m[key] is None:
             return None
         v = m[key]
@@ -152,10 +156,10 @@ class _Reader:
         return enum(v.strip().lower())
 
 
-def _ok(*values: Any) -> bool:
+def _ok(*values: Checked) -> bool:
     """True when every value is present and valid (neither None nor _BAD)."""
     return all(v is not None and v is not _BAD for v in values)
 
 
-def _val(v: Any, default: Any = None) -> Any:
+def _val(v: Checked, default: Checked = None) -> Checked:
     return default if v is None or v is _BAD else v

@@ -9,15 +9,15 @@ The keys and their values: the table in ``headroom.workload.profiles``' docstrin
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
 
 from headroom import units
+from headroom.jsontypes import YamlMapping, YamlValue
 from headroom.schema import kind as _kind_of
 from headroom.workload.profiles.matching import _MATCH_KEYS, _endpoint, _gpus, _match
 from headroom.workload.profiles.reader import (
     _BAD,
     MAX_INTEGER,
+    Checked,
     Path,
     ProfileErrors,
     _ok,
@@ -99,7 +99,7 @@ PROFILE_KEYS = {
 
 
 # ------------------------------------------------------------------------------------------ parse
-def profile_from_dict(d: Mapping[str, Any], attributable: bool = True) -> WorkloadProfile:
+def profile_from_dict(d: YamlMapping, attributable: bool = True) -> WorkloadProfile:
     """Return the WorkloadProfile described by ``d`` (one item of ``workloads:``).
 
     ``attributable`` False skips the "needs a match rule or gpus" check (``headroom estimate`` sizes a
@@ -219,9 +219,9 @@ def _error_roots(r: _Reader) -> set[str | int]:
     return {e.path[0] for e in r.errors if e.path}
 
 
-# The section readers: ``top`` is the profile mapping as YAML parsed it, its values untyped (Any) until checked; each
-# returns the section's frozen value, its default, or _BAD (an error recorded in ``r``), hence Any.
-def _model(r: _Reader, top: Mapping[str, Any]) -> Any:
+# The section readers: ``top`` is the profile mapping as YAML parsed it, its values untyped (YamlMapping) until
+# checked; each returns the section's frozen value, its default, or _BAD (an error recorded in ``r``): Checked.
+def _model(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("model")
     if v is None:
         return Model()
@@ -234,7 +234,7 @@ def _model(r: _Reader, top: Mapping[str, Any]) -> Any:
     return _BAD if _BAD in (name, version) else Model(name, version)
 
 
-def _runtime(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _runtime(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("runtime")
     if v is None:
         return Runtime()
@@ -264,7 +264,7 @@ def _runtime(r: _Reader, top: Mapping[str, Any]) -> Any:
     return rt
 
 
-def _size(r: _Reader, m: Mapping[str, Any], key: str, path: Path) -> Any:
+def _size(r: _Reader, m: YamlMapping, key: str, path: Path) -> Checked:
     """A size in bytes: an integer or a string with a unit (64MiB, 4GiB)."""
     if m.get(key) is None:
         return None
@@ -277,7 +277,7 @@ def _size(r: _Reader, m: Mapping[str, Any], key: str, path: Path) -> Any:
     return n
 
 
-def _quantization(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _quantization(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("quantization")
     if v is None:
         return QuantizationSpec()
@@ -303,7 +303,7 @@ def _quantization(r: _Reader, top: Mapping[str, Any]) -> Any:
     return QuantizationSpec(method=method, group_size=_val(group), double_quant=_val(double))
 
 
-def _architecture(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _architecture(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("architecture")
     if v is None:
         return Architecture()
@@ -357,7 +357,7 @@ def _check_architecture(r: _Reader, a: Architecture) -> None:
                                                       f"{a.experts}")  # fmt: skip
 
 
-def _context(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _context(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("context")
     if v is None:
         return Context()
@@ -375,7 +375,7 @@ def _context(r: _Reader, top: Mapping[str, Any]) -> Any:
     return Context(typical=_val(typical), max=_val(mx)) if _BAD not in (typical, mx) else _BAD
 
 
-def _training(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _training(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("training")
     if v is None:
         return None
@@ -383,7 +383,7 @@ def _training(r: _Reader, top: Mapping[str, Any]) -> Any:
     m = r.mapping(v, p, _TRAINING_KEYS)
     if m is None:
         return _BAD
-    fields: dict[str, Any] = dict(  # each a checked value, None (not given) or _BAD
+    fields: dict[str, Checked] = dict(  # each a checked value, None (not given) or _BAD
         optimizer=r.choice(m, "optimizer", p, Optimizer),
         gradient_precision=r.choice(m, "gradient_precision", p, Precision, FLOAT_PRECISIONS),
         master_weights=r.boolean(m, "master_weights", p),
@@ -403,13 +403,13 @@ def _training(r: _Reader, top: Mapping[str, Any]) -> Any:
                                                                    "fsdp-full-shard")  # fmt: skip
     if any(x is _BAD for x in fields.values()):
         return _BAD
-    defaults: dict[str, Any] = {"gradient_checkpointing": False, "flash_attention": True, "sharding": Sharding.NONE,
+    defaults: dict[str, Checked] = {"gradient_checkpointing": False, "flash_attention": True, "sharding": Sharding.NONE,
                 "offload_optimizer": False, "offload_params": False}  # fmt: skip
-    given: dict[str, Any] = {k: (defaults.get(k) if x is None else x) for k, x in fields.items()}
+    given: dict[str, Checked] = {k: (defaults.get(k) if x is None else x) for k, x in fields.items()}
     return Training(**given)
 
 
-def _lora(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _lora(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("lora")
     if v is None:
         return None
@@ -421,7 +421,7 @@ def _lora(r: _Reader, top: Mapping[str, Any]) -> Any:
     alpha = r.number(m, "alpha", p, 0.0, exclusive_minimum=True)
     precision = r.choice(m, "precision", p, Precision, FLOAT_PRECISIONS)
     params = r.count(m, "params", p)
-    modules: Any = ()
+    modules: Checked = ()
     raw = m.get("target_modules")
     if isinstance(raw, str):
         raw = [raw]
@@ -447,7 +447,7 @@ def _lora(r: _Reader, top: Mapping[str, Any]) -> Any:
     )
 
 
-def _parallel(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _parallel(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("parallel")
     if v is None:
         return Parallelism()
@@ -461,7 +461,7 @@ def _parallel(r: _Reader, top: Mapping[str, Any]) -> Any:
     return Parallelism(**{k: x or 1 for k, x in degrees.items()})
 
 
-def _group_name(r: _Reader, top: Mapping[str, Any], key: str) -> Any:
+def _group_name(r: _Reader, top: YamlMapping, key: str) -> Checked:
     """``job`` / ``team``: a name with the rules of ``name`` (it becomes a label value across the fleet)."""
     value = r.string(top, key, ())
     if value is not None and value is not _BAD and not _NAME.match(value):
@@ -470,7 +470,7 @@ def _group_name(r: _Reader, top: Mapping[str, Any], key: str) -> Any:
     return value
 
 
-def _ratio(r: _Reader, value: Any, path: Path) -> Any:
+def _ratio(r: _Reader, value: YamlValue, path: Path) -> Checked:
     """A ratio 0-1 given as a number (0.01) or a percentage ("1%")."""
     v = value
     if isinstance(v, str) and v.strip().endswith("%"):
@@ -483,7 +483,7 @@ def _ratio(r: _Reader, value: Any, path: Path) -> Any:
     return float(v)
 
 
-def _slo(r: _Reader, top: Mapping[str, Any]) -> tuple[Any, Any]:
+def _slo(r: _Reader, top: YamlMapping) -> tuple[Checked, Checked]:
     """(latency objectives, error budget): the latency objectives as (objective, seconds) pairs."""
     v = top.get("slo")
     if v is None:
@@ -508,7 +508,7 @@ def _slo(r: _Reader, top: Mapping[str, Any]) -> tuple[Any, Any]:
     return tuple(out), _val(budget)
 
 
-def _lengths(r: _Reader, m: Mapping[str, Any], key: str) -> Any:
+def _lengths(r: _Reader, m: YamlMapping, key: str) -> Checked:
     v = m.get(key)
     p = ("load", key)
     if v is None:
@@ -535,7 +535,7 @@ def _lengths(r: _Reader, m: Mapping[str, Any], key: str) -> Any:
     return Lengths(typical=typical if typical is not None else mx, max=mx, distribution=dist)
 
 
-def _levels(r: _Reader, m: Mapping[str, Any], key: str, integer: bool, limit: float) -> Any:
+def _levels(r: _Reader, m: YamlMapping, key: str, integer: bool, limit: float) -> Checked:
     v = m.get(key)
     p = ("load", key)
     if v is None:
@@ -559,7 +559,7 @@ def _levels(r: _Reader, m: Mapping[str, Any], key: str, integer: bool, limit: fl
     return Levels(normal=normal if normal is not None else peak, peak=peak if peak is not None else normal)
 
 
-def _load(r: _Reader, top: Mapping[str, Any]) -> Any:
+def _load(r: _Reader, top: YamlMapping) -> Checked:
     v = top.get("load")
     if v is None:
         return None
@@ -572,8 +572,8 @@ def _load(r: _Reader, top: Mapping[str, Any]) -> Any:
     return _BAD if _BAD in parts.values() else Load(**parts)
 
 
-def _check_kind(r: _Reader, top: Mapping[str, Any], kind: Kind, precision: Any, quant: Any, kv_precision: Any,
-                concurrency: Any, training: Any, lora: Any, runtime: Any, gpus: Any, parallel: Any) -> None:  # fmt: skip
+def _check_kind(r: _Reader, top: YamlMapping, kind: Kind, precision: Checked, quant: Checked, kv_precision: Checked,
+                concurrency: Checked, training: Checked, lora: Checked, runtime: Checked, gpus: Checked, parallel: Checked) -> None:  # fmt: skip
     """Record the combinations the kind rules out."""
     if lora is not None and not kind.is_adapter:
         r.error(("lora",), f"lora applies to finetune-lora and finetune-qlora; kind is {kind.value}")

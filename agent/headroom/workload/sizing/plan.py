@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
+from headroom.jsontypes import YamlDict
 from headroom.units import format_bytes
 from headroom.workload.profiles import Kind, Optimizer, Precision, Quantization, Training, WorkloadProfile
 from headroom.workload.serving_memory import (
@@ -74,7 +74,7 @@ def _plan(p: WorkloadProfile, c: OverheadConstants, device_memory: int = 0, devi
     missing: list[str] = []
     reasons: list[str] = []
 
-    def need(what: str, fields: dict[str, Any]) -> bool:
+    def need(what: str, fields: YamlDict) -> bool:
         absent = [k for k, v in fields.items() if v is None]
         if absent:
             reasons.append(f"{what} needs {', '.join(fields)}; missing: {', '.join(absent)}")

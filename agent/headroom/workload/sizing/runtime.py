@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from headroom.jsontypes import YamlDict
 from headroom.units import format_bytes
 from headroom.workload.profiles import Precision, StateKind, WorkloadProfile
 from headroom.workload.serving_memory import (
@@ -44,7 +45,7 @@ def _kv_layout(p: WorkloadProfile, rt: str | None, notes: list[str], need: Calla
     arch, par = p.architecture, p.parallel
     mla = arch.kv_lora_rank is not None
     kv_heads, hd = arch.effective_kv_heads, arch.effective_head_dim
-    fields: dict[str, Any] = {"architecture.layers": arch.layers}
+    fields: YamlDict = {"architecture.layers": arch.layers}
     if not mla:
         fields |= {"architecture.kv_heads": kv_heads, "architecture.head_dim": hd}
     if not need("KV cache", fields):

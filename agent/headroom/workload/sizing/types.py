@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from headroom.jsontypes import JsonDoc
 
 MIB = 1024**2
 
@@ -82,7 +83,7 @@ class Estimate:
     kv_capacity_tokens: int | None  # tokens the KV budget holds (vLLM's "GPU KV cache size")
     notes: tuple[str, ...] = ()
     max_concurrency: float | None = None  # the runtime's "Maximum concurrency for N tokens per request" (x)
-    runtime_report: dict[str, Any] | None = None  # serving_memory.RuntimeReport.to_dict(): the runtime's own figures
+    runtime_report: JsonDoc | None = None  # serving_memory.RuntimeReport.to_dict(): the runtime's own figures
     parallel: tuple[int, int, int] = (1, 1, 1)  # tensor, pipeline, data: the layout gpus_needed comes from
 
     @property
@@ -94,9 +95,9 @@ class Estimate:
         """Bytes per GPU of the named component, 0 when the estimate has none by that name."""
         return next((c.bytes for c in self.components if c.name == name), 0)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonDoc:
         """A JSON-ready dict; bytes are ints."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "components"}
+        out: JsonDoc = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "components"}
         out["components"] = [{"name": c.name, "bytes": c.bytes, "note": c.note} for c in self.components]
         out["notes"] = list(self.notes)
         out["total_bytes"] = self.total_bytes
