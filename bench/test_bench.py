@@ -139,7 +139,7 @@ def test_the_gpu_section_counts_every_nvml_call_the_collector_makes_per_tick():
     scenario = parse_scenario(fixtures.scenario_yaml(2))
     lib = scenario.nvml_library()
     collector = NvmlCollector(SourceContext(scenario=scenario, settings={"pcie_poll_interval": 60.0}))
-    import pynvml  # noqa: TID251 (what bench.gpu wraps)
+    import pynvml  # what bench.gpu wraps
 
     counting = _CountingLibrary(pynvml)
     collector.lib = counting

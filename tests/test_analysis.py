@@ -485,7 +485,7 @@ def test_a_gpu_that_is_down_scores_nothing_and_says_so():
 
     v = score_gpu(GpuSignals(index=3, uuid="GPU-3", name="H100", up=False), HostSignals(cpu_busy=1.0),
                   DEFAULT_THRESHOLDS)
-    assert v.scores == {r: 0.0 for r in RESOURCES} and v.candidate == "none"
+    assert v.scores == dict.fromkeys(RESOURCES, 0.0) and v.candidate == "none"
     assert set(v.evidence.values()) == {"GPU 3 is down"}
 
 

@@ -69,7 +69,7 @@ async def _scraper(port: int, deadline: float, latencies: list[float], errors: l
             latencies.append(time.perf_counter() - start)
             if status != 200 or b"headroom_build_info" not in body:
                 errors.append(f"HTTP {status}")
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
             if writer is not None:
                 writer.close()
@@ -235,7 +235,7 @@ async def _slow_client(port: int, source: str, deadline: float, cuts: list[int])
                 writer.write(b"a")
                 await writer.drain()
             cuts.append(1)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             cuts.append(1)
             await asyncio.sleep(0.5)
         finally:

@@ -33,7 +33,7 @@ from conftest import ROOT
 from real_vllm import unavailable
 
 sys.path.insert(0, str(ROOT))
-from bench.fleet import REMOTE_WRITE_EXAMPLE, REMOTE_WRITE_NAME, VM_BINARY, VM_LATENCY_OFFSET_S, Fleet  # noqa: E402
+from bench.fleet import REMOTE_WRITE_EXAMPLE, REMOTE_WRITE_NAME, VM_BINARY, VM_LATENCY_OFFSET_S, Fleet
 
 # two training hosts (one GPU throttled: the straggler), the oversized inference host, the idle batch host, the
 # CPU-starved host and the unclaimed H100s: every panel and every answer of the report has data

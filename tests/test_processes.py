@@ -318,7 +318,7 @@ def test_the_cpus_a_workload_may_use_include_its_main_process_cpu_affinity():
         deadline = time.monotonic() + 10
         while True:
             w = c.collect().workloads[0]
-            if w.pids and w.cpus_allowed == 1 or time.monotonic() > deadline:
+            if (w.pids and w.cpus_allowed == 1) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         assert w.pids == (child.pid,) and w.cpus_allowed == 1

@@ -481,7 +481,7 @@ def _instant(text: str) -> float:
 def _rfc3339(at: float) -> str:
     import datetime
 
-    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).isoformat(timespec="milliseconds").replace(
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
 
 
