@@ -655,8 +655,8 @@ def test_the_real_proc_finds_a_new_process_and_not_its_threads():
     # private: whether the collector reads a live /proc (keeps descriptors): no public name says it
     assert c._live  # the agent's own /proc
     c.collect()
-    code = "import threading, time\n[threading.Thread(target=time.sleep, args=(60,)).start() for _ in range(3)]\n" \
-           "print('up', flush=True)\ntime.sleep(60)"
+    code = ("import threading, time\n[threading.Thread(target=time.sleep, args=(60,)).start() for _ in range(3)]\n"
+            "print('up', flush=True)\ntime.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, token], stdout=subprocess.PIPE)
     try:
         assert proc.stdout.readline() == b"up\n"

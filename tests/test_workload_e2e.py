@@ -273,8 +273,8 @@ def test_nvml_collector_reads_per_process_sm_utilization(situation, extra, expec
     from headroom.sources import SourceContext
     from headroom.sources.nvml import NvmlCollector
 
-    text = GPU + "    processes:\n      - {pid: 101, used_memory: 1GiB, sm_utilization: 0.25}\n" \
-                 "      - {pid: 102, used_memory: 2GiB}\n" + extra
+    text = GPU + ("    processes:\n      - {pid: 101, used_memory: 1GiB, sm_utilization: 0.25}\n"
+                  "      - {pid: 102, used_memory: 2GiB}\n") + extra
     scenario = parse_scenario(text)
     clock = ManualClock(1.0)
     scenario.nvml_library(clock=clock)
