@@ -16,7 +16,7 @@ STAT = "4242 (my (odd) proc) S 1 4242 4242 0 -1 4194560 100 0 0 0 {utime} {stime
 
 
 @pytest.mark.parametrize(
-    "utime, stime",
+    ("utime", "stime"),
     [(0, 0), (150, 50), (123456, 7)],
     ids=["idle process", "busy process", "mostly user time"],
 )
@@ -26,7 +26,7 @@ def test_cpu_seconds_come_from_utime_and_stime_even_with_parentheses_in_the_name
 
 
 @pytest.mark.parametrize(
-    "values, q, expected",
+    ("values", "q", "expected"),
     [([5.0], 99, 5.0), ([1, 2, 3, 4], 50, 2), (list(range(1, 101)), 99, 99), (list(range(100, 0, -1)), 1, 1)],
     ids=["one value", "even count median is the lower", "p99 of 100", "unsorted input"],
 )
@@ -80,7 +80,7 @@ def _scrape(server: str, encoding: str, cpu_ms: float, p50_ms: float, p99_ms: fl
 
 
 @pytest.mark.parametrize(
-    "headroom_ms, node_ms, met",
+    ("headroom_ms", "node_ms", "met"),
     [(0.2, 8.0, True), (1.6, 8.0, True), (1.7, 8.0, False)],
     ids=["far cheaper", "exactly a fifth", "just over a fifth"],
 )
@@ -93,7 +93,7 @@ def test_node_exporter_ratio_target_is_judged_at_one_fifth(headroom_ms, node_ms,
 
 
 @pytest.mark.parametrize(
-    "p50_ms, p99_ms, met",
+    ("p50_ms", "p99_ms", "met"),
     [(0.5, 2.0, True), (1.2, 2.0, False), (0.5, 6.0, False)],
     ids=["fast", "slow median", "slow tail"],
 )
@@ -162,7 +162,7 @@ def _cost_result(now_ms: float, fake_ms: float) -> dict:
             "baseline_missing": None}
 
 
-@pytest.mark.parametrize("now_ms, fake_ms, verdict", [(1.0, 0.95, "met"), (1.0, 0.6, "**missed**")])
+@pytest.mark.parametrize(("now_ms", "fake_ms", "verdict"), [(1.0, 0.95, "met"), (1.0, 0.6, "**missed**")])
 def test_the_nvml_cost_section_judges_the_ratio_to_the_baseline_at_ten_percent(now_ms, fake_ms, verdict):
     from bench import nvml_cost
 
@@ -358,7 +358,7 @@ def test_the_memory_section_says_what_a_sample_and_a_gpu_cost_in_this_run():
     assert "(here 12 KiB at 8 GPUs, 20 KiB at 16: 1.0 KiB per GPU)" in text
 
 
-@pytest.mark.parametrize("weight, shares", [(100, 1024), (1000, 10240), (1, 10), (10000, 102400)])
+@pytest.mark.parametrize(("weight", "shares"), [(100, 1024), (1000, 10240), (1, 10), (10000, 102400)])
 def test_the_storm_bench_maps_a_cpu_weight_to_cgroup_v1_shares_as_systemd_does(weight, shares):
     from bench.storm import shares_of_weight
 

@@ -630,7 +630,7 @@ def test_the_kubelets_answer_is_read_again_when_it_or_the_gpus_change(tmp_path, 
         c.close()
 
 
-@pytest.mark.parametrize("text, expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     ("usage_usec 9\nuser_usec 5000000\nsystem_usec 2500000\nnice_usec 0\n", (5.0, 2.5)),  # the kernel's order
     ("system_usec 2000000\nuser_usec 1000000", (1.0, 2.0)),  # another order, no final newline
     ("usage_usec 1\nuser_usec x\nsystem_usec 3000000\n", (None, 3.0)),  # not a number: that field unknown

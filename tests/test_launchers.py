@@ -797,7 +797,7 @@ def test_a_launcher_found_under_simulate_has_its_metrics_read(tmp_path, host):
     finally:
         agent.stop()
 
-@pytest.mark.parametrize("argv, launches", [
+@pytest.mark.parametrize(("argv", "launches"), [
     (["/venv/bin/python3", "/venv/bin/torchrun", "--standalone", "--nproc_per_node=2", "train.py"], True),
     (["python3", "-m", "torch.distributed.run", "--nproc-per-node", "8", "train.py"], True),
     (["accelerate", "launch", "--num-processes", "2", "train.py"], True),

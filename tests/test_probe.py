@@ -255,7 +255,7 @@ def test_a_profiles_load_and_slo_drive_the_probe_and_flags_override_them(standin
     assert code == 0 and doc["steps"][0]["slo_ok"] and doc["slo"]["ttft_p95"] == 5.0
 
 
-@pytest.mark.parametrize("flags, words", [
+@pytest.mark.parametrize(("flags", "words"), [
     (["--max-concurrency", "100000"], "--max-concurrency: must be between 1 and 1024"),
     (["--max-rate", "1e9", "--schedule", "rate"], "--max-rate: must be between"),
     (["--duration", "5h"], "--duration: must be between"),

@@ -144,7 +144,7 @@ def test_an_endpoint_answering_html_is_not_an_openai_api(hostile, capsys):
     assert code == 1 and "not JSON" in err and "OpenAI-compatible" in err
 
 
-@pytest.mark.parametrize("mode, error, words", [
+@pytest.mark.parametrize(("mode", "error", "words"), [
     ("500", "http_500", "CUDA out of memory"),
     ("hung", "timeout", "no complete answer within 1s"),
     ("html_completion", "bad_response", "text/html"),

@@ -70,7 +70,7 @@ def tree(tmp_path: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------------------- matching
-@pytest.mark.parametrize("situation, match, pids", [
+@pytest.mark.parametrize(("situation", "match", "pids"), [
     ("a trainer's DataLoader workers and their child follow the trainer", {"cmdline": r"train\.py"},
      (1000, 1001, 1002, 1003)),
     ("a systemd unit named without .service takes the unit's processes", {"systemd_unit": "vllm"}, (2000, 2001)),
@@ -503,7 +503,7 @@ def test_steady_state_reads_only_members(monkeypatch, tree: Path):
 
 
 # -------------------------------------------------------------------------------------------- parsers
-@pytest.mark.parametrize("text, cores", [("400000 100000\n", 4.0), ("50000 100000", 0.5), ("max 100000\n", None),
+@pytest.mark.parametrize(("text", "cores"), [("400000 100000\n", 4.0), ("50000 100000", 0.5), ("max 100000\n", None),
                                          ("", None), ("x y", None)])
 def test_cpu_max(text, cores):
     assert parse_cpu_max(text) == cores

@@ -130,7 +130,7 @@ def _finish(proc: subprocess.Popen, stop: Path) -> None:
         proc.wait(30)
 
 
-@pytest.mark.parametrize("method, workers", [("fork", 2), ("spawn", 2), ("forkserver", 2), ("default", 0)])
+@pytest.mark.parametrize(("method", "workers"), [("fork", 2), ("spawn", 2), ("forkserver", 2), ("default", 0)])
 def test_a_real_dataloaders_workers_are_found_under_their_rank(tmp_path, real_python, method, workers):
     script = tmp_path / "train_real_dl.py"
     script.write_text(SCRIPT)
