@@ -35,9 +35,9 @@ def test_percentile_is_nearest_rank(values, q, expected):
 
 
 def test_empty_measurements_are_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^no measurements$"):
         Spread.of([])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^no measurements$"):
         percentile([], 50)
 
 

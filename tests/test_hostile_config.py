@@ -181,7 +181,7 @@ def test_a_fifo_as_web_config_stops_start_up_with_a_message(tmp_path):
 def test_a_fifo_certificate_is_refused(site):
     os.mkfifo(site / "fifo.crt")
     (site / "web.yml").write_text("tls_server_config:\n  cert_file: fifo.crt\n  key_file: server.key\n")
-    with pytest.raises(WebConfigError, match="fifo.crt: is a FIFO, not a regular file"):
+    with pytest.raises(WebConfigError, match=r"fifo\.crt: is a FIFO, not a regular file"):
         load_web_config(site / "web.yml")
 
 

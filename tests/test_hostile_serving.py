@@ -77,7 +77,7 @@ def test_an_answer_over_the_line_cap_is_refused_without_being_split():
 
 def test_a_runtime_line_over_the_length_cap_is_refused():
     body = body_of("vllm") + b'vllm:num_requests_running{engine="' + b"x" * serving.MAX_LINE_CHARS + b'"} 1\n'
-    with pytest.raises(Oversized, match="more than 16384 \\(serving.MAX_LINE_CHARS\\)"):
+    with pytest.raises(Oversized, match=r"more than 16384 \(serving\.MAX_LINE_CHARS\)"):
         read_exposition(body, "text/plain", None, {})
 
 

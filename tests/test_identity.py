@@ -179,7 +179,7 @@ def test_job_mapping_directory_in_dcgm_exporters_format(tmp_path):
     (tmp_path / "2").mkdir()
     (tmp_path / "3").write_text("")
     assert read_job_mapping(tmp_path) == {0: ("4242",), 1: ("77", "78")}
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError):
         read_job_mapping(tmp_path / "absent")
 
 
