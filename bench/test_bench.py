@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -110,14 +111,14 @@ def test_the_farm_starts_named_processes_and_kills_them_all():
         farm.ensure_workloads(2)
         pids = farm.workload_pids(2)
         assert len(pids) == host.WORKLOAD_PROCESSES
-        argv = open(f"/proc/{pids[0]}/cmdline", "rb").read().split(b"\0")
+        argv = Path(f"/proc/{pids[0]}/cmdline").read_bytes().split(b"\0")
         assert argv[0].decode() == host.workload_argv0(2, "server")
     finally:
         farm.close()
     assert farm.size == 0
     for pid in pids:
         with pytest.raises(FileNotFoundError):
-            open(f"/proc/{pid}/cmdline", "rb").read()
+            Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
 def test_the_processes_bench_lists_proc_only_in_the_listing_way():
@@ -230,8 +231,8 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
     assert churn.started == 5 + 7 + 4 and churn.ended == churn.started
     assert not top.exists()
     for pid in pids:
-        assert not os.path.exists(f"/proc/{pid}/cmdline") or b"headroom-bench-pod" not in open(
-            f"/proc/{pid}/cmdline", "rb").read()
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        assert not cmdline.exists() or b"headroom-bench-pod" not in cmdline.read_bytes()
     results = report.Results(machine=host.machine(), command="x", quick=True, node_exporter=None)
     results.ticks = [without, with_pods]
     text = report.markdown(results)

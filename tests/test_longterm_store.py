@@ -116,9 +116,9 @@ def shipped(name: str, relabel_configs: list[dict]) -> bool:
     """Whether a series named NAME passes the remote write's keep/drop rules on __name__ (as Prometheus'
     relabelling matches: the regex anchored at both ends)."""
     for rule in relabel_configs:
-        if rule.get("source_labels") == ["__name__"] and rule["action"] in ("keep", "drop"):
-            if bool(re.fullmatch(rule["regex"], name)) != (rule["action"] == "keep"):
-                return False
+        if (rule.get("source_labels") == ["__name__"] and rule["action"] in ("keep", "drop")
+                and bool(re.fullmatch(rule["regex"], name)) != (rule["action"] == "keep")):
+            return False
     return True
 
 
