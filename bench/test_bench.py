@@ -36,9 +36,9 @@ def test_percentile_is_nearest_rank(values, q, expected):
 
 
 def test_empty_measurements_are_refused():
-    with pytest.raises(ValueError, match="^no measurements$"):
+    with pytest.raises(ValueError, match=r"^no measurements$"):
         Spread.of([])
-    with pytest.raises(ValueError, match="^no measurements$"):
+    with pytest.raises(ValueError, match=r"^no measurements$"):
         percentile([], 50)
 
 
@@ -191,8 +191,6 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
     exports each live pod as an automatic `pod` workload named from containerd's annotations, the plain one
     none; the kubelet was asked; the report gets the row and the target line; the pods' processes and
     cgroups are gone afterwards."""
-    import os
-
     from bench import pods as pods_module
     from bench import ticks
 

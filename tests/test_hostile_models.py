@@ -466,7 +466,7 @@ def test_credentials_from_status():
     assert root.privileged
     nocaps = Credentials.from_status(text.replace("1000\t0\t0\t0", "0\t0\t0\t0").replace("1ffffffffff", "0"))
     assert not nocaps.privileged  # a root process without CAP_DAC_*: the mode bits apply to it too
-    with pytest.raises(ValueError, match="^no Uid, Gid and Groups lines$"):
+    with pytest.raises(ValueError, match=r"^no Uid, Gid and Groups lines$"):
         Credentials.from_status("Name:\tx\n")
 
 

@@ -473,7 +473,7 @@ def test_permission_denied_entries_are_skipped_and_io_is_none_when_no_member_is_
 
     def denying_open(path, *args, **kwargs):
         p = str(path)
-        if p.endswith("/io") or p.endswith(f"{os.sep}4000{os.sep}stat"):
+        if p.endswith(("/io", f"{os.sep}4000{os.sep}stat")):
             raise PermissionError(13, "Permission denied", p)
         return real_open(path, *args, **kwargs)
 

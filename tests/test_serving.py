@@ -837,7 +837,7 @@ def test_a_series_seen_before_reads_its_new_value_and_its_garbage_like_a_new_one
     assert errors[0] == errors[1] and errors[0].startswith("not a valid Prometheus text exposition")
     cut = re.sub(rb"(vllm:num_requests_running\{[^\n]*\}) \S+", rb"\1", later, count=1)
     for cache in (series, {}):  # no value: refused either way (the parser's words differ, as before)
-        with pytest.raises(ScrapeError, match="^not a valid Prometheus text exposition: "):
+        with pytest.raises(ScrapeError, match=r"^not a valid Prometheus text exposition: "):
             read_exposition(cut, "text/plain", None, cache)
 
 
