@@ -303,7 +303,7 @@ def test_a_declared_profile_keeps_its_processes_and_takes_the_place_of_an_identi
 
 
 def test_automatic_entries_follow_their_identities_and_leave_nothing_behind():
-    with _family([]) as (proc, kids):
+    with _family([]) as (_proc, kids):
         groups = [IdentityGroup("pod", f"ns/p{i}", pids=(k,)) for i, k in enumerate(kids)]
         current = {"groups": tuple(groups)}
         c = ProcessesCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS),

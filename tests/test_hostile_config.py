@@ -122,7 +122,7 @@ def test_emptying_the_web_config_of_a_running_agent_keeps_auth_and_shows_in_a_me
             assert time.monotonic() < deadline
             time.sleep(0.2)
     finally:
-        code, err = agent.stop()
+        _code, err = agent.stop()
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     failed = [e for e in events if e["event"] == "web_config_reload_failed"]
     assert len(failed) == 1 and failed[0]["level"] == "error" and "empty" in failed[0]["error"]

@@ -746,7 +746,7 @@ def test_nothing_below_a_unit_delegated_to_a_user_is_a_pod_or_a_job(tmp_path):
     c = _collector(tmp_path, previous)
     assert sorted((g.kind, g.name, g.pids) for g in c.collect().groups) == [
         ("pod", UID, (20,)), ("unit", "alice.service", (21,))]
-    ident, why = identity_module.classify(procfs.parse_pid_cgroup(f"0::/system.slice/alice.service/{colon}\n"),
+    _ident, why = identity_module.classify(procfs.parse_pid_cgroup(f"0::/system.slice/alice.service/{colon}\n"),
                                           str(sysfs))
     assert why == (f"pod {UID} is below alice.service (its cgroup is uid 1001's), a subtree delegated to its user: "
                    "not taken for a pod")

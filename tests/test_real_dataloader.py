@@ -167,7 +167,7 @@ def test_under_a_real_torchrun_each_rank_counts_its_own_workers(tmp_path, real_p
     marker = f"headroom-real-torchrun-{os.getpid()}"
     argv = [str(torchrun), "--standalone", "--nproc_per_node=2", str(script), marker, "2", "fork",
             str(tmp_path / "stop")]
-    proc, w, profile, stop = _run(tmp_path, argv, marker, {"ranks": 2, "workers": 2})
+    proc, w, _profile, stop = _run(tmp_path, argv, marker, {"ranks": 2, "workers": 2})
     try:
         ranks = dict(w.ranks)
         assert w.main_pid == proc.pid and set(ranks) == set(_children(proc.pid))  # torchrun's children

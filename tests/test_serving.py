@@ -919,7 +919,7 @@ def test_vllm_032_families_are_read(awake, l1, l2, level):
     q = f["request_queue_time"]
     assert (q.bounds, q.counts, q.count, q.sum) == ((0.3, 0.5, math.inf), (100.0, 150.0, 160.0), 160.0, 48.5)
     assert f["sleep_level"] == level
-    old, g = read_exposition((FIXTURES / "vllm-v1-itl.prom").read_bytes(), "text/plain", None)
+    _old, g = read_exposition((FIXTURES / "vllm-v1-itl.prom").read_bytes(), "text/plain", None)
     assert (g["requests_waiting_deferred"], g["admission_rejections_total"], g["request_queue_time"],
             g["sleep_level"]) == (None, None, None, None)  # absent where the release does not export them, never 0
 
