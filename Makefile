@@ -70,7 +70,7 @@ test: venv system-deps real-deps .binding/$(MIN_NVML)/pynvml.py
 
 ## Ruff and the type checker (mypy, configured in pyproject.toml: strict on samples, sampler and more; docs/testing.md).
 lint: venv
-	$(VENV)/bin/ruff check agent tests
+	$(VENV)/bin/ruff check agent tests bench
 	$(PY) -m mypy
 
 ## The fast lane, under a minute on 2 cores: lint, then the tests that start no process and take under a second or

@@ -332,7 +332,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
     lines += [f"- {calls:.0f} stand-in entry-point calls per tick; each carries about {plumbing * 1e6:.1f} µs of ctypes "
               f"callback plumbing (C to Python and back) that lands in the collector's figure although a real "
               f"libnvidia-ml has none: {calls * plumbing * 1e3:.2f} ms of the {ours:.2f} ms.", ""]
-    lines += [line for line in _READING.strip("\n").split("\n")]
+    lines += _READING.strip("\n").split("\n")
     lines.append(END)
     return "\n".join(lines) + "\n"
 

@@ -6,6 +6,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
+from itertools import pairwise
 from typing import Any
 
 from bench.gpu import NVIDIA_SMI_QUERY, GpuResult
@@ -191,7 +192,7 @@ def _marginal(rows: list[TickResult], axis: str, unit: float, label: str) -> str
     if len(rows) < 3:
         return ""
     parts = []
-    for a, b in zip(rows, rows[1:], strict=False):
+    for a, b in pairwise(rows):
         d = (b.tick_cpu.median - a.tick_cpu.median) / max(1, getattr(b, axis) - getattr(a, axis)) * unit
         parts.append(f"{getattr(a, axis)} -> {getattr(b, axis)}: {d:+.3f} {label}")
     first = (rows[1].tick_cpu.median - rows[0].tick_cpu.median) / max(1, getattr(rows[1], axis) - getattr(rows[0], axis))

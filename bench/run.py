@@ -25,9 +25,9 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/run.py`: make `bench` and `headroom` importable
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "agent")]
 
-from bench import fixtures, fleet, gpu, host, nvml_cost, report, scrape, serving, ticks  # noqa: E402
-from headroom import logs  # noqa: E402
-from headroom.config import check_config_text  # noqa: E402
+from bench import fixtures, fleet, gpu, host, nvml_cost, report, scrape, serving, ticks
+from headroom import logs
+from headroom.config import check_config_text
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = (8, 1000, 3)  # GPUs, host processes, declared workloads: the target's configuration

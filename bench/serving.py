@@ -31,9 +31,9 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent.parent / "agent")]
 
-from bench import host, ticks  # noqa: E402
-from headroom import logs  # noqa: E402
-from headroom.config import check_config_text  # noqa: E402
+from bench import host, ticks
+from headroom import logs
+from headroom.config import check_config_text
 
 SERVER = r"""
 import sys

@@ -38,7 +38,7 @@ from bench.host import listening_port  # noqa: E402
 
 def scenario_yaml(gpus: int) -> str:
     """A scenario with ``gpus`` busy H100s (every signal moving, processes, PCIe), as YAML text."""
-    out = ["description: soak host, %d busy H100s" % gpus, "seed: 11", "gpus:"]
+    out = [f"description: soak host, {gpus} busy H100s", "seed: 11", "gpus:"]
     for i in range(gpus):
         out += [
             "  - name: NVIDIA H100 80GB HBM3",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,7 @@ STAT = "4242 (my (odd) proc) S 1 4242 4242 0 -1 4194560 100 0 0 0 {utime} {stime
 
 
 @pytest.mark.parametrize(
-    "utime, stime",
+    ("utime", "stime"),
     [(0, 0), (150, 50), (123456, 7)],
     ids=["idle process", "busy process", "mostly user time"],
 )
@@ -26,7 +27,7 @@ def test_cpu_seconds_come_from_utime_and_stime_even_with_parentheses_in_the_name
 
 
 @pytest.mark.parametrize(
-    "values, q, expected",
+    ("values", "q", "expected"),
     [([5.0], 99, 5.0), ([1, 2, 3, 4], 50, 2), (list(range(1, 101)), 99, 99), (list(range(100, 0, -1)), 1, 1)],
     ids=["one value", "even count median is the lower", "p99 of 100", "unsorted input"],
 )
@@ -35,9 +36,9 @@ def test_percentile_is_nearest_rank(values, q, expected):
 
 
 def test_empty_measurements_are_refused():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^no measurements$"):
         Spread.of([])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^no measurements$"):
         percentile([], 50)
 
 
@@ -80,7 +81,7 @@ def _scrape(server: str, encoding: str, cpu_ms: float, p50_ms: float, p99_ms: fl
 
 
 @pytest.mark.parametrize(
-    "headroom_ms, node_ms, met",
+    ("headroom_ms", "node_ms", "met"),
     [(0.2, 8.0, True), (1.6, 8.0, True), (1.7, 8.0, False)],
     ids=["far cheaper", "exactly a fifth", "just over a fifth"],
 )
@@ -93,7 +94,7 @@ def test_node_exporter_ratio_target_is_judged_at_one_fifth(headroom_ms, node_ms,
 
 
 @pytest.mark.parametrize(
-    "p50_ms, p99_ms, met",
+    ("p50_ms", "p99_ms", "met"),
     [(0.5, 2.0, True), (1.2, 2.0, False), (0.5, 6.0, False)],
     ids=["fast", "slow median", "slow tail"],
 )
@@ -110,14 +111,14 @@ def test_the_farm_starts_named_processes_and_kills_them_all():
         farm.ensure_workloads(2)
         pids = farm.workload_pids(2)
         assert len(pids) == host.WORKLOAD_PROCESSES
-        argv = open(f"/proc/{pids[0]}/cmdline", "rb").read().split(b"\0")
+        argv = Path(f"/proc/{pids[0]}/cmdline").read_bytes().split(b"\0")
         assert argv[0].decode() == host.workload_argv0(2, "server")
     finally:
         farm.close()
     assert farm.size == 0
     for pid in pids:
         with pytest.raises(FileNotFoundError):
-            open(f"/proc/{pid}/cmdline", "rb").read()
+            Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
 def test_the_processes_bench_lists_proc_only_in_the_listing_way():
@@ -139,7 +140,7 @@ def test_the_gpu_section_counts_every_nvml_call_the_collector_makes_per_tick():
     scenario = parse_scenario(fixtures.scenario_yaml(2))
     lib = scenario.nvml_library()
     collector = NvmlCollector(SourceContext(scenario=scenario, settings={"pcie_poll_interval": 60.0}))
-    import pynvml  # noqa: TID251 (what bench.gpu wraps)
+    import pynvml  # what bench.gpu wraps
 
     counting = _CountingLibrary(pynvml)
     collector.lib = counting
@@ -162,7 +163,7 @@ def _cost_result(now_ms: float, fake_ms: float) -> dict:
             "baseline_missing": None}
 
 
-@pytest.mark.parametrize("now_ms, fake_ms, verdict", [(1.0, 0.95, "met"), (1.0, 0.6, "**missed**")])
+@pytest.mark.parametrize(("now_ms", "fake_ms", "verdict"), [(1.0, 0.95, "met"), (1.0, 0.6, "**missed**")])
 def test_the_nvml_cost_section_judges_the_ratio_to_the_baseline_at_ten_percent(now_ms, fake_ms, verdict):
     from bench import nvml_cost
 
@@ -190,8 +191,6 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
     exports each live pod as an automatic `pod` workload named from containerd's annotations, the plain one
     none; the kubelet was asked; the report gets the row and the target line; the pods' processes and
     cgroups are gone afterwards."""
-    import os
-
     from bench import pods as pods_module
     from bench import ticks
 
@@ -230,8 +229,8 @@ def test_the_reference_tick_with_pods_churning_names_each_live_pod_and_leaves_no
     assert churn.started == 5 + 7 + 4 and churn.ended == churn.started
     assert not top.exists()
     for pid in pids:
-        assert not os.path.exists(f"/proc/{pid}/cmdline") or b"headroom-bench-pod" not in open(
-            f"/proc/{pid}/cmdline", "rb").read()
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        assert not cmdline.exists() or b"headroom-bench-pod" not in cmdline.read_bytes()
     results = report.Results(machine=host.machine(), command="x", quick=True, node_exporter=None)
     results.ticks = [without, with_pods]
     text = report.markdown(results)
@@ -358,7 +357,7 @@ def test_the_memory_section_says_what_a_sample_and_a_gpu_cost_in_this_run():
     assert "(here 12 KiB at 8 GPUs, 20 KiB at 16: 1.0 KiB per GPU)" in text
 
 
-@pytest.mark.parametrize("weight, shares", [(100, 1024), (1000, 10240), (1, 10), (10000, 102400)])
+@pytest.mark.parametrize(("weight", "shares"), [(100, 1024), (1000, 10240), (1, 10), (10000, 102400)])
 def test_the_storm_bench_maps_a_cpu_weight_to_cgroup_v1_shares_as_systemd_does(weight, shares):
     from bench.storm import shares_of_weight
 

@@ -124,7 +124,7 @@ class Agent:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                out, err = self.proc.communicate()
+                _out, err = self.proc.communicate()
                 raise AssertionError(f"agent exited {self.proc.returncode}: {err.decode()[-3000:]}")
             try:
                 status, _, _ = http_get(self.url + "/healthz", timeout=1)

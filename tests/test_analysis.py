@@ -8,6 +8,7 @@ hysteresis has its own tests below).
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 from types import SimpleNamespace
 
 import pytest
@@ -267,7 +268,7 @@ def test_the_long_window_is_thinned_evenly_keeping_both_ends_and_counter_rates()
     window = build_window(Host(disk_busy=0.37), [Gpu()], seconds=300)  # 301 samples, 1 s apart
     kept = thinned(window, 300.0, LONG_POINTS)
     assert 2 <= len(kept) <= LONG_POINTS and kept[0] is window[0] and kept[-1] is window[-1]
-    gaps = {round(b.monotonic - a.monotonic, 6) for a, b in zip(kept, kept[1:], strict=False)}
+    gaps = {round(b.monotonic - a.monotonic, 6) for a, b in pairwise(kept)}
     assert len(gaps) <= 2 and max(gaps) - min(gaps) <= max(gaps) / 2  # even: at most the oldest gap shorter
     assert host_signals(kept, 300.0).disk_busy == pytest.approx(host_signals(window, 300.0).disk_busy)
     assert host_signals(kept, 300.0).cpu_busy == pytest.approx(host_signals(window, 300.0).cpu_busy)
@@ -485,7 +486,7 @@ def test_a_gpu_that_is_down_scores_nothing_and_says_so():
 
     v = score_gpu(GpuSignals(index=3, uuid="GPU-3", name="H100", up=False), HostSignals(cpu_busy=1.0),
                   DEFAULT_THRESHOLDS)
-    assert v.scores == {r: 0.0 for r in RESOURCES} and v.candidate == "none"
+    assert v.scores == dict.fromkeys(RESOURCES, 0.0) and v.candidate == "none"
     assert set(v.evidence.values()) == {"GPU 3 is down"}
 
 

@@ -72,7 +72,7 @@ def test_the_nvml_package_is_one_purpose_a_module_each_under_800_lines():
         assert len(path.read_text().splitlines()) <= 800, f"sources/nvml/{name} is over 800 lines"
         siblings = {m.removeprefix("headroom.sources.nvml.") for m in _runtime_imports(path)
                     if m.startswith("headroom.sources.nvml.")}
-        siblings &= set(n.removesuffix(".py") for n in NVML_MODULES)
+        siblings &= {n.removesuffix(".py") for n in NVML_MODULES}
         assert siblings <= allowed, f"sources/nvml/{name} imports {sorted(siblings - allowed)}"
 
 

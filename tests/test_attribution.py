@@ -89,7 +89,7 @@ def test_a_declared_gpu_where_none_of_its_processes_runs_reads_zero():
     assert st.gpu_memory_used_bytes == 0
 
 
-@pytest.mark.parametrize("situation, procs, used, util", [
+@pytest.mark.parametrize(("situation", "procs", "used", "util"), [
     ("NVML cannot say the memory of any of its processes", (GpuProcess(201, None), GpuProcess(202, None)), None, None),
     ("one of two processes is unknown: the known one counts", (GpuProcess(201, 2 * GIB), GpuProcess(202, None)),
      2 * GIB, None),

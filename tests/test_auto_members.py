@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -302,7 +303,7 @@ def test_a_declared_profile_keeps_its_processes_and_takes_the_place_of_an_identi
 
 
 def test_automatic_entries_follow_their_identities_and_leave_nothing_behind():
-    with _family([]) as (proc, kids):
+    with _family([]) as (_proc, kids):
         groups = [IdentityGroup("pod", f"ns/p{i}", pids=(k,)) for i, k in enumerate(kids)]
         current = {"groups": tuple(groups)}
         c = ProcessesCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS),
@@ -584,7 +585,7 @@ def test_automatic_workloads_are_scored_within_the_refresh_and_forgotten_when_th
             scored_at[name].append(i)
         last = now
     for name, ticks in scored_at.items():
-        gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
+        gaps = [b - a for a, b in pairwise(ticks)]
         assert ticks[0] == 1 and max(gaps) <= pipeline.AUTO_REFRESH_SECONDS, name
     # private: the analysis's per-workload state: its bound is what is tested, no public name shows it
     assert set(analysis._auto_long_at) == {g.name for g in groups}  # long scores made for all (at refreshes)

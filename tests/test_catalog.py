@@ -45,7 +45,7 @@ def test_writer_refuses_uncatalogued_names_and_wrong_labels():
     w = Writer()
     with pytest.raises(UnknownMetric):
         w.add("headroom_made_up_metric", 1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"headroom_gpu_up takes labels \('gpu', 'uuid'\), got 1 values"):
         w.add("headroom_gpu_up", 1, "0")  # needs gpu and uuid
 
 
@@ -75,7 +75,7 @@ def test_writer_series_cache_keeps_checks_and_identity_labels():
         w.add("headroom_gpu_power_watts", 100.5 + tick, "0", "GPU-x")
         w.add("headroom_gpu_power_watts", 7, "1", "GPU-y")  # no identity labels for this GPU
         w.add("headroom_samples_total", tick)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="headroom_gpu_power_watts takes labels"):
             w.add("headroom_gpu_power_watts", 1, "0")  # the cached series does not excuse a missing label
         with pytest.raises(UnknownMetric):
             w.add("headroom_made_up_metric", 1)

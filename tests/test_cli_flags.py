@@ -34,7 +34,7 @@ def test_log_format_logfmt_writes_node_exporter_style_lines():
     try:
         agent.wait_ready()
     finally:
-        code, err = agent.stop()
+        _code, err = agent.stop()
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines, "the agent logs its start"
     for line in lines:
@@ -47,7 +47,7 @@ def test_log_format_json_writes_one_object_per_line():
     try:
         agent.wait_ready()
     finally:
-        code, err = agent.stop()
+        _code, err = agent.stop()
     events = [json.loads(line) for line in err.splitlines() if line.strip()]
     assert any(e["event"] == "listening" for e in events)
 

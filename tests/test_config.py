@@ -411,10 +411,10 @@ def test_the_four_validators_word_an_unknown_key_alike(tmp_path):
     profile = issues("workloads:\n  - {name: w, kind: inference, gpus: [0], paramz: 7B}\n")
     assert profile == ["c.yaml:2:43: workloads[0].paramz: unknown key (did you mean 'params'?)"]
     far = _four_errors(tmp_path, "bogus: 1\n", "nothing: 1\n", "gpus: []\nnothing: 1\n")
-    assert far[0] == "c.yaml:1:1: bogus: unknown key (expected one of: agent, web, collectors, workloads, workloads_dir, "\
-                     "analysis, sizing)"
-    assert far[1] == "web.yml:1:1: nothing: unknown key (expected one of: tls_server_config, http_server_config, "\
-                     "basic_auth_users)"
+    assert far[0] == ("c.yaml:1:1: bogus: unknown key (expected one of: agent, web, collectors, workloads, workloads_dir, "
+                      "analysis, sizing)")
+    assert far[1] == ("web.yml:1:1: nothing: unknown key (expected one of: tls_server_config, http_server_config, "
+                      "basic_auth_users)")
     assert far[2].startswith("s.yaml:2:1: nothing: unknown key (expected one of: attach, ")
     many = issues("analysis:\n  thresholds:\n    zzz: 1\n")  # seventy names are counted, not listed
     assert re.fullmatch(r"c\.yaml:3:5: analysis\.thresholds\.zzz: unknown key \(not one of the \d+ keys allowed here\)",

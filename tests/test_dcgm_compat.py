@@ -96,7 +96,7 @@ def test_the_generator_says_in_one_line_when_the_guide_lost_its_markers():
         import dcgm_compat
     finally:
         sys.path.remove(str(GENERATOR.parent))
-    with pytest.raises(SystemExit, match="markers .* are missing") as err:
+    with pytest.raises(SystemExit, match=r"markers .* are missing") as err:
         dcgm_compat.guide("# a guide without its table\n")
     assert "\n" not in str(err.value)
 

@@ -220,7 +220,7 @@ def test_the_daemonset_keeps_its_cpu_share_and_priority_on_a_busy_node():
     assert int(quota["spec"]["hard"]["pods"]) >= 10000, "one pod per node of a large cluster, rolling updates included"
 
 
-@pytest.mark.parametrize("name,kind", [("servicemonitor", "ServiceMonitor"), ("podmonitor", "PodMonitor")])
+@pytest.mark.parametrize(("name", "kind"), [("servicemonitor", "ServiceMonitor"), ("podmonitor", "PodMonitor")])
 def test_monitors_select_the_agent_and_name_instance_by_node(name, kind):
     objects = rendered(name)
     monitor = by_kind(objects, kind)

@@ -38,7 +38,7 @@ def test_metrics_are_conventional_and_catalogued(demo):
     for name in families:
         full = name + "_total" if BY_NAME.get(name + "_total") else name
         assert full in BY_NAME, f"{name} is not catalogued"
-    gpu_up = [s for s in families["headroom_gpu_up"].samples]
+    gpu_up = list(families["headroom_gpu_up"].samples)
     assert len(gpu_up) == 2 and all(s.value == 1 for s in gpu_up)
     assert families["headroom_nvml_up"].samples[0].value == 1
     assert families["headroom_simulation_info"].samples[0].labels["scenario"] == "demo"

@@ -86,7 +86,7 @@ def test_from_a_profile_in_the_configuration(tmp_path):
     cfg.write_text("workloads:\n  - name: chat\n    kind: inference\n    params: 7B\n    precision: fp16\n"
                    "    architecture: {layers: 32, heads: 32, kv_heads: 8, head_dim: 128}\n"
                    "    context: {max: 8192}\n    concurrency: 16\n    gpus: [0]\n")
-    doc, c = components(estimate("--config.file", str(cfg), "--workload", "chat", "--gpu-memory", "80GiB",
+    _doc, c = components(estimate("--config.file", str(cfg), "--workload", "chat", "--gpu-memory", "80GiB",
                                  "--format", "json"))
     assert c["weights"] == 14_000_000_000 and c["kv_cache"] == 16 * GIB
     r = estimate("--config.file", str(cfg), "--workload", "nope", "--gpu-memory", "80GiB", ok=False)

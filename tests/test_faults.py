@@ -459,7 +459,7 @@ def test_a_stalled_tick_turns_healthz_503_while_metrics_keep_serving(live):
     inject(fault)
     assert stalled.wait(5)
     ticks = value(a.metrics(), "headroom_samples_total")
-    status, text = wait_for(lambda: (lambda h: h if h[0] == 503 else None)(a.healthz(settled=False)), what="503")
+    _status, text = wait_for(lambda: (lambda h: h if h[0] == 503 else None)(a.healthz(settled=False)), what="503")
     assert re.fullmatch(r"last sample \d+\.\ds ago \(interval 0\.2s\)\n", text), text
     assert value(a.metrics(), "headroom_samples_total") == ticks  # the last good snapshot, still served
     release.set()

@@ -89,7 +89,7 @@ def test_make_demo_logs_its_url_once_it_listens():
             if '"listening"' in line:
                 url = json.loads(line)["url"]
         assert url == f"http://{address}/"
-        status, headers, body = http_get(url + "metrics")
+        status, _headers, body = http_get(url + "metrics")
         assert status == 200 and b"headroom_simulation_info" in body
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches make and the agent, as in a terminal

@@ -20,7 +20,7 @@ from test_rules import rules
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT))
-from bench.fleet import Fleet  # noqa: E402
+from bench.fleet import Fleet
 
 N = 20
 # Series one agent exports (Prometheus' scrape_samples_scraped, which adds nothing of its own besides up & co.):

@@ -21,7 +21,7 @@ def test_job_and_team_are_optional_names():
     assert (profile_from_dict(BASE).job, profile_from_dict(BASE).team) == (None, None)
 
 
-@pytest.mark.parametrize("key,value,message", [
+@pytest.mark.parametrize(("key", "value", "message"), [
     ("job", "llama pretrain", "job: 'llama pretrain' must match"),
     ("team", 7, 'team: expected a string; got 7 (quote it: team: "7")'),
     ("team", "-research", "team: '-research' must match"),

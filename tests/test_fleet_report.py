@@ -41,7 +41,7 @@ class _Server:
         self.httpd.server_close()
 
 
-@pytest.mark.parametrize("args,message", [
+@pytest.mark.parametrize(("args", "message"), [
     (["--prometheus", "prometheus:9090"], "--prometheus must be an http(s) URL"),
     (["--prometheus", "http://127.0.0.1:99999"], "--prometheus has an invalid port"),
     (["--prometheus", "http://127.0.0.1:9090", "--since", "a week"], "--since must be a Prometheus duration"),
@@ -62,7 +62,7 @@ def test_prometheus_down():
     assert f"headroom: cannot reach Prometheus at {url}: " in out.stderr and "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("status,body,message", [
+@pytest.mark.parametrize(("status", "body", "message"), [
     (200, b"<html>Grafana</html>", "did not answer with Prometheus API JSON: is it Prometheus?"),
     (404, b"404 page not found", "answered HTTP 404 to the query API: is it Prometheus?"),
     (400, b'{"status":"error","errorType":"bad_data","error":"parse error"}', "rejected a query (parse error)"),
@@ -78,7 +78,7 @@ def test_something_else_answers(status, body, message):
     assert message in out.stderr and "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("at,unix,title", [
+@pytest.mark.parametrize(("at", "unix", "title"), [
     ("2026-11-30T00:00:00Z", "1795996800.000", "2026-11-30T00:00:00.000Z"),
     ("2026-11-30T01:00:00+01:00", "1795996800.000", "2026-11-30T00:00:00.000Z"),
     ("1796000400", "1796000400.000", "2026-11-30T01:00:00.000Z"),

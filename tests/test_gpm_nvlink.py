@@ -81,7 +81,7 @@ def test_gpm_is_absent_where_the_gpu_has_none_and_not_asked_again(rig):
 
 
 def test_gpm_samples_are_freed_at_close(rig):
-    clock, lib, c = rig()
+    _clock, lib, c = rig()
     c.collect()
     # private: the simulated driver's GPM sample handles: that they are freed is what is tested
     assert len(lib._gpm_samples) == 2

@@ -282,7 +282,7 @@ def test_shm_without_a_readable_mount_table_still_measures(tmp_path):
 
 @pytest.mark.parametrize("value", ["/dev/shm", [""], [1], None])
 def test_shm_bad_mountpoints_setting_is_a_clear_error(value):
-    with pytest.raises(CollectorError, match="collectors.shm.mountpoints: expected a list of paths"):
+    with pytest.raises(CollectorError, match=r"collectors\.shm\.mountpoints: expected a list of paths"):
         ShmCollector(ctx(mountpoints=value))
 
 

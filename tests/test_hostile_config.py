@@ -122,7 +122,7 @@ def test_emptying_the_web_config_of_a_running_agent_keeps_auth_and_shows_in_a_me
             assert time.monotonic() < deadline
             time.sleep(0.2)
     finally:
-        code, err = agent.stop()
+        _code, err = agent.stop()
     events = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     failed = [e for e in events if e["event"] == "web_config_reload_failed"]
     assert len(failed) == 1 and failed[0]["level"] == "error" and "empty" in failed[0]["error"]
@@ -181,7 +181,7 @@ def test_a_fifo_as_web_config_stops_start_up_with_a_message(tmp_path):
 def test_a_fifo_certificate_is_refused(site):
     os.mkfifo(site / "fifo.crt")
     (site / "web.yml").write_text("tls_server_config:\n  cert_file: fifo.crt\n  key_file: server.key\n")
-    with pytest.raises(WebConfigError, match="fifo.crt: is a FIFO, not a regular file"):
+    with pytest.raises(WebConfigError, match=r"fifo\.crt: is a FIFO, not a regular file"):
         load_web_config(site / "web.yml")
 
 

@@ -11,6 +11,7 @@ import re
 import socket
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -46,7 +47,7 @@ EXPOSITION = _SAMPLER.snapshot.exposition
 
 class _State:
     snapshot = _SAMPLER.snapshot
-    failing: dict = {}
+    failing: ClassVar[dict] = {}
 
     def healthy(self) -> tuple[bool, str]:
         return True, "ok"

@@ -307,8 +307,8 @@ def test_a_weight_map_naming_a_file_out_of_the_model_directory_is_not_read(tmp_p
     safetensors(rootfs / "etc" / "shadow", st_header({"x": ("F16", [1])}), pad=2)
     (m / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": name}}))
     info = read_launcher_model(proc, 45, "/m")
-    assert info.error == "weight_map: /m/model.safetensors.index.json names a file outside the model directory: " \
-                         "not read", info.error
+    assert info.error == ("weight_map: /m/model.safetensors.index.json names a file outside the model directory: "
+                          "not read"), info.error
 
 
 @needs_root
@@ -319,8 +319,8 @@ def test_every_weight_file_is_checked_against_the_processs_user(tmp_path):
     safetensors(m / "model.safetensors", st_header({"x": ("F16", [1])}), pad=2)
     os.chmod(m / "model.safetensors", 0o600)
     info = read_launcher_model(proc, 46, "/m")
-    assert info.error == "/m/model.safetensors: not readable by the process's user (uid 1000): not read on its " \
-                         "behalf", info.error
+    assert info.error == ("/m/model.safetensors: not readable by the process's user (uid 1000): not read on its "
+                          "behalf"), info.error
     os.chmod(m / "model.safetensors", 0o644)
     assert read_launcher_model(proc, 46, "/m").error == ""
 
@@ -469,7 +469,7 @@ def test_credentials_from_status():
     assert root.privileged
     nocaps = Credentials.from_status(text.replace("1000\t0\t0\t0", "0\t0\t0\t0").replace("1ffffffffff", "0"))
     assert not nocaps.privileged  # a root process without CAP_DAC_*: the mode bits apply to it too
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^no Uid, Gid and Groups lines$"):
         Credentials.from_status("Name:\tx\n")
 
 

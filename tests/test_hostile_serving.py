@@ -77,7 +77,7 @@ def test_an_answer_over_the_line_cap_is_refused_without_being_split():
 
 def test_a_runtime_line_over_the_length_cap_is_refused():
     body = body_of("vllm") + b'vllm:num_requests_running{engine="' + b"x" * serving.MAX_LINE_CHARS + b'"} 1\n'
-    with pytest.raises(Oversized, match="more than 16384 \\(serving.MAX_LINE_CHARS\\)"):
+    with pytest.raises(Oversized, match=r"more than 16384 \(serving\.MAX_LINE_CHARS\)"):
         read_exposition(body, "text/plain", None, {})
 
 
@@ -247,7 +247,7 @@ def test_four_endpoints_of_140k_series_cost_little_and_an_honest_one_beside_them
             p.wait()
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
-    scrapes = sorted(set(d for up, _, d in out["honest"][1:] if up) - {out["honest"][0][2]})  # after the first
+    scrapes = sorted({d for up, _, d in out["honest"][1:] if up} - {out["honest"][0][2]})  # after the first
     report(request, f"4 x 140k-series endpoints + 1 honest: agent CPU {out['cpu_per_second']:.3f} s/s, VmHWM "
            f"{out['hwm_mib']:.0f} MiB, honest scrape median {scrapes[len(scrapes) // 2] * 1000 if scrapes else 0:.1f} ms, "
            f"max {max(scrapes, default=0) * 1000:.1f} ms, slowest collect() "

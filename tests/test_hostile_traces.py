@@ -399,5 +399,5 @@ def test_the_agent_reports_a_removed_recording_directory(tmp_path, agent_factory
     while b"headroom_record_success 0" not in http_get(agent.url + "/metrics")[2]:
         assert time.monotonic() < deadline, "still 'writing' to a deleted file"
         time.sleep(0.1)
-    status, _, body = http_get(agent.url + "/healthz")
+    _status, _, body = http_get(agent.url + "/healthz")
     assert b"degraded: record: cannot write" in body and b"No such file or directory" in body

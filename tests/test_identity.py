@@ -179,7 +179,7 @@ def test_job_mapping_directory_in_dcgm_exporters_format(tmp_path):
     (tmp_path / "2").mkdir()
     (tmp_path / "3").write_text("")
     assert read_job_mapping(tmp_path) == {0: ("4242",), 1: ("77", "78")}
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError):
         read_job_mapping(tmp_path / "absent")
 
 
@@ -630,7 +630,7 @@ def test_the_kubelets_answer_is_read_again_when_it_or_the_gpus_change(tmp_path, 
         c.close()
 
 
-@pytest.mark.parametrize("text, expected", [
+@pytest.mark.parametrize(("text", "expected"), [
     ("usage_usec 9\nuser_usec 5000000\nsystem_usec 2500000\nnice_usec 0\n", (5.0, 2.5)),  # the kernel's order
     ("system_usec 2000000\nuser_usec 1000000", (1.0, 2.0)),  # another order, no final newline
     ("usage_usec 1\nuser_usec x\nsystem_usec 3000000\n", (None, 3.0)),  # not a number: that field unknown
@@ -746,7 +746,7 @@ def test_nothing_below_a_unit_delegated_to_a_user_is_a_pod_or_a_job(tmp_path):
     c = _collector(tmp_path, previous)
     assert sorted((g.kind, g.name, g.pids) for g in c.collect().groups) == [
         ("pod", UID, (20,)), ("unit", "alice.service", (21,))]
-    ident, why = identity_module.classify(procfs.parse_pid_cgroup(f"0::/system.slice/alice.service/{colon}\n"),
+    _ident, why = identity_module.classify(procfs.parse_pid_cgroup(f"0::/system.slice/alice.service/{colon}\n"),
                                           str(sysfs))
     assert why == (f"pod {UID} is below alice.service (its cgroup is uid 1001's), a subtree delegated to its user: "
                    "not taken for a pod")

@@ -325,7 +325,7 @@ def test_what_changed_is_worked_again_and_the_rest_kept_equals_reading_everythin
         # everything ends: nothing is left of what the collector kept from tick to tick
         servicer.pods = {}
         c.poller.poll_once()
-        listed["s"] = _sample({g: () for g in gpus})
+        listed["s"] = _sample(dict.fromkeys(gpus, ()))
         assert c.collect().groups == ()
         kept = {name: getattr(c, name) for name in (
             "_pids", "_meta", "_containers", "_members", "_member_of", "_parts", "_groups", "_built", "_made",

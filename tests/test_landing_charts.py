@@ -45,7 +45,7 @@ def test_the_time_axis_is_the_shortest_span_that_holds_the_window():
     """An agent 40 s old charts its first minute across a 1-minute axis (not a dot at the edge of 5 minutes);
     one 4 minutes old gets 5; samples older than CHART_SECONDS are not drawn."""
     def window(seconds: float) -> list[Sample]:
-        return [Sample(timestamp=t, monotonic=t) for t in range(0, int(seconds) + 1)]
+        return [Sample(timestamp=t, monotonic=t) for t in range(int(seconds) + 1)]
 
     assert charts.span_for(window(40), 40.0) == 60
     assert charts.span_for(window(90), 90.0) == 120

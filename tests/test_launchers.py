@@ -789,7 +789,7 @@ def test_a_launcher_found_under_simulate_has_its_metrics_read(tmp_path, host):
         assert kv == want, [line for line in text.splitlines() if "serving" in line or "workload_info" in line]
         up = {line.split('workload="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in text.splitlines()
               if line.startswith("headroom_workload_serving_up{")}
-        assert up == {w: "1" for w in want}, up  # the silent server is not scraped at its command line's port
+        assert up == dict.fromkeys(want, "1"), up  # the silent server is not scraped at its command line's port
         infos = [line for line in text.splitlines() if line.startswith("headroom_workload_info{")]
         assert any('workload="vllm/quiet:8003"' in line and 'source="auto"' in line for line in infos), infos
         cpu = [line for line in text.splitlines() if 'workload="vllm/cpu-model:8002"' in line]
@@ -797,7 +797,7 @@ def test_a_launcher_found_under_simulate_has_its_metrics_read(tmp_path, host):
     finally:
         agent.stop()
 
-@pytest.mark.parametrize("argv, launches", [
+@pytest.mark.parametrize(("argv", "launches"), [
     (["/venv/bin/python3", "/venv/bin/torchrun", "--standalone", "--nproc_per_node=2", "train.py"], True),
     (["python3", "-m", "torch.distributed.run", "--nproc-per-node", "8", "train.py"], True),
     (["accelerate", "launch", "--num-processes", "2", "train.py"], True),

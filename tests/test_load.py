@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -69,7 +70,7 @@ async def _scraper(port: int, deadline: float, latencies: list[float], errors: l
             latencies.append(time.perf_counter() - start)
             if status != 200 or b"headroom_build_info" not in body:
                 errors.append(f"HTTP {status}")
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
             if writer is not None:
                 writer.close()
@@ -235,7 +236,7 @@ async def _slow_client(port: int, source: str, deadline: float, cuts: list[int])
                 writer.write(b"a")
                 await writer.drain()
             cuts.append(1)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             cuts.append(1)
             await asyncio.sleep(0.5)
         finally:
@@ -278,4 +279,4 @@ def test_the_soak_command_stays_flat_in_a_short_run():
     rows = [line.split() for line in r.stdout.splitlines() if re.match(r"\s+\d+\s+[\d.]+\s+\d+\s+\d+\s+\d+\s+\d+$", line)]
     assert len(rows) >= 4  # readings every 5 s over 20 s
     ticks = [int(row[4]) for row in rows]
-    assert all(b > a for a, b in zip(ticks, ticks[1:], strict=False)), f"the agent stopped ticking: {ticks}"
+    assert all(b > a for a, b in pairwise(ticks)), f"the agent stopped ticking: {ticks}"

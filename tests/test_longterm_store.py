@@ -33,7 +33,7 @@ from conftest import ROOT
 from real_vllm import unavailable
 
 sys.path.insert(0, str(ROOT))
-from bench.fleet import REMOTE_WRITE_EXAMPLE, REMOTE_WRITE_NAME, VM_BINARY, VM_LATENCY_OFFSET_S, Fleet  # noqa: E402
+from bench.fleet import REMOTE_WRITE_EXAMPLE, REMOTE_WRITE_NAME, VM_BINARY, VM_LATENCY_OFFSET_S, Fleet
 
 # two training hosts (one GPU throttled: the straggler), the oversized inference host, the idle batch host, the
 # CPU-starved host and the unclaimed H100s: every panel and every answer of the report has data
@@ -116,9 +116,9 @@ def shipped(name: str, relabel_configs: list[dict]) -> bool:
     """Whether a series named NAME passes the remote write's keep/drop rules on __name__ (as Prometheus'
     relabelling matches: the regex anchored at both ends)."""
     for rule in relabel_configs:
-        if rule.get("source_labels") == ["__name__"] and rule["action"] in ("keep", "drop"):
-            if bool(re.fullmatch(rule["regex"], name)) != (rule["action"] == "keep"):
-                return False
+        if (rule.get("source_labels") == ["__name__"] and rule["action"] in ("keep", "drop")
+                and bool(re.fullmatch(rule["regex"], name)) != (rule["action"] == "keep")):
+            return False
     return True
 
 

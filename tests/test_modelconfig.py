@@ -131,7 +131,7 @@ def test_not_json_and_missing_file_are_named(tmp_path):
     (tmp_path / "config.json").write_text("{nope")
     with pytest.raises(ModelConfigError, match="not valid JSON"):
         read_model_config(tmp_path)
-    with pytest.raises(ModelConfigError, match="no config.json"):
+    with pytest.raises(ModelConfigError, match=r"no config\.json"):
         read_model_config(tmp_path / "absent")
 
 
@@ -215,5 +215,5 @@ def test_parallel_hybrid_and_unknown_recurrent_layouts(tmp_path):
     arch = read_model_config(tmp_path).fields["architecture"]
     assert (arch["kv_layers"], arch["state_layers"], arch["state_conv_dim"]) == (24, 24, 3072)
     (tmp_path / "config.json").write_text(json.dumps(falcon | {"model_type": "some_mamba_hybrid"}))
-    with pytest.raises(ModelConfigError, match="'some_mamba_hybrid' has recurrent .* not modelled"):
+    with pytest.raises(ModelConfigError, match=r"'some_mamba_hybrid' has recurrent .* not modelled"):
         read_model_config(tmp_path)

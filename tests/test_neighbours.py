@@ -262,6 +262,6 @@ def test_the_neighbours_named_follow_each_scan_and_leave_out_the_workload_itself
     second = SimpleNamespace(neighbours=(n(1, 9.0), n(3, 0.5)))  # the next scan: nothing of the first kept
     assert [x.pid for x in bottleneck.neighbours_of(second, "cpu", "train")] == [1, 3]
     text = bottleneck.neighbour_text("cpu", bottleneck.neighbours_of(second, "cpu", "train"))
-    assert text == "outside the workload: p1 (user bob, pid 1) 9.00 cores, 112 % of the CPUs; " \
-                   "p3 (user bob, pid 3) 0.50 cores, 6 % of the CPUs"
+    assert text == ("outside the workload: p1 (user bob, pid 1) 9.00 cores, 112 % of the CPUs; "
+                    "p3 (user bob, pid 3) 0.50 cores, 6 % of the CPUs")
     assert bottleneck.neighbour_text("cpu", [n(1, 1.0)]).endswith("1.00 core, 12 % of the CPUs")

@@ -43,7 +43,7 @@ def test_net_dev_old_kernel_writes_the_counter_right_after_the_colon():
 
 
 @pytest.mark.parametrize(
-    "situation, text, message",
+    ("situation", "text", "message"),
     [
         ("a line cut short", "eth0: 1 2 3\n", "expected 'name: 16 counters'"),
         ("a counter that is not a number", "eth0: " + " ".join(["1"] * 15 + ["x"]) + "\n", "non-integer counter"),
@@ -56,7 +56,7 @@ def test_net_dev_rejects_text_the_kernel_does_not_write(situation, text, message
 
 
 @pytest.mark.parametrize(
-    "situation, text, expected",
+    ("situation", "text", "expected"),
     [
         ("25 Gbit/s port", "25000\n", 3_125_000_000),
         ("1 Gbit/s port", "1000", 125_000_000),
@@ -88,7 +88,7 @@ def test_collector_drops_loopback_bridges_and_veths_by_default_and_reads_speeds(
 
 
 @pytest.mark.parametrize(
-    "situation, settings, kept",
+    ("situation", "settings", "kept"),
     [
         ("empty exclude keeps everything", {"device_exclude": ""},
          ["lo", "enp65s0f0", "enp65s0f1", "ib0", "docker0", "veth1a2b3c4", "wg0"]),

@@ -99,7 +99,7 @@ def test_the_binding_lays_out_each_struct_as_nvml_h_does(ours, theirs):
 
 
 def test_values_have_pynvml_shapes(golden):
-    lib, _ = golden
+    _lib, _ = golden
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert isinstance(h, pynvml.c_nvmlDevice_t)
     assert pynvml.nvmlDeviceGetName(h) == "NVIDIA RTX 6000 Ada Generation"
@@ -119,7 +119,7 @@ def test_values_have_pynvml_shapes(golden):
 
 
 def test_memory_info_v1_counts_reserved_as_used_and_v2_reports_it_apart(golden):
-    lib, _ = golden
+    _lib, _ = golden
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     v1 = pynvml.nvmlDeviceGetMemoryInfo(h)
     v2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
@@ -130,7 +130,7 @@ def test_memory_info_v1_counts_reserved_as_used_and_v2_reports_it_apart(golden):
 
 
 def test_field_values_are_real_structs_with_per_field_return_codes(golden):
-    lib, _ = golden
+    _lib, _ = golden
     h0, h1 = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(1)
     ids = [pynvml.NVML_FI_DEV_MEMORY_TEMP, pynvml.NVML_FI_DEV_REMAPPED_COR]
     v0 = pynvml.nvmlDeviceGetFieldValues(h0, ids)
@@ -142,7 +142,7 @@ def test_field_values_are_real_structs_with_per_field_return_codes(golden):
 
 
 def test_energy_integrates_power_over_scenario_time(golden):
-    lib, clock = golden
+    _lib, clock = golden
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     start = pynvml.nvmlDeviceGetTotalEnergyConsumption(h)
     clock.advance(10)
@@ -150,7 +150,7 @@ def test_energy_integrates_power_over_scenario_time(golden):
 
 
 def test_signals_follow_the_injected_clock(golden):
-    lib, clock = golden
+    _lib, clock = golden
     h = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert pynvml.nvmlDeviceGetUtilizationRates(h).gpu == 80
     clock.set(30)
@@ -158,7 +158,7 @@ def test_signals_follow_the_injected_clock(golden):
 
 
 def test_mig_devices_have_their_own_handles_and_memory(golden):
-    lib, _ = golden
+    _lib, _ = golden
     h = pynvml.nvmlDeviceGetHandleByIndex(1)
     assert pynvml.nvmlDeviceGetMigMode(h) == [pynvml.NVML_DEVICE_MIG_ENABLE] * 2
     count = pynvml.nvmlDeviceGetMaxMigDeviceCount(h)
@@ -273,7 +273,7 @@ def test_shutdown_does_not_end_a_hung_call_only_the_driver_answering_does(golden
 
 
 def test_xids_arrive_through_registered_event_sets_only(golden):
-    lib, clock = golden
+    lib, _clock = golden
     es = pynvml.nvmlEventSetCreate()
     pynvml.nvmlDeviceRegisterEvents(pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlEventTypeXidCriticalError, es)
     data = pynvml.nvmlEventSetWait(es, 100)
@@ -329,7 +329,7 @@ def test_calls_are_counted_per_function_and_gpu(golden):
 
 
 def test_a_foreign_handle_is_an_invalid_argument(golden):
-    lib, _ = golden
+    _lib, _ = golden
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
         pynvml.nvmlDeviceGetPowerUsage(ctypes.cast(ctypes.c_void_p(0x1234), pynvml.c_nvmlDevice_t))
     with pytest.raises(pynvml.NVMLError_InvalidArgument):

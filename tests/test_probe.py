@@ -15,6 +15,8 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
+from typing import ClassVar
 
 import pytest
 
@@ -42,9 +44,8 @@ def test_percentiles_interpolate_linearly_between_ranks_as_numpy():
 
 
 def _result(ttft, itl=(), error=None, out=10, prompt=100):
-    r = Result(0.0, prompt, out, ttft=ttft, itl=list(itl), e2e=None if error else ttft + sum(itl),
-               prompt_tokens=prompt, output_tokens=out if error is None else 0, error=error)
-    return r
+    return Result(0.0, prompt, out, ttft=ttft, itl=list(itl), e2e=None if error else ttft + sum(itl),
+                  prompt_tokens=prompt, output_tokens=out if error is None else 0, error=error)
 
 
 def test_a_step_summary_counts_errors_goodput_and_names_each_broken_objective():
@@ -79,7 +80,7 @@ def test_poisson_arrivals_have_the_asked_rate_and_are_seeded():
     a = arrivals(20.0, 100.0, random.Random(1))
     assert 1800 < len(a) < 2200
     assert a == arrivals(20.0, 100.0, random.Random(1))
-    gaps = [y - x for x, y in zip(a, a[1:], strict=False)]
+    gaps = [y - x for x, y in pairwise(a)]
     assert sum(gaps) / len(gaps) == pytest.approx(0.05, rel=0.1)
 
 
@@ -255,7 +256,7 @@ def test_a_profiles_load_and_slo_drive_the_probe_and_flags_override_them(standin
     assert code == 0 and doc["steps"][0]["slo_ok"] and doc["slo"]["ttft_p95"] == 5.0
 
 
-@pytest.mark.parametrize("flags, words", [
+@pytest.mark.parametrize(("flags", "words"), [
     (["--max-concurrency", "100000"], "--max-concurrency: must be between 1 and 1024"),
     (["--max-rate", "1e9", "--schedule", "rate"], "--max-rate: must be between"),
     (["--duration", "5h"], "--duration: must be between"),
@@ -497,9 +498,9 @@ class Scripted(BaseHTTPRequestHandler):
     answers report prompt_tokens by the same count, with one special token added to a text prompt."""
 
     protocol_version = "HTTP/1.1"
-    script: list = []
+    script: ClassVar[list] = []  # the handler class is the fake server: its state is the class's
     chat = False
-    prompts: list = []
+    prompts: ClassVar[list] = []
 
     def log_message(self, *args):
         pass

@@ -83,7 +83,7 @@ def test_a_saved_result_shows_as_gauges_with_its_load_shape(agent, state):
     assert s[("headroom_workload_capacity_partial", (("workload", "chat"),))] == 0
     # more sequences, measured: the probe's 4 minus what the demo's runtime runs now, beside the runtime's basis
     measured = _find(s, "headroom_workload_headroom_sequences", workload="chat", basis="measured")
-    assert list(measured.values()) and list(measured.values())[0] <= 4
+    assert measured and next(iter(measured.values())) <= 4
     assert _find(s, "headroom_workload_headroom_sequences", workload="chat", basis="runtime")
 
 

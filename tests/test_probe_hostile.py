@@ -131,7 +131,7 @@ def test_a_refused_endpoint_is_one_message_and_exit_1(capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    code, took = probe(f"http://127.0.0.1:{port}", budget=5)
+    code, _took = probe(f"http://127.0.0.1:{port}", budget=5)
     doc, err = _doc(capsys)
     assert code == 1
     assert "cannot connect" in err and err.count("headroom: probe:") == 1
@@ -140,11 +140,11 @@ def test_a_refused_endpoint_is_one_message_and_exit_1(capsys):
 
 def test_an_endpoint_answering_html_is_not_an_openai_api(hostile, capsys):
     code, _ = probe(hostile("html"), budget=5)
-    doc, err = _doc(capsys)
+    _, err = _doc(capsys)
     assert code == 1 and "not JSON" in err and "OpenAI-compatible" in err
 
 
-@pytest.mark.parametrize("mode, error, words", [
+@pytest.mark.parametrize(("mode", "error", "words"), [
     ("500", "http_500", "CUDA out of memory"),
     ("hung", "timeout", "no complete answer within 1s"),
     ("html_completion", "bad_response", "text/html"),
@@ -155,7 +155,7 @@ def test_an_endpoint_answering_html_is_not_an_openai_api(hostile, capsys):
 ])
 def test_a_failing_endpoint_aborts_the_step_with_its_error_class_and_a_partial_result(hostile, capsys, mode, error,
                                                                                         words):
-    code, took = probe(hostile(mode), budget=12)
+    code, _took = probe(hostile(mode), budget=12)
     doc, err = _doc(capsys)
     assert code == 1, err
     step = doc["steps"][0]

@@ -47,7 +47,7 @@ def shown(tmp_path):
         assert browser.errors == []
     finally:
         browser.close()
-        code, err = agent.stop()
+        _code, err = agent.stop()
         assert "Traceback" not in err
 
 

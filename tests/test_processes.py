@@ -70,7 +70,7 @@ def tree(tmp_path: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------------------- matching
-@pytest.mark.parametrize("situation, match, pids", [
+@pytest.mark.parametrize(("situation", "match", "pids"), [
     ("a trainer's DataLoader workers and their child follow the trainer", {"cmdline": r"train\.py"},
      (1000, 1001, 1002, 1003)),
     ("a systemd unit named without .service takes the unit's processes", {"systemd_unit": "vllm"}, (2000, 2001)),
@@ -318,7 +318,7 @@ def test_the_cpus_a_workload_may_use_include_its_main_process_cpu_affinity():
         deadline = time.monotonic() + 10
         while True:
             w = c.collect().workloads[0]
-            if w.pids and w.cpus_allowed == 1 or time.monotonic() > deadline:
+            if (w.pids and w.cpus_allowed == 1) or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         assert w.pids == (child.pid,) and w.cpus_allowed == 1
@@ -473,7 +473,7 @@ def test_permission_denied_entries_are_skipped_and_io_is_none_when_no_member_is_
 
     def denying_open(path, *args, **kwargs):
         p = str(path)
-        if p.endswith("/io") or p.endswith(f"{os.sep}4000{os.sep}stat"):
+        if p.endswith(("/io", f"{os.sep}4000{os.sep}stat")):
             raise PermissionError(13, "Permission denied", p)
         return real_open(path, *args, **kwargs)
 
@@ -503,7 +503,7 @@ def test_steady_state_reads_only_members(monkeypatch, tree: Path):
 
 
 # -------------------------------------------------------------------------------------------- parsers
-@pytest.mark.parametrize("text, cores", [("400000 100000\n", 4.0), ("50000 100000", 0.5), ("max 100000\n", None),
+@pytest.mark.parametrize(("text", "cores"), [("400000 100000\n", 4.0), ("50000 100000", 0.5), ("max 100000\n", None),
                                          ("", None), ("x y", None)])
 def test_cpu_max(text, cores):
     assert parse_cpu_max(text) == cores
@@ -655,8 +655,8 @@ def test_the_real_proc_finds_a_new_process_and_not_its_threads():
     # private: whether the collector reads a live /proc (keeps descriptors): no public name says it
     assert c._live  # the agent's own /proc
     c.collect()
-    code = "import threading, time\n[threading.Thread(target=time.sleep, args=(60,)).start() for _ in range(3)]\n" \
-           "print('up', flush=True)\ntime.sleep(60)"
+    code = ("import threading, time\n[threading.Thread(target=time.sleep, args=(60,)).start() for _ in range(3)]\n"
+            "print('up', flush=True)\ntime.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, token], stdout=subprocess.PIPE)
     try:
         assert proc.stdout.readline() == b"up\n"

@@ -108,16 +108,16 @@ def test_pressure_cpu_before_5_13_has_no_full_line():
 
 
 @pytest.mark.parametrize(
-    ("situation", "text"),
+    ("situation", "text", "message"),
     [
-        ("empty file", ""),
-        ("only full", "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"),
-        ("total missing", "some avg10=0.00 avg60=0.00 avg300=0.00\n"),
-        ("not a number", "some avg10=x avg60=0.00 avg300=0.00 total=0\n"),
+        ("empty file", "", 'no "some" line'),
+        ("only full", "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", 'no "some" line'),
+        ("total missing", "some avg10=0.00 avg60=0.00 avg300=0.00\n", "bad 'some' line .*KeyError\\('total'\\)"),
+        ("not a number", "some avg10=x avg60=0.00 avg300=0.00 total=0\n", "bad 'some' line .*could not convert"),
     ],
 )
-def test_pressure_rejects_broken_files(situation, text):
-    with pytest.raises(ValueError):
+def test_pressure_rejects_broken_files(situation, text, message):
+    with pytest.raises(ValueError, match=message):
         procfs.parse_pressure(text)
 
 
@@ -152,7 +152,7 @@ def test_read_pressure_psi_disabled_at_boot_eopnotsupp_counts_as_absent():
 
 
 def test_read_pressure_other_errors_are_not_hidden():
-    with pytest.raises(OSError) as caught:
+    with pytest.raises(OSError) as caught:  # noqa: PT011 - its errno is the check, below
         procfs.read_pressure_files(_pressure_failing(errno.EIO))
     assert caught.value.errno == errno.EIO
 
@@ -192,7 +192,7 @@ def test_a_failed_read_drops_the_descriptor_and_the_next_read_opens_the_path_aga
     path = tmp_path / "speed"
     path.mkdir()  # opens, but reading it fails (EISDIR), like a sysfs attribute whose device went away
     f = procfs.ProcFile(path, keep=True)
-    with pytest.raises(OSError):
+    with pytest.raises(IsADirectoryError):
         f.read()
     assert f.descriptor is None
     path.rmdir()
@@ -412,11 +412,12 @@ def test_pid_stat_fixture_with_hostile_comm():
 
 
 @pytest.mark.parametrize(
-    ("situation", "text"),
-    [("no parentheses", "77 bash S 1"), ("truncated", "77 (bash) S 1 2 3"), ("pid not a number", "x (a) " + "1 " * 30)],
+    ("situation", "text", "message"),
+    [("no parentheses", "77 bash S 1", r"no '\(comm\)'"), ("truncated", "77 (bash) S 1 2 3", "4 fields after comm"),
+     ("pid not a number", "x (a) " + "1 " * 30, "bad field in /proc/PID/stat")],
 )
-def test_pid_stat_rejects_broken_lines(situation, text):
-    with pytest.raises(ValueError):
+def test_pid_stat_rejects_broken_lines(situation, text, message):
+    with pytest.raises(ValueError, match=message):
         procfs.parse_pid_stat(text)
 
 

@@ -360,7 +360,7 @@ def test_load_declares_what_headroom_probe_drives():
     assert profile_from_dict(with_(SERVING, slo={"error_rate": 0.05, "ttft_p95": "1s"})).error_budget == 0.05
 
 
-@pytest.mark.parametrize("load, slo, words", [
+@pytest.mark.parametrize(("load", "slo", "words"), [
     ({"concurrency": 0}, None, ("load", "concurrency", "normal")),
     ({"concurrency": {"normal": 8, "peak": 2}}, None, ("load", "concurrency", "peak")),
     ({"rate": -1}, None, ("load", "rate", "normal")),

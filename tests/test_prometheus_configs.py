@@ -62,7 +62,7 @@ def test_the_generator_writes_the_checked_in_example(tmp_path):
     assert [p.name for p in dest.parent.iterdir()] == ["headroom.json"]  # no temporary file left behind
 
 
-@pytest.mark.parametrize("inventory,message", [
+@pytest.mark.parametrize(("inventory", "message"), [
     ({"hosts": []}, "hosts: expected a non-empty list"),
     ({"hosts": ["a", "a"]}, "hosts[1].name: a is listed twice"),
     ({"hosts": [{"name": "a", "port": 70000}]}, "hosts[0].port: expected a port number"),

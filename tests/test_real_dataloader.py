@@ -130,7 +130,7 @@ def _finish(proc: subprocess.Popen, stop: Path) -> None:
         proc.wait(30)
 
 
-@pytest.mark.parametrize("method, workers", [("fork", 2), ("spawn", 2), ("forkserver", 2), ("default", 0)])
+@pytest.mark.parametrize(("method", "workers"), [("fork", 2), ("spawn", 2), ("forkserver", 2), ("default", 0)])
 def test_a_real_dataloaders_workers_are_found_under_their_rank(tmp_path, real_python, method, workers):
     script = tmp_path / "train_real_dl.py"
     script.write_text(SCRIPT)
@@ -167,7 +167,7 @@ def test_under_a_real_torchrun_each_rank_counts_its_own_workers(tmp_path, real_p
     marker = f"headroom-real-torchrun-{os.getpid()}"
     argv = [str(torchrun), "--standalone", "--nproc_per_node=2", str(script), marker, "2", "fork",
             str(tmp_path / "stop")]
-    proc, w, profile, stop = _run(tmp_path, argv, marker, {"ranks": 2, "workers": 2})
+    proc, w, _profile, stop = _run(tmp_path, argv, marker, {"ranks": 2, "workers": 2})
     try:
         ranks = dict(w.ranks)
         assert w.main_pid == proc.pid and set(ranks) == set(_children(proc.pid))  # torchrun's children

@@ -20,7 +20,7 @@ WORKLOAD = """\
 
 def metric(body: bytes, name: str) -> float | None:
     for line in body.decode().splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
+        if line.startswith((name + " ", name + "{")):
             return float(line.rsplit(" ", 1)[1])
     return None
 

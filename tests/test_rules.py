@@ -74,7 +74,7 @@ def runbook_anchors() -> set[str]:
     return anchors
 
 
-@pytest.mark.parametrize("expr, recorded, expected", [
+@pytest.mark.parametrize(("expr", "recorded", "expected"), [
     ("rate(headroom_gpu_busy_seconds_total[5m])", set(), []),
     ("rate(headroom_gpu_busy_secondz_total[5m])", set(), ["headroom_gpu_busy_secondz_total"]),
     ("instance_gpu:headroom_gpu_busy:rate5m > 0", {"instance_gpu:headroom_gpu_busy:rate5m"}, []),

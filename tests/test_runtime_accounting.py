@@ -304,15 +304,15 @@ def test_hybrid_models_are_refused_with_the_missing_piece_named():
         estimate(profile_from_dict(base | {"runtime": {"name": "vllm", "version": "0.19.0"}}, attributable=False),
                  gpu_memory_bytes=80 * GIB)  # fmt: skip
     assert exc.value.missing == ("runtime.version",)
-    with pytest.raises(SizingError, match="hybrid layout .attention . recurrent layers. is not modelled") as exc:
+    with pytest.raises(SizingError, match=r"hybrid layout .attention . recurrent layers. is not modelled") as exc:
         estimate(profile_from_dict(base | {"runtime": "sglang"}, attributable=False), gpu_memory_bytes=80 * GIB)
     shapeless = base | {"architecture": {k: v for k, v in fields["architecture"].items() if not k.startswith("state")},
                         "runtime": {"name": "vllm", "version": "0.32.0"}}  # fmt: skip
-    with pytest.raises(SizingError, match="without the state's shape: give architecture.state_kind") as exc:
+    with pytest.raises(SizingError, match=r"without the state's shape: give architecture\.state_kind") as exc:
         estimate(profile_from_dict(shapeless, attributable=False), gpu_memory_bytes=80 * GIB)
     assert exc.value.missing == ("architecture.state_kind",)
     odd = base | {"parallel": {"tensor": 3}, "architecture": fields["architecture"] | {"heads": 15, "kv_heads": 3}}
-    with pytest.raises(SizingError, match="parallel.tensor: 3 does not divide the recurrent state's state_conv_dim"):
+    with pytest.raises(SizingError, match=r"parallel\.tensor: 3 does not divide the recurrent state's state_conv_dim"):
         estimate(profile_from_dict(odd, attributable=False), gpu_memory_bytes=80 * GIB)
 
 

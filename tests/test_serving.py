@@ -23,7 +23,7 @@ import structlog
 from headroom.samples import ServingEndpoint
 from headroom.simulation.runtime_metrics import VERSIONS, ServingState, exposition
 from headroom.sources import SourceContext
-from headroom.sources.serving import ServingCollector, read_exposition
+from headroom.sources.serving import ScrapeError, ServingCollector, read_exposition
 from headroom.workload.profiles import profile_from_dict
 
 from situations.serving import VLLM
@@ -831,13 +831,13 @@ def test_a_series_seen_before_reads_its_new_value_and_its_garbage_like_a_new_one
     garbled = re.sub(rb"(vllm:num_requests_running\{[^\n]*\}) \S+", rb"\1 many", later, count=1)
     errors = []
     for cache in (series, {}):
-        with pytest.raises(Exception) as caught:
+        with pytest.raises(ScrapeError) as caught:
             read_exposition(garbled, "text/plain", None, cache)
         errors.append(str(caught.value))
     assert errors[0] == errors[1] and errors[0].startswith("not a valid Prometheus text exposition")
     cut = re.sub(rb"(vllm:num_requests_running\{[^\n]*\}) \S+", rb"\1", later, count=1)
     for cache in (series, {}):  # no value: refused either way (the parser's words differ, as before)
-        with pytest.raises(Exception, match="^not a valid Prometheus text exposition: "):
+        with pytest.raises(ScrapeError, match=r"^not a valid Prometheus text exposition: "):
             read_exposition(cut, "text/plain", None, cache)
 
 
@@ -919,7 +919,7 @@ def test_vllm_032_families_are_read(awake, l1, l2, level):
     q = f["request_queue_time"]
     assert (q.bounds, q.counts, q.count, q.sum) == ((0.3, 0.5, math.inf), (100.0, 150.0, 160.0), 160.0, 48.5)
     assert f["sleep_level"] == level
-    old, g = read_exposition((FIXTURES / "vllm-v1-itl.prom").read_bytes(), "text/plain", None)
+    _old, g = read_exposition((FIXTURES / "vllm-v1-itl.prom").read_bytes(), "text/plain", None)
     assert (g["requests_waiting_deferred"], g["admission_rejections_total"], g["request_queue_time"],
             g["sleep_level"]) == (None, None, None, None)  # absent where the release does not export them, never 0
 

@@ -63,7 +63,7 @@ def test_demo_is_a_two_gpu_h100_host_serving_an_llm():
     assert summarizer.process.argv[:3] == ("vllm", "serve", "Qwen/Qwen3-0.6B")
     hf_home = Path(dict(summarizer.env)["HF_HOME"])
     assert (hf_home / "hub/models--Qwen--Qwen3-0.6B/refs/main").is_file()
-    episode = [t for t in range(0, 600) if demo.gpus[0].clock_events["sw_power_cap"].at(t) > 0.5]
+    episode = [t for t in range(600) if demo.gpus[0].clock_events["sw_power_cap"].at(t) > 0.5]
     assert episode[0] == 0 and episode[-1] == 299  # GPU 0 at its power cap for the first 5 of 10 minutes
 
 

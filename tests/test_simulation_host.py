@@ -214,7 +214,7 @@ def test_a_scenario_without_host_reads_the_real_host():
 
 
 @pytest.mark.parametrize(
-    "situation, host, message",
+    ("situation", "host", "message"),
     [
         ("an unknown key", "  cpus: 4\n", r"test.yaml:\d+:3: host.cpus: unknown key"),
         ("bytes for a link speed", "  network: [{name: eth0, speed: 25GB}]\n",
@@ -234,7 +234,7 @@ def test_bad_host_sections_fail_with_position_and_path(situation, host, message)
 
 
 @pytest.mark.parametrize(
-    "text, expected",
+    ("text", "expected"),
     [("25Gbit", 3_125_000_000), ("100Gbps", 12_500_000_000), ("10000Mbit/s", 1_250_000_000), ("1Gb", 125_000_000),
      (None, None)],
 )
@@ -321,7 +321,7 @@ CALM = {"cpu": (0, 0.4), "psi_cpu": (0, 0.06), "psi_io": (0, 0.05), "psi_memory_
 
 
 @pytest.mark.parametrize(
-    "name, limiting",
+    ("name", "limiting"),
     [
         ("healthy", {}),
         ("bottleneck-gpu_compute", {}),

@@ -107,7 +107,7 @@ def impostor():
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:  # until its command line is readable
             try:
-                if argv[0].encode() in open(f"/proc/{proc.pid}/cmdline", "rb").read():
+                if argv[0].encode() in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
                     return proc.pid
             except OSError:
                 pass
@@ -160,7 +160,7 @@ def test_every_builtin_scenario_shows_its_own_workloads_and_no_warning(name):
 @pytest.mark.parametrize("name", ["bottleneck-cpu", "bottleneck-disk_io", "bottleneck-host_memory", "serving-idle"])
 def test_a_host_without_psi_gets_the_same_verdict(name):
     scenario = load_scenario(name)
-    doc = yaml.safe_load(open(scenario.source))
+    doc = yaml.safe_load(Path(scenario.source).read_text())
     assert doc["host"].pop("pressure")  # these scenarios lean on PSI when the kernel has it
     doc["host"]["psi"] = False
     without = parse_scenario(yaml.safe_dump(doc), name=f"{name}-without-psi")

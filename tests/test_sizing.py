@@ -362,8 +362,8 @@ def test_format_table_has_components_shares_and_verdicts():
     assert "kv_cache" in text and "16.00" in text
     share = 100 * 16 * GIB / e.needed_bytes
     assert f"{share:.1f}%" in text
-    assert f"fits: needs {format_bytes(e.needed_bytes)} per GPU of the GPU's {format_bytes(80 * GIB)}: " \
-           f"{format_bytes(e.margin_bytes)} to spare" in text
+    assert (f"fits: needs {format_bytes(e.needed_bytes)} per GPU of the GPU's {format_bytes(80 * GIB)}: "
+            f"{format_bytes(e.margin_bytes)} to spare") in text
     assert f"largest concurrent sequences at 8192 tokens: {e.max_concurrency_at_max_context}" in text
     assert f"largest context at 16 concurrent sequences: {e.max_context_at_concurrency} tokens" in text
 

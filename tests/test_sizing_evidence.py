@@ -21,8 +21,8 @@ def test_within_tolerance_of_what_the_runtime_printed(name):
     case = CASES[name]
     assert case.tolerance <= 0.10
     err = ev.error(case)
-    assert abs(err) <= case.tolerance, f"{name}: headroom {ev.evaluate(case):,.2f} vs printed {case.reported:,} " \
-                                       f"({100 * err:+.1f} %), source {case.source}"
+    assert abs(err) <= case.tolerance, (f"{name}: headroom {ev.evaluate(case):,.2f} vs printed {case.reported:,} "
+                                        f"({100 * err:+.1f} %), source {case.source}")
 
 
 @pytest.mark.parametrize("name", [c.name for c in ev.CASES if c.role == "known miss"])

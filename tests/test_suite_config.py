@@ -334,5 +334,5 @@ def test_tests_speak_to_public_behaviour_and_each_private_reach_says_why():
     files = sorted((ROOT / "tests").rglob("*.py")) + [ROOT / "bench" / "test_bench.py"]
     bad = [f"{f.relative_to(ROOT)}:{line}: {what}" for f in files if "fixtures" not in f.parts
            for line, what in private_reaches(f.read_text())]
-    assert not bad, "private reaches without a `# private: why` comment (use the public behaviour, or say why " \
-        "no public name can say it):\n" + "\n".join(bad)
+    assert not bad, ("private reaches without a `# private: why` comment (use the public behaviour, or say why "
+                     "no public name can say it):\n") + "\n".join(bad)

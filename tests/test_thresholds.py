@@ -535,7 +535,7 @@ def test_every_threshold_has_rows():
 
 
 # ------------------------------------------------------------------- the other analysis settings
-@pytest.mark.parametrize("busy, idle", [(0.0495, True), (0.05, False), (0.0505, False)],
+@pytest.mark.parametrize(("busy", "idle"), [(0.0495, True), (0.05, False), (0.0505, False)],
                          ids=["just below idle_busy_ratio: idle", "at it: not idle", "just above: not idle"])
 def test_idle_busy_ratio(busy, idle):
     """idle_busy_ratio (documented 0.05): a GPU below it counts as idle (headroom_gpus_idle, idle cost)."""
@@ -550,7 +550,7 @@ def test_idle_busy_ratio(busy, idle):
     assert SETTINGS["idle_busy_ratio"] == 0.05
 
 
-@pytest.mark.parametrize("temperature, room", [(86.0, 1.0), (87.0, 0.0), (88.0, -1.0)],
+@pytest.mark.parametrize(("temperature", "room"), [(86.0, 1.0), (87.0, 0.0), (88.0, -1.0)],
                          ids=["below gpu_slowdown_celsius: room", "at it: none", "above it: over"])
 def test_gpu_slowdown_celsius(temperature, room):
     """gpu_slowdown_celsius (documented 87): thermal headroom is measured against it."""

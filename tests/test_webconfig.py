@@ -183,9 +183,9 @@ def tls11_client() -> ssl.SSLContext:
 
 
 def handshake_version(port: int, context: ssl.SSLContext) -> str:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-        with context.wrap_socket(raw, server_hostname="localhost") as tls:
-            return tls.version()
+    with (socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+          context.wrap_socket(raw, server_hostname="localhost") as tls):
+        return tls.version()
 
 
 def test_tls11_client_is_refused_by_the_server_when_min_version_is_tls12(site, serve):
@@ -505,6 +505,6 @@ def test_cipher_suites_restrict_tls12(site, serve):
     config = load_web_config(write_config(site, TLS + "  max_version: TLS12\n  cipher_suites:\n"
                                                       "    - TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\n"))
     port = serve(lambda: config)
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-        with client_context(site).wrap_socket(raw, server_hostname="localhost") as tls:
-            assert tls.cipher()[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"
+    with (socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+          client_context(site).wrap_socket(raw, server_hostname="localhost") as tls):
+        assert tls.cipher()[0] == "ECDHE-ECDSA-AES256-GCM-SHA384"

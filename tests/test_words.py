@@ -80,10 +80,10 @@ def test_health_says_degraded_in_the_status_too_and_started_names_the_workloads(
     assert doc["healthy"] is True and doc["degraded"][0].startswith("nvml: ")
     page = http_get(agent.url + "/")[2].decode()
     assert "health: <b>ok; degraded: nvml: " in page
-    code, err = agent.stop()
+    _code, err = agent.stop()
     started = next(json.loads(x) for x in err.splitlines() if x.startswith("{") and '"started"' in x)
     assert "workloads" not in started and "auto_workload_found" in started["workloads_note"]
     demo = agent_factory("--simulate", "demo")
-    code, err = demo.stop()
+    _code, err = demo.stop()
     started = next(json.loads(x) for x in err.splitlines() if x.startswith("{") and '"started"' in x)
     assert started["workloads"] == ["chat"]

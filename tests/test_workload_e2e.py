@@ -164,7 +164,7 @@ def test_scenario_workloads_parse_with_children_and_gpu_uses():
                           ).workloads[0].process.children[2].argv == ("a", "long", "enough", "line")
 
 
-@pytest.mark.parametrize("workloads, message", [
+@pytest.mark.parametrize(("workloads", "message"), [
     ("  - {name: w, cmdline: 'long enough command', gpus: {1: 1GiB}}", r"s.yaml:7:54: workloads\[0\]\.gpus\.1: no such GPU"),
     ("  - {name: w, cmdline: 'short'}", r"workloads\[0\]\.cmdline: a stand-in command line needs at least 12"),
     ("  - {name: w, cmdline: 'unterminated \"quote here'}", r"workloads\[0\]\.cmdline: cannot split like a shell"),
@@ -262,7 +262,7 @@ def test_demo_shows_the_stand_in_vllm_under_its_workload_with_gpu_memory_from_th
 
 
 # ------------------------------------------------------------------- per-process GPU utilization
-@pytest.mark.parametrize("situation, extra, expected, calls", [
+@pytest.mark.parametrize(("situation", "extra", "expected", "calls"), [
     # 102 is listed on the GPU but has no sample: idle (the driver samples only processes that ran), so 0
     # one call a tick into the array kept for the GPU (the binding's wrapper asks the size first: two)
     ("samples since the last tick become the process's ratio", "", {101: 0.25, 102: 0.0}, 2),
@@ -273,8 +273,8 @@ def test_nvml_collector_reads_per_process_sm_utilization(situation, extra, expec
     from headroom.sources import SourceContext
     from headroom.sources.nvml import NvmlCollector
 
-    text = GPU + "    processes:\n      - {pid: 101, used_memory: 1GiB, sm_utilization: 0.25}\n" \
-                 "      - {pid: 102, used_memory: 2GiB}\n" + extra
+    text = GPU + ("    processes:\n      - {pid: 101, used_memory: 1GiB, sm_utilization: 0.25}\n"
+                  "      - {pid: 102, used_memory: 2GiB}\n") + extra
     scenario = parse_scenario(text)
     clock = ManualClock(1.0)
     scenario.nvml_library(clock=clock)

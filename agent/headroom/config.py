@@ -518,14 +518,14 @@ def load_config(path: str | Path | None) -> Config:
 
     ``path`` None means built-in defaults (no file)."""
     if path is None:
-        return _validate(None, "(defaults)", Path("."))
+        return _validate(None, "(defaults)", Path())
     path = Path(path)
     return _validate(compose_file(path), str(path), path.parent)
 
 
 def check_config_text(text: str | bytes, name: str = "config.yaml") -> Config:
     """Validate configuration given as text (tests and fuzzing)."""
-    return _validate(compose_text(text, name), name, Path("."))
+    return _validate(compose_text(text, name), name, Path())
 
 
 def _validate(node: yaml.Node | None, name: str, base: Path) -> Config:

@@ -129,10 +129,7 @@ def _leaf(tp: TypeForm) -> type | None:
     except TypeError:  # an unhashable type expression
         return None
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
-        tp_ = args[0]
-    else:
-        tp_ = tp
+    tp_ = args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp
     leaf = tp_ if tp_ in (int, float, str, bool) else None
     _LEAVES[tp] = leaf
     return leaf

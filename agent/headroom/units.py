@@ -177,7 +177,7 @@ def format_duration(seconds: float) -> str:
 def format_bytes(n: int | float) -> str:
     """Return bytes as GiB with two decimals ("13.04 GiB"), or MiB below one GiB ("512.00 MiB"). Never raises: a
     value too large for a float (a hostile config.json's product) reads "more than 10^300 bytes"."""
-    if isinstance(n, int) and abs(n) > 10**300 or isinstance(n, float) and not math.isfinite(n):
+    if (isinstance(n, int) and abs(n) > 10**300) or (isinstance(n, float) and not math.isfinite(n)):
         return f"{'-' if n < 0 else ''}more than 10^300 bytes" if n == n else "an unknown number of bytes"
     if abs(n) >= GIB:
         return f"{n / GIB:.2f} GiB"
@@ -193,7 +193,7 @@ def format_size(n: int | float | None) -> str:
     reads '0.0 GiB' (format_bytes keeps its fixed two decimals for the sizing tables). Never raises."""
     if n is None:
         return "?"
-    if isinstance(n, int) and abs(n) > 10**300 or isinstance(n, float) and not math.isfinite(n):
+    if (isinstance(n, int) and abs(n) > 10**300) or (isinstance(n, float) and not math.isfinite(n)):
         return format_bytes(n)
     sign, v, i = "-" if n < 0 else "", float(abs(n)), 0
     while v >= 1024 and i < len(_SIZE_UNITS) - 1:

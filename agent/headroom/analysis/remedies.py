@@ -262,8 +262,8 @@ def _gpu_memory(f: Facts) -> str:
         text += (" Lower the micro-batch (with gradient accumulation for the same global batch), turn on "
                  "activation checkpointing, shard the optimizer state (ZeRO / FSDP), or train in bf16.")
     else:
-        text += " Lower the batch or the context, use a smaller precision (fp8, int8, int4), or split the model " \
-                "over more GPUs (tensor parallel)."
+        text += (" Lower the batch or the context, use a smaller precision (fp8, int8, int4), or split the model "
+                 "over more GPUs (tensor parallel).")
     text += " `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` helps when the memory is fragmented."
     est = f.estimate
     if est is not None and getattr(est, "fits", None) is False:
@@ -344,7 +344,7 @@ def _nvlink(f: Facts) -> str:
         return "Check the NVLink links (`nvidia-smi nvlink -s`) and the parallelism layout."
     return (f"GPU {g.index} NVLink {(g.nvlink_bytes_per_second or 0) / 1e9:.0f} of "
             f"{(g.nvlink_capability_bytes_per_second or 0) / 1e9:.0f} GB/s: the collectives fill the links. "
-            "Check every link is up (`nvidia-smi nvlink -s -i " f"{g.index}`); use less tensor parallelism and more "
+            f"Check every link is up (`nvidia-smi nvlink -s -i {g.index}`); use less tensor parallelism and more "
             "data or pipeline parallelism, larger micro-batches per all-reduce, or overlap communication with "
             "compute (DDP `bucket_cap_mb`, FSDP prefetch).")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from headroom.samples import (
@@ -125,7 +126,7 @@ def steady_share(rates: Sequence[float]) -> float | None:
 
 def interval_rates(points: Sequence[tuple[float, float]]) -> list[float]:
     """Per-second rates between consecutive (time, cumulative counter) points (a counter reset is skipped)."""
-    return [(b - a) / (tb - ta) for (ta, a), (tb, b) in zip(points, points[1:], strict=False) if tb > ta and b >= a]
+    return [(b - a) / (tb - ta) for (ta, a), (tb, b) in pairwise(points) if tb > ta and b >= a]
 
 
 def _rate_of(points: Iterable[tuple[float, float | None]]) -> float | None:

@@ -213,8 +213,8 @@ def figure(name: str, now_text: str, svg: str, marks: Sequence[Mark] = (), fmt: 
 def absent(name: str, why: str) -> str:
     """The place of a chart the GPU or the runtime gives no data for, saying why."""
     e = html.escape
-    return f'<figure class="chart absent" data-chart="{e(name)}"><figcaption>{e(name)}</figcaption>' \
-           f'<div class="muted">{e(why)}</div></figure>'
+    return (f'<figure class="chart absent" data-chart="{e(name)}"><figcaption>{e(name)}</figcaption>'
+            f'<div class="muted">{e(why)}</div></figure>')
 
 
 # -------------------------------------------------------------------------------------------- units on axes

@@ -37,7 +37,7 @@ import structlog
 
 from headroom import __version__
 from headroom.exposition import landing, openmetrics, runbook
-from headroom.exposition.health import State, health  # noqa: F401  (health: /healthz's text, also the status API's)
+from headroom.exposition.health import State, health  # health: /healthz's text, also the status API's
 from headroom.exposition.render import CONTENT_TYPE
 from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
 from headroom.schema import parse_listen_address  # noqa: F401  (its home is schema.py; still importable here)

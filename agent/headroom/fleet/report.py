@@ -318,7 +318,7 @@ def build(prom: Prometheus, since: str, idle_threshold: float, host_bound_thresh
     idle_seconds = _by(prom.query(f"increase(headroom_gpu_idle_seconds_total[{since}])"), "instance")
     idle_cost_results = prom.query(f"increase(headroom_gpu_idle_cost_total[{since}])")
     idle_cost = _by(idle_cost_results, "instance")
-    currency = {i: c for (i, c) in _by(idle_cost_results, "instance", "currency")}
+    currency = {i: c for (i, c) in _by(idle_cost_results, "instance", "currency")}  # noqa: C416 - its keys, not the dict
     share_sum: dict[str, float] = defaultdict(float)
     priced_sum: dict[str, float] = defaultdict(float)
     for (i, g), r in idle.items():
@@ -483,7 +483,7 @@ def _instant(text: str) -> float:
 def _rfc3339(at: float) -> str:
     import datetime
 
-    return datetime.datetime.fromtimestamp(at, datetime.timezone.utc).isoformat(timespec="milliseconds").replace(
+    return datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="milliseconds").replace(
         "+00:00", "Z")
 
 

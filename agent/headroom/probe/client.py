@@ -268,8 +268,8 @@ async def send(session: aiohttp.ClientSession, target: Target, prompt: str, inpu
                 ctype = resp.headers.get("Content-Type", "")
                 if "text/event-stream" not in ctype:
                     head = (await resp.content.read(80)).decode("utf-8", "replace").strip().replace("\n", " ")
-                    r.error, r.detail = "bad_response", f"answered {ctype or 'no Content-Type'}, not an event stream " \
-                                                        f"({head[:60]!r})"
+                    r.error, r.detail = "bad_response", (f"answered {ctype or 'no Content-Type'}, not an event stream "
+                                                         f"({head[:60]!r})")
                     return r
                 while True:
                     line = await resp.content.readline()

@@ -75,7 +75,7 @@ def _training_host(i: int, name: str, rank: int, straggler: bool) -> SimHost:
     scenario = {
         "description": f"{name}: rank {rank} of the {TRAINING_JOB} job" + (" (thermal straggler)" if straggler else ""),
         "seed": i, "gpus": gpus,
-        "workloads": [{"name": "pretrain", "cmdline": cmd, "gpus": {g: "70GiB" for g in range(8)}}],
+        "workloads": [{"name": "pretrain", "cmdline": cmd, "gpus": dict.fromkeys(range(8), "70GiB")}],
         "host": {"cpu": {"logical_cpus": 96, "utilization": 0.3}, "memory": {"total": "2TiB"},
                  "network": [{"name": "ib0", "speed": "400Gbit", "rx": "20GB", "tx": "20GB"}]},
         "profiles": [{"name": "pretrain", "kind": "training", "params": "8B", "precision": "bf16",
@@ -104,11 +104,11 @@ def _other_host(i: int, name: str, archetype: str) -> SimHost:
         gpus = [_gpu("H200", g, i, utilization={"value": 0.8, "noise": 0.05}, memory_used="126GiB",
                      power={"value": 560, "noise": 10}) for g in range(8)]
         workload("chat-70b", "vllm serve meta-llama/Llama-3.1-70B-Instruct --tensor-parallel-size 8",
-                 {g: "125GiB" for g in range(8)}, "search", kind="inference", params="70B", precision="bf16")
+                 dict.fromkeys(range(8), "125GiB"), "search", kind="inference", params="70B", precision="bf16")
     elif archetype == "idle-batch":
         gpus = [_gpu("L40S", g, i, utilization=0.0, memory_used="2GiB", power=40, temperature=30)
                 for g in range(4)]
-        workload("batch-embed", "python3 embed_batch.py --queue nightly", {g: "1GiB" for g in range(4)}, "vision",
+        workload("batch-embed", "python3 embed_batch.py --queue nightly", dict.fromkeys(range(4), "1GiB"), "vision",
                  kind="inference", params="1B", precision="fp16")
     elif archetype == "cpu-starved":
         gpus = [_gpu("H100", 0, i, utilization={"steps": [[0, 0.92], [1, 0.12], [2, 0.1], [3, 0.14]], "repeat": True,
@@ -128,12 +128,12 @@ def _other_host(i: int, name: str, archetype: str) -> SimHost:
                 "disks": [{"name": "nvme0n1", "busy": 0.03}, {"name": "sda", "busy": 0.98, "read": "480MiB",
                                                               "queue_depth": 30, "request_size": "64KiB"}]}
         workload("resnet-train", "python3 train_imagenet.py --arch resnet50 --data /mnt/sata/imagenet",
-                 {g: "29GiB" for g in range(4)}, "vision", kind="training", params="25.6M", precision="fp16")
+                 dict.fromkeys(range(4), "29GiB"), "vision", kind="training", params="25.6M", precision="fp16")
     elif archetype == "power-capped":
         gpus = [_gpu("H100", g, i, utilization={"value": 0.98, "noise": 0.01}, memory_used="60GiB",
                      power={"value": 699, "noise": 1}, sm_clock="1530MHz", clock_events={"sw_power_cap": True})
                 for g in range(8)]
-        workload("ranker", "python3 serve_ranker.py --replicas 8", {g: "59GiB" for g in range(8)}, "ads",
+        workload("ranker", "python3 serve_ranker.py --replicas 8", dict.fromkeys(range(8), "59GiB"), "ads",
                  kind="inference", params="13B", precision="bf16")
     else:  # unclaimed
         gpus = [_gpu("H100", g, i, utilization=0.0, memory_used="0GiB", power=70, temperature=31) for g in range(2)]

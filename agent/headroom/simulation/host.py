@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -412,7 +413,7 @@ class SyntheticHost:
         if len(cuts) > 601:
             step = (t1 - t0) / 600
             cuts = [t0 + i * step for i in range(601)]
-        for a, b in zip(cuts, cuts[1:], strict=False):
+        for a, b in pairwise(cuts):
             if b > a:
                 mid = (a + b) / 2
                 self._accumulate(mid, b - a)

@@ -296,12 +296,12 @@ def _triton(s: ServingState) -> str:
     t.family("nv_trt_llm_request_metrics", "gauge", "TRT LLM request metrics")
     for kind, value in (("context", 0), ("scheduled", s.running), ("max", 256), ("active", s.running),
                         ("waiting", s.waiting)):
-        t.lines.append(f"nv_trt_llm_request_metrics{_labels({'model': 'tensorrt_llm', 'request_type': kind, 'version': '1'})} {int(value)}")  # noqa: E501
+        t.lines.append(f"nv_trt_llm_request_metrics{_labels({'model': 'tensorrt_llm', 'request_type': kind, 'version': '1'})} {int(value)}")
     t.family("nv_trt_llm_kv_cache_block_metrics", "gauge", "TRT LLM KV cache block metrics")
     used = round(s.kv_usage * s.kv_blocks)
     for kind, value in (("max", s.kv_blocks), ("free", s.kv_blocks - used), ("used", used),
                         ("tokens_per", s.block_size)):
-        t.lines.append(f"nv_trt_llm_kv_cache_block_metrics{_labels({'kv_cache_block_type': kind, 'model': 'tensorrt_llm', 'version': '1'})} {int(value)}")  # noqa: E501
+        t.lines.append(f"nv_trt_llm_kv_cache_block_metrics{_labels({'kv_cache_block_type': kind, 'model': 'tensorrt_llm', 'version': '1'})} {int(value)}")
     return t.text()
 
 

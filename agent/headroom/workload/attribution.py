@@ -457,7 +457,7 @@ def _gpus_of(pids: set[int], declared: set[int | str], gpus: Sequence[GpuSample]
         if not mine and not is_declared:
             continue
         known = [x.used_memory_bytes for x in mine.values() if x.used_memory_bytes is not None]
-        if mine:
+        if mine:  # noqa: SIM108 - two cases, each with its own unknown
             memory_used = sum(known) if known else None
         else:
             memory_used = 0 if g.up else None

@@ -135,8 +135,11 @@ _FLAGS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     },
     "torchrun": {"nproc_per_node": (_STR, ("--nproc-per-node",)), "nnodes": (_STR, ("--nnodes",))},
     "deepspeed": {"nproc_per_node": (_STR, ("--num-gpus",)), "nnodes": (_STR, ("--num-nodes",))},
-    "accelerate": {"world_size": (_INT, ("--num-processes",)), "nnodes": (_STR, ("--num-machines",)),
-                   "dtype": (_STR, ("--mixed-precision",))},  # fmt: skip
+    "accelerate": {
+        "world_size": (_INT, ("--num-processes",)),
+        "nnodes": (_STR, ("--num-machines",)),
+        "dtype": (_STR, ("--mixed-precision",)),
+    },
 }
 for _runtime, (_host, _port, _) in _METRICS.items():
     _FLAGS[_runtime]["host"] = (_STR, (_host,))

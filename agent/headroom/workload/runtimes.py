@@ -150,7 +150,7 @@ def metrics_aliases() -> dict[str, str]:
     for d in DESCRIPTIONS.values():
         target = d.metrics_as or (d.name if d.metrics or d.status else None)
         if target is not None:
-            out.update({a: target for a in (d.name, *d.aliases)})
+            out.update(dict.fromkeys((d.name, *d.aliases), target))
     return out
 
 

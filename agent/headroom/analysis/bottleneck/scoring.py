@@ -55,7 +55,7 @@ def score_gpu(g: GpuSignals, h: HostSignals, t: Mapping[str, float], reserved: R
     ``view``: host_view(h, t), ``rules``: a GpuRules, when the caller has them (one per tick for every GPU and
     workload)."""
     if not g.up:
-        return Verdict({r: 0.0 for r in RESOURCES}, {r: f"GPU {g.index} is down" for r in RESOURCES}, NONE)
+        return Verdict(dict.fromkeys(RESOURCES, 0.0), dict.fromkeys(RESOURCES, f"GPU {g.index} is down"), NONE)
     view = view or host_view(h, t)
     own = GpuRules.for_thresholds(rules, t)(g)
     starved = starvation(g.busy, t)

@@ -260,8 +260,7 @@ class Writer:
                 lasts = (_UNSET,) * len(indexes)
         fresh = None
         out = self._lines
-        i = 0
-        for value, last in zip(values, lasts, strict=True):
+        for i, (value, last) in enumerate(zip(values, lasts, strict=True)):
             if value is not None:
                 if type(value) is type(last) and value == last:
                     out[indexes[i]].append(lines[i])
@@ -275,7 +274,6 @@ class Writer:
                         key = None  # not cached: the value is refused again (and counted) while it lasts
                     else:
                         out[indexes[i]].append(line)
-            i += 1
         if (fresh is not None or changed) and key is not None:
             cache.groups[key] = (uuid, extra, indexes, prefixes, heads, values, lines if fresh is None else tuple(fresh))
 

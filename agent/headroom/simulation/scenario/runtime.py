@@ -280,9 +280,8 @@ class Scenario:
             _close_servers([server for _, server, _ in running["workloads"] if server is not None])
         elif running is not None:
             _stop([proc for _, proc, _ in running["workloads"]])
-        if running is not None:
-            if host is not None:
-                host.remove_processes([pid for _, _, pids in running["workloads"] for pid in pids])
+        if running is not None and host is not None:
+            host.remove_processes([pid for _, _, pids in running["workloads"] for pid in pids])
 
     def standin_processes(self, gpu: int) -> list[tuple[int, StandInGpu]]:
         """(pid, use) of the running stand-ins on GPU index ``gpu``, then of the attached processes; empty

@@ -80,7 +80,7 @@ def _laid_out(above: list[str], layouts: tuple[tuple[_Test, ...], ...], verified
         if len(rest) == len(layout) or (n and len(rest) < len(layout)):
             if all(test(c) for test, c in zip(layout[len(layout) - len(rest):], rest, strict=True)):
                 return True
-        elif verified and not n and len(rest) > len(layout):
+        elif verified and not n and len(rest) > len(layout):  # noqa: SIM102 - the two cases read alike
             if all(test(c) for test, c in zip(layout, rest[-len(layout):], strict=True)):
                 return True
     return False

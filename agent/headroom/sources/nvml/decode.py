@@ -209,8 +209,8 @@ _UNSIGNED_MASKS = {1: 0xFFFFFFFF, 2: 0xFFFFFFFFFFFFFFFF if ctypes.sizeof(ctypes.
 _FIELD_DECODER = _FieldDecoder()
 
 
-_INTEGER_CODES = {**dict.fromkeys("bhilq", {1: "b", 2: "h", 4: "i", 8: "q"}),
-                  **dict.fromkeys("BHILQ", {1: "B", 2: "H", 4: "I", 8: "Q"})}
+_INTEGER_CODES = {**{code: {1: "b", 2: "h", 4: "i", 8: "q"} for code in "bhilq"},
+                  **{code: {1: "B", 2: "H", 4: "I", 8: "Q"} for code in "BHILQ"}}
 
 
 class _Layout:

@@ -329,8 +329,8 @@ def _safetensors_params(tree: Tree, directory: tuple[str, ...], fields: YamlDict
         if stored and precision != "fp32":  # runtimes serve FP32 checkpoints in 16 bits: not as stored
             fields["weight_bytes"] = stored
         return total, "safetensors headers"
-    if has_index and "quantization" not in fields and precision in ("bf16", "fp16", "fp32", "fp8"):
-        if isinstance(total_size, int) and not isinstance(total_size, bool) and 0 < total_size < 1 << 60:
-            per = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[precision]
-            return total_size // per, "safetensors index"
+    if (has_index and "quantization" not in fields and precision in ("bf16", "fp16", "fp32", "fp8")
+            and isinstance(total_size, int) and not isinstance(total_size, bool) and 0 < total_size < 1 << 60):
+        per = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}[precision]
+        return total_size // per, "safetensors index"
     return None, "architecture"

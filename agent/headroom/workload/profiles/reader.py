@@ -87,7 +87,7 @@ class _Reader:
         if key not in m or m[key] is None:
             return None
         v = m[key]
-        if isinstance(v, bool) or isinstance(v, int | float):
+        if isinstance(v, bool | int | float):
             return self.error(path + (key,), f'expected a string; got {v!r} (quote it: {key}: "{v}")')
         if not isinstance(v, str) or not v.strip():
             got = "an empty string" if isinstance(v, str) else _kind_of(v)

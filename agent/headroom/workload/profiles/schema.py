@@ -178,10 +178,10 @@ def profile_from_dict(d: YamlMapping, attributable: bool = True) -> WorkloadProf
         if _ok(output_tokens) and context.max is not None and output_tokens >= context.max:
             r.error(("output_tokens",), f"output_tokens {output_tokens} must be below context.max {context.max} "
                                         "(context counts prompt and output tokens)")  # fmt: skip
-    if _ok(training) and training.batch_size is not None and training.micro_batch is not None:
-        if training.micro_batch > training.batch_size:
-            r.error(("training", "micro_batch"), f"micro_batch {training.micro_batch} exceeds batch_size "
-                                                 f"{training.batch_size}")  # fmt: skip
+    if (_ok(training) and training.batch_size is not None and training.micro_batch is not None
+            and training.micro_batch > training.batch_size):
+        r.error(("training", "micro_batch"), f"micro_batch {training.micro_batch} exceeds batch_size "
+                                             f"{training.batch_size}")  # fmt: skip
     if _ok(training) and training.master_weights:
         trained = (
             (_val(lora).precision if _ok(lora) else Precision.FP32)

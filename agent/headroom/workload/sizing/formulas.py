@@ -184,10 +184,7 @@ def training_activation_bytes(
     if not flash_attention:
         per_layer += 5 * heads * seq * seq * micro_batch // tensor
     scale = compute.bits / 16
-    if checkpointing:
-        stored = layers * 2 * sbh + per_layer
-    else:
-        stored = layers * per_layer
+    stored = layers * 2 * sbh + per_layer if checkpointing else layers * per_layer
     logits = seq * micro_batch * vocab * logits_bytes if vocab else 0
     return int(stored * scale) + logits
 
