@@ -625,7 +625,7 @@ def uncommented_any(path: Path) -> list[int]:
     lines = source.splitlines()
     found: set[int] = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Name) and node.id == "Any" or isinstance(node, ast.Attribute) and node.attr == "Any":
+        if (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute) and node.attr == "Any"):
             found.add(node.lineno)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.lineno == node.end_lineno:
             try:  # a quoted annotation ("dict[str, Any]")
