@@ -151,26 +151,32 @@ def test_sglang_default_on_a_large_gpu_leaves_18_gib():
     assert frac == pytest.approx(min(0.88 + 48 * 0.12 / 140, 122 / 140))
 
 
-@pytest.mark.parametrize(("version", "wiggle", "block", "logit_bytes"),
-                         [("1.0.0", 1.0, 16, 4), ("2.0.4", 0.95, 16, 4), ("2.2.0", 0.95, 16, 4), ("2.3.1", 0.95, 1, 4),
-                          ("2.4.0", 0.90, 1, 2), ("3.1.0", 0.93, 1, 2)])  # fmt: skip
-def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks(version, wiggle, block, logit_bytes):
-    """TGI's warmup (flash_causal_lm.py): a prefill of max_batch_prefill_tokens that returns logprobs of every
-    prompt token, then free memory x TGI_WIGGLE_ROOM (by version) // block bytes + the warm-up's own blocks."""
+@pytest.mark.parametrize(("version", "wiggle", "block", "logit_bytes", "prefill", "of_total"),
+                         [("1.0.0", 1.0, 16, 4, 4096, False), ("2.0.4", 0.95, 16, 4, 4145, False),
+                          ("2.2.0", 0.95, 16, 4, 4145, False), ("2.3.1", 0.95, 1, 4, 4145, False),
+                          ("2.4.0", 0.90, 1, 2, 4145, False), ("3.0.0", 0.95, 1, 2, 4096, True),
+                          ("3.1.0", 0.93, 1, 2, 4096, True), ("3.3.5", 0.90, 1, 2, 4096, True)])  # fmt: skip
+def test_tgi_gives_free_memory_after_the_warmup_prefill_to_blocks(version, wiggle, block, logit_bytes, prefill,
+                                                                   of_total):  # fmt: skip
+    """TGI's warmup (flash_causal_lm.py): a prefill of max_batch_prefill_tokens (the launcher's default: 4096 in
+    1.x, max_input_tokens + 50 = 4145 in 2.x, the 4096 fallback in 3.x) that returns logprobs of every prompt
+    token, then, before 3.0, free memory x TGI_WIGGLE_ROOM // block bytes + the warm-up's own blocks; from 3.0
+    (free - (1 - TGI_WIGGLE_ROOM) x total) // block bytes + those blocks (v3.0.0 flash_causal_lm.py:1584)."""
     p = profile_from_dict({"name": "s", "kind": "inference", "params": 8_030_261_248, "precision": "bf16",
                            "architecture": LLAMA31_8B, "context": 8192,
                            "runtime": {"name": "tgi", "version": version}}, attributable=False)  # fmt: skip
     r = estimate(p, gpu_memory_bytes=80 * GIB).runtime_report
-    forward = inference_activation_bytes(4096, 0, 4096, 14336)
-    # 16-bit logits of 4096 prompt tokens and, before 2.4, torch.log_softmax(out, -1)'s copy (v2.2.0
+    forward = inference_activation_bytes(prefill, 0, 4096, 14336)
+    # 16-bit logits of the prompt tokens and, before 2.4, torch.log_softmax(out, -1)'s copy (v2.2.0
     # flash_causal_lm.py:1504; in place from v2.4.0 :2046)
-    logits = 4096 * 128256 * logit_bytes
+    logits = prefill * 128256 * logit_bytes
     non_torch = DEFAULTS.vllm_non_torch_bytes + DEFAULTS.vllm_cuda_context_bytes
     block_bytes = 32 * block * 2 * 8 * 128 * 2
-    held = 4096 // block
+    held = -(-prefill // block)
     free = 80 * GIB - 8_030_261_248 * 2 - max(forward, logits) - non_torch - held * block_bytes
+    kv = free - (1 - wiggle) * 80 * GIB if of_total else free * wiggle
     assert r["activation_bytes"] == max(forward, logits)
-    assert r["blocks"] == int(free * wiggle) // block_bytes + held and r["kv_tokens"] == r["blocks"] * block
+    assert r["blocks"] == int(kv // block_bytes) + held and r["kv_tokens"] == r["blocks"] * block
 
 
 @pytest.mark.parametrize(("fixture", "version", "context"), [("gemma-3-27b", "0.10.1", 32768), ("gemma-2-9b", "0.10.1", 8192),
@@ -238,7 +244,10 @@ def test_vllm_0_7_aligns_mla_entries_and_keeps_the_absorbed_matrices():
 
 
 def test_tgi_warmup_logits_at_tensor_parallel_add_the_local_shard():
-    """TensorParallelHead.forward: each rank computes its vocabulary shard, then all-gathers the whole logits."""
+    """TensorParallelHead.forward: each rank computes its vocabulary shard, then all-gathers the whole logits into
+    a transposed view (`world_out.T`), so the "in place" log-softmax of 2.4 still holds three copies: the view,
+    PyTorch's contiguous copy of its input (SoftMax.cu host_softmax) and the contiguous temporary it writes for a
+    non-contiguous `out=` (SoftMax.cpp log_softmax_out); the shard stays in the caching allocator."""
     p = profile_from_dict({"name": "s", "kind": "inference", "params": "70B", "precision": "bf16", "context": 8192,
                            "architecture": {**LLAMA31_8B, "layers": 80, "heads": 64, "hidden_size": 8192,
                                             "intermediate_size": 28672},
@@ -247,7 +256,7 @@ def test_tgi_warmup_logits_at_tensor_parallel_add_the_local_shard():
                           attributable=False)  # fmt: skip
     r = estimate(p, gpu_memory_bytes=80 * GIB, gpus=2).runtime_report
     logits = 10049 * 128256 * 2
-    assert r["activation_bytes"] == logits + logits // 2
+    assert r["activation_bytes"] == 3 * logits + logits // 2
 
 
 NEMOTRON_STATE = 12288 // 1 * 3 * 2 + 128 * 80 * 128 * 4  # conv (10240 + 2 x 8 x 128, 3) bf16 + SSM fp32

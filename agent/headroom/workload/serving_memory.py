@@ -208,22 +208,32 @@ class TgiRules:
 
     name: str
     first: tuple[int, ...]
-    wiggle_room: float  # the share of the free memory after the warm-up given to blocks (TGI_WIGGLE_ROOM)
+    wiggle_room: float  # TGI_WIGGLE_ROOM (a literal 0.95 in 2.0-2.2's warmup)
     block_size: int  # the default attention backend's block: paged 16, flashinfer (default from 2.3) 1
     # the warm-up's prefill log-softmax overwrites the logits (from 2.4: `torch.log_softmax(out, -1, out=out)`,
     # v2.4.0 flash_causal_lm.py:2046) or allocates a second copy (`torch.log_softmax(out, -1)`: v1.4.5 :1051,
-    # v2.0.4 :1142, v2.1.1 :1381, v2.2.0 :1504, v2.3.0 :1725)
+    # v2.0.4 :1142, v2.1.1 :1381, v2.2.0 :1504, v2.3.1 :1730); at tensor parallel > 1 neither: see tgi_logit_copies
     logits_in_place: bool
+    # 3.x: the KV cache gets the free memory less (1 - MEMORY_FRACTION x TGI_WIGGLE_ROOM) of the card's total
+    # (`get_free_memory(self.device, MEMORY_FRACTION * TGI_WIGGLE_ROOM)`, v3.0.0 flash_causal_lm.py:1584, v3.3.0
+    # :1556); before 3.0 the wiggle room multiplies the free memory (v2.4.0 :1532-1540)
+    reserve_of_total: bool
+    # the launcher's max_batch_prefill_tokens when not given: 1.x a 4096 default (v1.4.5 launcher/src/main.rs:239);
+    # 2.x max_input_tokens + 50 = 4145, max_input_tokens defaulting to min(max_position_embeddings, 4096) - 1
+    # (v2.4.0 launcher/src/main.rs:1673-1736); 3.x the card's compute-optimal size, capped by max_position_embeddings
+    # and VRAM, or 4096 when the card or the model's FLOPs are unknown (v3.0.0 launcher/src/main.rs:2030-2056): the
+    # fallback is what headroom assumes, so give --max-num-batched-tokens as the launcher printed it
+    default_prefill: int
 
 
 TGI_RULES = (
-    TgiRules("1.x", (1,), 1.0, 16, False),
-    TgiRules("2.0-2.2", (2, 0), 0.95, 16, False),
-    TgiRules("2.3", (2, 3), 0.95, 1, False),
-    TgiRules("2.4", (2, 4), 0.90, 1, True),
-    TgiRules("3.0", (3, 0), 0.95, 1, True),
-    TgiRules("3.1-3.2", (3, 1), 0.93, 1, True),
-    TgiRules("3.3", (3, 3), 0.90, 1, True),
+    TgiRules("1.x", (1,), 1.0, 16, False, False, 4096),
+    TgiRules("2.0-2.2", (2, 0), 0.95, 16, False, False, 4145),
+    TgiRules("2.3", (2, 3), 0.95, 1, False, False, 4145),
+    TgiRules("2.4", (2, 4), 0.90, 1, True, False, 4145),
+    TgiRules("3.0", (3, 0), 0.95, 1, True, True, 4096),
+    TgiRules("3.1-3.2", (3, 1), 0.93, 1, True, True, 4096),
+    TgiRules("3.3", (3, 3), 0.90, 1, True, True, 4096),
 )
 TGI_LAST_READ = (3, 3)
 
@@ -240,6 +250,31 @@ def tgi_rules(version: str | None) -> tuple[TgiRules, str | None]:
     if v[:2] > TGI_LAST_READ:
         return rules, f"TGI {version} is newer than the versions read (up to 3.3): {rules.name} accounting assumed"
     return rules, None
+
+
+def tgi_logit_copies(rules: TgiRules, tensor: int) -> int:
+    """Full (gathered) 16-bit logits the warm-up's prefill log-softmax holds at once. At tensor parallel > 1
+    TensorParallelHead returns `world_out.T`, a transposed view (v2.4.0 layers/tensor_parallel.py:88-104, the same
+    from v1.0.0 to v3.3.x), so PyTorch's CUDA log-softmax copies its input to a contiguous tensor (host_softmax:
+    `input_.contiguous()`, aten/src/ATen/native/cuda/SoftMax.cu) and writes a new tensor (before 2.4) or, given
+    `out=` a non-contiguous tensor, a contiguous temporary it copies back (log_softmax_out's `output_temp`,
+    aten/src/ATen/native/SoftMax.cpp): three copies in every version. At TP 1 the logits are contiguous: one copy
+    from 2.4 (in place), two before."""
+    if tensor > 1:
+        return 3
+    return 1 if rules.logits_in_place else 2
+
+
+def tgi_blocks(rules: TgiRules, free: int, total: int, held: int, block_bytes: int) -> int:
+    """KV blocks TGI's warmup sets: ``free`` is the card's free memory after the warm-up prefill (its ``held``
+    blocks allocated, the caching allocator still holding the prefill's peak: no empty_cache before the reading),
+    at CUDA_MEMORY_FRACTION 1.0. Before 3.0 `int(free x TGI_WIGGLE_ROOM // block bytes) + held`; from 3.0
+    `int((free - (1 - TGI_WIGGLE_ROOM) x total) // block bytes) + held` (utils/import_utils.py:13-17)."""
+    if rules.reserve_of_total:
+        kv = max(free - (1 - rules.wiggle_room) * total, 0)
+    else:
+        kv = max(free, 0) * rules.wiggle_room
+    return int(kv // block_bytes) + held
 
 
 SGLANG_MEM_FRACTION = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))  # (tp x pp at least, fraction)

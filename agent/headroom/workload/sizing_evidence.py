@@ -223,9 +223,14 @@ CASES: tuple[Case, ...] = (
     Case("llama31-70b-tgi-a100x2", TGI_2744, "Default `max_batch_prefill_tokens` to 10049 ... Setting max batch total "
          "tokens to 30816 (Llama 3.1 70B on 2 A100 80GB)", "llama-3-70b", "A100 80GB", 79.15, "tgi", "2.4.0", 10049,
          "kv_tokens", 30816, tensor=2, flags={"max_num_batched_tokens": 10049}, role="known miss",
-         note="the issue gives neither the full command (quantization, CUDA graphs) nor the memory; "
-              "candidates not modelled: the log-softmax's copy of the transposed gathered logits, NCCL and "
-              "flashinfer buffers at TP 2 (vLLM 0.19 measured 2 GiB there)"),
+         note="was +75 % before the source's rule for tensor parallel: the gathered logits are a transposed view, "
+              "so the warm-up's log-softmax holds three 2.40 GiB copies plus the 1.20 GiB shard (8.40 GiB); now "
+              "headroom under-counts: 2.4's formula, 30 816 = 0.9 x free // 160 KiB + the warm-up's blocks (at most "
+              "30 816), puts the free memory before those blocks at 4.70-5.22 GiB where headroom has 4.19 GiB, so "
+              "headroom's peak (logits, 0.85 GiB non-torch) is 0.5-1.0 GiB too high; unknown: the command "
+              "(max_total_tokens sets the warm-up's blocks, 2 x (max_total_tokens - 1) for its 9 999 + 50-token "
+              "requests where headroom counts 10 049: -13.4 % at the smallest, 10 000), the memory, and what the "
+              "caching allocator reuses"),
 )
 
 

@@ -24,6 +24,8 @@ from headroom.workload.serving_memory import (
     sglang_chunked_prefill,
     sglang_mem_fraction,
     state_bytes,
+    tgi_blocks,
+    tgi_logit_copies,
     tgi_rules,
     vllm_defaults,
     vllm_kv,
@@ -167,12 +169,13 @@ def _sampler_bytes_per_logit(p: WorkloadProfile, rt: str | None, c: OverheadCons
 
 
 def _tgi_warmup_logits_bytes(p: WorkloadProfile, tokens: int, vocab: int, c: OverheadConstants) -> int:
-    """TGI's warm-up prefill returns logprobs of every prompt token: the logits gathered over the vocabulary,
-    the local shard (tensor parallel) and, before 2.4, the log-softmax's copy (docs/sizing.md "TGI")."""
+    """TGI's warm-up prefill returns logprobs of every prompt token: the logits gathered over the vocabulary, the
+    log-softmax's copies (``tgi_logit_copies``: 1 or 2 at TP 1, 3 at tensor parallel) and the local shard the
+    caching allocator keeps (docs/sizing.md "TGI")."""
     rules, _ = tgi_rules(p.runtime.version)
     logits = tokens * vocab * c.tgi_logit_bytes
     shard = _ceil_div(logits, p.parallel.tensor) if p.parallel.tensor > 1 else 0
-    return logits * (1 if rules.logits_in_place else 2) + shard
+    return logits * tgi_logit_copies(rules, p.parallel.tensor) + shard
 
 
 def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None, concurrency: int, context: int,
@@ -189,7 +192,7 @@ def _activation_tokens(p: WorkloadProfile, c: OverheadConstants, rt: str | None,
     if rt == "sglang":
         return r.max_num_batched_tokens or sglang_chunked_prefill(device_memory, r.version), 0, "chunked_prefill_size"
     if rt == "tgi":
-        return r.max_num_batched_tokens or c.tgi_max_batch_prefill_tokens, 0, "max_batch_prefill_tokens"
+        return r.max_num_batched_tokens or tgi_rules(r.version)[0].default_prefill, 0, "max_batch_prefill_tokens"
     if r.max_num_batched_tokens:
         return r.max_num_batched_tokens, concurrency, "max_num_batched_tokens"
     if not p.kind.has_kv_cache:  # embedding: every request in one batch
@@ -238,15 +241,15 @@ def _runtime_report(plan: _Plan, components: tuple[Component, ...], total: int, 
         assert plan.block_size is not None  # _plan sets it for runtime tgi
         budget = total  # CUDA_MEMORY_FRACTION 1.0
         available = max(budget - weights - act - non_torch, 0)
-        # warmup: free memory after a max_batch_prefill_tokens prefill x wiggle room // block bytes, plus the
-        # blocks that prefill batch already holds (flash_causal_lm.py, warmup)
+        # warmup: the free memory after a max_batch_prefill_tokens prefill (its blocks held) by version's rule,
+        # plus those blocks (flash_causal_lm.py, warmup; serving_memory.tgi_blocks)
         prefill = _activation_tokens(p, c, "tgi", 1, max_model_len, total)[0]
         held = _ceil_div(prefill, plan.block_size)
         block_bytes = layout.bytes_per_token * plan.block_size
         tgi, note = tgi_rules(p.runtime.version)
         if note:
             notes.append(note)
-        blocks = int(max(available - held * block_bytes, 0) * tgi.wiggle_room) // block_bytes + held
+        blocks = tgi_blocks(tgi, available - held * block_bytes, total, held, block_bytes)
         tokens = blocks * plan.block_size
         conc, name, block = tokens / max_model_len, f"TGI {tgi.name}", plan.block_size
     if available <= 0:

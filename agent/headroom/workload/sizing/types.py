@@ -42,7 +42,6 @@ class OverheadConstants:
     sampler_triton_bytes_per_logit: int = 15
     vllm_recent_non_torch_bytes: int = 256 * MIB  # non-torch growth at TP 1 measured with vLLM 0.18-0.19
     vllm_recent_comm_bytes: int = 1894 * MIB  # its growth at tensor parallel > 1 (0.19: 2.07-2.13 GiB in all)
-    tgi_max_batch_prefill_tokens: int = 4096  # TGI's default warm-up prefill
     tgi_logit_bytes: int = 2  # the warm-up prefill's 16-bit logits over every prefill token (prefill_logprobs)
     gptq_awq_group_size: int = 128
     nf4_block_size: int = 64  # weights per absmax constant (bitsandbytes)
