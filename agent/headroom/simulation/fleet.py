@@ -21,9 +21,13 @@ so each agent attributes only its own. Host signals are synthetic (``host:``), n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-GPU_MODELS: dict[str, dict[str, Any]] = {
+if TYPE_CHECKING:  # a scenario and a config.yaml built as data here, validated where the agent loads them
+    from headroom.jsontypes import YamlDict, YamlValue
+
+# model -> a scenario GPU's fields as data (name, memory_total, power_limit, sm_clock_max) and its price (cost)
+GPU_MODELS: dict[str, YamlDict] = {
     "H100": {"name": "NVIDIA H100 80GB HBM3", "memory_total": "81559MiB", "power_limit": 700, "sm_clock_max": "1980MHz",
              "cost": 4.0},
     "H200": {"name": "NVIDIA H200", "memory_total": "143771MiB", "power_limit": 700, "sm_clock_max": "1980MHz",
@@ -43,15 +47,15 @@ ARCHETYPES = ("serve-oversized", "serve-h200", "idle-batch", "cpu-starved", "dis
 class SimHost:
     name: str  # the instance label Prometheus gives it (file_sd __host__)
     archetype: str
-    scenario: dict[str, Any]
-    config: dict[str, Any] = field(default_factory=dict)
+    scenario: YamlDict
+    config: YamlDict = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
         return len(self.scenario["gpus"])
 
 
-def _gpu(model: str, index: int, seed: int, **signals: Any) -> dict[str, Any]:
+def _gpu(model: str, index: int, seed: int, **signals: YamlValue) -> YamlDict:
     m = GPU_MODELS[model]
     gpu = {"name": m["name"], "uuid": f"GPU-{seed:08x}-0000-4000-8000-{index:012x}",
            "pci_bus_id": f"00000000:{index + 0x10:02x}:00.0", "memory_total": m["memory_total"],
@@ -86,11 +90,11 @@ def _training_host(i: int, name: str, rank: int, straggler: bool) -> SimHost:
 
 
 def _other_host(i: int, name: str, archetype: str) -> SimHost:
-    host: dict[str, Any] = {"cpu": {"logical_cpus": 64, "utilization": 0.15}, "memory": {"total": "512GiB"}}
-    workloads: list[dict[str, Any]] = []
-    profiles: list[dict[str, Any]] = []
+    host: YamlDict = {"cpu": {"logical_cpus": 64, "utilization": 0.15}, "memory": {"total": "512GiB"}}
+    workloads: list[YamlDict] = []
+    profiles: list[YamlDict] = []
 
-    def workload(wname: str, cmd: str, gpus: dict[int, str], team: str, **profile: Any) -> None:
+    def workload(wname: str, cmd: str, gpus: dict[int, str], team: str, **profile: YamlValue) -> None:
         workloads.append({"name": wname, "cmdline": f"{cmd} --host {name}", "gpus": gpus})
         profiles.append({"name": wname, "gpus": sorted(gpus), "match": {"cmdline": f"--host {name}$"},
                          "team": team, **profile})

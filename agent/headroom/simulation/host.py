@@ -26,11 +26,11 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the scenario parser calls parse_host with itself; this modu
     import yaml
 
     from headroom.simulation.scenario.parse import _Parser
+    from headroom.simulation.spec import StandInSpec
 
 log = structlog.get_logger("headroom.simulation.host")
 
@@ -149,7 +150,7 @@ def parse_host(p: _Parser, node: yaml.Node, path: str = "host") -> HostSpec:
     """
     top = p.mapping(node, path, _HOST_KEYS)
 
-    def sig(section: Mapping[str, Any], key: str, sub: str, kind: str, default: float | None) -> Signal | None:
+    def sig(section: Mapping[str, yaml.Node], key: str, sub: str, kind: str, default: float | None) -> Signal | None:
         if key in section:
             return p.signal(section[key], f"{sub}.{key}", kind)
         return None if default is None else constant(default)
@@ -334,7 +335,7 @@ class SyntheticHost:
         """Remove the tree (idempotent)."""
         self._tmp.cleanup()
 
-    def add_processes(self, processes: list[tuple[int, int, Any, str, float | None, dict[str, str]]]) -> None:
+    def add_processes(self, processes: list[tuple[int, int, StandInSpec, str, float | None, dict[str, str]]]) -> None:
         """Simulate these processes from now on: (pid, ppid, StandInSpec, cgroup path, cgroup CPU quota in
         cores or None, environment), parents before their children. Their /proc/PID files appear at once;
         /proc/PID/root and cwd point at this machine's / (the files a process names, e.g. a model cache in
@@ -364,7 +365,7 @@ class SyntheticHost:
                 (Path(self._tmp.name) / base / "ns" / "net").symlink_to(_OWN_NET_NS)
             self._write(t)
 
-    def remove_processes(self, pids: Any) -> None:
+    def remove_processes(self, pids: Iterable[int]) -> None:
         """Stop simulating these pids: their /proc/PID directories go, as when a process exits."""
         import shutil
 
@@ -684,7 +685,7 @@ def _pid_stat(pid: int, comm: str, state: str, ppid: int, utime: int, stime: int
 class _Process:
     """One simulated process: its spec (cores, rss, I/O, network, threads) and what it has used so far."""
 
-    def __init__(self, pid: int, ppid: int, spec: Any, cgroup: str, starttime: int) -> None:
+    def __init__(self, pid: int, ppid: int, spec: StandInSpec, cgroup: str, starttime: int) -> None:
         self.pid, self.ppid, self.spec, self.cgroup, self.starttime = pid, ppid, spec, cgroup, starttime
         self.comm = (os.path.basename(spec.argv[0]) or spec.argv[0])[:15]
         count = len(spec.thread_cores(0.0))

@@ -32,7 +32,13 @@ import time
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # names only: this module imports the standard library alone
+    from http.server import BaseHTTPRequestHandler
+
+    from headroom.jsontypes import JsonDoc
+    from headroom.simulation.runtime_metrics import ServingState
 
 # defaults of ``serving.api`` (seconds); a scenario may set each
 API_DEFAULTS = {"ttft": 0.02, "prefill_per_token": 0.00002, "itl": 0.01, "itl_per_running": 0.0002}
@@ -136,7 +142,7 @@ def _token_ids(text: str) -> list[int]:
     return [zlib.crc32(w.encode("utf-8", "surrogateescape")) % 32000 for w in text.split()]
 
 
-def _prompt_tokens(body: dict, chat: bool) -> int:
+def _prompt_tokens(body: JsonDoc, chat: bool) -> int:
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -163,7 +169,7 @@ def _prompt_tokens(body: dict, chat: bool) -> int:
 class Api:
     """The HTTP side: handlers call ``get``/``post`` with the request's handler (BaseHTTPRequestHandler)."""
 
-    def __init__(self, model: LoadModel, state: Any, lock: threading.Lock) -> None:
+    def __init__(self, model: LoadModel, state: ServingState, lock: threading.Lock) -> None:
         self.model = model
         self.state = state  # runtime_metrics.ServingState: fed with what is served
         self.lock = lock  # the state's lock (the driver advances under it)
@@ -176,7 +182,7 @@ class Api:
             return {"running": self.model.running, "waiting": self.model.waiting, "kv_usage": self.model.usage}
 
     # ----------------------------------------------------------------------------------------- HTTP
-    def get(self, h: Any, path: str) -> bool:
+    def get(self, h: BaseHTTPRequestHandler, path: str) -> bool:
         if path == "/v1/models":
             self._json(h, 200, {"object": "list", "data": [{"id": self.state.model, "object": "model",
                                                              "created": self.created, "owned_by": "vllm",
@@ -189,7 +195,7 @@ class Api:
             return True
         return False
 
-    def post(self, h: Any, path: str) -> bool:
+    def post(self, h: BaseHTTPRequestHandler, path: str) -> bool:
         if path not in ("/tokenize", "/v1/completions", "/v1/chat/completions"):
             return False
         try:
@@ -217,7 +223,7 @@ class Api:
             pass  # the client went away
         return True
 
-    def _json(self, h: Any, status: int, doc: dict) -> None:
+    def _json(self, h: BaseHTTPRequestHandler, status: int, doc: JsonDoc) -> None:
         data = json.dumps(doc).encode()
         h.send_response(status)
         h.send_header("Content-Type", "application/json")
@@ -225,7 +231,7 @@ class Api:
         h.end_headers()
         h.wfile.write(data)
 
-    def _generate(self, h: Any, body: dict, chat: bool) -> None:
+    def _generate(self, h: BaseHTTPRequestHandler, body: JsonDoc, chat: bool) -> None:
         prompt = _prompt_tokens(body, chat)
         max_tokens = body.get("max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens")
         if max_tokens is None:

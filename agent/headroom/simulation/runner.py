@@ -13,9 +13,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from headroom.simulation.scenario import ManualClock, Scenario, load_scenario
+
+if TYPE_CHECKING:  # imported where running() starts, as before
+    from headroom.config import Config
+    from headroom.sampler import Sampler
+    from headroom.samples import Findings, Snapshot
+
+    class _Waits(Protocol):  # a collector whose scrapes run on threads (sources/serving.py's ServingCollector)
+        def wait_idle(self, timeout: float) -> bool: ...
 
 START = 1000.0  # the manual clock's start (any value: only differences count)
 WALL_START = 1_700_000_000.0
@@ -26,13 +34,13 @@ class Run:
     """A scenario running in process: ``tick()`` moves the clock one interval on and returns the Snapshot."""
 
     scenario: Scenario
-    config: Any
-    sampler: Any
+    config: Config
+    sampler: Sampler
     clock: ManualClock
     interval: float
     serving_wait: float  # at most this many real seconds per tick for the serving scrapes (threads) to answer
 
-    def tick(self) -> Any:
+    def tick(self) -> Snapshot:
         self.clock.advance(self.interval)
         snap = self.sampler.tick()
         for c in self.serving:  # the scrapes this tick started answer before the next one
@@ -40,7 +48,7 @@ class Run:
         return snap
 
     @property
-    def serving(self) -> list[Any]:
+    def serving(self) -> list[_Waits]:
         return [c for c in self.sampler._collectors() if hasattr(c, "wait_idle")]
 
     @property
@@ -50,7 +58,7 @@ class Run:
 
 
 @contextmanager
-def running(scenario: str | Scenario, config: Any = None, interval: float | None = None,
+def running(scenario: str | Scenario, config: Config | None = None, interval: float | None = None,
             serving_wait: float = 10.0) -> Iterator[Run]:
     """Start ``scenario`` (a name, a path or a Scenario) with ``config`` (a Config; None: the defaults) plus
     the scenario's profiles; yields a Run; stops the stand-ins and removes the synthetic tree on the way out."""
@@ -87,6 +95,6 @@ def running(scenario: str | Scenario, config: Any = None, interval: float | None
         sampler.stop()  # closes the collectors and the scenario (its synthetic tree)
 
 
-def primaries(findings: Any) -> dict[str, str]:
+def primaries(findings: Findings | None) -> dict[str, str]:
     """Workload name -> primary bottleneck of one tick's Findings."""
     return {w.name: w.verdict.primary for w in getattr(findings, "workload_findings", ())}

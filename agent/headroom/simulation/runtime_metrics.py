@@ -16,8 +16,15 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client.utils import floatToGoString
+
+if TYPE_CHECKING:  # names only: serve() imports them when it starts
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from headroom.simulation.openai_api import Api
 
 # (runtime, version) -> what that version exports. Versions are the mapping generations of
 # docs/serving.md, not single releases.
@@ -319,12 +326,15 @@ class Driver:
     with the requests that arrive (``arrivals`` per second, each with ``prompt_tokens`` in and
     ``output_tokens`` out, a ``ttft`` and an ``itl`` in seconds). Whole requests only: fractions carry."""
 
+    lock: threading.Lock  # set by serve(): the stand-in advances the driver under it
+    started: float  # set by a stand-in process (standin.py): when it started serving (time.monotonic)
+
     def __init__(self, state: ServingState, signals) -> None:
         self.state = state
         self.signals = signals  # name -> object with .at(t)
         self._carry = {"requests": 0.0, "preemptions": 0.0}
         self.t = 0.0
-        self.api = None  # simulation/openai_api.Api: the load a client drives, beside the signals'
+        self.api: Api | None = None  # simulation/openai_api.Api: the load a client drives, beside the signals'
 
     def value(self, name: str, t: float) -> float:
         signal = self.signals.get(name)  # a signal the spec leaves out holds at 0
@@ -356,7 +366,7 @@ class Driver:
             s.observe("e2e", ttft + itl * max(0, output - 1), n)
 
 
-def serve(spec: dict, signal_type) -> tuple[object, Driver]:
+def serve(spec: dict, signal_type) -> tuple[ThreadingHTTPServer, Driver]:
     """Start serving ``spec`` (ServingSpec.launch_spec) on 127.0.0.1; returns (server, driver).
 
     ``signal_type`` rebuilds the scenario's signals from their fields. The caller advances the driver."""

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from headroom.simulation.signals import Signal, constant
+
+if TYPE_CHECKING:
+    from headroom.jsontypes import JsonDoc
 
 # Clock-event reasons in NVML bit order; the same names the collector reports.
 CLOCK_EVENT_REASONS: tuple[str, ...] = (
@@ -133,7 +136,7 @@ class StandInSpec:
         n = max(1, self.thread_count)
         return [min(1.0, self.cores(t) / n)] * n
 
-    def launch_spec(self) -> dict[str, Any]:
+    def launch_spec(self) -> JsonDoc:
         """The JSON-able spec ``headroom.standin`` runs as a real process (real load: at most one core)."""
         return {"argv": list(self.argv), "cpu": min(1.0, self.cores(0.0)), "rss": int(self.rss.at(0.0)),
                 "children": [c.launch_spec() for c in self.children]}
@@ -161,7 +164,7 @@ class ServingSpec:
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     api: tuple[tuple[str, float], ...] = ()  # the OpenAI-compatible API's timings (simulation/openai_api.py)
 
-    def launch_spec(self, port: int) -> dict[str, Any]:
+    def launch_spec(self, port: int) -> JsonDoc:
         from dataclasses import asdict
 
         return {"runtime": self.runtime, "version": self.version, "port": port, "kv_blocks": self.kv_blocks,

@@ -16,12 +16,13 @@ from collections import Counter
 from collections.abc import Callable
 from ctypes import CFUNCTYPE, c_int, c_void_p
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 
 from headroom.simulation.nvml_driver.nvml_h import (
     _E,
     _ERROR_TEXT,
     SUCCESS,
+    CArg,
     _put,
     _Return,
     _string,
@@ -30,6 +31,8 @@ from headroom.simulation.nvml_driver.nvml_h import (
 from headroom.simulation.spec import FaultSpec
 
 if TYPE_CHECKING:  # the scenario drives the driver; the driver names its type only for type checking
+    from _ctypes import CFuncPtr
+
     from headroom.simulation.scenario.runtime import Scenario
     from headroom.simulation.spec import GpuSpec
 
@@ -84,7 +87,7 @@ _QUERY_OF_CALL = {
 class _Calls(Counter):
     """Counter of (entry point, gpu) that also answers to the binding's name of an entry point."""
 
-    def __missing__(self, key: Any) -> int:
+    def __missing__(self, key: object) -> int:
         if isinstance(key, tuple) and key and key[0] in ALIASES:
             return super().get((ALIASES[key[0]], *key[1:]), 0)
         return 0
@@ -149,8 +152,8 @@ class DriverCore:
         self._nvlink_bytes: dict[tuple[int, str], tuple[float, float]] = {}  # (gpu, tx|rx) -> (t, bytes, all links)
         self._gpm_samples: dict[int, tuple[int, float] | None] = {}  # sample -> (gpu, taken at) or None (empty)
         self._next_gpm_sample = 0
-        self._error_strings: dict[int, ctypes.Array[Any]] = {}
-        self._entries: dict[str, Any] = {}
+        self._error_strings: dict[int, ctypes.Array[ctypes.c_char]] = {}
+        self._entries: dict[str, CFuncPtr] = {}  # the CFUNCTYPE callbacks
         for name, argtypes, impl in self._table():
             if name in scenario.missing_functions:
                 continue
@@ -225,7 +228,7 @@ class DriverCore:
     def _thunk(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
         clock = time.thread_time
 
-        def entry(*args: Any) -> int:
+        def entry(*args: int | None) -> int:  # the C arguments as ctypes converts them (CArg)
             started = clock()  # first: the stand-in's own bookkeeping below is inside its timed CPU
             try:
                 impl(*args)
@@ -303,7 +306,7 @@ class DriverCore:
         s = gpu.signals.get(signal)
         return s.at(self.clock()) if s is not None else default
 
-    def _table(self) -> list[tuple[str, list[Any], Callable[..., None]]]:
+    def _table(self) -> list[tuple[str, list[CArg], Callable[..., None]]]:
         """(entry point, C argument types, implementation) for every function this stand-in exports: the
         subclass's (``driver.NvmlDriver``)."""
         raise NotImplementedError

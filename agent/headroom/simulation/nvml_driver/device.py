@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import time
 from ctypes import c_uint, c_void_p
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from headroom.simulation.nvml_driver.core import _DEVICE_BASE, DriverCore
 from headroom.simulation.nvml_driver.nvml_h import (
@@ -42,7 +42,8 @@ from headroom.simulation.nvml_driver.nvml_h import (
 from headroom.simulation.spec import CLOCK_EVENT_REASONS
 
 if TYPE_CHECKING:
-    from headroom.simulation.spec import GpuSpec
+    from headroom.simulation.nvml_driver.nvml_h import ProcessInfoV1
+    from headroom.simulation.spec import GpuSpec, MigInstanceSpec
 
 _GPU_INSTANCE_BASE = 0x5EE1_0000  # GPU instance handles (nvmlGpuInstance_t): base + 0x100 * GPU + MIG slot + 1
 _REASON_BIT = {name: 1 << i for i, name in enumerate(CLOCK_EVENT_REASONS)}
@@ -249,7 +250,8 @@ class _DeviceCalls(DriverCore):
             out.append((pid, int(use.memory.at(now)), None if use.utilization is None else use.utilization.at(now)))
         return out
 
-    def _processes(self, name: str, struct: Any, handle: int, count: int, infos: int | None) -> None:
+    def _processes(self, name: str, struct: type[ProcessInfo] | type[ProcessInfoV1], handle: int, count: int,
+                   infos: int | None) -> None:
         """The two-call protocol: *count too small (or infos NULL) -> INSUFFICIENT_SIZE with the size needed.
 
         On a MIG device handle: the processes of that instance; on a MIG-enabled GPU's handle: all of them,
@@ -341,7 +343,7 @@ class _DeviceCalls(DriverCore):
         info.id, info.profileId = m.gpu_instance_id, m.profile_id
         info.placement.start, info.placement.size = m.placement_start, 1
 
-    def _mig(self, name: str, handle: int) -> Any:
+    def _mig(self, name: str, handle: int) -> MigInstanceSpec:
         gpu = self._device(name, handle, allow_mig=True)
         _, slot = self._gpu(handle)
         if slot is None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from ctypes import c_int, c_uint, c_ulonglong
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from headroom.simulation.nvml_driver.health import _HealthCalls
 from headroom.simulation.nvml_driver.nvml_h import (
     INT,
     ULL,
+    CArg,
     H,
     P,
     ProcessInfo,
@@ -24,16 +25,18 @@ from headroom.simulation.nvml_driver.nvml_h import (
 )
 
 if TYPE_CHECKING:
+    from ctypes import _SimpleCData
+
     from headroom.simulation.spec import GpuSpec
 
 
 class NvmlDriver(_HealthCalls):
     """libnvidia-ml's entry points for one scenario, as ctypes callbacks. See the package docstring."""
 
-    def _table(self) -> list[tuple[str, list[Any], Callable[..., None]]]:
+    def _table(self) -> list[tuple[str, list[CArg], Callable[..., None]]]:
         """(entry point, C argument types, implementation) for every function this stand-in exports."""
 
-        def uint_query(name: str, read: Callable[[GpuSpec], float], ctype: Any = c_uint) -> tuple[str, list[Any], Callable[..., None]]:
+        def uint_query(name: str, read: Callable[[GpuSpec], float], ctype: type[_SimpleCData[int]] = c_uint) -> tuple[str, list[CArg], Callable[..., None]]:
             def impl(handle: int, out: int) -> None:
                 _put(ctype, out, int(read(self._device(name, handle))))
 

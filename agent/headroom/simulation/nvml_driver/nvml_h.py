@@ -22,7 +22,10 @@ from ctypes import (
     c_ushort,
     c_void_p,
 )
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    from ctypes import _SimpleCData
 
 SUCCESS = 0
 ERRORS: dict[str, int] = {
@@ -142,6 +145,11 @@ class GpmMetricsGetHead(ctypes.Structure):  # nvmlGpmMetricsGet_t up to its metr
 
 
 H, P, U, INT, ULL = c_void_p, c_void_p, c_uint, c_int, c_ulonglong  # handle, pointer, and scalar C types
+# the C type of an entry point's argument (one of H, P, U, INT, ULL): ctypes hands the entry point an int, or None
+# for a NULL pointer
+CArg: TypeAlias = "type[_SimpleCData[int]] | type[_SimpleCData[int | None]]"
+_V = TypeVar("_V")  # the Python value of a C scalar type (int; int | None for a pointer)
+_C = TypeVar("_C", "ctypes.Structure", "ctypes.Union", "_SimpleCData[int]")  # a C struct, union or scalar type
 
 
 def error_code(name: str | int) -> int:
@@ -165,14 +173,14 @@ class _Return(Exception):
         self.code = code
 
 
-def _put(ctype: Any, address: int | None, value: Any) -> None:
+def _put(ctype: type[_SimpleCData[_V]], address: int | None, value: _V) -> None:
     """Write ``value`` as ``ctype`` at ``address`` (an out-parameter); INVALID_ARGUMENT for NULL."""
     if not address:
         raise _Return(_E["INVALID_ARGUMENT"])
     ctype.from_address(address).value = value
 
 
-def _struct(ctype: Any, address: int | None) -> Any:
+def _struct(ctype: type[_C], address: int | None) -> _C:
     if not address:
         raise _Return(_E["INVALID_ARGUMENT"])
     return ctype.from_address(address)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import yaml
 
@@ -56,10 +56,14 @@ from headroom.simulation.spec import (
 )
 from headroom.units import parse_bytes, parse_duration
 
+if TYPE_CHECKING:
+    from headroom.jsontypes import YamlValue
+
 _SIGNAL_BOUNDS = {"ratio": (0.0, 1.0), "bool": (0.0, 1.0), "size": (0.0, None), "frequency": (0.0, None),
                   "cores": (0.0, None)}
 
 _SCENARIO_DIR = "scenarios"
+_T = TypeVar("_T")  # what the reader of an optional key returns (GpuSpec's opt)
 
 
 # -------------------------------------------------------------------------------------------- loading
@@ -143,7 +147,7 @@ class _Parser:
         line, column = position(node)
         return ScenarioError(str(ConfigIssue(self.filename, line, column, path, message)))
 
-    def plain(self, node: yaml.Node, path: str = "") -> Any:
+    def plain(self, node: yaml.Node, path: str = "") -> YamlValue:
         """The Python value of a node (for scalars and raw sections); a scalar YAML cannot construct (a
         timestamp such as 2024-13-01) is a ScenarioError at that scalar."""
         try:
@@ -176,7 +180,7 @@ class _Parser:
             raise self.error(node, path, "expected a list")
         return list(node.value)
 
-    def scalar(self, node: yaml.Node, path: str) -> Any:
+    def scalar(self, node: yaml.Node, path: str) -> YamlValue:
         if not isinstance(node, yaml.ScalarNode):
             raise self.error(node, path, f"expected a single value, got {node_kind(node)}")
         return self.plain(node, path)
@@ -359,7 +363,7 @@ class _Parser:
                                   cmdline))
         return tuple(out)
 
-    def expected(self, node: yaml.Node, profiles: Any) -> dict[str, str]:
+    def expected(self, node: yaml.Node, profiles: YamlValue) -> dict[str, str]:
         """``expected:``: profile name -> the primary bottleneck the scenario demonstrates (a resource or none)."""
         from headroom.analysis.bottleneck import NONE, RESOURCES
 
@@ -377,7 +381,7 @@ class _Parser:
             raise self.error(node, "expected", "expected a mapping of profile name -> resource")
         return out
 
-    def fits(self, node: yaml.Node, profiles: Any) -> dict[str, bool]:
+    def fits(self, node: yaml.Node, profiles: YamlValue) -> dict[str, bool]:
         """``fits:``: profile name -> whether the memory model finds its declared load fitting its simulated GPUs
         (true for every profile not named; false where the scenario demonstrates a workload that does not fit)."""
         if not isinstance(node, yaml.MappingNode):
@@ -554,7 +558,7 @@ class _Parser:
         path = f"gpus[{index}]"
         g = self.mapping(node, path, _GPU_KEYS, ("name", "memory_total", "power_limit"))
 
-        def opt(key: str, read: Callable[[yaml.Node, str], Any], default: Any) -> Any:
+        def opt(key: str, read: Callable[[yaml.Node, str], _T], default: _T) -> _T:
             return read(g[key], f"{path}.{key}") if key in g else default
 
         memory_total = int(self.unit(g["memory_total"], f"{path}.memory_total", "size"))
@@ -652,7 +656,7 @@ class _Parser:
         if "ecc" in g:
             for key, n in self.mapping(g["ecc"], f"{path}.ecc", set(ecc)).items():
                 ecc[key] = self.integer(n, f"{path}.ecc.{key}")
-        rows: dict[str, Any] = {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
+        rows: dict[str, int | bool] = {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False}
         if "remapped_rows" in g:
             for key, n in self.mapping(g["remapped_rows"], f"{path}.remapped_rows", set(rows)).items():
                 rpath = f"{path}.remapped_rows.{key}"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -27,6 +27,15 @@ from headroom.simulation.spec import (
     StandInSpec,
     WorkloadSpec,
 )
+
+if TYPE_CHECKING:  # each piece is imported where it is first used (see the module docstring)
+    from http.server import ThreadingHTTPServer
+
+    from headroom.jsontypes import JsonMapping, YamlValue
+    from headroom.samples import MountUsage
+    from headroom.simulation.host import HostSpec, SyntheticHost
+    from headroom.simulation.nvml_driver import NvmlDriver
+    from headroom.sources import Paths
 
 SIMULATED_PID_BASE = 4101  # the first made-up pid of a synthetic host's stand-ins
 DEFAULT_CGROUP = "/user.slice/user-1000.slice/session-1.scope"  # a stand-in's cgroup unless declared: a login shell
@@ -49,17 +58,19 @@ class Scenario:
     faults: tuple[FaultSpec, ...] = ()
     missing_functions: frozenset[str] = frozenset()
     workloads: tuple[WorkloadSpec, ...] = ()  # stand-in processes, started by start_processes()
-    host: Any = None  # headroom.simulation.host.HostSpec: synthetic host signals, or None (the real host)
-    profiles: Any = None  # raw `profiles:` data: workload profiles in the config.yaml `workloads:` format
-    profiles_node: Any = field(default=None, compare=False, repr=False)  # its YAML node, for positions
+    host: HostSpec | None = None  # synthetic host signals, or None (the real host)
+    profiles: YamlValue = None  # raw `profiles:` data: workload profiles in the config.yaml `workloads:` format
+    profiles_node: yaml.Node | None = field(default=None, compare=False, repr=False)  # its YAML node, for positions
     expected: Mapping[str, str] = field(default_factory=dict)  # profile name -> the primary it demonstrates
     fits: Mapping[str, bool] = field(default_factory=dict)  # profile name -> False: its declared load is meant not to fit
     attach: tuple[AttachSpec, ...] = ()  # real processes listed on simulated GPUs
+    # what the scenario made as it was used, each key its own type: host (SyntheticHost), nvml (NvmlDriver), standins
+    # (the running stand-ins), serving_drivers, serving_ports, serving_lock, attach_rules, attached
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    _lock: Any = field(default_factory=threading.Lock, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     # -- synthetic host (headroom.simulation.host)
-    def synthetic_host(self, clock: Callable[[], float] | None = None) -> Any:
+    def synthetic_host(self, clock: Callable[[], float] | None = None) -> SyntheticHost | None:
         """The SyntheticHost of the ``host:`` section (one per Scenario, made on first use), or None without one.
 
         ``clock`` as for nvml_library; passing one to a later call replaces the host's clock.
@@ -76,12 +87,12 @@ class Scenario:
                 host.clock = clock
             return host
 
-    def host_paths(self, collector: str) -> Any:
+    def host_paths(self, collector: str) -> Paths | None:
         """The Paths (synthetic tree) collector ``collector`` reads under this scenario; None: the real host's."""
         host = self.synthetic_host()
         return None if host is None else host.paths_for(collector)
 
-    def host_statvfs(self, mountpoint: str) -> Any:
+    def host_statvfs(self, mountpoint: str) -> MountUsage | None:
         """Stand-in for statvfs(2) on a declared shm mount: a MountUsage, or None (use the real syscall)."""
         host = self.synthetic_host()
         return None if host is None else host.statvfs(mountpoint)
@@ -103,7 +114,7 @@ class Scenario:
         if host is not None:
             host.close()
 
-    def nvml_library(self, clock: Callable[[], float] | None = None) -> Any:
+    def nvml_library(self, clock: Callable[[], float] | None = None) -> NvmlDriver:
         """The NVML driver stand-in of this scenario (``headroom.simulation.nvml_driver.NvmlDriver``, one per
         Scenario, created on first use), installed as the real pynvml binding's library.
 
@@ -140,8 +151,8 @@ class Scenario:
             if self.host is not None:
                 return self._start_simulated()
             directory = str(Path(standin.__file__).parent)
-            started: list[Any] = []
-            workloads: list[tuple[str, Any, tuple[int, ...]]] = []
+            started: list[subprocess.Popen[bytes]] = []
+            workloads: list[tuple[str, subprocess.Popen[bytes], tuple[int, ...]]] = []
             gpu_pids: list[tuple[int, StandInGpu]] = []
             try:
                 for w in self.workloads:
@@ -170,10 +181,10 @@ class Scenario:
         gauges follow the scenario clock (advanced with the host before every tick)."""
         host = self._cache["host"]
         pids = iter(range(SIMULATED_PID_BASE, SIMULATED_PID_BASE + 1_000_000))
-        workloads: list[tuple[str, Any, tuple[int, ...]]] = []
+        workloads: list[tuple[str, ThreadingHTTPServer | None, tuple[int, ...]]] = []
         gpu_pids: list[tuple[int, StandInGpu]] = []
         entries: list[tuple[int, int, StandInSpec, str, float | None, dict[str, str]]] = []
-        started: list[Any] = []
+        started: list[ThreadingHTTPServer] = []
         try:
             for w in self.workloads:
                 tree: list[tuple[int, int, StandInSpec]] = []
@@ -249,7 +260,7 @@ class Scenario:
                     f"http://127.0.0.1:{self._serving_port(w)}/metrics"
         return None
 
-    def profile_nodes(self) -> Any:
+    def profile_nodes(self) -> yaml.Node | None:
         """The ``profiles:`` YAML node, where a profile named like a serving workload and without an
         ``endpoint`` gets the stand-in's URL (so scenarios need no fixed ports)."""
         node = self.profiles_node
@@ -318,7 +329,7 @@ class Scenario:
         return {pid: mig for pid, use, mig in self._cache.get("attached", ()) if use.gpu == gpu and mig is not None}
 
 
-def _pair_pids(spec: StandInSpec, ready: Mapping[str, Any], gpu_pids: list[tuple[int, StandInGpu]]) -> list[int]:
+def _pair_pids(spec: StandInSpec, ready: JsonMapping, gpu_pids: list[tuple[int, StandInGpu]]) -> list[int]:
     """Pids of a started stand-in tree (depth first, parent before children); records their GPU uses."""
     pid = int(ready["pid"])
     gpu_pids.extend((pid, use) for use in spec.gpus)
@@ -328,7 +339,7 @@ def _pair_pids(spec: StandInSpec, ready: Mapping[str, Any], gpu_pids: list[tuple
     return out
 
 
-def _simulated_tree(spec: StandInSpec, ppid: int, pids: Any, out: list[tuple[int, int, StandInSpec]]) -> None:
+def _simulated_tree(spec: StandInSpec, ppid: int, pids: Iterator[int], out: list[tuple[int, int, StandInSpec]]) -> None:
     """(pid, ppid, spec) of a simulated stand-in and its children, depth first, parent first."""
     pid = next(pids)
     out.append((pid, ppid, spec))
@@ -336,13 +347,13 @@ def _simulated_tree(spec: StandInSpec, ppid: int, pids: Any, out: list[tuple[int
         _simulated_tree(child, pid, pids, out)
 
 
-def _close_servers(servers: list[Any]) -> None:
+def _close_servers(servers: list[ThreadingHTTPServer]) -> None:
     for server in servers:
         server.shutdown()
         server.server_close()
 
 
-def _stop(procs: list[Any]) -> None:
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         if proc.poll() is None:
             proc.terminate()
