@@ -389,3 +389,36 @@ def test_remembered_statuses_equal_fresh_ones_over_random_churn():
         reused += sum(previous.get(st.name) is st for st in remembered)
         previous = {st.name: st for st in remembered}
     assert reused > total / 3
+
+
+def test_a_tick_the_identity_collector_failed_keeps_the_automatic_workloads_for_a_while():
+    """On a host saturated by the load being diagnosed (a CPU vLLM on 2 cores), the identity collector misses a
+    tick's deadline now and then: its automatic workloads vanished for that tick and their verdicts' holds began
+    again (a real vLLM past its KV cache was named 80 s after it filled instead of within the hold). They are
+    unknown, not gone: the last answer stands for UNKNOWN_IDENTITY_TICKS failed ticks in a row, then they go; a
+    host without the identity collector, or an answer that lists none, has none."""
+    from headroom.samples import IdentityGroup
+    from headroom.workload.attribution import UNKNOWN_IDENTITY_TICKS, AutoStatuses
+
+    a = GpuProcess(1000, 4 * GIB, sm_utilization_ratio=0.1)
+    gpus = [gpu(0, a)]
+    pod = IdentityGroup("pod", "ns/a", pids=(1000,), gpus=("GPU-0",))
+    good = _tick(gpus, (pod,))
+    failed = Sample(0.0, 0.0, {**sample(*gpus).sources, "identity": SourceResult("identity", False, 0.6, None,
+                                                                                  "stuck: collect() has not returned")})
+    absent = sample(*gpus)  # no identity collector configured
+    memo = AutoStatuses()
+    first = attribute(good, [], memo=memo)
+    assert [st.name for st in first] == ["ns/a"]
+    for _ in range(UNKNOWN_IDENTITY_TICKS):
+        held = attribute(failed, [], memo=memo)
+        assert held == first and held[0] is first[0]  # the same status: nothing about it is new
+    assert attribute(failed, [], memo=memo) == ()  # failed for longer: unknown, and no longer shown
+    assert [st.name for st in attribute(good, [], memo=memo)] == ["ns/a"]
+    assert [st.name for st in attribute(failed, [], memo=memo)] == ["ns/a"]  # the count starts again
+    assert attribute(absent, [], memo=memo) == ()
+    assert attribute(failed, [], memo=memo) == ()  # an identity that was not there is not held
+    memo = AutoStatuses()
+    attribute(good, [], memo=memo)
+    assert attribute(_tick(gpus, ()), [], memo=memo) == () and attribute(failed, [], memo=memo) == ()
+    assert attribute(failed, []) == ()  # no memo (a one-off attribution): nothing to hold

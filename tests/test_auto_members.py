@@ -672,3 +672,24 @@ def test_neighbours_are_looked_for_under_host_pressure_that_the_workloads_own_us
     assert scored(previous_tick(Sample(0.0, 0.0), idle)) is True
     calm = _analyse(_auto_window(group, own_cores=0.005, host_busy=0.1, psi=0.0))
     assert scored(previous_tick(Sample(0.0, 0.0), calm)) is False
+
+
+def test_a_tick_the_identity_collector_failed_measures_the_automatic_workloads_it_named_before():
+    """The processes collector measures the members the identity collector named at the previous tick. On a host
+    saturated by the very load being diagnosed that collector misses a deadline now and then: the automatic
+    workloads went unmeasured for a tick (absent, their figures a gap). They are unknown, not gone: the members
+    named before are measured again; an answer that names none ends them."""
+    me = IdentityGroup("pod", "ns/me", pids=(os.getpid(),))
+    current = {"s": _sample(identity=IdentitySample(groups=(me,)))}
+    c = ProcessesCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=SYS),
+                                         previous=lambda: PreviousTick.of(current["s"])))
+    try:
+        assert [(w.name, w.pids) for w in c.collect().workloads] == [("ns/me", (os.getpid(),))]
+        current["s"] = Sample(timestamp=1e9, monotonic=1.0, sources={"identity": SourceResult(
+            "identity", False, 0.6, None, "stuck: collect() has not returned for 0.6s")})
+        (entry,) = c.collect().workloads
+        assert entry.name == "ns/me" and entry.pids == (os.getpid(),) and entry.threads >= 1
+        current["s"] = _sample(identity=IdentitySample(groups=()))
+        assert c.collect() == ProcessesSample()
+    finally:
+        c.close()

@@ -309,28 +309,35 @@ def test_driven_past_its_kv_cache_it_is_named_kv_cache_within_the_hold_with_cons
         stop = threading.Event()
         prompt = " ".join(f"word{i}" for i in range(KV_INPUT_WORDS))
 
+        errors: list[str] = []  # a request that failed: the client goes on (a dead client thins the load), reported
+
         def client():
             while not stop.is_set():
                 try:
                     real_vllm.post_json(server["url"] + "/v1/completions", {
                         "model": server["model"], "prompt": prompt, "max_tokens": KV_OUTPUT, "temperature": 0.0,
                         "ignore_eos": True}, timeout=LOAD_TIMEOUT)
-                except OSError:
+                except OSError as exc:
                     if not stop.is_set():
-                        raise
+                        errors.append(f"{time.monotonic() - started:.1f} s {type(exc).__name__}: {exc}"[:200])
+                        time.sleep(0.2)
 
+        polls = []
+        started = time.monotonic()
         clients = [threading.Thread(target=client, daemon=True) for _ in range(KV_CLIENTS)]
         for c in clients:
             c.start()
-        polls = []
-        started = time.monotonic()
         try:
             while time.monotonic() - started < LOAD_TIMEOUT:
                 w = next((w for w in status(agent)["workloads"] if w["name"] == name), None)
                 if w is not None:
                     now = w.get("now") or {}
+                    serving = w.get("serving") or {}
+                    state = serving.get("state")
+                    if state != "up" and serving.get("state_reason"):  # why, for a failure to be understood
+                        state = f"{state} ({serving['state_reason'][:160]})"
                     polls.append((time.monotonic() - started, now.get("kv_cache_usage_ratio"),
-                                  now.get("requests_waiting"), (w.get("serving") or {}).get("state"),
+                                  now.get("requests_waiting"), state,
                                   w["candidate"], w["primary_bottleneck"], w["evidence"]))
                     if w["primary_bottleneck"] == "kv_cache":
                         break
@@ -339,6 +346,7 @@ def test_driven_past_its_kv_cache_it_is_named_kv_cache_within_the_hold_with_cons
             stop.set()
         table = "\n".join(f"{t:6.1f} s usage {u} waiting {q} state {st} candidate {c} primary {p}"
                           for t, u, q, st, c, p, _ in polls)
+        table += f"\nfailed requests: {len(errors)}" + "".join(f"\n  {e}" for e in errors[:10])
         full = [p for p in polls if (p[1] or 0) >= 0.95 and (p[2] or 0) > 0]
         assert full, f"the load never filled the cache with requests waiting:\n{table}"
         filled_at = full[0][0]

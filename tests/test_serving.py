@@ -9,6 +9,7 @@ previous result while the endpoint was still hanging", not with a stopwatch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import socket
@@ -1093,3 +1094,38 @@ def test_an_ollama_endpoint_is_scraped_over_http_and_exported(served):
     text = w.render().decode()
     assert 'headroom_workload_resident_models{workload="chat"} 1' in text
     assert 'headroom_workload_resident_model_vram_bytes{workload="chat"} 5964735424' in text
+
+
+def test_an_automatic_servers_endpoint_outlives_a_tick_the_identity_collector_failed(served):
+    """The endpoints of automatic serving launchers come from the identity collector's last tick. On a host
+    saturated by the serving load itself that collector misses a deadline now and then; the endpoint was dropped
+    and made anew, read "no scrape finished yet" (down) and its kv_cache hold began again. A failed identity tick
+    leaves the endpoints as they are (the same scraper, its last answer); an answer without the launcher ends it."""
+    from headroom.samples import IdentityGroup, IdentitySample, PreviousTick, Sample, SourceResult
+    from headroom.workload.launchers import parse
+
+    server = served()
+    server.reply = (200, "text/plain; version=0.0.4", body_of("vllm"))
+    launcher = dataclasses.replace(parse(["vllm", "serve", "/m"]), metrics_url=server.url)
+    group = IdentityGroup(kind="launcher", name="vllm/m:8000", pids=(4242,), launcher=launcher)
+
+    def tick(identity: SourceResult) -> Sample:
+        return Sample(1.0, 1.0, {"identity": identity})
+
+    holder = {"s": tick(SourceResult("identity", True, 0.0, IdentitySample(groups=(group,))))}
+    c = ServingCollector(SourceContext(settings={"detect": False}, previous=lambda: PreviousTick.of(holder["s"])))
+    try:
+        deadline = time.monotonic() + 20
+        got = c.collect()
+        while not (got.endpoints and got.endpoints[0].up) and time.monotonic() < deadline:
+            time.sleep(0.02)
+            got = c.collect()
+        (answered,) = got.endpoints
+        assert answered.up and answered.workload == "vllm/m:8000", answered.error
+        holder["s"] = tick(SourceResult("identity", False, 0.6, None, "stuck: collect() has not returned for 0.6s"))
+        (kept,) = c.collect().endpoints
+        assert kept.up and kept.error is None and kept.endpoint == server.url, kept.error  # not "no scrape finished"
+        holder["s"] = tick(SourceResult("identity", True, 0.0, IdentitySample(groups=())))
+        assert c.collect().endpoints == ()  # the launcher ended: its endpoint with it
+    finally:
+        c.close()

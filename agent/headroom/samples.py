@@ -639,7 +639,8 @@ class PreviousTick:
     """What a collector may read of the tick before this one: ``SourceContext.previous()`` returns it (None
     before the first tick). It is the one feedback in the otherwise one-way flow (docs/architecture.md, the
     dotted arrow): these fields and nothing else of the last tick reach a collector, each typed, each read by
-    the collectors named beside it. A collector that failed last tick gives None.
+    the collectors named beside it. A collector that failed last tick gives None (for ``identity``, the
+    processes and serving collectors then keep what its last answer named: unknown is not gone).
     """
 
     cpu: CpuSample | None = None  # processes (sources/neighbours.py ``pressured``): PSI and load say "pressure"

@@ -139,6 +139,10 @@ def attribute(
     where = _GpuIndex.of(gpus)
     declared = tuple(_status(p, by_name.get(p.name), gpus, host_memory, constants, where) for p in profiles)
     identity = sample.data("identity")
+    if memo is not None:
+        # a tick the identity collector failed or missed the deadline of (a host saturated by the very load being
+        # diagnosed): its workloads are unknown, not gone; the last known ones stand for UNKNOWN_IDENTITY_TICKS
+        identity = memo.identity(identity, failed="identity" in sample.sources)
     if not isinstance(identity, IdentitySample) or not identity.groups:
         if memo is not None:
             memo.tick_done()  # no automatic workload this tick: forget them all
@@ -162,6 +166,11 @@ _MEASURED = _STATUS_FIELDS.index("measured")
 _WORKERS = _STATUS_FIELDS.index("dataloader_workers")
 
 
+# ticks in a row a failed identity collector's last answer stands for it (attribute): its automatic workloads keep
+# their statuses, verdicts and holds through a few late ticks on a saturated host, and go once it stays failed
+UNKNOWN_IDENTITY_TICKS = 10
+
+
 class AutoStatuses:
     """Last tick's automatic workload statuses, each with the inputs it was made from (``_auto_status``):
     a workload whose inputs equal (``==``) last tick's gets the same WorkloadStatus object again, with only
@@ -176,11 +185,22 @@ class AutoStatuses:
     them is cheap). Only the workloads of the newest tick are kept: one that ends is forgotten at the next
     tick (churn leaks nothing)."""
 
-    __slots__ = ("_last", "_now")
+    __slots__ = ("_held", "_identity", "_last", "_now")
 
     def __init__(self) -> None:
         self._last: dict[str, tuple[_Inputs, WorkloadStatus]] = {}
         self._now: dict[str, tuple[_Inputs, WorkloadStatus]] = {}
+        self._identity: IdentitySample | None = None  # the newest identity the collector answered
+        self._held = 0  # ticks in a row it has stood for a failed one
+
+    def identity(self, now: object, failed: bool) -> object:
+        """This tick's identity: ``now`` when the collector answered (remembered), else, where it ran and failed
+        (``failed``), the last answer for at most UNKNOWN_IDENTITY_TICKS ticks in a row."""
+        if now is not None or not failed:
+            self._identity, self._held = (now if isinstance(now, IdentitySample) else None), 0
+            return now
+        self._held += 1
+        return self._identity if self._held <= UNKNOWN_IDENTITY_TICKS else None
 
     def __len__(self) -> int:
         return len(self._last)

@@ -140,13 +140,19 @@ class ProcessesCollector(Collector):
         # latest tick
         self._argv: dict[int, tuple[int, str, tuple[str, ...]]] = {}
         self._comms: dict[int, str] = {}
+        self._groups: tuple[IdentityGroup, ...] = ()  # the automatic workloads the last known identity tick named
 
     def collect(self) -> ProcessesSample:
         """This tick's ProcessesSample; raises CollectorError only when /proc cannot be listed."""
         # the automatic workloads, the host's pressure and the analysis's scores of the last tick (PreviousTick)
         previous = self.ctx.previous_tick()
         identity = previous.identity if previous is not None else None
-        groups = identity.groups if identity is not None else ()
+        if identity is None and previous is not None:
+            # the identity collector failed or missed the last tick's deadline (a saturated host): the automatic
+            # workloads are unknown, not gone, so their members of the tick before are measured again
+            groups = self._groups
+        else:
+            groups = self._groups = identity.groups if identity is not None else ()
         if not self._profiles and not groups:
             self._auto_done({})
             return ProcessesSample()

@@ -221,6 +221,11 @@ class ServingCollector(Collector):
         nothing is not scraped), any other where its command line says."""
         previous = self.ctx.previous_tick()  # the identity collector's launchers, the declared pids (PreviousTick)
         identity = previous.identity if previous is not None else None
+        if identity is None and previous is not None and self._auto:
+            # the identity collector failed or missed the last tick's deadline (a host saturated by the very load
+            # being diagnosed): its launchers are unknown, not gone, so their endpoints go on as they are; dropped
+            # and made anew, each read "no scrape finished yet" and its verdict's hold started again
+            return [self._auto[name] for name in sorted(self._auto)]
         where = getattr(self.ctx.scenario, "standin_endpoint", None) if self.ctx.scenario is not None else None
         wanted: dict[str, tuple[str, str]] = {}
         if identity is not None:
