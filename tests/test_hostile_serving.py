@@ -173,6 +173,34 @@ def test_an_endpoint_whose_answers_cost_cpu_is_read_less_often(served):
     assert s.connections <= 2, s.connections
 
 
+def test_the_wait_after_a_costly_answer_follows_the_ticks_clock(served):
+    """The wait after a scrape that cost CPU is counted on the collectors' clock (the sampler's: a simulation's
+    manual clock), not in real seconds: on a manual clock a real-time wait skipped as many ticks as the machine was
+    slow, so a scenario's kv_cache was detected 16 s later under a CPU hog than idle. While the clock stands still
+    the endpoint is not read again; once it has moved past the wait it is, however little real time passed."""
+    from headroom.sources import SourceContext
+    from headroom.sources.serving import ServingCollector
+    from headroom.workload.profiles import profile_from_dict
+
+    s = served(RawServer, _fresh_series)
+    now = [1000.0]
+    profile = profile_from_dict({"name": "chat", "kind": "inference", "gpus": [0], "endpoint": s.url})
+    c = ServingCollector(SourceContext(settings={"timeout": 5.0}, workloads=(profile,), monotonic=lambda: now[0]))
+    try:
+        first = outcome(c)
+        assert first.up is True, first.error
+        for _ in range(20):  # ticks on a clock that does not move: held back
+            c.collect()
+            time.sleep(0.02)
+        assert s.connections == 1, s.connections
+        now[0] += 3600.0  # past any wait c / MAX_CPU_SHARE
+        # within 2 s of real time: a wait counted in real seconds is c / 0.05 (0.2 s of parsing: 4 s)
+        second = outcome(c, after=first, limit=2.0)
+        assert second.up is True and s.connections == 2, (second.error, s.connections)
+    finally:
+        c.close()
+
+
 # ------------------------------------------------------------------ four hostile endpoints and an honest one
 _SERVER = textwrap.dedent("""
     import sys

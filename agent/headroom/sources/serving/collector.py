@@ -19,6 +19,8 @@ from headroom.sources.serving.exposition import RUNTIME_ALIASES, read_exposition
 from headroom.sources.serving.http import DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, Target, http_get
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from headroom.workload.profiles.types import WorkloadProfile
 
 log = structlog.get_logger("headroom.serving")
@@ -32,8 +34,12 @@ OVERSIZED_RETRY = 10.0  # seconds before an endpoint whose answer was refused as
 class _Endpoint:
     """One workload's endpoint: a worker thread that scrapes when woken, one request at a time."""
 
-    def __init__(self, workload: str, url: str, declared: str | None, timeout: float, max_body: int) -> None:
+    def __init__(self, workload: str, url: str, declared: str | None, timeout: float, max_body: int,
+                 clock: Callable[[], float] | None = None) -> None:
         self.workload, self.url, self.declared = workload, url, declared
+        # the ticks' clock, which the MAX_CPU_SHARE and OVERSIZED_RETRY waits follow (a simulation's manual clock:
+        # a wait in real seconds skipped a varying number of its ticks, so its verdicts depended on the machine)
+        self._clock = clock or time.monotonic
         self.timeout, self.max_body = timeout, max_body
         self.latest = ServingEndpoint(workload, url, up=None, error="no scrape finished yet")
         self._runtime: str | None = None
@@ -56,7 +62,7 @@ class _Endpoint:
     def kick(self) -> None:
         """Start a scrape unless one is in flight, or the last one's CPU time asks this endpoint to wait."""
         with self._cv:
-            if not self._busy and self._target is not None and time.monotonic() >= self._not_before:
+            if not self._busy and self._target is not None and self._clock() >= self._not_before:
                 self._wanted = True
                 self._cv.notify()
 
@@ -75,7 +81,7 @@ class _Endpoint:
                 if self._stop:
                     return
                 self._wanted, self._busy = False, True
-            started, cpu = time.monotonic(), time.thread_time()
+            started, cpu = self._clock(), time.thread_time()
             try:
                 result = self.scrape()
             except Exception as exc:  # a bug must not kill the worker: report it as this endpoint's failure
@@ -183,7 +189,7 @@ class ServingCollector(Collector):
             self._detector.start()
 
     def _endpoint(self, profile: WorkloadProfile, url: str) -> _Endpoint:
-        return _Endpoint(profile.name, url, declared_runtime(profile), self._timeout, self._max_body)
+        return _Endpoint(profile.name, url, declared_runtime(profile), self._timeout, self._max_body, self.ctx.monotonic)
 
     def _detect_loop(self) -> None:
         while not self._stop.is_set():
@@ -249,7 +255,8 @@ class ServingCollector(Collector):
             self._auto.pop(name).stop()  # gone, or now on another port
         for name, (url, runtime) in wanted.items():
             if name not in self._auto:
-                self._auto[name] = _Endpoint(name, url, runtime or None, self._timeout, self._max_body)
+                self._auto[name] = _Endpoint(name, url, runtime or None, self._timeout, self._max_body,
+                                             self.ctx.monotonic)
         return [self._auto[name] for name in sorted(wanted)]
 
     def collect(self) -> ServingSample:
