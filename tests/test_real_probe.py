@@ -80,14 +80,24 @@ def agent(vllm):
 
 
 def test_a_ramp_on_a_real_vllm_finds_the_kv_bound_step_and_names_kv_cache(vllm, agent, tmp_path, capsys):
-    url, _ = vllm
+    url, d = vllm
     cfg, agent_url = agent
     fits = _capacity_tokens(url) // (INPUT + OUTPUT)  # sequences the cache holds at full length
     assert 2 <= fits <= 64, fits
     levels = sorted({1, max(1, fits // 4), 2 * fits, 4 * fits})
+    # the objective from this server's own speed now: on 2 cores shared with the agent and the client, one
+    # request's first token took 0.04 s in one run and 0.4 s in another, and 1 s then broke at fits // 4 (compute,
+    # not the cache); 4 times a lone request's time to its first token (at least 1 s) holds within the cache
+    # (about fits // 4 times it, shared compute) and breaks past it (queued for whole sequences)
+    alone = []
+    for _ in range(3):
+        t = time.monotonic()
+        real_vllm.completion(url, str(d / "model"), " ".join(["word"] * INPUT), max_tokens=1)
+        alone.append(time.monotonic() - t)
+    slo = round(max(1.0, 4 * sorted(alone)[1]), 2)
     out = tmp_path / "r.json"
     code = main(["probe", "--config.file", str(cfg), "--workload", "tiny", "--agent", agent_url, "--levels",
-                 ",".join(map(str, levels)), "--step", "30s", "--warmup", "8s", "--slo", "ttft_p50=1s",
+                 ",".join(map(str, levels)), "--step", "30s", "--warmup", "8s", "--slo", f"ttft_p50={slo:.2f}s",
                  "--output", str(out), "--no-save", "--request-timeout", "120s"])
     text = capsys.readouterr()
     assert "Traceback" not in text.err
@@ -95,7 +105,7 @@ def test_a_ramp_on_a_real_vllm_finds_the_kv_bound_step_and_names_kv_cache(vllm, 
     assert code == 0, text.out + text.err
     steps = doc["steps"]
     table = "\n".join(f"{s['level']}: {s['completed']}/{s['requests']} ttft {s['ttft']} e2e {s['e2e']['p50']} "
-                      f"{s['slo_broken']} host {s['host']}" for s in steps) + f"\nfits {fits}"
+                      f"{s['slo_broken']} host {s['host']}" for s in steps) + f"\nfits {fits}, objective {slo:.2f} s"
     print(table, file=sys.stderr)
     assert steps[0]["slo_ok"] and steps[0]["lengths_exact"], steps[0]
     broke = next(s for s in steps if not s["slo_ok"])
@@ -104,5 +114,5 @@ def test_a_ramp_on_a_real_vllm_finds_the_kv_bound_step_and_names_kv_cache(vllm, 
     assert peaks["kv_cache_usage_ratio"] >= 0.9 and peaks["requests_waiting"] > 0, table
     assert doc["capacity"]["bound_by"] == "kv_cache", (doc["capacity"], table)
     answer = text.out.splitlines()[0]  # probe/answer.py: "Capacity at the SLO (...): N concurrent sequences / ..."
-    assert answer.startswith("Capacity at the SLO (TTFT p50 <= 1000 ms") and \
+    assert answer.startswith(f"Capacity at the SLO (TTFT p50 <= {slo * 1000:.0f} ms") and \
         f" bound by kv_cache from step {broke['index']} " in answer, answer

@@ -329,7 +329,14 @@ def test_driven_past_its_kv_cache_it_is_named_kv_cache_within_the_hold_with_cons
             c.start()
         try:
             while time.monotonic() - started < LOAD_TIMEOUT:
-                w = next((w for w in status(agent)["workloads"] if w["name"] == name), None)
+                try:
+                    doc = status(agent)
+                except OSError as exc:  # no status within 5 s on the saturated cores: noted, asked again
+                    if "timed out" not in str(exc):
+                        raise
+                    polls.append((time.monotonic() - started, None, None, "no status answer within 5 s", None, None, {}))
+                    continue
+                w = next((w for w in doc["workloads"] if w["name"] == name), None)
                 if w is not None:
                     now = w.get("now") or {}
                     serving = w.get("serving") or {}
@@ -357,7 +364,7 @@ def test_driven_past_its_kv_cache_it_is_named_kv_cache_within_the_hold_with_cons
         for t, _, _, _, _, _, evidence in full:  # the newest scrape full with a queue: never "the cache has room"
             assert "the runtime's own limits" not in evidence.get("none", ""), (t, evidence)
             assert "the runtime's own limits" not in evidence["kv_cache"], (t, evidence)
-        assert all(p[3] == "up" for p in polls if p[3] is not None), f"not up under load:\n{table}"
+        assert all(p[3] == "up" for p in polls if p[3] is not None and p[4] is not None), f"not up under load:\n{table}"
         print(f"real vLLM: cache full at {filled_at:.1f} s, kv_cache primary at {named[0]:.1f} s\n{table}",
               file=sys.stderr)
     finally:
