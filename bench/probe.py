@@ -228,52 +228,6 @@ def section(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _group_pids(leader: int | None) -> list[int]:
-    """The pids of the server's process group (it runs in a session of its own: its pid is the group's id)."""
-    if leader is None:
-        return []
-    out = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.getpgid(int(proc.name)) == leader:
-                    out.append(int(proc.name))
-    return out
-
-
-def _server_cpus(leader: int | None) -> set[int]:
-    """The CPUs the server's processes bound themselves to (vLLM's CPU worker binds its OpenMP compute thread to
-    a core, VLLM_CPU_OMP_THREADS_BIND=auto): the union of the affinities in its process group that are narrower
-    than the machine's."""
-    everything = os.sched_getaffinity(0)
-    bound: set[int] = set()
-    for pid in _group_pids(leader):
-        try:
-            cpus = os.sched_getaffinity(pid)
-        except OSError:
-            continue
-        if cpus < everything:
-            bound |= cpus
-    return bound
-
-
-def _pin_server(leader: int, cpus: set[int]) -> int:
-    """Every thread of the server's process group onto ``cpus`` (the core vLLM bound its compute thread to), so
-    neither client shares a core with the server's API process and engine loop (a heavier client would slow the
-    server it measures). Returns the threads moved."""
-    moved = 0
-    for pid in _group_pids(leader):
-        try:
-            tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
-        except OSError:
-            continue
-        for tid in tids:
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(tid, cpus)
-                moved += 1
-    return moved
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.probe", description=__doc__.split("\n\n")[0])
     ap.add_argument("--levels", default="1,4", help="concurrencies (default 1,4)")
@@ -310,18 +264,18 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         model = real_vllm.make_tiny_llama(work / "model", python)
         started = time.monotonic()
-        with real_vllm.vllm_server(model, _free_port(), KV_CACHE_BYTES, ("--no-enable-prefix-caching",),
+        with real_vllm.vllm_server(model, _free_port(), KV_CACHE_BYTES, ("--no-enable-prefix-caching",), pin=False,
                                    python=python) as url:
             start = time.monotonic() - started
             real_vllm.completion(url, str(model), max_tokens=4)  # the first request compiles and warms: not counted
-            server = _server_cpus(real_vllm.vllm_server.last_pid)
+            server = real_vllm.server_cpus(real_vllm.vllm_server.last_pid)
             clients = everything - server
             if args.no_pin or not server or not clients:
                 pinning = ("Nothing pinned (--no-pin)." if args.no_pin else
                            f"Nothing pinned (the server bound itself to {sorted(server) or 'no CPU'}).")
             else:
                 os.sched_setaffinity(0, clients)  # both tools' processes inherit it
-                threads = _pin_server(real_vllm.vllm_server.last_pid, server)
+                threads = real_vllm.pin_server(real_vllm.vllm_server.last_pid, server)
                 pinning = (f"Pinned: both clients (each tool's whole process) on CPU {_cpus(clients)}; the whole "
                            f"server ({threads} threads: its compute thread, where vLLM binds it with "
                            f"`VLLM_CPU_OMP_THREADS_BIND=auto`, its API server and engine loop) on CPU "

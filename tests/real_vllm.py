@@ -198,7 +198,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @contextlib.contextmanager
 def vllm_server(model_dir: Path | str, port: int, kv_cache_bytes: int, extra_args: tuple[str, ...] | list[str] = (),
                 python: Path | None = None, start_timeout: float = VLLM_START_TIMEOUT,
-                env: dict | None = None) -> Iterator[str]:
+                env: dict | None = None, pin: bool = True) -> Iterator[str]:
     """A real vLLM OpenAI server on 127.0.0.1:`port` serving `model_dir`; yields its base URL.
 
     The server process is reachable for tests as `vllm_server.last_pid` after the start (the group leader)."""
@@ -225,12 +225,66 @@ def vllm_server(model_dir: Path | str, port: int, kv_cache_bytes: int, extra_arg
                 raise RuntimeError(f"vLLM not healthy after {start_timeout:.0f} s; {log}:\n{log_tail(log)}")
             time.sleep(1.0)
         print(f"vLLM healthy on {url} after {time.monotonic() - started:.0f} s (log {log})", file=sys.stderr)
+        if pin:
+            # the whole server (API process, engine loop, its compute thread) onto the core vLLM bound its compute
+            # to, so that the agent and the tests' clients keep the other one: unpinned, its API process and engine
+            # loop took the second core of this 2-core machine too, and the agent answered its status late, its
+            # collectors missed their deadlines and the server itself starved the KV cache of requests
+            cpus = server_cpus(proc.pid)
+            if cpus:
+                pin_server(proc.pid, cpus)
         yield url
     finally:
         _stop(proc)
 
 
 vllm_server.last_pid = None
+
+
+def group_pids(leader: int | None) -> list[int]:
+    """The pids of the server's process group (it runs in a session of its own: its pid is the group's id)."""
+    if leader is None:
+        return []
+    out = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(proc.name)) == leader:
+                    out.append(int(proc.name))
+    return out
+
+
+def server_cpus(leader: int | None) -> set[int]:
+    """The CPUs the server's processes bound themselves to (vLLM's CPU worker binds its OpenMP compute thread to
+    a core, VLLM_CPU_OMP_THREADS_BIND=auto): the union of the affinities in its process group that are narrower
+    than the machine's."""
+    everything = os.sched_getaffinity(0)
+    bound: set[int] = set()
+    for pid in group_pids(leader):
+        try:
+            cpus = os.sched_getaffinity(pid)
+        except OSError:
+            continue
+        if cpus < everything:
+            bound |= cpus
+    return bound
+
+
+def pin_server(leader: int, cpus: set[int]) -> int:
+    """Every thread of the server's process group onto ``cpus`` (the core vLLM bound its compute thread to), so
+    neither client shares a core with the server's API process and engine loop (a heavier client would slow the
+    server it measures). Returns the threads moved."""
+    moved = 0
+    for pid in group_pids(leader):
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
+                moved += 1
+    return moved
 
 
 def post_json(url: str, body: dict, timeout: float = 120.0) -> dict:

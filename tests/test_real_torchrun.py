@@ -214,6 +214,7 @@ def _fed_is_not_cpu(fed: Run) -> None:
     w: dict = {}
     named: set[int] = set()  # the neighbours its status named over the window (the list follows the host's top users)
     owns: list[float] = []
+    full: list[str] = []  # polls whose evidence counts host-wide CPU in full (own use at OWN_CPU_CORES or more)
     while time.monotonic() < deadline:
         w = next(iter(torchrun_workloads(status(fed.agent))))
         assert w["primary_bottleneck"] != "cpu", json.dumps(w, indent=1)[:4000]
@@ -225,9 +226,12 @@ def _fed_is_not_cpu(fed: Run) -> None:
         score, evidence = w["scores"]["cpu"], w["evidence"].get("cpu", "")
         found = OWN_USE.search(evidence)
         # the host is saturated, so host-wide CPU is quoted with the share it counts; absent only when the job
-        # itself uses OWN_CPU_CORES or more (counted in full): then this run cannot tell blame from own use
-        assert found, (f"no own-use share in the cpu evidence (the job uses {OWN_CPU_CORES} cores or more?): "
-                       f"{score} {evidence}")
+        # itself used OWN_CPU_CORES or more that tick (counted in full: a tick of this poll cannot tell blame from
+        # own use; seen on a fast machine where its 8 workers' bursts reached it): counted, most polls must tell
+        if not found:
+            full.append(f"{score} {evidence}")
+            time.sleep(0.5)
+            continue
         counts, own = int(found[1]) / 100, float(found[2])
         owns.append(own)
         assert abs(counts - min(1.0, own / OWN_CPU_CORES)) <= 0.02, (counts, own, evidence)
@@ -240,6 +244,8 @@ def _fed_is_not_cpu(fed: Run) -> None:
     busy = 1 - (idle1 - idle0) / max(total1 - total0, 1)
     assert busy >= 0.9, f"the neighbours did not saturate the host ({busy:.0%} busy): the test proved nothing"
     assert owns, "the workload was never measured while watched"
+    assert len(full) <= len(owns), (f"{len(full)} of {len(full) + len(owns)} polls without an own-use share in the "
+                                    f"cpu evidence (the job used {OWN_CPU_CORES} cores or more?): {full[:3]}")
     # the own use it was judged by is the job's (the neighbours' 2 cores never count as its own): /proc's rate over
     # the window, within the agent's 1 s per-member sampling and rounding
     mean_own = sum(owns) / len(owns)
