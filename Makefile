@@ -3,6 +3,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Machines of this kind set PYTHONDONTWRITEBYTECODE=1. Without bytecode files pytest rewrites every test module's
+# asserts again on each run (about 9 s per worker of the fast lane's minute) and every `headroom` child the tests
+# start compiles the agent again; the files go to __pycache__/ (ignored by git).
+unexport PYTHONDONTWRITEBYTECODE
 ADDRESS ?= 127.0.0.1:9843
 SCENARIO ?= demo
 

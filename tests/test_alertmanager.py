@@ -77,7 +77,7 @@ class Webhook:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def alerts(self) -> list[tuple[str, dict]]:
         """(receiver path, alert) of every alert in every notification so far."""

@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "agent" / "headroom"
 
 
+def parse(path: Path) -> ast.Module:
+    """``path`` parsed, once per worker while the file is unchanged: most tests here walk every module of the
+    agent, and parsing them all again for each test was most of the file's time. (Callers only read the trees.)"""
+    st = path.stat()
+    return _parsed(path, st.st_mtime_ns, st.st_size)
+
+
+@functools.cache
+def _parsed(path: Path, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
 def imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -44,7 +57,7 @@ NVML_MODULES = {
 def _runtime_import_nodes(path: Path) -> list[ast.Import | ast.ImportFrom]:
     """The import statements of ``path`` (at the top or inside functions), leaving out those under
     ``if TYPE_CHECKING:``."""
-    tree = ast.parse(path.read_text())
+    tree = parse(path)
     skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
                for n in ast.walk(node)}
     return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skipped]
@@ -114,7 +127,7 @@ def _check_split_package(rel: str, allowed_imports: dict[str, set[str]]) -> None
         path = pkg / name
         assert len(path.read_text().splitlines()) <= 800, f"{rel}/{name} is over 800 lines"
         found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.ImportFrom) and node.module == dotted:  # from headroom.workload.sizing import plan
                 found.update(a.name for a in node.names if a.name in names)
                 if name != "__init__.py":
@@ -410,7 +423,7 @@ def test_the_situations_corpus_lives_beside_the_tests_and_the_agent_never_import
     assert (corpus / "__init__.py").exists() and len(list(corpus.glob("*.py"))) > 10
     assert not list(PKG.rglob("situations")), "the situation corpus is back inside agent/headroom"
     for path in PKG.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n == "situations" or n.startswith("situations.") or ".situations" in n for n in names), \
@@ -476,6 +489,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache  # (the tree does not change during a run; callers only read the graph)
 def _import_graph() -> dict[str, set[str]]:
     """Module -> the agent modules it imports at run time (at the top or inside a function; ``if TYPE_CHECKING:``
     imports left out). ``from P import x`` is an edge to ``P.x`` when that is a module, else to ``P``."""
@@ -483,7 +497,7 @@ def _import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in names}
     for name, path in names.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        tree = ast.parse(path.read_text())
+        tree = parse(path)
         skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
                    and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING") for n in ast.walk(node)}
         for node in ast.walk(tree):
@@ -619,13 +633,13 @@ def _comment(line: str) -> str:
 def uncommented_any(path: Path) -> list[int]:
     """The lines of ``path`` that name ``typing.Any`` (outside its import) with no comment on that line, nor a
     comment line just above (another statement's trailing comment does not count)."""
-    source = path.read_text()
-    lines = source.splitlines()
+    lines = path.read_text().splitlines()
     found: set[int] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(path)):
         if (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute) and node.attr == "Any"):
             found.add(node.lineno)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.lineno == node.end_lineno:
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.lineno == node.end_lineno \
+                and "Any" in node.value:
             try:  # a quoted annotation ("dict[str, Any]")
                 inner = ast.parse(node.value, mode="eval")
             except SyntaxError:

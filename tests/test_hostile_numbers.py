@@ -212,7 +212,7 @@ def test_a_value_prometheus_cannot_parse_leaves_the_scrape_up_on_a_real_promethe
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     target = f"127.0.0.1:{server.server_address[1]}"
     prom = Prometheus(tmp_path, target, {
         "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},

@@ -546,7 +546,7 @@ class Scripted(BaseHTTPRequestHandler):
 @pytest.fixture
 def scripted():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     Scripted.prompts = []
     yield Scripted, f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()

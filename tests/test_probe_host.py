@@ -124,7 +124,7 @@ def test_a_hostile_or_hung_status_api_costs_the_step_nothing_but_its_readings(mo
     handler = type("H", (_Hostile,), {"mode": mode})
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         watch = HostWatch("chat", f"http://127.0.0.1:{srv.server_address[1]}", interval=0.2)
         started = time.monotonic()

@@ -167,7 +167,7 @@ def test_scrapes_keep_answering_while_a_collector_hangs():
     s.tick()
     s.start()
     srv = HeadroomHTTPServer(("127.0.0.1", 0), s)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     t.start()
     try:
         url = f"http://127.0.0.1:{srv.server_address[1]}"

@@ -120,7 +120,7 @@ def serve():
         server = Server(("127.0.0.1", 0), Handler)
         server.web_config = web_config
         server.tls_handshake_timeout = handshake_timeout
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         return server.server_address[1]
 
