@@ -548,7 +548,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 # Import circles that exist today outside the configuration's rooms, each to be ended by its room's owners: this
 # list may only shrink (the test fails on a circle not listed here AND on a listed one that is gone or changed).
 KNOWN_IMPORT_CIRCLES: dict[frozenset[str], str] = {}  # none left: the thresholds sit below analysis/bottleneck/ and
-# analysis/serving.py (analysis/thresholds.py), the agent's health below exposition/server.py and landing.py
+# analysis/serving.py (analysis/thresholds.py), the agent's health below exposition/server.py and status_api.py
 # (exposition/health.py)
 
 
