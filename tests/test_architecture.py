@@ -187,8 +187,9 @@ def test_the_simulation_imports_one_way():
         done |= ready
 
 
-# simulation/scenario/: the runtime (Scenario) and the parser that builds it; the parser imports the runtime
-SCENARIO_MODULES = {"__init__.py": {"parse", "runtime"}, "runtime.py": set(), "parse.py": {"runtime"}}
+# simulation/scenario/: the runtime (Scenario), the node readers and the parser that builds a Scenario with them
+SCENARIO_MODULES = {"__init__.py": {"nodes", "parse", "runtime"}, "runtime.py": set(), "nodes.py": set(),
+                    "parse.py": {"nodes", "runtime"}}
 # simulation/nvml_driver/: nvml.h <- core (state, plumbing) <- device <- health <- driver (the table)
 NVML_DRIVER_MODULES = {
     "__init__.py": {"driver", "nvml_h"},

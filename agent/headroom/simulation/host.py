@@ -41,7 +41,7 @@ from headroom.sources import Paths
 if TYPE_CHECKING:  # the scenario parser calls parse_host with itself; this module never imports it
     import yaml
 
-    from headroom.simulation.scenario.parse import _Parser
+    from headroom.simulation.scenario.nodes import NodeReader
     from headroom.simulation.spec import StandInSpec
 
 log = structlog.get_logger("headroom.simulation.host")
@@ -143,7 +143,7 @@ def parse_link_speed(value: object) -> int | None:
     return int(mbits) * 125_000
 
 
-def parse_host(p: _Parser, node: yaml.Node, path: str = "host") -> HostSpec:
+def parse_host(p: NodeReader, node: yaml.Node, path: str = "host") -> HostSpec:
     """Parse a scenario's ``host:`` node with the scenario parser ``p`` (its errors carry file:line:column).
 
     Returns a HostSpec; absent keys take the calm defaults documented in docs/scenario-format.md.
@@ -207,7 +207,7 @@ def parse_host(p: _Parser, node: yaml.Node, path: str = "host") -> HostSpec:
     )
 
 
-def _psi_line(p: _Parser, node: yaml.Node, path: str) -> PsiLineSpec:
+def _psi_line(p: NodeReader, node: yaml.Node, path: str) -> PsiLineSpec:
     """A PSI line: a ratio signal (avg10; avg60/avg300 derived) or {avg10, avg60, avg300} signals."""
     import yaml
 
@@ -220,14 +220,14 @@ def _psi_line(p: _Parser, node: yaml.Node, path: str) -> PsiLineSpec:
     return PsiLineSpec(p.signal(node, path, "ratio"))
 
 
-def _name(p: _Parser, node: yaml.Node, path: str) -> str:
+def _name(p: NodeReader, node: yaml.Node, path: str) -> str:
     name = p.string(node, path)
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", name):
         raise p.error(node, path, f"not a device name the kernel could use: {name!r}")
     return name
 
 
-def _disk(p: _Parser, node: yaml.Node, path: str) -> DiskSpec:
+def _disk(p: NodeReader, node: yaml.Node, path: str) -> DiskSpec:
     d = p.mapping(node, path, _DISK_KEYS, ("name",))
 
     def s(key: str, kind: str, default: float) -> Signal:
@@ -240,7 +240,7 @@ def _disk(p: _Parser, node: yaml.Node, path: str) -> DiskSpec:
                     s("write", "size", 0.0), s("queue_depth", "number", 0.0), size)
 
 
-def _nic(p: _Parser, node: yaml.Node, path: str) -> NicSpec:
+def _nic(p: NodeReader, node: yaml.Node, path: str) -> NicSpec:
     n = p.mapping(node, path, _NIC_KEYS, ("name",))
     speed = None
     if "speed" in n:
@@ -253,7 +253,7 @@ def _nic(p: _Parser, node: yaml.Node, path: str) -> NicSpec:
     return NicSpec(_name(p, n["name"], f"{path}.name"), speed, rx, tx)
 
 
-def _shm(p: _Parser, node: yaml.Node, path: str) -> ShmSpec:
+def _shm(p: NodeReader, node: yaml.Node, path: str) -> ShmSpec:
     s = p.mapping(node, path, _SHM_KEYS, ("mountpoint", "size"))
     mountpoint = p.string(s["mountpoint"], f"{path}.mountpoint")
     if not mountpoint.startswith("/") or ".." in mountpoint.split("/") or any(c.isspace() for c in mountpoint):
