@@ -2,7 +2,7 @@
 of known keys, a string, a whole number, a duration, a number in base units, a ``Signal``), each error a
 ``ScenarioError("FILE:LINE:COLUMN: field.path: message")`` at the node; and ``parse_frequency``.
 
-parse.py's parser reads a scenario's sections with them, and ``simulation.host.parse_host`` the ``host:`` section.
+parse.py's parser reads a scenario's sections with them, and ``simulation.host_spec.parse_host`` the ``host:`` section.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ time, processes, MIG instances, XIDs, injected NVML faults, workloads and a synt
 strict: an unknown key, a wrong type or a bad unit fails with
 ``ScenarioError("FILE:LINE:COLUMN: field.path: message")``. The readers of single nodes (mappings, numbers
 in units, signals) are nodes.py's ``NodeReader``, which this module's parser extends section by section; the
-``host:`` section is parsed by ``simulation.host.parse_host`` with that parser.
+``host:`` section is parsed by ``simulation.host_spec.parse_host`` with that parser.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import yaml
 
 from headroom.safeio import clip, read_config_bytes
 from headroom.schema import ConfigError, compose_text
-from headroom.simulation.host import parse_host
+from headroom.simulation.host_spec import parse_host
 from headroom.simulation.scenario.nodes import NodeReader
 from headroom.simulation.scenario.runtime import Scenario
 from headroom.simulation.signals import Signal, constant
