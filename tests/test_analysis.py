@@ -527,7 +527,7 @@ def test_the_straggler_is_the_rank_throttled_clearly_more_than_the_others():
 def test_an_idle_gpu_says_why_nothing_limits_it_in_the_status():
     """Per-GPU verdicts carry the sentence for none too (status API and landing page), not only workloads'."""
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
-    from headroom.exposition.landing import _verdict
+    from headroom.exposition.status_api import _verdict
 
     window = build_window(Host(cpu_busy=0.99, psi={"cpu.some": 0.6}), [Gpu(util=0.0), Gpu(util=0.3)])
     findings = analyse("", window)
@@ -607,7 +607,8 @@ def test_a_full_shm_counts_before_starvation_only_where_workers_run_not_where_th
 
 def test_status_and_landing_page_report_a_declared_worker_count_that_disagrees_with_the_tree():
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
-    from headroom.exposition.landing import _workload_card, _workload_status
+    from headroom.exposition.landing import _workload_card
+    from headroom.exposition.status_api import _workload_status
 
     window = build_window(Host(cpus=64, cpu_busy=0.03), [Gpu(util=0.3)],
                           extra=_ranked({7000: 0.02, 7001: 0.5, 7002: 0.5}, {7001: (), 7002: ()}))

@@ -249,7 +249,7 @@ def test_the_status_api_gives_each_reasons_share_and_the_power_margin_per_gpu():
     power margin per GPU beside the sum."""
     from types import SimpleNamespace
 
-    from headroom.exposition.landing import status
+    from headroom.exposition.status_api import status
 
     config = SERVER.replace("gpus: [0]", "gpus: [0, 1]")
     window = build_window(Host(), [Gpu(util=0.97, temperature=44, power=310, reasons=("hw_slowdown",), thresholds=H100_LIMITS),

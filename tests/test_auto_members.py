@@ -446,7 +446,8 @@ def test_every_automatic_workload_gets_verdicts_and_says_why_it_has_no_expected_
     """Issue 25: "The promised estimate_error ... appears nowhere in the status": a pod no launcher describes gets
     the verdicts that need no memory model, and its estimate_error in /api/v1/status and on the page."""
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
-    from headroom.exposition.landing import _identity_status, _workload_card, _workload_status
+    from headroom.exposition.landing import _workload_card
+    from headroom.exposition.status_api import _identity_status, _workload_status
 
     group = IdentityGroup("pod", "ml/trainer-0", pids=(500,), gpus=("GPU-0",), pod="trainer-0", namespace="ml")
     findings = _analyse(_auto_window(group, own_cores=0.2, host_busy=0.1))

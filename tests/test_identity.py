@@ -18,7 +18,7 @@ import pytest
 
 from headroom.analysis.pipeline import Analysis
 from headroom.config import load_config
-from headroom.exposition import landing, render
+from headroom.exposition import render, status_api
 from headroom.exposition.render import render as render_exposition
 from headroom.exposition.render.collectors import _render_identity  # private: no public name
 from headroom.exposition.render.findings import _render_workloads  # private: no public name
@@ -302,7 +302,7 @@ def test_pods_and_jobs_holding_gpus_become_workloads_with_labels(tmp_path, kubel
     }
     assert 'headroom_workload_identities 3' in text
     assert 'headroom_identity_unknown_devices{source="kubelet"} 0' in text
-    doc = landing.status(sampler)["identity"]
+    doc = status_api.status(sampler)["identity"]
     assert doc["sources"] == [{"name": "kubelet", "up": True, "error": None, "unknown_devices": [], "refused": []}]
     chat = next(w for w in doc["workloads"] if w["name"] == "ml/chat-0")
     assert (chat["kind"], chat["container"], chat["processes"], chat["gpu_memory_used_bytes"]) == (

@@ -400,7 +400,7 @@ def test_checked_in_code_matches_the_proto(tmp_path):
 
 def test_unreachable_kubelet_shows_in_metrics_status_and_log(tmp_path, capsys, caplog):
     """Socket missing: the metric says 0, /api/v1/status says why, the log says it once; the tick goes on."""
-    from headroom.exposition import landing
+    from headroom.exposition import status_api
     from headroom.exposition.render import render as render_exposition
     from headroom.sampler import Sampler
 
@@ -423,6 +423,6 @@ def test_unreachable_kubelet_shows_in_metrics_status_and_log(tmp_path, capsys, c
     text = snap.exposition.decode()
     assert 'headroom_identity_source_up{source="kubelet"} 0' in text
     assert 'headroom_collector_success{collector="identity"} 1' in text
-    (src,) = landing.status(sampler)["identity"]["sources"]
+    (src,) = status_api.status(sampler)["identity"]["sources"]
     assert src["up"] is False and src["error"].startswith(f"socket {tmp_path / 'absent.sock'} not found")
     assert _logged(capsys, caplog, "kubelet_pod_resources_failed") == 1

@@ -262,7 +262,7 @@ def test_tick_lateness_and_missed_slots_are_measured_against_the_schedule():
     say so, in the exposition and in /api/v1/status, and the on-time ticks say 0."""
     import pytest
 
-    from headroom.exposition import landing
+    from headroom.exposition import status_api
 
     clock = _SteppedClock(durations=[0.01, 0.01, 2.5, 0.01], late=[0.0, 0.3, 0.0, 0.0])
     snaps = []
@@ -285,7 +285,7 @@ def test_tick_lateness_and_missed_slots_are_measured_against_the_schedule():
     assert _gauge(last, "headroom_sample_lateness_max_seconds") == pytest.approx(0.3)  # still in the 60 s window
     assert _gauge(last, "headroom_sample_duration_max_seconds") == pytest.approx(2.5)
     assert _gauge(last, "headroom_samples_missed_total") == 2
-    agent = landing.status(s, snaps[-1])["agent"]
+    agent = status_api.status(s, snaps[-1])["agent"]
     assert agent["ticks_in_window"] == 4 and agent["missed_ticks_total"] == 2
     assert agent["tick_lateness_seconds"]["max"] == pytest.approx(0.3)
     assert agent["tick_lateness_seconds"]["median"] == 0.0

@@ -297,14 +297,14 @@ def test_one_failed_scrape_under_load_is_not_a_restart():
 
 
 def test_the_serving_state_is_in_the_status_api_and_the_page():
-    from headroom.exposition import landing
+    from headroom.exposition import landing, status_api
 
     def phase(t):
         return "cannot connect: Connection refused" if t >= 10 else {"usage": 0.5, "running": 4, "waiting": 0}
 
     wf = _run(phase, 15)[-1]
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
-    serving_status = landing._workload_status(wf, None)["serving"]
+    serving_status = status_api._workload_status(wf, None)["serving"]
     assert "scrapes" not in serving_status  # the counts are in the evidence, not 15 scrapes per workload
     assert serving_status["state"] == "down"
     assert serving_status["state_reason"].startswith("serving endpoint down: cannot connect")
@@ -480,10 +480,10 @@ def test_an_ollama_cards_memory_is_its_resident_models_in_the_verdict():
     assert "its /api/ps lists 1 model loaded: gemma3:latest, 5.56 GiB, all of it in GPU memory" in text
     assert wf.verdict.scores["gpu_memory"] == 0.0
     assert not wf.serving.idle  # Ollama says nothing of requests: never called idle from its endpoint
-    from headroom.exposition import landing
+    from headroom.exposition import landing, status_api
 
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
-    status = landing._workload_status(wf, None)["serving"]
+    status = status_api._workload_status(wf, None)["serving"]
     assert status["resident_models"] == ["gemma3:latest"] and status["resident_vram_bytes"] == 5964735424.0
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     assert landing._serving_line(status) == ('<p class="serving">ollama: <b>1</b> model loaded (gemma3:latest), '
@@ -492,18 +492,18 @@ def test_an_ollama_cards_memory_is_its_resident_models_in_the_verdict():
 
 def test_the_newer_families_are_in_the_status_api_and_the_page():
     """What the runtime said of its queue and its sleep is in /api/v1/status (workloads[].serving) and on the page."""
-    from headroom.exposition import landing
+    from headroom.exposition import landing, status_api
 
     wf = finding(Host(), VLLM_GPU, serving(usage=0.97, waiting=6, deferred=2, rejections_per_second=0.5,
                                            sleep_level=0))
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
-    status = landing._workload_status(wf, None)["serving"]
+    status = status_api._workload_status(wf, None)["serving"]
     assert (status["deferred"], status["rejections_per_minute"], status["sleep_level"]) == (2.0, 30.0, 0)
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     page = landing._serving_line(status)
     assert "(2 deferred, not for capacity)" in page and "<b>30.0</b>/min refused at admission" in page
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
-    asleep = landing._serving_line(landing._workload_status(
+    asleep = landing._serving_line(status_api._workload_status(
         finding(Host(), Gpu(util=0.0), serving(usage=0.0, running=0, waiting=0, sleep_level=2)), None)["serving"])
     assert "asleep (sleep level 2): idle, not broken" in asleep
 

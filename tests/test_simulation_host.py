@@ -12,7 +12,7 @@ from headroom.daemon import Options, build_collectors
 from headroom.exposition.render import render as render_exposition
 from headroom.sampler import Sampler
 from headroom.simulation import ManualClock, ScenarioError, list_scenarios, load_scenario, parse_scenario
-from headroom.simulation.host import parse_link_speed
+from headroom.simulation.host_spec import parse_link_speed
 from headroom.sources import SourceContext, load_all
 
 GPUS = "gpus:\n  - {name: NVIDIA H100 80GB HBM3, memory_total: 80GiB, power_limit: 700}\n"

@@ -26,7 +26,8 @@ import yaml
 from bench import accuracy
 
 from headroom.config import load_config
-from headroom.exposition.landing import page, status
+from headroom.exposition.landing import page
+from headroom.exposition.status_api import status
 from headroom.simulation import list_scenarios, load_scenario, parse_scenario
 from headroom.simulation.runner import primaries, running
 from headroom.sources import procfs

@@ -22,9 +22,10 @@ from headroom.analysis.headroom import CAPACITY_TOLERANCE, workload_headroom
 from headroom.analysis.signals import GpuSignals, HostSignals, WorkloadSignals
 
 # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
-from headroom.exposition.landing import _gpu_card, _workload_card, status
+from headroom.exposition.landing import _gpu_card, _workload_card
 from headroom.exposition.render import Writer
 from headroom.exposition.render.findings import _render_findings  # private: no public name
+from headroom.exposition.status_api import status
 from test_rules import RULES, alerts, runbook_anchors
 
 from conftest import ROOT

@@ -57,6 +57,9 @@ _probe = _m("serving", "probe collector (sources/probe.py): the last `headroom p
             "the state directory (docs/probe.md)")
 _ana = _m("analysis", "analysis (analysis/pipeline.py, bottleneck.py, headroom.py) over the sampled window")
 W = ("workload",)
+# The catalogue is a table read row by row (name, type, unit, labels; the help wrapped under them): ruff format
+# keeps it as written from here to the node_exporter table.
+# fmt: off
 CATALOG: tuple[MetricSpec, ...] = (
     # --- the agent itself
     _self("headroom_build_info", GAUGE, "", ("version", "python_version"),
@@ -539,6 +542,7 @@ NODE_EXPORTER_EQUIVALENTS: tuple[tuple[str, str, str], ...] = (
     ("headroom_memory_size_bytes", "", "node_memory_MemTotal_bytes"),
     ("headroom_memory_swap_size_bytes", "", "node_memory_SwapTotal_bytes"),
 )
+# fmt: on
 
 BY_NAME: dict[str, MetricSpec] = {m.name: m for m in CATALOG}
 if len(BY_NAME) != len(CATALOG):  # pragma: no cover - guarded by a test too

@@ -1,6 +1,7 @@
 """The agent's health as /healthz and the status API both say it (one text for both): the state the server and the
 status read (``State``), ``health`` and what is degraded while the agent itself works. Below server.py and
-landing.py, which both use it (server.py serves landing.py's page, so neither may import the other for it)."""
+status_api.py, which both use it (server.py serves status_api.py's document, so neither may import the other
+for it)."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 
 from headroom import __version__
-from headroom.exposition import landing, openmetrics, runbook
+from headroom.exposition import landing, openmetrics, runbook, status_api
 from headroom.exposition.health import State, health  # health: /healthz's text, also the status API's
 from headroom.exposition.render import CONTENT_TYPE
 from headroom.exposition.webconfig import TLSAuthHandlerMixin, TLSAuthServerMixin, WebConfig
@@ -331,7 +331,7 @@ class Handler(TLSAuthHandlerMixin, BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE, (text + "\n").encode(),
                        "text/plain; charset=utf-8", head=head)
         elif path == "/api/v1/status":
-            self._send(HTTPStatus.OK, landing.status_json(srv.state), "application/json", head=head)
+            self._send(HTTPStatus.OK, status_api.status_json(srv.state), "application/json", head=head)
         elif path == "/":
             self._send(HTTPStatus.OK, landing.page(srv.state, srv.telemetry_path), "text/html; charset=utf-8",
                        head=head)

@@ -1,7 +1,7 @@
 """What the host does during a probe step: ``HostWatch`` (docs/probe.md, "Measured from the host").
 
 About once a second (``interval``) a thread reads what the agent sees, the way the agent itself says it: the
-status API's document (``/api/v1/status``, exposition/landing.py ``status``): its ``now`` section (the newest
+status API's document (``/api/v1/status``, exposition/status_api.py ``status``): its ``now`` section (the newest
 tick's host: CPU busy, host RAM used, /dev/shm used, the busiest disk and network interface) and, for the probed
 workload, its ``now`` (its GPUs' memory, busy and SM activity; its runtime's KV cache usage, requests running and
 waiting, preemptions) and its verdict (the candidate bottleneck of the tick, its score and evidence).
@@ -245,12 +245,12 @@ class HostWatch:
         self._sampler.start()
 
     def _read_in_process(self) -> JsonDoc:
-        from headroom.exposition import landing
+        from headroom.exposition import status_api
 
         snap = self._sampler.snapshot
         if snap is None:
             raise ValueError("no sample yet")
-        return landing.status(self._sampler, snap)
+        return status_api.status(self._sampler, snap)
 
     def poll_once(self) -> JsonDoc | None:
         """One reading into the current step (if one is open); the status document, or None when it failed."""

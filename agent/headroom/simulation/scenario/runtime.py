@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # each piece is imported where it is first used (see the modu
 
     from headroom.jsontypes import JsonMapping, YamlValue
     from headroom.samples import MountUsage
-    from headroom.simulation.host import HostSpec, SyntheticHost
+    from headroom.simulation.host import SyntheticHost
+    from headroom.simulation.host_spec import HostSpec
     from headroom.simulation.nvml_driver import NvmlDriver
     from headroom.sources import Paths
 
