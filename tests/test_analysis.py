@@ -608,6 +608,7 @@ def test_a_full_shm_counts_before_starvation_only_where_workers_run_not_where_th
 def test_status_and_landing_page_report_a_declared_worker_count_that_disagrees_with_the_tree():
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     from headroom.exposition.landing import _workload_card
+
     # private: the status API's entry of one workload; status() needs a whole agent's state
     from headroom.exposition.status_api import _workload_status
 

@@ -447,6 +447,7 @@ def test_every_automatic_workload_gets_verdicts_and_says_why_it_has_no_expected_
     the verdicts that need no memory model, and its estimate_error in /api/v1/status and on the page."""
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     from headroom.exposition.landing import _workload_card
+
     # private: the status API's entry of one workload; status() needs a whole agent's state
     from headroom.exposition.status_api import _identity_status, _workload_status
 

@@ -206,6 +206,7 @@ def test_a_probe_above_the_objective_leaves_it_undecided_never_breached():
 def test_status_and_page_show_the_bound_with_its_bucket():
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     from headroom.exposition.landing import _serving_line
+
     # private: the status API's entry of one workload; status() needs a whole agent's state
     from headroom.exposition.status_api import _workload_status
 

@@ -180,6 +180,7 @@ def test_a_calm_host_names_nobody():
 def test_status_and_landing_page_show_the_neighbours():
     # private: one card or line of the landing page; status()/page() need a whole agent's state (server.health, the window)
     from headroom.exposition.landing import _workload_card
+
     # private: the status API's entry of one workload; status() needs a whole agent's state
     from headroom.exposition.status_api import _workload_status
 
