@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from pathlib import Path
+
+import pytest
 
 from conftest import http_get
 
@@ -35,6 +38,25 @@ def scrape(agent) -> bytes:
     status, _, body = http_get(agent.url + "/metrics", timeout=2)
     assert status == 200 and time.monotonic() - t0 < 1.0
     return body
+
+
+def _mounts_at(path) -> int:
+    return sum(1 for line in Path("/proc/self/mountinfo").read_text().splitlines() if line.split()[4] == str(path))
+
+
+def _bind_read_only(path) -> None:
+    """A read-only bind mount of ``path`` over itself. Two steps (bind, then make the bind read-only); the second is
+    refused (EBUSY) when the agent's rotation opened its next file through the new bind in between (a CI run met
+    it): the bind is then undone and both steps tried again."""
+    for _ in range(5):
+        before = _mounts_at(path)
+        subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
+        r = subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True, text=True)
+        if r.returncode == 0:
+            return
+        if _mounts_at(path) > before:
+            subprocess.run(["umount", "-l", str(path)], check=True)  # the writable bind only
+    pytest.fail(f"could not make {path} read-only: {r.stderr.strip()}")
 
 
 def test_full_then_read_only_disk_for_record(tmp_path, agent_factory):
@@ -67,8 +89,7 @@ def test_full_then_read_only_disk_for_record(tmp_path, agent_factory):
 
         # 2. the directory turns read-only (a read-only bind mount over it: the next rotation cannot
         #    rename or create), then writable again (the bind mount goes away)
-        subprocess.run(["mount", "--bind", str(disk), str(disk)], check=True)
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(disk)], check=True)
+        _bind_read_only(disk)
         assert wait(lambda: metric(scrape(agent), "headroom_record_success") == 0)
         assert b"Read-only file system" in http_get(agent.url + "/healthz")[2]
         subprocess.run(["umount", str(disk)], check=True)

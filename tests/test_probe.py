@@ -607,3 +607,17 @@ def test_prompts_are_text_of_the_exact_token_length_the_runtime_counts(scripted)
     assert step["lengths_exact"] is True and step["input_tokens_mean"] == 37
     assert result["lengths"].startswith("exact (text of words")
 
+
+
+def test_a_steps_mean_of_equal_readings_is_not_above_their_peak():
+    """Six polls of a GPU busy 0.78: the float sum over six is 0.7800000000000001, one ulp above every reading (a CI
+    run's failure of test_probe_host); the step's mean is at most its peak."""
+    # private: one step's reduction of the status API's polls; HostWatch needs a running agent to poll
+    from headroom.probe.host import _Step
+
+    step = _Step()
+    for _ in range(6):
+        step.add({"now": {"gpu_busy_ratio": 0.78}}, None)
+    out = step.result("status_api", True)
+    assert out["peaks"]["gpu_busy_ratio"] == 0.78
+    assert out["means"]["gpu_busy_ratio"] <= out["peaks"]["gpu_busy_ratio"]

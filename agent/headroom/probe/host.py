@@ -147,7 +147,8 @@ class _Step:
         self.error = error[:MAX_ERROR_TEXT]
 
     def result(self, source: str, found: bool) -> JsonDoc:
-        means = {k: self.sums[k] / self.counts[k] for k in self.sums}
+        # a mean never above its peak: the float sum of n equal readings over n can land one ulp over them
+        means = {k: min(self.sums[k] / self.counts[k], self.peaks[k]) for k in self.sums}
         peaks = dict(self.peaks)
         if self.preempt_first is not None and self.preempt_last is not None:
             grew = max(0.0, self.preempt_last - self.preempt_first)  # a restarted runtime counts from 0: no growth
