@@ -44,13 +44,14 @@ def test_only_the_nvml_binding_layer_and_its_stand_in_import_pynvml():
 
 
 # sources/nvml/: one purpose a module, and what each may import of the others (the layers point one way:
-# binding <- decode and threads <- collector; binding names decode's _Layout only for type checking)
+# binding <- decode and threads <- processes <- collector; binding names decode's _Layout only for type checking)
 NVML_MODULES = {
     "__init__.py": {"binding", "collector", "decode"},
     "binding.py": set(),
     "decode.py": {"binding"},
     "threads.py": {"binding"},
-    "collector.py": {"binding", "decode", "threads"},
+    "processes.py": {"binding", "decode"},
+    "collector.py": {"binding", "decode", "processes", "threads"},
 }
 
 
