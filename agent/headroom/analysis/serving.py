@@ -19,8 +19,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from headroom.analysis.latency import Percentile, seconds_text, window_quantiles
-from headroom.analysis.signals import recent
 from headroom.analysis.thresholds import BUCKET_WIDTH_MAX, DEFAULT_THRESHOLDS
+from headroom.analysis.window import recent
 from headroom.samples import Sample, ServingEndpoint
 
 if TYPE_CHECKING:
