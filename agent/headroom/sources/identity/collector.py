@@ -44,7 +44,7 @@ from headroom.sources.identity.launchers import (
 )
 from headroom.sources.identity.models import _ModelReader, process_identity
 from headroom.workload.attribution import claimed_by_declared
-from headroom.workload.launchers import display_name
+from headroom.workload.launcher_profiles import display_name
 from headroom.workload.profiles import WorkloadProfile
 
 log = structlog.get_logger("headroom.sources.identity")
