@@ -321,7 +321,7 @@ def test_the_agent_loads_prometheus_client_only_to_read_a_serving_runtime():
 
 # sources/identity/: one purpose a module (the package docstring says what each holds), each under 800 lines; the
 # readers of one kind of input import none of the others, additions (the kubelet's and a job mapping's merge) reads
-# groups and jobs, the collector all of them; no module imports the package's __init__ (which re-exports them)
+# groups and jobs, watch (the GPU processes' pidfds) the launchers' reader, the collector all of them; no module imports the package's __init__ (which re-exports them)
 IDENTITY_MODULES = {
     "__init__.py": {"cgroup_files", "cgroup_paths", "collector", "containers", "jobs", "launchers", "models"},
     "cgroup_paths.py": set(),
@@ -332,8 +332,9 @@ IDENTITY_MODULES = {
     "cgroup_files.py": set(),
     "groups.py": set(),
     "additions.py": {"groups", "jobs"},
+    "watch.py": {"launchers"},
     "collector.py": {"additions", "cgroup_files", "cgroup_paths", "containers", "groups", "jobs", "launchers",
-                     "models"},
+                     "models", "watch"},
 }
 
 
