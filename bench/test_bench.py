@@ -158,7 +158,9 @@ def test_the_gpu_section_counts_every_nvml_call_the_collector_makes_per_tick():
 
 
 def _cost_result(now_ms: float, fake_ms: float) -> dict:
-    run = lambda ms: {"own": [ms / 1e3] * 5, "inside": [1e-3] * 5, "entry_calls_per_tick": 100.0, "plumbing_per_call": 1e-6}  # noqa: E731
+    def run(ms: float) -> dict:
+        return {"own": [ms / 1e3] * 5, "inside": [1e-3] * 5, "entry_calls_per_tick": 100.0, "plumbing_per_call": 1e-6}
+
     return {"gpus": 8, "ticks": 5, "now": [run(now_ms)], "baseline": [run(fake_ms)], "baseline_binding": [run(now_ms)],
             "baseline_missing": None}
 

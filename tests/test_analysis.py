@@ -260,10 +260,11 @@ def test_a_workload_process_that_exits_does_not_make_its_cpu_rate_negative_or_di
 
 
 def test_the_long_window_is_thinned_evenly_keeping_both_ends_and_counter_rates():
-    """Long-window scores come from at most LONG_POINTS samples (signals.thinned): both ends kept, evenly
+    """Long-window scores come from at most LONG_POINTS samples (window.thinned): both ends kept, evenly
     spaced back from the newest, so counter rates over the long window are those of every sample."""
     from headroom.analysis.pipeline import LONG_POINTS
-    from headroom.analysis.signals import host_signals, thinned
+    from headroom.analysis.signals import host_signals
+    from headroom.analysis.window import thinned
 
     window = build_window(Host(disk_busy=0.37), [Gpu()], seconds=300)  # 301 samples, 1 s apart
     kept = thinned(window, 300.0, LONG_POINTS)
@@ -281,13 +282,14 @@ def test_long_scores_are_refreshed_from_the_thinned_long_window(monkeypatch):
     """The refresh reads the thinned long window (at most LONG_POINTS samples), the short scores every sample
     of the short window; and the long disk score is the one every sample gives (rates keep both ends)."""
     from headroom.analysis import pipeline, signals
+    from headroom.analysis import window as window_module
 
     seen = []
     real = signals.host_signals
     monkeypatch.setattr(pipeline.signals, "host_signals", lambda w, s: seen.append((len(w), s)) or real(w, s))
     window = build_window(Host(disk_busy=0.97, iowait=0.2), [Gpu(util=0.3)], seconds=300)  # starved, disk busy
     _, findings = Analysis(check_config_text(SERVER, "c.yaml"))(window)
-    assert seen == [(len(window), 15.0), (len(signals.thinned(window, 300.0, pipeline.LONG_POINTS)), 300.0)]
+    assert seen == [(len(window), 15.0), (len(window_module.thinned(window, 300.0, pipeline.LONG_POINTS)), 300.0)]
     assert seen[1][0] <= pipeline.LONG_POINTS < len(window)
     (gpu,) = findings.gpu_findings
     every = bottleneck_score_gpu_long(window)

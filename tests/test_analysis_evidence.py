@@ -17,7 +17,8 @@ from headroom.analysis.bottleneck import (
     rule_gpu_power,
     rule_gpu_thermal,
 )
-from headroom.analysis.signals import GpuSignals, sustained_growth, trend
+from headroom.analysis.signals import GpuSignals
+from headroom.analysis.window import sustained_growth, trend
 
 from situations import (
     GIB,

@@ -44,13 +44,14 @@ def test_only_the_nvml_binding_layer_and_its_stand_in_import_pynvml():
 
 
 # sources/nvml/: one purpose a module, and what each may import of the others (the layers point one way:
-# binding <- decode and threads <- collector; binding names decode's _Layout only for type checking)
+# binding <- decode and threads <- processes <- collector; binding names decode's _Layout only for type checking)
 NVML_MODULES = {
     "__init__.py": {"binding", "collector", "decode"},
     "binding.py": set(),
     "decode.py": {"binding"},
     "threads.py": {"binding"},
-    "collector.py": {"binding", "decode", "threads"},
+    "processes.py": {"binding", "decode"},
+    "collector.py": {"binding", "decode", "processes", "threads"},
 }
 
 
@@ -320,7 +321,7 @@ def test_the_agent_loads_prometheus_client_only_to_read_a_serving_runtime():
 
 # sources/identity/: one purpose a module (the package docstring says what each holds), each under 800 lines; the
 # readers of one kind of input import none of the others, additions (the kubelet's and a job mapping's merge) reads
-# groups and jobs, the collector all of them; no module imports the package's __init__ (which re-exports them)
+# groups and jobs, watch (the GPU processes' pidfds) the launchers' reader, the collector all of them; no module imports the package's __init__ (which re-exports them)
 IDENTITY_MODULES = {
     "__init__.py": {"cgroup_files", "cgroup_paths", "collector", "containers", "jobs", "launchers", "models"},
     "cgroup_paths.py": set(),
@@ -331,8 +332,9 @@ IDENTITY_MODULES = {
     "cgroup_files.py": set(),
     "groups.py": set(),
     "additions.py": {"groups", "jobs"},
+    "watch.py": {"launchers"},
     "collector.py": {"additions", "cgroup_files", "cgroup_paths", "containers", "groups", "jobs", "launchers",
-                     "models"},
+                     "models", "watch"},
 }
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from headroom.analysis.bottleneck import DEFAULT_THRESHOLDS, score_gpu
-from headroom.analysis.signals import HostSignals, gpu_signals, host_signals, steady_share
+from headroom.analysis.signals import HostSignals, gpu_signals, host_signals
+from headroom.analysis.window import steady_share
 
 from situations import DISTRIBUTED, Gpu, Host, analyse, build_window, chat
 

@@ -22,6 +22,7 @@ from headroom.sources import Paths, SourceContext
 # launcher_step: patched where the collector looks it up; CGROUP_EVERY_TICK: in the module of the cgroup reads
 from headroom.sources.identity import IdentityCollector, cgroup_files
 from headroom.sources.identity import collector as identity_module
+from headroom.sources.identity import watch as watch_module
 
 UNSHARE = shutil.which("unshare")
 
@@ -140,6 +141,7 @@ def test_a_launchers_ancestors_are_read_once_while_they_live(tmp_path, monkeypat
         return real_step(root, pid)
 
     monkeypatch.setattr(identity_module, "launcher_step", counted)
+    monkeypatch.setattr(watch_module, "launcher_step", counted)  # the ancestors are read by the pid watch
     launcher = _torchrun("workers", LAUNCHER, stdout=subprocess.PIPE, text=True, start_new_session=True)
     listed: dict[str, Sample] = {}
     c = IdentityCollector(SourceContext(paths=Paths(procfs=Path("/proc"), sysfs=tmp_path, rootfs=tmp_path),

@@ -31,7 +31,8 @@ from headroom.samples import (
 from headroom.sources import Paths, SourceContext
 from headroom.sources.identity import IdentityCollector, find_launcher, read_launcher_model
 from headroom.workload import attribution
-from headroom.workload.launchers import auto_profile, display_name, metrics_endpoint, parse
+from headroom.workload.launcher_profiles import auto_profile, display_name
+from headroom.workload.launchers import metrics_endpoint, parse
 from headroom.workload.profiles import profile_from_dict
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"

@@ -28,7 +28,7 @@ from headroom.sources import CollectorError, SourceContext, load_all
 
 # the tests below read (and one patches) private names of the modules that own them: the timings, capacities,
 # decoders and layouts they check have no public name
-from headroom.sources.nvml import NvmlCollector, binding, decode, threads
+from headroom.sources.nvml import NvmlCollector, binding, decode, processes, threads
 from headroom.sources.nvml import collector as collector_module
 
 GIB = 2**30
@@ -901,10 +901,8 @@ def test_several_samples_of_one_process_are_averaged_and_the_newest_timestamp_is
     collector.lib = Library()
     # private: a GPU handle built by hand: the process-list calls are what is tested, without a device
     gpu = binding._Gpu(collector.lib, 0, handle=object())
-    # private: one NVML call of the collector, tested against its error answers
-    assert collector._process_utilization(gpu) == {9: 0.4, 10: 1.0}
-    # private: one NVML call of the collector, tested against its error answers
-    assert collector._process_utilization(gpu) == {}  # NOT_FOUND: nothing ran since, every process idle
+    assert processes.process_utilization(collector.lib, gpu) == {9: 0.4, 10: 1.0}
+    assert processes.process_utilization(collector.lib, gpu) == {}  # NOT_FOUND: nothing ran since, every process idle
     assert asked == [0, 1_200]
 
 
@@ -935,13 +933,13 @@ def test_a_list_that_fills_the_kept_array_to_its_last_entry_is_read_again_into_a
     collector.lib = Library()
     # private: a GPU handle built by hand: the process-list calls are what is tested, without a device
     gpu = binding._Gpu(collector.lib, 0, handle=object())
-    # private: one NVML call of the collector: its regrowing buffer is what is tested
-    rows, failed = collector._process_list(gpu, gpu.handle)
+    # private: one NVML call of the process reads: its regrowing buffer is what is tested
+    rows, failed = processes._process_list(collector.lib, gpu, gpu.handle)
     assert not failed and [pid for pid, _ in rows] == pids
     # private: the list's first capacity itself is what is tested (the regrowth past it)
     assert capacities == [binding._LIST_CAPACITY, binding._LIST_CAPACITY * 2 + 5]
-    # private: one NVML call of the collector: its regrowing buffer is what is tested
-    collector._process_list(gpu, gpu.handle)
+    # private: one NVML call of the process reads: its regrowing buffer is what is tested
+    processes._process_list(collector.lib, gpu, gpu.handle)
     # private: the list's first capacity itself is what is tested (the regrowth past it)
     assert capacities[2:] == [binding._LIST_CAPACITY * 2 + 5]  # large enough now: one call
 

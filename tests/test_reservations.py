@@ -13,7 +13,8 @@ from headroom.analysis.pipeline import Analysis
 from headroom.config import check_config_text
 from headroom.samples import ServingEndpoint, ServingSample, SourceResult
 from headroom.sources.serving import read_exposition
-from headroom.workload.launchers import auto_profile, display_name, parse
+from headroom.workload.launcher_profiles import auto_profile, display_name
+from headroom.workload.launchers import parse
 
 from situations import GIB, Gpu, Host, build_window
 

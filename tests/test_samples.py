@@ -40,7 +40,9 @@ def test_only_the_named_fields_are_looked_at():
 def test_equal_values_of_another_type_or_sign_are_not_shared():
     old = WorkloadProcesses(name="w", pids=(1,), threads=1, cpu_user_seconds_total=0.0, cpu_system_seconds_total=1.0,
                             resident_memory_bytes=1, process_cpu_seconds={1: 5})
-    new = WorkloadProcesses(name="".join("w"), pids=tuple([1]), threads=1, cpu_user_seconds_total=-0.0, cpu_system_seconds_total=1,  # noqa: C409 - an equal tuple, not the same constant
+    new = WorkloadProcesses(name="".join("w"),
+                            pids=tuple([1]),  # noqa: C409 - an equal tuple, not the same constant
+                            threads=1, cpu_user_seconds_total=-0.0, cpu_system_seconds_total=1,
                             resident_memory_bytes=1, process_cpu_seconds={1: 5.0})
     share_unchanged(new, old)
     assert json.dumps(to_jsonable(new)) == json.dumps(to_jsonable(dataclasses.replace(new)))

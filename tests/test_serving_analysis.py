@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from headroom.analysis.serving import histogram_quantile, window_delta
+from headroom.analysis.latency import histogram_quantile, window_delta
 from headroom.samples import Histogram, ServingEndpoint
 
 from situations import Gpu, Host, analyse, build_window

@@ -304,7 +304,7 @@ def p_restart(x):  # the endpoint restarted (its counters went down) x seconds b
 
 
 def p_bucket_width(x):  # a percentile in the bucket (1 - x, 1 s]: x of its upper bound wide; 1 when it is a bound
-    from headroom.analysis.serving import percentile_of
+    from headroom.analysis.latency import percentile_of
 
     return 1.0 if percentile_of(0.9, 1.0 - x, 1.0, width_max=T["latency_bucket_width_max"]).bounded else 0.0
 

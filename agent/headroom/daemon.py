@@ -536,7 +536,8 @@ class HeapTrim:
         import ctypes
 
         try:
-            self.trim: Any = ctypes.CDLL(None).malloc_trim  # Any: a ctypes foreign function (its class is private)
+            # Any: a ctypes foreign function (its class is private)
+            self.trim: Any = ctypes.CDLL(None).malloc_trim
         except (OSError, AttributeError):
             self.trim = None
         else:

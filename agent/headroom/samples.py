@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, overload
 
-EMPTY: Mapping[Any, Any] = MappingProxyType({})  # a shared read-only empty mapping (Any: it stands for any one's)
+# a shared read-only empty mapping (Any: it stands for any one's)
+EMPTY: Mapping[Any, Any] = MappingProxyType({})
 _MAPS = (dict, MappingProxyType)
 _T = TypeVar("_T")
 _set = object.__setattr__  # share_unchanged: a field of a frozen dataclass that has not been published yet

@@ -21,6 +21,7 @@ from headroom.analysis.headroom import (
     measured_headroom,
     workload_headroom,
 )
+from headroom.analysis.window import VRAM_TREND_MAX_POINTS, recent, thinned
 from headroom.safeio import clip
 from headroom.samples import Neighbour, NvmlSample, Sample, ServingEndpoint
 from headroom.workload import attribution
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 LONG_REFRESH_SECONDS = 5.0  # long-window scores are recomputed this often (sample time), not every tick
 # ... from at most this many evenly spaced samples of the long window (every 5th of 300 at 1 s): a refresh then
 # costs a few short ticks instead of ~20 (docs/analysis.md, "From samples to a verdict")
-LONG_POINTS = signals.VRAM_TREND_MAX_POINTS  # 60, as the VRAM trend fit thins its own points
+LONG_POINTS = VRAM_TREND_MAX_POINTS  # 60, as the VRAM trend fit thins its own points
 # automatic workloads (pods, jobs ...: up to collectors.identity.max_workloads) are scored again within this many
 # seconds of sample time, the ones scored longest ago first, at least AUTO_EVERY_TICK a tick (so every tick while
 # there are no more; 5 a tick for 50 pods at 1 Hz); a new one at once; in between a workload keeps its last
@@ -217,7 +218,7 @@ class Analysis:
             self._long_at = now
             # an automatic workload's long scores are kept until it is due again (_autos_long_due)
             self._long_scores = {k: v for k, v in self._long_scores.items() if k[9:] in self._auto_long_at}
-            long_span = signals.thinned(window, s["long_window"], LONG_POINTS)
+            long_span = thinned(window, s["long_window"], LONG_POINTS)
             host_long = signals.host_signals(long_span, s["long_window"])
             view_long = bottleneck.host_view(host_long, t)
             rules_long = bottleneck.GpuRules(t)
@@ -421,7 +422,7 @@ def _served(window: Sequence[Sample], seconds: float) -> dict[str, ServingEndpoi
     """workload -> its newest serving scrape that was read (up, its runtime detected) in the last ``seconds``: the
     format of its metrics says which runtime serves it, and one failed scrape does not forget that."""
     out: dict[str, ServingEndpoint] = {}
-    for sample in reversed(signals.recent(window, seconds)):
+    for sample in reversed(recent(window, seconds)):
         for e in getattr(sample.data("serving"), "endpoints", ()) or ():
             if e.workload not in out and e.up and e.runtime:
                 out[e.workload] = e

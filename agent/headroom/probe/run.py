@@ -416,7 +416,8 @@ def _message(result: JsonDoc) -> str:
     return f"all {len(steps)} levels ran"
 
 
-def execute(url: str, plan: Plan, **kwargs: Any) -> JsonDoc:  # Any: probe()'s keyword arguments, of their own types
+# Any: probe()'s keyword arguments, of their own types
+def execute(url: str, plan: Plan, **kwargs: Any) -> JsonDoc:
     """``probe`` in a fresh event loop, with Ctrl-C and SIGTERM stopping it gracefully (a partial result); a
     second Ctrl-C stops at once."""
 

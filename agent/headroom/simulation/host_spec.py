@@ -175,8 +175,11 @@ def _psi_line(p: NodeReader, node: yaml.Node, path: str) -> PsiLineSpec:
         getattr(k, "value", None) in ("avg10", "avg60", "avg300") for k, _ in node.value
     ):
         m = p.mapping(node, path, {"avg10", "avg60", "avg300"}, ("avg10",))
-        return PsiLineSpec(*(p.signal(m[k], f"{path}.{k}", "ratio") if k in m else None
-                             for k in ("avg10", "avg60", "avg300")))  # type: ignore[arg-type]
+        def average(k: str) -> Signal | None:
+            return p.signal(m[k], f"{path}.{k}", "ratio") if k in m else None
+
+        # avg10 is required; the three read in this order (the first bad one is the error)
+        return PsiLineSpec(p.signal(m["avg10"], f"{path}.avg10", "ratio"), average("avg60"), average("avg300"))
     return PsiLineSpec(p.signal(node, path, "ratio"))
 
 

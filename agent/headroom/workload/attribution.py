@@ -334,7 +334,7 @@ def _auto_status(g: IdentityGroup, claimed: set[int], names: set[str], gpus: Seq
     est = None
     expected: tuple[Mapping[str, int], int | None, int | None] = (EMPTY, None, None)
     if g.launcher is not None:
-        from headroom.workload.launchers import auto_profile
+        from headroom.workload.launcher_profiles import auto_profile
 
         profile, error = auto_profile(g.launcher, g.model, g.name)
         if g.kind == "launcher":

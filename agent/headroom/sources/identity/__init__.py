@@ -57,6 +57,7 @@ imports them all):
   tick reads;
 - ``groups.py``: the records the tick groups processes with (``_Slot``, ``_Pid``, ``_Group``, ``_Addition``);
 - ``additions.py``: what the kubelet's pod-resources answer and a job mapping add to the groups;
+- ``watch.py``: the GPU processes and their ancestors the collector knows, watched through pidfds;
 - ``collector.py``: ``IdentityCollector``, the tick.
 
 This module re-exports what the rest of the agent, the tests and the benchmarks import from

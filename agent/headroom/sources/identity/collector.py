@@ -43,8 +43,9 @@ from headroom.sources.identity.launchers import (
     same_network_namespace,
 )
 from headroom.sources.identity.models import _ModelReader, process_identity
+from headroom.sources.identity.watch import _PidWatch
 from headroom.workload.attribution import claimed_by_declared
-from headroom.workload.launchers import display_name
+from headroom.workload.launcher_profiles import display_name
 from headroom.workload.profiles import WorkloadProfile
 
 log = structlog.get_logger("headroom.sources.identity")
@@ -54,11 +55,6 @@ DEFAULT_AUTO = ("pods", "jobs", "launchers")  # pods need --kubernetes too
 DEFAULT_MAX_WORKLOADS = 100
 # launchers that hold no GPU (found by launchers._LauncherScan) followed as workloads at once
 LAUNCHERS_WITHOUT_GPU = 16  # launchers holding no GPU followed at once (a pidfd each); more are not workloads
-
-# pidfds kept: GPU processes and their remembered ancestors together (a descriptor each; with the cgroup files,
-# 256 + 512 stay under the usual limit of 1 024); more GPU processes are checked by /proc/PID's inode each tick
-WATCHED_PIDS = 256
-ANCESTORS = 64  # of those, live ancestors of GPU processes remembered for the launcher search
 
 
 # what an exported identity's IdentityGroup was made from: its group, cgroup figures, process count, model, members
@@ -73,7 +69,7 @@ def _auto_setting(value: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 @register
-class IdentityCollector(_Additions, _CgroupReads, Collector):
+class IdentityCollector(_Additions, _CgroupReads, _PidWatch, Collector):
     name = "identity"
     default_enabled = True
     description = "Automatic workloads: the pods, Slurm jobs, containers, units and launchers that hold a GPU"
@@ -221,106 +217,6 @@ class IdentityCollector(_Additions, _CgroupReads, Collector):
             for p in g.processes:
                 out[p.pid] = out[p.pid] + uuid if p.pid in out else uuid
         return out, nvml
-
-    def _forget(self, pid: int) -> None:
-        known = self._pids.pop(pid, None)
-        if known is not None:
-            self._touched.add(pid)
-            cid = known.identity.container_id if known.identity is not None and not known.identity.delegated else ""
-            if cid and self._containers.get(cid, 0) <= 1:  # its container's last GPU process: its names go
-                self._containers.pop(cid, None)
-                self._meta.pop(cid, None)
-            elif cid:
-                self._containers[cid] -= 1
-        if known is not None and known.pidfd >= 0:
-            self._by_fd.pop(known.pidfd, None)
-            self._watched.discard(pid)
-            assert self._watch is not None
-            self._watch.unregister(known.pidfd)
-            os.close(known.pidfd)
-
-    def _exited(self) -> None:
-        """Forget the watched processes that exited since the last tick (their pidfds are readable)."""
-        if self._by_fd or self._ancestor_fds:
-            for fd, _ in self._watch.poll(0):  # type: ignore[union-attr]
-                pid = self._by_fd.get(fd)
-                if pid is not None:
-                    self._forget(pid)
-                    self._without_gpu.pop(pid, None)  # ended
-                    continue
-                pid = self._ancestor_fds.get(fd)
-                if pid is not None:
-                    self._drop_ancestor(pid)
-                    for child in [c for c, (_, _, parent) in self._ancestors.items() if parent == pid]:
-                        self._drop_ancestor(child)  # reparented: its parent is read again when asked
-
-    def _drop_ancestor(self, pid: int) -> None:
-        fd = self._ancestors.pop(pid)[0]
-        del self._ancestor_fds[fd]
-        self._watch.unregister(fd)  # type: ignore[union-attr]
-        os.close(fd)
-
-    def _ancestor(self, pid: int) -> tuple[Launcher | None, int] | None:
-        """``launcher_step`` of a GPU process's ancestor, read once while it lives (a live procfs)."""
-        known = self._ancestors.get(pid)
-        if known is not None:
-            self._ancestors[pid] = self._ancestors.pop(pid)  # most recently used
-            return known[1], known[2]
-        root = self.ctx.paths.procfs
-        fd = -1
-        if self._watch is not None and len(self._by_fd) + len(self._ancestors) < WATCHED_PIDS:
-            try:
-                fd = os.pidfd_open(pid)  # before the reads: what they read is this process's if it still runs
-            except OSError:
-                fd = -1
-        got = launcher_step(root, pid)
-        if fd < 0:
-            return got
-        if got is None or select.select((fd,), (), (), 0)[0]:
-            os.close(fd)
-            return got
-        if len(self._ancestors) >= ANCESTORS:
-            self._drop_ancestor(next(iter(self._ancestors)))
-        self._ancestors[pid] = (fd, got[0], got[1])
-        self._ancestor_fds[fd] = pid
-        self._watch.register(fd, select.POLLIN)  # type: ignore[union-attr]
-        return got
-
-    def _known(self, pid: int) -> _Pid | None:
-        """The process's identity (read when it is new to the collector); None when it is gone."""
-        known = self._pids.get(pid)
-        if known is not None and known.pidfd >= 0:
-            return known  # alive: its pidfd was not readable at this tick's poll
-        root = self.ctx.paths.procfs
-        pidfd = -1
-        if known is None and self._watch is not None and len(self._by_fd) + len(self._ancestors) < WATCHED_PIDS:
-            try:
-                pidfd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                self._without_gpu.pop(pid, None)
-                return None
-            except OSError:
-                pass  # not a thread group leader, out of descriptors, or no pidfds here: its inode is checked
-            # (one that exited already, a zombie, is read and included, as /proc/PID still shows it: the next
-            # tick's poll says it exited)
-        inode = -1
-        if pidfd < 0:
-            try:
-                inode = os.stat(f"{root}/{pid}").st_ino  # a string: a Path per GPU process per tick costs more
-            except OSError:
-                self._forget(pid)
-                self._without_gpu.pop(pid, None)
-                return None
-            if known is not None and known.inode == inode:
-                return known
-            self._forget(pid)
-        known = self._pids[pid] = self._read(pid, inode, pidfd)
-        self._touched.add(pid)
-        if pidfd >= 0:
-            self._by_fd[pidfd] = pid
-            self._watched.add(pid)
-            self._watch.register(pidfd, select.POLLIN)  # type: ignore[union-attr]
-        return known
 
     def _read(self, pid: int, inode: int, pidfd: int) -> _Pid:
         """A new GPU process: its cgroup identity, launcher and place among the identities, read once."""

@@ -5,6 +5,7 @@
 - ``decode.py``: field values, structs and struct arrays decoded into NamedTuples (``DeviceFields`` by field
   id, ``FieldValue``, ``ProcessRow``); no NVML call;
 - ``threads.py``: the PCIe throughput poller and the XID event watcher;
+- ``processes.py``: a GPU's process lists (with each process's SM utilization) and its MIG instances;
 - ``collector.py``: ``NvmlCollector``, which reads each GPU per tick into ``samples.GpuSample``.
 
 This module re-exports what the rest of the agent, the tests and the benchmarks import from
