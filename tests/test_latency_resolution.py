@@ -159,7 +159,7 @@ def test_a_percentile_in_the_inf_bucket_is_a_lower_bound():
 
 
 def test_the_width_threshold_decides_what_a_wide_bucket_is():
-    from headroom.analysis.serving import BUCKET_WIDTH_MAX, histogram_bucket, percentile_of
+    from headroom.analysis.latency import BUCKET_WIDTH_MAX, histogram_bucket, percentile_of
 
     h = histogram(VLLM_TTFT, {0.15: 10}, 1)
     value, lower, upper = histogram_bucket(0.95, h)
